@@ -1,0 +1,32 @@
+//! sparsek's GPU kernels, written in Rust and compiled to PTX (see ARCHITECTURE.md).
+//!
+//! Invariants: nothing here allocates or panics (no slice indexing with run-time indices, no `core::fmt`);
+//! every PTX instruction is used through one wrapper in [`ptx`]; index math lives in [`layout`], plain functions
+//! that the host tests call too.
+#![no_std]
+#![feature(
+    abi_ptx,
+    stdarch_nvptx,
+    asm_experimental_arch,
+    core_intrinsics,
+    gpu_intrinsics,
+    gpu_launch_sized_workgroup_mem
+)]
+#![allow(internal_features)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod layout;
+pub mod ptx;
+
+#[cfg(not(feature = "test-kernels"))]
+mod bsr;
+#[cfg(feature = "test-kernels")]
+mod test_kernels;
+
+/// A panic can only come from a bug (the code has no run-time checked indexing); it traps the kernel, which the
+/// host sees as a launch failure. build-ptx's checks make sure no `trap` is reachable in the committed PTX.
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: trap aborts the kernel; nothing runs after it.
+    unsafe { core::arch::nvptx::trap() }
+}

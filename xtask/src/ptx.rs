@@ -1,0 +1,266 @@
+//! build-ptx and fetch-ptxas.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{output, root, run};
+
+/// One PTX module the project commits: which cargo features of kernels-gpu build it and where it goes.
+struct Module {
+    name: &'static str,
+    features: &'static str,
+    dest: &'static str,
+}
+
+const MODULES: &[Module] = &[
+    Module { name: "sparsek_sm80", features: "", dest: "host/ptx/sparsek_sm80.ptx" },
+    Module { name: "primitives_sm80", features: "test-kernels", dest: "tests/ptx/primitives_sm80.ptx" },
+];
+
+/// Architectures every module is assembled for when ptxas is present.
+const PTXAS_ARCHS: &[&str] = &["sm_80", "sm_90a"];
+
+const PTXAS_WHEEL: &str = "nvidia-cuda-nvcc==13.0.88";
+const PTXAS_MEMBER: &str = "nvidia/cu13/bin/ptxas";
+
+pub fn build_ptx(args: &[String]) -> Result<(), String> {
+    let check = match args {
+        [] => false,
+        [f] if f == "--check" => true,
+        _ => return Err(format!("build-ptx takes only --check, got {args:?}")),
+    };
+    let root = root();
+    let linker = build_linker(&root)?;
+    let mut stale = Vec::new();
+    let mut built = Vec::new();
+    for m in MODULES {
+        let ptx = build_module(&root, &linker, m)?;
+        let dest = root.join(m.dest);
+        if check {
+            let committed = std::fs::read_to_string(&dest).unwrap_or_default();
+            if committed != ptx {
+                stale.push(m.dest);
+            }
+        } else {
+            std::fs::create_dir_all(dest.parent().unwrap()).map_err(|e| format!("{}: {e}", dest.display()))?;
+            if std::fs::read_to_string(&dest).ok().as_deref() != Some(ptx.as_str()) {
+                std::fs::write(&dest, &ptx).map_err(|e| format!("{}: {e}", dest.display()))?;
+                eprintln!("build-ptx: wrote {}", m.dest);
+            } else {
+                eprintln!("build-ptx: {} unchanged", m.dest);
+            }
+        }
+        built.push((m, ptx));
+    }
+    validate_with_ptxas(&root, &built)?;
+    if !stale.is_empty() {
+        return Err(format!(
+            "committed PTX is stale (differs from a fresh build): {}; run `cargo xtask build-ptx` and commit",
+            stale.join(", ")
+        ));
+    }
+    if check {
+        eprintln!("build-ptx --check: committed PTX matches a fresh build");
+    }
+    Ok(())
+}
+
+/// Builds the ptx-linker binary and returns its path.
+fn build_linker(root: &Path) -> Result<PathBuf, String> {
+    run(Command::new(cargo()).current_dir(root).args([
+        "build",
+        "--quiet",
+        "--package",
+        "xtask",
+        "--bin",
+        "ptx-linker",
+    ]))?;
+    let exe = root.join("target/debug/ptx-linker").with_extension(std::env::consts::EXE_EXTENSION);
+    if !exe.exists() {
+        return Err(format!("ptx-linker was built but {} is missing", exe.display()));
+    }
+    Ok(exe)
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+/// Builds one module of kernels-gpu and returns the PTX text.
+fn build_module(root: &Path, linker: &Path, m: &Module) -> Result<String, String> {
+    let crate_dir = root.join("kernels-gpu");
+    // Cargo does not fingerprint the linker binary: after changing xtask/src/bin/ptx-linker.rs, touch
+    // kernels-gpu/src/lib.rs (ARCHITECTURE.md says so too).
+    // Plain `cargo` through rustup, so the pinned nightly of rust-toolchain.toml builds the kernels whichever
+    // toolchain runs xtask.
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(&crate_dir)
+        // The outer `cargo xtask` (stable or nightly) must not leak its toolchain into the nightly build.
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO")
+        .env_remove("RUSTC")
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_LINKER", linker)
+        .args(["build", "--release", "--quiet"]);
+    if !m.features.is_empty() {
+        cmd.args(["--features", m.features]);
+    }
+    eprintln!("build-ptx: building {} (features: {})", m.name, if m.features.is_empty() { "-" } else { m.features });
+    run(&mut cmd)?;
+    let out = crate_dir.join("target/nvptx64-nvidia-cuda/release/sparsek_kernels.ptx");
+    let ptx = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(ptx)
+}
+
+/// Where ptxas is: $SPARSEK_PTXAS, then .tools/ (fetch-ptxas), then PATH.
+pub fn find_ptxas(root: &Path) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SPARSEK_PTXAS") {
+        return Some(PathBuf::from(p));
+    }
+    let local = root.join(".tools/ptxas").join(PTXAS_MEMBER);
+    if local.exists() {
+        return Some(local);
+    }
+    Command::new("ptxas").arg("--version").output().ok().filter(|o| o.status.success()).map(|_| "ptxas".into())
+}
+
+/// One kernel's resource use as ptxas reports it.
+#[derive(Default, Debug)]
+struct KernelReport {
+    name: String,
+    registers: u32,
+    smem: u32,
+    stack: u32,
+    spill_stores: u32,
+    spill_loads: u32,
+    lmem: u32,
+}
+
+fn validate_with_ptxas(root: &Path, built: &[(&Module, String)]) -> Result<(), String> {
+    let Some(ptxas) = find_ptxas(root) else {
+        eprintln!("build-ptx: WARNING: ptxas not found (run `cargo xtask fetch-ptxas`): PTX not assembled or checked");
+        return Ok(());
+    };
+    let tmp = root.join("target/xtask-ptx");
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let mut problems = Vec::new();
+    println!(
+        "{:<16} {:<7} {:<40} {:>5} {:>7} {:>6} {:>6}",
+        "module", "arch", "kernel", "regs", "smem", "stack", "spill"
+    );
+    for (m, ptx) in built {
+        let file = tmp.join(format!("{}.ptx", m.name));
+        std::fs::write(&file, ptx).map_err(|e| format!("{}: {e}", file.display()))?;
+        for arch in PTXAS_ARCHS {
+            let out = Command::new(&ptxas)
+                .args([&format!("-arch={arch}"), "-v", "-warn-spills", "-warn-lmem-usage"])
+                .arg(&file)
+                .args(["-o", "/dev/null"])
+                .output()
+                .map_err(|e| format!("cannot start {}: {e}", ptxas.display()))?;
+            let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+            if !out.status.success() {
+                return Err(format!("ptxas -arch={arch} rejected {}:\n{text}", m.dest));
+            }
+            for w in text.lines().filter(|l| l.contains("warning")) {
+                problems.push(format!("{} {arch}: {w}", m.name));
+            }
+            for k in parse_ptxas(&text) {
+                println!(
+                    "{:<16} {:<7} {:<40} {:>5} {:>7} {:>6} {:>6}",
+                    m.name,
+                    arch,
+                    k.name,
+                    k.registers,
+                    k.smem,
+                    k.stack,
+                    k.spill_stores + k.spill_loads
+                );
+                if k.stack > 0 || k.spill_stores > 0 || k.spill_loads > 0 || k.lmem > 0 {
+                    problems.push(format!(
+                        "{} {arch} {}: stack frame {} B, spill stores {} B, spill loads {} B, local memory {} B",
+                        m.name, k.name, k.stack, k.spill_stores, k.spill_loads, k.lmem
+                    ));
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        eprintln!(
+            "build-ptx: ptxas ({}) accepted every module: no stack frame, spill or local memory",
+            ptxas.display()
+        );
+        Ok(())
+    } else {
+        Err(format!("ptxas found problems:\n  {}", problems.join("\n  ")))
+    }
+}
+
+/// Parses `ptxas -v` output: "Compiling entry function 'X' for 'sm_90a'", "N bytes stack frame, N bytes spill
+/// stores, N bytes spill loads", "Used N registers, used N barriers, N bytes smem, N bytes cmem[0]" (and an
+/// optional "N bytes lmem").
+fn parse_ptxas(text: &str) -> Vec<KernelReport> {
+    let mut out: Vec<KernelReport> = Vec::new();
+    let num_before = |line: &str, unit: &str| -> u32 {
+        let Some(pos) = line.find(unit) else { return 0 };
+        line[..pos]
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .next_back()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    };
+    for line in text.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let name = rest.split('\'').next().unwrap_or("?").to_string();
+            out.push(KernelReport { name, ..Default::default() });
+        } else if let Some(k) = out.last_mut() {
+            if line.contains("stack frame") {
+                k.stack = num_before(line, " bytes stack frame");
+                k.spill_stores = num_before(line, " bytes spill stores");
+                k.spill_loads = num_before(line, " bytes spill loads");
+            }
+            if line.contains("Used") && line.contains("registers") {
+                k.registers = num_before(line, " registers");
+                k.smem = num_before(line, " bytes smem");
+                k.lmem = num_before(line, " bytes lmem");
+            }
+        }
+    }
+    out
+}
+
+pub fn fetch_ptxas() -> Result<(), String> {
+    let root = root();
+    let dir = root.join(".tools/ptxas");
+    let exe = dir.join(PTXAS_MEMBER);
+    if exe.exists() {
+        eprintln!("fetch-ptxas: {} already present", exe.display());
+        return Ok(());
+    }
+    let wheels = root.join(".tools/wheels");
+    eprintln!("fetch-ptxas: downloading {PTXAS_WHEEL} from PyPI");
+    run(Command::new("python3")
+        .args(["-m", "pip", "download", "--quiet", "--no-deps", PTXAS_WHEEL, "-d"])
+        .arg(&wheels))?;
+    let wheel = std::fs::read_dir(&wheels)
+        .map_err(|e| format!("{}: {e}", wheels.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("nvidia_cuda_nvcc-13.0.88")))
+        .ok_or("the downloaded wheel is missing")?;
+    // A wheel is a zip file; python's zipfile extracts the one member we need.
+    run(Command::new("python3")
+        .args(["-c", "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])"])
+        .arg(&wheel)
+        .arg(PTXAS_MEMBER)
+        .arg(&dir))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", exe.display()))?;
+    }
+    let version = output(Command::new(&exe).arg("--version"))?;
+    eprintln!("fetch-ptxas: {} ({})", exe.display(), version.lines().last().unwrap_or("").trim());
+    Ok(())
+}
