@@ -2,6 +2,7 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod check;
 pub mod cpu;
 pub mod error;
 pub mod format;
@@ -11,7 +12,7 @@ pub mod rng;
 pub mod scalar;
 
 pub use error::{Error, Result};
-// pub use format::{Bsr, BsrError};
+pub use format::{Bsr, BsrError};
 pub use matrix::Matrix;
 pub use scalar::Scalar;
 

@@ -74,10 +74,10 @@ impl KernelConfig {
     }
     /// Whether the shape is one the kernel template accepts (the kernel asserts the same at compile time).
     pub const fn is_valid(&self) -> bool {
-        self.bs % (16 * self.warps_m) == 0
-            && self.bn % (16 * self.warps_n) == 0 // NI even: B fragments come in pairs from ldmatrix.x4.trans
-            && self.bk % 16 == 0
-            && self.bs % self.bk == 0
+        self.bs.is_multiple_of(16 * self.warps_m)
+            && self.bn.is_multiple_of(16 * self.warps_n) // NI even: B fragments come in pairs from ldmatrix.x4.trans
+            && self.bk.is_multiple_of(16)
+            && self.bs.is_multiple_of(self.bk)
             && self.stages >= 2
     }
 }

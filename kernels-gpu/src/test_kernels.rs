@@ -134,9 +134,8 @@ pub unsafe extern "ptx-kernel" fn test_mma(a: *const u16, b: *const u16, c: *con
         } else {
             // A: 16 rows of 32 bytes at [0, 512); B: 16 rows of 16 bytes at [512, 768).
             let smem = crate::static_smem!(TEST_MMA_SMEM, 768);
-            for i in [lane, lane + 32] {
-                ptx::st_shared_v4(smem + 16 * i, ptx::ld_global_v4((a as *const u32).add(4 * i as usize)));
-            }
+            // A is 32 chunks of 16 bytes: one per lane.
+            ptx::st_shared_v4(smem + 16 * lane, ptx::ld_global_v4((a as *const u32).add(4 * lane as usize)));
             if lane < 16 {
                 ptx::st_shared_v4(smem + 512 + 16 * lane, ptx::ld_global_v4((b as *const u32).add(4 * lane as usize)));
             }

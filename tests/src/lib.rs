@@ -1,1 +1,37 @@
-//! Shared helpers for the integration tests.
+//! Shared helpers for the integration tests: GPU-or-skip, case counts, failure descriptions.
+
+use std::sync::OnceLock;
+
+use sparsek::gpu::Gpu;
+
+/// `SPARSEK_REQUIRE_GPU=1` turns a missing GPU into a test failure instead of a skip.
+pub fn gpu_required() -> bool {
+    std::env::var("SPARSEK_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// The process-wide GPU for tests, opened once; `None` (after printing a skip line) when there is none and
+/// SPARSEK_REQUIRE_GPU is not 1. Panics when a GPU is required but cannot be opened.
+pub fn gpu(test: &str) -> Option<&'static Gpu> {
+    static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
+    match GPU.get_or_init(|| Gpu::new(0).map_err(|e| e.to_string())) {
+        Ok(g) => Some(g),
+        Err(reason) => {
+            if gpu_required() {
+                panic!("{test}: SPARSEK_REQUIRE_GPU=1 but no usable GPU: {reason}");
+            }
+            // Written to the raw stderr handle: libtest captures println!/eprintln! of passing tests, and a skip
+            // must be visible in the test log.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIP {test}: no GPU ({reason}); set SPARSEK_REQUIRE_GPU=1 to make this a failure"
+            );
+            None
+        }
+    }
+}
+
+/// Number of proptest cases for GPU property tests: `SPARSEK_GPU_CASES` or `default`.
+pub fn gpu_cases(default: u32) -> u32 {
+    std::env::var("SPARSEK_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}

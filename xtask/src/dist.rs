@@ -1,5 +1,82 @@
-//! gpu-dist: package what a GPU machine without Rust needs.
+//! gpu-dist: package what a GPU machine without Rust needs into dist/ (git-ignored): the CLI, the GPU test
+//! binaries (release builds; the PTX is embedded in them) and run-gpu-tests.sh.
 
-pub fn gpu_dist(_args: &[String]) -> Result<(), String> {
-    Err("gpu-dist: not written yet".into())
+use std::path::Path;
+use std::process::Command;
+
+use crate::{output, root, run};
+
+const RUN_SCRIPT: &str = include_str!("../assets/run-gpu-tests.sh");
+
+pub fn gpu_dist(args: &[String]) -> Result<(), String> {
+    if !args.is_empty() {
+        return Err(format!("gpu-dist takes no arguments, got {args:?}"));
+    }
+    let root = root();
+    let dist = root.join("dist");
+    let _ = std::fs::remove_dir_all(&dist);
+    for d in ["bin", "tests"] {
+        std::fs::create_dir_all(dist.join(d)).map_err(|e| format!("{}: {e}", dist.display()))?;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("gpu-dist: building the CLI (release)");
+    run(Command::new(&cargo).current_dir(&root).args(["build", "--release", "-p", "sparsek", "--bins"]))?;
+    copy(&root.join("target/release/sparsek"), &dist.join("bin/sparsek"))?;
+
+    eprintln!("gpu-dist: building the GPU test binaries (release)");
+    let json = output(Command::new(&cargo).current_dir(&root).args([
+        "test",
+        "--release",
+        "-p",
+        "sparsek-tests",
+        "--no-run",
+        "--message-format=json",
+    ]))?;
+    let mut n = 0;
+    for line in json.lines().filter(|l| l.contains("\"reason\":\"compiler-artifact\"")) {
+        let (Some(name), Some(exe)) =
+            (field(line, "\"target\":{", "\"name\":\""), field(line, "", "\"executable\":\""))
+        else {
+            continue;
+        };
+        if name.starts_with("gpu_") {
+            copy(Path::new(&exe), &dist.join("tests").join(&name))?;
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return Err("no gpu_* test binaries found in cargo's output".into());
+    }
+    let script = dist.join("run-gpu-tests.sh");
+    std::fs::write(&script, RUN_SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
+    make_executable(&script)?;
+    eprintln!("gpu-dist: dist/ ready ({n} test binaries); on the GPU machine run dist/run-gpu-tests.sh [--sanitize]");
+    Ok(())
+}
+
+/// The string value of `"key":"..."` found after `after` in a JSON line (no escapes expected in names/paths).
+fn field(line: &str, after: &str, key: &str) -> Option<String> {
+    let from = if after.is_empty() { 0 } else { line.find(after)? };
+    let rest = &line[from..];
+    let start = rest.find(key)? + key.len();
+    let end = rest[start..].find('"')?;
+    Some(rest[start..start + end].to_string())
+}
+
+/// Copies a binary and strips its debug information when `strip` is available (the GPU machine needs no
+/// debug info and the package must stay small enough to carry).
+fn copy(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::copy(from, to).map_err(|e| format!("copy {} -> {}: {e}", from.display(), to.display()))?;
+    let _ = Command::new("strip").arg("--strip-debug").arg(to).status();
+    make_executable(to)
+}
+
+fn make_executable(p: &Path) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
 }

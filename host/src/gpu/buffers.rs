@@ -1,0 +1,225 @@
+//! Device-resident matrices: dense ([`DeviceMatrix`]) and BSR ([`DeviceBsr`]).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use half::f16;
+
+use super::{Gpu, alloc_err, cuda};
+use crate::error::{Error, Result};
+use crate::format::Bsr;
+use crate::matrix::Matrix;
+use crate::scalar::Scalar;
+
+/// An element type that can live in a [`DeviceMatrix`].
+pub trait DeviceElement: Scalar + DeviceRepr + ValidAsZeroBits {
+    /// Elements per 16 bytes: device leading dimensions are multiples of this, so every row starts 16-byte
+    /// aligned (the kernels' vector loads and stores need it).
+    const ALIGN_ELEMS: usize = 16 / std::mem::size_of::<Self>();
+}
+impl DeviceElement for f16 {}
+impl DeviceElement for f32 {}
+
+/// An element type the SpMM kernels can write (C's type).
+pub trait OutputElement: DeviceElement {
+    /// Suffix of the kernel entry point for this output type.
+    const KERNEL_SUFFIX: &'static str;
+}
+impl OutputElement for f32 {
+    const KERNEL_SUFFIX: &'static str = "f32";
+}
+impl OutputElement for f16 {
+    const KERNEL_SUFFIX: &'static str = "f16";
+}
+
+/// A dense `rows x cols` row-major matrix in device memory with leading dimension `ld` (a multiple of 16 bytes).
+pub struct DeviceMatrix<T> {
+    data: CudaSlice<T>,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+}
+
+impl<T: DeviceElement> DeviceMatrix<T> {
+    /// Wraps an existing device buffer. Needs `ld >= cols`, `ld` a multiple of [`DeviceElement::ALIGN_ELEMS`]
+    /// and a buffer of at least `rows * ld` elements: the last row is padded to `ld` too, because the kernels
+    /// read whole 16-byte chunks (a partial chunk at the end of a row is zero-filled, but still addressed).
+    pub fn from_slice(data: CudaSlice<T>, rows: usize, cols: usize, ld: usize) -> Result<Self> {
+        check_ld::<T>(cols, ld)?;
+        let need = device_len(rows, ld)?;
+        if data.len() < need {
+            return Err(Error::InvalidMatrix {
+                what: "device buffer",
+                reason: format!("{rows}x{cols} with ld {ld} needs {need} elements, the buffer has {}", data.len()),
+            });
+        }
+        Ok(DeviceMatrix { data, rows, cols, ld })
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// Leading dimension in elements.
+    pub fn ld(&self) -> usize {
+        self.ld
+    }
+    /// The device buffer.
+    pub fn as_slice(&self) -> &CudaSlice<T> {
+        &self.data
+    }
+    /// The device buffer, mutable.
+    pub fn as_mut_slice(&mut self) -> &mut CudaSlice<T> {
+        &mut self.data
+    }
+
+    /// Copies the matrix to the host (padding between `cols` and `ld` included, with the same `ld`), waiting for
+    /// the work queued on the buffer's stream.
+    pub fn to_host(&self) -> Result<Matrix<T>> {
+        let stream = self.data.stream();
+        let mut v = stream.clone_dtoh(&self.data).map_err(cuda("cuMemcpyDtoH"))?;
+        stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        v.truncate(Matrix::<T>::needed_len(self.rows, self.cols, self.ld).unwrap_or(v.len()));
+        Matrix::from_vec(self.rows, self.cols, self.ld, v)
+    }
+
+    /// Overwrites the whole buffer (padding included) from a host matrix of the same shape and leading dimension.
+    pub fn copy_from_host(&mut self, m: &Matrix<T>) -> Result<()> {
+        if (m.rows(), m.cols(), m.ld()) != (self.rows, self.cols, self.ld) {
+            return Err(Error::InvalidMatrix {
+                what: "host matrix",
+                reason: format!(
+                    "shape {}x{} ld {} differs from the device matrix's {}x{} ld {}",
+                    m.rows(),
+                    m.cols(),
+                    m.ld(),
+                    self.rows,
+                    self.cols,
+                    self.ld
+                ),
+            });
+        }
+        let n = m.as_slice().len().min(self.data.len());
+        let stream = self.data.stream().clone();
+        stream.memcpy_htod(&m.as_slice()[..n], &mut self.data.slice_mut(..n)).map_err(cuda("cuMemcpyHtoD"))
+    }
+}
+
+fn check_ld<T: DeviceElement>(cols: usize, ld: usize) -> Result<()> {
+    if ld < cols.max(1) || !ld.is_multiple_of(T::ALIGN_ELEMS) || u32::try_from(ld).is_err() {
+        return Err(Error::InvalidMatrix {
+            what: "ld",
+            reason: format!(
+                "device leading dimension {ld} must be >= the column count {cols}, a multiple of {} ({} is 16 \
+                 bytes of {}) and below 2^32",
+                T::ALIGN_ELEMS,
+                T::ALIGN_ELEMS,
+                T::NAME
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Elements a device matrix of `rows` rows with leading dimension `ld` holds (every row padded to `ld`).
+fn device_len(rows: usize, ld: usize) -> Result<usize> {
+    rows.checked_mul(ld)
+        .ok_or_else(|| Error::InvalidMatrix { what: "shape", reason: format!("{rows} rows of ld {ld} overflow usize") })
+}
+
+/// The smallest multiple of `T::ALIGN_ELEMS` that is >= `ld` (and >= 1).
+pub(crate) fn aligned_ld<T: DeviceElement>(ld: usize) -> usize {
+    ld.max(1).next_multiple_of(T::ALIGN_ELEMS)
+}
+
+/// A BSR matrix in device memory, ready for [`Gpu::spmm`]. Also holds the block-row schedule (block rows sorted
+/// by descending length, so long rows start first).
+pub struct DeviceBsr {
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) bs: usize,
+    pub(crate) nnzb: usize,
+    pub(crate) max_row_blocks: usize,
+    pub(crate) row_ptr: CudaSlice<u32>,
+    pub(crate) col_idx: CudaSlice<u32>,
+    pub(crate) values: CudaSlice<f16>,
+    pub(crate) row_order: CudaSlice<u32>,
+}
+
+impl DeviceBsr {
+    /// Rows of A.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Columns of A.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// Block size.
+    pub fn block_size(&self) -> usize {
+        self.bs
+    }
+    /// Nonzero blocks.
+    pub fn nnzb(&self) -> usize {
+        self.nnzb
+    }
+    /// The most nonzero blocks in one block row.
+    pub fn max_row_blocks(&self) -> usize {
+        self.max_row_blocks
+    }
+}
+
+impl Gpu {
+    fn htod<T: DeviceRepr>(stream: &Arc<CudaStream>, what: &'static str, v: &[T]) -> Result<CudaSlice<T>> {
+        stream.clone_htod(v).map_err(alloc_err(what, std::mem::size_of_val(v)))
+    }
+
+    /// Copies a BSR matrix to the GPU. The structure was validated when the [`Bsr`] was built.
+    pub fn upload(&self, a: &Bsr<f16>) -> Result<DeviceBsr> {
+        let stream = self.stream();
+        let lengths: Vec<u32> = a.row_ptr().windows(2).map(|w| w[1] - w[0]).collect();
+        let mut row_order: Vec<u32> = (0..lengths.len() as u32).collect();
+        // Longest block rows first (stable: equal lengths keep their order, so neighbours stay neighbours).
+        row_order.sort_by_key(|&r| std::cmp::Reverse(lengths[r as usize]));
+        // Zero-length device buffers are avoided: a matrix with no blocks still gets one (unused) element.
+        let col_idx = if a.col_idx().is_empty() { &[0u32][..] } else { a.col_idx() };
+        let values = if a.values().is_empty() { &[f16::ZERO][..] } else { a.values() };
+        let order = if row_order.is_empty() { vec![0] } else { row_order };
+        Ok(DeviceBsr {
+            rows: a.rows(),
+            cols: a.cols(),
+            bs: a.block_size(),
+            nnzb: a.nnzb(),
+            max_row_blocks: lengths.iter().copied().max().unwrap_or(0) as usize,
+            row_ptr: Self::htod(stream, "BSR row_ptr", a.row_ptr())?,
+            col_idx: Self::htod(stream, "BSR col_idx", col_idx)?,
+            values: Self::htod(stream, "BSR values", values)?,
+            row_order: Self::htod(stream, "BSR row order", &order)?,
+        })
+    }
+
+    /// Copies a dense matrix to the GPU. The device leading dimension is the host's rounded up to a multiple of 16
+    /// bytes; host padding is copied, extra padding is zero.
+    pub fn upload_matrix<T: DeviceElement>(&self, m: &Matrix<T>) -> Result<DeviceMatrix<T>> {
+        let ld = aligned_ld::<T>(m.ld());
+        let host = if ld == m.ld() { m.clone() } else { m.with_ld(ld, T::from_f64(0.0))? };
+        let mut v = host.into_vec();
+        // Pad the last row to a full `ld` (see DeviceMatrix::from_slice), and never allocate zero bytes.
+        v.resize(device_len(m.rows(), ld)?.max(v.len()).max(1), T::from_f64(0.0));
+        let data = Self::htod(self.stream(), "dense matrix", &v)?;
+        DeviceMatrix::from_slice(data, m.rows(), m.cols(), ld)
+    }
+
+    /// A `rows x cols` device matrix of zeros (leading dimension `cols` rounded up to 16 bytes).
+    pub fn zeros<T: DeviceElement>(&self, rows: usize, cols: usize) -> Result<DeviceMatrix<T>> {
+        let ld = aligned_ld::<T>(cols);
+        let len = device_len(rows, ld)?.max(1);
+        let data =
+            self.stream().alloc_zeros::<T>(len).map_err(alloc_err("dense matrix", len * std::mem::size_of::<T>()))?;
+        DeviceMatrix::from_slice(data, rows, cols, ld)
+    }
+}

@@ -1,0 +1,276 @@
+//! The GPU kernels against the f64 CPU oracle: random shapes, block sizes, densities, patterns, alpha/beta,
+//! f32 and f16 outputs, N tails, padded leading dimensions; outputs poisoned with NaN before every launch; exact
+//! integer-valued cases asserting bit equality; run-to-run determinism (a race shows as a moving result).
+//! Without a GPU every test prints a skip line (SPARSEK_REQUIRE_GPU=1 makes that a failure).
+//! SPARSEK_GPU_CASES sets the number of random cases per property (default 300).
+
+use proptest::prelude::*;
+use sparsek::check::{Tolerance, compare, compare_exact};
+use sparsek::format::{Pattern, generate, generate_int};
+use sparsek::gpu::{Gpu, OutputElement};
+use sparsek::{Bsr, Epilogue, Error, Matrix, Scalar, f16};
+use sparsek_tests::{gpu, gpu_cases};
+
+/// One random case.
+#[derive(Clone, Debug)]
+struct Case {
+    bs: usize,
+    block_rows: usize,
+    block_cols: usize,
+    n: usize,
+    c_pad: usize,
+    density: f64,
+    pattern: Pattern,
+    alpha: f32,
+    beta: f32,
+    seed: u64,
+}
+
+fn case_strategy() -> impl Strategy<Value = Case> {
+    (
+        prop::sample::select(vec![16usize, 32, 64, 128]),
+        0usize..=6,
+        1usize..=6,
+        prop_oneof![Just(1usize), Just(7), Just(8), Just(17), Just(127), Just(128), Just(129), Just(200), 1usize..300],
+        prop::sample::select(vec![0usize, 1, 8, 24]),
+        prop_oneof![Just(0.0f64), Just(1.0), 0.0f64..=1.0],
+        prop::sample::select(vec![Pattern::Uniform, Pattern::Skewed, Pattern::Banded, Pattern::Dense, Pattern::Empty]),
+        prop::sample::select(vec![1.0f32, 0.5, -2.0]),
+        prop::sample::select(vec![0.0f32, 1.0, -0.5]),
+        any::<u64>(),
+    )
+        .prop_map(|(bs, block_rows, block_cols, n, c_pad, density, pattern, alpha, beta, seed)| Case {
+            bs,
+            block_rows,
+            block_cols,
+            n,
+            c_pad,
+            density,
+            pattern,
+            alpha,
+            beta,
+            seed,
+        })
+}
+
+/// C before the product: random when beta != 0 (it is read), NaN when beta == 0 (it must not be read, and every
+/// element must be written); the padding columns hold NaN and must stay NaN.
+fn initial_c<TC: Scalar>(m: usize, n: usize, ld: usize, beta: f32, seed: u64) -> Matrix<TC> {
+    let mut c = Matrix::<TC>::filled(m, n, ld, TC::from_f64(f64::NAN)).unwrap();
+    if beta != 0.0 {
+        let r = Matrix::<TC>::random(m, n, seed);
+        for i in 0..m {
+            c.row_mut(i).copy_from_slice(r.row(i));
+        }
+    }
+    c
+}
+
+fn padding_untouched<TC: Scalar>(got: &Matrix<TC>, before: &Matrix<TC>) -> Result<(), String> {
+    let (g, b) = (got.as_slice(), before.as_slice());
+    for r in 0..got.rows() {
+        for c in got.cols()..got.ld() {
+            let i = r * got.ld() + c;
+            if i < g.len() && i < b.len() && g[i].to_f64().to_bits() != b[i].to_f64().to_bits() {
+                return Err(format!("padding element ({r}, {c}) was written: {:?}", g[i]));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs one case on the GPU and compares with the oracle; Err describes the failure with everything needed to
+/// reproduce it.
+fn run_case<TC: OutputElement>(gpu: &Gpu, case: &Case) -> Result<(), String> {
+    let (m, k, n) = (case.block_rows * case.bs, case.block_cols * case.bs, case.n);
+    let a: Bsr<f16> = generate(case.pattern, m, k, case.bs, case.density, case.seed).map_err(|e| e.to_string())?;
+    let b = Matrix::<f16>::random(k, n, case.seed ^ 0xb);
+    let ld = (n + case.c_pad).next_multiple_of(16 / std::mem::size_of::<TC>());
+    let c0 = initial_c::<TC>(m, n, ld, case.beta, case.seed ^ 0xc);
+    let ep = Epilogue { alpha: case.alpha, beta: case.beta };
+    let expected = sparsek::cpu::reference(&a, &b, &c0, ep).map_err(|e| e.to_string())?;
+    if a.nnzb() > 0 && n > 0 && expected.as_slice().iter().all(|v| *v == 0.0) {
+        return Err("vacuous case: the reference is all zeros although A has blocks".into());
+    }
+    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    assert_eq!(c_d.ld(), ld, "test setup: the device ld must equal the host ld");
+    gpu.spmm(&a_d, &b_d, &mut c_d, ep).map_err(|e| e.to_string())?;
+    let got = c_d.to_host().map_err(|e| e.to_string())?;
+    let tol = Tolerance::for_operands(&a, &b, &c0, ep);
+    let report = compare(&got, &expected, tol);
+    let ctx = format!(
+        "{} out: m={m} n={n} k={k} bs={} nnzb={} density={:.3} pattern={} alpha={} beta={} ld={ld} seed={}",
+        TC::NAME,
+        case.bs,
+        a.nnzb(),
+        case.density,
+        case.pattern,
+        case.alpha,
+        case.beta,
+        case.seed
+    );
+    if !report.passed() {
+        return Err(format!("{ctx}: {report}"));
+    }
+    padding_untouched(&got, &c0).map_err(|e| format!("{ctx}: {e}"))
+}
+
+/// Runs `cases` random cases through `run_case::<TC>`; proptest shrinks a failure to a minimal case.
+fn property<TC: OutputElement>(test: &str) {
+    let Some(gpu) = gpu(test) else { return };
+    let config = ProptestConfig { cases: gpu_cases(300), failure_persistence: None, ..ProptestConfig::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let result = runner.run(&case_strategy(), |case| run_case::<TC>(gpu, &case).map_err(TestCaseError::fail));
+    if let Err(e) = result {
+        panic!("{test}: {e}");
+    }
+}
+
+#[test]
+fn spmm_f32_out_matches_oracle() {
+    property::<f32>("spmm_f32_out_matches_oracle");
+}
+
+#[test]
+fn spmm_f16_out_matches_oracle() {
+    property::<f16>("spmm_f16_out_matches_oracle");
+}
+
+/// Integer-valued A, B, C in [-4, 4]: every product and partial sum is an integer below 2^24, exact in f32 in
+/// any order, so the GPU must match the oracle bit for bit.
+fn exact_case(gpu: &Gpu, bs: usize, block_rows: usize, block_cols: usize, n: usize, density: f64, seed: u64) {
+    let (m, k) = (block_rows * bs, block_cols * bs);
+    for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, 1.0), (Pattern::Dense, -1.0)] {
+        let a: Bsr<f16> = generate_int(pattern, m, k, bs, density, seed, 4).unwrap();
+        let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1);
+        let c0 = if beta == 0.0 {
+            Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap()
+        } else {
+            Matrix::<f32>::random_int(m, n, 4, seed ^ 2).with_ld(n.next_multiple_of(4), f32::NAN).unwrap()
+        };
+        let ep = Epilogue { alpha: 1.0, beta };
+        let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
+        assert!(a.nnzb() == 0 || expected.as_slice().iter().any(|v| *v != 0.0), "vacuous exact case");
+        let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+        let mut c_d = gpu.upload_matrix(&c0).unwrap();
+        gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+        let got = c_d.to_host().unwrap();
+        let report = compare_exact(&got, &expected);
+        assert!(
+            report.passed(),
+            "exact bs{bs}::m{m}_n{n}_k{k} pattern={pattern} beta={beta} density={density} seed={seed}: {report}"
+        );
+    }
+}
+
+macro_rules! exact_tests {
+    ($($name:ident: $bs:expr, $br:expr, $bc:expr, $n:expr, $density:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            let Some(gpu) = gpu(stringify!($name)) else { return };
+            for seed in 0..3 {
+                exact_case(gpu, $bs, $br, $bc, $n, $density, 1000 + seed);
+            }
+        }
+    )*};
+}
+
+exact_tests! {
+    exact_bs16_m256_n129_k512: 16, 16, 32, 129, 0.3;
+    exact_bs32_m256_n256_k512: 32, 8, 16, 256, 0.5;
+    exact_bs64_m512_n200_k1024: 64, 8, 16, 200, 0.25;
+    exact_bs128_m512_n384_k1024: 128, 4, 8, 384, 0.6;
+    exact_bs64_m128_n1_k512: 64, 2, 8, 1, 1.0;
+}
+
+/// Larger shapes with long, skewed rows (deep pipelines, many CTAs, row reordering), f32 and f16 out.
+#[test]
+fn larger_shapes_match_oracle() {
+    let Some(gpu) = gpu("larger_shapes_match_oracle") else { return };
+    for (i, &(bs, m, k, n)) in
+        [(16, 1024, 2048, 300), (32, 1024, 2048, 256), (64, 1024, 2048, 257), (128, 1024, 2048, 512)].iter().enumerate()
+    {
+        for pattern in [Pattern::Skewed, Pattern::Uniform] {
+            let case = Case {
+                bs,
+                block_rows: m / bs,
+                block_cols: k / bs,
+                n,
+                c_pad: 8,
+                density: 0.2,
+                pattern,
+                alpha: 1.0,
+                beta: 0.5,
+                seed: 77 + i as u64,
+            };
+            run_case::<f32>(gpu, &case).unwrap();
+            run_case::<f16>(gpu, &Case { beta: 0.0, ..case }).unwrap();
+        }
+    }
+}
+
+/// The same inputs twice give bit-identical outputs (a race would make them differ).
+#[test]
+fn repeated_launches_are_bit_identical() {
+    let Some(gpu) = gpu("repeated_launches_are_bit_identical") else { return };
+    for bs in [16, 32, 64, 128] {
+        let (m, k, n) = (512, 2048, 263);
+        let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, 0.3, bs as u64).unwrap();
+        let b = Matrix::<f16>::random(k, n, 5);
+        let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+        let mut outs = Vec::new();
+        for _ in 0..3 {
+            let mut c_d =
+                gpu.upload_matrix(&Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap()).unwrap();
+            gpu.spmm(&a_d, &b_d, &mut c_d, Epilogue::default()).unwrap();
+            outs.push(c_d.to_host().unwrap());
+        }
+        for o in &outs[1..] {
+            let same = o.as_slice().iter().zip(outs[0].as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "bs{bs}: two launches on the same inputs differ (race?)");
+        }
+    }
+}
+
+/// Rejected calls return typed errors and leave C untouched.
+#[test]
+fn bad_calls_are_rejected_and_change_nothing() {
+    let Some(gpu) = gpu("bad_calls_are_rejected_and_change_nothing") else { return };
+    let a: Bsr<f16> = generate(Pattern::Uniform, 128, 256, 64, 0.5, 1).unwrap();
+    let a_d = gpu.upload(&a).unwrap();
+    let b_wrong = gpu.upload_matrix(&Matrix::<f16>::random(128, 32, 2)).unwrap(); // K should be 256
+    let c0 = Matrix::<f32>::random(128, 32, 3).with_ld(32, 0.0).unwrap();
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    let err = gpu.spmm(&a_d, &b_wrong, &mut c_d, Epilogue::default()).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { a: (128, 256), b: (128, 32), c: (128, 32) }), "{err:?}");
+    let b = gpu.upload_matrix(&Matrix::<f16>::random(256, 32, 2)).unwrap();
+    let mut c_wrong = gpu.upload_matrix(&Matrix::<f32>::random(64, 32, 4)).unwrap();
+    assert!(matches!(gpu.spmm(&a_d, &b, &mut c_wrong, Epilogue::default()), Err(Error::ShapeMismatch { .. })));
+    assert_eq!(c_d.to_host().unwrap(), c0, "a rejected call wrote C");
+}
+
+/// Empty shapes: M = 0 or a matrix without blocks (beta * C, or 0 with beta = 0 even over NaN).
+#[test]
+fn empty_rows_give_beta_c() {
+    let Some(gpu) = gpu("empty_rows_give_beta_c") else { return };
+    let a: Bsr<f16> = generate(Pattern::Empty, 256, 512, 32, 0.0, 1).unwrap();
+    let a_d = gpu.upload(&a).unwrap();
+    let b_d = gpu.upload_matrix(&Matrix::<f16>::random(512, 40, 1)).unwrap();
+    let c0 = Matrix::<f32>::random(256, 40, 9);
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    gpu.spmm(&a_d, &b_d, &mut c_d, Epilogue { alpha: 1.0, beta: 2.0 }).unwrap();
+    let got = c_d.to_host().unwrap();
+    for r in 0..256 {
+        for c in 0..40 {
+            assert_eq!(got.get(r, c), 2.0 * c0.get(r, c), "({r}, {c})");
+        }
+    }
+    let mut c_nan = gpu.upload_matrix(&Matrix::<f32>::filled(256, 40, 40, f32::NAN).unwrap()).unwrap();
+    gpu.spmm(&a_d, &b_d, &mut c_nan, Epilogue::default()).unwrap();
+    assert!(c_nan.to_host().unwrap().as_slice().iter().all(|v| *v == 0.0));
+    let a0: Bsr<f16> = Bsr::try_new(0, 512, 32, vec![0], vec![], vec![]).unwrap();
+    let a0_d = gpu.upload(&a0).unwrap();
+    let mut c0_d = gpu.zeros::<f32>(0, 40).unwrap();
+    gpu.spmm(&a0_d, &b_d, &mut c0_d, Epilogue::default()).unwrap();
+}

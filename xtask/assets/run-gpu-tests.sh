@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs sparsek's GPU tests on a machine with an NVIDIA GPU and driver but no Rust (packaged by
+# `cargo xtask gpu-dist`). Every test requires the GPU (SPARSEK_REQUIRE_GPU=1): a missing GPU fails.
+#
+#   dist/run-gpu-tests.sh              sparsek info, then every GPU test binary
+#   dist/run-gpu-tests.sh --sanitize   the same, then the tests again under compute-sanitizer memcheck and
+#                                      racecheck (SPARSEK_SANITIZE_CASES random cases per property, default 16)
+#
+# Logs go to $LOG_DIR (default dist/logs); a summary table is printed last. Exit status 0 iff everything passed.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+log_dir=${LOG_DIR:-$here/logs}
+mkdir -p "$log_dir"
+export SPARSEK_REQUIRE_GPU=1
+sanitize=0
+[ "${1:-}" = "--sanitize" ] && sanitize=1
+declare -a rows
+status=0
+
+step() { # name, log file, command...
+  local name=$1 log=$2; shift 2
+  local t0=$SECONDS
+  if "$@" >"$log" 2>&1; then res=PASS; else res=FAIL; status=1; fi
+  local summary
+  summary=$(grep -E "^test result:|ERROR SUMMARY" "$log" | tail -n 1)
+  rows+=("$(printf '%-44s %-5s %5ss  %s' "$name" "$res" $((SECONDS - t0)) "$summary")")
+  echo "[$res] $name ($((SECONDS - t0)) s) -> $log"
+  [ "$res" = FAIL ] && tail -n 30 "$log"
+}
+
+step "sparsek info" "$log_dir/info.log" "$here/bin/sparsek" info
+cat "$log_dir/info.log"
+for t in "$here"/tests/*; do
+  name=$(basename "$t")
+  step "$name" "$log_dir/$name.log" "$t" --test-threads=1
+done
+if [ $sanitize = 1 ]; then
+  export SPARSEK_GPU_CASES=${SPARSEK_SANITIZE_CASES:-16}
+  for tool in memcheck racecheck; do
+    for t in "$here"/tests/*; do
+      name=$(basename "$t")
+      # The large-shape and repetition tests are skipped under the sanitizers (too slow instrumented); the plain
+      # run above covers them.
+      step "$tool $name" "$log_dir/$tool-$name.log" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        "$t" --test-threads=1 --skip larger_shapes --skip repeated_launches
+    done
+  done
+fi
+echo
+echo "== summary"
+printf '%s\n' "${rows[@]}"
+exit $status
