@@ -1,4 +1,40 @@
-//! sparsek: block-sparse (BSR) x dense matrix multiplication on NVIDIA tensor cores.
+//! sparsek: block-sparse (BSR) x dense matrix multiplication on NVIDIA tensor cores, with the GPU kernels
+//! written in Rust (compiled to PTX and embedded in this crate: no CUDA toolkit is needed to build it, only an
+//! NVIDIA driver to run on a GPU).
+//!
+//! `C = alpha * (A @ B) + beta * C` with A a [`Bsr`] matrix of f16 blocks (16, 32, 64 or 128 square, PyTorch's
+//! BSR layout), B a dense f16 matrix, C dense f32 or f16, f32 accumulation. Every input is validated: bad
+//! structure or shapes give a typed [`Error`], never a panic or garbage.
+//!
+//! ```
+//! use sparsek::{Epilogue, Matrix, f16, format::{Pattern, generate}, gpu::Gpu};
+//!
+//! # fn main() -> sparsek::Result<()> {
+//! // A: 512 x 1024 with 64 x 64 blocks, a quarter of them nonzero; B: 1024 x 96.
+//! let a = generate::<f16>(Pattern::Uniform, 512, 1024, 64, 0.25, 1)?;
+//! let b = Matrix::<f16>::random(1024, 96, 2);
+//! let c: Matrix<f32> = match Gpu::new(0) {
+//!     Ok(gpu) => {
+//!         let (a_d, b_d) = (gpu.upload(&a)?, gpu.upload_matrix(&b)?);
+//!         let mut c_d = gpu.zeros::<f32>(512, 96)?;
+//!         gpu.spmm(&a_d, &b_d, &mut c_d, Epilogue::default())?;
+//!         c_d.to_host()?
+//!     }
+//!     Err(e) => {
+//!         // No GPU here: the multi-threaded CPU backend has the same contract.
+//!         eprintln!("no GPU ({e}), using the CPU backend");
+//!         let mut c = Matrix::<f32>::zeros(512, 96);
+//!         sparsek::cpu::spmm(&a, &b, &mut c, Epilogue::default())?;
+//!         c
+//!     }
+//! };
+//! // Check against the f64 oracle.
+//! let expected = sparsek::cpu::reference(&a, &b, &c, Epilogue::default())?;
+//! let tol = sparsek::check::Tolerance::for_operands(&a, &b, &c, Epilogue::default());
+//! assert!(sparsek::check::compare(&c, &expected, tol).passed());
+//! # Ok(())
+//! # }
+//! ```
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
