@@ -45,6 +45,8 @@ pub struct KernelConfig {
     pub warps_n: u32,
     /// Depth of the cp.async ring.
     pub stages: u32,
+    /// Double-buffer the mma fragments in registers (needs BK / 16 even and 3+ stages).
+    pub frag_db: bool,
 }
 
 impl KernelConfig {
@@ -79,15 +81,43 @@ impl KernelConfig {
             && self.bk.is_multiple_of(16)
             && self.bs.is_multiple_of(self.bk)
             && self.stages >= 2
+            && (!self.frag_db || ((self.bk / 16).is_multiple_of(2) && self.stages >= 3))
     }
 }
 
-/// Configuration of the kernel for each block size, in the order of `BLOCK_SIZES`.
+/// Configuration of the kernel for each block size, in the order of `BLOCK_SIZES`: the fastest of
+/// `TUNE_CONFIGS` on an H100 (docs/perf-notes.md, docs/tune/).
 pub const CONFIGS: [KernelConfig; 4] = [
-    KernelConfig { bs: 16, bn: 128, bk: 16, warps_m: 1, warps_n: 4, stages: 4 },
-    KernelConfig { bs: 32, bn: 128, bk: 32, warps_m: 1, warps_n: 4, stages: 4 },
-    KernelConfig { bs: 64, bn: 128, bk: 32, warps_m: 2, warps_n: 2, stages: 4 },
-    KernelConfig { bs: 128, bn: 128, bk: 32, warps_m: 2, warps_n: 4, stages: 4 },
+    KernelConfig { bs: 16, bn: 256, bk: 16, warps_m: 1, warps_n: 4, stages: 6, frag_db: false },
+    KernelConfig { bs: 32, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: false },
+    KernelConfig { bs: 64, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: true },
+    KernelConfig { bs: 128, bn: 128, bk: 32, warps_m: 2, warps_n: 2, stages: 4, frag_db: true },
+];
+
+/// Candidate configurations compiled into the tuning module (tests/ptx/tune_sm80.ptx, entry points
+/// `sparsek_tune_<index>`, f32 output) and measured by the `tune` binary of the tests crate. The winners become
+/// `CONFIGS`; docs/perf-notes.md records the measurements.
+pub const TUNE_CONFIGS: [KernelConfig; 16] = [
+    // bs 16 (BK = 16: one k-step per tile, so no fragment double-buffering)
+    KernelConfig { bs: 16, bn: 256, bk: 16, warps_m: 1, warps_n: 4, stages: 4, frag_db: false },
+    KernelConfig { bs: 16, bn: 256, bk: 16, warps_m: 1, warps_n: 4, stages: 6, frag_db: false },
+    KernelConfig { bs: 16, bn: 512, bk: 16, warps_m: 1, warps_n: 8, stages: 4, frag_db: false },
+    // bs 32
+    KernelConfig { bs: 32, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: false },
+    KernelConfig { bs: 32, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: true },
+    KernelConfig { bs: 32, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 4, frag_db: true },
+    // bs 64
+    KernelConfig { bs: 64, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: false },
+    KernelConfig { bs: 64, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: true },
+    KernelConfig { bs: 64, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 4, frag_db: true },
+    KernelConfig { bs: 64, bn: 128, bk: 64, warps_m: 2, warps_n: 2, stages: 3, frag_db: false },
+    KernelConfig { bs: 64, bn: 128, bk: 64, warps_m: 2, warps_n: 2, stages: 3, frag_db: true },
+    // bs 128
+    KernelConfig { bs: 128, bn: 128, bk: 32, warps_m: 2, warps_n: 2, stages: 4, frag_db: false },
+    KernelConfig { bs: 128, bn: 128, bk: 32, warps_m: 2, warps_n: 2, stages: 4, frag_db: true },
+    KernelConfig { bs: 128, bn: 128, bk: 32, warps_m: 2, warps_n: 4, stages: 4, frag_db: true },
+    KernelConfig { bs: 128, bn: 256, bk: 64, warps_m: 2, warps_n: 4, stages: 3, frag_db: true },
+    KernelConfig { bs: 128, bn: 256, bk: 32, warps_m: 2, warps_n: 4, stages: 4, frag_db: true },
 ];
 
 /// Supported block sizes.
@@ -103,6 +133,32 @@ pub const fn config_for(bs: u32) -> Option<KernelConfig> {
         i += 1;
     }
     None
+}
+
+/// Grouped rasterization: maps the linear CTA index `cta` of a 1-D grid of `block_rows * n_tiles` CTAs to
+/// (position in the row order, N tile). CTAs go through groups of `group_rows` consecutive row positions; within
+/// a group the row position varies fastest, then the N tile. A wave of concurrent CTAs therefore touches
+/// `group_rows` block rows of A and about `wave / group_rows` column strips of B, a working set the host sizes to
+/// fit in L2 (instead of all of A per wave, which is what row-major order over the whole grid does).
+/// `group_rows >= block_rows` gives plain row-fastest order.
+#[inline(always)]
+pub const fn raster(cta: u32, block_rows: u32, n_tiles: u32, group_rows: u32) -> (u32, u32) {
+    // Divisions by run-time values use checked_* so no panic path reaches the PTX; a zero divisor only arises for
+    // an empty grid, where no CTA runs.
+    let group_rows = if group_rows == 0 || group_rows > block_rows { block_rows } else { group_rows };
+    let group_size = group_rows * n_tiles;
+    let group = match cta.checked_div(group_size) {
+        Some(g) => g,
+        None => 0,
+    };
+    let first_row = group * group_rows;
+    let left = block_rows.saturating_sub(first_row);
+    let rows_here = if left < group_rows { left } else { group_rows };
+    let within = cta - group * group_size;
+    match (within.checked_rem(rows_here), within.checked_div(rows_here)) {
+        (Some(r), Some(t)) => (first_row + r, t),
+        _ => (0, 0),
+    }
 }
 
 /// `ldmatrix` address role of lane `lane` when loading an m16 x k16 A fragment with `.x4`: (row, chunk) within

@@ -7,7 +7,8 @@
 use proptest::prelude::*;
 use sparsek::check::{Tolerance, compare, compare_exact};
 use sparsek::format::{Pattern, generate, generate_int};
-use sparsek::gpu::{Gpu, OutputElement};
+use sparsek::gpu::layout::TUNE_CONFIGS;
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, OutputElement};
 use sparsek::{Bsr, Epilogue, Error, Matrix, Scalar, f16};
 use sparsek_tests::{gpu, gpu_cases};
 
@@ -79,9 +80,18 @@ fn padding_untouched<TC: Scalar>(got: &Matrix<TC>, before: &Matrix<TC>) -> Resul
     Ok(())
 }
 
-/// Runs one case on the GPU and compares with the oracle; Err describes the failure with everything needed to
-/// reproduce it.
+/// Runs one case on the GPU with the product kernels and compares with the oracle; Err describes the failure
+/// with everything needed to reproduce it.
 fn run_case<TC: OutputElement>(gpu: &Gpu, case: &Case) -> Result<(), String> {
+    run_case_with::<TC>(gpu, case, |a, b, c, ep| gpu.spmm(a, b, c, ep))
+}
+
+/// [`run_case`] with any launch (a tuning variant, for instance).
+fn run_case_with<TC: OutputElement>(
+    gpu: &Gpu,
+    case: &Case,
+    launch: impl Fn(&DeviceBsr, &DeviceMatrix<f16>, &mut DeviceMatrix<TC>, Epilogue) -> sparsek::Result<()>,
+) -> Result<(), String> {
     let (m, k, n) = (case.block_rows * case.bs, case.block_cols * case.bs, case.n);
     let a: Bsr<f16> = generate(case.pattern, m, k, case.bs, case.density, case.seed).map_err(|e| e.to_string())?;
     let b = Matrix::<f16>::random(k, n, case.seed ^ 0xb);
@@ -95,7 +105,7 @@ fn run_case<TC: OutputElement>(gpu: &Gpu, case: &Case) -> Result<(), String> {
     let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
     let mut c_d = gpu.upload_matrix(&c0).unwrap();
     assert_eq!(c_d.ld(), ld, "test setup: the device ld must equal the host ld");
-    gpu.spmm(&a_d, &b_d, &mut c_d, ep).map_err(|e| e.to_string())?;
+    launch(&a_d, &b_d, &mut c_d, ep).map_err(|e| e.to_string())?;
     let got = c_d.to_host().map_err(|e| e.to_string())?;
     let tol = Tolerance::for_operands(&a, &b, &c0, ep);
     let report = compare(&got, &expected, tol);
@@ -135,6 +145,31 @@ fn spmm_f32_out_matches_oracle() {
 #[test]
 fn spmm_f16_out_matches_oracle() {
     property::<f16>("spmm_f16_out_matches_oracle");
+}
+
+/// Every configuration of the tuning module (tests/ptx/tune_sm80.ptx) against the oracle on random cases of its
+/// block size: a configuration is only promoted to the product kernels after passing this.
+#[test]
+fn tuning_variants_match_oracle() {
+    let Some(gpu) = gpu("tuning_variants_match_oracle") else { return };
+    let entries: Vec<_> =
+        TUNE_CONFIGS.iter().enumerate().map(|(i, c)| (format!("sparsek_tune_{i}"), *c, "f32")).collect();
+    let variants =
+        gpu.load_variants(include_str!("../ptx/tune_sm80.ptx"), "tune_sm80", &entries).expect("load tune module");
+    let cases = (gpu_cases(300) / 10).max(4);
+    for v in &variants {
+        let config = ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() };
+        let mut runner = proptest::test_runner::TestRunner::new(config);
+        let bs = v.config().bs as usize;
+        let strategy = case_strategy().prop_map(move |c| Case { bs, ..c });
+        let result = runner.run(&strategy, |case| {
+            run_case_with::<f32>(gpu, &case, |a, b, c, ep| gpu.spmm_variant(v, a, b, c, ep, None))
+                .map_err(TestCaseError::fail)
+        });
+        if let Err(e) = result {
+            panic!("{} ({:?}): {e}", v.name(), v.config());
+        }
+    }
 }
 
 /// Integer-valued A, B, C in [-4, 4]: every product and partial sum is an integer below 2^24, exact in f32 in

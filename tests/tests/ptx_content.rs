@@ -3,7 +3,7 @@
 //! trap (no reachable panic path). Freshness against the kernel source is `cargo xtask build-ptx --check`.
 
 use sparsek::gpu::PTX_SM80;
-use sparsek::gpu::layout::{BLOCK_SIZES, CONFIGS, KernelConfig, bank_group, ldsm_a_role, ldsm_b_role, swizzle};
+use sparsek::gpu::layout::{BLOCK_SIZES, CONFIGS, KernelConfig, bank_group, ldsm_a_role, ldsm_b_role, raster, swizzle};
 
 const PRIMITIVES: &str = include_str!("../ptx/primitives_sm80.ptx");
 
@@ -48,7 +48,11 @@ fn every_kernel_has_the_promised_instructions() {
 
 #[test]
 fn no_local_memory_or_panic_anywhere() {
-    for (module, ptx) in [("sparsek_sm80", PTX_SM80), ("primitives_sm80", PRIMITIVES)] {
+    for (module, ptx) in [
+        ("sparsek_sm80", PTX_SM80),
+        ("primitives_sm80", PRIMITIVES),
+        ("tune_sm80", include_str!("../ptx/tune_sm80.ptx")),
+    ] {
         for banned in [".local", "trap;", "__local_depot"] {
             assert!(!ptx.contains(banned), "{module} contains {banned}");
         }
@@ -90,7 +94,8 @@ fn configs_are_valid_and_cover_every_block_size() {
         assert!(c.threads() <= 1024);
         assert_eq!((c.bk * c.bn / 8) % c.threads(), 0, "{c:?}: B chunks must split evenly over the threads");
     }
-    assert!(!KernelConfig { bs: 64, bn: 120, bk: 32, warps_m: 2, warps_n: 2, stages: 4 }.is_valid());
+    assert!(!KernelConfig { bs: 64, bn: 120, bk: 32, warps_m: 2, warps_n: 2, stages: 4, frag_db: false }.is_valid());
+    assert!(!KernelConfig { bs: 16, bn: 128, bk: 16, warps_m: 1, warps_n: 4, stages: 4, frag_db: true }.is_valid());
 }
 
 /// The swizzle is a bijection on every tile shape the kernels use, and the eight rows one ldmatrix phase reads
@@ -138,4 +143,23 @@ fn host_layout_copy_matches_kernels() {
     let src = std::fs::read_to_string(root.join("kernels-gpu/src/layout.rs")).unwrap();
     let copy = std::fs::read_to_string(root.join("host/ptx/layout.rs")).unwrap();
     assert!(copy.ends_with(&src), "host/ptx/layout.rs is stale: run cargo xtask build-ptx");
+}
+
+/// Grouped rasterization visits every (row position, N tile) exactly once, for any group size (including
+/// partial last groups, one group, and 0 = one group).
+#[test]
+fn raster_is_a_bijection() {
+    for (rows, tiles) in [(1u32, 1u32), (7, 3), (64, 64), (128, 32), (33, 5)] {
+        for group in [0u32, 1, 2, 5, 8, 34, 64, 1000] {
+            let mut seen = vec![false; (rows * tiles) as usize];
+            for cta in 0..rows * tiles {
+                let (r, t) = raster(cta, rows, tiles, group);
+                assert!(r < rows && t < tiles, "rows {rows} tiles {tiles} group {group}: cta {cta} -> ({r}, {t})");
+                assert!(!std::mem::replace(&mut seen[(r * tiles + t) as usize], true), "({r}, {t}) twice");
+            }
+            if (group == 0 || group >= rows) && rows * tiles > 1 {
+                assert_eq!(raster(1, rows, tiles, group), (1 % rows, 1 / rows), "plain order is row-fastest");
+            }
+        }
+    }
 }

@@ -15,6 +15,7 @@ struct Module {
 const MODULES: &[Module] = &[
     Module { name: "sparsek_sm80", features: "", dest: "host/ptx/sparsek_sm80.ptx" },
     Module { name: "primitives_sm80", features: "test-kernels", dest: "tests/ptx/primitives_sm80.ptx" },
+    Module { name: "tune_sm80", features: "tune-kernels", dest: "tests/ptx/tune_sm80.ptx" },
 ];
 
 /// kernels-gpu's index math and kernel configurations, copied into the host crate (which must not depend on the

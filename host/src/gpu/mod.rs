@@ -65,6 +65,33 @@ pub(crate) struct Kernel {
     pub(crate) name: String,
     pub(crate) func: CudaFunction,
     pub(crate) config: layout::KernelConfig,
+    /// Element type of C the kernel writes ("f32" or "f16").
+    pub(crate) out: &'static str,
+    /// CTAs of this kernel resident on one SM (occupancy API), for sizing the rasterization groups.
+    pub(crate) ctas_per_sm: u32,
+}
+
+/// A kernel from an extra PTX module ([`Gpu::load_variants`]), launched with [`Gpu::spmm_variant`].
+#[derive(Clone, Debug)]
+pub struct KernelVariant(pub(crate) Kernel);
+
+impl KernelVariant {
+    /// Entry point name.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+    /// Its tile configuration.
+    pub fn config(&self) -> layout::KernelConfig {
+        self.0.config
+    }
+    /// Registers per thread, as the driver reports them.
+    pub fn registers(&self) -> Result<i32> {
+        self.0.func.num_regs().map_err(cuda("cuFuncGetAttribute"))
+    }
+    /// CTAs of this kernel that fit on one SM.
+    pub fn ctas_per_sm(&self) -> u32 {
+        self.0.ctas_per_sm
+    }
 }
 
 /// What the driver reports for one kernel (`sparsek info`).
@@ -178,23 +205,11 @@ impl Gpu {
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(PTX_SM80))
             .map_err(|e| Error::PtxLoad { module: PTX_SM80_NAME, message: describe(&e) })?;
-        let mut kernels = Vec::new();
-        for config in layout::CONFIGS {
-            for out in ["f32", "f16"] {
-                let name = kernel_name(config.bs, out);
-                let func = module.load_function(&name).map_err(|e| Error::PtxLoad {
-                    module: PTX_SM80_NAME,
-                    message: format!("{name}: {}", describe(&e)),
-                })?;
-                let smem = config.smem_bytes();
-                if smem > info.smem_per_block_optin {
-                    return Err(Error::UnsupportedArch { name: info.name.clone(), major, minor });
-                }
-                func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-                    .map_err(cuda("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"))?;
-                kernels.push(Kernel { name, func, config });
-            }
-        }
+        let entries: Vec<(String, layout::KernelConfig, &'static str)> = layout::CONFIGS
+            .iter()
+            .flat_map(|&config| ["f32", "f16"].map(|out| (kernel_name(config.bs, out), config, out)))
+            .collect();
+        let kernels = load_kernels(&module, PTX_SM80_NAME, &entries, &info)?;
         let stream = ctx.default_stream();
         Ok(Gpu { ctx, stream, _module: module, kernels, info })
     }
@@ -225,7 +240,7 @@ impl Gpu {
     }
 
     pub(crate) fn kernel(&self, bs: u32, out: &str) -> Option<&Kernel> {
-        self.kernels.iter().find(|k| k.config.bs == bs && k.name.ends_with(out))
+        self.kernels.iter().find(|k| k.config.bs == bs && k.out == out)
     }
 
     /// Registers, shared memory and occupancy of every kernel, as the driver reports them.
@@ -244,13 +259,62 @@ impl Gpu {
                     static_smem: attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
                     local_bytes: attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
                     dynamic_smem,
-                    ctas_per_sm: k
-                        .func
-                        .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem as usize, None)
-                        .map_err(cuda("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?,
+                    ctas_per_sm: k.ctas_per_sm,
                 })
             })
             .collect()
+    }
+}
+
+/// Looks up each entry point of `module` and raises its dynamic shared memory limit to its configuration's.
+fn load_kernels(
+    module: &Arc<CudaModule>,
+    module_name: &'static str,
+    entries: &[(String, layout::KernelConfig, &'static str)],
+    info: &DeviceInfo,
+) -> Result<Vec<Kernel>> {
+    entries
+        .iter()
+        .map(|(name, config, out)| {
+            let func = module
+                .load_function(name)
+                .map_err(|e| Error::PtxLoad { module: module_name, message: format!("{name}: {}", describe(&e)) })?;
+            let smem = config.smem_bytes();
+            if smem > info.smem_per_block_optin {
+                return Err(Error::InvalidArgument {
+                    name: "kernel configuration",
+                    reason: format!(
+                        "{name} needs {smem} bytes of shared memory per block; {} allows {}",
+                        info.name, info.smem_per_block_optin
+                    ),
+                });
+            }
+            func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+                .map_err(cuda("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"))?;
+            let ctas_per_sm = func
+                .occupancy_max_active_blocks_per_multiprocessor(config.threads(), smem as usize, None)
+                .map_err(cuda("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+            Ok(Kernel { name: name.clone(), func, config: *config, out, ctas_per_sm })
+        })
+        .collect()
+}
+
+impl Gpu {
+    /// Loads an extra PTX module of SpMM kernel variants (same signature as the product kernels) and returns one
+    /// handle per `(entry point, configuration, output type "f32" | "f16")`; used by the tuner. The
+    /// configuration and output type must be the ones the entry point was compiled with: they set the launch
+    /// shape and which C the launcher accepts.
+    pub fn load_variants(
+        &self,
+        ptx: &str,
+        module_name: &'static str,
+        entries: &[(String, layout::KernelConfig, &'static str)],
+    ) -> Result<Vec<KernelVariant>> {
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| Error::PtxLoad { module: module_name, message: describe(&e) })?;
+        Ok(load_kernels(&module, module_name, entries, &self.info)?.into_iter().map(KernelVariant).collect())
     }
 }
 

@@ -6,7 +6,7 @@ use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 use half::f16;
 
 use super::buffers::{DeviceBsr, DeviceMatrix, OutputElement};
-use super::{Gpu, cuda};
+use super::{Gpu, Kernel, KernelVariant, cuda};
 use crate::Epilogue;
 use crate::error::{Error, Result};
 use crate::format::BsrError;
@@ -58,6 +58,53 @@ impl Gpu {
         let kernel = self
             .kernel(a.bs as u32, TC::KERNEL_SUFFIX)
             .ok_or(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs: a.bs }))?;
+        self.launch_spmm(stream, kernel, a, b, c, ep, None)
+    }
+
+    /// [`Gpu::spmm`] with a kernel variant loaded by [`Gpu::load_variants`] (tuning and experiments), on the
+    /// default stream. The variant must be built for A's block size and for `TC`. `group_rows` overrides the
+    /// rasterization group (block rows per group; `Some(u32::MAX)` is plain row-fastest order); `None` lets the
+    /// launcher choose, as [`Gpu::spmm`] does.
+    pub fn spmm_variant<TC: OutputElement>(
+        &self,
+        variant: &KernelVariant,
+        a: &DeviceBsr,
+        b: &DeviceMatrix<f16>,
+        c: &mut DeviceMatrix<TC>,
+        ep: Epilogue,
+        group_rows: Option<u32>,
+    ) -> Result<()> {
+        let k = &variant.0;
+        if k.config.bs as usize != a.bs || k.out != TC::KERNEL_SUFFIX {
+            return Err(Error::InvalidArgument {
+                name: "variant",
+                reason: format!(
+                    "{} is for bs {} and {} output; A has bs {}, C is {}",
+                    k.name,
+                    k.config.bs,
+                    k.out,
+                    a.bs,
+                    TC::KERNEL_SUFFIX
+                ),
+            });
+        }
+        let stream = self.stream().clone();
+        self.launch_spmm(&stream, k, a, b, c, ep, group_rows)
+    }
+
+    /// Validates everything and launches `kernel`.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_spmm<TC: OutputElement>(
+        &self,
+        stream: &Arc<CudaStream>,
+        kernel: &Kernel,
+        a: &DeviceBsr,
+        b: &DeviceMatrix<f16>,
+        c: &mut DeviceMatrix<TC>,
+        ep: Epilogue,
+        group_rows: Option<u32>,
+    ) -> Result<()> {
+        let (m, k, n) = (a.rows(), a.cols(), b.cols());
         let cfg = kernel.config;
         if m == 0 || n == 0 {
             return Ok(());
@@ -74,14 +121,21 @@ impl Gpu {
         let ldc = too_big("ldc", c.ld(), u32::MAX as usize)?;
         too_big("M", m, u32::MAX as usize)?;
         too_big("K", k, u32::MAX as usize)?;
-        let n_tiles = too_big("N tiles (N / BN)", n.div_ceil(cfg.bn as usize), 65535)?;
         let block_rows = (m / a.bs) as u32;
+        let n_tiles = n.div_ceil(cfg.bn as usize);
+        let ctas = too_big("CTAs (M / bs * N / BN)", block_rows as usize * n_tiles, i32::MAX as usize)?;
+        let group_rows = group_rows.unwrap_or_else(|| {
+            let wave = (kernel.ctas_per_sm.max(1) * self.info().sm_count) as usize;
+            let a_row_bytes = a.nnzb * a.bs * a.bs * 2 / (block_rows as usize).max(1);
+            let b_tile_bytes = k * cfg.bn as usize * 2;
+            raster_group_rows(block_rows as usize, n_tiles, a_row_bytes, b_tile_bytes, wave, self.info().l2_bytes)
+        });
         // DeviceMatrix guarantees 16-byte aligned rows; checked again because the kernel's cp.async and vector
         // stores would fault or corrupt otherwise.
         debug_assert!(b.ld().is_multiple_of(8) && (c.ld() * std::mem::size_of::<TC>()).is_multiple_of(16));
 
         let launch = LaunchConfig {
-            grid_dim: (block_rows, n_tiles, 1),
+            grid_dim: (ctas, 1, 1),
             block_dim: (cfg.threads(), 1, 1),
             shared_mem_bytes: cfg.smem_bytes(),
         };
@@ -97,9 +151,11 @@ impl Gpu {
             .arg(c.as_mut_slice())
             .arg(&ldc)
             .arg(&n32)
+            .arg(&block_rows)
+            .arg(&group_rows)
             .arg(&alpha)
             .arg(&beta);
-        // SAFETY: the argument list matches the kernel's signature (kernels-gpu/src/bsr.rs: seven pointers and
+        // SAFETY: the argument list matches the kernel's signature (kernels-gpu/src/bsr.rs: the pointers and
         // scalars in this order); A's structure was validated by Bsr::try_new and uploaded whole (row_ptr has
         // block_rows + 1 entries, col_idx < K / bs, values nnzb * bs^2, row_order a permutation of the block
         // rows); B holds K rows of ldb >= N elements and C holds M rows of ldc >= N elements (checked above and
@@ -107,5 +163,43 @@ impl Gpu {
         // kernel's KernelConfig, whose dynamic shared memory limit was raised at load.
         unsafe { builder.launch(launch) }.map_err(cuda("cuLaunchKernel (sparsek_bsr)"))?;
         Ok(())
+    }
+}
+
+/// Block rows per rasterization group (see `layout::raster`). A wave of `wave` concurrent CTAs covers `R` block
+/// rows and about `wave / R` N tiles, so its working set is `R * a_row_bytes + (wave / R) * b_tile_bytes`,
+/// smallest at `R = sqrt(wave * b_tile_bytes / a_row_bytes)`. When the whole of A plus the B strips of a wave in
+/// plain row-fastest order fit in half of L2, the plain order (one group) is kept.
+pub(crate) fn raster_group_rows(
+    block_rows: usize,
+    n_tiles: usize,
+    a_row_bytes: usize,
+    b_tile_bytes: usize,
+    wave: usize,
+    l2_bytes: u64,
+) -> u32 {
+    let block_rows = block_rows.max(1);
+    let plain_tiles = wave.div_ceil(block_rows).min(n_tiles.max(1));
+    let plain_set = block_rows * a_row_bytes + plain_tiles * b_tile_bytes;
+    if (plain_set as u64) <= l2_bytes / 2 || a_row_bytes == 0 {
+        return block_rows.min(u32::MAX as usize) as u32;
+    }
+    let r = ((wave as f64) * (b_tile_bytes as f64) / (a_row_bytes as f64)).sqrt().round() as usize;
+    r.clamp(1, block_rows).min(u32::MAX as usize) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raster_group_rows;
+
+    #[test]
+    fn group_rows_balance_a_and_b() {
+        // 8192^3, bs 128, 22%: 64 block rows of ~14 blocks (460 KB of A each), B strips of 2 MiB, wave 264, 50 MB L2.
+        let r = raster_group_rows(64, 64, 14 * 128 * 128 * 2, 8192 * 128 * 2, 264, 50 << 20);
+        assert!((30..=40).contains(&r), "{r}");
+        // Small problems keep the plain order.
+        assert_eq!(raster_group_rows(16, 4, 64 * 1024, 1 << 20, 264, 50 << 20), 16);
+        // No blocks at all: plain order.
+        assert_eq!(raster_group_rows(64, 64, 0, 1 << 21, 264, 50 << 20), 64);
     }
 }
