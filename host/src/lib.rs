@@ -38,6 +38,7 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod check;
 pub mod cpu;
 pub mod error;

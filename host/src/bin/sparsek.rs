@@ -1,4 +1,5 @@
-//! The `sparsek` command line: `info` (the GPU and the kernels), `run` (one product, checked and timed).
+//! The `sparsek` command line: `info` (the GPU and the kernels), `run` (one product, checked and timed),
+//! `bench` (sparsek against cuBLAS and cuSPARSE over a grid of cases; see `sparsek::bench`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +31,55 @@ enum Command {
     /// Builds or loads a BSR matrix A, multiplies it with a random dense B on the GPU (or the CPU backend when
     /// there is no GPU), checks the result against the f64 CPU oracle, and prints time and effective TFLOPS.
     Run(RunArgs),
+    /// Benchmarks sparsek against cuBLAS dense GEMM (f16 in, f32 accumulate) and cuSPARSE on one GPU: checks
+    /// every output against the CPU oracle, times the contenders interleaved with CUDA events (median), and
+    /// writes OUT_DIR/latest.json, OUT_DIR/speedup.png and the Markdown table (stdout, and between the markers
+    /// of OUT_DIR/../BENCHMARKS.md, else OUT_DIR/bench.md). Exits non-zero without a GPU or if a sparsek check
+    /// fails.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// A small grid for smoke tests (2048^3 and a decode shape, seconds) instead of the default 21 cases.
+    #[arg(long, conflicts_with_all = ["cases", "matrix"])]
+    quick: bool,
+    /// Run only this case (repeatable): m,n,k,bs,density[,pattern], density as 0.22 or 22%, pattern uniform
+    /// (default), skewed, banded, dense or empty.
+    #[arg(long = "case", value_name = "M,N,K,BS,DENSITY[,PATTERN]", conflicts_with = "matrix")]
+    cases: Vec<String>,
+    /// Benchmark A read from a Matrix Market file (blockified with --bs, padded), times a random B with --n
+    /// columns.
+    #[arg(long, requires_all = ["bs", "n"])]
+    matrix: Option<PathBuf>,
+    /// Block size for --matrix.
+    #[arg(long, requires = "matrix")]
+    bs: Option<usize>,
+    /// Columns of B for --matrix.
+    #[arg(long, requires = "matrix")]
+    n: Option<usize>,
+    /// Timed launches per contender (at least 20; the median is reported).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(20..))]
+    iters: u64,
+    /// Untimed warm-up launches per contender.
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Rows of C checked against the oracle per contender (random, plus the first and the last).
+    #[arg(long, default_value_t = 64)]
+    check_rows: usize,
+    /// Seed mixed into every case's A and B.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// cuSPARSE entry point: auto (the first the library accepts of bsr-spmm-f16, bsr-spmm-f16-out16,
+    /// bsrmm-f32, csr-spmm-f16, csr-spmm-f16-out16), one of those, or off.
+    #[arg(long, default_value = "auto")]
+    cusparse: String,
+    /// Output directory.
+    #[arg(long, default_value = "docs/bench")]
+    out_dir: PathBuf,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
 }
 
 #[derive(clap::Args)]
@@ -96,6 +146,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { device } => info(device),
+        Command::Bench(args) => bench(args),
         Command::Run(args) => match args.out {
             OutType::F32 => run::<f32>(&args),
             OutType::F16 => run::<f16>(&args),
@@ -141,6 +192,39 @@ fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
+    use sparsek::bench::{self, Case, Source};
+    let cases = if let Some(path) = &args.matrix {
+        let (bs, n) = (args.bs.unwrap_or(0), args.n.unwrap_or(0));
+        vec![Case { m: 0, n, k: 0, bs, density: 0.0, source: Source::File(path.clone()) }]
+    } else if !args.cases.is_empty() {
+        args.cases.iter().map(|c| bench::parse_case(c)).collect::<Result<_, _>>()?
+    } else if args.quick {
+        bench::quick_grid()
+    } else {
+        bench::default_grid()
+    };
+    let cfg = bench::Config {
+        cases,
+        warmup: args.warmup,
+        iters: args.iters as usize,
+        check_rows: args.check_rows,
+        seed: args.seed,
+        out_dir: args.out_dir,
+        cusparse: args.cusparse.parse()?,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let gpu = match Gpu::new(args.device) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("sparsek bench: no usable GPU ({e}); the benchmark needs an NVIDIA GPU (sm_80 or newer)");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let summary = bench::run(&gpu, &cfg)?;
+    Ok(if summary.all_sparsek_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// Effective TFLOPS of a BSR product: 2 * nnzb * bs^2 * N flops in `ms` milliseconds.

@@ -125,6 +125,11 @@ impl Gpu {
         let n_tiles = n.div_ceil(cfg.bn as usize);
         let ctas = too_big("CTAs (M / bs * N / BN)", block_rows as usize * n_tiles, i32::MAX as usize)?;
         let group_rows = group_rows.unwrap_or_else(|| {
+            // Grouping measured +5% (bs 128) and +13% (bs 64, skewed rows) but -2% (bs 32) and up to -11%
+            // (bs 16) on an H100 (docs/perf-notes.md, step 3), so small blocks keep the plain order.
+            if a.bs < 64 {
+                return block_rows;
+            }
             let wave = (kernel.ctas_per_sm.max(1) * self.info().sm_count) as usize;
             let a_row_bytes = a.nnzb * a.bs * a.bs * 2 / (block_rows as usize).max(1);
             let b_tile_bytes = k * cfg.bn as usize * 2;

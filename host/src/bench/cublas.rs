@@ -1,0 +1,137 @@
+//! The cuBLAS baseline: a dense f16 x f16 GEMM with f32 accumulation and an f32 C (`cublasGemmEx` with
+//! `CUDA_R_16F` inputs, `CUDA_R_32F` output, `CUBLAS_COMPUTE_32F`), on the [`Gpu`]'s stream.
+//!
+//! cuBLAS is column-major and our matrices are row-major: a row-major `X (r x c, ld)` is the column-major
+//! `X^T (c x r, ld)`, so `C = A @ B` is computed as `C^T = B^T @ A^T`, i.e. `gemm(n, m, k, B, ldb, A, lda, C,
+//! ldc)` with no transposes.
+
+use std::ffi::c_void;
+
+use cudarc::cublas::{result as cublas_result, sys};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use half::f16;
+
+use super::catch;
+use crate::gpu::Gpu;
+
+/// What the bench names this contender.
+pub const KIND: &str = "cublas-gemmex-f16-f32";
+
+/// A cuBLAS handle bound to the [`Gpu`]'s stream.
+pub struct Cublas {
+    handle: sys::cublasHandle_t,
+    version: i32,
+}
+
+impl Cublas {
+    /// Loads cuBLAS and creates a handle on `gpu`'s stream, or says why it cannot (library missing from the
+    /// loader's path, symbol missing, handle creation failed). cudarc panics when a library or symbol is
+    /// missing; that is checked first and any remaining panic is caught.
+    pub fn new(gpu: &Gpu) -> Result<Self, String> {
+        // SAFETY: only tries to open the shared library by the names cudarc knows.
+        if !unsafe { sys::is_culib_present() } {
+            return Err("libcublas (CUDA 13: libcublas.so.13) was not found by the dynamic loader; add CUDA's \
+                        lib64 or pip's nvidia/cu13/lib directory to LD_LIBRARY_PATH"
+                .into());
+        }
+        for sym in ["cublasCreate_v2", "cublasSetStream_v2", "cublasGemmEx", "cublasGetVersion_v2", "cublasDestroy_v2"]
+        {
+            // SAFETY: looks a symbol up in the loaded library without calling it.
+            let found = catch(|| unsafe { sys::culib().get::<unsafe extern "C" fn()>(sym.as_bytes()).is_ok() })?;
+            if !found {
+                return Err(format!("libcublas has no symbol {sym}"));
+            }
+        }
+        gpu.context().bind_to_thread().map_err(|e| format!("binding the CUDA context: {e}"))?;
+        let handle = catch(cublas_result::create_handle)?.map_err(|e| format!("cublasCreate: {e}"))?;
+        // Owned from here on, so every early return destroys the handle exactly once.
+        let mut me = Cublas { handle, version: 0 };
+        // SAFETY: `handle` is a live handle and the stream belongs to the GPU's context, alive as long as `gpu`
+        // (the bench drops this handle before the Gpu).
+        unsafe { cublas_result::set_stream(me.handle, gpu.stream().cu_stream() as sys::cudaStream_t) }
+            .map_err(|e| format!("cublasSetStream: {e}"))?;
+        // SAFETY: writes one int through a valid pointer.
+        unsafe { sys::cublasGetVersion_v2(me.handle, &mut me.version) }
+            .result()
+            .map_err(|e| format!("cublasGetVersion: {e}"))?;
+        Ok(me)
+    }
+
+    /// The library version (e.g. 130100 for 13.1.0).
+    pub fn version(&self) -> i32 {
+        self.version
+    }
+
+    /// `C = A @ B` for row-major `A (m x k, lda)`, `B (k x n, ldb)` in f16 and `C (m x n, ldc)` in f32,
+    /// queued on the GPU's stream.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(
+        &self,
+        gpu: &Gpu,
+        (m, n, k): (usize, usize, usize),
+        a: &CudaSlice<f16>,
+        lda: usize,
+        b: &CudaSlice<f16>,
+        ldb: usize,
+        c: &mut CudaSlice<f32>,
+        ldc: usize,
+    ) -> Result<(), String> {
+        let int = |what: &str, v: usize| i32::try_from(v).map_err(|_| format!("{what} = {v} exceeds cuBLAS's int"));
+        let (mi, ni, ki) = (int("m", m)?, int("n", n)?, int("k", k)?);
+        let (ldai, ldbi, ldci) = (int("lda", lda)?, int("ldb", ldb)?, int("ldc", ldc)?);
+        if lda < k || ldb < n || ldc < n {
+            return Err(format!("leading dimensions lda {lda}, ldb {ldb}, ldc {ldc} too small for k {k}, n {n}"));
+        }
+        let need = |len: usize, rows: usize, ld: usize, cols: usize, what: &str| {
+            if rows > 0 && cols > 0 && len < (rows - 1) * ld + cols {
+                Err(format!("{what}: a buffer of {len} elements cannot hold {rows}x{cols} with ld {ld}"))
+            } else {
+                Ok(())
+            }
+        };
+        need(a.len(), m, lda, k, "A")?;
+        need(b.len(), k, ldb, n, "B")?;
+        need(c.len(), m, ldc, n, "C")?;
+        let stream = gpu.stream();
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (pa, _ra) = a.device_ptr(stream);
+        let (pb, _rb) = b.device_ptr(stream);
+        let (pc, _rc) = c.device_ptr_mut(stream);
+        // SAFETY: the handle is live and bound to `stream`; the three buffers hold the row-major matrices
+        // checked above (column-major B^T (n x k, ldb >= n), A^T (k x m, lda >= k), C^T (n x m, ldc >= n));
+        // alpha and beta are host f32 values as CUBLAS_COMPUTE_32F with the default host pointer mode needs.
+        unsafe {
+            sys::cublasGemmEx(
+                self.handle,
+                sys::cublasOperation_t::CUBLAS_OP_N,
+                sys::cublasOperation_t::CUBLAS_OP_N,
+                ni,
+                mi,
+                ki,
+                (&alpha as *const f32).cast::<c_void>(),
+                pb as *const c_void,
+                sys::cudaDataType_t::CUDA_R_16F,
+                ldbi,
+                pa as *const c_void,
+                sys::cudaDataType_t::CUDA_R_16F,
+                ldai,
+                (&beta as *const f32).cast::<c_void>(),
+                pc as *mut c_void,
+                sys::cudaDataType_t::CUDA_R_32F,
+                ldci,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .result()
+        .map_err(|e| format!("cublasGemmEx: {e}"))
+    }
+}
+
+impl Drop for Cublas {
+    fn drop(&mut self) {
+        // SAFETY: the handle was created by cublasCreate and is destroyed once; errors are ignored (Drop never
+        // panics).
+        let _ = unsafe { cublas_result::destroy_handle(self.handle) };
+    }
+}

@@ -1,0 +1,652 @@
+//! What a benchmark run produced, and its three renderings: JSON (`latest.json`), a Markdown table, and the
+//! speedup plot. Nothing here touches the GPU, so all of it is unit-tested.
+
+use std::fmt::Write;
+
+use super::grid::{Case, percent};
+use super::json::Json;
+use super::plot::{self, Labels, Series};
+use crate::check::CheckReport;
+
+/// The comparison of one contender's output with the oracle (sampled rows).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    /// Every compared element was within the tolerance.
+    pub passed: bool,
+    /// Elements compared.
+    pub checked: usize,
+    /// Elements outside the tolerance.
+    pub failures: usize,
+    /// Largest absolute error.
+    pub max_abs_err: f64,
+    /// Largest relative error (elements with a nonzero expected value).
+    pub max_rel_err: f64,
+    /// Absolute part of the tolerance.
+    pub atol: f64,
+    /// Relative part of the tolerance.
+    pub rtol: f64,
+    /// The report's one-line summary (first failure, worst element).
+    pub detail: String,
+}
+
+impl From<&CheckReport> for Check {
+    fn from(r: &CheckReport) -> Self {
+        Check {
+            passed: r.passed(),
+            checked: r.checked,
+            failures: r.failures,
+            max_abs_err: r.max_abs_err,
+            max_rel_err: r.max_rel_err,
+            atol: r.tolerance.atol,
+            rtol: r.tolerance.rtol,
+            detail: r.to_string(),
+        }
+    }
+}
+
+/// Launch times of one contender, in milliseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    /// Median.
+    pub median_ms: f64,
+    /// Fastest launch.
+    pub min_ms: f64,
+    /// Slowest launch.
+    pub max_ms: f64,
+    /// Timed launches.
+    pub samples: usize,
+}
+
+impl Timing {
+    /// The statistics of `samples` (`None` when empty).
+    pub fn from_samples(samples: &[f32]) -> Option<Timing> {
+        if samples.is_empty() {
+            return None;
+        }
+        Some(Timing {
+            median_ms: f64::from(crate::gpu::median(samples)),
+            min_ms: f64::from(samples.iter().copied().fold(f32::INFINITY, f32::min)),
+            max_ms: f64::from(samples.iter().copied().fold(f32::NEG_INFINITY, f32::max)),
+            samples: samples.len(),
+        })
+    }
+}
+
+/// One contender's outcome in one case.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// What ran ("sparsek", "cublas-gemmex-f16-f32", "bsr-spmm-f16", ...) or "unavailable: <reason>".
+    pub kind: String,
+    /// Its check, if it ran.
+    pub check: Option<Check>,
+    /// Its times, if it was timed.
+    pub timing: Option<Timing>,
+    /// Input sets rotated through (each a separate copy of every operand it reads).
+    pub sets: usize,
+}
+
+impl Outcome {
+    /// A contender that could not run.
+    pub fn unavailable(reason: impl std::fmt::Display) -> Self {
+        Outcome { kind: format!("unavailable: {reason}"), ..Default::default() }
+    }
+
+    /// The median time, if timed.
+    pub fn ms(&self) -> Option<f64> {
+        self.timing.as_ref().map(|t| t.median_ms)
+    }
+
+    /// Whether the time can be trusted: the output passed its check.
+    pub fn trusted(&self) -> bool {
+        self.check.as_ref().is_some_and(|c| c.passed)
+    }
+
+    fn to_json(&self) -> Json {
+        let check = match &self.check {
+            None => Json::Null,
+            Some(c) => Json::Obj(vec![
+                ("passed".into(), Json::Bool(c.passed)),
+                ("checked".into(), Json::count(c.checked)),
+                ("failures".into(), Json::count(c.failures)),
+                ("max_abs_err".into(), Json::num(c.max_abs_err)),
+                ("max_rel_err".into(), Json::num(c.max_rel_err)),
+                ("atol".into(), Json::num(c.atol)),
+                ("rtol".into(), Json::num(c.rtol)),
+                ("detail".into(), Json::str(&c.detail)),
+            ]),
+        };
+        let t = self.timing.as_ref();
+        Json::Obj(vec![
+            ("kind".into(), Json::str(&self.kind)),
+            ("median_ms".into(), Json::opt_num(t.map(|t| t.median_ms))),
+            ("min_ms".into(), Json::opt_num(t.map(|t| t.min_ms))),
+            ("max_ms".into(), Json::opt_num(t.map(|t| t.max_ms))),
+            ("samples".into(), Json::count(t.map_or(0, |t| t.samples))),
+            ("input_sets".into(), Json::count(self.sets)),
+            ("trusted".into(), Json::Bool(self.trusted())),
+            ("check".into(), check),
+        ])
+    }
+}
+
+/// One case's results.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    /// The case as requested (for a file: M and K after padding, the density measured).
+    pub case: Case,
+    /// Nonzero blocks of A.
+    pub nnzb: usize,
+    /// Seed of A and B.
+    pub seed: u64,
+    /// sparsek's outcome.
+    pub sparsek: Outcome,
+    /// cuBLAS dense GEMM's outcome.
+    pub cublas: Outcome,
+    /// cuSPARSE's outcome (its `kind` names the API and precision used).
+    pub cusparse: Outcome,
+    /// SM clock read by nvidia-smi right after the timed loop.
+    pub sm_clock_mhz: Option<u32>,
+    /// Set when the case could not be run (sparsek failed to set up or launch).
+    pub error: Option<String>,
+}
+
+/// 2 * flops / time, in TFLOPS.
+fn tflops(flops: f64, ms: Option<f64>) -> Option<f64> {
+    ms.filter(|&t| t > 0.0).map(|t| flops / (t * 1e-3) / 1e12)
+}
+
+impl Record {
+    /// Useful flops of the sparse product: 2 * nnzb * bs^2 * N.
+    pub fn sparse_flops(&self) -> f64 {
+        2.0 * self.nnzb as f64 * (self.case.bs * self.case.bs) as f64 * self.case.n as f64
+    }
+    /// Flops of the dense product: 2 * M * N * K.
+    pub fn dense_flops(&self) -> f64 {
+        2.0 * self.case.m as f64 * self.case.n as f64 * self.case.k as f64
+    }
+    /// Stored blocks over all blocks (the requested density, rounded to whole blocks).
+    pub fn actual_density(&self) -> Option<f64> {
+        let c = &self.case;
+        let cells = (c.m / c.bs.max(1)) as f64 * (c.k / c.bs.max(1)) as f64;
+        (cells > 0.0).then(|| self.nnzb as f64 / cells)
+    }
+    /// sparsek's effective TFLOPS (2 * nnzb * bs^2 * N / time).
+    pub fn sparsek_tflops(&self) -> Option<f64> {
+        tflops(self.sparse_flops(), self.sparsek.ms())
+    }
+    /// cuBLAS's TFLOPS (2 * M * N * K / time).
+    pub fn cublas_tflops(&self) -> Option<f64> {
+        tflops(self.dense_flops(), self.cublas.ms())
+    }
+    /// cuSPARSE's effective TFLOPS (same flop count as sparsek's).
+    pub fn cusparse_tflops(&self) -> Option<f64> {
+        tflops(self.sparse_flops(), self.cusparse.ms())
+    }
+    /// sparsek's effective TFLOPS as a fraction of cuBLAS's TFLOPS.
+    pub fn ratio_vs_cublas(&self) -> Option<f64> {
+        Some(self.sparsek_tflops()? / self.cublas_tflops()?)
+    }
+    /// cuBLAS time / sparsek time.
+    pub fn speedup_vs_cublas(&self) -> Option<f64> {
+        Some(self.cublas.ms()? / self.sparsek.ms().filter(|&t| t > 0.0)?)
+    }
+    /// cuSPARSE time / sparsek time.
+    pub fn speedup_vs_cusparse(&self) -> Option<f64> {
+        Some(self.cusparse.ms()? / self.sparsek.ms().filter(|&t| t > 0.0)?)
+    }
+    /// Whether sparsek ran and its check passed.
+    pub fn sparsek_passed(&self) -> bool {
+        self.error.is_none() && self.sparsek.trusted()
+    }
+
+    /// The JSON record: the flat keys of DESIGN.md first, then details per contender.
+    pub fn to_json(&self) -> Json {
+        let c = &self.case;
+        let passed = |o: &Outcome| o.check.as_ref().map_or(Json::Null, |c| Json::Bool(c.passed));
+        let err = |o: &Outcome| Json::opt_num(o.check.as_ref().map(|c| c.max_abs_err));
+        Json::Obj(vec![
+            ("m".into(), Json::count(c.m)),
+            ("n".into(), Json::count(c.n)),
+            ("k".into(), Json::count(c.k)),
+            ("bs".into(), Json::count(c.bs)),
+            ("density".into(), Json::num(c.density)),
+            ("density_actual".into(), Json::opt_num(self.actual_density())),
+            ("pattern".into(), Json::str(c.pattern_name())),
+            ("nnzb".into(), Json::count(self.nnzb)),
+            ("seed".into(), Json::Str(self.seed.to_string())),
+            ("sparsek_ms".into(), Json::opt_num(self.sparsek.ms())),
+            ("cublas_dense_ms".into(), Json::opt_num(self.cublas.ms())),
+            ("cusparse_ms".into(), Json::opt_num(self.cusparse.ms())),
+            ("cublas_kind".into(), Json::str(&self.cublas.kind)),
+            ("cusparse_kind".into(), Json::str(&self.cusparse.kind)),
+            ("sparsek_tflops".into(), Json::opt_num(self.sparsek_tflops())),
+            ("cublas_tflops".into(), Json::opt_num(self.cublas_tflops())),
+            ("cusparse_tflops".into(), Json::opt_num(self.cusparse_tflops())),
+            ("ratio_vs_cublas".into(), Json::opt_num(self.ratio_vs_cublas())),
+            ("speedup_vs_cublas".into(), Json::opt_num(self.speedup_vs_cublas())),
+            ("speedup_vs_cusparse".into(), Json::opt_num(self.speedup_vs_cusparse())),
+            ("sm_clock_mhz".into(), self.sm_clock_mhz.map_or(Json::Null, |m| Json::Int(i64::from(m)))),
+            ("sparsek_check_passed".into(), passed(&self.sparsek)),
+            ("sparsek_max_abs_err".into(), err(&self.sparsek)),
+            ("cublas_check_passed".into(), passed(&self.cublas)),
+            ("cublas_max_abs_err".into(), err(&self.cublas)),
+            ("cublas_trusted".into(), Json::Bool(self.cublas.trusted())),
+            ("cusparse_check_passed".into(), passed(&self.cusparse)),
+            ("cusparse_max_abs_err".into(), err(&self.cusparse)),
+            ("cusparse_trusted".into(), Json::Bool(self.cusparse.trusted())),
+            ("error".into(), self.error.as_ref().map_or(Json::Null, Json::str)),
+            (
+                "contenders".into(),
+                Json::Obj(vec![
+                    ("sparsek".into(), self.sparsek.to_json()),
+                    ("cublas".into(), self.cublas.to_json()),
+                    ("cusparse".into(), self.cusparse.to_json()),
+                ]),
+            ),
+        ])
+    }
+}
+
+/// Facts about the run, written once at the top.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Header {
+    /// GPU name.
+    pub gpu: String,
+    /// Compute capability.
+    pub compute_capability: (i32, i32),
+    /// Driver's CUDA version ("13.0").
+    pub driver: String,
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// L2 cache in bytes.
+    pub l2_bytes: u64,
+    /// Peak SM clock the driver reports, in MHz.
+    pub sm_clock_max_mhz: u32,
+    /// UTC date and time of the run.
+    pub date_utc: String,
+    /// Commit measured.
+    pub git_commit: String,
+    /// Whether the working tree had uncommitted changes (unknown: `None`).
+    pub git_dirty: Option<bool>,
+    /// sparsek's version.
+    pub sparsek_version: String,
+    /// cuBLAS library version (e.g. 130001) or why cuBLAS is unavailable.
+    pub cublas: String,
+    /// cuSPARSE library version or why it is unavailable.
+    pub cusparse: String,
+    /// Untimed launches per contender.
+    pub warmup: usize,
+    /// Timed launches per contender.
+    pub iters: usize,
+    /// Rows of C compared with the oracle per contender.
+    pub check_rows: usize,
+    /// The user's seed.
+    pub seed: u64,
+    /// The command line.
+    pub command: String,
+}
+
+impl Header {
+    fn to_json(&self) -> Json {
+        let s = |v: &str| Json::str(v);
+        Json::Obj(vec![
+            ("gpu".into(), s(&self.gpu)),
+            ("compute_capability".into(), s(&format!("{}.{}", self.compute_capability.0, self.compute_capability.1))),
+            ("driver".into(), s(&self.driver)),
+            ("sm_count".into(), Json::Int(i64::from(self.sm_count))),
+            ("l2_bytes".into(), Json::Int(self.l2_bytes as i64)),
+            ("sm_clock_max_mhz".into(), Json::Int(i64::from(self.sm_clock_max_mhz))),
+            ("date_utc".into(), s(&self.date_utc)),
+            ("git_commit".into(), s(&self.git_commit)),
+            ("git_dirty".into(), self.git_dirty.map_or(Json::Null, Json::Bool)),
+            ("sparsek_version".into(), s(&self.sparsek_version)),
+            ("cublas".into(), s(&self.cublas)),
+            ("cusparse".into(), s(&self.cusparse)),
+            (
+                "method".into(),
+                Json::Obj(vec![
+                    ("timer".into(), s("CUDA events, one pair per launch, read after the loop")),
+                    ("statistic".into(), s("median")),
+                    ("warmup".into(), Json::count(self.warmup)),
+                    ("iters".into(), Json::count(self.iters)),
+                    ("interleaved".into(), Json::Bool(true)),
+                    (
+                        "input_sets".into(),
+                        s("rotated per launch while one set (every operand of a launch) is under 2x L2"),
+                    ),
+                    ("check_rows".into(), Json::count(self.check_rows)),
+                    ("seed".into(), Json::Str(self.seed.to_string())),
+                    ("effective_tflops".into(), s("2 * nnzb * bs^2 * N / time")),
+                    ("cublas_tflops".into(), s("2 * M * N * K / time")),
+                ]),
+            ),
+            ("command".into(), s(&self.command)),
+        ])
+    }
+}
+
+/// The whole run as JSON: `{"header": ..., "complete": bool, "records": [...]}`.
+pub fn to_json(header: &Header, records: &[Record], complete: bool) -> String {
+    Json::Obj(vec![
+        ("header".into(), header.to_json()),
+        ("complete".into(), Json::Bool(complete)),
+        ("records".into(), Json::Arr(records.iter().map(Record::to_json).collect())),
+    ])
+    .to_pretty()
+}
+
+/// Milliseconds with precision that suits their size.
+fn fmt_ms(ms: Option<f64>) -> String {
+    match ms {
+        None => "-".into(),
+        Some(t) if t < 0.1 => format!("{t:.4}"),
+        Some(t) if t < 100.0 => format!("{t:.3}"),
+        Some(t) => format!("{t:.1}"),
+    }
+}
+
+fn fmt_opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "-".into(), f)
+}
+
+/// A baseline's kind for the table: the name, or "n/a" with the reason shortened.
+fn short_kind(kind: &str) -> String {
+    match kind.strip_prefix("unavailable: ") {
+        Some(_) => "n/a".into(),
+        None => kind.into(),
+    }
+}
+
+/// The checks column: "pass" or what failed.
+fn checks_cell(r: &Record) -> String {
+    if let Some(e) = &r.error {
+        return format!("error: {}", e.replace('|', "/"));
+    }
+    let mut bad = Vec::new();
+    for (name, o) in [("sparsek", &r.sparsek), ("cuBLAS", &r.cublas), ("cuSPARSE", &r.cusparse)] {
+        if o.check.as_ref().is_some_and(|c| !c.passed) {
+            bad.push(if name == "sparsek" { format!("{name} FAIL") } else { format!("{name} FAIL (time untrusted)") });
+        }
+    }
+    if bad.is_empty() { "pass".into() } else { bad.join(", ") }
+}
+
+/// A baseline's time, marked when untrusted.
+fn baseline_ms(o: &Outcome) -> String {
+    let t = fmt_ms(o.ms());
+    if o.ms().is_some() && !o.trusted() { format!("{t}!") } else { t }
+}
+
+/// The Markdown table of a run: a header line, then one row per case.
+pub fn markdown(header: &Header, records: &[Record]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} (sm_{}{}, {} SMs, {:.0} MiB L2, max SM clock {} MHz), driver CUDA {}; {} UTC; sparsek {} at {}{}.",
+        header.gpu,
+        header.compute_capability.0,
+        header.compute_capability.1,
+        header.sm_count,
+        header.l2_bytes as f64 / f64::from(1 << 20),
+        header.sm_clock_max_mhz,
+        header.driver,
+        header.date_utc.replace('T', " ").trim_end_matches('Z'),
+        header.sparsek_version,
+        header.git_commit,
+        if header.git_dirty == Some(true) { " (uncommitted changes)" } else { "" },
+    );
+    let _ = writeln!(
+        s,
+        "Median of {} launches per contender after {} warm-up, interleaved launch by launch; cuBLAS: {}; \
+         cuSPARSE: {}. `!` marks a baseline whose output failed its check.",
+        header.iters, header.warmup, header.cublas, header.cusparse
+    );
+    s.push('\n');
+    s.push_str(
+        "| M×N×K | bs | density | pattern | nnzb | sparsek ms | sparsek TFLOPS | cuBLAS ms | cuBLAS TFLOPS \
+         | % of cuBLAS | speedup vs cuBLAS | cuSPARSE ms | cuSPARSE kind | speedup vs cuSPARSE | SM MHz | checks |\n",
+    );
+    s.push_str("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|---|\n");
+    for r in records {
+        let c = &r.case;
+        let _ = writeln!(
+            s,
+            "| {}×{}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.m,
+            c.n,
+            c.k,
+            c.bs,
+            percent(c.density),
+            c.pattern_name(),
+            r.nnzb,
+            fmt_ms(r.sparsek.ms()),
+            fmt_opt(r.sparsek_tflops(), |v| format!("{v:.1}")),
+            baseline_ms(&r.cublas),
+            fmt_opt(r.cublas_tflops(), |v| format!("{v:.1}")),
+            fmt_opt(r.ratio_vs_cublas(), |v| format!("{:.1}%", 100.0 * v)),
+            fmt_opt(r.speedup_vs_cublas(), |v| format!("{v:.2}x")),
+            baseline_ms(&r.cusparse),
+            short_kind(&r.cusparse.kind),
+            fmt_opt(r.speedup_vs_cusparse(), |v| format!("{v:.2}x")),
+            r.sm_clock_mhz.map_or_else(|| "-".into(), |m| m.to_string()),
+            checks_cell(r),
+        );
+    }
+    s
+}
+
+/// Marker lines between which `docs/BENCHMARKS.md` holds the generated table.
+pub const BEGIN_MARKER: &str = "<!-- bench:begin -->";
+/// See [`BEGIN_MARKER`].
+pub const END_MARKER: &str = "<!-- bench:end -->";
+
+/// `doc` with everything between the markers replaced by `table`; `None` if the markers are missing or out of
+/// order.
+pub fn splice(doc: &str, table: &str) -> Option<String> {
+    let b = doc.find(BEGIN_MARKER)?;
+    let after_begin = b + BEGIN_MARKER.len();
+    let e = after_begin + doc[after_begin..].find(END_MARKER)?;
+    let mut out = String::with_capacity(doc.len() + table.len());
+    out.push_str(&doc[..after_begin]);
+    out.push('\n');
+    out.push_str(table.trim_end());
+    out.push('\n');
+    out.push_str(&doc[e..]);
+    Some(out)
+}
+
+/// The speedup-over-cuBLAS plot: y = cuBLAS time / sparsek time, x = density, one line per block size, for
+/// the uniform cases of the largest M x N x K that has any (8192^3 in the default grid). Cases whose cuBLAS or
+/// sparsek check failed are left out. `None` when nothing can be plotted.
+pub fn speedup_plot(header: &Header, records: &[Record]) -> Option<plot::Canvas> {
+    let usable = |r: &&Record| {
+        r.case.pattern_name() == "uniform"
+            && r.sparsek_passed()
+            && r.cublas.trusted()
+            && r.speedup_vs_cublas().is_some()
+    };
+    let shape = records
+        .iter()
+        .filter(usable)
+        .map(|r| (r.case.m, r.case.n, r.case.k))
+        .max_by_key(|&(m, n, k)| (m as u128 * n as u128 * k as u128, m, n, k))?;
+    let mut bss: Vec<usize> = records.iter().filter(usable).map(|r| r.case.bs).collect();
+    bss.sort_unstable();
+    bss.dedup();
+    let series: Vec<Series> = bss
+        .iter()
+        .map(|&bs| Series {
+            label: format!("BS {bs}"),
+            points: records
+                .iter()
+                .filter(usable)
+                .filter(|r| (r.case.m, r.case.n, r.case.k) == shape && r.case.bs == bs)
+                .filter_map(|r| Some((r.case.density, r.speedup_vs_cublas()?)))
+                .collect(),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    if series.is_empty() {
+        return None;
+    }
+    let title = format!("SPARSEK SPEEDUP OVER CUBLAS DENSE FP16, {}x{}x{} UNIFORM", shape.0, shape.1, shape.2);
+    let subtitle = format!("{}, CUDA {}, {}, COMMIT {}", header.gpu, header.driver, header.date_utc, header.git_commit);
+    let labels = Labels {
+        title: &title,
+        subtitle: &subtitle,
+        x_label: "DENSITY (FRACTION OF NONZERO BLOCKS)",
+        y_label: "SPEEDUP = CUBLAS TIME / SPARSEK TIME (x)",
+    };
+    Some(plot::line_plot(&series, &labels, true, Some(1.0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Pattern;
+
+    fn outcome(kind: &str, ms: Option<f64>, passed: Option<bool>) -> Outcome {
+        Outcome {
+            kind: kind.into(),
+            check: passed.map(|p| Check {
+                passed: p,
+                checked: 10,
+                failures: usize::from(!p),
+                max_abs_err: 1e-6,
+                max_rel_err: 1e-7,
+                atol: 1e-5,
+                rtol: 1e-6,
+                detail: "PASS".into(),
+            }),
+            timing: ms.map(|t| Timing { median_ms: t, min_ms: t, max_ms: t, samples: 30 }),
+            sets: 1,
+        }
+    }
+
+    fn record(bs: usize, density: f64, sparsek: f64, cublas: Option<f64>) -> Record {
+        let nnzb = (density * (8192 / bs * 8192 / bs) as f64).round() as usize;
+        Record {
+            case: Case::synthetic(8192, 8192, 8192, bs, density, Pattern::Uniform),
+            nnzb,
+            seed: 1,
+            sparsek: outcome("sparsek", Some(sparsek), Some(true)),
+            cublas: cublas.map_or_else(
+                || Outcome::unavailable("libcublas not found"),
+                |t| outcome("cublas-gemmex-f16-f32", Some(t), Some(true)),
+            ),
+            cusparse: outcome("bsr-spmm-f16", Some(10.0 * sparsek), Some(false)),
+            sm_clock_mhz: Some(1755),
+            error: None,
+        }
+    }
+
+    fn header() -> Header {
+        Header {
+            gpu: "NVIDIA H100 80GB HBM3".into(),
+            compute_capability: (9, 0),
+            driver: "13.0".into(),
+            sm_count: 132,
+            l2_bytes: 50 << 20,
+            sm_clock_max_mhz: 1980,
+            date_utc: "2026-11-20T10:00:00Z".into(),
+            git_commit: "abc1234".into(),
+            sparsek_version: "0.1.0".into(),
+            cublas: "130001".into(),
+            cusparse: "13000".into(),
+            iters: 30,
+            warmup: 5,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn derived_metrics() {
+        let r = record(64, 0.5, 1.0, Some(1.5));
+        // Half the blocks: 2 * 8192^3 / 2 flops in 1 ms.
+        let sparse = 8192f64.powi(3) / 1e-3 / 1e12;
+        assert!((r.sparsek_tflops().unwrap() - sparse).abs() < 1e-9);
+        assert!((r.cublas_tflops().unwrap() - 2.0 * 8192f64.powi(3) / 1.5e-3 / 1e12).abs() < 1e-9);
+        assert!((r.speedup_vs_cublas().unwrap() - 1.5).abs() < 1e-12);
+        // ratio = effective / dense TFLOPS = (0.5 / 1.0) / (1 / 1.5) = 0.75.
+        assert!((r.ratio_vs_cublas().unwrap() - 0.75).abs() < 1e-12);
+        assert!((r.speedup_vs_cusparse().unwrap() - 10.0).abs() < 1e-12);
+        let none = record(64, 0.5, 1.0, None);
+        assert_eq!(none.ratio_vs_cublas(), None);
+        assert_eq!(none.speedup_vs_cublas(), None);
+    }
+
+    #[test]
+    fn json_has_the_design_keys() {
+        let recs = vec![record(64, 0.22, 1.0, Some(1.5)), record(16, 0.05, 0.5, None)];
+        let j = to_json(&header(), &recs, true);
+        for key in [
+            "\"m\"",
+            "\"n\"",
+            "\"k\"",
+            "\"bs\"",
+            "\"density\"",
+            "\"pattern\"",
+            "\"nnzb\"",
+            "\"sparsek_ms\"",
+            "\"cublas_dense_ms\"",
+            "\"cusparse_ms\"",
+            "\"cusparse_kind\"",
+            "\"sparsek_tflops\"",
+            "\"cublas_tflops\"",
+            "\"ratio_vs_cublas\"",
+            "\"speedup_vs_cublas\"",
+            "\"speedup_vs_cusparse\"",
+            "\"sm_clock_mhz\"",
+            "\"git_commit\"",
+            "\"date_utc\"",
+        ] {
+            assert!(j.contains(key), "missing {key}");
+        }
+        assert!(j.contains("\"cublas_kind\": \"unavailable: libcublas not found\""));
+        assert!(j.contains("\"cusparse_trusted\": false"));
+        assert!(j.contains("\"complete\": true"));
+        // Balanced braces and brackets (the writer never emits them inside these strings).
+        assert_eq!(j.matches('{').count(), j.matches('}').count());
+        assert_eq!(j.matches('[').count(), j.matches(']').count());
+    }
+
+    #[test]
+    fn markdown_table_rows() {
+        let recs = vec![record(64, 0.22, 1.0, Some(1.5)), record(16, 0.05, 0.5, None)];
+        let md = markdown(&header(), &recs);
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| 8192")).collect();
+        assert_eq!(rows.len(), 2);
+        let cells = |row: &str| row.split('|').count();
+        let head = md.lines().find(|l| l.starts_with("| M×N×K")).unwrap();
+        assert_eq!(cells(rows[0]), cells(head));
+        assert!(rows[0].contains("| 22% |") && rows[0].contains("1.50x") && rows[0].contains("33.0%"));
+        assert!(rows[0].contains("10.000!"), "untrusted cuSPARSE time is marked: {}", rows[0]);
+        assert!(rows[0].contains("cuSPARSE FAIL (time untrusted)"));
+        assert!(rows[1].contains("| - |"), "no cuBLAS time: {}", rows[1]);
+    }
+
+    #[test]
+    fn splice_between_markers() {
+        let doc = "# B\n\nintro\n<!-- bench:begin -->\nold\nrows\n<!-- bench:end -->\ntail\n";
+        let out = splice(doc, "| new |\n").unwrap();
+        assert_eq!(out, "# B\n\nintro\n<!-- bench:begin -->\n| new |\n<!-- bench:end -->\ntail\n");
+        // Idempotent.
+        assert_eq!(splice(&out, "| new |\n").unwrap(), out);
+        assert_eq!(splice("no markers", "x"), None);
+        assert_eq!(splice("<!-- bench:end --> <!-- bench:begin -->", "x"), None);
+    }
+
+    #[test]
+    fn plot_uses_the_uniform_cases_with_cublas() {
+        let mut recs = Vec::new();
+        for bs in [16, 32, 64, 128] {
+            for d in [0.05, 0.1, 0.22, 0.5] {
+                recs.push(record(bs, d, d * 4.0, Some(1.6)));
+            }
+        }
+        assert!(speedup_plot(&header(), &recs).is_some());
+        let no_cublas: Vec<Record> =
+            recs.iter().map(|r| Record { cublas: Outcome::unavailable("x"), ..r.clone() }).collect();
+        assert!(speedup_plot(&header(), &no_cublas).is_none());
+    }
+}
