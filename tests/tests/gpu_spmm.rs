@@ -154,8 +154,9 @@ fn tuning_variants_match_oracle() {
     let Some(gpu) = gpu("tuning_variants_match_oracle") else { return };
     let entries: Vec<_> =
         TUNE_CONFIGS.iter().enumerate().map(|(i, c)| (format!("sparsek_tune_{i}"), *c, "f32")).collect();
-    let variants =
-        gpu.load_variants(include_str!("../ptx/tune_sm80.ptx"), "tune_sm80", &entries).expect("load tune module");
+    // SAFETY: tune_sm80.ptx is built from TUNE_CONFIGS, entry point i with configuration i and f32 output.
+    let variants = unsafe { gpu.load_variants(include_str!("../ptx/tune_sm80.ptx"), "tune_sm80", &entries) }
+        .expect("load tune module");
     let cases = (gpu_cases(300) / 10).max(4);
     for v in &variants {
         let config = ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() };

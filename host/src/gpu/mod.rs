@@ -301,10 +301,14 @@ fn load_kernels(
 
 impl Gpu {
     /// Loads an extra PTX module of SpMM kernel variants (same signature as the product kernels) and returns one
-    /// handle per `(entry point, configuration, output type "f32" | "f16")`; used by the tuner. The
-    /// configuration and output type must be the ones the entry point was compiled with: they set the launch
-    /// shape and which C the launcher accepts.
-    pub fn load_variants(
+    /// handle per `(entry point, configuration, output type "f32" | "f16")`; used by the tuner.
+    ///
+    /// # Safety
+    /// Each entry point must have the product kernels' signature and have been compiled for exactly the given
+    /// configuration and output type (as `tests/ptx/tune_sm80.ptx` is for `layout::TUNE_CONFIGS`, f32): the
+    /// launcher derives the grid, block, shared memory and the accepted C type from them, and a mismatch makes
+    /// the kernel read and write out of bounds.
+    pub unsafe fn load_variants(
         &self,
         ptx: &str,
         module_name: &'static str,

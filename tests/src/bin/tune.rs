@@ -25,7 +25,8 @@ fn main() {
     };
     let entries: Vec<_> =
         TUNE_CONFIGS.iter().enumerate().map(|(i, c)| (format!("sparsek_tune_{i}"), *c, "f32")).collect();
-    let variants = gpu.load_variants(PTX, "tune_sm80", &entries).expect("load the tuning module");
+    // SAFETY: tune_sm80.ptx is built from TUNE_CONFIGS, entry point i with configuration i and f32 output.
+    let variants = unsafe { gpu.load_variants(PTX, "tune_sm80", &entries) }.expect("load the tuning module");
     println!(
         "GPU {} (driver {}), {} variants, median of {iters} interleaved launches",
         gpu.info().name,
