@@ -94,7 +94,8 @@ pub struct CheckReport {
     pub failures: usize,
     /// Largest `|got - expected|` (Inf when a non-finite value was got for a finite expectation).
     pub max_abs_err: f64,
-    /// Largest `|got - expected| / |expected|` over the elements whose expected value is nonzero.
+    /// Largest `|got - expected| / |expected|` over the elements whose expected magnitude exceeds `atol` (where a
+    /// relative error means something); 0 when there is none.
     pub max_rel_err: f64,
     /// The first failing element in row-major order (in the order given for [`compare_rows`]).
     pub first_failure: Option<(usize, usize, f64, f64)>,
@@ -139,7 +140,7 @@ impl CheckReport {
             (same, if same { 0.0 } else { f64::INFINITY })
         };
         self.max_abs_err = self.max_abs_err.max(err);
-        if exp.is_finite() && exp != 0.0 {
+        if exp.is_finite() && exp.abs() > t.atol {
             self.max_rel_err = self.max_rel_err.max(err / exp.abs());
         }
         // With a zero bound (exact comparison) the worst element is the one with the largest error.
@@ -163,7 +164,8 @@ impl fmt::Display for CheckReport {
         let verdict = if self.passed() { "PASS" } else { "FAIL" };
         write!(
             f,
-            "{verdict}: {} checked, {} failed, max abs err {:.3e}, max rel err {:.3e} (atol {:.3e}, rtol {:.3e})",
+            "{verdict}: {} checked, {} failed, max abs err {:.3e}, max rel err {:.3e} where |expected| > atol \
+             (atol {:.3e}, rtol {:.3e})",
             self.checked, self.failures, self.max_abs_err, self.max_rel_err, self.tolerance.atol, self.tolerance.rtol
         )?;
         if let Some(s) = &self.shape_error {
@@ -227,4 +229,153 @@ pub fn compare_rows<TC: Scalar>(got: &Matrix<TC>, rows: &[(usize, Vec<f64>)], to
 /// integer-valued inputs whose products and sums are exact in f32).
 pub fn compare_exact<TC: Scalar>(got: &Matrix<TC>, expected: &Matrix<f64>) -> CheckReport {
     compare(got, expected, Tolerance::EXACT)
+}
+
+/// Which rows of C a check compares with the oracle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowSample {
+    /// Every row.
+    All,
+    /// `count` rows drawn at random from `seed` (duplicates removed), plus the first and the last row.
+    Random {
+        /// Rows drawn.
+        count: usize,
+        /// Seed of the draw.
+        seed: u64,
+    },
+}
+
+impl RowSample {
+    /// Outputs up to this many elements are checked whole by [`RowSample::auto`].
+    pub const FULL_CHECK_ELEMENTS: usize = 1 << 20;
+
+    /// Every row when the output has at most [`RowSample::FULL_CHECK_ELEMENTS`] elements, else `count` random
+    /// rows (plus the first and the last): the oracle costs `2 * nnzb * bs^2 / block_rows` f64 operations per
+    /// row and column, so a 4096 x 4096 output checked whole takes tens of seconds on a few cores.
+    pub fn auto(m: usize, n: usize, count: usize, seed: u64) -> RowSample {
+        if m.saturating_mul(n) <= Self::FULL_CHECK_ELEMENTS {
+            RowSample::All
+        } else {
+            RowSample::Random { count, seed }
+        }
+    }
+
+    /// The row indices (sorted, unique) for an output of `m` rows.
+    pub fn rows(&self, m: usize) -> Vec<usize> {
+        match *self {
+            RowSample::All => (0..m).collect(),
+            RowSample::Random { count, seed } => {
+                if m == 0 {
+                    return Vec::new();
+                }
+                let mut rng = crate::rng::Rng::new(seed);
+                let mut rows: Vec<usize> = (0..count.min(m)).map(|_| rng.below(m as u64) as usize).collect();
+                rows.extend([0, m - 1]);
+                rows.sort_unstable();
+                rows.dedup();
+                rows
+            }
+        }
+    }
+}
+
+/// The f64 oracle's answer on some rows of C, with the tolerance of the output type: computed once, compared with
+/// any number of outputs ([`Expected::check`]). The one verification path of the CLI, the benchmark, the tuner
+/// and the tests.
+#[derive(Clone, Debug)]
+pub struct Expected {
+    rows: Vec<(usize, Vec<f64>)>,
+    tolerance: Tolerance,
+    m: usize,
+    vacuous: bool,
+}
+
+impl Expected {
+    /// Computes the oracle (`alpha * (A @ B) + beta * C0` in f64) on the rows `sample` picks, in chunks, calling
+    /// `progress(rows done, rows in all)` after each chunk (for progress lines on long checks). The tolerance is
+    /// [`Tolerance::for_operands`] for an output of type `TC`. Errors: [`Error::ShapeMismatch`](crate::Error)
+    /// when the operands do not fit.
+    pub fn compute<TA: Scalar, TB: Scalar, TC: Scalar>(
+        a: &Bsr<TA>,
+        b: &Matrix<TB>,
+        c0: &Matrix<TC>,
+        ep: Epilogue,
+        sample: RowSample,
+        mut progress: impl FnMut(usize, usize),
+    ) -> crate::Result<Expected> {
+        let rows = sample.rows(a.rows());
+        // Chunks of about 2^22 oracle multiply-adds, at least one row.
+        let per_row = (a.nnzb() * a.block_size() * a.block_size()).div_ceil(a.rows().max(1)).max(1) * b.cols().max(1);
+        let chunk = ((1usize << 22) / per_row).max(1);
+        let mut out = Vec::with_capacity(rows.len());
+        if rows.is_empty() {
+            crate::cpu::reference_rows(a, b, c0, ep, &[])?; // shape check
+        }
+        for part in rows.chunks(chunk) {
+            out.extend(crate::cpu::reference_rows(a, b, c0, ep, part)?);
+            progress(out.len(), rows.len());
+        }
+        // Oracle rows that are all zero although some of them meet stored blocks would make every check vacuous
+        // (a broken generator or oracle, not a product to check).
+        let bs = a.block_size().max(1);
+        let meets_blocks = out.iter().any(|(r, _)| !a.block_row_range(r / bs).is_empty());
+        let vacuous =
+            meets_blocks && ep.alpha != 0.0 && b.cols() > 0 && out.iter().all(|(_, v)| v.iter().all(|&x| x == 0.0));
+        Ok(Expected { rows: out, tolerance: Tolerance::for_operands(a, b, c0, ep), m: a.rows(), vacuous })
+    }
+
+    /// The same expectation under another tolerance (for an output of another precision).
+    pub fn with_tolerance(mut self, tolerance: Tolerance) -> Expected {
+        self.tolerance = tolerance;
+        self
+    }
+
+    /// The tolerance used.
+    pub fn tolerance(&self) -> Tolerance {
+        self.tolerance
+    }
+
+    /// Rows the oracle computed.
+    pub fn rows(&self) -> &[(usize, Vec<f64>)] {
+        &self.rows
+    }
+
+    /// Whether every row of C is covered.
+    pub fn is_full(&self) -> bool {
+        self.rows.len() == self.m
+    }
+
+    /// Compares `got` with the expected rows; see [`CheckReport`]. An expectation that is all zeros although A
+    /// has blocks (a vacuous check) fails with a `shape_error` saying so.
+    pub fn check<TC: Scalar>(&self, got: &Matrix<TC>) -> CheckReport {
+        let mut report = compare_rows(got, &self.rows, self.tolerance);
+        self.flag_vacuous(&mut report);
+        report
+    }
+
+    /// [`Expected::check`] on an output read through `get(row, col)` (for outputs held transposed or in another
+    /// layout); `cols` is the output's column count.
+    pub fn check_with(&self, cols: usize, get: impl Fn(usize, usize) -> f64) -> CheckReport {
+        let mut report = CheckReport::new(self.tolerance);
+        let mut worst = 0.0;
+        for (r, exp) in &self.rows {
+            if exp.len() != cols {
+                report.shape_error.get_or_insert_with(|| {
+                    format!("row {r} has {} expected values, the output has {cols} columns", exp.len())
+                });
+                continue;
+            }
+            for (c, &e) in exp.iter().enumerate() {
+                report.add(*r, c, get(*r, c), e, &mut worst);
+            }
+        }
+        self.flag_vacuous(&mut report);
+        report
+    }
+
+    fn flag_vacuous(&self, report: &mut CheckReport) {
+        if self.vacuous && report.shape_error.is_none() {
+            report.shape_error = Some("the oracle rows are all zero although A has blocks (vacuous check)".into());
+        }
+    }
 }

@@ -1,7 +1,5 @@
 //! The one error type of the crate. Every variant carries the numbers needed to act on it.
 
-use crate::format::BsrError;
-
 /// Everything that can go wrong in sparsek. Library code never panics on bad input: it returns one of these,
 /// and an operation that fails leaves its output untouched unless the variant says otherwise.
 #[derive(Debug, thiserror::Error)]
@@ -108,3 +106,185 @@ pub enum Error {
 
 /// `Result` with sparsek's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a BSR description (or the input of a conversion) was rejected. Each variant names the first offending
+/// index and carries the numbers. [`Bsr::try_new`](crate::Bsr::try_new) checks in the order of the variants below, up to
+/// `ValuesLength`; the remaining variants come from the conversions (COO, CSR).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BsrError {
+    /// The block size is not one of [`SUPPORTED_BLOCK_SIZES`](crate::format::SUPPORTED_BLOCK_SIZES).
+    #[error("block size {bs} is not supported (supported: 16, 32, 64, 128)")]
+    UnsupportedBlockSize {
+        /// The rejected block size.
+        bs: usize,
+    },
+
+    /// A dimension is not a multiple of the block size.
+    #[error("{dim} = {value} is not a multiple of the block size {bs}")]
+    NotMultiple {
+        /// "rows" or "cols".
+        dim: &'static str,
+        /// The dimension.
+        value: usize,
+        /// The block size.
+        bs: usize,
+    },
+
+    /// A count or an index does not fit the 32-bit index arrays (or the values would overflow memory sizes).
+    #[error("{what} = {value} exceeds the limit {limit}")]
+    TooLarge {
+        /// "nnzb", "block rows", "block columns" or "values".
+        what: &'static str,
+        /// The offending count.
+        value: usize,
+        /// The largest allowed count.
+        limit: usize,
+    },
+
+    /// `row_ptr` does not have `rows / bs + 1` entries.
+    #[error("row_ptr has {got} entries, expected block_rows + 1 = {expected}")]
+    RowPtrLength {
+        /// `rows / bs + 1`.
+        expected: usize,
+        /// `row_ptr.len()`.
+        got: usize,
+    },
+
+    /// `row_ptr[0]` is not 0.
+    #[error("row_ptr[0] = {got}, expected 0")]
+    RowPtrStart {
+        /// `row_ptr[0]`.
+        got: u32,
+    },
+
+    /// `row_ptr[block_row + 1] < row_ptr[block_row]`.
+    #[error(
+        "row_ptr decreases at block row {block_row}: row_ptr[{block_row}] = {prev} > row_ptr[{block_row}+1] = {next}"
+    )]
+    RowPtrDecreasing {
+        /// The block row whose end lies before its start.
+        block_row: usize,
+        /// `row_ptr[block_row]`.
+        prev: u32,
+        /// `row_ptr[block_row + 1]`.
+        next: u32,
+    },
+
+    /// The last `row_ptr` entry is not `col_idx.len()` (nnzb).
+    #[error("row_ptr ends at {got}, but col_idx has {expected} entries")]
+    RowPtrEnd {
+        /// `col_idx.len()`.
+        expected: usize,
+        /// The last entry of `row_ptr`.
+        got: u32,
+    },
+
+    /// A block-column index is `>= cols / bs`.
+    #[error(
+        "col_idx[{pos}] = {col} (block row {block_row}) is out of range: the matrix has {block_cols} block columns"
+    )]
+    ColIdxOutOfRange {
+        /// The block row holding the index.
+        block_row: usize,
+        /// Position in `col_idx`.
+        pos: usize,
+        /// The offending block-column index.
+        col: u32,
+        /// `cols / bs`.
+        block_cols: usize,
+    },
+
+    /// Block-column indices decrease within a block row.
+    #[error("col_idx is not sorted in block row {block_row}: col_idx[{pos}] = {col} follows {prev}")]
+    ColIdxUnsorted {
+        /// The block row.
+        block_row: usize,
+        /// Position in `col_idx` of the index smaller than its predecessor.
+        pos: usize,
+        /// `col_idx[pos - 1]`.
+        prev: u32,
+        /// `col_idx[pos]`.
+        col: u32,
+    },
+
+    /// A block-column index appears twice within a block row.
+    #[error("duplicate block in block row {block_row}: col_idx[{pos}] = {col} repeats the previous index")]
+    ColIdxDuplicate {
+        /// The block row.
+        block_row: usize,
+        /// Position in `col_idx` of the repeated index.
+        pos: usize,
+        /// The repeated block-column index.
+        col: u32,
+    },
+
+    /// `values` does not hold `nnzb * bs * bs` elements.
+    #[error("values has {got} elements, expected nnzb * bs * bs = {expected}")]
+    ValuesLength {
+        /// `nnzb * bs * bs`.
+        expected: usize,
+        /// `values.len()`.
+        got: usize,
+    },
+
+    /// A COO or CSR entry lies outside the matrix.
+    #[error("entry {index} at ({row}, {col}) lies outside the {rows}x{cols} matrix")]
+    EntryOutOfRange {
+        /// Position of the entry in the input (COO list or CSR data).
+        index: usize,
+        /// Its row.
+        row: usize,
+        /// Its column.
+        col: usize,
+        /// The matrix rows.
+        rows: usize,
+        /// The matrix columns.
+        cols: usize,
+    },
+
+    /// A CSR `indptr` does not have `rows + 1` entries.
+    #[error("CSR indptr has {got} entries, expected rows + 1 = {expected}")]
+    CsrIndptrLength {
+        /// `rows + 1`.
+        expected: usize,
+        /// `indptr.len()`.
+        got: usize,
+    },
+
+    /// A CSR `indptr` does not start at 0.
+    #[error("CSR indptr[0] = {got}, expected 0")]
+    CsrIndptrStart {
+        /// `indptr[0]`.
+        got: usize,
+    },
+
+    /// A CSR `indptr` decreases.
+    #[error("CSR indptr decreases at row {row}: indptr[{row}] = {prev} > indptr[{row}+1] = {next}")]
+    CsrIndptrDecreasing {
+        /// The row whose end lies before its start.
+        row: usize,
+        /// `indptr[row]`.
+        prev: usize,
+        /// `indptr[row + 1]`.
+        next: usize,
+    },
+
+    /// The last CSR `indptr` entry is not the number of stored entries.
+    #[error("CSR indptr ends at {got}, but indices has {expected} entries")]
+    CsrIndptrEnd {
+        /// `indices.len()`.
+        expected: usize,
+        /// The last entry of `indptr`.
+        got: usize,
+    },
+
+    /// CSR `data` and `indices` differ in length.
+    #[error("CSR data has {got} entries, but indices has {expected}")]
+    CsrDataLength {
+        /// `indices.len()`.
+        expected: usize,
+        /// `data.len()`.
+        got: usize,
+    },
+}

@@ -6,6 +6,14 @@
 //! BSR layout), B a dense f16 matrix, C dense f32 or f16, f32 accumulation. Every input is validated: bad
 //! structure or shapes give a typed [`Error`], never a panic or garbage.
 //!
+//! - [`format`](mod@format): the validated [`Bsr`] type and its conversions (dense, COO, CSR, Matrix Market, `sprs`);
+//! - [`cpu`]: the f64 oracle and a multi-threaded CPU backend with the GPU's contract;
+//! - [`gpu`]: the GPU context ([`gpu::Gpu`]), device buffers and the typed, validated launchers;
+//! - [`check`]: the tolerance model and the one verification path ([`check::Expected`]).
+//!
+//! The CLI (`sparsek info | run | bench | tune`) and the benchmarks against cuBLAS and cuSPARSE live in separate
+//! crates of the repository; this crate carries only what an embedder needs.
+//!
 //! ```
 //! use sparsek::{Epilogue, Matrix, f16, format::{Pattern, generate}, gpu::Gpu};
 //!
@@ -28,28 +36,31 @@
 //!         c
 //!     }
 //! };
-//! // Check against the f64 oracle.
-//! let expected = sparsek::cpu::reference(&a, &b, &c, Epilogue::default())?;
-//! let tol = sparsek::check::Tolerance::for_operands(&a, &b, &c, Epilogue::default());
-//! assert!(sparsek::check::compare(&c, &expected, tol).passed());
+//! // Check against the f64 oracle (every row here; large outputs are checked on sampled rows).
+//! use sparsek::check::{Expected, RowSample};
+//! let c0 = Matrix::<f32>::zeros(512, 96); // C before the product (not read: beta = 0)
+//! let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), RowSample::All, |_, _| {})?;
+//! let report = expected.check(&c);
+//! assert!(report.passed(), "{report}");
 //! # Ok(())
 //! # }
 //! ```
 #![forbid(unsafe_op_in_unsafe_fn)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod check;
 pub mod cpu;
 pub mod error;
 pub mod format;
 pub mod gpu;
 pub mod matrix;
+#[doc(hidden)]
 pub mod rng;
 pub mod scalar;
 
-pub use error::{Error, Result};
-pub use format::{Bsr, BsrError};
+pub use error::{BsrError, Error, Result};
+pub use format::Bsr;
 pub use matrix::Matrix;
 pub use scalar::Scalar;
 

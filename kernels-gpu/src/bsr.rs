@@ -3,19 +3,28 @@
 //! A CTA owns one output tile: the BM = BS rows of one block row of A and BN columns of C. It walks the nonzero
 //! blocks of its block row in BK-deep k-tiles; each k-tile stages A's (BS, BK) slice and B's (BK, BN) strip in
 //! swizzled shared memory through a STAGES-deep ring of 16-byte `cp.async` copies, and each warp multiplies its
-//! (16*MI, 8*NI) sub-tile with `ldmatrix` (`.trans` for B) and `mma.sync.m16n8k16` into f32 accumulators.
+//! (WM, WN) = (16*MI, 8*NI) warp tile with `ldmatrix` (`.trans` for B) and `mma.sync.m16n8k16` into f32 accumulators.
 //!
 //! Grid: 1-D, `block_rows * ceil(n / BN)` CTAs, mapped to (position in `row_order`, N tile) by
 //! `layout::raster` in groups of `group_rows` row positions (the host sizes the group so a wave's A rows and B
 //! strips fit in L2). `row_order` lists block rows longest first, so long rows start early.
 //!
-//! Preconditions (checked by the host launcher before every launch): `row_ptr`/`col_idx` valid BSR, `b` and `c`
-//! 16-byte aligned, `ldb % 8 == 0`, `ldc` a multiple of 16 bytes, `n >= 1`, a 1-D grid of
-//! `block_rows * ceil(n / BN)` CTAs,
-//! block = `KernelConfig::threads()`, dynamic shared memory = `KernelConfig::smem_bytes()`.
+//! The kernel reads as its pipeline stages (CuTe `sgemm_sm80`, ThunderKittens), one function each:
+//! - [`load_k_tile`] (global -> shared, the producer): the cp.async copies of one k-tile, A's (BS, BK) slice and
+//!   B's (BK, BN) strip, into one ring slot, zero-filling B past column n;
+//! - [`load_fragments`] (shared -> registers): the warp's A fragments (`ldmatrix.x4`) and B fragments
+//!   (`ldmatrix.x4.trans`) of one k16 step;
+//! - [`mma_warp_tile`]: the warp's MI x NI `mma.sync.m16n8k16` of one k16 step;
+//! - [`store_epilogue`] (registers -> global): `C = alpha * acc + beta * C`, f32 or f16 C.
+//!
+//! [`bsr_spmm`] strings them together: PREFETCH, MAIN LOOP (one of two schedules, per `KernelConfig::frag_db`),
+//! EPILOGUE. The shared tiles ([`SmemTile`], in a [`SmemRing`] of STAGES slots) own their swizzle.
+//!
+//! Parameters and preconditions: `layout::BsrSpmmParams` (checked by the host launcher before every launch).
 
-use crate::layout::{CHUNK_BYTES, CHUNK_HALVES, KernelConfig, ldsm_a_role, ldsm_b_role, raster, swizzle};
+use crate::layout::{BsrSpmmParams, CHUNK_HALVES, KernelConfig, ldsm_a_role, ldsm_b_role, raster};
 use crate::ptx;
+use crate::tile::{AccTile, FragA, FragB, SmemRing, SmemTile, WarpTile};
 
 /// An element type the epilogue can write.
 trait Output: Copy {
@@ -35,7 +44,7 @@ impl Output for f32 {
     #[inline(always)]
     unsafe fn load_pair(p: *const f32, two: bool) -> (f32, f32) {
         // SAFETY: the caller guarantees the elements are readable.
-        unsafe { (*p, if two { *p.add(1) } else { 0.0 }) }
+        unsafe { (ptx::ld_global_f32(p), if two { ptx::ld_global_f32(p.add(1)) } else { 0.0 }) }
     }
     #[inline(always)]
     unsafe fn store_pair(p: *mut f32, v0: f32, v1: f32, two: bool) {
@@ -44,7 +53,7 @@ impl Output for f32 {
             if two {
                 ptx::st_global_v2_f32(p, v0, v1);
             } else {
-                *p = v0;
+                ptx::st_global_f32(p, v0);
             }
         }
     }
@@ -55,7 +64,10 @@ impl Output for u16 {
     #[inline(always)]
     unsafe fn load_pair(p: *const u16, two: bool) -> (f32, f32) {
         // SAFETY: the caller guarantees the elements are readable.
-        unsafe { (ptx::cvt_f32_f16(*p), if two { ptx::cvt_f32_f16(*p.add(1)) } else { 0.0 }) }
+        unsafe {
+            let lo = ptx::cvt_f32_f16(ptx::ld_global_u16(p));
+            (lo, if two { ptx::cvt_f32_f16(ptx::ld_global_u16(p.add(1))) } else { 0.0 })
+        }
     }
     #[inline(always)]
     unsafe fn store_pair(p: *mut u16, v0: f32, v1: f32, two: bool) {
@@ -63,17 +75,193 @@ impl Output for u16 {
         // SAFETY: the caller guarantees the elements are writable and, for pairs, 4-byte aligned.
         unsafe {
             if two {
-                *(p as *mut u32) = packed;
+                ptx::st_global_u32(p as *mut u32, packed);
             } else {
-                *p = packed as u16;
+                ptx::st_global_u16(p, packed as u16);
             }
         }
     }
 }
 
+/// The global operands of one CTA's k-tiles: its block row of A and the columns of B of its N tile.
+#[derive(Clone, Copy)]
+struct CtaOperands {
+    /// A's values: `nnzb` blocks of (BS, BS) f16, each row-major.
+    a_values: *const u16,
+    /// A's block-column indices.
+    col_idx: *const u32,
+    /// The CTA's first nonzero block, `row_ptr[block_row]`.
+    blk_begin: u32,
+    /// B: (K, ldb) f16, row-major.
+    b: *const u16,
+    /// B's leading dimension in elements.
+    ldb: u32,
+    /// Columns of B: chunks at or past column n are zero-filled.
+    n: u32,
+    /// First column of the CTA's N tile.
+    n0: u32,
+}
+
+/// C and the epilogue's scalars: `C = alpha * acc + beta * C`, columns >= n skipped, C not read when beta == 0.
+#[derive(Clone, Copy)]
+struct Epilogue<O> {
+    /// C: (M, ldc), row-major.
+    c: *mut O,
+    /// C's leading dimension in elements.
+    ldc: u32,
+    /// Columns of C.
+    n: u32,
+    /// Scale of the product.
+    alpha: f32,
+    /// Scale of the old C (0: C is not read).
+    beta: f32,
+}
+
+/// This thread's warp coordinates in the CTA's (WARPS_M, WARPS_N) warp grid, and its lane.
+#[derive(Clone, Copy)]
+struct WarpCoord {
+    warp_m: u32,
+    warp_n: u32,
+    lane: u32,
+}
+
+/// PRODUCER (global -> shared): issues this thread's cp.async copies of k-tile `k_tile` of the CTA's block row
+/// into one ring slot (`s_a`, `s_b`), as part of the thread's current commit group. With `kb = BS / BK` k-tiles per
+/// block, k-tile `k_tile` is the (BS, BK) slice at column `kk = (k_tile % kb) * BK` of block
+/// `blk = blk_begin + k_tile / kb`, and the (BK, BN) strip of B at rows `col_idx[blk] * BS + kk`, columns
+/// `n0 .. n0 + BN`; B's chunks at or past column n are zero-filled (cp.async src-size). The CTA's `threads`
+/// threads (a constant) share the chunks; this is thread `tid`.
+///
+/// # Safety
+/// `g` and `k_tile` satisfy the kernel's preconditions (`k_tile` < the block row's k-tiles); `s_a` and `s_b` lie in
+/// the CTA's shared memory.
+#[inline(always)]
+unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32>(
+    g: &CtaOperands,
+    k_tile: u32,
+    s_a: SmemTile<BS, BK>,
+    s_b: SmemTile<BK, BN>,
+    tid: u32,
+    threads: u32,
+) {
+    let k_tiles_per_block = BS / BK;
+    let blk = g.blk_begin + k_tile / k_tiles_per_block;
+    let kk = (k_tile % k_tiles_per_block) * BK;
+    // A: (BS, BK) slice of block `blk`, which is (BS, BS) row-major. A's chunks may not divide evenly among the
+    // threads (bs 16: 32 chunks for 128 threads); B's do (asserted in bsr_spmm).
+    let (a_chunks, a_cpr) = (SmemTile::<BS, BK>::CHUNKS, SmemTile::<BS, BK>::CHUNKS_PER_ROW);
+    let g_a = unsafe { g.a_values.add(blk as usize * (BS * BS) as usize + kk as usize) };
+    let mut i = 0;
+    while i < a_chunks.div_ceil(threads) {
+        let idx = tid + i * threads;
+        if a_chunks.is_multiple_of(threads) || idx < a_chunks {
+            let (row, chunk) = (idx / a_cpr, idx % a_cpr);
+            let src = unsafe { g_a.add((row * BS + chunk * CHUNK_HALVES) as usize) };
+            unsafe { ptx::cp_async_cg_16(s_a.chunk_addr(row, chunk), src as *const u8, 16) };
+        }
+        i += 1;
+    }
+    // B: rows [col_idx[blk] * BS + kk, + BK), columns [n0, n0 + BN); columns >= n are zero-filled.
+    let (b_chunks, b_cpr) = (SmemTile::<BK, BN>::CHUNKS, SmemTile::<BK, BN>::CHUNKS_PER_ROW);
+    let k_row0 = unsafe { ptx::ld_global_u32(g.col_idx.add(blk as usize)) } * BS + kk;
+    let mut i = 0;
+    while i < b_chunks / threads {
+        let idx = tid + i * threads;
+        let (row, chunk) = (idx / b_cpr, idx % b_cpr);
+        let col = g.n0 + chunk * CHUNK_HALVES;
+        let valid = if col < g.n { (g.n - col).min(CHUNK_HALVES) } else { 0 };
+        let src =
+            if valid > 0 { unsafe { g.b.add((k_row0 + row) as usize * g.ldb as usize + col as usize) } } else { g.b };
+        unsafe { ptx::cp_async_cg_16(s_b.chunk_addr(row, chunk), src as *const u8, valid * 2) };
+        i += 1;
+    }
+}
+
+/// SHARED -> REGISTERS: loads the warp's fragments of k16 step `ks` of one ring slot: MI `ldmatrix.x4` of its
+/// (16, 16) A sub-tiles and NI / 2 `ldmatrix.x4.trans` of its (16, 16) B sub-tiles (two n8 fragments each).
+///
+/// # Safety
+/// Warp-collective: all 32 lanes of the warp call it, in warp-uniform control flow; `s_a` and `s_b` lie in the
+/// CTA's shared memory and hold a landed k-tile.
+#[inline(always)]
+unsafe fn load_fragments<const BS: u32, const BN: u32, const BK: u32, const MI: usize, const NI: usize>(
+    s_a: SmemTile<BS, BK>,
+    s_b: SmemTile<BK, BN>,
+    ks: u32,
+    warp: WarpCoord,
+    a_frag: &mut FragA<MI>,
+    b_frag: &mut FragB<NI>,
+) {
+    for (mi, frag) in a_frag.iter_mut().enumerate() {
+        let (r, ch) = ldsm_a_role(warp.lane);
+        let row = warp.warp_m * WarpTile::<MI, NI>::WM + mi as u32 * 16 + r;
+        *frag = unsafe { ptx::ldmatrix_x4(s_a.chunk_addr(row, ks * 2 + ch)) };
+    }
+    for nj in 0..NI / 2 {
+        let (r, ch) = ldsm_b_role(warp.lane);
+        let chunk = (warp.warp_n * WarpTile::<MI, NI>::WN + nj as u32 * 16) / CHUNK_HALVES + ch;
+        let v = unsafe { ptx::ldmatrix_x4_trans(s_b.chunk_addr(ks * 16 + r, chunk)) };
+        b_frag[2 * nj] = [v[0], v[1]];
+        b_frag[2 * nj + 1] = [v[2], v[3]];
+    }
+}
+
+/// MMA: the warp's MI x NI `mma.sync.m16n8k16` of one k16 step, `acc += a_frag x b_frag`. Warp-collective: all 32
+/// lanes of the warp call it, in warp-uniform control flow.
+#[inline(always)]
+fn mma_warp_tile<const MI: usize, const NI: usize>(acc: &mut AccTile<MI, NI>, a_frag: &FragA<MI>, b_frag: &FragB<NI>) {
+    for (acc_m, a) in acc.iter_mut().zip(a_frag.iter()) {
+        for (acc_mn, b) in acc_m.iter_mut().zip(b_frag.iter()) {
+            ptx::mma_m16n8k16_f32_f16(acc_mn, *a, *b);
+        }
+    }
+}
+
+/// EPILOGUE (registers -> global): `C = alpha * acc + beta * C` for the warp's (WM, WN) tile of the CTA's output
+/// tile, whose first element is C's (row0, col0); columns >= n are skipped and C is not read when beta == 0.
+///
+/// # Safety
+/// `epi` and the CTA tile satisfy the kernel's preconditions (every row of the tile exists in C).
+#[inline(always)]
+unsafe fn store_epilogue<const MI: usize, const NI: usize, O: Output>(
+    epi: &Epilogue<O>,
+    acc: &AccTile<MI, NI>,
+    row0: u32,
+    col0: u32,
+    warp: WarpCoord,
+) {
+    let row_base = row0 + warp.warp_m * WarpTile::<MI, NI>::WM;
+    let col_base = col0 + warp.warp_n * WarpTile::<MI, NI>::WN + 2 * (warp.lane % 4);
+    for (mi, acc_m) in acc.iter().enumerate() {
+        for (ni, acc_mn) in acc_m.iter().enumerate() {
+            let col = col_base + ni as u32 * 8;
+            if col < epi.n {
+                let two = col + 1 < epi.n;
+                for half in 0..2 {
+                    let row = row_base + mi as u32 * 16 + warp.lane / 4 + 8 * half as u32;
+                    let p = unsafe { epi.c.add(row as usize * epi.ldc as usize + col as usize) };
+                    let mut v0 = epi.alpha * acc_mn[2 * half];
+                    let mut v1 = epi.alpha * acc_mn[2 * half + 1];
+                    if epi.beta != 0.0 {
+                        let (o0, o1) = unsafe { O::load_pair(p, two) };
+                        v0 += epi.beta * o0;
+                        v1 += epi.beta * o1;
+                    }
+                    unsafe { O::store_pair(p, v0, v1, two) };
+                }
+            }
+        }
+    }
+}
+
+/// The next slot of a STAGES-deep ring.
+#[inline(always)]
+fn next_stage<const STAGES: u32>(stage: u32) -> u32 {
+    if stage + 1 == STAGES { 0 } else { stage + 1 }
+}
+
 /// The kernel body for one configuration. See the module docs for the algorithm and the preconditions.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn bsr_spmm<
     const BS: u32,
     const BN: u32,
@@ -86,124 +274,67 @@ unsafe fn bsr_spmm<
     const FRAG_DB: bool,
     O: Output,
 >(
-    a_values: *const u16,
-    row_ptr: *const u32,
-    col_idx: *const u32,
-    row_order: *const u32,
-    b: *const u16,
-    ldb: u32,
-    c: *mut O,
-    ldc: u32,
-    n: u32,
-    block_rows: u32,
-    group_rows: u32,
-    alpha: f32,
-    beta: f32,
+    p: &BsrSpmmParams,
 ) {
     const {
         assert!(BS == WARPS_M * MI as u32 * 16, "BS must equal WARPS_M * MI * 16");
         assert!(BN == WARPS_N * NI as u32 * 8, "BN must equal WARPS_N * NI * 8");
-        assert!(NI % 2 == 0, "NI must be even: B fragments come in pairs from ldmatrix.x4.trans");
-        assert!(BK % 16 == 0 && BS % BK == 0, "BK must be a multiple of 16 that divides BS");
+        assert!(NI.is_multiple_of(2), "NI must be even: B fragments come in pairs from ldmatrix.x4.trans");
+        assert!(BK.is_multiple_of(16) && BS.is_multiple_of(BK), "BK must be a multiple of 16 that divides BS");
         assert!(STAGES >= 2, "the ring needs at least two stages");
-        assert!(!FRAG_DB || (BK / 16 % 2 == 0 && STAGES >= 3), "FRAG_DB needs an even number of k-steps and 3+ stages");
+        assert!(
+            (BK * BN / CHUNK_HALVES).is_multiple_of(32 * WARPS_M * WARPS_N),
+            "the B stage tile's 16-byte chunks must divide evenly among the CTA's threads"
+        );
+        assert!(
+            !FRAG_DB || ((BK / 16).is_multiple_of(2) && STAGES >= 3),
+            "FRAG_DB needs an even number of k-steps and 3+ stages"
+        );
     }
+    let BsrSpmmParams { ldb, ldc, n, block_rows, group_rows, alpha, beta, .. } = *p;
+    let row_ptr = p.row_ptr as *const u32;
+    let row_order = p.row_order as *const u32;
     let threads: u32 = 32 * WARPS_M * WARPS_N;
-    let a_cpr = BK / CHUNK_HALVES; // chunks per row of the A stage tile
-    let b_cpr = BN / CHUNK_HALVES; // chunks per row of the B stage tile
-    let a_chunks = BS * a_cpr;
-    let b_chunks = BK * b_cpr;
     let k_tiles_per_block = BS / BK;
-    let a_stage_bytes = BS * BK * 2;
-    let b_stage_bytes = BK * BN * 2;
-    let (wm_rows, wn_cols) = (MI as u32 * 16, NI as u32 * 8);
+    let k_steps = BK / 16; // k16 mma steps per k-tile
 
     let tid = ptx::thread_idx_x();
-    let (warp, lane) = (tid / 32, tid % 32);
-    let (wm, wn) = (warp / WARPS_N, warp % WARPS_N);
+    let (warp_id, lane) = (tid / 32, tid % 32);
+    let warp = WarpCoord { warp_m: warp_id / WARPS_N, warp_n: warp_id % WARPS_N, lane };
 
     // SAFETY (whole body): the host launcher guarantees the preconditions in the module docs; every global
     // address below stays inside A's values, row_ptr, col_idx, row_order, B's K x n window and C's tile.
     let (row_pos, n_tile) = raster(ptx::block_idx_x(), block_rows, n.div_ceil(BN), group_rows);
-    let block_row = unsafe { *row_order.add(row_pos as usize) };
+    let block_row = unsafe { ptx::ld_global_u32(row_order.add(row_pos as usize)) };
     let n0 = n_tile * BN;
-    let blk_begin = unsafe { *row_ptr.add(block_row as usize) };
-    let blk_end = unsafe { *row_ptr.add(block_row as usize + 1) };
+    let blk_begin = unsafe { ptx::ld_global_u32(row_ptr.add(block_row as usize)) };
+    let blk_end = unsafe { ptx::ld_global_u32(row_ptr.add(block_row as usize + 1)) };
     let num_k_tiles = (blk_end - blk_begin) * k_tiles_per_block;
-
-    let smem = ptx::dynamic_smem_base();
-    let s_a = |stage: u32| smem + stage * a_stage_bytes; // (BS, BK) f16, swizzled
-    let s_b = |stage: u32| smem + STAGES * a_stage_bytes + stage * b_stage_bytes; // (BK, BN) f16, swizzled
-
-    // Issues the cp.async copies of k-tile `k_tile` into ring slot `stage`.
-    let load_k_tile = |k_tile: u32, stage: u32| {
-        let blk = blk_begin + k_tile / k_tiles_per_block;
-        let kk = (k_tile % k_tiles_per_block) * BK;
-        // A: (BS, BK) slice of block `blk`, which is BS x BS row-major.
-        let g_a = unsafe { a_values.add(blk as usize * (BS * BS) as usize + kk as usize) };
-        let mut i = 0;
-        while i < a_chunks.div_ceil(threads) {
-            let idx = tid + i * threads;
-            if a_chunks % threads == 0 || idx < a_chunks {
-                let (r, ch) = (idx / a_cpr, idx % a_cpr);
-                let src = unsafe { g_a.add((r * BS + ch * CHUNK_HALVES) as usize) };
-                unsafe { ptx::cp_async_cg_16(s_a(stage) + swizzle(r, ch, a_cpr) * CHUNK_BYTES, src as *const u8, 16) };
-            }
-            i += 1;
-        }
-        // B: rows [col_idx[blk] * BS + kk, + BK), columns [n0, n0 + BN); columns >= n are zero-filled.
-        let k_row0 = unsafe { *col_idx.add(blk as usize) } * BS + kk;
-        let mut i = 0;
-        while i < b_chunks / threads {
-            let idx = tid + i * threads;
-            let (r, ch) = (idx / b_cpr, idx % b_cpr);
-            let col = n0 + ch * CHUNK_HALVES;
-            let valid = if col < n { (n - col).min(CHUNK_HALVES) } else { 0 };
-            let src = if valid > 0 { unsafe { b.add((k_row0 + r) as usize * ldb as usize + col as usize) } } else { b };
-            unsafe {
-                ptx::cp_async_cg_16(s_b(stage) + swizzle(r, ch, b_cpr) * CHUNK_BYTES, src as *const u8, valid * 2)
-            };
-            i += 1;
-        }
+    let g = CtaOperands {
+        a_values: p.a_values as *const u16,
+        col_idx: p.col_idx as *const u32,
+        blk_begin,
+        b: p.b as *const u16,
+        ldb,
+        n,
+        n0,
     };
 
-    let mut acc = [[[0.0f32; 4]; NI]; MI]; // (MI, NI, 4): the warp's (16*MI, 8*NI) f32 tile
+    let smem = ptx::dynamic_smem_base();
+    let s_a = SmemRing::<BS, BK, STAGES>::at(smem); // (BS, BK, STAGES) f16, swizzled
+    let s_b = SmemRing::<BK, BN, STAGES>::at(smem + SmemRing::<BS, BK, STAGES>::BYTES); // (BK, BN, STAGES)
+
+    let mut acc: AccTile<MI, NI> = [[[0.0; 4]; NI]; MI]; // (MI, NI, 4): the warp's (WM, WN) f32 tile
 
     // PREFETCH: the first STAGES - 1 k-tiles, one commit group each (empty groups keep the count uniform).
     let mut s = 0;
     while s < STAGES - 1 {
         if s < num_k_tiles {
-            load_k_tile(s, s);
+            unsafe { load_k_tile(&g, s, s_a.stage(s), s_b.stage(s), tid, threads) };
         }
         ptx::cp_async_commit();
         s += 1;
     }
-
-    // Loads the A and B fragments of k-step `ks` of ring slot `stage` (ldmatrix; .trans for B).
-    let load_frags = |stage: u32, ks: u32, a_frag: &mut [[u32; 4]; MI], b_frag: &mut [[u32; 2]; NI]| {
-        let (s_a_read, s_b_read) = (s_a(stage), s_b(stage));
-        for (mi, frag) in a_frag.iter_mut().enumerate() {
-            let (r, ch) = ldsm_a_role(lane);
-            let row = wm * wm_rows + mi as u32 * 16 + r;
-            *frag = unsafe { ptx::ldmatrix_x4(s_a_read + swizzle(row, ks * 2 + ch, a_cpr) * CHUNK_BYTES) };
-        }
-        for nj in 0..NI / 2 {
-            let (r, ch) = ldsm_b_role(lane);
-            let chunk = (wn * wn_cols + nj as u32 * 16) / CHUNK_HALVES + ch;
-            let v = unsafe { ptx::ldmatrix_x4_trans(s_b_read + swizzle(ks * 16 + r, chunk, b_cpr) * CHUNK_BYTES) };
-            b_frag[2 * nj] = [v[0], v[1]];
-            b_frag[2 * nj + 1] = [v[2], v[3]];
-        }
-    };
-    let mma_all = |acc: &mut [[[f32; 4]; NI]; MI], a_frag: &[[u32; 4]; MI], b_frag: &[[u32; 2]; NI]| {
-        for (acc_m, a) in acc.iter_mut().zip(a_frag.iter()) {
-            for (acc_mn, b) in acc_m.iter_mut().zip(b_frag.iter()) {
-                ptx::mma_m16n8k16_f32_f16(acc_mn, *a, *b);
-            }
-        }
-    };
-    let next_slot = |slot: u32| if slot + 1 == STAGES { 0 } else { slot + 1 };
-    let k_steps = BK / 16;
 
     if FRAG_DB {
         // MAIN LOOP, fragments double-buffered in registers (the CUTLASS sm80 multistage order): the fragments of
@@ -214,10 +345,11 @@ unsafe fn bsr_spmm<
         let mut smem_pipe_read = 0;
         let mut smem_pipe_write = STAGES - 1;
         let mut k_tile_next = STAGES - 1;
-        let mut a_frag = [[[0u32; 4]; MI]; 2]; // (2, MI, 4): two k-steps of A fragments
-        let mut b_frag = [[[0u32; 2]; NI]; 2]; // (2, NI, 2)
+        let mut a_frag: [FragA<MI>; 2] = [[[0; 4]; MI]; 2]; // (2, MI, 4): two k-steps of A fragments
+        let mut b_frag: [FragB<NI>; 2] = [[[0; 2]; NI]; 2]; // (2, NI, 2)
         if num_k_tiles > 0 {
-            load_frags(smem_pipe_read, 0, &mut a_frag[0], &mut b_frag[0]);
+            let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
+            unsafe { load_fragments(s_a_read, s_b_read, 0, warp, &mut a_frag[0], &mut b_frag[0]) };
         }
         let mut k_tile = 0;
         while k_tile < num_k_tiles {
@@ -227,24 +359,26 @@ unsafe fn bsr_spmm<
                     // slot k_tile (its last fragments were loaded at the previous k-step) is done.
                     ptx::cp_async_wait_n(STAGES - 2);
                     ptx::bar_sync();
-                    smem_pipe_read = next_slot(smem_pipe_read);
+                    smem_pipe_read = next_stage::<STAGES>(smem_pipe_read);
                 }
                 let (cur, nxt) = ((ks % 2) as usize, ((ks + 1) % 2) as usize);
                 if ks + 1 < k_steps || k_tile + 1 < num_k_tiles {
                     let ks_next = if ks + 1 == k_steps { 0 } else { ks + 1 };
+                    let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
                     let (a_next, b_next) = (&mut a_frag[nxt], &mut b_frag[nxt]);
-                    load_frags(smem_pipe_read, ks_next, a_next, b_next);
+                    unsafe { load_fragments(s_a_read, s_b_read, ks_next, warp, a_next, b_next) };
                 }
                 if ks == 0 {
                     // Slot smem_pipe_write held tile k_tile - 1, whose reads all finished before the last barrier.
                     if k_tile_next < num_k_tiles {
-                        load_k_tile(k_tile_next, smem_pipe_write);
+                        let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
+                        unsafe { load_k_tile(&g, k_tile_next, s_a_write, s_b_write, tid, threads) };
                     }
                     ptx::cp_async_commit();
-                    smem_pipe_write = next_slot(smem_pipe_write);
+                    smem_pipe_write = next_stage::<STAGES>(smem_pipe_write);
                     k_tile_next += 1;
                 }
-                mma_all(&mut acc, &a_frag[cur], &b_frag[cur]);
+                mma_warp_tile(&mut acc, &a_frag[cur], &b_frag[cur]);
             }
             k_tile += 1;
         }
@@ -258,15 +392,18 @@ unsafe fn bsr_spmm<
             ptx::bar_sync();
             let k_tile_next = k_tile + STAGES - 1;
             if k_tile_next < num_k_tiles {
-                load_k_tile(k_tile_next, k_tile_next % STAGES);
+                let smem_pipe_write = k_tile_next % STAGES;
+                let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
+                unsafe { load_k_tile(&g, k_tile_next, s_a_write, s_b_write, tid, threads) };
             }
             ptx::cp_async_commit();
             let smem_pipe_read = k_tile % STAGES;
+            let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
             for ks in 0..k_steps {
-                let mut a_frag = [[0u32; 4]; MI];
-                let mut b_frag = [[0u32; 2]; NI];
-                load_frags(smem_pipe_read, ks, &mut a_frag, &mut b_frag);
-                mma_all(&mut acc, &a_frag, &b_frag);
+                let mut a_frag: FragA<MI> = [[0; 4]; MI]; // (MI, 4)
+                let mut b_frag: FragB<NI> = [[0; 2]; NI]; // (NI, 2)
+                unsafe { load_fragments(s_a_read, s_b_read, ks, warp, &mut a_frag, &mut b_frag) };
+                mma_warp_tile(&mut acc, &a_frag, &b_frag);
             }
             k_tile += 1;
         }
@@ -274,55 +411,26 @@ unsafe fn bsr_spmm<
     ptx::cp_async_wait::<0>();
 
     // EPILOGUE: C = alpha * acc + beta * C (C not read when beta == 0), columns >= n skipped.
-    let row_base = block_row * BS + wm * wm_rows;
-    let col_base = n0 + wn * wn_cols + 2 * (lane % 4);
-    for (mi, acc_m) in acc.iter().enumerate() {
-        for (ni, acc_mn) in acc_m.iter().enumerate() {
-            let col = col_base + ni as u32 * 8;
-            if col < n {
-                let two = col + 1 < n;
-                for half in 0..2 {
-                    let row = row_base + mi as u32 * 16 + lane / 4 + 8 * half as u32;
-                    let p = unsafe { c.add(row as usize * ldc as usize + col as usize) };
-                    let mut v0 = alpha * acc_mn[2 * half];
-                    let mut v1 = alpha * acc_mn[2 * half + 1];
-                    if beta != 0.0 {
-                        let (o0, o1) = unsafe { O::load_pair(p, two) };
-                        v0 += beta * o0;
-                        v1 += beta * o1;
-                    }
-                    unsafe { O::store_pair(p, v0, v1, two) };
-                }
-            }
-        }
-    }
+    let epi = Epilogue { c: p.c as *mut O, ldc, n, alpha, beta };
+    unsafe { store_epilogue(&epi, &acc, block_row * BS, n0, warp) };
 }
 
-/// Defines the `extern "ptx-kernel"` entry point for one configuration and output type.
+/// Defines the `extern "ptx-kernel"` entry point `$name` from its `layout::VARIANTS` entry (which must exist and
+/// have the output type `$out`): the configuration comes from the table, never from here.
 macro_rules! bsr_kernel {
-    ($name:ident, $cfg:expr, $out:ty) => {
+    ($name:ident, $out:ty, $out_type:pat) => {
         /// BSR SpMM entry point; see the module docs.
         ///
         /// # Safety
-        /// Launched by the host's typed launcher, which checks the module's preconditions.
+        /// Launched by the host's typed launcher, which checks the preconditions of [`BsrSpmmParams`].
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            a_values: *const u16,
-            row_ptr: *const u32,
-            col_idx: *const u32,
-            row_order: *const u32,
-            b: *const u16,
-            ldb: u32,
-            c: *mut $out,
-            ldc: u32,
-            n: u32,
-            block_rows: u32,
-            group_rows: u32,
-            alpha: f32,
-            beta: f32,
-        ) {
-            const CFG: KernelConfig = $cfg;
+        pub unsafe extern "ptx-kernel" fn $name(params: BsrSpmmParams) {
+            const VARIANT: crate::layout::Variant = crate::layout::variant(stringify!($name));
+            const CFG: KernelConfig = VARIANT.config;
+            const {
+                CFG.assert_valid();
+                assert!(matches!(VARIANT.out, $out_type), "the entry point's output type differs from its variant's");
+            }
             // SAFETY: forwarded preconditions.
             unsafe {
                 bsr_spmm::<
@@ -336,65 +444,66 @@ macro_rules! bsr_kernel {
                     { CFG.stages },
                     { CFG.frag_db },
                     $out,
-                >(a_values, row_ptr, col_idx, row_order, b, ldb, c, ldc, n, block_rows, group_rows, alpha, beta)
+                >(&params)
             }
         }
     };
 }
 
-/// The product kernels: one per block size (the configuration `layout::CONFIGS` gives it) and output type.
+/// The product kernels: one per block size and output type (`layout::Module::Product`).
 #[cfg(not(feature = "tune-kernels"))]
 mod product {
     use super::*;
-    use crate::layout::config_for;
+    use crate::layout::OutType;
 
-    /// The configuration for `bs`; a missing one is a compile-time error.
-    const fn cfg(bs: u32) -> KernelConfig {
-        match config_for(bs) {
-            Some(c) => c,
-            None => panic!("no kernel configuration for this block size"),
-        }
-    }
-
-    bsr_kernel!(sparsek_bsr_bs16_f32, cfg(16), f32);
-    bsr_kernel!(sparsek_bsr_bs32_f32, cfg(32), f32);
-    bsr_kernel!(sparsek_bsr_bs64_f32, cfg(64), f32);
-    bsr_kernel!(sparsek_bsr_bs128_f32, cfg(128), f32);
-    bsr_kernel!(sparsek_bsr_bs16_f16, cfg(16), u16);
-    bsr_kernel!(sparsek_bsr_bs32_f16, cfg(32), u16);
-    bsr_kernel!(sparsek_bsr_bs64_f16, cfg(64), u16);
-    bsr_kernel!(sparsek_bsr_bs128_f16, cfg(128), u16);
+    bsr_kernel!(sparsek_bsr_bs16_f32, f32, OutType::F32);
+    bsr_kernel!(sparsek_bsr_bs32_f32, f32, OutType::F32);
+    bsr_kernel!(sparsek_bsr_bs64_f32, f32, OutType::F32);
+    bsr_kernel!(sparsek_bsr_bs128_f32, f32, OutType::F32);
+    bsr_kernel!(sparsek_bsr_bs16_f16, u16, OutType::F16);
+    bsr_kernel!(sparsek_bsr_bs32_f16, u16, OutType::F16);
+    bsr_kernel!(sparsek_bsr_bs64_f16, u16, OutType::F16);
+    bsr_kernel!(sparsek_bsr_bs128_f16, u16, OutType::F16);
 }
 
-/// The tuning module: `sparsek_tune_<i>` runs `layout::TUNE_CONFIGS[i]` with f32 output.
+/// The tuning module (`layout::Module::Tuning`): `sparsek_tune_<i>` runs `layout::TUNE_CONFIGS[i]`, f32 output.
 #[cfg(feature = "tune-kernels")]
 mod tune {
     use super::*;
-    use crate::layout::TUNE_CONFIGS;
+    use crate::layout::{Module, OutType, VARIANTS};
 
     macro_rules! tune_kernels {
-        ($($name:ident = $i:literal),* $(,)?) => {
-            $(bsr_kernel!($name, TUNE_CONFIGS[$i], f32);)*
-            const _: () = assert!(TUNE_CONFIGS.len() == [$($i),*].len(), "one entry point per TUNE_CONFIGS entry");
+        ($($name:ident),* $(,)?) => {
+            $(bsr_kernel!($name, f32, OutType::F32);)*
+            const _: () = {
+                let mut tuning = 0;
+                let mut i = 0;
+                while i < VARIANTS.len() {
+                    if matches!(VARIANTS[i].module, Module::Tuning) {
+                        tuning += 1;
+                    }
+                    i += 1;
+                }
+                assert!(tuning == [$(stringify!($name)),*].len(), "one entry point per tuning variant");
+            };
         };
     }
 
     tune_kernels!(
-        sparsek_tune_0 = 0,
-        sparsek_tune_1 = 1,
-        sparsek_tune_2 = 2,
-        sparsek_tune_3 = 3,
-        sparsek_tune_4 = 4,
-        sparsek_tune_5 = 5,
-        sparsek_tune_6 = 6,
-        sparsek_tune_7 = 7,
-        sparsek_tune_8 = 8,
-        sparsek_tune_9 = 9,
-        sparsek_tune_10 = 10,
-        sparsek_tune_11 = 11,
-        sparsek_tune_12 = 12,
-        sparsek_tune_13 = 13,
-        sparsek_tune_14 = 14,
-        sparsek_tune_15 = 15,
+        sparsek_tune_0,
+        sparsek_tune_1,
+        sparsek_tune_2,
+        sparsek_tune_3,
+        sparsek_tune_4,
+        sparsek_tune_5,
+        sparsek_tune_6,
+        sparsek_tune_7,
+        sparsek_tune_8,
+        sparsek_tune_9,
+        sparsek_tune_10,
+        sparsek_tune_11,
+        sparsek_tune_12,
+        sparsek_tune_13,
+        sparsek_tune_14,
     );
 }

@@ -1,8 +1,9 @@
 //! sparsek's GPU kernels, written in Rust and compiled to PTX (see ARCHITECTURE.md).
 //!
 //! Invariants: nothing here allocates or panics (no slice indexing with run-time indices, no `core::fmt`);
-//! every PTX instruction is used through one wrapper in [`ptx`]; index math lives in [`layout`], plain functions
-//! that the host tests call too.
+//! every PTX instruction is used through one wrapper in [`ptx`]; shared-memory tiles own their swizzle ([`tile`]);
+//! index math, configurations, the parameter structs and the variant table live in the shared `sparsek-layout`
+//! crate ([`layout`]), which the host uses too.
 #![no_std]
 #![feature(
     abi_ptx,
@@ -15,8 +16,9 @@
 #![allow(internal_features)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod layout;
+pub use sparsek_layout as layout;
 pub mod ptx;
+pub mod tile;
 
 #[cfg(not(feature = "test-kernels"))]
 mod bsr;

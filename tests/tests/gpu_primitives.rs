@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
 use sparsek::f16;
-use sparsek::gpu::layout::{mma_a_element, mma_b_element, mma_c_element};
+use sparsek_layout::{mma_a_element, mma_b_element, mma_c_element};
 use sparsek_tests::gpu;
 
 const PTX: &str = include_str!("../ptx/primitives_sm80.ptx");
@@ -154,7 +154,7 @@ fn mma_m16n8k16_bit_exact() {
     }
 }
 
-/// The host-side fragment maps (layout.rs, used by kernels and tests) are bijections onto their tiles.
+/// The host-side fragment maps (the sparsek-layout crate, used by kernels and tests) are bijections onto their tiles.
 #[test]
 fn fragment_maps_are_bijections() {
     let mut a = [[false; 16]; 16];

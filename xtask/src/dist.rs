@@ -1,5 +1,5 @@
-//! gpu-dist: package what a GPU machine without Rust needs into dist/ (git-ignored): the CLI, the kernel tuner,
-//! the GPU test binaries (release builds; the PTX is embedded in them) and run-gpu-tests.sh.
+//! gpu-dist: package what a GPU machine without Rust needs into dist/ (git-ignored): the CLI (`sparsek info | run |
+//! bench | tune`), the GPU test binaries (release builds; the PTX is embedded in them) and run-gpu-tests.sh.
 
 use std::path::Path;
 use std::process::Command;
@@ -20,18 +20,8 @@ pub fn gpu_dist(args: &[String]) -> Result<(), String> {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("gpu-dist: building the CLI (release)");
-    run(Command::new(&cargo).current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "sparsek",
-        "-p",
-        "sparsek-tests",
-        "--bins",
-    ]))?;
-    for bin in ["sparsek", "tune"] {
-        copy(&root.join("target/release").join(bin), &dist.join("bin").join(bin))?;
-    }
+    run(Command::new(&cargo).current_dir(&root).args(["build", "--release", "-p", "sparsek-cli", "--bins"]))?;
+    copy(&root.join("target/release/sparsek"), &dist.join("bin/sparsek"))?;
 
     eprintln!("gpu-dist: building the GPU test binaries (release)");
     let json = output(Command::new(&cargo).current_dir(&root).args([

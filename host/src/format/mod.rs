@@ -13,6 +13,7 @@
 use std::fmt;
 use std::ops::Range;
 
+pub use crate::error::BsrError;
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;
 use crate::scalar::Scalar;
@@ -29,188 +30,6 @@ pub use synth::{Pattern, generate, generate_int, structure};
 
 /// The block sizes the kernels are built for.
 pub const SUPPORTED_BLOCK_SIZES: [usize; 4] = [16, 32, 64, 128];
-
-/// Why a BSR description (or the input of a conversion) was rejected. Each variant names the first offending
-/// index and carries the numbers. [`Bsr::try_new`] checks in the order of the variants below, up to
-/// `ValuesLength`; the remaining variants come from the conversions (COO, CSR).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum BsrError {
-    /// The block size is not one of [`SUPPORTED_BLOCK_SIZES`].
-    #[error("block size {bs} is not supported (supported: 16, 32, 64, 128)")]
-    UnsupportedBlockSize {
-        /// The rejected block size.
-        bs: usize,
-    },
-
-    /// A dimension is not a multiple of the block size.
-    #[error("{dim} = {value} is not a multiple of the block size {bs}")]
-    NotMultiple {
-        /// "rows" or "cols".
-        dim: &'static str,
-        /// The dimension.
-        value: usize,
-        /// The block size.
-        bs: usize,
-    },
-
-    /// A count or an index does not fit the 32-bit index arrays (or the values would overflow memory sizes).
-    #[error("{what} = {value} exceeds the limit {limit}")]
-    TooLarge {
-        /// "nnzb", "block rows", "block columns" or "values".
-        what: &'static str,
-        /// The offending count.
-        value: usize,
-        /// The largest allowed count.
-        limit: usize,
-    },
-
-    /// `row_ptr` does not have `rows / bs + 1` entries.
-    #[error("row_ptr has {got} entries, expected block_rows + 1 = {expected}")]
-    RowPtrLength {
-        /// `rows / bs + 1`.
-        expected: usize,
-        /// `row_ptr.len()`.
-        got: usize,
-    },
-
-    /// `row_ptr[0]` is not 0.
-    #[error("row_ptr[0] = {got}, expected 0")]
-    RowPtrStart {
-        /// `row_ptr[0]`.
-        got: u32,
-    },
-
-    /// `row_ptr[block_row + 1] < row_ptr[block_row]`.
-    #[error(
-        "row_ptr decreases at block row {block_row}: row_ptr[{block_row}] = {prev} > row_ptr[{block_row}+1] = {next}"
-    )]
-    RowPtrDecreasing {
-        /// The block row whose end lies before its start.
-        block_row: usize,
-        /// `row_ptr[block_row]`.
-        prev: u32,
-        /// `row_ptr[block_row + 1]`.
-        next: u32,
-    },
-
-    /// The last `row_ptr` entry is not `col_idx.len()` (nnzb).
-    #[error("row_ptr ends at {got}, but col_idx has {expected} entries")]
-    RowPtrEnd {
-        /// `col_idx.len()`.
-        expected: usize,
-        /// The last entry of `row_ptr`.
-        got: u32,
-    },
-
-    /// A block-column index is `>= cols / bs`.
-    #[error(
-        "col_idx[{pos}] = {col} (block row {block_row}) is out of range: the matrix has {block_cols} block columns"
-    )]
-    ColIdxOutOfRange {
-        /// The block row holding the index.
-        block_row: usize,
-        /// Position in `col_idx`.
-        pos: usize,
-        /// The offending block-column index.
-        col: u32,
-        /// `cols / bs`.
-        block_cols: usize,
-    },
-
-    /// Block-column indices decrease within a block row.
-    #[error("col_idx is not sorted in block row {block_row}: col_idx[{pos}] = {col} follows {prev}")]
-    ColIdxUnsorted {
-        /// The block row.
-        block_row: usize,
-        /// Position in `col_idx` of the index smaller than its predecessor.
-        pos: usize,
-        /// `col_idx[pos - 1]`.
-        prev: u32,
-        /// `col_idx[pos]`.
-        col: u32,
-    },
-
-    /// A block-column index appears twice within a block row.
-    #[error("duplicate block in block row {block_row}: col_idx[{pos}] = {col} repeats the previous index")]
-    ColIdxDuplicate {
-        /// The block row.
-        block_row: usize,
-        /// Position in `col_idx` of the repeated index.
-        pos: usize,
-        /// The repeated block-column index.
-        col: u32,
-    },
-
-    /// `values` does not hold `nnzb * bs * bs` elements.
-    #[error("values has {got} elements, expected nnzb * bs * bs = {expected}")]
-    ValuesLength {
-        /// `nnzb * bs * bs`.
-        expected: usize,
-        /// `values.len()`.
-        got: usize,
-    },
-
-    /// A COO or CSR entry lies outside the matrix.
-    #[error("entry {index} at ({row}, {col}) lies outside the {rows}x{cols} matrix")]
-    EntryOutOfRange {
-        /// Position of the entry in the input (COO list or CSR data).
-        index: usize,
-        /// Its row.
-        row: usize,
-        /// Its column.
-        col: usize,
-        /// The matrix rows.
-        rows: usize,
-        /// The matrix columns.
-        cols: usize,
-    },
-
-    /// A CSR `indptr` does not have `rows + 1` entries.
-    #[error("CSR indptr has {got} entries, expected rows + 1 = {expected}")]
-    CsrIndptrLength {
-        /// `rows + 1`.
-        expected: usize,
-        /// `indptr.len()`.
-        got: usize,
-    },
-
-    /// A CSR `indptr` does not start at 0.
-    #[error("CSR indptr[0] = {got}, expected 0")]
-    CsrIndptrStart {
-        /// `indptr[0]`.
-        got: usize,
-    },
-
-    /// A CSR `indptr` decreases.
-    #[error("CSR indptr decreases at row {row}: indptr[{row}] = {prev} > indptr[{row}+1] = {next}")]
-    CsrIndptrDecreasing {
-        /// The row whose end lies before its start.
-        row: usize,
-        /// `indptr[row]`.
-        prev: usize,
-        /// `indptr[row + 1]`.
-        next: usize,
-    },
-
-    /// The last CSR `indptr` entry is not the number of stored entries.
-    #[error("CSR indptr ends at {got}, but indices has {expected} entries")]
-    CsrIndptrEnd {
-        /// `indices.len()`.
-        expected: usize,
-        /// The last entry of `indptr`.
-        got: usize,
-    },
-
-    /// CSR `data` and `indices` differ in length.
-    #[error("CSR data has {got} entries, but indices has {expected}")]
-    CsrDataLength {
-        /// `indices.len()`.
-        expected: usize,
-        /// `data.len()`.
-        got: usize,
-    },
-}
 
 /// Checks the block size, that `rows` and `cols` are multiples of it, and that block rows and columns fit u32.
 fn check_shape(rows: usize, cols: usize, bs: usize) -> Result<(), BsrError> {
@@ -321,6 +140,12 @@ impl<'a, T: Scalar> BlockView<'a, T> {
 }
 
 impl<T> Bsr<T> {
+    /// Floating-point operations of `A @ B` with `n` columns counted as a dense product of the stored blocks:
+    /// `2 * nnzb * bs^2 * n` (the "effective" count used for TFLOPS everywhere in sparsek).
+    pub fn flops(&self, n: usize) -> f64 {
+        2.0 * self.nnzb() as f64 * (self.bs * self.bs) as f64 * n as f64
+    }
+
     /// Number of rows.
     pub fn rows(&self) -> usize {
         self.rows

@@ -7,6 +7,7 @@ use super::Bsr;
 use crate::error::Result;
 use crate::scalar::Scalar;
 
+#[cfg_attr(docsrs, doc(cfg(feature = "sprs")))]
 impl<T: Scalar> Bsr<T> {
     /// Blockifies a CSR or CSC `CsMat` with blocks of size `bs` (dimensions must be multiples of `bs`): the
     /// stored blocks are those holding at least one stored entry, explicit zeros included.

@@ -2,10 +2,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, DeviceRepr, ValidAsZeroBits};
 use half::f16;
 
-use super::{Gpu, alloc_err, cuda};
+use sparsek_layout::OutType;
+
+use super::Gpu;
+use super::driver::{alloc_err, cuda};
 use crate::error::{Error, Result};
 use crate::format::Bsr;
 use crate::matrix::Matrix;
@@ -22,14 +25,14 @@ impl DeviceElement for f32 {}
 
 /// An element type the SpMM kernels can write (C's type).
 pub trait OutputElement: DeviceElement {
-    /// Suffix of the kernel entry point for this output type.
-    const KERNEL_SUFFIX: &'static str;
+    /// The kernels' name for it (the registry key).
+    const OUT_TYPE: OutType;
 }
 impl OutputElement for f32 {
-    const KERNEL_SUFFIX: &'static str = "f32";
+    const OUT_TYPE: OutType = OutType::F32;
 }
 impl OutputElement for f16 {
-    const KERNEL_SUFFIX: &'static str = "f16";
+    const OUT_TYPE: OutType = OutType::F16;
 }
 
 /// A dense `rows x cols` row-major matrix in device memory with leading dimension `ld` (a multiple of 16 bytes).
@@ -72,8 +75,14 @@ impl<T: DeviceElement> DeviceMatrix<T> {
     pub fn as_slice(&self) -> &CudaSlice<T> {
         &self.data
     }
-    /// The device buffer, mutable.
-    pub fn as_mut_slice(&mut self) -> &mut CudaSlice<T> {
+    /// A mutable view of the whole buffer (`rows * ld` elements), for writing it with other CUDA code (cuBLAS,
+    /// a memset). A view cannot replace or shrink the buffer, so the matrix's shape stays true.
+    pub fn as_view_mut(&mut self) -> CudaViewMut<'_, T> {
+        self.data.as_view_mut()
+    }
+    /// The device buffer, mutable. Crate-private: handing out `&mut CudaSlice` would let a caller replace the
+    /// buffer with a smaller one behind the matrix's shape, which the launchers trust.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut CudaSlice<T> {
         &mut self.data
     }
 

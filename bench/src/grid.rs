@@ -3,19 +3,21 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::error::{Error, Result};
-use crate::format::Pattern;
+use sparsek::error::{Error, Result};
+use sparsek::format::{Bsr, Pattern, generate};
+use sparsek::{Matrix, f16};
 
 /// Where a case's A comes from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Source {
-    /// Generated with [`crate::format::generate`].
+    /// Generated with [`sparsek::format::generate`].
     Synthetic(Pattern),
     /// Read from a Matrix Market file (blockified with the case's block size, padded to multiples of it).
     File(PathBuf),
 }
 
-/// One benchmarked product `C (M x N) = A (M x K, BSR) @ B (K x N)`.
+/// One product `C (M x N) = A (M x K, BSR) @ B (K x N)`: the problem spec shared by `sparsek run`, the
+/// benchmark and the tests. [`Case::operands`] builds its A and B.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Case {
     /// Rows of A and C (for a file: filled in once it is read).
@@ -49,6 +51,23 @@ impl Case {
                 )
             }
         }
+    }
+
+    /// Builds A (generated from `seed`, or read from the file, which fills in `m`, `k` and `density`) and a
+    /// random f16 B of `k x n` (from `seed`). Progress for a file goes to stderr.
+    pub fn operands(&mut self, seed: u64) -> Result<(Bsr<f16>, Matrix<f16>)> {
+        let a: Bsr<f16> = match &self.source {
+            Source::Synthetic(p) => generate(*p, self.m, self.k, self.bs, self.density, seed)?,
+            Source::File(path) => {
+                eprintln!("loading {} (block size {})", path.display(), self.bs);
+                let a = Bsr::from_matrix_market(path, self.bs)?;
+                self.density = a.density();
+                a
+            }
+        };
+        (self.m, self.k) = (a.rows(), a.cols());
+        let b = Matrix::<f16>::random(self.k, self.n, seed ^ 0xB);
+        Ok((a, b))
     }
 
     /// A seed for A and B derived from the case's parameters and `seed`, so a case measured alone (`--case`)

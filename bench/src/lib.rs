@@ -12,10 +12,18 @@
 //!   and rotated per launch;
 //! - the SM clock is read with nvidia-smi right after each case's timed loop.
 //!
-//! Results: `latest.json` (one record per case and a header), a Markdown table (stdout, and between markers in
-//! `BENCHMARKS.md`), and `speedup.png`. The writers ([`json`], [`report`], [`png`], [`plot`]), the grid
-//! ([`grid`]) and the run facts ([`env`]) need no GPU and are unit-tested.
+//! Every contender's output goes through the library's one verification path ([`sparsek::check::Expected`]:
+//! sampled oracle rows, the tolerance of the output's precision, the comparison), and every timing through
+//! its one timer ([`sparsek::gpu::timing::EventTimer`]); the problem is a [`Case`], whose [`Case::operands`]
+//! builds A and B as `sparsek run` does.
+//!
+//! Results: `latest.json` (one record per case and a header; serde, read back by [`read_results`]), a
+//! Markdown table (stdout, and between markers in `BENCHMARKS.md`), and `speedup.png`. [`compare()`] sets a
+//! run against an earlier one (`sparsek bench --compare OLD.json`): the perf-regression gate. The writers and
+//! the reader ([`json`], [`report`], [`png`], [`plot`]), the comparison ([`mod@compare`]), the grid ([`grid`]) and
+//! the run facts ([`mod@env`]) need no GPU and are unit-tested.
 
+pub mod compare;
 mod cublas;
 mod cusparse;
 pub mod env;
@@ -25,17 +33,20 @@ pub mod plot;
 pub mod png;
 pub mod report;
 mod runner;
+pub mod tune;
 
 use std::path::{Path, PathBuf};
 
-use cudarc::driver::{CudaSlice, DevicePtrMut};
+use cudarc::driver::{CudaViewMut, DevicePtrMut};
 
+pub use compare::{Comparison, compare};
 pub use cusparse::Kind as CusparseKind;
 pub use grid::{Case, Source, default_grid, parse_case, quick_grid};
-pub use report::{Header, Record};
+pub use json::read_results;
+pub use report::{Header, Record, Results};
 
-use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use sparsek::error::{Error, Result};
+use sparsek::gpu::Gpu;
 
 /// Which cuSPARSE entry point to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +100,8 @@ pub struct Config {
 /// What a run found.
 #[derive(Debug)]
 pub struct Summary {
+    /// Facts about the run (as written in `latest.json`).
+    pub header: Header,
     /// One record per case.
     pub records: Vec<Record>,
     /// Every case ran and sparsek's output passed every check.
@@ -117,7 +130,7 @@ pub(crate) fn catch<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> 
 /// Fills a device buffer with the byte 0x7B: 1.3e36 as f32, 61280 as f16 — finite (so a library that reads C
 /// despite beta == 0 still gets 0 * C = 0) but far outside any checked value, so elements left unwritten fail
 /// the check.
-pub(crate) fn poison<T>(gpu: &Gpu, s: &mut CudaSlice<T>) -> std::result::Result<(), String> {
+pub(crate) fn poison<T>(gpu: &Gpu, mut s: CudaViewMut<'_, T>) -> std::result::Result<(), String> {
     let bytes = s.len() * std::mem::size_of::<T>();
     let stream = gpu.stream();
     let (ptr, _guard) = s.device_ptr_mut(stream);
@@ -185,10 +198,10 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
         eprintln!("[{}/{}] {}", i + 1, cfg.cases.len(), progress_line(&rec));
         records.push(rec);
         // Written after every case, so an interrupted run leaves its results behind ("complete": false).
-        write(&json_path, report::to_json(&header, &records, i + 1 == cfg.cases.len()).as_bytes())?;
+        write(&json_path, json::to_json(&header, &records, i + 1 == cfg.cases.len()).as_bytes())?;
     }
     if cfg.cases.is_empty() {
-        write(&json_path, report::to_json(&header, &records, true).as_bytes())?;
+        write(&json_path, json::to_json(&header, &records, true).as_bytes())?;
     }
     drop(libs);
 
@@ -232,7 +245,7 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
             eprintln!("FAILED {}: {}", r.case, why.unwrap_or_default());
         }
     }
-    Ok(Summary { records, all_sparsek_passed })
+    Ok(Summary { header, records, all_sparsek_passed })
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> Error {

@@ -1,15 +1,18 @@
-//! The typed, validated launcher of the BSR SpMM kernels.
+//! The typed, validated launcher of the BSR SpMM kernels ([`Op::BsrSpmm`]).
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use half::f16;
+use sparsek_layout::{BsrSpmmParams, Op};
 
-use super::buffers::{DeviceBsr, DeviceMatrix, OutputElement};
-use super::{Gpu, Kernel, KernelVariant, cuda};
+use super::SpmmArg;
 use crate::Epilogue;
-use crate::error::{Error, Result};
-use crate::format::BsrError;
+use crate::error::{BsrError, Error, Result};
+use crate::gpu::Gpu;
+use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, OutputElement};
+use crate::gpu::driver::cuda;
+use crate::gpu::registry::Kernel;
 
 impl Gpu {
     /// `C = alpha * (A @ B) + beta * C` on the GPU's default stream, f16 inputs, f32 accumulation, C in f32 or
@@ -55,19 +58,22 @@ impl Gpu {
                 reason: "A, B, C and the stream must all belong to this Gpu's context".into(),
             });
         }
-        let kernel = self
-            .kernel(a.bs as u32, TC::KERNEL_SUFFIX)
+        let kernel = u32::try_from(a.bs)
+            .ok()
+            .and_then(|bs| self.kernel(Op::BsrSpmm, bs, TC::OUT_TYPE))
             .ok_or(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs: a.bs }))?;
         self.launch_spmm(stream, kernel, a, b, c, ep, None)
     }
 
-    /// [`Gpu::spmm`] with a kernel variant loaded by [`Gpu::load_variants`] (tuning and experiments), on the
-    /// default stream. The variant must be built for A's block size and for `TC`. `group_rows` overrides the
-    /// rasterization group (block rows per group; `Some(u32::MAX)` is plain row-fastest order); `None` lets the
-    /// launcher choose, as [`Gpu::spmm`] does.
+    /// [`Gpu::spmm`] with a kernel of the tuning module ([`Gpu::tuning_variants`]) on the default stream. The
+    /// variant must be built for A's block size and for `TC`. `group_rows` overrides the rasterization group
+    /// (block rows per group; `Some(u32::MAX)` is plain row-fastest order); `None` lets the launcher choose, as
+    /// [`Gpu::spmm`] does.
+    #[cfg(feature = "tuning")]
+    #[doc(hidden)]
     pub fn spmm_variant<TC: OutputElement>(
         &self,
-        variant: &KernelVariant,
+        variant: &crate::gpu::KernelVariant,
         a: &DeviceBsr,
         b: &DeviceMatrix<f16>,
         c: &mut DeviceMatrix<TC>,
@@ -75,18 +81,23 @@ impl Gpu {
         group_rows: Option<u32>,
     ) -> Result<()> {
         let k = &variant.0;
-        if k.config.bs as usize != a.bs || k.out != TC::KERNEL_SUFFIX {
+        let v = k.variant;
+        if v.bs as usize != a.bs || v.out != TC::OUT_TYPE {
             return Err(Error::InvalidArgument {
                 name: "variant",
                 reason: format!(
                     "{} is for bs {} and {} output; A has bs {}, C is {}",
-                    k.name,
-                    k.config.bs,
-                    k.out,
+                    v.name,
+                    v.bs,
+                    v.out.name(),
                     a.bs,
-                    TC::KERNEL_SUFFIX
+                    TC::OUT_TYPE.name()
                 ),
             });
+        }
+        let (m, n) = (a.rows(), b.cols());
+        if b.rows() != a.cols() || c.rows() != m || c.cols() != n {
+            return Err(Error::ShapeMismatch { a: (m, a.cols()), b: (b.rows(), n), c: (c.rows(), c.cols()) });
         }
         let stream = self.stream().clone();
         self.launch_spmm(&stream, k, a, b, c, ep, group_rows)
@@ -105,7 +116,7 @@ impl Gpu {
         group_rows: Option<u32>,
     ) -> Result<()> {
         let (m, k, n) = (a.rows(), a.cols(), b.cols());
-        let cfg = kernel.config;
+        let cfg = kernel.config();
         if m == 0 || n == 0 {
             return Ok(());
         }
@@ -144,28 +155,39 @@ impl Gpu {
             block_dim: (cfg.threads(), 1, 1),
             shared_mem_bytes: cfg.smem_bytes(),
         };
-        let (alpha, beta) = (ep.alpha, ep.beta);
+        // The device addresses; each guard records the launch on its buffer's event when dropped (after the
+        // launch), so cudarc's cross-stream synchronisation sees the kernel's reads and writes.
+        let (a_values, _g0) = a.values.device_ptr(stream);
+        let (row_ptr, _g1) = a.row_ptr.device_ptr(stream);
+        let (col_idx, _g2) = a.col_idx.device_ptr(stream);
+        let (row_order, _g3) = a.row_order.device_ptr(stream);
+        let (b_ptr, _g4) = b.as_slice().device_ptr(stream);
+        let (c_ptr, _g5) = c.as_mut_slice().device_ptr_mut(stream);
+        let params = SpmmArg(BsrSpmmParams {
+            a_values,
+            row_ptr,
+            col_idx,
+            row_order,
+            b: b_ptr,
+            c: c_ptr,
+            ldb,
+            ldc,
+            n: n32,
+            block_rows,
+            group_rows,
+            alpha: ep.alpha,
+            beta: ep.beta,
+            _pad: 0,
+        });
         let mut builder = stream.launch_builder(&kernel.func);
-        builder
-            .arg(&a.values)
-            .arg(&a.row_ptr)
-            .arg(&a.col_idx)
-            .arg(&a.row_order)
-            .arg(b.as_slice())
-            .arg(&ldb)
-            .arg(c.as_mut_slice())
-            .arg(&ldc)
-            .arg(&n32)
-            .arg(&block_rows)
-            .arg(&group_rows)
-            .arg(&alpha)
-            .arg(&beta);
-        // SAFETY: the argument list matches the kernel's signature (kernels-gpu/src/bsr.rs: the pointers and
-        // scalars in this order); A's structure was validated by Bsr::try_new and uploaded whole (row_ptr has
-        // block_rows + 1 entries, col_idx < K / bs, values nnzb * bs^2, row_order a permutation of the block
-        // rows); B holds K rows of ldb >= N elements and C holds M rows of ldc >= N elements (checked above and
-        // by DeviceMatrix); rows are 16-byte aligned (DeviceMatrix); grid, block and shared memory follow the
-        // kernel's KernelConfig, whose dynamic shared memory limit was raised at load.
+        builder.arg(&params);
+        // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/bsr.rs), and its preconditions
+        // hold: A's structure was validated by Bsr::try_new and uploaded whole (row_ptr has block_rows + 1
+        // entries, col_idx < K / bs, values nnzb * bs^2, row_order a permutation of the block rows); B holds K
+        // rows of ldb >= N elements and C holds M rows of ldc >= N elements (checked above and by DeviceMatrix,
+        // whose buffer cannot be replaced from outside the crate); rows are 16-byte aligned (DeviceMatrix); all
+        // buffers belong to this context (checked by the callers); grid, block and shared memory follow the
+        // variant's KernelConfig, checked and given its dynamic shared memory limit when the module was loaded.
         unsafe { builder.launch(launch) }.map_err(cuda("cuLaunchKernel (sparsek_bsr)"))?;
         Ok(())
     }

@@ -1,23 +1,22 @@
-//! One case on the GPU: build the operands, set up every contender with its rotated input sets, check each
-//! contender's output against the oracle, then time them interleaved launch by launch.
+//! One case on the GPU: build the operands ([`Case::operands`]) and the oracle's sampled rows
+//! ([`Expected`]), set up every contender with its rotated input sets, check each contender's output (C
+//! poisoned first) with the library's verification path, then time them interleaved launch by launch
+//! ([`EventTimer`]).
 
-use cudarc::driver::CudaEvent;
-use cudarc::driver::sys::CUevent_flags;
 use half::f16;
 
 use super::cublas::{self, Cublas};
 use super::cusparse::{self, Cusparse, HostC, HostOperands};
-use super::grid::{Case, Source};
+use super::grid::Case;
 use super::report::{Check, Outcome, Record, Timing};
 use super::{Config, CusparseChoice, env, poison, rotation_sets};
-use crate::Epilogue;
-use crate::check::{Tolerance, compare_rows};
-use crate::error::Result;
-use crate::format::{Bsr, generate};
-use crate::gpu::{DeviceBsr, DeviceMatrix, Gpu};
-use crate::matrix::Matrix;
-use crate::rng::Rng;
-use crate::scalar::Scalar;
+use sparsek::Epilogue;
+use sparsek::check::{Expected, RowSample, Tolerance, max_abs};
+use sparsek::error::Result;
+use sparsek::format::Bsr;
+use sparsek::gpu::timing::EventTimer;
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
+use sparsek::matrix::Matrix;
 
 /// The baseline libraries, loaded once per run (or why they could not be).
 pub struct Libs {
@@ -58,7 +57,7 @@ impl Contender for CublasSets<'_> {
     fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
         let (a, b, c) = &mut self.sets[set];
         let (lda, ldb, ldc) = (a.ld(), b.ld(), c.ld());
-        self.lib.gemm(gpu, self.shape, a.as_slice(), lda, b.as_slice(), ldb, c.as_mut_slice(), ldc)
+        self.lib.gemm(gpu, self.shape, a.as_slice(), lda, b.as_slice(), ldb, &mut c.as_view_mut(), ldc)
     }
     fn sets(&self) -> usize {
         self.sets.len()
@@ -83,9 +82,19 @@ impl Contender for CusparseSets<'_> {
 struct Inputs {
     a: Bsr<f16>,
     b: Matrix<f16>,
-    /// Sampled rows of C and their f64 oracle values, in the same order.
-    rows: Vec<usize>,
-    expected: Vec<(usize, Vec<f64>)>,
+    /// The oracle's sampled rows of C, with the tolerance of sparsek's f32 output.
+    expected: Expected,
+    /// `max |B|`, for the tolerances of the other outputs.
+    max_b: f64,
+}
+
+impl Inputs {
+    /// The expectation under the tolerance of an f32-accumulated product over dot products of `k_eff` terms
+    /// whose output is f16 (`out_is_f16`) or f32.
+    fn expected_with(&self, k_eff: usize, out_is_f16: bool) -> Expected {
+        let tol = Tolerance::for_spmm(k_eff, self.a.max_abs(), self.max_b, Epilogue::default(), 0.0, out_is_f16);
+        self.expected.clone().with_tolerance(tol)
+    }
 }
 
 /// Runs one case; failures of sparsek (set-up, launch) end up in `Record::error`, failures of a baseline in
@@ -119,57 +128,17 @@ pub fn run_case(gpu: &Gpu, libs: &Libs, cfg: &Config, case: &Case) -> Record {
     rec
 }
 
+/// A and B ([`Case::operands`], which fills in a file's shape and density) and the oracle on `check_rows`
+/// random rows of C plus the first and the last ([`Expected::compute`]).
 fn inputs(case: &mut Case, cfg: &Config, seed: u64) -> Result<Inputs> {
-    let a: Bsr<f16> = match &case.source {
-        Source::Synthetic(p) => generate(*p, case.m, case.k, case.bs, case.density, seed)?,
-        Source::File(path) => Bsr::from_matrix_market(path, case.bs)?,
-    };
-    (case.m, case.k) = (a.rows(), a.cols());
-    if matches!(case.source, Source::File(_)) {
-        case.density = a.density();
-    }
-    let b = Matrix::<f16>::random(case.k, case.n, seed ^ 0xB);
-    let (m, n) = (case.m, case.n);
-    let mut rows: Vec<usize> = if m <= cfg.check_rows + 2 {
-        (0..m).collect()
-    } else {
-        let mut rng = Rng::new(seed ^ 0x5EED);
-        let mut r: Vec<usize> = (0..cfg.check_rows).map(|_| rng.below(m as u64) as usize).collect();
-        r.extend([0, m - 1]);
-        r
-    };
-    rows.sort_unstable();
-    rows.dedup();
-    // The oracle only reads C's shape (beta == 0); f16 zeros are the cheapest M x N matrix to hold it.
-    let shape_only = Matrix::<f16>::zeros(m, n);
-    let expected = crate::cpu::reference_rows(&a, &b, &shape_only, Epilogue::default(), &rows)?;
-    Ok(Inputs { a, b, rows, expected })
-}
-
-/// Compares sampled rows of a downloaded C (`transposed`: `host` holds C^T) with the oracle; the report names
-/// rows of C, not positions in the sample.
-fn check<T: Scalar>(host: &Matrix<T>, transposed: bool, inputs: &Inputs, tol: Tolerance) -> Check {
-    let n = inputs.b.cols();
-    let got = Matrix::<f64>::from_fn(inputs.rows.len(), n, |i, j| {
-        let r = inputs.rows[i];
-        if transposed { host.get(j, r) } else { host.get(r, j) }.to_f64()
-    });
-    let sample: Vec<(usize, Vec<f64>)> = inputs.expected.iter().enumerate().map(|(i, (_, v))| (i, v.clone())).collect();
-    let mut report = compare_rows(&got, &sample, tol);
-    let real = |p: Option<(usize, usize, f64, f64)>| p.map(|(i, c, g, e)| (inputs.rows[i], c, g, e));
-    report.first_failure = real(report.first_failure);
-    report.worst = real(report.worst);
-    // A product that should be nonzero but whose oracle rows are all zero would make the check vacuous.
-    if inputs.a.nnzb() > 0 && inputs.expected.iter().all(|(_, v)| v.iter().all(|&x| x == 0.0)) {
-        report.shape_error = Some("the sampled oracle rows are all zero (vacuous check)".into());
-    }
-    Check::from(&report)
-}
-
-/// Tolerance of an f16 x f16 product accumulated in f32 over dot products of `k_eff` terms.
-fn tolerance(inputs: &Inputs, k_eff: usize, out_is_f16: bool) -> Tolerance {
-    let max_b = crate::check::max_abs(&inputs.b);
-    Tolerance::for_spmm(k_eff, inputs.a.max_abs(), max_b, Epilogue::default(), 0.0, out_is_f16)
+    let (a, b) = case.operands(seed)?;
+    // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, as sparsek's output).
+    // `zeros` of f32 is a zeroed allocation whose pages are never touched.
+    let c0 = Matrix::<f32>::zeros(case.m, case.n);
+    let sample = RowSample::Random { count: cfg.check_rows, seed: seed ^ 0x5EED };
+    let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
+    let max_b = max_abs(&b);
+    Ok(Inputs { a, b, expected, max_b })
 }
 
 fn set_count(gpu: &Gpu, bytes: usize) -> usize {
@@ -180,7 +149,7 @@ fn measure(gpu: &Gpu, libs: &Libs, cfg: &Config, inputs: &Inputs, rec: &mut Reco
     let (a, b) = (&inputs.a, &inputs.b);
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     let k_eff = a.max_row_length() * a.block_size();
-    let s = |e: crate::Error| e.to_string();
+    let s = |e: sparsek::Error| e.to_string();
 
     // sparsek.
     let sparse_bytes = 2 * a.values().len() + 4 * (a.row_ptr().len() + 2 * a.col_idx().len()) + 2 * k * n + 4 * m * n;
@@ -190,13 +159,13 @@ fn measure(gpu: &Gpu, libs: &Libs, cfg: &Config, inputs: &Inputs, rec: &mut Reco
     }
     {
         let c = &mut sparsek.sets[0].2;
-        poison(gpu, c.as_mut_slice())?;
+        poison(gpu, c.as_view_mut())?;
     }
     sparsek.launch(gpu, 0)?;
     let host = sparsek.sets[0].2.to_host().map_err(s)?;
     rec.sparsek = Outcome {
         kind: "sparsek".into(),
-        check: Some(check(&host, false, inputs, tolerance(inputs, k_eff, false))),
+        check: Some(Check::from(&inputs.expected.check(&host))),
         timing: None,
         sets: sparsek.sets(),
     };
@@ -271,7 +240,7 @@ fn setup_cublas<'l>(
 ) -> std::result::Result<(CublasSets<'l>, Check), String> {
     let (a, b) = (&inputs.a, &inputs.b);
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
-    let s = |e: crate::Error| e.to_string();
+    let s = |e: sparsek::Error| e.to_string();
     let dense = a.to_dense();
     let mut sets = CublasSets { lib, shape: (m, n, k), sets: Vec::new() };
     for _ in 0..set_count(gpu, 2 * m * k + 2 * k * n + 4 * m * n) {
@@ -282,11 +251,11 @@ fn setup_cublas<'l>(
         ));
     }
     drop(dense);
-    poison(gpu, sets.sets[0].2.as_mut_slice())?;
+    poison(gpu, sets.sets[0].2.as_view_mut())?;
     sets.launch(gpu, 0)?;
     let host = sets.sets[0].2.to_host().map_err(s)?;
     // A dense GEMM sums all K products (the zeros of A included) and may split K: bound the error with K terms.
-    let check = check(&host, false, inputs, tolerance(inputs, k, false));
+    let check = Check::from(&inputs.expected_with(k, false).check(&host));
     Ok((sets, check))
 }
 
@@ -316,10 +285,15 @@ fn setup_cusparse<'l>(
             drop(host);
             sets.sets[0].poison_c(gpu)?;
             sets.launch(gpu, 0)?;
-            let check = match sets.sets[0].output()? {
-                HostC::F32 { m, transposed } => check(&m, transposed, inputs, tolerance(inputs, k_eff, false)),
-                HostC::F16(m) => check(&m, false, inputs, tolerance(inputs, k_eff, true)),
+            let report = match sets.sets[0].output()? {
+                // `bsrmm` writes C column-major: the host matrix holds C^T.
+                HostC::F32 { m, transposed: true } => {
+                    inputs.expected.check_with(inputs.b.cols(), |r, c| f64::from(m.get(c, r)))
+                }
+                HostC::F32 { m, transposed: false } => inputs.expected.check(&m),
+                HostC::F16(m) => inputs.expected_with(k_eff, true).check(&m),
             };
+            let check = Check::from(&report);
             Ok((sets, check))
         };
         match attempt() {
@@ -330,44 +304,44 @@ fn setup_cusparse<'l>(
     Err(why.join("; "))
 }
 
-/// Warm-up, then `iters` rounds of one launch per contender, each between its own pair of events; input sets
-/// rotate per launch. The events are read after the loop (no host synchronisation inside it); the SM clock is
-/// queried while the last launches still run. Returns the times per contender and the clock.
+/// Warm-up, then `iters` rounds of one launch per contender, each between its own pair of events
+/// ([`EventTimer::time_interleaved`]: events read after the loop, no host synchronisation inside it). Input sets
+/// rotate per launch (a launch counter per contender). The SM clock query starts right after the last launch
+/// is queued, so nvidia-smi reads the clock while the last launches still run. Returns the times per
+/// contender and the clock.
 fn time_interleaved(
     gpu: &Gpu,
     contenders: &mut [&mut dyn Contender],
     warmup: usize,
     iters: usize,
 ) -> std::result::Result<(Vec<Vec<f32>>, Option<u32>), String> {
-    for w in 0..warmup {
-        for c in contenders.iter_mut() {
-            let set = w % c.sets();
-            c.launch(gpu, set)?;
+    let total = (warmup + iters) * contenders.len();
+    let mut launched = vec![0usize; contenders.len()];
+    let mut queued = 0;
+    let mut smi = None;
+    // The launch error as the contender gave it (the timer wants a sparsek::Error).
+    let mut failure = None;
+    let timer = EventTimer::new(gpu.stream());
+    let times = timer.time_interleaved(warmup, iters, contenders.len(), |i| {
+        let c = &mut contenders[i];
+        let set = launched[i] % c.sets();
+        launched[i] += 1;
+        c.launch(gpu, set).map_err(|e| {
+            failure = Some(e.clone());
+            sparsek::Error::InvalidArgument { name: "launch", reason: e }
+        })?;
+        queued += 1;
+        if queued == total {
+            smi = env::spawn_clock_query();
         }
-    }
-    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
-    let new = || gpu.context().new_event(flags).map_err(|e| format!("cuEventCreate: {e}"));
-    let mut events: Vec<Vec<(CudaEvent, CudaEvent)>> = Vec::with_capacity(contenders.len());
-    for _ in 0..contenders.len() {
-        events.push((0..iters).map(|_| Ok((new()?, new()?))).collect::<std::result::Result<_, String>>()?);
-    }
-    let stream = gpu.stream();
-    for i in 0..iters {
-        for (c, ev) in contenders.iter_mut().zip(&events) {
-            let set = (warmup + i) % c.sets();
-            ev[i].0.record(stream).map_err(|e| format!("cuEventRecord: {e}"))?;
-            c.launch(gpu, set)?;
-            ev[i].1.record(stream).map_err(|e| format!("cuEventRecord: {e}"))?;
-        }
-    }
-    let smi = env::spawn_clock_query();
-    gpu.synchronize().map_err(|e| e.to_string())?;
+        Ok(())
+    });
+    // The events have been read, so the stream is idle.
     let clock = env::finish_clock_query(smi, pci_address(gpu));
-    let times = events
-        .iter()
-        .map(|ev| ev.iter().map(|(s, e)| s.elapsed_ms(e).map_err(|e| format!("cuEventElapsedTime: {e}"))).collect())
-        .collect::<std::result::Result<Vec<Vec<f32>>, String>>()?;
-    Ok((times, clock))
+    match times {
+        Ok(t) => Ok((t, clock)),
+        Err(e) => Err(failure.unwrap_or_else(|| e.to_string())),
+    }
 }
 
 /// The GPU's PCI (domain, bus, device), to pick its line out of nvidia-smi's output.

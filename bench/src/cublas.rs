@@ -8,11 +8,11 @@
 use std::ffi::c_void;
 
 use cudarc::cublas::{result as cublas_result, sys};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaViewMut, DevicePtr, DevicePtrMut};
 use half::f16;
 
 use super::catch;
-use crate::gpu::Gpu;
+use sparsek::gpu::Gpu;
 
 /// What the bench names this contender.
 pub const KIND: &str = "cublas-gemmex-f16-f32";
@@ -73,7 +73,7 @@ impl Cublas {
         lda: usize,
         b: &CudaSlice<f16>,
         ldb: usize,
-        c: &mut CudaSlice<f32>,
+        c: &mut CudaViewMut<'_, f32>,
         ldc: usize,
     ) -> Result<(), String> {
         let int = |what: &str, v: usize| i32::try_from(v).map_err(|_| format!("{what} = {v} exceeds cuBLAS's int"));

@@ -1,15 +1,18 @@
-//! What a benchmark run produced, and its three renderings: JSON (`latest.json`), a Markdown table, and the
-//! speedup plot. Nothing here touches the GPU, so all of it is unit-tested.
+//! What a benchmark run produced, and its renderings: JSON (`latest.json`, through serde: see [`crate::json`]),
+//! a Markdown table, and the speedup plot. Nothing here touches the GPU, so all of it is unit-tested.
 
 use std::fmt::Write;
 
-use super::grid::{Case, percent};
-use super::json::Json;
-use super::plot::{self, Labels, Series};
-use crate::check::CheckReport;
+use serde::{Deserialize, Serialize};
 
-/// The comparison of one contender's output with the oracle (sampled rows).
-#[derive(Clone, Debug, PartialEq)]
+use super::grid::{Case, percent};
+use super::json::{HeaderJson, OutcomeJson, RecordJson};
+use super::plot::{self, Labels, Series};
+use sparsek::check::CheckReport;
+
+/// The comparison of one contender's output with the oracle (sampled rows). In the JSON as is, numbers to 6
+/// significant digits, a non-finite error as `null`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     /// Every compared element was within the tolerance.
     pub passed: bool,
@@ -17,13 +20,17 @@ pub struct Check {
     pub checked: usize,
     /// Elements outside the tolerance.
     pub failures: usize,
-    /// Largest absolute error.
+    /// Largest absolute error (infinite when a non-finite value was got for a finite expectation).
+    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
     pub max_abs_err: f64,
-    /// Largest relative error (elements with a nonzero expected value).
+    /// Largest relative error (elements whose expected magnitude exceeds `atol`).
+    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
     pub max_rel_err: f64,
     /// Absolute part of the tolerance.
+    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
     pub atol: f64,
     /// Relative part of the tolerance.
+    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
     pub rtol: f64,
     /// The report's one-line summary (first failure, worst element).
     pub detail: String,
@@ -64,7 +71,7 @@ impl Timing {
             return None;
         }
         Some(Timing {
-            median_ms: f64::from(crate::gpu::median(samples)),
+            median_ms: f64::from(sparsek::gpu::timing::median(samples).unwrap_or(f32::NAN)),
             min_ms: f64::from(samples.iter().copied().fold(f32::INFINITY, f32::min)),
             max_ms: f64::from(samples.iter().copied().fold(f32::NEG_INFINITY, f32::max)),
             samples: samples.len(),
@@ -72,10 +79,11 @@ impl Timing {
     }
 }
 
-/// One contender's outcome in one case.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// One contender's outcome in one case (in the JSON: `contenders.<name>`, the timing flattened).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(into = "OutcomeJson", from = "OutcomeJson")]
 pub struct Outcome {
-    /// What ran ("sparsek", "cublas-gemmex-f16-f32", "bsr-spmm-f16", ...) or "unavailable: <reason>".
+    /// What ran ("sparsek", "cublas-gemmex-f16-f32", "bsr-spmm-f16", ...) or `"unavailable: <reason>"`.
     pub kind: String,
     /// Its check, if it ran.
     pub check: Option<Check>,
@@ -100,37 +108,11 @@ impl Outcome {
     pub fn trusted(&self) -> bool {
         self.check.as_ref().is_some_and(|c| c.passed)
     }
-
-    fn to_json(&self) -> Json {
-        let check = match &self.check {
-            None => Json::Null,
-            Some(c) => Json::Obj(vec![
-                ("passed".into(), Json::Bool(c.passed)),
-                ("checked".into(), Json::count(c.checked)),
-                ("failures".into(), Json::count(c.failures)),
-                ("max_abs_err".into(), Json::num(c.max_abs_err)),
-                ("max_rel_err".into(), Json::num(c.max_rel_err)),
-                ("atol".into(), Json::num(c.atol)),
-                ("rtol".into(), Json::num(c.rtol)),
-                ("detail".into(), Json::str(&c.detail)),
-            ]),
-        };
-        let t = self.timing.as_ref();
-        Json::Obj(vec![
-            ("kind".into(), Json::str(&self.kind)),
-            ("median_ms".into(), Json::opt_num(t.map(|t| t.median_ms))),
-            ("min_ms".into(), Json::opt_num(t.map(|t| t.min_ms))),
-            ("max_ms".into(), Json::opt_num(t.map(|t| t.max_ms))),
-            ("samples".into(), Json::count(t.map_or(0, |t| t.samples))),
-            ("input_sets".into(), Json::count(self.sets)),
-            ("trusted".into(), Json::Bool(self.trusted())),
-            ("check".into(), check),
-        ])
-    }
 }
 
-/// One case's results.
-#[derive(Clone, Debug, PartialEq)]
+/// One case's results (in the JSON: the flat keys of DESIGN.md, then `contenders`; see [`crate::json`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "RecordJson", try_from = "RecordJson")]
 pub struct Record {
     /// The case as requested (for a file: M and K after padding, the density measured).
     pub case: Case,
@@ -156,7 +138,8 @@ fn tflops(flops: f64, ms: Option<f64>) -> Option<f64> {
 }
 
 impl Record {
-    /// Useful flops of the sparse product: 2 * nnzb * bs^2 * N.
+    /// Useful flops of the sparse product: 2 * nnzb * bs^2 * N, the count of [`sparsek::Bsr::flops`] (a record
+    /// read back from JSON has its `nnzb`, not the matrix; `sparse_flops_is_bsr_flops` pins the two together).
     pub fn sparse_flops(&self) -> f64 {
         2.0 * self.nnzb as f64 * (self.case.bs * self.case.bs) as f64 * self.case.n as f64
     }
@@ -198,57 +181,11 @@ impl Record {
     pub fn sparsek_passed(&self) -> bool {
         self.error.is_none() && self.sparsek.trusted()
     }
-
-    /// The JSON record: the flat keys of DESIGN.md first, then details per contender.
-    pub fn to_json(&self) -> Json {
-        let c = &self.case;
-        let passed = |o: &Outcome| o.check.as_ref().map_or(Json::Null, |c| Json::Bool(c.passed));
-        let err = |o: &Outcome| Json::opt_num(o.check.as_ref().map(|c| c.max_abs_err));
-        Json::Obj(vec![
-            ("m".into(), Json::count(c.m)),
-            ("n".into(), Json::count(c.n)),
-            ("k".into(), Json::count(c.k)),
-            ("bs".into(), Json::count(c.bs)),
-            ("density".into(), Json::num(c.density)),
-            ("density_actual".into(), Json::opt_num(self.actual_density())),
-            ("pattern".into(), Json::str(c.pattern_name())),
-            ("nnzb".into(), Json::count(self.nnzb)),
-            ("seed".into(), Json::Str(self.seed.to_string())),
-            ("sparsek_ms".into(), Json::opt_num(self.sparsek.ms())),
-            ("cublas_dense_ms".into(), Json::opt_num(self.cublas.ms())),
-            ("cusparse_ms".into(), Json::opt_num(self.cusparse.ms())),
-            ("cublas_kind".into(), Json::str(&self.cublas.kind)),
-            ("cusparse_kind".into(), Json::str(&self.cusparse.kind)),
-            ("sparsek_tflops".into(), Json::opt_num(self.sparsek_tflops())),
-            ("cublas_tflops".into(), Json::opt_num(self.cublas_tflops())),
-            ("cusparse_tflops".into(), Json::opt_num(self.cusparse_tflops())),
-            ("ratio_vs_cublas".into(), Json::opt_num(self.ratio_vs_cublas())),
-            ("speedup_vs_cublas".into(), Json::opt_num(self.speedup_vs_cublas())),
-            ("speedup_vs_cusparse".into(), Json::opt_num(self.speedup_vs_cusparse())),
-            ("sm_clock_mhz".into(), self.sm_clock_mhz.map_or(Json::Null, |m| Json::Int(i64::from(m)))),
-            ("sparsek_check_passed".into(), passed(&self.sparsek)),
-            ("sparsek_max_abs_err".into(), err(&self.sparsek)),
-            ("cublas_check_passed".into(), passed(&self.cublas)),
-            ("cublas_max_abs_err".into(), err(&self.cublas)),
-            ("cublas_trusted".into(), Json::Bool(self.cublas.trusted())),
-            ("cusparse_check_passed".into(), passed(&self.cusparse)),
-            ("cusparse_max_abs_err".into(), err(&self.cusparse)),
-            ("cusparse_trusted".into(), Json::Bool(self.cusparse.trusted())),
-            ("error".into(), self.error.as_ref().map_or(Json::Null, Json::str)),
-            (
-                "contenders".into(),
-                Json::Obj(vec![
-                    ("sparsek".into(), self.sparsek.to_json()),
-                    ("cublas".into(), self.cublas.to_json()),
-                    ("cusparse".into(), self.cusparse.to_json()),
-                ]),
-            ),
-        ])
-    }
 }
 
-/// Facts about the run, written once at the top.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Facts about the run, written once at the top (in the JSON: `header`, the run's parameters under `method`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(into = "HeaderJson", try_from = "HeaderJson")]
 pub struct Header {
     /// GPU name.
     pub gpu: String,
@@ -286,53 +223,22 @@ pub struct Header {
     pub command: String,
 }
 
-impl Header {
-    fn to_json(&self) -> Json {
-        let s = |v: &str| Json::str(v);
-        Json::Obj(vec![
-            ("gpu".into(), s(&self.gpu)),
-            ("compute_capability".into(), s(&format!("{}.{}", self.compute_capability.0, self.compute_capability.1))),
-            ("driver".into(), s(&self.driver)),
-            ("sm_count".into(), Json::Int(i64::from(self.sm_count))),
-            ("l2_bytes".into(), Json::Int(self.l2_bytes as i64)),
-            ("sm_clock_max_mhz".into(), Json::Int(i64::from(self.sm_clock_max_mhz))),
-            ("date_utc".into(), s(&self.date_utc)),
-            ("git_commit".into(), s(&self.git_commit)),
-            ("git_dirty".into(), self.git_dirty.map_or(Json::Null, Json::Bool)),
-            ("sparsek_version".into(), s(&self.sparsek_version)),
-            ("cublas".into(), s(&self.cublas)),
-            ("cusparse".into(), s(&self.cusparse)),
-            (
-                "method".into(),
-                Json::Obj(vec![
-                    ("timer".into(), s("CUDA events, one pair per launch, read after the loop")),
-                    ("statistic".into(), s("median")),
-                    ("warmup".into(), Json::count(self.warmup)),
-                    ("iters".into(), Json::count(self.iters)),
-                    ("interleaved".into(), Json::Bool(true)),
-                    (
-                        "input_sets".into(),
-                        s("rotated per launch while one set (every operand of a launch) is under 2x L2"),
-                    ),
-                    ("check_rows".into(), Json::count(self.check_rows)),
-                    ("seed".into(), Json::Str(self.seed.to_string())),
-                    ("effective_tflops".into(), s("2 * nnzb * bs^2 * N / time")),
-                    ("cublas_tflops".into(), s("2 * M * N * K / time")),
-                ]),
-            ),
-            ("command".into(), s(&self.command)),
-        ])
-    }
+/// A whole results file: the header, whether every case ran, and one record per case.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    /// Facts about the run.
+    pub header: Header,
+    /// False while the run was still going (the file is rewritten after every case).
+    pub complete: bool,
+    /// One record per case, in the order run.
+    pub records: Vec<Record>,
 }
 
-/// The whole run as JSON: `{"header": ..., "complete": bool, "records": [...]}`.
-pub fn to_json(header: &Header, records: &[Record], complete: bool) -> String {
-    Json::Obj(vec![
-        ("header".into(), header.to_json()),
-        ("complete".into(), Json::Bool(complete)),
-        ("records".into(), Json::Arr(records.iter().map(Record::to_json).collect())),
-    ])
-    .to_pretty()
+impl Results {
+    /// The cases of the records, as they were run (to run them again).
+    pub fn cases(&self) -> Vec<Case> {
+        self.records.iter().map(|r| r.case.clone()).collect()
+    }
 }
 
 /// Milliseconds with precision that suits their size.
@@ -501,11 +407,11 @@ pub fn speedup_plot(header: &Header, records: &[Record]) -> Option<plot::Canvas>
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::format::Pattern;
+    use sparsek::format::Pattern;
 
-    fn outcome(kind: &str, ms: Option<f64>, passed: Option<bool>) -> Outcome {
+    pub(crate) fn outcome(kind: &str, ms: Option<f64>, passed: Option<bool>) -> Outcome {
         Outcome {
             kind: kind.into(),
             check: passed.map(|p| Check {
@@ -523,7 +429,7 @@ mod tests {
         }
     }
 
-    fn record(bs: usize, density: f64, sparsek: f64, cublas: Option<f64>) -> Record {
+    pub(crate) fn record(bs: usize, density: f64, sparsek: f64, cublas: Option<f64>) -> Record {
         let nnzb = (density * (8192 / bs * 8192 / bs) as f64).round() as usize;
         Record {
             case: Case::synthetic(8192, 8192, 8192, bs, density, Pattern::Uniform),
@@ -540,7 +446,7 @@ mod tests {
         }
     }
 
-    fn header() -> Header {
+    pub(crate) fn header() -> Header {
         Header {
             gpu: "NVIDIA H100 80GB HBM3".into(),
             compute_capability: (9, 0),
@@ -576,38 +482,14 @@ mod tests {
     }
 
     #[test]
-    fn json_has_the_design_keys() {
-        let recs = vec![record(64, 0.22, 1.0, Some(1.5)), record(16, 0.05, 0.5, None)];
-        let j = to_json(&header(), &recs, true);
-        for key in [
-            "\"m\"",
-            "\"n\"",
-            "\"k\"",
-            "\"bs\"",
-            "\"density\"",
-            "\"pattern\"",
-            "\"nnzb\"",
-            "\"sparsek_ms\"",
-            "\"cublas_dense_ms\"",
-            "\"cusparse_ms\"",
-            "\"cusparse_kind\"",
-            "\"sparsek_tflops\"",
-            "\"cublas_tflops\"",
-            "\"ratio_vs_cublas\"",
-            "\"speedup_vs_cublas\"",
-            "\"speedup_vs_cusparse\"",
-            "\"sm_clock_mhz\"",
-            "\"git_commit\"",
-            "\"date_utc\"",
-        ] {
-            assert!(j.contains(key), "missing {key}");
+    fn sparse_flops_is_bsr_flops() {
+        for (bs, d, n) in [(16, 0.05, 8), (64, 0.22, 128), (128, 0.5, 1)] {
+            let a: sparsek::Bsr<sparsek::f16> =
+                sparsek::format::generate(Pattern::Uniform, 512, 1024, bs, d, 3).unwrap();
+            let mut r = record(bs, d, 1.0, None);
+            (r.case.m, r.case.n, r.case.k, r.nnzb) = (512, n, 1024, a.nnzb());
+            assert_eq!(r.sparse_flops(), a.flops(n));
         }
-        assert!(j.contains("\"cublas_kind\": \"unavailable: libcublas not found\""));
-        assert!(j.contains("\"cusparse_trusted\": false"));
-        assert!(j.contains("\"complete\": true"));
-        // Balanced braces and brackets (the writer never emits them inside these strings).
-        assert_eq!(j.matches('{').count(), j.matches('}').count());
-        assert_eq!(j.matches('[').count(), j.matches(']').count());
     }
 
     #[test]
@@ -648,5 +530,17 @@ mod tests {
         let no_cublas: Vec<Record> =
             recs.iter().map(|r| Record { cublas: Outcome::unavailable("x"), ..r.clone() }).collect();
         assert!(speedup_plot(&header(), &no_cublas).is_none());
+    }
+
+    #[test]
+    fn plot_of_the_committed_results_is_small() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench/latest.json");
+        let r = crate::json::read_results(path).unwrap();
+        let canvas = speedup_plot(&r.header, &r.records).expect("the committed grid has uniform cases with cuBLAS");
+        let file = canvas.to_png();
+        assert!(file.len() < 100_000, "speedup.png of the committed grid takes {} bytes", file.len());
+        let (w, h, rgb) = crate::png::tests::decode_rgb(&file);
+        assert_eq!((w as usize, h as usize), (canvas.width(), canvas.height()));
+        assert!(rgb == canvas.pixels());
     }
 }

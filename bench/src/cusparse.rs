@@ -17,9 +17,9 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use half::f16;
 
 use super::catch;
-use crate::format::Bsr;
-use crate::gpu::{DeviceMatrix, Gpu};
-use crate::matrix::Matrix;
+use sparsek::format::Bsr;
+use sparsek::gpu::{DeviceMatrix, Gpu};
+use sparsek::matrix::Matrix;
 
 /// One way of running the product through cuSPARSE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +150,7 @@ impl Cusparse {
         let (m, n, k, bs) = (host.m, host.n, host.k, host.bs);
         let row_ptr = up_i32(&host.row_ptr, "row offsets")?;
         let col_idx = up_i32(&host.col_idx, "column indices")?;
-        let err = |what: &'static str| move |e: crate::Error| format!("{what}: {e}");
+        let err = |what: &'static str| move |e: sparsek::Error| format!("{what}: {e}");
         let (values, b, c) = match kind {
             Kind::Bsrmm => {
                 let v32 = host.values_f32.as_deref().ok_or("f32 values were not prepared")?;
@@ -229,7 +229,8 @@ impl Cusparse {
                 let (pr, _g2) = set.row_ptr.device_ptr(stream);
                 let (pc_idx, _g3) = set.col_idx.device_ptr(stream);
                 let (pb, _g4) = b.as_slice().device_ptr(stream);
-                let (pc, _g5) = c.as_mut_slice().device_ptr_mut(stream);
+                let mut c_view = c.as_view_mut();
+                let (pc, _g5) = c_view.device_ptr_mut(stream);
                 // SAFETY: mb * bs = M, kb * bs = K; row offsets (mb + 1), column indices and values (nnzb blocks
                 // of bs^2, row-major: DIRECTION_ROW) were uploaded whole from a valid Bsr; B is the row-major K x N
                 // matrix, i.e. column-major N x K with ldb >= N, read transposed (op(B) = B^T, K x N); C is
@@ -597,8 +598,8 @@ impl DeviceSet {
     /// Fills C with a poison pattern (see [`super::poison`]).
     pub fn poison_c(&mut self, gpu: &Gpu) -> Result<(), String> {
         match &mut self.c {
-            Dense::F16(m) => super::poison(gpu, m.as_mut_slice()),
-            Dense::F32(m) => super::poison(gpu, m.as_mut_slice()),
+            Dense::F16(m) => super::poison(gpu, m.as_view_mut()),
+            Dense::F32(m) => super::poison(gpu, m.as_view_mut()),
         }
     }
 
@@ -642,7 +643,7 @@ impl Drop for DeviceSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{Pattern, generate};
+    use sparsek::format::{Pattern, generate};
 
     #[test]
     fn kinds_round_trip_by_name() {

@@ -1,0 +1,562 @@
+//! `latest.json` through serde: the writer ([`to_json`]) and the reader ([`read_results`], [`parse_results`]).
+//!
+//! The file keeps the layout of the earlier hand-written writer, so records written before serde (such as the
+//! committed `docs/bench/latest.json`) read back unchanged:
+//!
+//! ```text
+//! {"header": {..., "method": {...}}, "complete": bool,
+//!  "records": [{m, n, k, bs, density, pattern, nnzb, seed, sparsek_ms, ...,
+//!               "contenders": {sparsek, cublas, cusparse}}]}
+//! ```
+//!
+//! Each record starts with the flat keys of DESIGN.md (times, TFLOPS, ratios, checks: what a reader of the file
+//! wants at a glance), then each contender's details. The flat figures derived from the times (TFLOPS, ratios,
+//! `*_trusted`) are written for readers of the file but recomputed on reading, from the case, `nnzb` and the
+//! contenders' details, which are the source of truth. Measured values are written to 6 significant digits
+//! (f32 event times carry hardly more); a non-finite value is written as `null` (an error of `null` reads back as
+//! infinite: a non-finite output). Seeds are strings (a u64 does not fit a JSON reader's double); a number is
+//! accepted too.
+//!
+//! The in-memory types ([`Header`], [`Record`], [`Outcome`]) convert to and from the wire types here with
+//! `#[serde(into, try_from)]`; [`Check`] maps onto its JSON object directly.
+
+use std::path::Path;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::grid::{Case, Source};
+use crate::report::{Check, Header, Outcome, Record, Results, Timing};
+use sparsek::error::{Error, Result};
+use sparsek::format::Pattern;
+
+/// `x` rounded to `digits` significant decimal digits.
+pub fn round_sig(x: f64, digits: usize) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    format!("{:.*e}", digits.saturating_sub(1), x).parse().unwrap_or(x)
+}
+
+/// The whole run as pretty-printed JSON (two-space indentation, a final newline):
+/// `{"header": ..., "complete": bool, "records": [...]}`. `complete` is false while a run is still going (the
+/// file is rewritten after every case, so an interrupted run leaves its results behind).
+pub fn to_json(header: &Header, records: &[Record], complete: bool) -> String {
+    #[derive(Serialize)]
+    struct ResultsRef<'a> {
+        header: &'a Header,
+        complete: bool,
+        records: &'a [Record],
+    }
+    let mut s = serde_json::to_string_pretty(&ResultsRef { header, complete, records })
+        .expect("the records serialize (string keys, no maps with other keys)");
+    s.push('\n');
+    s
+}
+
+/// Reads a results file written by `sparsek bench` (this version or the earlier hand-written writer).
+pub fn read_results(path: impl AsRef<Path>) -> Result<Results> {
+    let path = path.as_ref();
+    let io = |reason: String| Error::Io { path: path.display().to_string(), reason };
+    let text = std::fs::read_to_string(path).map_err(|e| io(e.to_string()))?;
+    parse_results(&text).map_err(|e| match e {
+        Error::Io { reason, .. } => io(reason),
+        e => e,
+    })
+}
+
+/// Parses the text of a results file (see [`read_results`]).
+pub fn parse_results(text: &str) -> Result<Results> {
+    serde_json::from_str(text)
+        .map_err(|e| Error::Io { path: "<results>".into(), reason: format!("not a sparsek bench results file: {e}") })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Field helpers.
+
+/// A measured value: rounded to 6 significant digits; `null` when not finite.
+pub(crate) fn sig6<S: Serializer>(x: &f64, s: S) -> std::result::Result<S::Ok, S::Error> {
+    if x.is_finite() { s.serialize_f64(round_sig(*x, 6)) } else { s.serialize_none() }
+}
+
+/// [`sig6`] of an optional value.
+fn opt_sig6<S: Serializer>(x: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match x {
+        Some(v) => sig6(v, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// An error written by [`sig6`]: `null` (a non-finite error) reads back as infinity.
+pub(crate) fn f64_or_inf<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+}
+
+/// A u64 written as a string (exact for JSON readers that hold numbers as doubles); a number reads too.
+mod u64_string {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum U64OrString {
+            Number(u64),
+            String(String),
+        }
+        match U64OrString::deserialize(d)? {
+            U64OrString::Number(n) => Ok(n),
+            U64OrString::String(s) => s.trim().parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The header.
+
+/// `header` as written.
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct HeaderJson {
+    gpu: String,
+    /// "9.0".
+    compute_capability: String,
+    driver: String,
+    sm_count: u32,
+    l2_bytes: u64,
+    sm_clock_max_mhz: u32,
+    date_utc: String,
+    git_commit: String,
+    git_dirty: Option<bool>,
+    sparsek_version: String,
+    cublas: String,
+    cusparse: String,
+    method: MethodJson,
+    command: String,
+}
+
+/// `header.method`: the run's parameters and, for readers of the file, the method in words (fixed strings,
+/// not read back).
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
+struct MethodJson {
+    timer: String,
+    statistic: String,
+    warmup: usize,
+    iters: usize,
+    interleaved: bool,
+    input_sets: String,
+    check_rows: usize,
+    #[serde(with = "u64_string")]
+    seed: u64,
+    effective_tflops: String,
+    cublas_tflops: String,
+}
+
+impl From<Header> for HeaderJson {
+    fn from(h: Header) -> Self {
+        HeaderJson {
+            compute_capability: format!("{}.{}", h.compute_capability.0, h.compute_capability.1),
+            method: MethodJson {
+                timer: "CUDA events, one pair per launch, read after the loop".into(),
+                statistic: "median".into(),
+                warmup: h.warmup,
+                iters: h.iters,
+                interleaved: true,
+                input_sets: "rotated per launch while one set (every operand of a launch) is under 2x L2".into(),
+                check_rows: h.check_rows,
+                seed: h.seed,
+                effective_tflops: "2 * nnzb * bs^2 * N / time".into(),
+                cublas_tflops: "2 * M * N * K / time".into(),
+            },
+            gpu: h.gpu,
+            driver: h.driver,
+            sm_count: h.sm_count,
+            l2_bytes: h.l2_bytes,
+            sm_clock_max_mhz: h.sm_clock_max_mhz,
+            date_utc: h.date_utc,
+            git_commit: h.git_commit,
+            git_dirty: h.git_dirty,
+            sparsek_version: h.sparsek_version,
+            cublas: h.cublas,
+            cusparse: h.cusparse,
+            command: h.command,
+        }
+    }
+}
+
+impl TryFrom<HeaderJson> for Header {
+    type Error = String;
+    fn try_from(h: HeaderJson) -> std::result::Result<Self, String> {
+        let cc = &h.compute_capability;
+        let compute_capability = if cc.is_empty() {
+            (0, 0)
+        } else {
+            cc.split_once('.')
+                .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)))
+                .ok_or_else(|| format!("compute_capability '{cc}' is not MAJOR.MINOR"))?
+        };
+        Ok(Header {
+            gpu: h.gpu,
+            compute_capability,
+            driver: h.driver,
+            sm_count: h.sm_count,
+            l2_bytes: h.l2_bytes,
+            sm_clock_max_mhz: h.sm_clock_max_mhz,
+            date_utc: h.date_utc,
+            git_commit: h.git_commit,
+            git_dirty: h.git_dirty,
+            sparsek_version: h.sparsek_version,
+            cublas: h.cublas,
+            cusparse: h.cusparse,
+            warmup: h.method.warmup,
+            iters: h.method.iters,
+            check_rows: h.method.check_rows,
+            seed: h.method.seed,
+            command: h.command,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// One contender.
+
+/// `contenders.<name>` as written: the kind, the timing flattened, the input sets, trust and the check.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct OutcomeJson {
+    kind: String,
+    #[serde(default, serialize_with = "opt_sig6")]
+    median_ms: Option<f64>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    min_ms: Option<f64>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    max_ms: Option<f64>,
+    #[serde(default)]
+    samples: usize,
+    #[serde(default)]
+    input_sets: usize,
+    /// Derived (the check passed); not read back.
+    #[serde(default)]
+    trusted: bool,
+    #[serde(default)]
+    check: Option<Check>,
+}
+
+impl From<Outcome> for OutcomeJson {
+    fn from(o: Outcome) -> Self {
+        let t = o.timing.as_ref();
+        OutcomeJson {
+            trusted: o.trusted(),
+            median_ms: t.map(|t| t.median_ms),
+            min_ms: t.map(|t| t.min_ms),
+            max_ms: t.map(|t| t.max_ms),
+            samples: t.map_or(0, |t| t.samples),
+            input_sets: o.sets,
+            kind: o.kind,
+            check: o.check,
+        }
+    }
+}
+
+impl From<OutcomeJson> for Outcome {
+    fn from(o: OutcomeJson) -> Self {
+        // A timing whose median could not be computed (NaN, written as null) reads back as no timing.
+        let timing = o.median_ms.map(|median_ms| Timing {
+            median_ms,
+            min_ms: o.min_ms.unwrap_or(median_ms),
+            max_ms: o.max_ms.unwrap_or(median_ms),
+            samples: o.samples,
+        });
+        Outcome { kind: o.kind, check: o.check, timing, sets: o.input_sets }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// One record.
+
+/// A record as written: the flat keys first, then `contenders`.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct RecordJson {
+    m: usize,
+    n: usize,
+    k: usize,
+    bs: usize,
+    /// Written exactly (it identifies the case); not rounded.
+    density: f64,
+    #[serde(default, serialize_with = "opt_sig6")]
+    density_actual: Option<f64>,
+    /// A generator pattern ("uniform", "skewed", ...) or `file:<file name>`.
+    pattern: String,
+    /// For a case read from a file: the path given (absent in files written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    matrix_path: Option<String>,
+    nnzb: usize,
+    #[serde(with = "u64_string")]
+    seed: u64,
+    #[serde(default, serialize_with = "opt_sig6")]
+    sparsek_ms: Option<f64>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    cublas_dense_ms: Option<f64>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    cusparse_ms: Option<f64>,
+    #[serde(default)]
+    cublas_kind: String,
+    #[serde(default)]
+    cusparse_kind: String,
+    #[serde(default, serialize_with = "opt_sig6")]
+    sparsek_tflops: Option<f64>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    cublas_tflops: Option<f64>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    cusparse_tflops: Option<f64>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    ratio_vs_cublas: Option<f64>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    speedup_vs_cublas: Option<f64>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    speedup_vs_cusparse: Option<f64>,
+    #[serde(default)]
+    sm_clock_mhz: Option<u32>,
+    #[serde(default)]
+    sparsek_check_passed: Option<bool>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    sparsek_max_abs_err: Option<f64>,
+    #[serde(default)]
+    cublas_check_passed: Option<bool>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    cublas_max_abs_err: Option<f64>,
+    #[serde(default)]
+    cublas_trusted: bool,
+    #[serde(default)]
+    cusparse_check_passed: Option<bool>,
+    #[serde(default, serialize_with = "opt_sig6")]
+    cusparse_max_abs_err: Option<f64>,
+    #[serde(default)]
+    cusparse_trusted: bool,
+    #[serde(default)]
+    error: Option<String>,
+    contenders: ContendersJson,
+}
+
+/// `contenders`.
+#[derive(Serialize, Deserialize)]
+struct ContendersJson {
+    sparsek: Outcome,
+    cublas: Outcome,
+    cusparse: Outcome,
+}
+
+impl From<Record> for RecordJson {
+    fn from(r: Record) -> Self {
+        let passed = |o: &Outcome| o.check.as_ref().map(|c| c.passed);
+        let err = |o: &Outcome| o.check.as_ref().map(|c| c.max_abs_err);
+        let c = &r.case;
+        RecordJson {
+            m: c.m,
+            n: c.n,
+            k: c.k,
+            bs: c.bs,
+            density: c.density,
+            density_actual: r.actual_density(),
+            pattern: c.pattern_name(),
+            matrix_path: match &c.source {
+                Source::File(p) => Some(p.display().to_string()),
+                Source::Synthetic(_) => None,
+            },
+            nnzb: r.nnzb,
+            seed: r.seed,
+            sparsek_ms: r.sparsek.ms(),
+            cublas_dense_ms: r.cublas.ms(),
+            cusparse_ms: r.cusparse.ms(),
+            cublas_kind: r.cublas.kind.clone(),
+            cusparse_kind: r.cusparse.kind.clone(),
+            sparsek_tflops: r.sparsek_tflops(),
+            cublas_tflops: r.cublas_tflops(),
+            cusparse_tflops: r.cusparse_tflops(),
+            ratio_vs_cublas: r.ratio_vs_cublas(),
+            speedup_vs_cublas: r.speedup_vs_cublas(),
+            speedup_vs_cusparse: r.speedup_vs_cusparse(),
+            sm_clock_mhz: r.sm_clock_mhz,
+            sparsek_check_passed: passed(&r.sparsek),
+            sparsek_max_abs_err: err(&r.sparsek),
+            cublas_check_passed: passed(&r.cublas),
+            cublas_max_abs_err: err(&r.cublas),
+            cublas_trusted: r.cublas.trusted(),
+            cusparse_check_passed: passed(&r.cusparse),
+            cusparse_max_abs_err: err(&r.cusparse),
+            cusparse_trusted: r.cusparse.trusted(),
+            error: r.error,
+            contenders: ContendersJson { sparsek: r.sparsek, cublas: r.cublas, cusparse: r.cusparse },
+        }
+    }
+}
+
+impl TryFrom<RecordJson> for Record {
+    type Error = String;
+    fn try_from(r: RecordJson) -> std::result::Result<Self, String> {
+        let source = match r.pattern.strip_prefix("file:") {
+            Some(name) => Source::File(r.matrix_path.unwrap_or_else(|| name.to_string()).into()),
+            None => Source::Synthetic(r.pattern.parse::<Pattern>().map_err(|e| e.to_string())?),
+        };
+        Ok(Record {
+            case: Case { m: r.m, n: r.n, k: r.k, bs: r.bs, density: r.density, source },
+            nnzb: r.nnzb,
+            seed: r.seed,
+            sparsek: r.contenders.sparsek,
+            cublas: r.contenders.cublas,
+            cusparse: r.contenders.cusparse,
+            sm_clock_mhz: r.sm_clock_mhz,
+            error: r.error,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::{header, outcome, record};
+
+    fn committed() -> Results {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench/latest.json");
+        read_results(&path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn round_sig_keeps_six_digits() {
+        assert_eq!(round_sig(1.234_567_8, 6), 1.234_57);
+        assert_eq!(round_sig(987_654_321.0, 3), 988_000_000.0);
+        assert_eq!(round_sig(0.0, 6), 0.0);
+        assert!(round_sig(f64::NAN, 6).is_nan());
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut recs = vec![record(64, 0.22, 1.0, Some(1.5)), record(16, 0.05, 0.5, None)];
+        // A failed check with a non-finite error, an untimed contender, a sparsek error, a file case.
+        recs[1].sparsek.check.as_mut().unwrap().max_abs_err = f64::INFINITY;
+        recs[1].sparsek.check.as_mut().unwrap().passed = false;
+        recs[1].cusparse = Outcome::unavailable("disabled (--cusparse off)");
+        let mut file = record(32, 0.0123, 0.25, Some(0.125));
+        file.case.source = Source::File("/data/web \"graph\".mtx".into());
+        file.error = Some("launch failed: \u{1}\n".into());
+        file.sm_clock_mhz = None;
+        file.cublas = outcome("cublas-gemmex-f16-f32", None, None);
+        recs.push(file);
+        let mut h = header();
+        h.seed = u64::MAX;
+        h.git_dirty = Some(true);
+        for complete in [false, true] {
+            let text = to_json(&h, &recs, complete);
+            let back = parse_results(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(back, Results { header: h.clone(), complete, records: recs.clone() });
+            assert!(text.ends_with("}\n"));
+        }
+    }
+
+    #[test]
+    fn json_has_the_design_keys() {
+        let recs = vec![record(64, 0.22, 1.0, Some(1.5)), record(16, 0.05, 0.5, None)];
+        let j = to_json(&header(), &recs, true);
+        for key in [
+            "m",
+            "n",
+            "k",
+            "bs",
+            "density",
+            "pattern",
+            "nnzb",
+            "sparsek_ms",
+            "cublas_dense_ms",
+            "cusparse_ms",
+            "cusparse_kind",
+            "sparsek_tflops",
+            "cublas_tflops",
+            "ratio_vs_cublas",
+            "speedup_vs_cublas",
+            "speedup_vs_cusparse",
+            "sm_clock_mhz",
+            "git_commit",
+            "date_utc",
+        ] {
+            assert!(j.contains(&format!("\"{key}\": ")), "missing {key}");
+        }
+        assert!(j.contains("\"cublas_kind\": \"unavailable: libcublas not found\""));
+        assert!(j.contains("\"cusparse_trusted\": false"));
+        assert!(j.contains("\"complete\": true"));
+        assert!(j.contains("\"seed\": \"1\""), "seeds are strings");
+        assert!(j.contains("\"compute_capability\": \"9.0\""));
+        // The derived figures are written, rounded to 6 digits: 2 * 8192^3 / 1.5 ms.
+        assert!(j.contains("\"cublas_tflops\": 733.008"), "{j}");
+    }
+
+    #[test]
+    fn reads_the_committed_results() {
+        let r = committed();
+        assert!(r.complete);
+        assert_eq!(r.header.gpu, "NVIDIA H100 80GB HBM3");
+        assert_eq!(r.header.compute_capability, (9, 0));
+        assert_eq!((r.header.warmup, r.header.iters, r.header.check_rows, r.header.seed), (5, 30, 64, 1));
+        assert_eq!(r.records.len(), 21);
+        // The same cases as the default grid, in the same order.
+        assert_eq!(r.cases(), crate::grid::default_grid());
+        let first = &r.records[0];
+        assert_eq!(first.case.to_string(), "8192x8192x8192 bs16 5% uniform");
+        assert_eq!(first.nnzb, 13107);
+        assert_eq!(first.seed, 1_899_041_265_126_584_298);
+        assert_eq!(first.sparsek.ms(), Some(0.475264));
+        assert_eq!(first.sparsek.timing.as_ref().unwrap().samples, 30);
+        assert!(first.sparsek_passed() && first.cublas.trusted() && first.cusparse.trusted());
+        assert_eq!(first.cusparse.kind, "bsr-spmm-f16");
+        // The derived figures recomputed from the times match the ones written in the file.
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench/latest.json")).unwrap();
+        let raw: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for (rec, raw) in r.records.iter().zip(raw["records"].as_array().unwrap()) {
+            for (key, v) in [
+                ("sparsek_tflops", rec.sparsek_tflops()),
+                ("ratio_vs_cublas", rec.ratio_vs_cublas()),
+                ("speedup_vs_cublas", rec.speedup_vs_cublas()),
+            ] {
+                let want = raw[key].as_f64().unwrap();
+                let got = v.unwrap();
+                assert!((got - want).abs() <= 1e-5 * want.abs(), "{}: {key} {got} vs {want}", rec.case);
+            }
+        }
+    }
+
+    #[test]
+    fn committed_results_rewrite_stably() {
+        let r = committed();
+        let text = to_json(&r.header, &r.records, r.complete);
+        let again = parse_results(&text).unwrap();
+        assert_eq!(again, r);
+        assert_eq!(to_json(&again.header, &again.records, again.complete), text);
+    }
+
+    #[test]
+    fn tolerant_of_numbers_for_seeds_and_missing_details() {
+        let text = r#"{"header": {"gpu": "X", "method": {"seed": 7}}, "complete": false, "records": [
+            {"m": 64, "n": 8, "k": 64, "bs": 16, "density": 0.5, "pattern": "skewed", "nnzb": 8, "seed": 42,
+             "contenders": {"sparsek": {"kind": "sparsek", "median_ms": 0.01},
+                            "cublas": {"kind": "unavailable: none"}, "cusparse": {"kind": "unavailable: none"}}}]}"#;
+        let r = parse_results(text).unwrap();
+        assert_eq!(r.header.seed, 7);
+        assert_eq!(r.records[0].seed, 42);
+        assert_eq!(r.records[0].case.to_string(), "64x8x64 bs16 50% skewed");
+        assert_eq!(r.records[0].sparsek.ms(), Some(0.01));
+        assert!(!r.records[0].sparsek_passed(), "no check: not passed");
+    }
+
+    #[test]
+    fn bad_files_are_errors() {
+        assert!(parse_results("").is_err());
+        assert!(parse_results("{\"records\": 3}").is_err());
+        let unknown = r#"{"header": {}, "complete": true, "records": [{"m": 1, "n": 1, "k": 1, "bs": 16,
+            "density": 0.5, "pattern": "zigzag", "nnzb": 0, "seed": "1", "contenders": {}}]}"#;
+        assert!(parse_results(unknown).is_err());
+        let e = read_results("/nonexistent/latest.json").unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/latest.json"), "{e}");
+    }
+}

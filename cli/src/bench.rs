@@ -1,0 +1,211 @@
+//! `sparsek bench`: sparsek against cuBLAS and cuSPARSE over a grid of cases (the runner and the reports are in
+//! the `sparsek-bench` crate), and `--compare`, the perf-regression gate: a run (or a results file) against an
+//! earlier results file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use sparsek::gpu::Gpu;
+use sparsek_bench::compare::DEFAULT_THRESHOLD_PCT;
+use sparsek_bench::{Case, CusparseChoice, CusparseKind, Results, Source};
+
+/// `--cusparse`: which cuSPARSE entry point to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CusparseArg {
+    /// The first of bsr-spmm-f16, bsr-spmm-f16-out16, bsrmm-f32, csr-spmm-f16, csr-spmm-f16-out16 that the
+    /// installed library accepts.
+    Auto,
+    /// No cuSPARSE baseline.
+    Off,
+    /// Generic cusparseSpMM on BSR (CUSPARSE_SPMM_BSR_ALG1), f16 in, f32 out.
+    #[value(name = "bsr-spmm-f16")]
+    BsrSpmmF16,
+    /// Generic cusparseSpMM on BSR, f16 in, f16 out.
+    #[value(name = "bsr-spmm-f16-out16")]
+    BsrSpmmF16Out16,
+    /// Legacy cusparseSbsrmm, all f32.
+    #[value(name = "bsrmm-f32")]
+    BsrmmF32,
+    /// Generic cusparseSpMM on A as CSR (every element of every stored block), f16 in, f32 out.
+    #[value(name = "csr-spmm-f16")]
+    CsrSpmmF16,
+    /// Generic cusparseSpMM on A as CSR, f16 in, f16 out.
+    #[value(name = "csr-spmm-f16-out16")]
+    CsrSpmmF16Out16,
+}
+
+impl From<CusparseArg> for CusparseChoice {
+    fn from(a: CusparseArg) -> Self {
+        match a {
+            CusparseArg::Auto => CusparseChoice::Auto,
+            CusparseArg::Off => CusparseChoice::Off,
+            CusparseArg::BsrSpmmF16 => CusparseChoice::Only(CusparseKind::BsrSpmm { out16: false }),
+            CusparseArg::BsrSpmmF16Out16 => CusparseChoice::Only(CusparseKind::BsrSpmm { out16: true }),
+            CusparseArg::BsrmmF32 => CusparseChoice::Only(CusparseKind::Bsrmm),
+            CusparseArg::CsrSpmmF16 => CusparseChoice::Only(CusparseKind::CsrSpmm { out16: false }),
+            CusparseArg::CsrSpmmF16Out16 => CusparseChoice::Only(CusparseKind::CsrSpmm { out16: true }),
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// A small grid for smoke tests (2048^3 and a decode shape, seconds) instead of the default 21 cases.
+    #[arg(long, conflicts_with_all = ["cases", "matrix", "against"])]
+    quick: bool,
+    /// Run only this case (repeatable): `m,n,k,bs,density[,pattern]`, density as 0.22 or 22%, pattern uniform
+    /// (default), skewed, banded, dense or empty.
+    #[arg(long = "case", value_name = "M,N,K,BS,DENSITY[,PATTERN]", conflicts_with_all = ["matrix", "against"])]
+    cases: Vec<String>,
+    /// Benchmark A read from a Matrix Market file (blockified with --bs, padded), times a random B with --n
+    /// columns.
+    #[arg(long, requires_all = ["bs", "n"], conflicts_with = "against")]
+    matrix: Option<PathBuf>,
+    /// Block size for --matrix.
+    #[arg(long, requires = "matrix")]
+    bs: Option<usize>,
+    /// Columns of B for --matrix.
+    #[arg(long, requires = "matrix")]
+    n: Option<usize>,
+    /// Timed launches per contender (at least 20; the median is reported).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(20..))]
+    iters: u64,
+    /// Untimed warm-up launches per contender.
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Rows of C checked against the oracle per contender (random, plus the first and the last).
+    #[arg(long, default_value_t = 64)]
+    check_rows: usize,
+    /// Seed mixed into every case's A and B [default: 1; with --compare, OLD's, so the same matrices are
+    /// measured].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// The cuSPARSE entry point.
+    #[arg(long, value_enum, default_value_t = CusparseArg::Auto)]
+    cusparse: CusparseArg,
+    /// Output directory [default: docs/bench; with --compare, target/bench-compare, so that the committed
+    /// results are not overwritten].
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Compare with an earlier run's results (e.g. docs/bench/latest.json): run the same cases (or those of
+    /// --quick / --case / --matrix, comparing the cases both have), then print per case the old and new
+    /// sparsek times and ratios to cuBLAS and the change. Exits non-zero when a case regressed beyond
+    /// --threshold or a sparsek check failed.
+    #[arg(long, value_name = "OLD.json")]
+    compare: Option<PathBuf>,
+    /// With --compare: compare OLD with this results file instead of running anything (no GPU needed).
+    #[arg(long, value_name = "NEW.json", requires = "compare")]
+    against: Option<PathBuf>,
+    /// With --compare: the regression threshold in percent. A case regresses when sparsek's speed relative to
+    /// cuBLAS, measured in the same run (comparable across runs and machines, unlike absolute times under
+    /// changing clocks), is lower than OLD's by more than this; where a run has no trusted cuBLAS time,
+    /// sparsek's own time is compared. The default 5% is above the run-to-run noise of the interleaved
+    /// medians measured on an H100 (about 1-3%).
+    #[arg(long, value_name = "PCT", requires = "compare", default_value_t = DEFAULT_THRESHOLD_PCT)]
+    threshold: f64,
+}
+
+pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
+    if !(args.threshold.is_finite() && args.threshold >= 0.0) {
+        return Err(sparsek::Error::InvalidArgument {
+            name: "--threshold",
+            reason: format!("{} is not a percentage >= 0", args.threshold),
+        });
+    }
+    let read = |path: &PathBuf| -> Result<Results, sparsek::Error> {
+        let r = sparsek_bench::read_results(path)?;
+        if !r.complete {
+            eprintln!("sparsek bench: {} is from an interrupted run (\"complete\": false)", path.display());
+        }
+        Ok(r)
+    };
+    let old = args.compare.as_ref().map(read).transpose()?;
+    if let (Some(old), Some(new_path)) = (&old, &args.against) {
+        let new = read(new_path)?;
+        let comparison = sparsek_bench::compare(old, &new, args.threshold);
+        print!("{comparison}");
+        return Ok(if comparison.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+
+    let chosen = args.matrix.is_some() || !args.cases.is_empty() || args.quick;
+    let cases = if let Some(path) = &args.matrix {
+        let (bs, n) = (args.bs.unwrap_or(0), args.n.unwrap_or(0));
+        vec![Case { m: 0, n, k: 0, bs, density: 0.0, source: Source::File(path.clone()) }]
+    } else if !args.cases.is_empty() {
+        args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
+    } else if args.quick {
+        sparsek_bench::quick_grid()
+    } else if let Some(old) = &old {
+        if old.records.is_empty() {
+            return Err(sparsek::Error::InvalidArgument {
+                name: "--compare",
+                reason: "the results file has no cases to run again".into(),
+            });
+        }
+        old.cases()
+    } else {
+        sparsek_bench::default_grid()
+    };
+    let seed = args.seed.or(old.as_ref().map(|o| o.header.seed)).unwrap_or(1);
+    let out_dir = args
+        .out_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(if old.is_some() { "target/bench-compare" } else { "docs/bench" }));
+    let cfg = sparsek_bench::Config {
+        cases,
+        warmup: args.warmup,
+        iters: args.iters as usize,
+        check_rows: args.check_rows,
+        seed,
+        out_dir,
+        cusparse: args.cusparse.into(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let gpu = match Gpu::new(args.device) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("sparsek bench: no usable GPU ({e}); the benchmark needs an NVIDIA GPU (sm_80 or newer)");
+            if old.is_some() {
+                eprintln!("sparsek bench: to compare two results files without a GPU, add --against NEW.json");
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let summary = sparsek_bench::run(&gpu, &cfg)?;
+    let mut ok = summary.all_sparsek_passed;
+    if let Some(old) = &old {
+        let new = Results { header: summary.header, complete: true, records: summary.records };
+        let mut comparison = sparsek_bench::compare(old, &new, args.threshold);
+        println!();
+        if chosen {
+            let left_out = comparison.common_only();
+            if left_out > 0 {
+                println!("{left_out} cases of OLD were not run; comparing the cases both runs have.");
+            }
+        }
+        print!("{comparison}");
+        ok &= comparison.passed();
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn cusparse_values_keep_the_kind_names() {
+        for v in CusparseArg::value_variants() {
+            let name = v.to_possible_value().unwrap().get_name().to_string();
+            assert_eq!(name.parse::<CusparseChoice>().unwrap(), CusparseChoice::from(*v), "{name}");
+        }
+        let kinds: Vec<&str> = CusparseKind::AUTO.iter().map(|k| k.name()).collect();
+        let values: Vec<String> =
+            CusparseArg::value_variants().iter().map(|v| v.to_possible_value().unwrap().get_name().into()).collect();
+        assert_eq!(values[2..], kinds[..], "one value per cuSPARSE kind, in the same order");
+    }
+}

@@ -1,0 +1,62 @@
+//! `sparsek info`: the GPU and every kernel.
+
+use std::process::ExitCode;
+
+use sparsek::gpu::Gpu;
+
+pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
+    let gpu = match Gpu::new(device) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("sparsek: no usable GPU: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let i = gpu.info();
+    println!("GPU {}: {}", i.ordinal, i.name);
+    println!("  compute capability   {}.{}", i.compute_capability.0, i.compute_capability.1);
+    println!("  driver (CUDA)        {}", i.driver_version_string());
+    println!("  SMs                  {}", i.sm_count);
+    println!("  SM clock (max)       {} MHz", i.sm_clock_khz / 1000);
+    println!("  L2 cache             {:.1} MiB", i.l2_bytes as f64 / (1 << 20) as f64);
+    println!("  shared mem / block   {} KiB (opt-in)", i.smem_per_block_optin / 1024);
+    println!("  shared mem / SM      {} KiB", i.smem_per_sm / 1024);
+    println!("  memory               {:.1} GiB", i.total_mem as f64 / (1u64 << 30) as f64);
+    let (module, description) = gpu.module();
+    println!("  PTX module           {module} ({description}), loaded");
+    println!();
+    println!(
+        "{:<24} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
+        "kernel",
+        "bs",
+        "C",
+        "tile (BN BK warps st)",
+        "threads",
+        "regs",
+        "static smem",
+        "dynamic smem",
+        "local",
+        "CTAs/SM"
+    );
+    let mut reports = gpu.kernel_reports()?;
+    reports.sort_by_key(|k| (k.bs, k.out.name()));
+    for k in reports {
+        let c = k.config;
+        let tile =
+            format!("{} {} {}x{} {}{}", c.bn, c.bk, c.warps_m, c.warps_n, c.stages, if c.frag_db { " db" } else { "" });
+        println!(
+            "{:<24} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
+            k.name,
+            k.bs,
+            k.out.name(),
+            tile,
+            k.threads,
+            k.registers,
+            k.static_smem,
+            k.dynamic_smem,
+            k.local_bytes,
+            k.ctas_per_sm
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,66 @@
+//! The `sparsek` command line: `info` (the GPU and the kernels), `run` (one product, checked and timed),
+//! `bench` (sparsek against cuBLAS and cuSPARSE over a grid of cases) and `tune` (every tuning candidate of the
+//! kernels on the benchmark shapes). The library is `sparsek`; the benchmark runner, baselines, reports and the
+//! tuner are in `sparsek-bench`.
+
+mod bench;
+mod info;
+mod run;
+mod tune;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use sparsek::f16;
+
+#[derive(Parser)]
+#[command(name = "sparsek", version, about = "Block-sparse (BSR) x dense matrix multiplication on NVIDIA tensor cores")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The GPU (name, compute capability, driver, SMs, L2, shared memory), the PTX module chosen for it, and every
+    /// kernel's registers, shared memory and occupancy as the driver reports them. Exits non-zero without a
+    /// usable GPU.
+    Info {
+        /// CUDA device ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+    },
+    /// Builds or loads a BSR matrix A, multiplies it with a random dense B on the GPU (or the CPU backend when
+    /// there is no GPU), checks the result against the f64 CPU oracle, and prints time and effective TFLOPS.
+    Run(run::RunArgs),
+    /// Benchmarks sparsek against cuBLAS dense GEMM (f16 in, f32 accumulate) and cuSPARSE on one GPU: checks
+    /// every output against the CPU oracle, times the contenders interleaved with CUDA events (median), and
+    /// writes OUT_DIR/latest.json, OUT_DIR/speedup.png and the Markdown table (stdout, and between the markers
+    /// of OUT_DIR/../BENCHMARKS.md, else OUT_DIR/bench.md). Exits non-zero without a GPU or if a sparsek check
+    /// fails.
+    Bench(bench::BenchArgs),
+    /// Checks and times every tuning candidate of the kernels (layout::TUNE_CONFIGS) on the benchmark shapes,
+    /// interleaved, to choose the product configurations (layout::CONFIGS). Exits non-zero without a GPU or if
+    /// a candidate computes a wrong result.
+    Tune(tune::TuneArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info { device } => info::info(device),
+        Command::Bench(args) => bench::bench(args),
+        Command::Run(args) => match args.out {
+            run::OutType::F32 => run::run::<f32>(&args),
+            run::OutType::F16 => run::run::<f16>(&args),
+        },
+        Command::Tune(args) => tune::tune(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sparsek: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The middle layer: a CUDA context on one device, its facts ([`DeviceInfo`]), its default stream, and the
+//! product module chosen by compute capability and loaded once ([`Gpu`]).
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaStream};
+use sparsek_layout::{Op, OutType};
+
+use super::driver::{cuda, device_count, driver_version, guard};
+use super::registry::{self, Kernel, KernelReport, Registry};
+use crate::error::{Error, Result};
+
+/// Static facts about the GPU, read once when the [`Gpu`] is created.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// CUDA device ordinal.
+    pub ordinal: usize,
+    /// Marketing name, e.g. "NVIDIA H100 80GB HBM3".
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Driver's CUDA version, e.g. 13000 for 13.0.
+    pub driver_version: i32,
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// L2 cache size in bytes.
+    pub l2_bytes: u64,
+    /// Shared memory a block may opt in to, in bytes.
+    pub smem_per_block_optin: u32,
+    /// Shared memory per SM, in bytes.
+    pub smem_per_sm: u32,
+    /// Global memory, in bytes.
+    pub total_mem: u64,
+    /// Peak SM clock in kHz as the driver reports it.
+    pub sm_clock_khz: u32,
+}
+
+impl DeviceInfo {
+    /// "13.0" style driver version.
+    pub fn driver_version_string(&self) -> String {
+        format!("{}.{}", self.driver_version / 1000, (self.driver_version % 1000) / 10)
+    }
+
+    fn read(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<DeviceInfo> {
+        let attr = |a: CUdevice_attribute| ctx.attribute(a).map_err(cuda("cuDeviceGetAttribute"));
+        Ok(DeviceInfo {
+            ordinal,
+            name: ctx.name().map_err(cuda("cuDeviceGetName"))?,
+            compute_capability: ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?,
+            driver_version: driver_version()?,
+            sm_count: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+            l2_bytes: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64,
+            smem_per_block_optin: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                as u32,
+            smem_per_sm: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u32,
+            total_mem: ctx.total_mem().map_err(cuda("cuDeviceTotalMem"))? as u64,
+            sm_clock_khz: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)? as u32,
+        })
+    }
+}
+
+/// A GPU ready to run sparsek's kernels: a CUDA context (the device's primary context), a default stream, and
+/// the product PTX module for its architecture, loaded once with every kernel looked up and configured.
+///
+/// `Gpu` is `Send + Sync`: launches from several threads are safe (each is queued on the stream it names).
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    product: Registry,
+    info: DeviceInfo,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("info", &self.info).field("module", &self.product.name).finish_non_exhaustive()
+    }
+}
+
+impl Gpu {
+    /// Opens GPU `ordinal`: retains the device's primary context, checks the compute capability (8.0 or newer),
+    /// loads the product PTX module for it once and looks up every kernel.
+    ///
+    /// Errors: [`Error::NoCudaDriver`] without a usable driver, [`Error::NoDevice`] for a missing ordinal,
+    /// [`Error::UnsupportedArch`] below sm_80, [`Error::PtxLoad`] with the driver's message if the module is
+    /// refused (for example by a driver older than the PTX ISA 8.0 the module uses: CUDA 12.0 or newer is needed).
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::NoDevice { ordinal, count });
+        }
+        guard(|| Self::open(ordinal))
+    }
+
+    fn open(ordinal: usize) -> Result<Self> {
+        let ctx = CudaContext::new(ordinal).map_err(cuda("cuDevicePrimaryCtxRetain"))?;
+        let info = DeviceInfo::read(&ctx, ordinal)?;
+        let (major, minor) = info.compute_capability;
+        let ptx = registry::product_module(major, minor).ok_or_else(|| Error::UnsupportedArch {
+            name: info.name.clone(),
+            major,
+            minor,
+        })?;
+        let product = Registry::load(&ctx, &info, ptx)?;
+        let stream = ctx.default_stream();
+        Ok(Gpu { ctx, stream, product, info })
+    }
+
+    /// Facts about the device.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The CUDA context (for interop with other cudarc code).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream that [`Gpu::spmm`], uploads and downloads use by default.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// A new stream on this GPU, for [`Gpu::spmm_on`].
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
+        self.ctx.new_stream().map_err(cuda("cuStreamCreate"))
+    }
+
+    /// Waits until all work on the default stream is done.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(cuda("cuStreamSynchronize"))
+    }
+
+    /// The product module's name and a one-line description of it (`sparsek info`).
+    pub fn module(&self) -> (&'static str, &'static str) {
+        (self.product.name, self.product.description)
+    }
+
+    pub(crate) fn kernel(&self, op: Op, bs: u32, out: OutType) -> Option<&Kernel> {
+        self.product.find(op, bs, out)
+    }
+
+    /// Registers, shared memory and occupancy of every kernel of the product module, as the driver reports them.
+    pub fn kernel_reports(&self) -> Result<Vec<KernelReport>> {
+        self.product.kernels().iter().map(|k| k.report(self.product.name)).collect()
+    }
+}
+
+/// A kernel of the tuning module ([`Gpu::tuning_variants`]), launched with [`Gpu::spmm_variant`].
+#[cfg(feature = "tuning")]
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+pub struct KernelVariant(pub(crate) Kernel);
+
+#[cfg(feature = "tuning")]
+impl KernelVariant {
+    /// Entry point name.
+    pub fn name(&self) -> &'static str {
+        self.0.variant.name
+    }
+    /// Its tile configuration.
+    pub fn config(&self) -> sparsek_layout::KernelConfig {
+        self.0.config()
+    }
+    /// Registers, shared memory and occupancy, as the driver reports them.
+    pub fn report(&self) -> Result<KernelReport> {
+        self.0.report(registry::SM80_TUNE.name)
+    }
+}
+
+#[cfg(feature = "tuning")]
+impl Gpu {
+    /// Loads the embedded tuning module (every `layout::TUNE_CONFIGS` candidate, f32 output) and returns one
+    /// handle per kernel. Safe: the module and its variant table are built from the same `layout` crate, and
+    /// `cargo xtask build-ptx --check` keeps the committed PTX equal to a fresh build.
+    #[doc(hidden)]
+    pub fn tuning_variants(&self) -> Result<Vec<KernelVariant>> {
+        let reg = Registry::load(&self.ctx, &self.info, &registry::SM80_TUNE)?;
+        Ok(reg.kernels().iter().cloned().map(KernelVariant).collect())
+    }
+}
+
+// What the docs promise: a Gpu (and the device buffers) can be shared between threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Gpu>();
+    send_sync::<crate::gpu::DeviceBsr>();
+    send_sync::<crate::gpu::DeviceMatrix<f32>>();
+};

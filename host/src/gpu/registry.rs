@@ -1,0 +1,180 @@
+//! The kernel registry: the embedded PTX modules, each loaded once per [`Gpu`](super::Gpu), and their kernels
+//! looked up, checked and configured once, keyed by typed values (op, block size, output type) from
+//! [`sparsek_layout::VARIANTS`]. The host never states a kernel's shape itself: threads, tile and shared memory come from
+//! the variant's [`KernelConfig`].
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use sparsek_layout::{Arch, KernelConfig, Module, Op, OutType, VARIANTS, Variant};
+
+use super::DeviceInfo;
+use super::driver::{cuda, describe};
+use crate::error::{Error, Result};
+
+/// A PTX module embedded in the library (built by `cargo xtask build-ptx` and committed).
+pub(crate) struct EmbeddedPtx {
+    /// Which module of the variant table it holds.
+    pub(crate) module: Module,
+    /// Its target architecture.
+    pub(crate) arch: Arch,
+    /// Name in messages and `sparsek info`.
+    pub(crate) name: &'static str,
+    /// One line on what it is.
+    pub(crate) description: &'static str,
+    /// The PTX text.
+    pub(crate) ptx: &'static str,
+}
+
+/// The product module: PTX ISA 8.0 for sm_80, JIT-compiled by the driver for any sm_80+ GPU.
+pub(crate) const SM80: EmbeddedPtx = EmbeddedPtx {
+    module: Module::Product,
+    arch: Arch::Sm80,
+    name: "sparsek_sm80",
+    description: "PTX ISA 8.0, sm_80 (cp.async + ldmatrix + mma.sync); JIT-compiled by the driver",
+    ptx: include_str!("../../ptx/sparsek_sm80.ptx"),
+};
+
+/// The tuning module: every `layout::TUNE_CONFIGS` candidate (f32 output).
+#[cfg(feature = "tuning")]
+pub(crate) const SM80_TUNE: EmbeddedPtx = EmbeddedPtx {
+    module: Module::Tuning,
+    arch: Arch::Sm80,
+    name: "sparsek_sm80_tune",
+    description: "the tuning candidates of layout::TUNE_CONFIGS, sm_80",
+    ptx: include_str!("../../ptx/sparsek_sm80_tune.ptx"),
+};
+
+/// The product module for a GPU of compute capability `major.minor`, or `None` below sm_80. Every sm_80+ GPU
+/// gets the portable sm_80 module today; an sm_90a module will be chosen here for H100/H200.
+pub(crate) fn product_module(major: i32, _minor: i32) -> Option<&'static EmbeddedPtx> {
+    (major >= 8).then_some(&SM80)
+}
+
+/// One loaded kernel with its launch shape.
+#[derive(Clone, Debug)]
+pub(crate) struct Kernel {
+    /// Its row of the variant table.
+    pub(crate) variant: Variant,
+    pub(crate) func: CudaFunction,
+    /// CTAs of this kernel resident on one SM (occupancy API), for sizing the rasterization groups.
+    pub(crate) ctas_per_sm: u32,
+}
+
+impl Kernel {
+    pub(crate) fn config(&self) -> KernelConfig {
+        self.variant.config
+    }
+}
+
+/// The kernels of one loaded module.
+pub(crate) struct Registry {
+    /// The module's name (for messages).
+    pub(crate) name: &'static str,
+    pub(crate) description: &'static str,
+    /// Kept alive for the functions.
+    _module: Arc<CudaModule>,
+    kernels: Vec<Kernel>,
+}
+
+impl Registry {
+    /// Loads `ptx` into `ctx` and prepares every variant of its module and arch: looks up the entry point, checks
+    /// the configuration against the rules of the kernel template and the device's shared memory, raises the
+    /// dynamic shared memory limit and reads the occupancy.
+    pub(crate) fn load(ctx: &Arc<CudaContext>, info: &DeviceInfo, ptx: &EmbeddedPtx) -> Result<Registry> {
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx.ptx))
+            .map_err(|e| Error::PtxLoad { module: ptx.name, message: describe(&e) })?;
+        let kernels = VARIANTS
+            .iter()
+            .filter(|v| v.module == ptx.module && v.arch == ptx.arch)
+            .map(|v| load_kernel(&module, ptx.name, v, info))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Registry { name: ptx.name, description: ptx.description, _module: module, kernels })
+    }
+
+    /// The kernel for `op` on blocks of `bs` writing `out`, if the module has one.
+    pub(crate) fn find(&self, op: Op, bs: u32, out: OutType) -> Option<&Kernel> {
+        self.kernels.iter().find(|k| k.variant.op == op && k.variant.bs == bs && k.variant.out == out)
+    }
+
+    pub(crate) fn kernels(&self) -> &[Kernel] {
+        &self.kernels
+    }
+}
+
+fn load_kernel(module: &Arc<CudaModule>, module_name: &'static str, v: &Variant, info: &DeviceInfo) -> Result<Kernel> {
+    let name = v.name;
+    let config = v.config;
+    config.check().map_err(|rule| Error::InvalidArgument {
+        name: "kernel configuration",
+        reason: format!("{name}: {config:?} breaks a rule of the kernel template: {rule}"),
+    })?;
+    let func = module
+        .load_function(name)
+        .map_err(|e| Error::PtxLoad { module: module_name, message: format!("{name}: {}", describe(&e)) })?;
+    let smem = config.smem_bytes();
+    if smem > info.smem_per_block_optin {
+        return Err(Error::InvalidArgument {
+            name: "kernel configuration",
+            reason: format!(
+                "{name} needs {smem} bytes of shared memory per block; {} allows {}",
+                info.name, info.smem_per_block_optin
+            ),
+        });
+    }
+    func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+        .map_err(cuda("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"))?;
+    let ctas_per_sm = func
+        .occupancy_max_active_blocks_per_multiprocessor(config.threads(), smem as usize, None)
+        .map_err(cuda("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+    Ok(Kernel { variant: *v, func, ctas_per_sm })
+}
+
+/// What the driver reports for one kernel (`sparsek info`).
+#[derive(Clone, Debug)]
+pub struct KernelReport {
+    /// Entry point name in the PTX.
+    pub name: &'static str,
+    /// The module it comes from.
+    pub module: &'static str,
+    /// Block size of A the kernel handles.
+    pub bs: u32,
+    /// Element type of C it writes.
+    pub out: OutType,
+    /// Its tile configuration.
+    pub config: KernelConfig,
+    /// Threads per CTA.
+    pub threads: u32,
+    /// Registers per thread (driver's figure, after its JIT compile).
+    pub registers: i32,
+    /// Static shared memory per CTA in bytes.
+    pub static_smem: i32,
+    /// Dynamic shared memory per CTA in bytes (the launch's).
+    pub dynamic_smem: u32,
+    /// Local memory per thread in bytes (0 for a good kernel).
+    pub local_bytes: i32,
+    /// CTAs that fit on one SM at once.
+    pub ctas_per_sm: u32,
+}
+
+impl Kernel {
+    pub(crate) fn report(&self, module: &'static str) -> Result<KernelReport> {
+        let attr = |a| self.func.get_attribute(a).map_err(cuda("cuFuncGetAttribute"));
+        let config = self.config();
+        Ok(KernelReport {
+            name: self.variant.name,
+            module,
+            bs: self.variant.bs,
+            out: self.variant.out,
+            config,
+            threads: config.threads(),
+            registers: attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            static_smem: attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+            local_bytes: attr(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            dynamic_smem: config.smem_bytes(),
+            ctas_per_sm: self.ctas_per_sm,
+        })
+    }
+}

@@ -1,0 +1,154 @@
+//! Vector loads and stores: 16 bytes to or from global and shared memory, 8 bytes (two f32) to global memory
+//! (PTX ISA §9.7.9.8 `ld`, §9.7.9.10 `st`, `.v4.u32` and `.v2.f32`).
+
+use core::arch::asm;
+
+/// `ld.global.v4.u32`: 16 bytes from global memory.
+///
+/// # Safety
+/// `ptr` is a 16-byte aligned global address of 16 readable bytes.
+#[inline(always)]
+pub unsafe fn ld_global_v4(ptr: *const u32) -> [u32; 4] {
+    let v: [u32; 4];
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        let (a, b, c, d): (u32, u32, u32, u32);
+        asm!("ld.global.v4.u32 {{{0}, {1}, {2}, {3}}}, [{4}];", out(reg32) a, out(reg32) b, out(reg32) c,
+             out(reg32) d, in(reg64) ptr, options(readonly, nostack));
+        v = [a, b, c, d];
+    }
+    v
+}
+
+/// `st.global.v4.u32`: 16 bytes to global memory.
+///
+/// # Safety
+/// `ptr` is a 16-byte aligned global address of 16 writable bytes.
+#[inline(always)]
+pub unsafe fn st_global_v4(ptr: *mut u32, v: [u32; 4]) {
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!("st.global.v4.u32 [{0}], {{{1}, {2}, {3}, {4}}};", in(reg64) ptr, in(reg32) v[0], in(reg32) v[1],
+             in(reg32) v[2], in(reg32) v[3], options(nostack))
+    };
+}
+
+/// `ld.shared.v4.u32`: 16 bytes from shared memory.
+///
+/// # Safety
+/// `addr` is a 16-byte aligned shared address inside the CTA's shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_v4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `addr` is valid and aligned.
+    unsafe {
+        asm!("ld.shared.v4.u32 {{{0}, {1}, {2}, {3}}}, [{4}];", out(reg32) a, out(reg32) b, out(reg32) c,
+             out(reg32) d, in(reg32) addr, options(readonly, nostack))
+    };
+    [a, b, c, d]
+}
+
+/// `st.shared.v4.u32`: 16 bytes to shared memory.
+///
+/// # Safety
+/// `addr` is a 16-byte aligned shared address inside the CTA's shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_v4(addr: u32, v: [u32; 4]) {
+    // SAFETY: the caller guarantees `addr` is valid and aligned.
+    unsafe {
+        asm!("st.shared.v4.u32 [{0}], {{{1}, {2}, {3}, {4}}};", in(reg32) addr, in(reg32) v[0], in(reg32) v[1],
+             in(reg32) v[2], in(reg32) v[3], options(nostack))
+    };
+}
+
+/// `st.global.v2.f32`: 8 bytes (two f32) to global memory.
+///
+/// # Safety
+/// `ptr` is an 8-byte aligned global address of 8 writable bytes.
+#[inline(always)]
+pub unsafe fn st_global_v2_f32(ptr: *mut f32, v0: f32, v1: f32) {
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!("st.global.v2.f32 [{0}], {{{1}, {2}}};", in(reg64) ptr, in(reg32) v0, in(reg32) v1, options(nostack))
+    };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Scalar global loads and stores (PTX ISA §9.7.9.8 ld, §9.7.9.10 st, .global state space)
+//
+// The kernels get their device addresses as integers in a `.param` struct (layout::BsrSpmmParams), so LLVM cannot
+// infer that they point to global memory and would emit generic `ld`/`st` (measured slower on an H100:
+// docs/perf-notes.md). These wrappers name the state space; `cvta.to.global` (a no-op that ptxas folds) turns the
+// generic address into a global one as the ISA requires.
+// ---------------------------------------------------------------------------------------------------------------
+
+/// Defines a scalar `ld.global` wrapper.
+macro_rules! ld_global {
+    ($(#[$doc:meta])* $name:ident, $t:ty, $ptx:literal, $class:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `ptr` is a naturally aligned global address of a readable element.
+        #[inline(always)]
+        pub unsafe fn $name(ptr: *const $t) -> $t {
+            let v: $t;
+            // SAFETY: the caller guarantees `ptr` is valid and aligned; the asm only reads it.
+            unsafe {
+                asm!(
+                    concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ", $ptx, " {v}, [g]; }}"),
+                    p = in(reg64) ptr,
+                    v = out($class) v,
+                    options(pure, readonly, nostack)
+                )
+            };
+            v
+        }
+    };
+}
+
+/// Defines a scalar `st.global` wrapper.
+macro_rules! st_global {
+    ($(#[$doc:meta])* $name:ident, $t:ty, $ptx:literal, $class:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `ptr` is a naturally aligned global address of a writable element.
+        #[inline(always)]
+        pub unsafe fn $name(ptr: *mut $t, v: $t) {
+            // SAFETY: the caller guarantees `ptr` is valid and aligned.
+            unsafe {
+                asm!(
+                    concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ", $ptx, " [g], {v}; }}"),
+                    p = in(reg64) ptr,
+                    v = in($class) v,
+                    options(nostack)
+                )
+            };
+        }
+    };
+}
+
+ld_global!(
+    /// `ld.global.u32`: one u32 (the BSR index arrays).
+    ld_global_u32, u32, "ld.global.u32", reg32
+);
+ld_global!(
+    /// `ld.global.f32`: one f32 (C, for beta != 0).
+    ld_global_f32, f32, "ld.global.f32", reg32
+);
+ld_global!(
+    /// `ld.global.u16`: one f16, as bits (C, for beta != 0).
+    ld_global_u16, u16, "ld.global.u16", reg16
+);
+st_global!(
+    /// `st.global.f32`: one f32.
+    st_global_f32, f32, "st.global.f32", reg32
+);
+st_global!(
+    /// `st.global.u32`: 32 bits (two packed f16).
+    st_global_u32, u32, "st.global.u32", reg32
+);
+st_global!(
+    /// `st.global.u16`: one f16, as bits.
+    st_global_u16, u16, "st.global.u16", reg16
+);

@@ -1,0 +1,46 @@
+//! Thread, block and lane indices (PTX ISA §10 "Special Registers": `%tid`, `%ctaid`, `%ntid`, `%laneid`).
+
+use core::arch::asm;
+
+/// `%tid.x`: this thread's index in its CTA.
+#[inline(always)]
+pub fn thread_idx_x() -> u32 {
+    // SAFETY: reading a special register has no preconditions.
+    unsafe { core::arch::nvptx::_thread_idx_x() }
+}
+
+/// `%ctaid.x`: this CTA's index in the grid.
+#[inline(always)]
+pub fn block_idx_x() -> u32 {
+    // SAFETY: as above.
+    unsafe { core::arch::nvptx::_block_idx_x() }
+}
+
+/// `%ctaid.y`.
+#[inline(always)]
+pub fn block_idx_y() -> u32 {
+    // SAFETY: as above.
+    unsafe { core::arch::nvptx::_block_idx_y() }
+}
+
+/// `%ntid.x`: threads per CTA along x.
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    // SAFETY: as above.
+    unsafe { core::arch::nvptx::_block_dim_x() }
+}
+
+/// `%laneid`: this thread's lane in its warp (0..32).
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    let lane: u32;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u32 {0}, %laneid;", out(reg32) lane, options(pure, nomem, nostack)) };
+    lane
+}
+
+/// This thread's warp within its CTA (for 1-D CTAs): `%tid.x / 32`.
+#[inline(always)]
+pub fn warp_idx() -> u32 {
+    thread_idx_x() / 32
+}
