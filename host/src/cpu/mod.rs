@@ -1,5 +1,5 @@
-//! The CPU side of every product: the f64 oracle ([`reference`], [`reference_rows`]) that tests and the CLI
-//! check against, and a multi-threaded f32 backend ([`spmm`]) for machines without a GPU.
+//! The CPU side of every product: the f64 oracle ([`reference`](fn@reference), [`reference_rows`]) that tests
+//! and the CLI check against, and a multi-threaded f32 backend ([`spmm`]) for machines without a GPU.
 //!
 //! All three share one contract: `C = alpha * (A @ B) + beta * C` where A is a [`Bsr`] (`M x K`), B a dense
 //! [`Matrix`] `K x N` and C a dense `M x N` [`Matrix`] (any leading dimensions, any `N`). With `beta == 0`
@@ -9,8 +9,10 @@
 //! reaches every row whose blocks cover it.
 
 use std::any::TypeId;
-use std::borrow::Cow;
+use std::cell::RefCell;
 
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
 use rayon::prelude::*;
 
 use crate::Epilogue;
@@ -78,7 +80,7 @@ pub fn reference<TA: Scalar, TB: Scalar, TC: Scalar>(
     Ok(out)
 }
 
-/// The oracle ([`reference`]) for the listed rows only, to check big products by sampling: returns
+/// The oracle ([`reference`](fn@reference)) for the listed rows only, to check big products by sampling: returns
 /// `(row, values)` in the order of `rows` (duplicates allowed). A row `>= M` gives
 /// [`Error::InvalidArgument`].
 pub fn reference_rows<TA: Scalar, TB: Scalar, TC: Scalar>(
@@ -111,10 +113,224 @@ fn as_f32<T: Scalar>(s: &[T]) -> Option<&[f32]> {
     if TypeId::of::<T>() == TypeId::of::<f32>() { bytemuck::try_cast_slice(s).ok() } else { None }
 }
 
+/// `dst[i] = src[i]` as f32 (exact for f16, bf16 and f32), vectorised for f16 (F16C where the CPU has it) and
+/// bf16 (a shift); element by element for other types. Converts the common prefix when lengths differ.
+fn widen<T: Scalar>(src: &[T], dst: &mut [f32]) {
+    let len = src.len().min(dst.len());
+    let (src, dst) = (&src[..len], &mut dst[..len]);
+    let id = TypeId::of::<T>();
+    if id == TypeId::of::<f16>() {
+        if let Ok(h) = bytemuck::try_cast_slice::<T, f16>(src) {
+            h.convert_to_f32_slice(dst);
+            return;
+        }
+    } else if id == TypeId::of::<bf16>() {
+        if let Ok(h) = bytemuck::try_cast_slice::<T, u16>(src) {
+            // bf16 is the top half of an f32: widening is exact, NaN payloads included (what bf16::to_f32 does).
+            dst.iter_mut().zip(h).for_each(|(d, &s)| *d = f32::from_bits(u32::from(s) << 16));
+            return;
+        }
+    } else if let Some(s) = as_f32(src) {
+        dst.copy_from_slice(s);
+        return;
+    }
+    dst.iter_mut().zip(src).for_each(|(d, s)| *d = s.to_f32());
+}
+
+/// `dst[i] = src[i]` rounded to `T` (round to nearest even), vectorised for f16; the common prefix when lengths
+/// differ.
+fn narrow<T: Scalar>(src: &[f32], dst: &mut [T]) {
+    let len = src.len().min(dst.len());
+    let (src, dst) = (&src[..len], &mut dst[..len]);
+    let id = TypeId::of::<T>();
+    if id == TypeId::of::<f16>() {
+        if let Ok(h) = bytemuck::try_cast_slice_mut::<T, f16>(dst) {
+            h.convert_from_f32_slice(src);
+            return;
+        }
+    } else if id == TypeId::of::<f32>()
+        && let Ok(d) = bytemuck::try_cast_slice_mut::<T, f32>(dst)
+    {
+        d.copy_from_slice(src);
+        return;
+    }
+    dst.iter_mut().zip(src).for_each(|(d, &s)| *d = T::from_f32(s));
+}
+
+/// Columns of C per pass: `TILE_ELEMS / bs` (capped at N), so that a block row's `bs x tile` f32 accumulator
+/// (256 KiB) stays in a core's L2 while every block of the row is added to it, and so that the f32 copy of an
+/// f16 or bf16 B is made `K x tile` at a time, in one buffer reused across tiles (measured on 4096^3 with 2
+/// threads: a whole `K x N` copy lost ~17% of the time to page faults of fresh memory, while the tiling costs
+/// nothing there: sgemm gains from the accumulator staying in L2).
+const TILE_ELEMS: usize = 65536;
+
+/// Per-thread buffers of the backend, kept between calls so that repeated products do not pay for fresh
+/// memory (page faults) each time: the accumulator (`TILE_ELEMS` f32, 256 KiB), one block of A (`bs^2`, at most
+/// 64 KiB) and one row of C (`tile`, at most 16 KiB): about 1/3 MiB per rayon thread at most.
+#[derive(Default)]
+struct Scratch {
+    acc: Vec<f32>,
+    a: Vec<f32>,
+    c: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` (once) with this thread's [`Scratch`], or with fresh buffers when those are not available (already
+/// borrowed, or the thread is exiting).
+fn with_scratch<R>(mut f: impl FnMut(&mut Scratch) -> R) -> R {
+    match SCRATCH.try_with(|cell| cell.try_borrow_mut().ok().map(|mut s| f(&mut s))) {
+        Ok(Some(r)) => r,
+        _ => f(&mut Scratch::default()),
+    }
+}
+
+/// `c = a @ b + beta * c` in f32 through `matrixmultiply::sgemm`, all three row-major with unit column stride:
+/// `a` is `m x k` with rows `lda` apart, `b` `k x n` with rows `ldb` apart, `c` `m x n` with rows `ldc` apart.
+/// With `beta == 0` the old `c` is not read (sgemm's contract). Returns `None`, having touched nothing, when a
+/// slice is too short for its shape and stride, when `ldc < n` (rows of `c` would overlap) or when a stride
+/// does not fit `isize`.
+#[allow(clippy::too_many_arguments)]
+fn sgemm(
+    (m, k, n): (usize, usize, usize),
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+) -> Option<()> {
+    if m == 0 || n == 0 {
+        return Some(());
+    }
+    let fits = |len: usize, rows: usize, cols: usize, ld: usize| {
+        Matrix::<f32>::needed_len(rows, cols, ld).is_some_and(|need| need <= len)
+    };
+    if lda < k || ldb < n || ldc < n || !fits(a.len(), m, k, lda) || !fits(b.len(), k, n, ldb) {
+        return None;
+    }
+    if !fits(c.len(), m, n, ldc) {
+        return None;
+    }
+    let (lda, ldb, ldc) = (isize::try_from(lda).ok()?, isize::try_from(ldb).ok()?, isize::try_from(ldc).ok()?);
+    // SAFETY: sgemm reads a[i * lda + p] for i < m, p < k: the largest offset is (m - 1) * lda + k - 1, below
+    // a.len() as checked above (k == 0 reads nothing); likewise b[p * ldb + j] for p < k, j < n, below b.len().
+    // It reads (unless beta == 0) and writes c[i * ldc + j] for i < m, j < n, below c.len(); ldc >= n and unit
+    // column stride make those elements distinct, as sgemm requires. The strides fit isize and every offset
+    // stays inside its slice, so the pointer arithmetic does not overflow. `c` is borrowed mutably, so nothing
+    // else reads or writes it during the call; a and b are shared borrows, not written.
+    unsafe {
+        matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), lda, 1, b.as_ptr(), ldb, 1, beta, c.as_mut_ptr(), ldc, 1);
+    }
+    Some(())
+}
+
+/// The error for an operand slice that falls outside its buffer: unreachable for a valid [`Bsr`] and
+/// [`Matrix`] after [`check_shapes`] (both types validate on construction); reported rather than panicking.
+fn out_of_bounds(name: &'static str, what: String) -> Error {
+    Error::InvalidArgument { name, reason: format!("{what} falls outside the operands (a bug in sparsek)") }
+}
+
+/// B (`K x N`) or one column tile of it, in f32: row `r` of the tile starts at `data[r * ld + col0]`.
+#[derive(Clone, Copy)]
+struct F32Rows<'a> {
+    data: &'a [f32],
+    ld: usize,
+    col0: usize,
+}
+
+/// Columns `j0..j0 + w` of block row `br` of the product into `c_rows` (C from row `br * bs` on, rows `ldc`
+/// apart): every block's `bs x bs` product with its `bs x w` panel of `b` (the same columns) is accumulated in
+/// f32 by sgemm, then the epilogue writes `alpha * acc + beta * C`, rounded to `TC`, to C's columns
+/// `j0..j0 + w`.
+#[allow(clippy::too_many_arguments)]
+fn block_row_tile<TA: Scalar, TC: Scalar>(
+    a: &Bsr<TA>,
+    b: F32Rows<'_>,
+    ep: Epilogue,
+    (j0, w): (usize, usize),
+    br: usize,
+    c_rows: &mut [TC],
+    ldc: usize,
+    s: &mut Scratch,
+) -> Result<()> {
+    let bs = a.block_size();
+    let blk_len = bs * bs; // bs <= 128
+    let range = a.block_row_range(br);
+    let Scratch { acc, a: a_buf, c: c_buf } = s;
+    // With an f32 C and the default epilogue (alpha 1, beta 0) the epilogue is a copy: accumulate in C itself
+    // (same values, no copy); else in the scratch accumulator.
+    let direct = ep.alpha == 1.0 && ep.beta == 0.0 && TypeId::of::<TC>() == TypeId::of::<f32>();
+    let (out, ldo): (&mut [f32], usize) = if direct {
+        let c32 = bytemuck::try_cast_slice_mut::<TC, f32>(c_rows).ok().and_then(|c| c.get_mut(j0..));
+        (c32.ok_or_else(|| out_of_bounds("c", format!("block row {br}, columns from {j0}")))?, ldc)
+    } else {
+        acc.resize(bs * w, 0.0);
+        (acc, w)
+    };
+    // The first block overwrites the accumulator (sgemm's beta 0: its old contents are not read), later ones add
+    // to it; a block row without blocks gives zeros.
+    if range.is_empty() {
+        out.chunks_mut(ldo).take(bs).for_each(|row| row.iter_mut().take(w).for_each(|v| *v = 0.0));
+    }
+    for (pos, i) in range.clone().enumerate() {
+        let col = a.col_idx().get(i).copied().unwrap_or(u32::MAX);
+        let oob = || out_of_bounds("a", format!("block {i} (block row {br}, block column {col})"));
+        // The block in f32: in place when A is f32, else widened here, once per column tile (bs^2 conversions
+        // against 2 bs^2 w flops, and no nnzb * bs^2 buffer of fresh memory).
+        let blk: &[f32] = match as_f32(a.values()) {
+            Some(v) => i.checked_mul(blk_len).and_then(|s| v.get(s..s.checked_add(blk_len)?)).ok_or_else(oob)?,
+            None => {
+                a_buf.resize(blk_len, 0.0);
+                widen(a.block(i).ok_or_else(oob)?, a_buf);
+                a_buf
+            }
+        };
+        // B's rows col * bs .. col * bs + bs, from column col0.
+        let start = (col as usize).checked_mul(bs).and_then(|r| r.checked_mul(b.ld)?.checked_add(b.col0));
+        let panel = start.and_then(|s| b.data.get(s..)).ok_or_else(oob)?;
+        let acc_beta = if pos == 0 { 0.0 } else { 1.0 };
+        sgemm((bs, bs, w), blk, bs, panel, b.ld, acc_beta, out, ldo).ok_or_else(oob)?;
+    }
+    if direct {
+        return Ok(());
+    }
+    // EPILOGUE: alpha * acc (+ beta * C), in f32, then one rounding to TC.
+    let (alpha, beta) = (ep.alpha, ep.beta);
+    for (r, t_row) in acc.chunks_exact_mut(w).enumerate() {
+        let start = r * ldc + j0;
+        let Some(c_row) = c_rows.get_mut(start..start + w) else { continue };
+        if beta == 0.0 {
+            if alpha != 1.0 {
+                t_row.iter_mut().for_each(|t| *t *= alpha);
+            }
+        } else {
+            c_buf.resize(w, 0.0);
+            widen(c_row, c_buf);
+            t_row.iter_mut().zip(c_buf.iter()).for_each(|(t, &cv)| *t = alpha * *t + beta * cv);
+        }
+        narrow(t_row, c_row);
+    }
+    Ok(())
+}
+
 /// The CPU backend: `C = alpha * (A @ B) + beta * C` with f32 products and f32 accumulation (like the GPU
 /// kernels; f16 and bf16 inputs widen exactly), the epilogue in f32, one rounding to `TC` at the end.
-/// Block rows run in parallel (rayon); B is converted to f32 once. Shapes are checked first: on
-/// [`Error::ShapeMismatch`] C is untouched. With `beta == 0` the old C is never read.
+///
+/// C is computed in column tiles of `min(N, 65536 / bs)` columns; within a tile, block rows run in parallel
+/// (rayon), and each stored block adds its `bs x bs` product with the `bs` rows of B it meets to the block row's
+/// f32 accumulator through `matrixmultiply::sgemm` (one core per call). f32 operands are read in place (B through
+/// its leading dimension). A B of another type is converted to f32 once (exactly for f16 and bf16), a `K x tile`
+/// panel at a time, into a buffer of `4 * K * tile` bytes allocated per call; blocks of an A of another type are
+/// converted as they are used, once per column tile. The accumulator is C itself when C is f32 and the epilogue is
+/// the default (`alpha == 1`, `beta == 0`), else a per-thread buffer; the per-thread buffers are kept between calls
+/// (about 1/3 MiB per rayon thread at most). The summation order within a block is sgemm's, so results differ from
+/// the f64 oracle by f32 rounding only (see [`crate::check::Tolerance`]); integer-valued products whose partial
+/// sums are exact in f32 come out exact. Shapes are checked first: on [`Error::ShapeMismatch`] C is untouched. With
+/// `beta == 0` the old C is never read. See the [module documentation](self) for the whole contract.
 ///
 /// ```
 /// use sparsek::{Bsr, Epilogue, Matrix, cpu};
@@ -134,85 +350,113 @@ pub fn spmm<TA: Scalar, TB: Scalar, TC: Scalar>(
     ep: Epilogue,
 ) -> Result<()> {
     check_shapes(a, b, c)?;
-    let (m, k, n) = (a.rows(), a.cols(), b.cols());
+    let (m, n) = (a.rows(), b.cols());
     if m == 0 || n == 0 {
         return Ok(());
     }
     let bs = a.block_size();
-    // B in f32, row r at b32[r * ldb..][..n].
-    let (b32, ldb): (Cow<'_, [f32]>, usize) = match as_f32(b.as_slice()) {
-        Some(s) => (Cow::Borrowed(s), b.ld()),
-        None => {
-            let mut v = vec![0.0f32; k * n];
-            v.par_chunks_mut(n).enumerate().for_each(|(r, dst)| {
-                dst.iter_mut().zip(b.row(r)).for_each(|(d, s)| *d = s.to_f32());
-            });
-            (Cow::Owned(v), n)
-        }
-    };
-    let a32 = as_f32(a.values());
-    // Column tile: a bs x NT f32 accumulator of 64 KiB, and B strips of bs x NT, stay in L1/L2.
-    let nt = (16384 / bs).min(n);
+    let k = a.cols();
+    let tile = (TILE_ELEMS / bs).min(n);
     let ldc = c.ld();
-    let block_rows = a.block_rows();
-    let (alpha, beta) = (ep.alpha, ep.beta);
-    c.as_mut_slice().par_chunks_mut(bs * ldc).enumerate().for_each_init(
-        || (Vec::<f32>::new(), Vec::<f32>::new()),
-        |(tile, a_row), (br, chunk)| {
-            if br >= block_rows {
-                return; // storage past the last row
-            }
-            let range = a.block_row_range(br);
-            let vals = range.start * bs * bs..range.end * bs * bs;
-            let a_vals: &[f32] = match a32 {
-                Some(s) => &s[vals],
-                None => {
-                    a_row.clear();
-                    a_row.extend(a.values()[vals].iter().map(|v| v.to_f32()));
-                    a_row
-                }
-            };
-            for j0 in (0..n).step_by(nt) {
-                let w = nt.min(n - j0);
-                tile.clear();
-                tile.resize(bs * w, 0.0);
-                for (blk, &col) in a_vals.chunks_exact(bs * bs).zip(&a.col_idx()[range.clone()]) {
-                    let k0 = col as usize * bs;
-                    // Two rows of the tile by four rows of B per pass (bs is a multiple of 16): each loaded
-                    // B element feeds two rows, each tile element is loaded and stored once per four terms.
-                    for (t_rows, a_rows) in tile.chunks_exact_mut(2 * w).zip(blk.chunks_exact(2 * bs)) {
-                        let (t0, t1) = t_rows.split_at_mut(w);
-                        let (a0, a1) = a_rows.split_at(bs);
-                        for kk in (0..bs).step_by(4) {
-                            let b_at = |q: usize| {
-                                let start = (k0 + kk + q) * ldb + j0;
-                                &b32[start..start + w]
-                            };
-                            let (b0, b1, b2, b3) = (b_at(0), b_at(1), b_at(2), b_at(3));
-                            let (x0, x1) = (&a0[kk..kk + 4], &a1[kk..kk + 4]);
-                            for j in 0..w {
-                                let (v0, v1, v2, v3) = (b0[j], b1[j], b2[j], b3[j]);
-                                t0[j] += x0[0] * v0 + x0[1] * v1 + x0[2] * v2 + x0[3] * v3;
-                                t1[j] += x1[0] * v0 + x1[1] * v1 + x1[2] * v2 + x1[3] * v3;
-                            }
-                        }
+    // C has m >= bs rows, so bs * ldc <= (m - 1) * ldc + n fits unless m == bs, where saturating still gives
+    // one chunk for the one block row. Chunks past the last block row (storage beyond the matrix) are skipped.
+    let chunk_len = bs.saturating_mul(ldc);
+    let b32 = as_f32(b.as_slice());
+    // B not f32: one K x tile f32 buffer, refilled for each column tile (k * tile <= k * n <= B's storage).
+    let mut b_tile = match b32 {
+        Some(_) => Vec::new(),
+        None => vec![
+            0.0f32;
+            k.checked_mul(tile).ok_or_else(|| Error::InvalidMatrix {
+                what: "shape",
+                reason: format!("B is {k}x{n}, which overflows usize"),
+            })?
+        ],
+    };
+    for j0 in (0..n).step_by(tile) {
+        let w = tile.min(n - j0);
+        let rows = match b32 {
+            Some(data) => F32Rows { data, ld: b.ld(), col0: j0 },
+            None => {
+                let buf = b_tile.get_mut(..k * w).unwrap_or_default();
+                buf.par_chunks_mut(w).enumerate().for_each(|(r, dst)| {
+                    if let Some(src) = b.row(r).get(j0..j0 + w) {
+                        widen(src, dst);
                     }
-                }
-                // EPILOGUE
-                for (r, t_row) in tile.chunks_exact(w).enumerate() {
-                    let start = r * ldc + j0;
-                    let Some(c_row) = chunk.get_mut(start..start + w) else { continue };
-                    if beta == 0.0 {
-                        c_row.iter_mut().zip(t_row).for_each(|(cv, &t)| *cv = TC::from_f32(alpha * t));
-                    } else {
-                        c_row
-                            .iter_mut()
-                            .zip(t_row)
-                            .for_each(|(cv, &t)| *cv = TC::from_f32(alpha * t + beta * cv.to_f32()));
-                    }
-                }
+                });
+                F32Rows { data: buf, ld: w, col0: 0 }
             }
-        },
-    );
+        };
+        c.as_mut_slice()
+            .par_chunks_mut(chunk_len)
+            .take(a.block_rows())
+            .enumerate()
+            .try_for_each(|(br, c_rows)| with_scratch(|s| block_row_tile(a, rows, ep, (j0, w), br, c_rows, ldc, s)))?;
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::{Tolerance, compare};
+    use crate::format::{Pattern, generate};
+
+    /// `spmm` against the oracle on a product with more columns than one tile (`TILE_ELEMS / bs`), B and C with
+    /// NaN-poisoned padding (and a NaN-poisoned C when beta == 0); the padding must stay as it was.
+    fn check_wide<TA: Scalar, TB: Scalar, TC: Scalar>(bs: usize, n: usize, ep: Epilogue) {
+        let (m, k, pad) = (3 * bs, 2 * bs, 3);
+        let a = generate::<TA>(Pattern::Uniform, m, k, bs, 0.5, 7).unwrap();
+        let nan_tb = TB::from_f64(f64::NAN);
+        let b = Matrix::<TB>::random(k, n, 8).with_ld(n + pad, nan_tb).unwrap();
+        let nan_tc = TC::from_f64(f64::NAN);
+        let c0 = if ep.beta == 0.0 {
+            Matrix::<TC>::filled(m, n, n + pad, nan_tc).unwrap()
+        } else {
+            Matrix::<TC>::random(m, n, 9).with_ld(n + pad, nan_tc).unwrap()
+        };
+        let want = reference(&a, &b, &c0, ep).unwrap();
+        let mut c = c0.clone();
+        spmm(&a, &b, &mut c, ep).unwrap();
+        let rep = compare(&c, &want, Tolerance::for_operands(&a, &b, &c0, ep));
+        let what = format!("{}/{}/{} bs {bs} n {n} {ep:?}", TA::NAME, TB::NAME, TC::NAME);
+        assert!(rep.passed() && rep.checked == m * n, "{what}: {rep}");
+        for r in 0..m {
+            let row = &c.as_slice()[r * c.ld()..];
+            assert!(row[n..c.ld().min(row.len())].iter().all(|v| v.to_f64().is_nan()), "{what}: padding written");
+        }
+    }
+
+    #[test]
+    fn several_column_tiles_every_path() {
+        // f16 B through the K x tile buffer, f32 C accumulated in place (default epilogue).
+        check_wide::<f16, f16, f32>(64, 1024 + 37, Epilogue::default());
+        // f16 C through the scratch accumulator and the full epilogue.
+        check_wide::<f16, f16, f16>(64, 1024 + 37, Epilogue { alpha: -0.5, beta: 0.75 });
+        // f32 A and B read in place (B through its leading dimension), alpha only.
+        check_wide::<f32, f32, f32>(128, 512 + 88, Epilogue { alpha: 2.0, beta: 0.0 });
+        check_wide::<bf16, bf16, f32>(16, 4096 + 5, Epilogue { alpha: 1.0, beta: 1.0 });
+        check_wide::<f64, f64, f64>(32, 2048 + 1, Epilogue { alpha: 1.0, beta: -2.0 });
+        check_wide::<f16, f32, bf16>(32, 100, Epilogue::default());
+    }
+
+    #[test]
+    fn zeros_of_a_propagate_inf_and_nan_of_b() {
+        // One all-zero 16x16 block at (1, 0); B has an Inf at (5, 1) and a NaN at (9, 2).
+        let a = Bsr::try_new(32, 16, 16, vec![0, 0, 1], vec![0], vec![f16::ZERO; 256]).unwrap();
+        let mut b = Matrix::<f16>::zeros(16, 4);
+        b.set(5, 1, f16::INFINITY);
+        b.set(9, 2, f16::NAN);
+        for ep in [Epilogue::default(), Epilogue { alpha: 2.0, beta: 1.0 }] {
+            let mut c = Matrix::<f32>::zeros(32, 4);
+            spmm(&a, &b, &mut c, ep).unwrap();
+            for r in 0..32 {
+                let covered = r >= 16;
+                assert_eq!(c.get(r, 0), 0.0);
+                assert_eq!(c.get(r, 1).is_nan(), covered, "row {r} {ep:?}");
+                assert_eq!(c.get(r, 2).is_nan(), covered, "row {r} {ep:?}");
+                assert_eq!(c.get(r, 3), 0.0);
+            }
+        }
+    }
 }
