@@ -154,7 +154,7 @@ fn main() {
         let Case { m, n, k, bs, density } = *case;
         let seed = 0x5eed + ci as u64;
         let a = generate::<f16>(Pattern::Uniform, m, k, bs, density, seed).expect("generate A");
-        let b = Matrix::<f16>::random(k, n, seed ^ 0xb);
+        let b = Matrix::<f16>::random(k, n, seed ^ 0xb).unwrap();
         let a32: Vec<f32> = a.values().iter().map(|v| v.to_f32()).collect();
         let b32: Vec<f32> = b.as_slice().iter().map(|v| v.to_f32()).collect();
         let flops = a.flops(n);
@@ -166,7 +166,7 @@ fn main() {
         let mut c_lib = Matrix::<f32>::filled(m, n, n, f32::NAN).expect("C");
         cpu::spmm(&a, &b, &mut c_lib, Epilogue::default()).expect("cpu::spmm");
         let d_lib = max_abs_diff(c_lib.as_slice(), &c_base);
-        let a_dense: Vec<f32> = a.to_dense().as_slice().iter().map(|v| v.to_f32()).collect();
+        let a_dense: Vec<f32> = a.to_dense().unwrap().as_slice().iter().map(|v| v.to_f32()).collect();
         let mut c_dense = vec![f32::NAN; m * n];
         dense(&a_dense, &b32, m, k, n, &mut c_dense);
         let d_dense = max_abs_diff(&c_dense, &c_base);

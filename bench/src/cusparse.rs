@@ -336,7 +336,7 @@ impl<'a> HostOperands<'a> {
                 h.col_idx = to_i32(a.col_idx(), "block column")?;
                 if kind == Kind::Bsrmm {
                     h.values_f32 = Some(a.values().iter().map(|v| v.to_f32()).collect());
-                    h.b_f32 = Some(b.convert::<f32>());
+                    h.b_f32 = Some(b.convert::<f32>().map_err(|e| e.to_string())?);
                 }
             }
             Kind::CsrSpmm { .. } => {
@@ -659,7 +659,7 @@ mod tests {
         for bs in [16, 32] {
             let a = generate::<f16>(Pattern::Skewed, 128, 96, bs, 0.4, 3).unwrap();
             let Csr { indptr, indices, values } = bsr_to_csr(&a).unwrap();
-            let dense = a.to_dense();
+            let dense = a.to_dense().unwrap();
             assert_eq!(indptr.len(), a.rows() + 1);
             assert_eq!(values.len(), a.nnzb() * bs * bs);
             let mut seen = 0;

@@ -54,19 +54,21 @@ impl Case {
     }
 
     /// Builds A (generated from `seed`, or read from the file, which fills in `m`, `k` and `density`) and a
-    /// random f16 B of `k x n` (from `seed`). Progress for a file goes to stderr.
-    pub fn operands(&mut self, seed: u64) -> Result<(Bsr<f16>, Matrix<f16>)> {
+    /// random f16 B of `k x n` (from `seed`). Progress for a file goes to stderr. A file's BSR may take at most
+    /// `max_file_bytes` (values and indices; [`Bsr::from_matrix_market_limited`]): a sparse file whose entries
+    /// touch many blocks is refused with the size it would need instead of exhausting memory.
+    pub fn operands(&mut self, seed: u64, max_file_bytes: usize) -> Result<(Bsr<f16>, Matrix<f16>)> {
         let a: Bsr<f16> = match &self.source {
             Source::Synthetic(p) => generate(*p, self.m, self.k, self.bs, self.density, seed)?,
             Source::File(path) => {
                 eprintln!("loading {} (block size {})", path.display(), self.bs);
-                let a = Bsr::from_matrix_market(path, self.bs)?;
+                let a = Bsr::from_matrix_market_limited(path, self.bs, max_file_bytes)?;
                 self.density = a.density();
                 a
             }
         };
         (self.m, self.k) = (a.rows(), a.cols());
-        let b = Matrix::<f16>::random(self.k, self.n, seed ^ 0xB);
+        let b = Matrix::<f16>::random(self.k, self.n, seed ^ 0xB)?;
         Ok((a, b))
     }
 

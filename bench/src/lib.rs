@@ -23,6 +23,7 @@
 //! the reader ([`json`], [`report`], [`png`], [`plot`]), the comparison ([`mod@compare`]), the grid ([`grid`]) and
 //! the run facts ([`mod@env`]) need no GPU and are unit-tested.
 
+pub mod budget;
 pub mod compare;
 mod cublas;
 mod cusparse;

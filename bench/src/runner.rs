@@ -131,10 +131,12 @@ pub fn run_case(gpu: &Gpu, libs: &Libs, cfg: &Config, case: &Case) -> Record {
 /// A and B ([`Case::operands`], which fills in a file's shape and density) and the oracle on `check_rows`
 /// random rows of C plus the first and the last ([`Expected::compute`]).
 fn inputs(case: &mut Case, cfg: &Config, seed: u64) -> Result<Inputs> {
-    let (a, b) = case.operands(seed)?;
+    // A file's BSR may use at most half of the host memory available now.
+    let budget = crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
+    let (a, b) = case.operands(seed, budget)?;
     // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, as sparsek's output).
     // `zeros` of f32 is a zeroed allocation whose pages are never touched.
-    let c0 = Matrix::<f32>::zeros(case.m, case.n);
+    let c0 = Matrix::<f32>::zeros(case.m, case.n)?;
     let sample = RowSample::Random { count: cfg.check_rows, seed: seed ^ 0x5EED };
     let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
     let max_b = max_abs(&b);
@@ -241,7 +243,7 @@ fn setup_cublas<'l>(
     let (a, b) = (&inputs.a, &inputs.b);
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     let s = |e: sparsek::Error| e.to_string();
-    let dense = a.to_dense();
+    let dense = a.to_dense().map_err(s)?;
     let mut sets = CublasSets { lib, shape: (m, n, k), sets: Vec::new() };
     for _ in 0..set_count(gpu, 2 * m * k + 2 * k * n + 4 * m * n) {
         sets.sets.push((

@@ -49,8 +49,8 @@ pub fn run(gpu: &Gpu, iters: usize, block_sizes: &[usize]) -> Result<Summary> {
         let vs: Vec<&KernelVariant> = variants.iter().filter(|v| v.config().bs as usize == bs).collect();
         for (m, n, k, density, pattern) in shapes(bs) {
             let a: Bsr<f16> = generate(pattern, m, k, bs, density, 7)?;
-            let b = Matrix::<f16>::random(k, n, 8);
-            let c0 = Matrix::<f32>::zeros(m, n);
+            let b = Matrix::<f16>::random(k, n, 8)?;
+            let c0 = Matrix::<f32>::zeros(m, n)?;
             let expected = Expected::compute(&a, &b, &c0, ep, RowSample::Random { count: 24, seed: 9 }, |_, _| {})?;
             let (a_d, b_d) = (gpu.upload(&a)?, gpu.upload_matrix(&b)?);
             let mut c_d = gpu.zeros::<f32>(m, n)?;

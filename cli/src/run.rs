@@ -108,6 +108,29 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
         Some(path) => Case { m: 0, n: args.n, k: 0, bs: args.bs, density: 0.0, source: Source::File(path.clone()) },
         None => Case::synthetic(args.m, args.n, args.k, args.bs, args.density, args.pattern.into()),
     };
+    let host_limit = sparsek_bench::budget::host_available();
+    if args.matrix.is_none() {
+        // A (values, indices and the generator's per-block-row scratch) before it is generated.
+        let (br, bc) = ((args.m / args.bs.max(1)) as u128, (args.k / args.bs.max(1)) as u128);
+        let nnzb = (args.density.clamp(0.0, 1.0) * (br * bc) as f64).ceil() as u128;
+        let mut est = sparsek_bench::budget::Estimate::default();
+        est.add("A values", nnzb.saturating_mul((args.bs * args.bs) as u128), 2);
+        est.add("A structure", nnzb.saturating_add(br.saturating_mul(14)), 4);
+        if let Some(limit) = host_limit
+            && let Err(msg) = est.check("host", limit)
+        {
+            eprintln!("sparsek run: {msg}");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    // B, C and the oracle's rows: checked before anything is allocated (after A for a file, whose shape the file
+    // gives; A itself is bounded by the reader).
+    if args.matrix.is_none()
+        && let Err(msg) = check_dense_budget::<TC>(args, (case.m, case.k, case.n), host_limit)
+    {
+        eprintln!("sparsek run: {msg}");
+        return Ok(ExitCode::FAILURE);
+    }
     if args.matrix.is_none() {
         eprintln!(
             "generating A: {}x{} bs {} density {} {} (seed {})",
@@ -119,9 +142,17 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
             args.seed
         );
     }
-    let (a, b) = case.operands(args.seed)?;
+    // A file's BSR may use at most half of the host memory available now (the rest is for B, C and the check).
+    let file_budget = host_limit.map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
+    let (a, b) = case.operands(args.seed, file_budget)?;
     let (m, k, n) = (a.rows(), a.cols(), b.cols());
-    let c0 = if args.beta != 0.0 { Matrix::<TC>::random(m, n, args.seed ^ 0xC) } else { Matrix::<TC>::zeros(m, n) };
+    if args.matrix.is_some()
+        && let Err(msg) = check_dense_budget::<TC>(args, (m, k, n), host_limit)
+    {
+        eprintln!("sparsek run: {msg}");
+        return Ok(ExitCode::FAILURE);
+    }
+    let c0 = if args.beta != 0.0 { Matrix::<TC>::random(m, n, args.seed ^ 0xC)? } else { Matrix::<TC>::zeros(m, n)? };
     let ep = Epilogue { alpha: args.alpha, beta: args.beta };
     eprintln!("inputs ready in {:.1} s", t.elapsed().as_secs_f64());
     println!(
@@ -137,7 +168,19 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
         None
     } else {
         match Gpu::new(args.device) {
-            Ok(g) => Some(g),
+            Ok(g) => {
+                // Device buffers: A, B and C with their leading dimensions rounded up to 16 bytes.
+                let ld = |cols: usize, size: usize| (cols.max(1).div_ceil(16 / size) * (16 / size)) as u128;
+                let mut est = sparsek_bench::budget::Estimate::default();
+                est.add("A", a.values().len() as u128 + 2 * a.nnzb() as u128 + 4 * (a.block_rows() as u128 + 1), 2);
+                est.add("B", k as u128 * ld(n, 2), 2);
+                est.add("C", m as u128 * ld(n, std::mem::size_of::<TC>()), std::mem::size_of::<TC>() as u128);
+                if let Err(msg) = est.check("GPU", u128::from(g.info().total_mem)) {
+                    eprintln!("sparsek run: {msg}");
+                    return Ok(ExitCode::FAILURE);
+                }
+                Some(g)
+            }
             Err(e) => {
                 println!("no GPU ({e}): running the CPU backend");
                 None
@@ -207,6 +250,29 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
         println!("          {report}");
     }
     Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// `Err(message)` when B, C (before, after and per timed CPU run) and the oracle's rows of an `m x k x n` run
+/// will not fit in `host_limit` bytes.
+fn check_dense_budget<TC: OutputElement>(
+    args: &RunArgs,
+    (m, k, n): (usize, usize, usize),
+    host_limit: Option<u128>,
+) -> Result<(), String> {
+    let checked_rows = if args.full_check || m.saturating_mul(n) <= RowSample::FULL_CHECK_ELEMENTS {
+        m
+    } else {
+        args.check_rows.saturating_add(2).min(m)
+    };
+    let mut est = sparsek_bench::budget::Estimate::default();
+    est.add("B", (k as u128).saturating_mul(n as u128), 2);
+    let c_bytes = 3 * std::mem::size_of::<TC>() as u128;
+    est.add("C before, after and per timed CPU run", (m as u128).saturating_mul(n as u128), c_bytes);
+    est.add("oracle rows", (checked_rows as u128).saturating_mul(n as u128), 8);
+    match host_limit {
+        Some(limit) => est.check("host", limit),
+        None => Ok(()),
+    }
 }
 
 fn verdict(passed: bool) -> &'static str {

@@ -21,6 +21,13 @@ impl Tolerance {
     /// Bit equality (as f64): `|got - expected| <= 0`.
     pub const EXACT: Tolerance = Tolerance { atol: 0.0, rtol: 0.0 };
 
+    /// Whether both parts are finite and non-negative. A tolerance built from non-finite operands (a NaN or an
+    /// infinity in A, B or C) is not: every comparison under it fails, naming the tolerance, instead of passing
+    /// anything (an infinite bound) or failing exact results (a NaN bound) silently.
+    pub fn is_valid(&self) -> bool {
+        self.atol.is_finite() && self.rtol.is_finite() && self.atol >= 0.0 && self.rtol >= 0.0
+    }
+
     /// The tolerance for `C = alpha * (A @ B) + beta * C` computed with f32 accumulation:
     /// - f16 x f16 products are exact in f32; each f32 addition rounds, so the accumulation error grows with
     ///   the length of the dot product: `|alpha| * max|A| * max|B| * k_eff * 2^-21`, where `k_eff` is the
@@ -109,6 +116,12 @@ pub struct CheckReport {
 
 impl CheckReport {
     fn new(tolerance: Tolerance) -> Self {
+        let shape_error = (!tolerance.is_valid()).then(|| {
+            format!(
+                "the tolerance (atol {:e}, rtol {:e}) is not finite and non-negative: non-finite operands?",
+                tolerance.atol, tolerance.rtol
+            )
+        });
         CheckReport {
             checked: 0,
             failures: 0,
@@ -117,7 +130,7 @@ impl CheckReport {
             first_failure: None,
             worst: None,
             tolerance,
-            shape_error: None,
+            shape_error,
         }
     }
 
@@ -132,8 +145,9 @@ impl CheckReport {
         let t = self.tolerance;
         let bound = if exp.is_finite() { t.atol + t.rtol * exp.abs() } else { 0.0 };
         let (ok, err) = if exp.is_finite() {
+            // NaN or Inf where a finite value is expected fails whatever the bound (even an infinite one).
             let err = if got.is_finite() { (got - exp).abs() } else { f64::INFINITY };
-            (err <= bound, err)
+            (got.is_finite() && err <= bound, err)
         } else {
             // A non-finite expectation must be met exactly (NaN by NaN, Inf by the same Inf).
             let same = got == exp || (got.is_nan() && exp.is_nan());
@@ -294,7 +308,9 @@ impl Expected {
     /// Computes the oracle (`alpha * (A @ B) + beta * C0` in f64) on the rows `sample` picks, in chunks, calling
     /// `progress(rows done, rows in all)` after each chunk (for progress lines on long checks). The tolerance is
     /// [`Tolerance::for_operands`] for an output of type `TC`. Errors: [`Error::ShapeMismatch`](crate::Error)
-    /// when the operands do not fit.
+    /// when the operands do not fit; [`Error::NonFinite`](crate::Error) naming the first NaN or infinity in A, B
+    /// or (when `beta != 0`) C, and [`Error::InvalidArgument`](crate::Error) for a non-finite alpha or beta: a
+    /// product of non-finite operands has no tolerance to check against.
     pub fn compute<TA: Scalar, TB: Scalar, TC: Scalar>(
         a: &Bsr<TA>,
         b: &Matrix<TB>,
@@ -303,6 +319,30 @@ impl Expected {
         sample: RowSample,
         mut progress: impl FnMut(usize, usize),
     ) -> crate::Result<Expected> {
+        // The oracle of non-finite operands is not a product to check against: refuse it with the position.
+        if let Some(i) = a.values().iter().position(|v| !v.to_f64().is_finite()) {
+            let blk = (a.block_size() * a.block_size()).max(1);
+            let value = format!("{:e}", a.values()[i].to_f64());
+            return Err(crate::Error::NonFinite { what: "A (block, offset)", value, index: (i / blk, i % blk) });
+        }
+        if let Some((r, c, v)) = b.first_non_finite() {
+            return Err(crate::Error::NonFinite { what: "B", value: format!("{v:e}"), index: (r, c) });
+        }
+        if ep.beta != 0.0
+            && let Some((r, c, v)) = c0.first_non_finite()
+        {
+            return Err(crate::Error::NonFinite {
+                what: "C (read: beta != 0)",
+                value: format!("{v:e}"),
+                index: (r, c),
+            });
+        }
+        if !ep.alpha.is_finite() || !ep.beta.is_finite() {
+            return Err(crate::Error::InvalidArgument {
+                name: "epilogue",
+                reason: format!("alpha {} and beta {} must be finite", ep.alpha, ep.beta),
+            });
+        }
         let rows = sample.rows(a.rows());
         // Chunks of about 2^22 oracle multiply-adds, at least one row.
         let per_row = (a.nnzb() * a.block_size() * a.block_size()).div_ceil(a.rows().max(1)).max(1) * b.cols().max(1);

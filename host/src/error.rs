@@ -84,13 +84,38 @@ pub enum Error {
         message: String,
     },
 
-    /// A device allocation failed for lack of memory.
-    #[error("out of GPU memory allocating {bytes} bytes for {what}")]
+    /// An allocation failed for lack of memory: on the host (`what` names the buffer, e.g. "dense matrix") or on
+    /// the GPU (`what` says "device ..."). Nothing was changed.
+    #[error("out of memory allocating {bytes} bytes for {what}")]
     OutOfMemory {
         /// What was being allocated.
         what: &'static str,
         /// Bytes asked for.
         bytes: usize,
+    },
+
+    /// A size derived from the inputs (an element count, a byte count, a line length) overflows or exceeds the
+    /// limit of what it is used for. Checked before anything is allocated; nothing was changed.
+    #[error("{what} = {requested} exceeds the limit {limit}")]
+    TooLarge {
+        /// What was being sized, e.g. "dense matrix elements (rows * ld)".
+        what: &'static str,
+        /// The size asked for (saturated at u128::MAX when the product overflows even that).
+        requested: u128,
+        /// The largest size allowed.
+        limit: u128,
+    },
+
+    /// A value that is not finite (NaN or infinite) where the operation's contract needs finite values, or a
+    /// value that does not fit the target element type (`value` as text, `index` its position).
+    #[error("{what}: non-finite or out-of-range value {value} at ({}, {})", index.0, index.1)]
+    NonFinite {
+        /// Which operand or conversion, e.g. "B" or "f16 conversion".
+        what: &'static str,
+        /// The offending value, as text.
+        value: String,
+        /// Its position (row, col) or flat index.
+        index: (usize, usize),
     },
 
     /// Any other CUDA driver error, with the operation that failed.

@@ -20,7 +20,7 @@
 //! # fn main() -> sparsek::Result<()> {
 //! // A: 512 x 1024 with 64 x 64 blocks, a quarter of them nonzero; B: 1024 x 96.
 //! let a = generate::<f16>(Pattern::Uniform, 512, 1024, 64, 0.25, 1)?;
-//! let b = Matrix::<f16>::random(1024, 96, 2);
+//! let b = Matrix::<f16>::random(1024, 96, 2)?;
 //! let c: Matrix<f32> = match Gpu::new(0) {
 //!     Ok(gpu) => {
 //!         let (a_d, b_d) = (gpu.upload(&a)?, gpu.upload_matrix(&b)?);
@@ -31,14 +31,14 @@
 //!     Err(e) => {
 //!         // No GPU here: the multi-threaded CPU backend has the same contract.
 //!         eprintln!("no GPU ({e}), using the CPU backend");
-//!         let mut c = Matrix::<f32>::zeros(512, 96);
+//!         let mut c = Matrix::<f32>::zeros(512, 96)?;
 //!         sparsek::cpu::spmm(&a, &b, &mut c, Epilogue::default())?;
 //!         c
 //!     }
 //! };
 //! // Check against the f64 oracle (every row here; large outputs are checked on sampled rows).
 //! use sparsek::check::{Expected, RowSample};
-//! let c0 = Matrix::<f32>::zeros(512, 96); // C before the product (not read: beta = 0)
+//! let c0 = Matrix::<f32>::zeros(512, 96)?; // C before the product (not read: beta = 0)
 //! let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), RowSample::All, |_, _| {})?;
 //! let report = expected.check(&c);
 //! assert!(report.passed(), "{report}");
@@ -49,6 +49,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+mod alloc;
 pub mod check;
 pub mod cpu;
 pub mod error;

@@ -15,6 +15,12 @@ pub trait Scalar: Copy + Send + Sync + PartialEq + bytemuck::Pod + std::fmt::Deb
     fn from_f32(v: f32) -> Self;
     /// Converts exactly for f16 and bf16; rounds for f64.
     fn to_f32(self) -> f32;
+    /// [`Scalar::from_f64`], or `None` when a finite `v` does not fit: it would round to an infinity (beyond
+    /// 65504 for f16, about 3.4e38 for bf16 and f32). Non-finite values convert to themselves.
+    fn try_from_f64(v: f64) -> Option<Self> {
+        let r = Self::from_f64(v);
+        if v.is_finite() && !r.to_f64().is_finite() { None } else { Some(r) }
+    }
 }
 
 impl Scalar for f16 {
@@ -78,5 +84,22 @@ impl Scalar for f64 {
     }
     fn to_f32(self) -> f32 {
         self as f32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overflow_on_conversion_is_detected() {
+        assert_eq!(f16::try_from_f64(65504.0), Some(f16::MAX));
+        assert_eq!(f16::try_from_f64(65520.0), None); // rounds to inf
+        assert_eq!(f16::try_from_f64(-1e6), None);
+        assert!(f16::try_from_f64(f64::NAN).is_some_and(|v| v.is_nan()));
+        assert_eq!(f32::try_from_f64(1e39), None);
+        assert_eq!(bf16::try_from_f64(1e39), None);
+        assert_eq!(f64::try_from_f64(1e300), Some(1e300));
+        assert_eq!(f16::try_from_f64(1e-9), Some(f16::ZERO)); // underflow rounds to zero: not an error
     }
 }

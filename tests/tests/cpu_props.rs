@@ -66,12 +66,12 @@ fn backend_matches_oracle<TA: Scalar, TB: Scalar, TC: Scalar>(case: &Case) -> Re
     let Case { pattern, bs, br, bc, n, density, ep, ld_extra, seed } = *case;
     let (m, k) = (br * bs, bc * bs);
     let a = generate::<TA>(pattern, m, k, bs, density, seed).unwrap();
-    let b = with_pad(&Matrix::<TB>::random(k, n, seed ^ 0xb), ld_extra);
+    let b = with_pad(&Matrix::<TB>::random(k, n, seed ^ 0xb).unwrap(), ld_extra);
     let c0 = if ep.beta == 0.0 {
         // Never read: poison everything.
         Matrix::<TC>::filled(m, n, n + ld_extra, TC::from_f64(f64::NAN)).unwrap()
     } else {
-        with_pad(&Matrix::<TC>::random(m, n, seed ^ 0xc), ld_extra)
+        with_pad(&Matrix::<TC>::random(m, n, seed ^ 0xc).unwrap(), ld_extra)
     };
     let expected = cpu::reference(&a, &b, &c0, ep).unwrap();
     if a.nnzb() > 0 || ep.beta != 0.0 {
@@ -109,7 +109,7 @@ fn backend_matches_oracle<TA: Scalar, TB: Scalar, TC: Scalar>(case: &Case) -> Re
 
 /// Naive triple loop over the dense form of A, in f64.
 fn naive<TA: Scalar, TB: Scalar, TC: Scalar>(a: &Bsr<TA>, b: &Matrix<TB>, c: &Matrix<TC>, ep: Epilogue) -> Matrix<f64> {
-    let d = a.to_dense();
+    let d = a.to_dense().unwrap();
     let (alpha, beta) = (f64::from(ep.alpha), f64::from(ep.beta));
     Matrix::from_fn(a.rows(), b.cols(), |i, j| {
         let mut s = 0.0;
@@ -118,6 +118,7 @@ fn naive<TA: Scalar, TB: Scalar, TC: Scalar>(a: &Bsr<TA>, b: &Matrix<TB>, c: &Ma
         }
         if beta == 0.0 { alpha * s } else { alpha * s + beta * c.get(i, j).to_f64() }
     })
+    .unwrap()
 }
 
 proptest! {
@@ -148,8 +149,8 @@ proptest! {
         let Case { pattern, bs, br, bc, n, density, ep, ld_extra, seed } = case;
         let (m, k) = (br * bs, bc * bs);
         let a = generate::<f16>(pattern, m, k, bs, density, seed).unwrap();
-        let b = with_pad(&Matrix::<f32>::random(k, n, seed ^ 0xb), ld_extra);
-        let c = Matrix::<f16>::random(m, n, seed ^ 0xc);
+        let b = with_pad(&Matrix::<f32>::random(k, n, seed ^ 0xb).unwrap(), ld_extra);
+        let c = Matrix::<f16>::random(m, n, seed ^ 0xc).unwrap();
         let got = cpu::reference(&a, &b, &c, ep).unwrap();
         let want = naive(&a, &b, &c, ep);
         // Same products, summed in a different order in f64: agreement to ~1e-13 relative.
@@ -162,8 +163,8 @@ proptest! {
         let Case { pattern, bs, br, bc, n, density, ep, seed, .. } = case;
         let (m, k) = (br * bs, bc * bs);
         let a = generate::<f16>(pattern, m, k, bs, density, seed).unwrap();
-        let b = Matrix::<f16>::random(k, n, seed ^ 0xb);
-        let c = Matrix::<f32>::random(m, n, seed ^ 0xc);
+        let b = Matrix::<f16>::random(k, n, seed ^ 0xb).unwrap();
+        let c = Matrix::<f32>::random(m, n, seed ^ 0xc).unwrap();
         let full = cpu::reference(&a, &b, &c, ep).unwrap();
         let rows: Vec<usize> = if m == 0 { vec![] } else { picks.iter().map(|i| i.index(m)).collect() };
         let sampled = cpu::reference_rows(&a, &b, &c, ep, &rows).unwrap();
@@ -189,8 +190,8 @@ proptest! {
         let ep = Epilogue { alpha, beta };
         // |A|, |B| <= 8 and K <= 96: every partial sum is an integer below 2^24, exact in f32.
         let a = generate_int::<f16>(pattern, m, k, bs, density, seed, 8).unwrap();
-        let b = Matrix::<f16>::random_int(k, n, 8, seed ^ 0xb);
-        let c0 = Matrix::<f32>::random_int(m, n, 100, seed ^ 0xc);
+        let b = Matrix::<f16>::random_int(k, n, 8, seed ^ 0xb).unwrap();
+        let c0 = Matrix::<f32>::random_int(m, n, 100, seed ^ 0xc).unwrap();
         let expected = cpu::reference(&a, &b, &c0, ep).unwrap();
         let mut c = c0.clone();
         cpu::spmm(&a, &b, &mut c, ep).unwrap();
@@ -198,7 +199,7 @@ proptest! {
         prop_assert!(rep.passed(), "{} {}x{}x{}: {}", pattern, m, k, n, rep);
         // f16 output: |A|, |B| <= 2 keeps |alpha * sum| <= 2 * 4 * 96 = 768 < 2048, exact in f16.
         let a2 = generate_int::<f16>(pattern, m, k, bs, density, seed, 2).unwrap();
-        let b2 = Matrix::<f16>::random_int(k, n, 2, seed ^ 0xd);
+        let b2 = Matrix::<f16>::random_int(k, n, 2, seed ^ 0xd).unwrap();
         let ep0 = Epilogue { alpha, beta: 0.0 };
         let expected = cpu::reference(&a2, &b2, &c0, ep0).unwrap();
         let mut h = Matrix::<f16>::filled(m, n, n, f16::NAN).unwrap();
@@ -216,8 +217,8 @@ proptest! {
             1 => ((k, n), (m + 16, n)),
             _ => ((k, n), (m, n + 1)),
         };
-        let b = Matrix::<f16>::random(b_shape.0, b_shape.1, seed);
-        let c0 = Matrix::<f32>::random(c_shape.0, c_shape.1, seed ^ 1);
+        let b = Matrix::<f16>::random(b_shape.0, b_shape.1, seed).unwrap();
+        let c0 = Matrix::<f32>::random(c_shape.0, c_shape.1, seed ^ 1).unwrap();
         let mut c = c0.clone();
         let e = cpu::spmm(&a, &b, &mut c, Epilogue { alpha: 1.0, beta: 0.5 }).unwrap_err();
         prop_assert!(matches!(e, Error::ShapeMismatch { a: sa, b: sb, c: sc } if sa == (m, k) && sb == b_shape && sc == c_shape), "{}", e);
@@ -234,8 +235,8 @@ fn empty_and_zero_nnz_give_beta_c() {
     let ep = Epilogue { alpha: 3.0, beta: -0.5 };
     for (m, k) in [(0usize, 32usize), (32, 0), (64, 32), (0, 0)] {
         let a = Bsr::<f16>::empty(m, k, 16).unwrap();
-        let b = Matrix::<f16>::random(k, 5, 1);
-        let c0 = Matrix::<f32>::random(m, 5, 2);
+        let b = Matrix::<f16>::random(k, 5, 1).unwrap();
+        let c0 = Matrix::<f32>::random(m, 5, 2).unwrap();
         let mut c = c0.clone();
         cpu::spmm(&a, &b, &mut c, ep).unwrap();
         let r = cpu::reference(&a, &b, &c0, ep).unwrap();
@@ -253,8 +254,8 @@ fn empty_and_zero_nnz_give_beta_c() {
     }
     // Empty block rows inside a nonempty matrix: row 1 of blocks holds nothing.
     let a = Bsr::try_new(48, 16, 16, vec![0, 1, 1, 2], vec![0, 0], vec![f16::ONE; 512]).unwrap();
-    let b = Matrix::<f16>::random(16, 3, 9);
-    let c0 = Matrix::<f32>::random(48, 3, 10);
+    let b = Matrix::<f16>::random(16, 3, 9).unwrap();
+    let c0 = Matrix::<f32>::random(48, 3, 10).unwrap();
     let mut c = c0.clone();
     cpu::spmm(&a, &b, &mut c, Epilogue { alpha: 1.0, beta: 2.0 }).unwrap();
     for i in 16..32 {
@@ -267,17 +268,17 @@ fn empty_and_zero_nnz_give_beta_c() {
 #[test]
 fn reference_rows_out_of_range() {
     let a = generate::<f16>(Pattern::Uniform, 32, 32, 16, 0.5, 1).unwrap();
-    let b = Matrix::<f16>::random(32, 4, 1);
-    let c = Matrix::<f32>::zeros(32, 4);
+    let b = Matrix::<f16>::random(32, 4, 1).unwrap();
+    let c = Matrix::<f32>::zeros(32, 4).unwrap();
     let e = cpu::reference_rows(&a, &b, &c, Epilogue::default(), &[3, 32]).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { name: "rows", .. }), "{e}");
 }
 
 #[test]
 fn checks_catch_bad_outputs() {
-    let exp = Matrix::<f64>::from_fn(3, 4, |r, c| (r * 4 + c) as f64);
+    let exp = Matrix::<f64>::from_fn(3, 4, |r, c| (r * 4 + c) as f64).unwrap();
     let tol = Tolerance { atol: 1e-6, rtol: 1e-6 };
-    let good = exp.convert::<f32>();
+    let good = exp.convert::<f32>().unwrap();
     let rep = compare(&good, &exp, tol);
     assert!(rep.passed() && rep.checked == 12 && rep.failures == 0, "{rep}");
     assert!(rep.to_string().starts_with("PASS"));
@@ -305,7 +306,7 @@ fn checks_catch_bad_outputs() {
     assert!(!compare(&g2, &exp, tol).passed());
 
     // Shapes.
-    let rep = compare(&Matrix::<f32>::zeros(3, 3), &exp, tol);
+    let rep = compare(&Matrix::<f32>::zeros(3, 3).unwrap(), &exp, tol);
     assert!(!rep.passed() && rep.shape_error.is_some());
     let rep = compare_rows(&good, &[(3, vec![0.0; 4])], tol);
     assert!(!rep.passed() && rep.shape_error.is_some());

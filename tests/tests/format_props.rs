@@ -36,6 +36,7 @@ fn sprinkled(rows: usize, cols: usize, p: f64, seed: u64) -> Matrix<f32> {
             0.0
         }
     })
+    .unwrap()
 }
 
 fn nonzeros(d: &Matrix<f32>) -> Vec<(usize, usize, f32)> {
@@ -62,7 +63,7 @@ proptest! {
     fn dense_round_trip(pattern in any_pattern(), bs in small_bs(), br in 0usize..5, bc in 0usize..5,
                         density in 0.0f64..=1.0, seed in any::<u64>()) {
         let a = generate::<f32>(pattern, br * bs, bc * bs, bs, density, seed).unwrap();
-        let d = a.to_dense();
+        let d = a.to_dense().unwrap();
         prop_assert_eq!((d.rows(), d.cols()), (a.rows(), a.cols()));
         let back = Bsr::from_dense(&d, bs, |blk| !blk.is_zero()).unwrap();
         prop_assert_eq!(&back, &a);
@@ -70,8 +71,8 @@ proptest! {
         let thr = Bsr::from_dense_threshold(&d, bs, 0.0).unwrap();
         prop_assert_eq!(&thr, &a);
         // f16 too: same structure, values bit-identical.
-        let h = a.convert::<f16>();
-        prop_assert_eq!(Bsr::from_dense_threshold(&h.to_dense(), bs, 0.0).unwrap(), h);
+        let h = a.convert::<f16>().unwrap();
+        prop_assert_eq!(Bsr::from_dense_threshold(&h.to_dense().unwrap(), bs, 0.0).unwrap(), h);
     }
 
     #[test]
@@ -272,7 +273,7 @@ proptest! {
 #[test]
 fn unsupported_block_sizes_everywhere() {
     for bad in [8usize, 48, 256] {
-        let d = Matrix::<f32>::zeros(256, 256);
+        let d = Matrix::<f32>::zeros(256, 256).unwrap();
         for e in [
             Bsr::from_dense_threshold(&d, bad, 0.0).unwrap_err(),
             Bsr::<f32>::from_coo(256, 256, bad, &[]).unwrap_err(),
@@ -281,7 +282,7 @@ fn unsupported_block_sizes_everywhere() {
             assert!(matches!(e, Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }) if bs == bad), "{e}");
         }
     }
-    let e = Bsr::from_dense_threshold(&Matrix::<f32>::zeros(40, 32), 16, 0.0).unwrap_err();
+    let e = Bsr::from_dense_threshold(&Matrix::<f32>::zeros(40, 32).unwrap(), 16, 0.0).unwrap_err();
     assert!(matches!(e, Error::InvalidBsr(BsrError::NotMultiple { dim: "rows", value: 40, bs: 16 })), "{e}");
 }
 
@@ -299,17 +300,17 @@ fn accessors() {
     assert!(a.block(3).is_none());
     assert!((a.density() - 0.5).abs() < 1e-12);
     assert_eq!(a.max_abs(), 767.0);
-    let d = a.to_dense();
+    let d = a.to_dense().unwrap();
     assert_eq!(d.get(0, 16), 0.0);
     assert_eq!(d.get(17, 33), 512.0 + 16.0 + 1.0);
     let empty = Bsr::<f32>::empty(0, 64, 32).unwrap();
     assert_eq!((empty.density(), empty.nnzb(), empty.row_ptr()), (0.0, 0, &[0u32][..]));
-    assert_eq!(empty.to_dense().rows(), 0);
+    assert_eq!(empty.to_dense().unwrap().rows(), 0);
 }
 
 #[test]
 fn keep_closure_sees_block_coordinates_and_values() {
-    let d = Matrix::<f32>::from_fn(32, 64, |r, c| (r * 64 + c) as f32);
+    let d = Matrix::<f32>::from_fn(32, 64, |r, c| (r * 64 + c) as f32).unwrap();
     let a = Bsr::from_dense(&d, 16, |blk| {
         assert_eq!(blk.get(1, 2).unwrap(), ((blk.block_row() * 16 + 1) * 64 + blk.block_col() * 16 + 2) as f32);
         assert!(blk.get(16, 0).is_none());
@@ -325,7 +326,7 @@ fn coo_explicit_zero_creates_block_and_duplicates_sum() {
     let a = Bsr::<f32>::from_coo(32, 32, 16, &[(20, 3, 0.0), (1, 17, 2.0), (1, 17, 0.5)]).unwrap();
     assert_eq!(a.row_ptr(), &[0, 1, 2]);
     assert_eq!(a.col_idx(), &[1, 0]);
-    assert_eq!(a.to_dense().get(1, 17), 2.5);
+    assert_eq!(a.to_dense().unwrap().get(1, 17), 2.5);
     // Summed in f64, rounded once: 1 + 2^-11 + 2^-11 in f16 is 1 + 2^-10 (each alone would round to 1).
     let h = |v: f64| f16::from_f64(v);
     let tiny = 2f64.powi(-11);
@@ -378,13 +379,13 @@ fn matrix_market_variants_and_padding() {
     let a = m.to_bsr::<f32>(16).unwrap();
     assert_eq!((a.rows(), a.cols(), a.nnzb()), (16, 16, 1));
     assert_eq!(m.padded_shape(16), (16, 16));
-    let d = a.to_dense();
+    let d = a.to_dense().unwrap();
     assert_eq!((d.get(0, 2), d.get(2, 0), d.get(1, 1), d.get(15, 15)), (-1.0, -1.0, 4.0, 0.0));
 
     let m = parse("%%MatrixMarket matrix coordinate pattern general\n2 40 2\n1 1\n2 40\n").unwrap();
     let a = m.to_bsr::<f16>(32).unwrap();
     assert_eq!((a.rows(), a.cols(), a.col_idx()), (32, 64, &[0u32, 1][..]));
-    assert_eq!(a.to_dense().get(1, 39).to_f64(), 1.0);
+    assert_eq!(a.to_dense().unwrap().get(1, 39).to_f64(), 1.0);
 
     let m = parse("%%MatrixMarket matrix coordinate integer skew-symmetric\n2 2 1\n2 1 7\n").unwrap();
     assert_eq!(m.entries, vec![(1, 0, 7.0), (0, 1, -7.0)]);
@@ -429,7 +430,7 @@ fn pattern_names_and_density_validation() {
         assert!(matches!(e, Error::InvalidArgument { name: "density", .. }), "{e}");
     }
     assert!(generate_int::<f32>(Pattern::Dense, 64, 64, 16, 1.0, 0, -1).is_err());
-    assert!(Bsr::from_dense_threshold(&Matrix::<f32>::zeros(16, 16), 16, f64::NAN).is_err());
+    assert!(Bsr::from_dense_threshold(&Matrix::<f32>::zeros(16, 16).unwrap(), 16, f64::NAN).is_err());
 }
 
 #[test]

@@ -58,7 +58,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
 fn initial_c<TC: Scalar>(m: usize, n: usize, ld: usize, beta: f32, seed: u64) -> Matrix<TC> {
     let mut c = Matrix::<TC>::filled(m, n, ld, TC::from_f64(f64::NAN)).unwrap();
     if beta != 0.0 {
-        let r = Matrix::<TC>::random(m, n, seed);
+        let r = Matrix::<TC>::random(m, n, seed).unwrap();
         for i in 0..m {
             c.row_mut(i).copy_from_slice(r.row(i));
         }
@@ -93,7 +93,7 @@ fn run_case_with<TC: OutputElement>(
 ) -> Result<(), String> {
     let (m, k, n) = (case.block_rows * case.bs, case.block_cols * case.bs, case.n);
     let a: Bsr<f16> = generate(case.pattern, m, k, case.bs, case.density, case.seed).map_err(|e| e.to_string())?;
-    let b = Matrix::<f16>::random(k, n, case.seed ^ 0xb);
+    let b = Matrix::<f16>::random(k, n, case.seed ^ 0xb).unwrap();
     let ld = (n + case.c_pad).next_multiple_of(16 / std::mem::size_of::<TC>());
     let c0 = initial_c::<TC>(m, n, ld, case.beta, case.seed ^ 0xc);
     let ep = Epilogue { alpha: case.alpha, beta: case.beta };
@@ -172,11 +172,11 @@ fn exact_case(gpu: &Gpu, bs: usize, block_rows: usize, block_cols: usize, n: usi
     let (m, k) = (block_rows * bs, block_cols * bs);
     for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, 1.0), (Pattern::Dense, -1.0)] {
         let a: Bsr<f16> = generate_int(pattern, m, k, bs, density, seed, 4).unwrap();
-        let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1);
+        let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1).unwrap();
         let c0 = if beta == 0.0 {
             Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap()
         } else {
-            Matrix::<f32>::random_int(m, n, 4, seed ^ 2).with_ld(n.next_multiple_of(4), f32::NAN).unwrap()
+            Matrix::<f32>::random_int(m, n, 4, seed ^ 2).unwrap().with_ld(n.next_multiple_of(4), f32::NAN).unwrap()
         };
         let ep = Epilogue { alpha: 1.0, beta };
         let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
@@ -246,7 +246,7 @@ fn repeated_launches_are_bit_identical() {
     for bs in [16, 32, 64, 128] {
         let (m, k, n) = (512, 2048, 263);
         let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, 0.3, bs as u64).unwrap();
-        let b = Matrix::<f16>::random(k, n, 5);
+        let b = Matrix::<f16>::random(k, n, 5).unwrap();
         let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
         let mut outs = Vec::new();
         for _ in 0..3 {
@@ -262,19 +262,82 @@ fn repeated_launches_are_bit_identical() {
     }
 }
 
+/// `Gpu`, `DeviceBsr` and `DeviceMatrix` are `Send + Sync`: several threads launch on one `Gpu`, half of them on
+/// the default stream and half on streams of their own, each into its own C, and every result is bit-identical to
+/// a single-threaded launch (which passes the oracle). cudarc's event tracking orders each download after the
+/// launch that wrote the buffer, whichever stream that was.
+#[test]
+fn threads_and_streams_give_identical_results() {
+    let Some(gpu) = gpu("threads_and_streams_give_identical_results") else { return };
+    let (m, k, n) = (512, 1024, 200);
+    let a: Bsr<f16> = generate(Pattern::Skewed, m, k, 64, 0.3, 21).unwrap();
+    let b = Matrix::<f16>::random(k, n, 22).unwrap();
+    let c0 = Matrix::<f32>::random(m, n, 23).unwrap();
+    let ep = Epilogue { alpha: 0.5, beta: -1.0 };
+    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+    let want = c_d.to_host().unwrap();
+    let report = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap().check(&want);
+    assert!(report.passed(), "single-threaded reference: {report}");
+    std::thread::scope(|scope| {
+        for t in 0..6 {
+            let (a_d, b_d, c0, want) = (&a_d, &b_d, &c0, &want);
+            scope.spawn(move || {
+                let own = (t % 2 == 1).then(|| gpu.new_stream().unwrap());
+                for i in 0..5 {
+                    let mut c = gpu.upload_matrix(c0).unwrap();
+                    match &own {
+                        Some(stream) => gpu.spmm_on(stream, a_d, b_d, &mut c, ep).unwrap(),
+                        None => gpu.spmm(a_d, b_d, &mut c, ep).unwrap(),
+                    }
+                    let got = c.to_host().unwrap();
+                    let same = got.as_slice().iter().zip(want.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "thread {t} launch {i} (own stream: {}) differs", own.is_some());
+                }
+            });
+        }
+    });
+}
+
+/// Empty is valid on the GPU too: 0 rows, 0 columns of A (K = 0), N = 0, no blocks; uploads, the launch (or no
+/// launch) and downloads work, and C becomes beta * C.
+#[test]
+fn empty_shapes_on_the_gpu() {
+    let Some(gpu) = gpu("empty_shapes_on_the_gpu") else { return };
+    for (m, k, n) in [(0, 0, 0), (0, 64, 8), (128, 0, 8), (128, 64, 0), (0, 0, 5), (64, 64, 1)] {
+        for density in [0.0, 1.0] {
+            let a: Bsr<f16> = generate(Pattern::Uniform, m, k, 64, density, 3).unwrap();
+            let b = Matrix::<f16>::random(k, n, 4).unwrap();
+            let c0 = Matrix::<f32>::random(m, n, 5).unwrap();
+            let ep = Epilogue { alpha: 1.0, beta: 0.5 };
+            let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+            let mut c_d = gpu.upload_matrix(&c0).unwrap();
+            gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+            let got = c_d.to_host().unwrap();
+            assert_eq!((got.rows(), got.cols()), (m, n));
+            let report = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap().check(&got);
+            assert!(report.passed(), "{m}x{k}x{n} density {density}: {report}");
+            let mut c16 = gpu.zeros::<f16>(m, n).unwrap();
+            gpu.spmm(&a_d, &b_d, &mut c16, Epilogue::default()).unwrap();
+            assert_eq!(c16.to_host().unwrap().rows(), m);
+        }
+    }
+}
+
 /// Rejected calls return typed errors and leave C untouched.
 #[test]
 fn bad_calls_are_rejected_and_change_nothing() {
     let Some(gpu) = gpu("bad_calls_are_rejected_and_change_nothing") else { return };
     let a: Bsr<f16> = generate(Pattern::Uniform, 128, 256, 64, 0.5, 1).unwrap();
     let a_d = gpu.upload(&a).unwrap();
-    let b_wrong = gpu.upload_matrix(&Matrix::<f16>::random(128, 32, 2)).unwrap(); // K should be 256
-    let c0 = Matrix::<f32>::random(128, 32, 3).with_ld(32, 0.0).unwrap();
+    let b_wrong = gpu.upload_matrix(&Matrix::<f16>::random(128, 32, 2).unwrap()).unwrap(); // K should be 256
+    let c0 = Matrix::<f32>::random(128, 32, 3).unwrap().with_ld(32, 0.0).unwrap();
     let mut c_d = gpu.upload_matrix(&c0).unwrap();
     let err = gpu.spmm(&a_d, &b_wrong, &mut c_d, Epilogue::default()).unwrap_err();
     assert!(matches!(err, Error::ShapeMismatch { a: (128, 256), b: (128, 32), c: (128, 32) }), "{err:?}");
-    let b = gpu.upload_matrix(&Matrix::<f16>::random(256, 32, 2)).unwrap();
-    let mut c_wrong = gpu.upload_matrix(&Matrix::<f32>::random(64, 32, 4)).unwrap();
+    let b = gpu.upload_matrix(&Matrix::<f16>::random(256, 32, 2).unwrap()).unwrap();
+    let mut c_wrong = gpu.upload_matrix(&Matrix::<f32>::random(64, 32, 4).unwrap()).unwrap();
     assert!(matches!(gpu.spmm(&a_d, &b, &mut c_wrong, Epilogue::default()), Err(Error::ShapeMismatch { .. })));
     assert_eq!(c_d.to_host().unwrap(), c0, "a rejected call wrote C");
 }
@@ -285,8 +348,8 @@ fn empty_rows_give_beta_c() {
     let Some(gpu) = gpu("empty_rows_give_beta_c") else { return };
     let a: Bsr<f16> = generate(Pattern::Empty, 256, 512, 32, 0.0, 1).unwrap();
     let a_d = gpu.upload(&a).unwrap();
-    let b_d = gpu.upload_matrix(&Matrix::<f16>::random(512, 40, 1)).unwrap();
-    let c0 = Matrix::<f32>::random(256, 40, 9);
+    let b_d = gpu.upload_matrix(&Matrix::<f16>::random(512, 40, 1).unwrap()).unwrap();
+    let c0 = Matrix::<f32>::random(256, 40, 9).unwrap();
     let mut c_d = gpu.upload_matrix(&c0).unwrap();
     gpu.spmm(&a_d, &b_d, &mut c_d, Epilogue { alpha: 1.0, beta: 2.0 }).unwrap();
     let got = c_d.to_host().unwrap();

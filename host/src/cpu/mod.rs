@@ -73,7 +73,7 @@ pub fn reference<TA: Scalar, TB: Scalar, TC: Scalar>(
 ) -> Result<Matrix<f64>> {
     check_shapes(a, b, c)?;
     let (m, n) = (a.rows(), b.cols());
-    let mut out = Matrix::<f64>::zeros(m, n);
+    let mut out = Matrix::<f64>::zeros(m, n)?;
     if m > 0 && n > 0 {
         out.as_mut_slice().par_chunks_mut(n).enumerate().for_each(|(r, row)| reference_row(a, b, c, ep, r, row));
     }
@@ -98,14 +98,15 @@ pub fn reference_rows<TA: Scalar, TB: Scalar, TC: Scalar>(
         });
     }
     let n = b.cols();
-    Ok(rows
-        .par_iter()
+    // The rows themselves (`rows.len() * N` f64) are allocated fallibly: an error, not an abort.
+    crate::alloc::bytes_of::<f64>("oracle rows (elements)", crate::alloc::mul("oracle rows", rows.len(), n)?)?;
+    rows.par_iter()
         .map(|&r| {
-            let mut out = vec![0.0; n];
-            reference_row(a, b, c, ep, r, &mut out);
-            (r, out)
+            let mut row = crate::alloc::filled("oracle row", n, 0.0)?;
+            reference_row(a, b, c, ep, r, &mut row);
+            Ok((r, row))
         })
-        .collect())
+        .collect()
 }
 
 /// `T`'s elements as f32 without a copy when `T` is f32.
@@ -336,7 +337,7 @@ fn block_row_tile<TA: Scalar, TC: Scalar>(
 /// use sparsek::{Bsr, Epilogue, Matrix, cpu};
 /// // A: 32x32 with one 16x16 block of ones at block (1, 0).
 /// let a = Bsr::try_new(32, 32, 16, vec![0, 0, 1], vec![0], vec![1.0f32; 256]).unwrap();
-/// let b = Matrix::<f32>::from_fn(32, 3, |r, c| (r * 3 + c) as f32);
+/// let b = Matrix::<f32>::from_fn(32, 3, |r, c| (r * 3 + c) as f32).unwrap();
 /// let mut c = Matrix::<f32>::filled(32, 3, 3, f32::NAN).unwrap(); // beta == 0: never read
 /// cpu::spmm(&a, &b, &mut c, Epilogue::default()).unwrap();
 /// assert_eq!(c.get(0, 0), 0.0); // empty block row
@@ -365,13 +366,9 @@ pub fn spmm<TA: Scalar, TB: Scalar, TC: Scalar>(
     // B not f32: one K x tile f32 buffer, refilled for each column tile (k * tile <= k * n <= B's storage).
     let mut b_tile = match b32 {
         Some(_) => Vec::new(),
-        None => vec![
-            0.0f32;
-            k.checked_mul(tile).ok_or_else(|| Error::InvalidMatrix {
-                what: "shape",
-                reason: format!("B is {k}x{n}, which overflows usize"),
-            })?
-        ],
+        None => {
+            crate::alloc::filled("f32 panel of B", crate::alloc::mul("f32 panel of B (K * tile)", k, tile)?, 0.0f32)?
+        }
     };
     for j0 in (0..n).step_by(tile) {
         let w = tile.min(n - j0);
@@ -408,12 +405,12 @@ mod tests {
         let (m, k, pad) = (3 * bs, 2 * bs, 3);
         let a = generate::<TA>(Pattern::Uniform, m, k, bs, 0.5, 7).unwrap();
         let nan_tb = TB::from_f64(f64::NAN);
-        let b = Matrix::<TB>::random(k, n, 8).with_ld(n + pad, nan_tb).unwrap();
+        let b = Matrix::<TB>::random(k, n, 8).unwrap().with_ld(n + pad, nan_tb).unwrap();
         let nan_tc = TC::from_f64(f64::NAN);
         let c0 = if ep.beta == 0.0 {
             Matrix::<TC>::filled(m, n, n + pad, nan_tc).unwrap()
         } else {
-            Matrix::<TC>::random(m, n, 9).with_ld(n + pad, nan_tc).unwrap()
+            Matrix::<TC>::random(m, n, 9).unwrap().with_ld(n + pad, nan_tc).unwrap()
         };
         let want = reference(&a, &b, &c0, ep).unwrap();
         let mut c = c0.clone();
@@ -444,11 +441,11 @@ mod tests {
     fn zeros_of_a_propagate_inf_and_nan_of_b() {
         // One all-zero 16x16 block at (1, 0); B has an Inf at (5, 1) and a NaN at (9, 2).
         let a = Bsr::try_new(32, 16, 16, vec![0, 0, 1], vec![0], vec![f16::ZERO; 256]).unwrap();
-        let mut b = Matrix::<f16>::zeros(16, 4);
+        let mut b = Matrix::<f16>::zeros(16, 4).unwrap();
         b.set(5, 1, f16::INFINITY);
         b.set(9, 2, f16::NAN);
         for ep in [Epilogue::default(), Epilogue { alpha: 2.0, beta: 1.0 }] {
-            let mut c = Matrix::<f32>::zeros(32, 4);
+            let mut c = Matrix::<f32>::zeros(32, 4).unwrap();
             spmm(&a, &b, &mut c, ep).unwrap();
             for r in 0..32 {
                 let covered = r >= 16;

@@ -297,10 +297,12 @@ impl<T: Scalar> Bsr<T> {
         Ok(Bsr { rows, cols, bs, row_ptr, col_idx, values })
     }
 
-    /// An all-zero matrix (no stored blocks).
-    pub fn empty(rows: usize, cols: usize, bs: usize) -> Result<Self, BsrError> {
+    /// An all-zero matrix (no stored blocks). It still holds `rows / bs + 1` row pointers: a failed allocation
+    /// of those is [`Error::OutOfMemory`].
+    pub fn empty(rows: usize, cols: usize, bs: usize) -> Result<Self> {
         check_shape(rows, cols, bs)?;
-        Self::try_new(rows, cols, bs, vec![0; rows / bs + 1], Vec::new(), Vec::new())
+        let row_ptr = crate::alloc::filled("BSR row_ptr", rows / bs + 1, 0u32)?;
+        Ok(Self::try_new(rows, cols, bs, row_ptr, Vec::new(), Vec::new())?)
     }
 
     /// The largest magnitude among the stored values (0 when there are none, NaN if one is NaN).
@@ -315,16 +317,27 @@ impl<T: Scalar> Bsr<T> {
         }
         m
     }
-    /// The same structure with every value converted (through f64, round to nearest even).
-    pub fn convert<U: Scalar>(&self) -> Bsr<U> {
-        Bsr {
+    /// The same structure with every value converted (through f64, round to nearest even). A finite value that
+    /// does not fit `U` (e.g. 1e5 into f16) is [`Error::NonFinite`] naming the block and the position in it
+    /// (`index` = (block, row-major offset)), never a silent infinity.
+    pub fn convert<U: Scalar>(&self) -> Result<Bsr<U>> {
+        let mut values = crate::alloc::with_capacity("BSR values", self.values.len())?;
+        for (i, v) in self.values.iter().enumerate() {
+            let v = v.to_f64();
+            let Some(u) = U::try_from_f64(v) else {
+                let blk = self.bs * self.bs;
+                return Err(Error::NonFinite { what: U::NAME, value: format!("{v:e}"), index: (i / blk, i % blk) });
+            };
+            values.push(u);
+        }
+        Ok(Bsr {
             rows: self.rows,
             cols: self.cols,
             bs: self.bs,
             row_ptr: self.row_ptr.clone(),
             col_idx: self.col_idx.clone(),
-            values: self.values.iter().map(|v| U::from_f64(v.to_f64())).collect(),
-        }
+            values,
+        })
     }
 
     /// Cuts a dense matrix into `bs x bs` blocks and stores those for which `keep` returns true. The dense
@@ -332,7 +345,7 @@ impl<T: Scalar> Bsr<T> {
     ///
     /// ```
     /// use sparsek::{Bsr, Matrix};
-    /// let d = Matrix::<f32>::from_fn(32, 32, |r, c| if r < 16 && c >= 16 { 1.0 } else { 0.0 });
+    /// let d = Matrix::<f32>::from_fn(32, 32, |r, c| if r < 16 && c >= 16 { 1.0 } else { 0.0 }).unwrap();
     /// let a = Bsr::from_dense(&d, 16, |blk| !blk.is_zero()).unwrap();
     /// assert_eq!((a.nnzb(), a.col_idx()), (1, &[1u32][..]));
     /// ```
@@ -381,9 +394,10 @@ impl<T: Scalar> Bsr<T> {
     }
 
     /// The dense `rows x cols` matrix (`ld == cols`), zeros outside the stored blocks. It allocates
-    /// `rows * cols` elements: meant for small matrices (tests, debugging).
-    pub fn to_dense(&self) -> Matrix<T> {
-        let mut out = Matrix::zeros(self.rows, self.cols);
+    /// `rows * cols` elements: meant for small matrices (tests, debugging); [`Error::TooLarge`] or
+    /// [`Error::OutOfMemory`] when that does not fit.
+    pub fn to_dense(&self) -> Result<Matrix<T>> {
+        let mut out = Matrix::zeros(self.rows, self.cols)?;
         let bs = self.bs;
         for br in 0..self.block_rows() {
             for i in self.block_row_range(br) {
@@ -394,63 +408,20 @@ impl<T: Scalar> Bsr<T> {
                 }
             }
         }
-        out
+        Ok(out)
     }
 
     /// Blockifies a list of `(row, col, value)` entries (COO, 0-based, any order): the stored blocks are those
     /// holding at least one entry (an explicit zero still creates its block); duplicate entries are summed
     /// in f64 and rounded once to `T`. An entry outside `rows x cols` gives [`BsrError::EntryOutOfRange`].
+    ///
+    /// Memory is proportional to the entries (16 bytes each, to sort them by block) and to the stored blocks
+    /// (the result is sized exactly, with checked arithmetic, and allocated fallibly: [`Error::TooLarge`] or
+    /// [`Error::OutOfMemory`]), never to `rows` or `cols` beyond `row_ptr`. NaN and infinite input values are kept
+    /// as they are; a stored value that becomes infinite only because finite duplicates summed past the range
+    /// of `T` (e.g. 65504 + 65504 in f16) is [`Error::NonFinite`] at its (row, col).
     pub fn from_coo(rows: usize, cols: usize, bs: usize, entries: &[(usize, usize, T)]) -> Result<Self> {
-        check_shape(rows, cols, bs)?;
-        for (index, &(row, col, _)) in entries.iter().enumerate() {
-            if row >= rows || col >= cols {
-                return Err(BsrError::EntryOutOfRange { index, row, col, rows, cols }.into());
-            }
-        }
-        let block_rows = rows / bs;
-        // Counting sort of the entries by block row.
-        let mut start = vec![0usize; block_rows + 1];
-        for &(r, _, _) in entries {
-            start[r / bs + 1] += 1;
-        }
-        for i in 0..block_rows {
-            start[i + 1] += start[i];
-        }
-        let mut next = start.clone();
-        let mut order = vec![0usize; entries.len()];
-        for (i, &(r, _, _)) in entries.iter().enumerate() {
-            order[next[r / bs]] = i;
-            next[r / bs] += 1;
-        }
-        let mut row_ptr = Vec::with_capacity(block_rows + 1);
-        row_ptr.push(0u32);
-        let mut col_idx: Vec<u32> = Vec::new();
-        let mut values = Vec::new();
-        let mut cols_here: Vec<u32> = Vec::new();
-        let mut acc: Vec<f64> = Vec::new();
-        for br in 0..block_rows {
-            let mine = &order[start[br]..start[br + 1]];
-            cols_here.clear();
-            cols_here.extend(mine.iter().map(|&i| (entries[i].1 / bs) as u32));
-            cols_here.sort_unstable();
-            cols_here.dedup();
-            acc.clear();
-            acc.resize(cols_here.len() * bs * bs, 0.0);
-            for &i in mine {
-                let (r, c, v) = entries[i];
-                // The block column is in cols_here by construction.
-                let slot = cols_here.binary_search(&((c / bs) as u32)).unwrap_or(0);
-                acc[slot * bs * bs + (r % bs) * bs + c % bs] += v.to_f64();
-            }
-            if col_idx.len() + cols_here.len() > u32::MAX as usize {
-                let value = col_idx.len() + cols_here.len();
-                return Err(BsrError::TooLarge { what: "nnzb", value, limit: u32::MAX as usize }.into());
-            }
-            col_idx.extend_from_slice(&cols_here);
-            values.extend(acc.iter().map(|&v| T::from_f64(v)));
-            row_ptr.push(col_idx.len() as u32);
-        }
-        Ok(Self::try_new(rows, cols, bs, row_ptr, col_idx, values)?)
+        mtx::blockify(rows, cols, bs, (rows, cols), entries, usize::MAX, mtx::NonFinitePolicy::KeepInput)
     }
 
     /// Blockifies a CSR matrix (`indptr` of `rows + 1` offsets, `indices` the column of each entry, `data` its

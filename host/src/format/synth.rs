@@ -13,6 +13,7 @@ use std::str::FromStr;
 use rayon::prelude::*;
 
 use super::{Bsr, BsrError, check_shape};
+use crate::alloc;
 use crate::error::{Error, Result};
 use crate::rng::Rng;
 use crate::scalar::Scalar;
@@ -105,13 +106,13 @@ fn plan(rows: usize, cols: usize, bs: usize, density: f64) -> Result<(usize, usi
 }
 
 /// Row lengths for `Uniform`: `total` blocks thrown into rows at random, each row capped at `bc`.
-fn uniform_lengths(br: usize, bc: usize, total: usize, seed: u64) -> Vec<usize> {
+fn uniform_lengths(br: usize, bc: usize, total: usize, seed: u64) -> Result<Vec<usize>> {
     let cells = br.saturating_mul(bc);
     // Throw the smaller of blocks and holes, so at most half the capacity is used and a throw into a full row
     // (which is retried) happens with probability <= 1/2.
     let complement = total > cells / 2;
     let m = if complement { cells - total } else { total };
-    let mut len = vec![0usize; br];
+    let mut len = alloc::filled("generator block-row lengths", br, 0usize)?;
     let mut rng = stream(seed, SALT_ROWS, 0);
     let mut placed = 0;
     while placed < m {
@@ -124,17 +125,18 @@ fn uniform_lengths(br: usize, bc: usize, total: usize, seed: u64) -> Vec<usize> 
     if complement {
         len.iter_mut().for_each(|l| *l = bc - *l);
     }
-    len
+    Ok(len)
 }
 
 /// Row lengths for `Skewed`: shares proportional to `1 / (i + 1)`, water-filled under the cap `bc`, rounded
 /// to an exact total, then shuffled.
-fn skewed_lengths(br: usize, bc: usize, total: usize, seed: u64) -> Vec<usize> {
+fn skewed_lengths(br: usize, bc: usize, total: usize, seed: u64) -> Result<Vec<usize>> {
     if br == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
-    let w: Vec<f64> = (0..br).map(|i| 1.0 / (i + 1) as f64).collect();
-    let mut suffix = vec![0.0f64; br + 1];
+    let mut w: Vec<f64> = alloc::with_capacity("generator row weights", br)?;
+    w.extend((0..br).map(|i| 1.0 / (i + 1) as f64));
+    let mut suffix = alloc::filled("generator row weights", br + 1, 0.0f64)?;
     for i in (0..br).rev() {
         suffix[i] = suffix[i + 1] + w[i];
     }
@@ -148,10 +150,10 @@ fn skewed_lengths(br: usize, bc: usize, total: usize, seed: u64) -> Vec<usize> {
             break;
         }
     }
-    let mut len = vec![0usize; br];
+    let mut len = alloc::filled("generator block-row lengths", br, 0usize)?;
     len[..p].iter_mut().for_each(|l| *l = bc);
     let remaining = total.saturating_sub(p * bc);
-    let mut rem: Vec<(f64, usize)> = Vec::with_capacity(br - p);
+    let mut rem: Vec<(f64, usize)> = alloc::with_capacity("generator row remainders", br - p)?;
     for i in p..br {
         let x = (remaining as f64 * w[i] / suffix[p]).min(bc as f64);
         len[i] = x.floor() as usize;
@@ -160,7 +162,8 @@ fn skewed_lengths(br: usize, bc: usize, total: usize, seed: u64) -> Vec<usize> {
     // Largest remainders first, then fix any floating-point slack so the total is exact.
     rem.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let mut sum: usize = len.iter().sum();
-    let order: Vec<usize> = rem.iter().map(|&(_, i)| i).chain(0..p).collect();
+    let mut order: Vec<usize> = alloc::with_capacity("generator row order", br)?;
+    order.extend(rem.iter().map(|&(_, i)| i).chain(0..p));
     while sum < total {
         let before = sum;
         for &i in &order {
@@ -196,17 +199,19 @@ fn skewed_lengths(br: usize, bc: usize, total: usize, seed: u64) -> Vec<usize> {
         let j = rng.below(i as u64 + 1) as usize;
         len.swap(i, j);
     }
-    len
+    Ok(len)
 }
 
 /// Row lengths for `Banded`: `total / br` per row, one more for `total % br` rows spread evenly.
-fn banded_lengths(br: usize, total: usize) -> Vec<usize> {
+fn banded_lengths(br: usize, total: usize) -> Result<Vec<usize>> {
     if br == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let (base, extra) = (total / br, (total % br) as u128);
     let b = br as u128;
-    (0..br as u128).map(|i| base + ((i + 1) * extra / b - i * extra / b) as usize).collect()
+    let mut len = alloc::with_capacity("generator block-row lengths", br)?;
+    len.extend((0..br as u128).map(|i| base + ((i + 1) * extra / b - i * extra / b) as usize));
+    Ok(len)
 }
 
 /// `k` distinct values of `0..n`, sorted, into `out` (`k <= n`). `seen` is scratch.
@@ -276,9 +281,9 @@ pub fn structure(
 ) -> Result<(Vec<u32>, Vec<u32>)> {
     let (br, bc, total) = plan(rows, cols, bs, density)?;
     let len = match pattern {
-        Pattern::Uniform => uniform_lengths(br, bc, total, seed),
-        Pattern::Skewed => skewed_lengths(br, bc, total, seed),
-        Pattern::Banded => banded_lengths(br, total),
+        Pattern::Uniform => uniform_lengths(br, bc, total, seed)?,
+        Pattern::Skewed => skewed_lengths(br, bc, total, seed)?,
+        Pattern::Banded => banded_lengths(br, total)?,
         Pattern::Dense => {
             // plan() checked total <= u32::MAX, and total == br * bc at density 1; check it at any density.
             let limit = u32::MAX as usize;
@@ -286,20 +291,20 @@ pub fn structure(
             if all.is_none() {
                 return Err(BsrError::TooLarge { what: "nnzb", value: br.saturating_mul(bc), limit }.into());
             }
-            vec![bc; br]
+            alloc::filled("generator block-row lengths", br, bc)?
         }
-        Pattern::Empty => vec![0; br],
+        Pattern::Empty => alloc::filled("generator block-row lengths", br, 0)?,
     };
-    let mut row_ptr = Vec::with_capacity(br + 1);
+    let mut row_ptr = alloc::with_capacity("BSR row_ptr", br + 1)?;
     row_ptr.push(0u32);
     let mut acc = 0usize;
     for &l in &len {
         acc += l;
         row_ptr.push(acc as u32);
     }
-    let mut col_idx = vec![0u32; acc];
+    let mut col_idx = alloc::filled("BSR col_idx", acc, 0u32)?;
     // One mutable slice per block row, filled in parallel.
-    let mut slices = Vec::with_capacity(br);
+    let mut slices = alloc::with_capacity("generator row slices", br)?;
     let mut rest: &mut [u32] = &mut col_idx;
     for &l in &len {
         let (head, tail) = rest.split_at_mut(l);
@@ -345,7 +350,7 @@ fn build<T: Scalar>(
             limit: isize::MAX as usize / std::mem::size_of::<T>() / (bs * bs),
         },
     )?;
-    let mut values = vec![T::from_f64(0.0); n];
+    let mut values = alloc::filled("BSR values", n, T::from_f64(0.0))?;
     values.par_chunks_mut(bs * bs).enumerate().for_each(|(i, blk)| {
         let mut rng = stream(seed, SALT_VALUES, i as u64);
         blk.iter_mut().for_each(|v| *v = value(&mut rng));

@@ -90,7 +90,9 @@ impl<T: DeviceElement> DeviceMatrix<T> {
     /// the work queued on the buffer's stream.
     pub fn to_host(&self) -> Result<Matrix<T>> {
         let stream = self.data.stream();
-        let mut v = stream.clone_dtoh(&self.data).map_err(cuda("cuMemcpyDtoH"))?;
+        // A fallible host buffer: the GPU may hold more than this machine's memory.
+        let mut v = crate::alloc::filled("dense matrix download", self.data.len(), T::from_f64(0.0))?;
+        stream.memcpy_dtoh(&self.data, &mut v[..]).map_err(cuda("cuMemcpyDtoH"))?;
         stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
         v.truncate(Matrix::<T>::needed_len(self.rows, self.cols, self.ld).unwrap_or(v.len()));
         Matrix::from_vec(self.rows, self.cols, self.ld, v)
@@ -136,13 +138,16 @@ fn check_ld<T: DeviceElement>(cols: usize, ld: usize) -> Result<()> {
 
 /// Elements a device matrix of `rows` rows with leading dimension `ld` holds (every row padded to `ld`).
 fn device_len(rows: usize, ld: usize) -> Result<usize> {
-    rows.checked_mul(ld)
-        .ok_or_else(|| Error::InvalidMatrix { what: "shape", reason: format!("{rows} rows of ld {ld} overflow usize") })
+    crate::alloc::mul("device dense matrix elements (rows * ld)", rows, ld)
 }
 
 /// The smallest multiple of `T::ALIGN_ELEMS` that is >= `ld` (and >= 1).
-pub(crate) fn aligned_ld<T: DeviceElement>(ld: usize) -> usize {
-    ld.max(1).next_multiple_of(T::ALIGN_ELEMS)
+pub(crate) fn aligned_ld<T: DeviceElement>(ld: usize) -> Result<usize> {
+    ld.max(1).checked_next_multiple_of(T::ALIGN_ELEMS).ok_or(Error::TooLarge {
+        what: "device leading dimension",
+        requested: ld as u128 + T::ALIGN_ELEMS as u128,
+        limit: usize::MAX as u128,
+    })
 }
 
 /// A BSR matrix in device memory, ready for [`Gpu::spmm`]. Also holds the block-row schedule (block rows sorted
@@ -214,21 +219,34 @@ impl Gpu {
     /// Copies a dense matrix to the GPU. The device leading dimension is the host's rounded up to a multiple of 16
     /// bytes; host padding is copied, extra padding is zero.
     pub fn upload_matrix<T: DeviceElement>(&self, m: &Matrix<T>) -> Result<DeviceMatrix<T>> {
-        let ld = aligned_ld::<T>(m.ld());
-        let host = if ld == m.ld() { m.clone() } else { m.with_ld(ld, T::from_f64(0.0))? };
-        let mut v = host.into_vec();
-        // Pad the last row to a full `ld` (see DeviceMatrix::from_slice), and never allocate zero bytes.
-        v.resize(device_len(m.rows(), ld)?.max(v.len()).max(1), T::from_f64(0.0));
-        let data = Self::htod(self.stream(), "dense matrix", &v)?;
+        let ld = aligned_ld::<T>(m.ld())?;
+        let padded;
+        let host = if ld == m.ld() {
+            m
+        } else {
+            padded = m.with_ld(ld, T::from_f64(0.0))?;
+            &padded
+        };
+        // Every row padded to `ld`, the last one too (see DeviceMatrix::from_slice), and never zero bytes: a
+        // zeroed device buffer of that size, then the host elements copied into its start (no host copy when the
+        // leading dimension is already aligned).
+        let len = device_len(m.rows(), ld)?.max(1);
+        let bytes = crate::alloc::bytes_of::<T>("device dense matrix (bytes)", len)?;
+        let stream = self.stream();
+        let mut data = stream.alloc_zeros::<T>(len).map_err(alloc_err("device dense matrix", bytes))?;
+        let src = host.as_slice();
+        let n = src.len().min(len);
+        stream.memcpy_htod(&src[..n], &mut data.slice_mut(..n)).map_err(cuda("cuMemcpyHtoD"))?;
         DeviceMatrix::from_slice(data, m.rows(), m.cols(), ld)
     }
 
     /// A `rows x cols` device matrix of zeros (leading dimension `cols` rounded up to 16 bytes).
     pub fn zeros<T: DeviceElement>(&self, rows: usize, cols: usize) -> Result<DeviceMatrix<T>> {
-        let ld = aligned_ld::<T>(cols);
+        let ld = aligned_ld::<T>(cols)?;
         let len = device_len(rows, ld)?.max(1);
-        let data =
-            self.stream().alloc_zeros::<T>(len).map_err(alloc_err("dense matrix", len * std::mem::size_of::<T>()))?;
+        // Checked before cudarc multiplies len by the element size (unchecked there).
+        let bytes = crate::alloc::bytes_of::<T>("device dense matrix (bytes)", len)?;
+        let data = self.stream().alloc_zeros::<T>(len).map_err(alloc_err("device dense matrix", bytes))?;
         DeviceMatrix::from_slice(data, rows, cols, ld)
     }
 }
