@@ -22,12 +22,7 @@ impl<T: Scalar> Matrix<T> {
     /// Wraps `data` as a `rows x cols` matrix with leading dimension `ld`. Needs `ld >= cols` and
     /// `data.len() >= (rows - 1) * ld + cols` (an empty matrix needs nothing).
     pub fn from_vec(rows: usize, cols: usize, ld: usize, data: Vec<T>) -> Result<Self> {
-        if ld < cols.max(1) {
-            return Err(Error::InvalidMatrix {
-                what: "ld",
-                reason: format!("leading dimension {ld} is smaller than the column count {cols} (and must be >= 1)"),
-            });
-        }
+        check_ld(cols, ld)?;
         let need = Self::needed_len(rows, cols, ld).ok_or_else(|| Error::InvalidMatrix {
             what: "shape",
             reason: format!("{rows}x{cols} with ld {ld} overflows usize"),
@@ -51,6 +46,7 @@ impl<T: Scalar> Matrix<T> {
 
     /// A matrix with every element (padding included) set to `v`.
     pub fn filled(rows: usize, cols: usize, ld: usize, v: T) -> Result<Self> {
+        check_ld(cols, ld)?; // before anything is allocated
         let len = Self::needed_len(rows, cols, ld.max(1)).ok_or(Error::TooLarge {
             what: "dense matrix elements ((rows - 1) * ld + cols)",
             requested: (rows as u128).saturating_mul(ld as u128),
@@ -182,6 +178,17 @@ impl<T: Scalar> Matrix<T> {
     }
 }
 
+/// `ld >= max(cols, 1)`, else [`Error::InvalidMatrix`].
+fn check_ld(cols: usize, ld: usize) -> Result<()> {
+    if ld < cols.max(1) {
+        return Err(Error::InvalidMatrix {
+            what: "ld",
+            reason: format!("leading dimension {ld} is smaller than the column count {cols} (and must be >= 1)"),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +218,9 @@ mod tests {
         // Representable but far beyond any memory: the allocation fails cleanly.
         assert!(matches!(Matrix::<f32>::zeros(1 << 30, 1 << 28), Err(Error::OutOfMemory { .. })));
         assert!(Matrix::<f32>::random_int(2, 2, 1 << 40, 1).is_err());
+        // An invalid ld is refused before anything is sized or allocated (found by the fuzz suite: 16 GiB first).
+        assert!(matches!(Matrix::<f32>::filled(1 << 32, 35, 0, 0.0), Err(Error::InvalidMatrix { what: "ld", .. })));
+        assert!(matches!(Matrix::<f32>::filled(255, 335_544_320, 0, 0.0), Err(Error::InvalidMatrix { .. })));
     }
 
     #[test]

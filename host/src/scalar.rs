@@ -23,13 +23,30 @@ pub trait Scalar: Copy + Send + Sync + PartialEq + bytemuck::Pod + std::fmt::Deb
     }
 }
 
+/// `v` rounded to f32 with round-to-odd: truncated toward zero, with the last mantissa bit set when inexact. An
+/// f32 has more than twice the significand bits of f16 and bf16 plus two, so rounding this to either with
+/// round-to-nearest-even gives exactly the correctly rounded f64 -> f16/bf16 result (no double rounding). `half`'s
+/// own f64 conversions drop the low mantissa bits before rounding and round some values just above a tie the
+/// wrong way (found by the fuzz suite: bf16 of 0x3e3e8006 as f64 gave 0x3e3e instead of 0x3e3f).
+fn f64_to_f32_round_to_odd(v: f64) -> f32 {
+    let t = v as f32; // round to nearest even (saturates to an infinity past f32::MAX)
+    if !v.is_finite() || f64::from(t) == v {
+        return t;
+    }
+    let mut bits = t.to_bits();
+    if t.is_infinite() || f64::from(t).abs() > v.abs() {
+        bits -= 1; // rounded away from zero: one step back toward zero, same sign
+    }
+    f32::from_bits(bits | 1)
+}
+
 impl Scalar for f16 {
     const NAME: &'static str = "f16";
     fn to_f64(self) -> f64 {
         self.to_f64()
     }
     fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
+        f16::from_f32(f64_to_f32_round_to_odd(v))
     }
     fn from_f32(v: f32) -> Self {
         f16::from_f32(v)
@@ -45,7 +62,7 @@ impl Scalar for bf16 {
         self.to_f64()
     }
     fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
+        bf16::from_f32(f64_to_f32_round_to_odd(v))
     }
     fn from_f32(v: f32) -> Self {
         bf16::from_f32(v)
@@ -101,5 +118,60 @@ mod tests {
         assert_eq!(bf16::try_from_f64(1e39), None);
         assert_eq!(f64::try_from_f64(1e300), Some(1e300));
         assert_eq!(f16::try_from_f64(1e-9), Some(f16::ZERO)); // underflow rounds to zero: not an error
+    }
+
+    /// Correct rounding of f64 to bf16 and f16 (the fuzz suite's case, and random values near ties).
+    #[test]
+    fn f64_rounds_to_nearest_even() {
+        assert_eq!(<bf16 as Scalar>::from_f64(f64::from(f32::from_bits(0x3e3e_8006))).to_bits(), 0x3e3f);
+        // Reference: the nearer of the two neighbours in the target type (ties to even), distances exact in f64.
+        fn check<T: Scalar + PartialOrd>(
+            v: f64,
+            step_up: impl Fn(T) -> T,
+            step_down: impl Fn(T) -> T,
+            even: impl Fn(T) -> bool,
+        ) {
+            let r = T::from_f64(v);
+            let rv = r.to_f64();
+            if !rv.is_finite() {
+                return;
+            }
+            let other = if rv < v { step_up(r) } else { step_down(r) };
+            let (d, d_other) = ((rv - v).abs(), (other.to_f64() - v).abs());
+            assert!(
+                d < d_other || (d == d_other && even(r)) || !other.to_f64().is_finite(),
+                "{v:e} -> {rv:e}, {:e} is nearer",
+                other.to_f64()
+            );
+        }
+        let mut rng = crate::rng::Rng::new(42);
+        for _ in 0..200_000 {
+            // Values near bf16/f16 ties: a random pattern of the target type plus a tiny perturbation.
+            let base = rng.range_f64(-100.0, 100.0);
+            let v = base + base * (rng.range_f64(-1.0, 1.0) * 1e-9);
+            check::<bf16>(
+                v,
+                |x| bf16::from_bits(if x.to_f64() >= 0.0 { x.to_bits() + 1 } else { x.to_bits() - 1 }),
+                |x| bf16::from_bits(if x.to_f64() > 0.0 { x.to_bits() - 1 } else { x.to_bits() + 1 }),
+                |x| x.to_bits() % 2 == 0,
+            );
+            check::<f16>(
+                v,
+                |x| f16::from_bits(if x.to_f64() >= 0.0 { x.to_bits() + 1 } else { x.to_bits() - 1 }),
+                |x| f16::from_bits(if x.to_f64() > 0.0 { x.to_bits() - 1 } else { x.to_bits() + 1 }),
+                |x| x.to_bits() % 2 == 0,
+            );
+            // Exact midpoints plus or minus one f64 ulp.
+            let h = <bf16 as Scalar>::from_f64(base);
+            let mid = (h.to_f64() + bf16::from_bits(h.to_bits() + 1).to_f64()) / 2.0;
+            for w in [mid, f64::from_bits(mid.to_bits() + 1), f64::from_bits(mid.to_bits() - 1)] {
+                check::<bf16>(
+                    w,
+                    |x| bf16::from_bits(if x.to_f64() >= 0.0 { x.to_bits() + 1 } else { x.to_bits() - 1 }),
+                    |x| bf16::from_bits(if x.to_f64() > 0.0 { x.to_bits() - 1 } else { x.to_bits() + 1 }),
+                    |x| x.to_bits() % 2 == 0,
+                );
+            }
+        }
     }
 }
