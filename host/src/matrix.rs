@@ -64,7 +64,8 @@ impl<T: Scalar> Matrix<T> {
     pub fn from_fn(rows: usize, cols: usize, mut f: impl FnMut(usize, usize) -> T) -> Result<Self> {
         let len = alloc::mul("dense matrix elements (rows * cols)", rows, cols)?;
         let mut data = alloc::with_capacity("dense matrix", len)?;
-        for r in 0..rows {
+        // (No walk over the rows of an empty matrix: `rows` may be huge when `cols == 0`.)
+        for r in 0..if cols == 0 { 0 } else { rows } {
             for c in 0..cols {
                 data.push(f(r, c));
             }
@@ -92,7 +93,7 @@ impl<T: Scalar> Matrix<T> {
     /// A copy with a larger leading dimension (`ld >= cols`); the padding is filled with `pad`.
     pub fn with_ld(&self, ld: usize, pad: T) -> Result<Self> {
         let mut out = Self::filled(self.rows, self.cols, ld, pad)?;
-        for r in 0..self.rows {
+        for r in 0..if self.cols == 0 { 0 } else { self.rows } {
             out.row_mut(r).copy_from_slice(self.row(r));
         }
         Ok(out)
@@ -169,7 +170,7 @@ impl<T: Scalar> Matrix<T> {
 
     /// The position and value of the first non-finite element (NaN or infinite), if any, in row-major order.
     pub fn first_non_finite(&self) -> Option<(usize, usize, f64)> {
-        (0..self.rows).find_map(|r| {
+        (0..if self.cols == 0 { 0 } else { self.rows }).find_map(|r| {
             self.row(r).iter().enumerate().find_map(|(c, v)| {
                 let v = v.to_f64();
                 (!v.is_finite()).then_some((r, c, v))
@@ -218,6 +219,21 @@ mod tests {
         // Representable but far beyond any memory: the allocation fails cleanly.
         assert!(matches!(Matrix::<f32>::zeros(1 << 30, 1 << 28), Err(Error::OutOfMemory { .. })));
         assert!(Matrix::<f32>::random_int(2, 2, 1 << 40, 1).is_err());
+        // Empty matrices with absurd row counts are valid and cost nothing to walk (found by the fuzz suite: a
+        // 2^57 x 0 matrix hung first_non_finite).
+        let empty = Matrix::<f32>::from_vec(1 << 57, 0, 1, Vec::new()).unwrap();
+        assert_eq!(empty.first_non_finite(), None);
+        assert_eq!(empty.convert::<f16>().unwrap().rows(), 1 << 57);
+        assert_eq!(empty.with_ld(8, 0.0).unwrap().rows(), 1 << 57);
+        assert_eq!(crate::check::max_abs(&empty), 0.0);
+        assert!(
+            crate::check::compare(
+                &empty,
+                &Matrix::<f64>::from_vec(1 << 57, 0, 1, Vec::new()).unwrap(),
+                crate::check::Tolerance::EXACT
+            )
+            .passed()
+        );
         // An invalid ld is refused before anything is sized or allocated (found by the fuzz suite: 16 GiB first).
         assert!(matches!(Matrix::<f32>::filled(1 << 32, 35, 0, 0.0), Err(Error::InvalidMatrix { what: "ld", .. })));
         assert!(matches!(Matrix::<f32>::filled(255, 335_544_320, 0, 0.0), Err(Error::InvalidMatrix { .. })));

@@ -1,0 +1,107 @@
+//! Helpers shared by the fuzz targets: value pools, a tiny deterministic generator and NaN-aware comparisons.
+//! Everything here is independent of the library under test (no sparsek code is used to compute an oracle).
+
+/// Defines `__asan_default_options` in the target binary: under AddressSanitizer a failed allocation then
+/// returns null (so Rust's fallible allocation APIs see the failure and the library can report
+/// `Error::OutOfMemory`) instead of aborting the process. Must be invoked in each target file: a weak symbol
+/// defined in a library would not be pulled in by the linker.
+#[macro_export]
+macro_rules! asan_options {
+    () => {
+        #[unsafe(no_mangle)]
+        pub extern "C" fn __asan_default_options() -> *const ::std::os::raw::c_char {
+            c"allocator_may_return_null=1".as_ptr()
+        }
+    };
+}
+
+/// SplitMix64: the values of a fuzz input are drawn from a seed the input carries, so that inputs stay small.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x0123_4567_89ab_cdef)
+    }
+    /// 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (0 when n == 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        if n == 0 { 0 } else { ((u128::from(self.next_u64()) * n as u128) >> 64) as usize }
+    }
+    /// An integer in `-m..=m`.
+    pub fn int(&mut self, m: i64) -> i64 {
+        self.below((2 * m + 1) as usize) as i64 - m
+    }
+    /// Fisher-Yates shuffle.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+/// f32 values that stress comparisons and conversions: signed zeros, subnormals, extremes, non-finite values.
+pub const SPECIAL_F32: [f32; 16] = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    f32::MIN_POSITIVE,
+    1e-45, // smallest subnormal
+    -1e-45,
+    f32::MAX,
+    f32::MIN,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    f32::NAN,
+    65504.0, // f16::MAX
+    65520.0, // rounds to infinity in f16
+    6e-8,    // an f16 subnormal
+    0.333_333_34,
+];
+
+/// f64 values that stress comparisons: the f32 ones plus f64 subnormals, extremes and near-ties.
+pub const SPECIAL_F64: [f64; 12] = [
+    0.0,
+    -0.0,
+    f64::MIN_POSITIVE,
+    5e-324,
+    -5e-324,
+    f64::MAX,
+    f64::MIN,
+    f64::INFINITY,
+    f64::NEG_INFINITY,
+    f64::NAN,
+    1.0 + f64::EPSILON,
+    1e-300,
+];
+
+/// Equal as numbers, with every NaN equal to every NaN (and +0 equal to -0).
+pub fn same(a: f64, b: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+/// Bit-identical, except that any NaN equals any NaN (conversions may quiet a signalling NaN).
+pub fn same_bits_f32(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// `ceil(x / bs) * bs` in u128 (no overflow for usize inputs).
+pub fn round_up(x: usize, bs: usize) -> u128 {
+    (x as u128).div_ceil(bs as u128) * bs as u128
+}
+
+/// The elements a `rows x cols` row-major matrix with leading dimension `ld` spans: `(rows - 1) * ld + cols`,
+/// 0 for an empty shape; in u128 so that it never overflows.
+pub fn span(rows: usize, cols: usize, ld: usize) -> u128 {
+    if rows == 0 || cols == 0 { 0 } else { (rows as u128 - 1) * ld as u128 + cols as u128 }
+}
