@@ -36,6 +36,10 @@ impl OutputElement for f16 {
 }
 
 /// A dense `rows x cols` row-major matrix in device memory with leading dimension `ld` (a multiple of 16 bytes).
+///
+/// `Send + Sync`: it may be shared between threads and read by launches on several streams (cudarc's event
+/// tracking orders each use after the last write, whichever stream made it); writing needs `&mut`. Its buffer
+/// holds `rows * ld` elements for its whole life: no safe API can replace or shrink it behind its shape.
 pub struct DeviceMatrix<T> {
     data: CudaSlice<T>,
     rows: usize,
@@ -151,7 +155,8 @@ pub(crate) fn aligned_ld<T: DeviceElement>(ld: usize) -> Result<usize> {
 }
 
 /// A BSR matrix in device memory, ready for [`Gpu::spmm`]. Also holds the block-row schedule (block rows sorted
-/// by descending length, so long rows start first).
+/// by descending length, so long rows start first). Immutable after the upload and `Send + Sync`: one copy can
+/// serve launches from several threads and streams at once.
 pub struct DeviceBsr {
     pub(crate) rows: usize,
     pub(crate) cols: usize,

@@ -43,21 +43,6 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let (m, k, n) = (a.rows(), a.cols(), b.cols());
-        if b.rows() != k || c.rows() != m || c.cols() != n {
-            return Err(Error::ShapeMismatch { a: (m, k), b: (b.rows(), n), c: (c.rows(), c.cols()) });
-        }
-        let same_ctx = |ctx: &Arc<cudarc::driver::CudaContext>| Arc::ptr_eq(ctx, self.context());
-        if !same_ctx(stream.context())
-            || !same_ctx(a.values.context())
-            || !same_ctx(b.as_slice().context())
-            || !same_ctx(c.as_slice().context())
-        {
-            return Err(Error::InvalidArgument {
-                name: "buffers",
-                reason: "A, B, C and the stream must all belong to this Gpu's context".into(),
-            });
-        }
         let kernel = u32::try_from(a.bs)
             .ok()
             .and_then(|bs| self.kernel(Op::BsrSpmm, bs, TC::OUT_TYPE))
@@ -95,15 +80,12 @@ impl Gpu {
                 ),
             });
         }
-        let (m, n) = (a.rows(), b.cols());
-        if b.rows() != a.cols() || c.rows() != m || c.cols() != n {
-            return Err(Error::ShapeMismatch { a: (m, a.cols()), b: (b.rows(), n), c: (c.rows(), c.cols()) });
-        }
         let stream = self.stream().clone();
         self.launch_spmm(&stream, k, a, b, c, ep, group_rows)
     }
 
-    /// Validates everything and launches `kernel`.
+    /// Validates everything (shapes, contexts, sizes against the kernel's 32-bit indexing) and launches `kernel`:
+    /// every public entry point comes through here.
     #[allow(clippy::too_many_arguments)]
     fn launch_spmm<TC: OutputElement>(
         &self,
@@ -116,6 +98,20 @@ impl Gpu {
         group_rows: Option<u32>,
     ) -> Result<()> {
         let (m, k, n) = (a.rows(), a.cols(), b.cols());
+        if b.rows() != k || c.rows() != m || c.cols() != n {
+            return Err(Error::ShapeMismatch { a: (m, k), b: (b.rows(), n), c: (c.rows(), c.cols()) });
+        }
+        let same_ctx = |ctx: &Arc<cudarc::driver::CudaContext>| Arc::ptr_eq(ctx, self.context());
+        if !same_ctx(stream.context())
+            || !same_ctx(a.values.context())
+            || !same_ctx(b.as_slice().context())
+            || !same_ctx(c.as_slice().context())
+        {
+            return Err(Error::InvalidArgument {
+                name: "buffers",
+                reason: "A, B, C and the stream must all belong to this Gpu's context".into(),
+            });
+        }
         let cfg = kernel.config();
         if m == 0 || n == 0 {
             return Ok(());
