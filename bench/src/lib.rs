@@ -32,6 +32,7 @@ pub mod grid;
 pub mod json;
 pub mod plot;
 pub mod png;
+pub mod reach;
 pub mod report;
 mod runner;
 pub mod tune;

@@ -106,9 +106,57 @@ pub struct BenchArgs {
     /// medians measured on an H100 (about 1-3%).
     #[arg(long, value_name = "PCT", requires = "compare", default_value_t = DEFAULT_THRESHOLD_PCT)]
     threshold: f64,
+    /// Run only the reach comparison: sparsek's f16 product (row-major, f32 C) against the same values in bf16,
+    /// the same f16 product in the linear-layer form (column-major B and C views through Gpu::spmm_raw) and
+    /// cuBLAS dense f16, each checked against the oracle, then timed interleaved (at least 30 launches, median).
+    /// Cases: 8192^3 at bs 64 and 128, density 10% and 22%, and 4096^3 bs 64 12.5%, or those of --case. Writes
+    /// OUT_DIR/reach.md and OUT_DIR/reach.json [OUT_DIR default: target/bench-reach] and the table to stdout.
+    /// Exits non-zero without a GPU or if a sparsek check fails.
+    #[arg(long, conflicts_with_all = ["quick", "matrix", "compare", "against", "cusparse"])]
+    reach: bool,
+}
+
+/// Default output directory of `--reach` (the committed results in docs/bench are left alone).
+const REACH_OUT_DIR: &str = "target/bench-reach";
+
+/// `sparsek bench --reach` (see [`BenchArgs::reach`]).
+fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
+    use sparsek_bench::reach::{MIN_ITERS, ReachConfig, default_cases};
+    let cases = if args.cases.is_empty() {
+        default_cases()
+    } else {
+        args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
+    };
+    let iters = usize::try_from(args.iters).unwrap_or(usize::MAX);
+    if iters < MIN_ITERS {
+        eprintln!("sparsek bench --reach: --iters {iters} raised to {MIN_ITERS}");
+    }
+    let cfg = ReachConfig {
+        cases,
+        warmup: args.warmup,
+        iters: iters.max(MIN_ITERS),
+        check_rows: args.check_rows,
+        seed: args.seed.unwrap_or(1),
+        out_dir: args.out_dir.clone().unwrap_or_else(|| PathBuf::from(REACH_OUT_DIR)),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let gpu = match Gpu::new(args.device) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!(
+                "sparsek bench --reach: no usable GPU ({e}); the comparison needs an NVIDIA GPU (sm_80 or newer)"
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let summary = sparsek_bench::reach::run(&gpu, &cfg)?;
+    Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
+    if args.reach {
+        return reach(&args);
+    }
     if !(args.threshold.is_finite() && args.threshold >= 0.0) {
         return Err(sparsek::Error::InvalidArgument {
             name: "--threshold",
@@ -207,5 +255,35 @@ mod tests {
         let values: Vec<String> =
             CusparseArg::value_variants().iter().map(|v| v.to_possible_value().unwrap().get_name().into()).collect();
         assert_eq!(values[2..], kinds[..], "one value per cuSPARSE kind, in the same order");
+    }
+
+    #[derive(clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+        use clap::Parser;
+        Cmd::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn reach_flag_parses_and_conflicts() {
+        let a = parse(&["--reach"]).unwrap();
+        assert!(a.reach && a.cases.is_empty() && a.out_dir.is_none());
+        let a = parse(&["--reach", "--case", "2048,2048,2048,64,10%", "--out-dir", "x", "--iters", "40"]).unwrap();
+        assert!(a.reach);
+        assert_eq!(a.cases.len(), 1);
+        assert_eq!(a.iters, 40);
+        for bad in [
+            &["--reach", "--quick"][..],
+            &["--reach", "--compare", "old.json"],
+            &["--reach", "--cusparse", "off"],
+            &["--reach", "--matrix", "a.mtx", "--bs", "64", "--n", "8"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert!(!parse(&[]).unwrap().reach);
     }
 }

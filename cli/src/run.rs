@@ -153,7 +153,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
         return Ok(ExitCode::FAILURE);
     }
     let c0 = if args.beta != 0.0 { Matrix::<TC>::random(m, n, args.seed ^ 0xC)? } else { Matrix::<TC>::zeros(m, n)? };
-    let ep = Epilogue { alpha: args.alpha, beta: args.beta };
+    let ep = Epilogue::new(args.alpha, args.beta);
     eprintln!("inputs ready in {:.1} s", t.elapsed().as_secs_f64());
     println!(
         "A         {m}x{k} bs {} nnzb {} (density {:.4}, longest block row {} blocks)",

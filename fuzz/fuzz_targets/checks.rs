@@ -200,7 +200,7 @@ fn run<TC: Scalar>(t: &Input) {
         }
         .expect("A");
         let b = Matrix::<f64>::zeros(16, cols).expect("zeros");
-        let ep = Epilogue { alpha: if *alpha0 { 0.0 } else { 1.0 }, beta: 1.0 };
+        let ep = Epilogue::new(if *alpha0 { 0.0 } else { 1.0 }, 1.0);
         let sample = sample.map_or(RowSample::All, |(n, seed)| RowSample::Random { count: n as usize % 8, seed });
         let expected = match Expected::compute(&a, &b, &c0, ep, sample, |_, _| {}) {
             Ok(e) => e,

@@ -140,7 +140,7 @@ fn run<TA: Scalar, TB: Scalar, TC: Scalar>(t: &Input) {
     let mut brng = Rng::new(t.b_seed);
     let b: Matrix<TB> = padded(kb, n, t.b_pad as usize % 4, |_, _| small(&mut brng, 4, scale));
     let (mc, nc) = (t.c_rows.get(m), t.c_cols.get(n));
-    let ep = Epilogue { alpha: SCALARS[t.alpha as usize % 10], beta: SCALARS[t.beta as usize % 10] };
+    let ep = Epilogue::new(SCALARS[t.alpha as usize % 10], SCALARS[t.beta as usize % 10]);
     let poison = t.poison_c && ep.beta == 0.0;
     let mut crng = Rng::new(t.c_seed);
     let c0: Matrix<TC> =

@@ -52,7 +52,17 @@ impl Tolerance {
             + c_term
             + if out_is_f16 { 2f64.powi(-24) } else { 1e-30 };
         let rtol = if out_is_f16 { 2f64.powi(-10) } else { 2f64.powi(-20) };
-        Tolerance { atol, rtol }
+        Tolerance { atol, rtol }.through(ep.activation)
+    }
+
+    /// The tolerance after an activation: ReLU passes errors through unchanged; GELU and SiLU have slopes up to
+    /// about 1.13 and 1.10 (so the error before them grows by at most 1.25x), and the GPU evaluates them with
+    /// `ex2.approx` and `div.full` (a few 2^-22 relative), covered by an extra `2^-20` of `rtol`.
+    pub fn through(self, act: crate::Activation) -> Tolerance {
+        match act {
+            crate::Activation::Identity | crate::Activation::Relu => self,
+            _ => Tolerance { atol: 1.25 * self.atol, rtol: 1.25 * self.rtol + 2f64.powi(-20) },
+        }
     }
 
     /// [`Tolerance::for_spmm`] with `k_eff` and the maxima measured on the operands (C over its `M x N`
@@ -72,6 +82,21 @@ impl Tolerance {
             t.rtol = 2f64.powi(-7);
             t.atol += 2f64.powi(-126);
         }
+        t
+    }
+
+    /// [`Tolerance::for_operands`] for a product with a bias (one rounding of `alpha * acc + bias` in f32:
+    /// `max|bias| * 2^-23` more of `atol`).
+    pub fn for_operands_with_bias<TA: Scalar, TB: Scalar, TC: Scalar>(
+        a: &Bsr<TA>,
+        b: &Matrix<TB>,
+        c: &Matrix<TC>,
+        ep: Epilogue,
+        bias: Option<&[TA]>,
+    ) -> Tolerance {
+        let mut t = Tolerance::for_operands(a, b, c, ep);
+        let max_bias = bias.map_or(0.0, |v| v.iter().map(|x| x.to_f64().abs()).fold(0.0, f64::max));
+        t.atol += max_bias * 2f64.powi(-23);
         t
     }
 }
@@ -317,8 +342,26 @@ impl Expected {
         c0: &Matrix<TC>,
         ep: Epilogue,
         sample: RowSample,
+        progress: impl FnMut(usize, usize),
+    ) -> crate::Result<Expected> {
+        Expected::compute_with_bias(a, b, c0, ep, None, sample, progress)
+    }
+
+    /// [`Expected::compute`] for `act(alpha * (A @ B) + bias) + beta * C0` (the tolerance from
+    /// [`Tolerance::for_operands_with_bias`]); a non-finite bias value is [`Error::NonFinite`](crate::Error).
+    pub fn compute_with_bias<TA: Scalar, TB: Scalar, TC: Scalar>(
+        a: &Bsr<TA>,
+        b: &Matrix<TB>,
+        c0: &Matrix<TC>,
+        ep: Epilogue,
+        bias: Option<&[TA]>,
+        sample: RowSample,
         mut progress: impl FnMut(usize, usize),
     ) -> crate::Result<Expected> {
+        if let Some(i) = bias.and_then(|v| v.iter().position(|x| !x.to_f64().is_finite())) {
+            let value = format!("{:e}", bias.map_or(0.0, |v| v[i].to_f64()));
+            return Err(crate::Error::NonFinite { what: "bias", value, index: (i, 0) });
+        }
         // The oracle of non-finite operands is not a product to check against: refuse it with the position.
         if let Some(i) = a.values().iter().position(|v| !v.to_f64().is_finite()) {
             let blk = (a.block_size() * a.block_size()).max(1);
@@ -350,10 +393,10 @@ impl Expected {
         let chunk = ((1usize << 22) / per_row).max(1);
         let mut out = Vec::with_capacity(rows.len());
         if rows.is_empty() {
-            crate::cpu::reference_rows(a, b, c0, ep, &[])?; // shape check
+            crate::cpu::reference_rows_with_bias(a, b, c0, ep, bias, &[])?; // shape check
         }
         for part in rows.chunks(chunk) {
-            out.extend(crate::cpu::reference_rows(a, b, c0, ep, part)?);
+            out.extend(crate::cpu::reference_rows_with_bias(a, b, c0, ep, bias, part)?);
             progress(out.len(), rows.len());
         }
         // Oracle rows that are all zero although some of them meet stored blocks would make every check vacuous
@@ -363,7 +406,8 @@ impl Expected {
         let vacuous =
             meets_blocks && ep.alpha != 0.0 && b.cols() > 0 && out.iter().all(|(_, v)| v.iter().all(|&x| x == 0.0));
         let m = if b.cols() == 0 { 0 } else { a.rows() };
-        Ok(Expected { rows: out, tolerance: Tolerance::for_operands(a, b, c0, ep), m, vacuous })
+        let tolerance = Tolerance::for_operands_with_bias(a, b, c0, ep, bias);
+        Ok(Expected { rows: out, tolerance, m, vacuous })
     }
 
     /// The same expectation under another tolerance (for an output of another precision).

@@ -244,6 +244,15 @@ pub enum BsrError {
         col: u32,
     },
 
+    /// The device-side structure check found a problem in `block_row` (see `BsrView::from_raw_checked`).
+    #[error("device-side structure check: block row {block_row}: {problem}")]
+    DeviceStructure {
+        /// The first block row with a problem (`block_rows` for the end of `row_ptr`).
+        block_row: u64,
+        /// What is wrong.
+        problem: &'static str,
+    },
+
     /// `values` does not hold `nnzb * bs * bs` elements.
     #[error("values has {got} elements, expected nnzb * bs * bs = {expected}")]
     ValuesLength {

@@ -66,19 +66,37 @@ pub use matrix::Matrix;
 pub use scalar::Scalar;
 
 pub use half::{bf16, f16};
+pub use sparsek_layout::{Activation, Layout};
 
-/// What a product does with its result: `C = alpha * (A @ B) + beta * C`, accumulated in f32 (f64 in the
-/// reference). With `beta == 0` the old C is not read at all, so it may hold anything, NaN included (BLAS rule).
+/// What a product does with its result: `C = act(alpha * (A @ B) + bias) + beta * C`, accumulated in f32 (f64
+/// in the reference), with `act` the [`Activation`] (identity by default) and the bias, where a launch takes one,
+/// added per row of C (per output feature of a linear layer). With `beta == 0` the old C is not read at all, so it
+/// may hold anything, NaN included (BLAS rule). `beta * C` is added after the activation, so that a residual can
+/// be accumulated into C.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Epilogue {
     /// Scale of the product.
     pub alpha: f32,
     /// Scale of the old C; 0 means C is write-only.
     pub beta: f32,
+    /// Applied to `alpha * (A @ B) + bias`, before `beta * C` is added.
+    pub activation: Activation,
+}
+
+impl Epilogue {
+    /// `alpha * (A @ B) + beta * C`, no activation.
+    pub const fn new(alpha: f32, beta: f32) -> Epilogue {
+        Epilogue { alpha, beta, activation: Activation::Identity }
+    }
+
+    /// The same epilogue with activation `activation`.
+    pub const fn with_activation(self, activation: Activation) -> Epilogue {
+        Epilogue { activation, ..self }
+    }
 }
 
 impl Default for Epilogue {
     fn default() -> Self {
-        Epilogue { alpha: 1.0, beta: 0.0 }
+        Epilogue::new(1.0, 0.0)
     }
 }

@@ -1,9 +1,13 @@
-//! BSR x dense SpMM on tensor cores (the portable mma.sync path): `C = alpha * (A @ B) + beta * C`.
+//! BSR x dense SpMM on tensor cores (the portable mma.sync path): `C = act(alpha * (A @ B) + bias) + beta * C`,
+//! f16 or bf16 inputs, f32 accumulation, B row- or column-major (one kernel each), C row- or column-major and
+//! f32 or the input's 16-bit type, 32- or 64-bit BSR indices (launch parameters).
 //!
 //! A CTA owns one output tile: the BM = BS rows of one block row of A and BN columns of C. It walks the nonzero
 //! blocks of its block row in BK-deep k-tiles; each k-tile stages A's (BS, BK) slice and B's (BK, BN) strip in
 //! swizzled shared memory through a STAGES-deep ring of 16-byte `cp.async` copies, and each warp multiplies its
-//! (WM, WN) = (16*MI, 8*NI) warp tile with `ldmatrix` (`.trans` for B) and `mma.sync.m16n8k16` into f32 accumulators.
+//! (WM, WN) = (16*MI, 8*NI) warp tile with `ldmatrix` and `mma.sync.m16n8k16` into f32 accumulators. A row-major
+//! B is staged as a (BK, BN) tile and read with `ldmatrix.trans`; a column-major B (the linear layer's `x` in
+//! `x @ W^T`) as a (BN, BK) tile, k contiguous like A, read with plain `ldmatrix`: the same fragments either way.
 //!
 //! Grid: 1-D, `block_rows * ceil(n / BN)` CTAs, mapped to (position in `row_order`, N tile) by
 //! `layout::raster` in groups of `group_rows` row positions (the host sizes the group so a wave's A rows and B
@@ -13,86 +17,159 @@
 //! - [`load_k_tile`] (global -> shared, the producer): the cp.async copies of one k-tile, A's (BS, BK) slice and
 //!   B's (BK, BN) strip, into one ring slot, zero-filling B past column n;
 //! - [`load_fragments`] (shared -> registers): the warp's A fragments (`ldmatrix.x4`) and B fragments
-//!   (`ldmatrix.x4.trans`) of one k16 step;
-//! - [`mma_warp_tile`]: the warp's MI x NI `mma.sync.m16n8k16` of one k16 step;
-//! - [`store_epilogue`] (registers -> global): `C = alpha * acc + beta * C`, f32 or f16 C.
+//!   (`ldmatrix.x4.trans`, or `ldmatrix.x4` for a column-major B) of one k16 step;
+//! - [`mma_warp_tile`]: the warp's MI x NI `mma.sync.m16n8k16` (f16 or bf16) of one k16 step;
+//! - [`store_epilogue`] (registers -> global): `C = act(alpha * acc + bias) + beta * C`, f32, f16 or bf16 C,
+//!   row- or column-major.
 //!
 //! [`bsr_spmm`] strings them together: PREFETCH, MAIN LOOP (one of two schedules, per `KernelConfig::frag_db`),
 //! EPILOGUE. The shared tiles ([`SmemTile`], in a [`SmemRing`] of STAGES slots) own their swizzle.
 //!
 //! Parameters and preconditions: `layout::BsrSpmmParams` (checked by the host launcher before every launch).
 
-use crate::layout::{BsrSpmmParams, CHUNK_HALVES, KernelConfig, ldsm_a_role, ldsm_b_role, raster};
+use crate::layout::{BsrSpmmParams, CHUNK_HALVES, KernelConfig, ldsm_a_role, ldsm_b_role, ldsm_bt_role, raster};
 use crate::ptx;
 use crate::tile::{AccTile, FragA, FragB, SmemRing, SmemTile, WarpTile};
 
+/// The element type of A, B and the bias: which `mma` a k16 step issues and how a bias element widens.
+trait Input {
+    /// The warp's `d += a * b` on fragments of this type.
+    fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]);
+    /// One element (as bits) to f32, exactly.
+    fn widen(bits: u16) -> f32;
+}
+
+/// f16 inputs.
+struct F16In;
+impl Input for F16In {
+    #[inline(always)]
+    fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+        ptx::mma_m16n8k16_f32_f16(d, a, b)
+    }
+    #[inline(always)]
+    fn widen(bits: u16) -> f32 {
+        ptx::cvt_f32_f16(bits)
+    }
+}
+
+/// bf16 inputs (unused by the tuning module, which is f16 only).
+#[cfg_attr(feature = "tune-kernels", allow(dead_code))]
+struct Bf16In;
+impl Input for Bf16In {
+    #[inline(always)]
+    fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+        ptx::mma_m16n8k16_f32_bf16(d, a, b)
+    }
+    #[inline(always)]
+    fn widen(bits: u16) -> f32 {
+        ptx::bf16_bits_to_f32(bits)
+    }
+}
+
 /// An element type the epilogue can write.
 trait Output: Copy {
-    /// Reads columns (col, col + 1) at `p`; only `col` when `!two`.
+    /// Reads one element at `p`.
     ///
     /// # Safety
-    /// `p` (and `p + 1` when `two`) are readable elements of C.
-    unsafe fn load_pair(p: *const Self, two: bool) -> (f32, f32);
-    /// Writes columns (col, col + 1) at `p`; only `col` when `!two`.
+    /// `p` is a readable element of C.
+    unsafe fn load(p: *const Self) -> f32;
+    /// Writes one element at `p`.
     ///
     /// # Safety
-    /// `p` (and `p + 1` when `two`) are writable elements of C; `p` is aligned to two elements when `two`.
-    unsafe fn store_pair(p: *mut Self, v0: f32, v1: f32, two: bool);
+    /// `p` is a writable element of C.
+    unsafe fn store(p: *mut Self, v: f32);
+    /// Writes columns (col, col + 1) of a row-major C at `p`.
+    ///
+    /// # Safety
+    /// `p` and `p + 1` are writable elements of C, `p` aligned to two elements.
+    unsafe fn store_pair(p: *mut Self, v0: f32, v1: f32);
 }
 
 impl Output for f32 {
     #[inline(always)]
-    unsafe fn load_pair(p: *const f32, two: bool) -> (f32, f32) {
-        // SAFETY: the caller guarantees the elements are readable.
-        unsafe { (ptx::ld_global_f32(p), if two { ptx::ld_global_f32(p.add(1)) } else { 0.0 }) }
+    unsafe fn load(p: *const f32) -> f32 {
+        // SAFETY: the caller guarantees the element is readable.
+        unsafe { ptx::ld_global_f32(p) }
     }
     #[inline(always)]
-    unsafe fn store_pair(p: *mut f32, v0: f32, v1: f32, two: bool) {
-        // SAFETY: the caller guarantees the elements are writable and, for pairs, 8-byte aligned.
-        unsafe {
-            if two {
-                ptx::st_global_v2_f32(p, v0, v1);
-            } else {
-                ptx::st_global_f32(p, v0);
-            }
-        }
+    unsafe fn store(p: *mut f32, v: f32) {
+        // SAFETY: the caller guarantees the element is writable.
+        unsafe { ptx::st_global_f32(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn store_pair(p: *mut f32, v0: f32, v1: f32) {
+        // SAFETY: the caller guarantees the elements are writable and 8-byte aligned.
+        unsafe { ptx::st_global_v2_f32(p, v0, v1) }
     }
 }
 
 /// f16 output, as raw bits.
 impl Output for u16 {
     #[inline(always)]
-    unsafe fn load_pair(p: *const u16, two: bool) -> (f32, f32) {
-        // SAFETY: the caller guarantees the elements are readable.
-        unsafe {
-            let lo = ptx::cvt_f32_f16(ptx::ld_global_u16(p));
-            (lo, if two { ptx::cvt_f32_f16(ptx::ld_global_u16(p.add(1))) } else { 0.0 })
-        }
+    unsafe fn load(p: *const u16) -> f32 {
+        // SAFETY: the caller guarantees the element is readable.
+        ptx::cvt_f32_f16(unsafe { ptx::ld_global_u16(p) })
     }
     #[inline(always)]
-    unsafe fn store_pair(p: *mut u16, v0: f32, v1: f32, two: bool) {
-        let packed = ptx::cvt_f16x2_f32(v0, v1);
-        // SAFETY: the caller guarantees the elements are writable and, for pairs, 4-byte aligned.
-        unsafe {
-            if two {
-                ptx::st_global_u32(p as *mut u32, packed);
-            } else {
-                ptx::st_global_u16(p, packed as u16);
-            }
-        }
+    unsafe fn store(p: *mut u16, v: f32) {
+        // SAFETY: the caller guarantees the element is writable.
+        unsafe { ptx::st_global_u16(p, ptx::cvt_f16x2_f32(v, 0.0) as u16) }
     }
+    #[inline(always)]
+    unsafe fn store_pair(p: *mut u16, v0: f32, v1: f32) {
+        // SAFETY: the caller guarantees the elements are writable and 4-byte aligned.
+        unsafe { ptx::st_global_u32(p as *mut u32, ptx::cvt_f16x2_f32(v0, v1)) }
+    }
+}
+
+/// bf16 output, as raw bits.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+#[cfg_attr(feature = "tune-kernels", allow(dead_code))]
+struct Bf16(u16);
+
+impl Output for Bf16 {
+    #[inline(always)]
+    unsafe fn load(p: *const Bf16) -> f32 {
+        // SAFETY: the caller guarantees the element is readable.
+        ptx::bf16_bits_to_f32(unsafe { ptx::ld_global_u16(p as *const u16) })
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut Bf16, v: f32) {
+        // SAFETY: the caller guarantees the element is writable.
+        unsafe { ptx::st_global_u16(p as *mut u16, ptx::cvt_bf16x2_f32(v, 0.0) as u16) }
+    }
+    #[inline(always)]
+    unsafe fn store_pair(p: *mut Bf16, v0: f32, v1: f32) {
+        // SAFETY: the caller guarantees the elements are writable and 4-byte aligned.
+        unsafe { ptx::st_global_u32(p as *mut u32, ptx::cvt_bf16x2_f32(v0, v1)) }
+    }
+}
+
+/// Entry `i` of a BSR index array whose entries are `1 << shift` bytes wide (4: u32, 8: u64), as u32. Entries are
+/// little-endian and every valid value is below 2^32 (the host checks the structure's sizes), so the low 32 bits
+/// of a u64 entry, at the entry's own address, are the value: one `ld.global.u32` for either width, no branch.
+///
+/// # Safety
+/// `base` is the device address of an index array with more than `i` entries of that width.
+#[inline(always)]
+unsafe fn load_index(base: u64, i: u32, shift: u32) -> u32 {
+    // SAFETY: forwarded.
+    unsafe { ptx::ld_global_u32((base + ((i as u64) << shift)) as *const u32) }
 }
 
 /// The global operands of one CTA's k-tiles: its block row of A and the columns of B of its N tile.
 #[derive(Clone, Copy)]
 struct CtaOperands {
-    /// A's values: `nnzb` blocks of (BS, BS) f16, each row-major.
+    /// A's values: `nnzb` blocks of (BS, BS) 16-bit elements, each row-major.
     a_values: *const u16,
-    /// A's block-column indices.
-    col_idx: *const u32,
+    /// A's block-column indices (device address of u32 or u64 entries).
+    col_idx: u64,
+    /// log2 of the index entries' bytes (2: u32, 3: u64).
+    index_shift: u32,
     /// The CTA's first nonzero block, `row_ptr[block_row]`.
     blk_begin: u32,
-    /// B: (K, ldb) f16, row-major.
+    /// B: (K, ldb) row-major or (n, ldb) column-major, 16-bit elements.
     b: *const u16,
     /// B's leading dimension in elements.
     ldb: u32,
@@ -102,19 +179,55 @@ struct CtaOperands {
     n0: u32,
 }
 
-/// C and the epilogue's scalars: `C = alpha * acc + beta * C`, columns >= n skipped, C not read when beta == 0.
+/// C and the epilogue: `C = act(alpha * acc + bias[row]) + beta * C`, columns >= n skipped, C not read when
+/// beta == 0.
 #[derive(Clone, Copy)]
 struct Epilogue<O> {
-    /// C: (M, ldc), row-major.
+    /// C: (M, ldc) row-major or (n, ldc) column-major.
     c: *mut O,
     /// C's leading dimension in elements.
     ldc: u32,
+    /// Whether C is column-major.
+    c_col_major: bool,
     /// Columns of C.
     n: u32,
     /// Scale of the product.
     alpha: f32,
     /// Scale of the old C (0: C is not read).
     beta: f32,
+    /// Bias per row of C (input element type, as bits), or null.
+    bias: *const u16,
+    /// `layout::Activation` code.
+    activation: u32,
+}
+
+/// log2(e), for `exp(x) = 2^(x log2 e)`.
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+
+/// `x * sigmoid(z) = x / (1 + exp(-z))` through `ex2.approx` (relative error 2^-22) and `div.full` (2 ulp).
+/// Saturates cleanly: a huge exponent gives `x / inf = -0` for very negative z, `x / 1 = x` for large z.
+#[inline(always)]
+fn x_sigmoid(x: f32, z: f32) -> f32 {
+    ptx::div_full(x, 1.0 + ptx::ex2_approx(-LOG2_E * z))
+}
+
+/// ReLU (`layout::Activation::Relu`): NaN stays NaN.
+#[inline(always)]
+fn relu(x: f32) -> f32 {
+    if x < 0.0 { 0.0 } else { x }
+}
+
+/// GELU, tanh form (`layout::Activation::GeluTanh`): `x * sigmoid(2u)` with `u = sqrt(2/pi) (x + 0.044715 x^3)`,
+/// which equals `0.5 x (1 + tanh(u))`.
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    x_sigmoid(x, 2.0 * 0.797_884_6 * (x + 0.044_715 * x * x * x))
+}
+
+/// SiLU (`layout::Activation::Silu`): `x * sigmoid(x)`.
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    x_sigmoid(x, x)
 }
 
 /// This thread's warp coordinates in the CTA's (WARPS_M, WARPS_N) warp grid, and its lane.
@@ -129,14 +242,16 @@ struct WarpCoord {
 /// into one ring slot (`s_a`, `s_b`), as part of the thread's current commit group. With `kb = BS / BK` k-tiles per
 /// block, k-tile `k_tile` is the (BS, BK) slice at column `kk = (k_tile % kb) * BK` of block
 /// `blk = blk_begin + k_tile / kb`, and the (BK, BN) strip of B at rows `col_idx[blk] * BS + kk`, columns
-/// `n0 .. n0 + BN`; B's chunks at or past column n are zero-filled (cp.async src-size). The CTA's `threads`
-/// threads (a constant) share the chunks; this is thread `tid`.
+/// `n0 .. n0 + BN`; B's chunks at or past column n are zero-filled (cp.async src-size). A column-major B is
+/// staged as the (BN, BK) tile of its columns `n0 .. n0 + BN` (`B_COL`: rows of the tile are columns of B, 16-byte
+/// chunks run along k), whole rows past column n zero-filled. The CTA's `threads` threads (a constant) share the
+/// chunks; this is thread `tid`.
 ///
 /// # Safety
 /// `g` and `k_tile` satisfy the kernel's preconditions (`k_tile` < the block row's k-tiles); `s_a` and `s_b` lie in
 /// the CTA's shared memory.
 #[inline(always)]
-unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32>(
+unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
     g: &CtaOperands,
     k_tile: u32,
     s_a: SmemTile<BS, BK>,
@@ -162,8 +277,32 @@ unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32>(
         i += 1;
     }
     // B: rows [col_idx[blk] * BS + kk, + BK), columns [n0, n0 + BN); columns >= n are zero-filled.
+    let k_row0 = unsafe { load_index(g.col_idx, blk, g.index_shift) } * BS + kk;
+    if B_COL {
+        // (BN, BK) tile: row j is column n0 + j of B, its BK elements from k_row0 contiguous in global memory.
+        // This thread copies chunk `tid % cpr` of rows `tid / cpr + i * rows_per_pass`: one source pointer stepped
+        // by `rows_per_pass` columns of B (the 64-bit address of every row, hoisted out of the k loop by LLVM,
+        // spilled the bs 64 kernels on sm_90a).
+        let s_bt = s_b.reshaped::<BN, BK>();
+        let (b_chunks, b_cpr) = (SmemTile::<BN, BK>::CHUNKS, SmemTile::<BN, BK>::CHUNKS_PER_ROW);
+        let rows_per_pass = threads / b_cpr;
+        let (row0, chunk) = (tid / b_cpr, tid % b_cpr);
+        let mut col = g.n0 + row0;
+        let k0 = (k_row0 + chunk * CHUNK_HALVES) as usize;
+        let mut src = unsafe { g.b.add(k0).add(col as usize * g.ldb as usize) };
+        let step = rows_per_pass as usize * g.ldb as usize;
+        let mut i = 0;
+        while i < b_chunks / threads {
+            let (from, bytes) = if col < g.n { (src, 16) } else { (g.b, 0) };
+            let row = row0 + i * rows_per_pass;
+            unsafe { ptx::cp_async_cg_16(s_bt.chunk_addr(row, chunk), from as *const u8, bytes) };
+            src = src.wrapping_add(step);
+            col += rows_per_pass;
+            i += 1;
+        }
+        return;
+    }
     let (b_chunks, b_cpr) = (SmemTile::<BK, BN>::CHUNKS, SmemTile::<BK, BN>::CHUNKS_PER_ROW);
-    let k_row0 = unsafe { ptx::ld_global_u32(g.col_idx.add(blk as usize)) } * BS + kk;
     let mut i = 0;
     while i < b_chunks / threads {
         let idx = tid + i * threads;
@@ -178,13 +317,21 @@ unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32>(
 }
 
 /// SHARED -> REGISTERS: loads the warp's fragments of k16 step `ks` of one ring slot: MI `ldmatrix.x4` of its
-/// (16, 16) A sub-tiles and NI / 2 `ldmatrix.x4.trans` of its (16, 16) B sub-tiles (two n8 fragments each).
+/// (16, 16) A sub-tiles and NI / 2 `ldmatrix.x4.trans` of its (16, 16) B sub-tiles (two n8 fragments each), or
+/// NI / 2 plain `ldmatrix.x4` of the (BN, BK) tile of a column-major B (`B_COL`).
 ///
 /// # Safety
 /// Warp-collective: all 32 lanes of the warp call it, in warp-uniform control flow; `s_a` and `s_b` lie in the
 /// CTA's shared memory and hold a landed k-tile.
 #[inline(always)]
-unsafe fn load_fragments<const BS: u32, const BN: u32, const BK: u32, const MI: usize, const NI: usize>(
+unsafe fn load_fragments<
+    const BS: u32,
+    const BN: u32,
+    const BK: u32,
+    const MI: usize,
+    const NI: usize,
+    const B_COL: bool,
+>(
     s_a: SmemTile<BS, BK>,
     s_b: SmemTile<BK, BN>,
     ks: u32,
@@ -197,6 +344,17 @@ unsafe fn load_fragments<const BS: u32, const BN: u32, const BK: u32, const MI: 
         let row = warp.warp_m * WarpTile::<MI, NI>::WM + mi as u32 * 16 + r;
         *frag = unsafe { ptx::ldmatrix_x4(s_a.chunk_addr(row, ks * 2 + ch)) };
     }
+    if B_COL {
+        let s_bt = s_b.reshaped::<BN, BK>();
+        for nj in 0..NI / 2 {
+            let (r, ch) = ldsm_bt_role(warp.lane);
+            let row = warp.warp_n * WarpTile::<MI, NI>::WN + nj as u32 * 16 + r;
+            let v = unsafe { ptx::ldmatrix_x4(s_bt.chunk_addr(row, ks * 2 + ch)) };
+            b_frag[2 * nj] = [v[0], v[1]];
+            b_frag[2 * nj + 1] = [v[2], v[3]];
+        }
+        return;
+    }
     for nj in 0..NI / 2 {
         let (r, ch) = ldsm_b_role(warp.lane);
         let chunk = (warp.warp_n * WarpTile::<MI, NI>::WN + nj as u32 * 16) / CHUNK_HALVES + ch;
@@ -206,48 +364,127 @@ unsafe fn load_fragments<const BS: u32, const BN: u32, const BK: u32, const MI: 
     }
 }
 
-/// MMA: the warp's MI x NI `mma.sync.m16n8k16` of one k16 step, `acc += a_frag x b_frag`. Warp-collective: all 32
-/// lanes of the warp call it, in warp-uniform control flow.
+/// MMA: the warp's MI x NI `mma.sync.m16n8k16` (of the input type `I`) of one k16 step, `acc += a_frag x
+/// b_frag`. Warp-collective: all 32 lanes of the warp call it, in warp-uniform control flow.
 #[inline(always)]
-fn mma_warp_tile<const MI: usize, const NI: usize>(acc: &mut AccTile<MI, NI>, a_frag: &FragA<MI>, b_frag: &FragB<NI>) {
+fn mma_warp_tile<const MI: usize, const NI: usize, I: Input>(
+    acc: &mut AccTile<MI, NI>,
+    a_frag: &FragA<MI>,
+    b_frag: &FragB<NI>,
+) {
     for (acc_m, a) in acc.iter_mut().zip(a_frag.iter()) {
         for (acc_mn, b) in acc_m.iter_mut().zip(b_frag.iter()) {
-            ptx::mma_m16n8k16_f32_f16(acc_mn, *a, *b);
+            I::mma(acc_mn, *a, *b);
         }
     }
 }
 
-/// EPILOGUE (registers -> global): `C = alpha * acc + beta * C` for the warp's (WM, WN) tile of the CTA's output
-/// tile, whose first element is C's (row0, col0); columns >= n are skipped and C is not read when beta == 0.
+/// `act(x)` for the `layout::Activation` code `activation`. Out of line (a PTX `.func`, one `call` per element):
+/// inlined, the four activations unrolled over the warp tile tripled the size of the PTX module.
+#[inline(never)]
+fn activate(x: f32, activation: u32) -> f32 {
+    match activation {
+        1 => relu(x),
+        2 => gelu_tanh(x),
+        3 => silu(x),
+        _ => x,
+    }
+}
+
+/// `acc = act(alpha * acc + bias[row])` for every accumulator of the warp tile (rows from `row_base`), in
+/// registers.
 ///
 /// # Safety
-/// `epi` and the CTA tile satisfy the kernel's preconditions (every row of the tile exists in C).
+/// `bias` is null or holds every row of the tile.
 #[inline(always)]
-unsafe fn store_epilogue<const MI: usize, const NI: usize, O: Output>(
+unsafe fn scale_bias_activate<const MI: usize, const NI: usize, I: Input>(
+    acc: &mut AccTile<MI, NI>,
+    alpha: f32,
+    bias: *const u16,
+    activation: u32,
+    row_base: u32,
+    lane: u32,
+) {
+    for (mi, acc_m) in acc.iter_mut().enumerate() {
+        for half in 0..2 {
+            let row = row_base + mi as u32 * 16 + lane / 4 + 8 * half as u32;
+            let b = if bias.is_null() { 0.0 } else { I::widen(unsafe { ptx::ld_global_u16(bias.add(row as usize)) }) };
+            for acc_mn in acc_m.iter_mut() {
+                for v in &mut acc_mn[2 * half..2 * half + 2] {
+                    *v = alpha * *v + b;
+                    if activation != 0 {
+                        *v = activate(*v, activation);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// EPILOGUE (registers -> global): `C = act(alpha * acc + bias[row]) + beta * C` for the warp's (WM, WN) tile of
+/// the CTA's output tile, whose first element is C's (row0, col0); columns >= n are skipped and C is not read
+/// when beta == 0. First `act(alpha * acc + bias)` in registers, then the stores: a row-major C takes each lane's column pair in one store; a column-major C one element at a time
+/// (the eight lanes of a column pair write eight consecutive rows: 32 contiguous bytes of f32).
+///
+/// # Safety
+/// `epi` and the CTA tile satisfy the kernel's preconditions (every row of the tile exists in C and in the bias).
+#[inline(always)]
+unsafe fn store_epilogue<const MI: usize, const NI: usize, O: Output, I: Input>(
     epi: &Epilogue<O>,
-    acc: &AccTile<MI, NI>,
+    acc: &mut AccTile<MI, NI>,
     row0: u32,
     col0: u32,
     warp: WarpCoord,
 ) {
     let row_base = row0 + warp.warp_m * WarpTile::<MI, NI>::WM;
     let col_base = col0 + warp.warp_n * WarpTile::<MI, NI>::WN + 2 * (warp.lane % 4);
+    let (alpha, bias, lane) = (epi.alpha, epi.bias, warp.lane);
+    // SAFETY (whole body): every row and column addressed below is inside C (columns < n) and the bias.
+    if alpha != 1.0 || !bias.is_null() || epi.activation != 0 {
+        unsafe { scale_bias_activate::<MI, NI, I>(acc, alpha, bias, epi.activation, row_base, lane) };
+    }
+    let (beta, ldc) = (epi.beta, epi.ldc as usize);
+    if epi.c_col_major {
+        for (mi, acc_m) in acc.iter().enumerate() {
+            for (ni, acc_mn) in acc_m.iter().enumerate() {
+                let col = col_base + ni as u32 * 8;
+                for j in 0..2 {
+                    if col + (j as u32) < epi.n {
+                        for half in 0..2 {
+                            let row = row_base + mi as u32 * 16 + lane / 4 + 8 * half as u32;
+                            let p = unsafe { epi.c.add((col as usize + j) * ldc + row as usize) };
+                            let mut v = acc_mn[2 * half + j];
+                            if beta != 0.0 {
+                                v += beta * unsafe { O::load(p) };
+                            }
+                            unsafe { O::store(p, v) };
+                        }
+                    }
+                }
+            }
+        }
+        return;
+    }
     for (mi, acc_m) in acc.iter().enumerate() {
         for (ni, acc_mn) in acc_m.iter().enumerate() {
             let col = col_base + ni as u32 * 8;
             if col < epi.n {
                 let two = col + 1 < epi.n;
                 for half in 0..2 {
-                    let row = row_base + mi as u32 * 16 + warp.lane / 4 + 8 * half as u32;
-                    let p = unsafe { epi.c.add(row as usize * epi.ldc as usize + col as usize) };
-                    let mut v0 = epi.alpha * acc_mn[2 * half];
-                    let mut v1 = epi.alpha * acc_mn[2 * half + 1];
-                    if epi.beta != 0.0 {
-                        let (o0, o1) = unsafe { O::load_pair(p, two) };
-                        v0 += epi.beta * o0;
-                        v1 += epi.beta * o1;
+                    let row = row_base + mi as u32 * 16 + lane / 4 + 8 * half as u32;
+                    let p = unsafe { epi.c.add(row as usize * ldc + col as usize) };
+                    let (mut v0, mut v1) = (acc_mn[2 * half], acc_mn[2 * half + 1]);
+                    if beta != 0.0 {
+                        v0 += beta * unsafe { O::load(p) };
+                        if two {
+                            v1 += beta * unsafe { O::load(p.add(1)) };
+                        }
                     }
-                    unsafe { O::store_pair(p, v0, v1, two) };
+                    if two {
+                        unsafe { O::store_pair(p, v0, v1) };
+                    } else {
+                        unsafe { O::store(p, v0) };
+                    }
                 }
             }
         }
@@ -272,6 +509,8 @@ unsafe fn bsr_spmm<
     const NI: usize,
     const STAGES: u32,
     const FRAG_DB: bool,
+    const B_COL: bool,
+    I: Input,
     O: Output,
 >(
     p: &BsrSpmmParams,
@@ -291,8 +530,8 @@ unsafe fn bsr_spmm<
             "FRAG_DB needs an even number of k-steps and 3+ stages"
         );
     }
-    let BsrSpmmParams { ldb, ldc, n, block_rows, group_rows, alpha, beta, .. } = *p;
-    let row_ptr = p.row_ptr as *const u32;
+    let BsrSpmmParams { ldb, ldc, n, block_rows, group_rows, alpha, beta, activation, .. } = *p;
+    let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let row_order = p.row_order as *const u32;
     let threads: u32 = 32 * WARPS_M * WARPS_N;
     let k_tiles_per_block = BS / BK;
@@ -305,14 +544,16 @@ unsafe fn bsr_spmm<
     // SAFETY (whole body): the host launcher guarantees the preconditions in the module docs; every global
     // address below stays inside A's values, row_ptr, col_idx, row_order, B's K x n window and C's tile.
     let (row_pos, n_tile) = raster(ptx::block_idx_x(), block_rows, n.div_ceil(BN), group_rows);
-    let block_row = unsafe { ptx::ld_global_u32(row_order.add(row_pos as usize)) };
+    let block_row =
+        if row_order.is_null() { row_pos } else { unsafe { ptx::ld_global_u32(row_order.add(row_pos as usize)) } };
     let n0 = n_tile * BN;
-    let blk_begin = unsafe { ptx::ld_global_u32(row_ptr.add(block_row as usize)) };
-    let blk_end = unsafe { ptx::ld_global_u32(row_ptr.add(block_row as usize + 1)) };
+    let blk_begin = unsafe { load_index(p.row_ptr, block_row, index_shift) };
+    let blk_end = unsafe { load_index(p.row_ptr, block_row + 1, index_shift) };
     let num_k_tiles = (blk_end - blk_begin) * k_tiles_per_block;
     let g = CtaOperands {
         a_values: p.a_values as *const u16,
-        col_idx: p.col_idx as *const u32,
+        col_idx: p.col_idx,
+        index_shift,
         blk_begin,
         b: p.b as *const u16,
         ldb,
@@ -330,7 +571,7 @@ unsafe fn bsr_spmm<
     let mut s = 0;
     while s < STAGES - 1 {
         if s < num_k_tiles {
-            unsafe { load_k_tile(&g, s, s_a.stage(s), s_b.stage(s), tid, threads) };
+            unsafe { load_k_tile::<BS, BN, BK, B_COL>(&g, s, s_a.stage(s), s_b.stage(s), tid, threads) };
         }
         ptx::cp_async_commit();
         s += 1;
@@ -349,7 +590,9 @@ unsafe fn bsr_spmm<
         let mut b_frag: [FragB<NI>; 2] = [[[0; 2]; NI]; 2]; // (2, NI, 2)
         if num_k_tiles > 0 {
             let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
-            unsafe { load_fragments(s_a_read, s_b_read, 0, warp, &mut a_frag[0], &mut b_frag[0]) };
+            unsafe {
+                load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, 0, warp, &mut a_frag[0], &mut b_frag[0])
+            };
         }
         let mut k_tile = 0;
         while k_tile < num_k_tiles {
@@ -366,19 +609,23 @@ unsafe fn bsr_spmm<
                     let ks_next = if ks + 1 == k_steps { 0 } else { ks + 1 };
                     let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
                     let (a_next, b_next) = (&mut a_frag[nxt], &mut b_frag[nxt]);
-                    unsafe { load_fragments(s_a_read, s_b_read, ks_next, warp, a_next, b_next) };
+                    unsafe {
+                        load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, ks_next, warp, a_next, b_next)
+                    };
                 }
                 if ks == 0 {
                     // Slot smem_pipe_write held tile k_tile - 1, whose reads all finished before the last barrier.
                     if k_tile_next < num_k_tiles {
                         let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
-                        unsafe { load_k_tile(&g, k_tile_next, s_a_write, s_b_write, tid, threads) };
+                        unsafe {
+                            load_k_tile::<BS, BN, BK, B_COL>(&g, k_tile_next, s_a_write, s_b_write, tid, threads)
+                        };
                     }
                     ptx::cp_async_commit();
                     smem_pipe_write = next_stage::<STAGES>(smem_pipe_write);
                     k_tile_next += 1;
                 }
-                mma_warp_tile(&mut acc, &a_frag[cur], &b_frag[cur]);
+                mma_warp_tile::<MI, NI, I>(&mut acc, &a_frag[cur], &b_frag[cur]);
             }
             k_tile += 1;
         }
@@ -394,7 +641,7 @@ unsafe fn bsr_spmm<
             if k_tile_next < num_k_tiles {
                 let smem_pipe_write = k_tile_next % STAGES;
                 let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
-                unsafe { load_k_tile(&g, k_tile_next, s_a_write, s_b_write, tid, threads) };
+                unsafe { load_k_tile::<BS, BN, BK, B_COL>(&g, k_tile_next, s_a_write, s_b_write, tid, threads) };
             }
             ptx::cp_async_commit();
             let smem_pipe_read = k_tile % STAGES;
@@ -402,23 +649,35 @@ unsafe fn bsr_spmm<
             for ks in 0..k_steps {
                 let mut a_frag: FragA<MI> = [[0; 4]; MI]; // (MI, 4)
                 let mut b_frag: FragB<NI> = [[0; 2]; NI]; // (NI, 2)
-                unsafe { load_fragments(s_a_read, s_b_read, ks, warp, &mut a_frag, &mut b_frag) };
-                mma_warp_tile(&mut acc, &a_frag, &b_frag);
+                unsafe {
+                    load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, ks, warp, &mut a_frag, &mut b_frag)
+                };
+                mma_warp_tile::<MI, NI, I>(&mut acc, &a_frag, &b_frag);
             }
             k_tile += 1;
         }
     }
     ptx::cp_async_wait::<0>();
 
-    // EPILOGUE: C = alpha * acc + beta * C (C not read when beta == 0), columns >= n skipped.
-    let epi = Epilogue { c: p.c as *mut O, ldc, n, alpha, beta };
-    unsafe { store_epilogue(&epi, &acc, block_row * BS, n0, warp) };
+    // EPILOGUE: C = act(alpha * acc + bias) + beta * C (C not read when beta == 0), columns >= n skipped.
+    let epi = Epilogue {
+        c: p.c as *mut O,
+        ldc,
+        c_col_major: p.c_col_major != 0,
+        n,
+        alpha,
+        beta,
+        bias: p.bias as *const u16,
+        activation,
+    };
+    unsafe { store_epilogue::<MI, NI, O, I>(&epi, &mut acc, block_row * BS, n0, warp) };
 }
 
 /// Defines the `extern "ptx-kernel"` entry point `$name` from its `layout::VARIANTS` entry (which must exist and
-/// have the output type `$out`): the configuration comes from the table, never from here.
+/// have the input type, B order and output type given here): the configuration comes from the table, never from
+/// here.
 macro_rules! bsr_kernel {
-    ($name:ident, $out:ty, $out_type:pat) => {
+    ($name:ident, $input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat) => {
         /// BSR SpMM entry point; see the module docs.
         ///
         /// # Safety
@@ -430,6 +689,8 @@ macro_rules! bsr_kernel {
             const {
                 CFG.assert_valid();
                 assert!(matches!(VARIANT.out, $out_type), "the entry point's output type differs from its variant's");
+                assert!(matches!(VARIANT.input, $in_type), "the entry point's input type differs from its variant's");
+                assert!(matches!(VARIANT.b_layout, $b_layout), "the entry point's B order differs from its variant's");
             }
             // SAFETY: forwarded preconditions.
             unsafe {
@@ -443,6 +704,8 @@ macro_rules! bsr_kernel {
                     { CFG.ni() as usize },
                     { CFG.stages },
                     { CFG.frag_db },
+                    $b_col,
+                    $input,
                     $out,
                 >(&params)
             }
@@ -450,31 +713,143 @@ macro_rules! bsr_kernel {
     };
 }
 
-/// The product kernels: one per block size and output type (`layout::Module::Product`).
+/// The product kernels: one per block size, input type, B order and output type (`layout::Module::Product`).
 #[cfg(not(feature = "tune-kernels"))]
 mod product {
     use super::*;
-    use crate::layout::OutType;
+    use crate::layout::{InType, Layout, OutType};
 
-    bsr_kernel!(sparsek_bsr_bs16_f32, f32, OutType::F32);
-    bsr_kernel!(sparsek_bsr_bs32_f32, f32, OutType::F32);
-    bsr_kernel!(sparsek_bsr_bs64_f32, f32, OutType::F32);
-    bsr_kernel!(sparsek_bsr_bs128_f32, f32, OutType::F32);
-    bsr_kernel!(sparsek_bsr_bs16_f16, u16, OutType::F16);
-    bsr_kernel!(sparsek_bsr_bs32_f16, u16, OutType::F16);
-    bsr_kernel!(sparsek_bsr_bs64_f16, u16, OutType::F16);
-    bsr_kernel!(sparsek_bsr_bs128_f16, u16, OutType::F16);
+    /// The product entry points of one input type, B order and output type, for every block size.
+    macro_rules! product_kernels {
+        ($input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat, [$($name:ident),*]) => {
+            $(bsr_kernel!($name, $input, $in_type, $b_layout, $b_col, $out, $out_type);)*
+        };
+    }
+
+    product_kernels!(
+        F16In,
+        InType::F16,
+        Layout::RowMajor,
+        false,
+        f32,
+        OutType::F32,
+        [
+            sparsek_bsr_bs16_f16_brow_f32,
+            sparsek_bsr_bs32_f16_brow_f32,
+            sparsek_bsr_bs64_f16_brow_f32,
+            sparsek_bsr_bs128_f16_brow_f32
+        ]
+    );
+    product_kernels!(
+        F16In,
+        InType::F16,
+        Layout::RowMajor,
+        false,
+        u16,
+        OutType::F16,
+        [
+            sparsek_bsr_bs16_f16_brow_f16,
+            sparsek_bsr_bs32_f16_brow_f16,
+            sparsek_bsr_bs64_f16_brow_f16,
+            sparsek_bsr_bs128_f16_brow_f16
+        ]
+    );
+    product_kernels!(
+        F16In,
+        InType::F16,
+        Layout::ColMajor,
+        true,
+        f32,
+        OutType::F32,
+        [
+            sparsek_bsr_bs16_f16_bcol_f32,
+            sparsek_bsr_bs32_f16_bcol_f32,
+            sparsek_bsr_bs64_f16_bcol_f32,
+            sparsek_bsr_bs128_f16_bcol_f32
+        ]
+    );
+    product_kernels!(
+        F16In,
+        InType::F16,
+        Layout::ColMajor,
+        true,
+        u16,
+        OutType::F16,
+        [
+            sparsek_bsr_bs16_f16_bcol_f16,
+            sparsek_bsr_bs32_f16_bcol_f16,
+            sparsek_bsr_bs64_f16_bcol_f16,
+            sparsek_bsr_bs128_f16_bcol_f16
+        ]
+    );
+    product_kernels!(
+        Bf16In,
+        InType::Bf16,
+        Layout::RowMajor,
+        false,
+        f32,
+        OutType::F32,
+        [
+            sparsek_bsr_bs16_bf16_brow_f32,
+            sparsek_bsr_bs32_bf16_brow_f32,
+            sparsek_bsr_bs64_bf16_brow_f32,
+            sparsek_bsr_bs128_bf16_brow_f32
+        ]
+    );
+    product_kernels!(
+        Bf16In,
+        InType::Bf16,
+        Layout::RowMajor,
+        false,
+        Bf16,
+        OutType::Bf16,
+        [
+            sparsek_bsr_bs16_bf16_brow_bf16,
+            sparsek_bsr_bs32_bf16_brow_bf16,
+            sparsek_bsr_bs64_bf16_brow_bf16,
+            sparsek_bsr_bs128_bf16_brow_bf16
+        ]
+    );
+    product_kernels!(
+        Bf16In,
+        InType::Bf16,
+        Layout::ColMajor,
+        true,
+        f32,
+        OutType::F32,
+        [
+            sparsek_bsr_bs16_bf16_bcol_f32,
+            sparsek_bsr_bs32_bf16_bcol_f32,
+            sparsek_bsr_bs64_bf16_bcol_f32,
+            sparsek_bsr_bs128_bf16_bcol_f32
+        ]
+    );
+    product_kernels!(
+        Bf16In,
+        InType::Bf16,
+        Layout::ColMajor,
+        true,
+        Bf16,
+        OutType::Bf16,
+        [
+            sparsek_bsr_bs16_bf16_bcol_bf16,
+            sparsek_bsr_bs32_bf16_bcol_bf16,
+            sparsek_bsr_bs64_bf16_bcol_bf16,
+            sparsek_bsr_bs128_bf16_bcol_bf16
+        ]
+    );
 }
 
-/// The tuning module (`layout::Module::Tuning`): `sparsek_tune_<i>` runs `layout::TUNE_CONFIGS[i]`, f32 output.
+/// The tuning module (`layout::Module::Tuning`): `sparsek_tune_<i>` runs `layout::TUNE_CONFIGS[i]`, f16 inputs,
+/// row-major B, f32 output.
 #[cfg(feature = "tune-kernels")]
 mod tune {
     use super::*;
-    use crate::layout::{Module, OutType, VARIANTS};
+    use crate::layout::{InType, Layout, Module, OutType, VARIANTS};
 
     macro_rules! tune_kernels {
         ($($name:ident),* $(,)?) => {
-            $(bsr_kernel!($name, f32, OutType::F32);)*
+            $(bsr_kernel!($name, F16In, InType::F16, Layout::RowMajor, false, f32, OutType::F32);)*
             const _: () = {
                 let mut tuning = 0;
                 let mut i = 0;

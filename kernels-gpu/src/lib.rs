@@ -22,6 +22,8 @@ pub mod tile;
 
 #[cfg(not(feature = "test-kernels"))]
 mod bsr;
+#[cfg(not(any(feature = "test-kernels", feature = "tune-kernels")))]
+mod check;
 #[cfg(feature = "test-kernels")]
 mod test_kernels;
 

@@ -7,7 +7,7 @@
 
 use crate::layout::{CHUNK_BYTES, CHUNK_HALVES, swizzle};
 
-/// A (ROWS, COLS) f16 tile in shared memory: row-major in 16-byte chunks, each placed by [`swizzle`] so that both
+/// A (ROWS, COLS) tile of 16-bit elements (f16 or bf16) in shared memory: row-major in 16-byte chunks, each placed by [`swizzle`] so that both
 /// the cp.async writes (whole rows) and the ldmatrix reads (one chunk column of eight rows) are free of bank
 /// conflicts. Holds only its `u32` shared base address.
 #[derive(Clone, Copy)]
@@ -34,6 +34,14 @@ impl<const ROWS: u32, const COLS: u32> SmemTile<ROWS, COLS> {
             );
         }
         Self { base }
+    }
+
+    /// The same bytes seen as a (ROWS2, COLS2) tile of the same size (a ring slot holds B's (BK, BN) tile of a
+    /// row-major B or its (BN, BK) tile of a column-major B).
+    #[inline(always)]
+    pub fn reshaped<const ROWS2: u32, const COLS2: u32>(self) -> SmemTile<ROWS2, COLS2> {
+        const { assert!(ROWS2 * COLS2 == ROWS * COLS, "a reshaped tile has the same size") };
+        SmemTile::at(self.base)
     }
 
     /// Shared address of chunk `chunk` (columns `8 * chunk .. 8 * chunk + 8`) of row `row`: `st::idx`.

@@ -191,14 +191,94 @@ pub enum OutType {
     F32,
     /// f16 (IEEE binary16).
     F16,
+    /// bf16 (bfloat16).
+    Bf16,
 }
 
 impl OutType {
-    /// "f32" or "f16": the suffix of the entry point names.
+    /// "f32", "f16" or "bf16": the suffix of the entry point names.
     pub const fn name(self) -> &'static str {
         match self {
             OutType::F32 => "f32",
             OutType::F16 => "f16",
+            OutType::Bf16 => "bf16",
+        }
+    }
+}
+
+/// Element type of A and B (and of the bias), multiplied on the tensor cores with f32 accumulation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InType {
+    /// f16: `mma.sync.m16n8k16.f32.f16.f16.f32`.
+    F16,
+    /// bf16: `mma.sync.m16n8k16.f32.bf16.bf16.f32`.
+    Bf16,
+}
+
+impl InType {
+    /// "f16" or "bf16".
+    pub const fn name(self) -> &'static str {
+        match self {
+            InType::F16 => "f16",
+            InType::Bf16 => "bf16",
+        }
+    }
+}
+
+/// Storage order of a dense operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Layout {
+    /// Element (r, c) at `r * ld + c`: rows contiguous, `ld >= cols`.
+    #[default]
+    RowMajor,
+    /// Element (r, c) at `c * ld + r`: columns contiguous, `ld >= rows` (the transpose of a row-major matrix).
+    ColMajor,
+}
+
+impl Layout {
+    /// "row" or "col".
+    pub const fn name(self) -> &'static str {
+        match self {
+            Layout::RowMajor => "row",
+            Layout::ColMajor => "col",
+        }
+    }
+    /// The other order (the layout of the transpose).
+    pub const fn transposed(self) -> Layout {
+        match self {
+            Layout::RowMajor => Layout::ColMajor,
+            Layout::ColMajor => Layout::RowMajor,
+        }
+    }
+}
+
+/// The activation of the fused epilogue, applied per element after the bias (the value is the kernels'
+/// [`BsrSpmmParams::activation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum Activation {
+    /// None: `f(x) = x`.
+    #[default]
+    Identity = 0,
+    /// `max(x, 0)` (NaN stays NaN).
+    Relu = 1,
+    /// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))` (PyTorch's
+    /// `gelu(approximate="tanh")`).
+    GeluTanh = 2,
+    /// SiLU (swish): `x / (1 + exp(-x))`.
+    Silu = 3,
+}
+
+impl Activation {
+    /// Every activation, in the order of their codes.
+    pub const ALL: [Activation; 4] = [Activation::Identity, Activation::Relu, Activation::GeluTanh, Activation::Silu];
+    /// "identity", "relu", "gelu_tanh" or "silu".
+    pub const fn name(self) -> &'static str {
+        match self {
+            Activation::Identity => "identity",
+            Activation::Relu => "relu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Silu => "silu",
         }
     }
 }
@@ -213,7 +293,7 @@ pub enum Arch {
 /// The operation a kernel computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
-    /// `C = alpha * (A @ B) + beta * C`, A in BSR, B and C dense row-major; parameters [`BsrSpmmParams`].
+    /// `C = act(alpha * (A @ B) + bias) + beta * C`, A in BSR, B and C dense; parameters [`BsrSpmmParams`].
     BsrSpmm,
 }
 
@@ -239,36 +319,72 @@ pub struct Variant {
     pub op: Op,
     /// Block size of A.
     pub bs: u32,
+    /// Element type of A and B.
+    pub input: InType,
+    /// Storage order of B the kernel reads (it decides the shared-memory tile and the `ldmatrix` form; C's order
+    /// is a launch parameter).
+    pub b_layout: Layout,
     /// Element type of C.
     pub out: OutType,
     /// Tile configuration (the launch's threads and dynamic shared memory derive from it).
     pub config: KernelConfig,
 }
 
-const fn spmm(name: &'static str, module: Module, out: OutType, config: KernelConfig) -> Variant {
-    Variant { name, arch: Arch::Sm80, module, op: Op::BsrSpmm, bs: config.bs, out, config }
+const fn spmm(
+    name: &'static str,
+    module: Module,
+    (input, b_layout, out): (InType, Layout, OutType),
+    config: KernelConfig,
+) -> Variant {
+    Variant { name, arch: Arch::Sm80, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config }
 }
-const fn product(name: &'static str, out: OutType, bs: u32) -> Variant {
+const fn product(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
     match config_for(bs) {
-        Some(config) => spmm(name, Module::Product, out, config),
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), config),
         None => panic!("no product configuration for this block size"),
     }
 }
 const fn tuning(name: &'static str, i: usize) -> Variant {
-    spmm(name, Module::Tuning, OutType::F32, TUNE_CONFIGS[i])
+    spmm(name, Module::Tuning, (InType::F16, Layout::RowMajor, OutType::F32), TUNE_CONFIGS[i])
 }
 
 /// Every kernel the build compiles, product and tuning modules alike. The kernels define their entry points from
-/// this table (and fail to build if a name differs); the host loads and launches them from it.
-pub const VARIANTS: [Variant; 23] = [
-    product("sparsek_bsr_bs16_f32", OutType::F32, 16),
-    product("sparsek_bsr_bs32_f32", OutType::F32, 32),
-    product("sparsek_bsr_bs64_f32", OutType::F32, 64),
-    product("sparsek_bsr_bs128_f32", OutType::F32, 128),
-    product("sparsek_bsr_bs16_f16", OutType::F16, 16),
-    product("sparsek_bsr_bs32_f16", OutType::F16, 32),
-    product("sparsek_bsr_bs64_f16", OutType::F16, 64),
-    product("sparsek_bsr_bs128_f16", OutType::F16, 128),
+/// this table (and fail to build if a name differs); the host loads and launches them from it. Product entry
+/// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
+/// output type (f32, or the input's own 16-bit type).
+pub const VARIANTS: [Variant; 47] = [
+    product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
+    product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
+    product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    product("sparsek_bsr_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    product("sparsek_bsr_bs16_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 16),
+    product("sparsek_bsr_bs32_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 32),
+    product("sparsek_bsr_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    product("sparsek_bsr_bs128_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    product("sparsek_bsr_bs16_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 16),
+    product("sparsek_bsr_bs32_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 32),
+    product("sparsek_bsr_bs64_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    product("sparsek_bsr_bs128_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    product("sparsek_bsr_bs16_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 16),
+    product("sparsek_bsr_bs32_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 32),
+    product("sparsek_bsr_bs64_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    product("sparsek_bsr_bs128_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    product("sparsek_bsr_bs16_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 16),
+    product("sparsek_bsr_bs32_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 32),
+    product("sparsek_bsr_bs64_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    product("sparsek_bsr_bs128_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    product("sparsek_bsr_bs16_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 16),
+    product("sparsek_bsr_bs32_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 32),
+    product("sparsek_bsr_bs64_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    product("sparsek_bsr_bs128_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    product("sparsek_bsr_bs16_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 16),
+    product("sparsek_bsr_bs32_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 32),
+    product("sparsek_bsr_bs64_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    product("sparsek_bsr_bs128_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    product("sparsek_bsr_bs16_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 16),
+    product("sparsek_bsr_bs32_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
+    product("sparsek_bsr_bs64_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    product("sparsek_bsr_bs128_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
     tuning("sparsek_tune_0", 0),
     tuning("sparsek_tune_1", 1),
     tuning("sparsek_tune_2", 2),
@@ -317,26 +433,34 @@ pub const fn str_eq(a: &str, b: &str) -> bool {
 /// The parameters of every [`Op::BsrSpmm`] kernel, passed by value as the kernel's one argument (a `.param`
 /// struct). Pointers are device addresses (`CUdeviceptr`); the kernel casts them to its element types.
 ///
-/// Preconditions (the host launcher checks them before every launch): `row_ptr`/`col_idx` hold a valid BSR
-/// structure of `block_rows` block rows; `row_order` is a permutation of the block rows; `b` and `c` are 16-byte
-/// aligned with `ldb % 8 == 0` and `ldc` a multiple of 16 bytes, each holding every row padded to its leading
-/// dimension; `n >= 1`; the grid is 1-D with `block_rows * ceil(n / BN)` CTAs of [`KernelConfig::threads`]
-/// threads and [`KernelConfig::smem_bytes`] of dynamic shared memory.
+/// The kernel computes `C = act(alpha * (A @ B) + bias) + beta * C` (bias per row of C, i.e. per row of A; C not
+/// read when `beta == 0`), accumulating in f32.
+///
+/// Preconditions (the host launcher checks what it can before every launch; the rest is the contract of the
+/// caller's structure): `row_ptr`/`col_idx` hold a valid BSR structure of `block_rows` block rows (32- or 64-bit
+/// entries per `index64`, every value below 2^32); `row_order` is 0 or a permutation of the block rows (u32);
+/// `b` and `c` are 16-byte aligned with leading dimensions that are multiples of 16 bytes, B holding `K` rows of
+/// `ldb >= n` elements (row-major kernels) or `n` rows of `ldb >= K` elements (column-major kernels), C holding
+/// `M` rows of `ldc >= n` (`c_col_major == 0`) or `n` rows of `ldc >= M` elements; `bias` is 0 or `M` elements of
+/// the input type; `n >= 1`; the grid is 1-D with `block_rows * ceil(n / BN)` CTAs of
+/// [`KernelConfig::threads`] threads and [`KernelConfig::smem_bytes`] of dynamic shared memory.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BsrSpmmParams {
-    /// A's values: `nnzb` blocks of `bs * bs` f16, each row-major.
+    /// A's values: `nnzb` blocks of `bs * bs` elements of the input type, each row-major.
     pub a_values: u64,
-    /// A's block-row pointers: `block_rows + 1` u32.
+    /// A's block-row pointers: `block_rows + 1` u32 or u64 (`index64`).
     pub row_ptr: u64,
-    /// A's block-column indices: `nnzb` u32.
+    /// A's block-column indices: `nnzb` u32 or u64 (`index64`).
     pub col_idx: u64,
-    /// Block rows in the order the CTAs take them (longest first): `block_rows` u32.
+    /// Block rows in the order the CTAs take them (longest first): `block_rows` u32; 0 = natural order.
     pub row_order: u64,
-    /// B: `K x ldb` f16, row-major.
+    /// B: `K x n` of the input type, row-major or column-major (the kernel's [`Variant::b_layout`]).
     pub b: u64,
-    /// C: `M x ldc` f32 or f16 (the kernel's [`OutType`]), row-major.
+    /// C: `M x n` f32, f16 or bf16 (the kernel's [`OutType`]), row- or column-major (`c_col_major`).
     pub c: u64,
+    /// The bias: `M` elements of the input type, added per row of C; 0 = no bias.
+    pub bias: u64,
     /// B's leading dimension in elements.
     pub ldb: u32,
     /// C's leading dimension in elements.
@@ -351,8 +475,61 @@ pub struct BsrSpmmParams {
     pub alpha: f32,
     /// Scale of the old C (0: C is not read).
     pub beta: f32,
-    /// Explicit tail padding (keeps the struct free of implicit padding bytes; always 0).
+    /// 1: `row_ptr` and `col_idx` hold 64-bit entries (PyTorch's int64); 0: 32-bit.
+    pub index64: u32,
+    /// 1: C is column-major; 0: row-major.
+    pub c_col_major: u32,
+    /// The epilogue's [`Activation`], as its code.
+    pub activation: u32,
+}
+
+/// The device-side structure check (`sparsek_bsr_check`): one thread per block row checks that `row_ptr` starts
+/// at 0, never decreases and ends at `nnzb`, and that the row's `col_idx` entries are strictly increasing and below
+/// `block_cols`, every value below 2^32. The smallest `(block_row << 3) | code` of a violation is folded into
+/// `*result` with an atomic min (so the answer does not depend on scheduling); the host sets it to `u64::MAX`
+/// first, and `u64::MAX` afterwards means valid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BsrCheckParams {
+    /// `block_rows + 1` u32 or u64.
+    pub row_ptr: u64,
+    /// `nnzb` u32 or u64.
+    pub col_idx: u64,
+    /// One u64 in device memory.
+    pub result: u64,
+    /// Nonzero blocks the caller declared.
+    pub nnzb: u64,
+    /// Block rows.
+    pub block_rows: u32,
+    /// Block columns (`K / bs`).
+    pub block_cols: u32,
+    /// 1: 64-bit entries.
+    pub index64: u32,
+    /// Explicit tail padding (always 0).
     pub _pad: u32,
+}
+
+/// Entry point of the structure check kernel (in every product module).
+pub const BSR_CHECK_KERNEL: &str = "sparsek_bsr_check";
+/// Threads per CTA of the structure check kernel.
+pub const BSR_CHECK_THREADS: u32 = 256;
+
+/// What a structure check found, decoded from [`BsrCheckParams::result`]'s low three bits.
+pub mod check_code {
+    /// `row_ptr[0] != 0`.
+    pub const FIRST_NOT_ZERO: u64 = 0;
+    /// `row_ptr[r + 1] < row_ptr[r]`.
+    pub const DECREASING: u64 = 1;
+    /// `row_ptr[r + 1] > nnzb`.
+    pub const BEYOND_NNZB: u64 = 2;
+    /// `row_ptr[block_rows] != nnzb` (reported at row `block_rows`).
+    pub const LAST_NOT_NNZB: u64 = 3;
+    /// A `col_idx` entry `>= block_cols`.
+    pub const COL_OUT_OF_RANGE: u64 = 4;
+    /// `col_idx` not strictly increasing within a row (unsorted or duplicate).
+    pub const COL_NOT_INCREASING: u64 = 5;
+    /// An index value of 2^32 or more (or a negative int64).
+    pub const TOO_LARGE: u64 = 6;
 }
 
 /// Grouped rasterization: maps the linear CTA index `cta` of a 1-D grid of `block_rows * n_tiles` CTAs to
@@ -394,6 +571,14 @@ pub const fn ldsm_a_role(lane: u32) -> (u32, u32) {
 /// registers 2 and 3 are b0, b1 of n-tile 1.
 pub const fn ldsm_b_role(lane: u32) -> (u32, u32) {
     ((lane % 8) + 8 * ((lane / 8) % 2), lane / 16)
+}
+
+/// `ldmatrix` (not `.trans`) address role of lane `lane` when loading two k16 x n8 B fragments with `.x4` from a
+/// column-major B staged as an `[n][k]` tile (rows are columns of B, chunks run along k): (n row, k chunk) within
+/// the 16x16 sub-tile. Registers 0 and 1 are b0 (k 0-7), b1 (k 8-15) of n-tile 0 (n rows 0-7), registers 2 and 3
+/// the same of n-tile 1 (n rows 8-15): the same fragments as [`ldsm_b_role`] gives from a row-major tile.
+pub const fn ldsm_bt_role(lane: u32) -> (u32, u32) {
+    ((lane % 8) + 8 * (lane / 16), (lane / 8) % 2)
 }
 
 /// Element (row, col) of the m16 x n8 f32 accumulator that register `i` (0..4) of lane `lane` holds.
@@ -450,14 +635,30 @@ mod tests {
             assert_eq!(variant(v.name), *v);
         }
         let products = VARIANTS.iter().filter(|v| v.module == Module::Product);
-        assert_eq!(products.count(), 2 * BLOCK_SIZES.len());
+        assert_eq!(products.count(), 8 * BLOCK_SIZES.len());
+        for v in VARIANTS.iter().filter(|v| v.module == Module::Product) {
+            // The 16-bit output is the input's own type.
+            assert!(matches!(
+                (v.input, v.out),
+                (_, OutType::F32) | (InType::F16, OutType::F16) | (InType::Bf16, OutType::Bf16)
+            ));
+            let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name()];
+            let mut tail = [0u8; 32];
+            let mut len = 0;
+            for part in name {
+                tail[len..len + part.len()].copy_from_slice(part.as_bytes());
+                len += part.len();
+            }
+            assert!(v.name.as_bytes().ends_with(&tail[..len]), "{} is not named after its types", v.name);
+        }
         let tuning = VARIANTS.iter().filter(|v| v.module == Module::Tuning).count();
         assert_eq!(tuning, TUNE_CONFIGS.len());
     }
 
     #[test]
     fn params_have_no_implicit_padding() {
-        assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 6 * 8 + 8 * 4);
+        assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 7 * 8 + 10 * 4);
         assert_eq!(core::mem::align_of::<BsrSpmmParams>(), 8);
+        assert_eq!(core::mem::size_of::<BsrCheckParams>(), 4 * 8 + 4 * 4);
     }
 }

@@ -17,7 +17,7 @@ fn any_n() -> impl Strategy<Value = usize> {
 /// (alpha, beta), beta 0 included often.
 fn any_epilogue() -> impl Strategy<Value = Epilogue> {
     (prop::sample::select(vec![1.0f32, -0.5, 2.5, 0.75]), prop::sample::select(vec![0.0f32, 0.0, 1.0, -0.75]))
-        .prop_map(|(alpha, beta)| Epilogue { alpha, beta })
+        .prop_map(|(alpha, beta)| Epilogue::new(alpha, beta))
 }
 
 #[derive(Clone, Debug)]
@@ -187,7 +187,7 @@ proptest! {
                                    alpha in prop::sample::select(vec![1.0f32, -1.0, 2.0]),
                                    beta in prop::sample::select(vec![0.0f32, 1.0, -2.0]), seed in any::<u64>()) {
         let (m, k) = (br * bs, bc * bs);
-        let ep = Epilogue { alpha, beta };
+        let ep = Epilogue::new(alpha, beta);
         // |A|, |B| <= 8 and K <= 96: every partial sum is an integer below 2^24, exact in f32.
         let a = generate_int::<f16>(pattern, m, k, bs, density, seed, 8).unwrap();
         let b = Matrix::<f16>::random_int(k, n, 8, seed ^ 0xb).unwrap();
@@ -200,7 +200,7 @@ proptest! {
         // f16 output: |A|, |B| <= 2 keeps |alpha * sum| <= 2 * 4 * 96 = 768 < 2048, exact in f16.
         let a2 = generate_int::<f16>(pattern, m, k, bs, density, seed, 2).unwrap();
         let b2 = Matrix::<f16>::random_int(k, n, 2, seed ^ 0xd).unwrap();
-        let ep0 = Epilogue { alpha, beta: 0.0 };
+        let ep0 = Epilogue::new(alpha, 0.0);
         let expected = cpu::reference(&a2, &b2, &c0, ep0).unwrap();
         let mut h = Matrix::<f16>::filled(m, n, n, f16::NAN).unwrap();
         cpu::spmm(&a2, &b2, &mut h, ep0).unwrap();
@@ -220,7 +220,7 @@ proptest! {
         let b = Matrix::<f16>::random(b_shape.0, b_shape.1, seed).unwrap();
         let c0 = Matrix::<f32>::random(c_shape.0, c_shape.1, seed ^ 1).unwrap();
         let mut c = c0.clone();
-        let e = cpu::spmm(&a, &b, &mut c, Epilogue { alpha: 1.0, beta: 0.5 }).unwrap_err();
+        let e = cpu::spmm(&a, &b, &mut c, Epilogue::new(1.0, 0.5)).unwrap_err();
         prop_assert!(matches!(e, Error::ShapeMismatch { a: sa, b: sb, c: sc } if sa == (m, k) && sb == b_shape && sc == c_shape), "{}", e);
         prop_assert_eq!(&c, &c0);
         let e = cpu::reference(&a, &b, &c0, Epilogue::default()).unwrap_err();
@@ -232,7 +232,7 @@ proptest! {
 
 #[test]
 fn empty_and_zero_nnz_give_beta_c() {
-    let ep = Epilogue { alpha: 3.0, beta: -0.5 };
+    let ep = Epilogue::new(3.0, -0.5);
     for (m, k) in [(0usize, 32usize), (32, 0), (64, 32), (0, 0)] {
         let a = Bsr::<f16>::empty(m, k, 16).unwrap();
         let b = Matrix::<f16>::random(k, 5, 1).unwrap();
@@ -257,7 +257,7 @@ fn empty_and_zero_nnz_give_beta_c() {
     let b = Matrix::<f16>::random(16, 3, 9).unwrap();
     let c0 = Matrix::<f32>::random(48, 3, 10).unwrap();
     let mut c = c0.clone();
-    cpu::spmm(&a, &b, &mut c, Epilogue { alpha: 1.0, beta: 2.0 }).unwrap();
+    cpu::spmm(&a, &b, &mut c, Epilogue::new(1.0, 2.0)).unwrap();
     for i in 16..32 {
         for j in 0..3 {
             assert_eq!(c.get(i, j), 2.0 * c0.get(i, j));
@@ -312,7 +312,7 @@ fn checks_catch_bad_outputs() {
     assert!(!rep.passed() && rep.shape_error.is_some());
 
     // The tolerance model.
-    let ep = Epilogue { alpha: 2.0, beta: 0.5 };
+    let ep = Epilogue::new(2.0, 0.5);
     let t = Tolerance::for_spmm(64, 1.0, 2.0, ep, 4.0, true);
     let want = 2.0 * 2.0 * 64.0 * 2f64.powi(-21) + 0.5 * 4.0 * 2f64.powi(-22) + 2f64.powi(-24);
     assert!((t.atol - want).abs() < 1e-18 && t.rtol == 2f64.powi(-10));

@@ -96,7 +96,7 @@ fn run_case_with<TC: OutputElement>(
     let b = Matrix::<f16>::random(k, n, case.seed ^ 0xb).unwrap();
     let ld = (n + case.c_pad).next_multiple_of(16 / std::mem::size_of::<TC>());
     let c0 = initial_c::<TC>(m, n, ld, case.beta, case.seed ^ 0xc);
-    let ep = Epilogue { alpha: case.alpha, beta: case.beta };
+    let ep = Epilogue::new(case.alpha, case.beta);
     // The one verification path: every row of the oracle, the tolerance of TC, vacuous expectations refused.
     let expected = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).map_err(|e| e.to_string())?;
     let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
@@ -178,7 +178,7 @@ fn exact_case(gpu: &Gpu, bs: usize, block_rows: usize, block_cols: usize, n: usi
         } else {
             Matrix::<f32>::random_int(m, n, 4, seed ^ 2).unwrap().with_ld(n.next_multiple_of(4), f32::NAN).unwrap()
         };
-        let ep = Epilogue { alpha: 1.0, beta };
+        let ep = Epilogue::new(1.0, beta);
         let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
         assert!(a.nnzb() == 0 || expected.as_slice().iter().any(|v| *v != 0.0), "vacuous exact case");
         let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
@@ -273,7 +273,7 @@ fn threads_and_streams_give_identical_results() {
     let a: Bsr<f16> = generate(Pattern::Skewed, m, k, 64, 0.3, 21).unwrap();
     let b = Matrix::<f16>::random(k, n, 22).unwrap();
     let c0 = Matrix::<f32>::random(m, n, 23).unwrap();
-    let ep = Epilogue { alpha: 0.5, beta: -1.0 };
+    let ep = Epilogue::new(0.5, -1.0);
     let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
     let mut c_d = gpu.upload_matrix(&c0).unwrap();
     gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
@@ -310,7 +310,7 @@ fn empty_shapes_on_the_gpu() {
             let a: Bsr<f16> = generate(Pattern::Uniform, m, k, 64, density, 3).unwrap();
             let b = Matrix::<f16>::random(k, n, 4).unwrap();
             let c0 = Matrix::<f32>::random(m, n, 5).unwrap();
-            let ep = Epilogue { alpha: 1.0, beta: 0.5 };
+            let ep = Epilogue::new(1.0, 0.5);
             let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
             let mut c_d = gpu.upload_matrix(&c0).unwrap();
             gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
@@ -351,7 +351,7 @@ fn empty_rows_give_beta_c() {
     let b_d = gpu.upload_matrix(&Matrix::<f16>::random(512, 40, 1).unwrap()).unwrap();
     let c0 = Matrix::<f32>::random(256, 40, 9).unwrap();
     let mut c_d = gpu.upload_matrix(&c0).unwrap();
-    gpu.spmm(&a_d, &b_d, &mut c_d, Epilogue { alpha: 1.0, beta: 2.0 }).unwrap();
+    gpu.spmm(&a_d, &b_d, &mut c_d, Epilogue::new(1.0, 2.0)).unwrap();
     let got = c_d.to_host().unwrap();
     for r in 0..256 {
         for c in 0..40 {

@@ -22,7 +22,7 @@ fn empty_product(m: usize, k: usize, n: usize, bs: usize, beta: f32) -> Result<(
     prop_assert_eq!(back.to_dense().unwrap(), dense);
     let b = Matrix::<f16>::random(k, n, 1).unwrap();
     let c0 = Matrix::<f32>::random(m, n, 2).unwrap().with_ld(n + 3, 0.0).unwrap();
-    let ep = Epilogue { alpha: 1.5, beta };
+    let ep = Epilogue::new(1.5, beta);
     let expected = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap();
     let mut c = c0.clone();
     cpu::spmm(&a, &b, &mut c, ep).unwrap();
@@ -130,7 +130,7 @@ fn the_oracle_refuses_non_finite_operands() {
     let mut c_nan = c0.clone();
     c_nan.set(0, 0, f32::NAN);
     assert!(Expected::compute(&a, &b, &c_nan, ep, RowSample::All, |_, _| {}).is_ok());
-    let ep1 = Epilogue { alpha: 1.0, beta: 1.0 };
+    let ep1 = Epilogue::new(1.0, 1.0);
     assert!(matches!(Expected::compute(&a, &b, &c_nan, ep1, RowSample::All, |_, _| {}), Err(Error::NonFinite { .. })));
     let mut a_nan = a.clone();
     a_nan.values_mut()[300] = f16::NAN;

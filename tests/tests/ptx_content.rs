@@ -3,8 +3,8 @@
 //! trap (no reachable panic path). Freshness against the kernel source is `cargo xtask build-ptx --check`.
 
 use sparsek_layout::{
-    BLOCK_SIZES, CONFIGS, KernelConfig, Module, OutType, VARIANTS, bank_group, ldsm_a_role, ldsm_b_role, raster,
-    swizzle,
+    BLOCK_SIZES, BSR_CHECK_KERNEL, CONFIGS, InType, KernelConfig, Layout, Module, OutType, VARIANTS, bank_group,
+    ldsm_a_role, ldsm_b_role, ldsm_bt_role, mma_b_element, raster, swizzle,
 };
 
 const PTX_SM80: &str = include_str!("../../host/ptx/sparsek_sm80.ptx");
@@ -39,7 +39,7 @@ fn every_kernel_has_the_promised_instructions() {
             // The epilogue's paired stores: 8-byte f32 pairs, or two f16 packed in 32 bits.
             let store = match v.out {
                 OutType::F32 => "st.global.v2.f32",
-                OutType::F16 => "st.global.u32",
+                OutType::F16 | OutType::Bf16 => "st.global.u32",
             };
             assert!(body.contains(store), "{name} lacks its {:?} store {store}", v.out);
             // Every load and store names its state space: the addresses come from the parameter struct as integers,
@@ -54,10 +54,13 @@ fn every_kernel_has_the_promised_instructions() {
                     );
                 }
             }
+            let mma = match v.input {
+                InType::F16 => "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                InType::Bf16 => "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+            };
             for needle in [
-                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                mma,
                 "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
-                "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
                 "cp.async.cg.shared.global",
                 "cp.async.commit_group",
                 "cp.async.wait_group",
@@ -65,8 +68,15 @@ fn every_kernel_has_the_promised_instructions() {
             ] {
                 assert!(body.contains(needle), "{name} lacks {needle}");
             }
-            for banned in [".local", "trap", "__local_depot", "call.uni"] {
+            // A row-major B is read with ldmatrix.trans; a column-major one (k contiguous, like A) without.
+            let trans = body.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16");
+            assert_eq!(trans, v.b_layout == Layout::RowMajor, "{name}: ldmatrix.trans for a {:?} B", v.b_layout);
+            for banned in [".local", "trap", "__local_depot"] {
                 assert!(!body.contains(banned), "{name} contains {banned}");
+            }
+            // The only call is the epilogue's out-of-line activation (no panic or formatting path).
+            for line in body.lines().filter(|l| l.trim_start().starts_with("call")) {
+                assert!(line.contains("3bsr8activate"), "{name}: unexpected call `{}`", line.trim());
             }
         }
     }
@@ -175,6 +185,9 @@ fn modules_define_exactly_the_variant_table() {
             .map(|l| l.split('(').next().unwrap_or(l))
             .collect();
         let mut expected: Vec<&str> = VARIANTS.iter().filter(|v| v.module == module).map(|v| v.name).collect();
+        if module == Module::Product {
+            expected.push(BSR_CHECK_KERNEL);
+        }
         defined.sort_unstable();
         expected.sort_unstable();
         assert_eq!(defined, expected, "{module:?}");
@@ -195,6 +208,37 @@ fn raster_is_a_bijection() {
             }
             if (group == 0 || group >= rows) && rows * tiles > 1 {
                 assert_eq!(raster(1, rows, tiles, group), (1 % rows, 1 / rows), "plain order is row-fastest");
+            }
+        }
+    }
+}
+
+/// The column-major B's ldmatrix role (plain `ldmatrix.x4` of an `[n][k]` tile) yields exactly the mma B fragments
+/// that `ldsm_b_role` yields with `.trans` from a `[k][n]` tile: simulate ldmatrix on both and compare.
+#[test]
+fn column_major_b_fragments_match_row_major() {
+    // ldmatrix (non-trans) semantics: matrix j's row i address comes from lane 8j + i; lane t receives, in
+    // register j, the elements (row t / 4, cols 2 (t % 4), 2 (t % 4) + 1) of matrix j. With .trans, lane t receives
+    // (rows 2 (t % 4), 2 (t % 4) + 1, col t / 4).
+    // Logical B sub-tile: 16 (k) x 16 (n); element value = k * 16 + n.
+    for lane in 0..32u32 {
+        for reg in 0..4u32 {
+            for h in 0..2u32 {
+                // Row-major [k][n] tile with .trans: addresses give (k row, n chunk).
+                let (t, j) = (lane, reg);
+                let src_lane = 8 * j + (t / 4) % 8; // not used for .trans: rows are k
+                let _ = src_lane;
+                let (k_row, n_chunk) = ldsm_b_role(8 * j + 2 * (t % 4) + h);
+                let n = n_chunk * 8 + t / 4;
+                let row_major = k_row * 16 + n;
+                // Column-major [n][k] tile, plain: address of matrix j row (t / 4) gives (n row, k chunk).
+                let (n_row, k_chunk) = ldsm_bt_role(8 * j + t / 4);
+                let k = k_chunk * 8 + 2 * (t % 4) + h;
+                let col_major = k * 16 + n_row;
+                assert_eq!(row_major, col_major, "lane {lane} reg {reg} half {h}");
+                // And that is the mma B element of fragment (reg / 2) of n-tile (reg / 2), half (reg % 2, h).
+                let (mk, mn) = mma_b_element(lane, 2 * (reg % 2) + h);
+                assert_eq!((k % 16, n_row % 8), (mk, mn), "lane {lane} reg {reg} half {h}");
             }
         }
     }

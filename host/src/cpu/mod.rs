@@ -1,8 +1,9 @@
 //! The CPU side of every product: the f64 oracle ([`reference`](fn@reference), [`reference_rows`]) that tests
 //! and the CLI check against, and a multi-threaded f32 backend ([`spmm`]) for machines without a GPU.
 //!
-//! All three share one contract: `C = alpha * (A @ B) + beta * C` where A is a [`Bsr`] (`M x K`), B a dense
-//! [`Matrix`] `K x N` and C a dense `M x N` [`Matrix`] (any leading dimensions, any `N`). With `beta == 0`
+//! All three share one contract: `C = act(alpha * (A @ B) + bias) + beta * C` where A is a [`Bsr`] (`M x K`), B
+//! a dense [`Matrix`] `K x N` and C a dense `M x N` [`Matrix`] (any leading dimensions, any `N`), `act` the
+//! [`Epilogue`]'s [`Activation`] and `bias` (the `_with_bias` forms) one value per row of C. With `beta == 0`
 //! the old C is never read (it may hold NaN); block rows without blocks give `beta * C` (0 when
 //! `beta == 0`). Shapes are checked before anything is written ([`Error::ShapeMismatch`]). The product is
 //! computed as IEEE arithmetic dictates: zeros of A are multiplied like any value, so an Inf or NaN in B
@@ -15,11 +16,11 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::Epilogue;
 use crate::error::{Error, Result};
 use crate::format::Bsr;
 use crate::matrix::Matrix;
 use crate::scalar::Scalar;
+use crate::{Activation, Epilogue};
 
 /// `Ok` when `A (M x K) @ B (K x N)` fits `C (M x N)`.
 fn check_shapes<TA, TB: Scalar, TC: Scalar>(a: &Bsr<TA>, b: &Matrix<TB>, c: &Matrix<TC>) -> Result<()> {
@@ -29,12 +30,59 @@ fn check_shapes<TA, TB: Scalar, TC: Scalar>(a: &Bsr<TA>, b: &Matrix<TB>, c: &Mat
     Ok(())
 }
 
+/// `Ok` when `bias` (if any) has one value per row of A.
+fn check_bias<TA>(a: &Bsr<TA>, bias: Option<&[TA]>) -> Result<()> {
+    match bias {
+        Some(v) if v.len() != a.rows() => Err(Error::InvalidArgument {
+            name: "bias",
+            reason: format!("has {} values; the product has {} rows (one bias value per row of C)", v.len(), a.rows()),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The activation `act` of `x` in f64, exactly as defined (GELU through `tanh`): the oracle's, and the rule the
+/// GPU's approximations are checked against. ReLU keeps NaN.
+pub fn activation_f64(act: Activation, x: f64) -> f64 {
+    match act {
+        Activation::Identity => x,
+        Activation::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        Activation::GeluTanh => {
+            0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+        }
+        Activation::Silu => x / (1.0 + (-x).exp()),
+    }
+}
+
+/// The activation in f32 (the CPU backend's epilogue), computed through f64 and rounded once.
+fn activation_f32(act: Activation, x: f32) -> f32 {
+    match act {
+        Activation::Identity => x,
+        Activation::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        _ => activation_f64(act, f64::from(x)) as f32,
+    }
+}
+
 /// One row `r` of the oracle into `out` (`N` elements).
+#[allow(clippy::too_many_arguments)]
 fn reference_row<TA: Scalar, TB: Scalar, TC: Scalar>(
     a: &Bsr<TA>,
     b: &Matrix<TB>,
     c: &Matrix<TC>,
     ep: Epilogue,
+    bias: Option<&[TA]>,
     r: usize,
     out: &mut [f64],
 ) {
@@ -52,11 +100,11 @@ fn reference_row<TA: Scalar, TB: Scalar, TC: Scalar>(
         }
     }
     let (alpha, beta) = (f64::from(ep.alpha), f64::from(ep.beta));
-    if beta == 0.0 {
-        out.iter_mut().for_each(|o| *o *= alpha);
-    } else {
+    let bias = bias.and_then(|v| v.get(r)).map_or(0.0, |v| v.to_f64());
+    out.iter_mut().for_each(|o| *o = activation_f64(ep.activation, alpha * *o + bias));
+    if beta != 0.0 {
         for (o, cv) in out.iter_mut().zip(c.row(r)) {
-            *o = alpha * *o + beta * cv.to_f64();
+            *o += beta * cv.to_f64();
         }
     }
 }
@@ -71,11 +119,24 @@ pub fn reference<TA: Scalar, TB: Scalar, TC: Scalar>(
     c: &Matrix<TC>,
     ep: Epilogue,
 ) -> Result<Matrix<f64>> {
+    reference_with_bias(a, b, c, ep, None)
+}
+
+/// [`reference`](fn@reference) with a bias: `act(alpha * (A @ B) + bias[row]) + beta * C`. A bias whose length
+/// is not M gives [`Error::InvalidArgument`].
+pub fn reference_with_bias<TA: Scalar, TB: Scalar, TC: Scalar>(
+    a: &Bsr<TA>,
+    b: &Matrix<TB>,
+    c: &Matrix<TC>,
+    ep: Epilogue,
+    bias: Option<&[TA]>,
+) -> Result<Matrix<f64>> {
     check_shapes(a, b, c)?;
+    check_bias(a, bias)?;
     let (m, n) = (a.rows(), b.cols());
     let mut out = Matrix::<f64>::zeros(m, n)?;
     if m > 0 && n > 0 {
-        out.as_mut_slice().par_chunks_mut(n).enumerate().for_each(|(r, row)| reference_row(a, b, c, ep, r, row));
+        out.as_mut_slice().par_chunks_mut(n).enumerate().for_each(|(r, row)| reference_row(a, b, c, ep, bias, r, row));
     }
     Ok(out)
 }
@@ -90,7 +151,20 @@ pub fn reference_rows<TA: Scalar, TB: Scalar, TC: Scalar>(
     ep: Epilogue,
     rows: &[usize],
 ) -> Result<Vec<(usize, Vec<f64>)>> {
+    reference_rows_with_bias(a, b, c, ep, None, rows)
+}
+
+/// [`reference_rows`] with a bias (see [`reference_with_bias`]).
+pub fn reference_rows_with_bias<TA: Scalar, TB: Scalar, TC: Scalar>(
+    a: &Bsr<TA>,
+    b: &Matrix<TB>,
+    c: &Matrix<TC>,
+    ep: Epilogue,
+    bias: Option<&[TA]>,
+    rows: &[usize],
+) -> Result<Vec<(usize, Vec<f64>)>> {
     check_shapes(a, b, c)?;
+    check_bias(a, bias)?;
     if let Some((i, &r)) = rows.iter().enumerate().find(|&(_, &r)| r >= a.rows()) {
         return Err(Error::InvalidArgument {
             name: "rows",
@@ -103,7 +177,7 @@ pub fn reference_rows<TA: Scalar, TB: Scalar, TC: Scalar>(
     rows.par_iter()
         .map(|&r| {
             let mut row = crate::alloc::filled("oracle row", n, 0.0)?;
-            reference_row(a, b, c, ep, r, &mut row);
+            reference_row(a, b, c, ep, bias, r, &mut row);
             Ok((r, row))
         })
         .collect()
@@ -252,6 +326,7 @@ fn block_row_tile<TA: Scalar, TC: Scalar>(
     a: &Bsr<TA>,
     b: F32Rows<'_>,
     ep: Epilogue,
+    bias: Option<&[TA]>,
     (j0, w): (usize, usize),
     br: usize,
     c_rows: &mut [TC],
@@ -264,7 +339,11 @@ fn block_row_tile<TA: Scalar, TC: Scalar>(
     let Scratch { acc, a: a_buf, c: c_buf } = s;
     // With an f32 C and the default epilogue (alpha 1, beta 0) the epilogue is a copy: accumulate in C itself
     // (same values, no copy); else in the scratch accumulator.
-    let direct = ep.alpha == 1.0 && ep.beta == 0.0 && TypeId::of::<TC>() == TypeId::of::<f32>();
+    let direct = ep.alpha == 1.0
+        && ep.beta == 0.0
+        && ep.activation == Activation::Identity
+        && bias.is_none()
+        && TypeId::of::<TC>() == TypeId::of::<f32>();
     let (out, ldo): (&mut [f32], usize) = if direct {
         let c32 = bytemuck::try_cast_slice_mut::<TC, f32>(c_rows).ok().and_then(|c| c.get_mut(j0..));
         (c32.ok_or_else(|| out_of_bounds("c", format!("block row {br}, columns from {j0}")))?, ldc)
@@ -299,19 +378,19 @@ fn block_row_tile<TA: Scalar, TC: Scalar>(
     if direct {
         return Ok(());
     }
-    // EPILOGUE: alpha * acc (+ beta * C), in f32, then one rounding to TC.
-    let (alpha, beta) = (ep.alpha, ep.beta);
+    // EPILOGUE: act(alpha * acc + bias) (+ beta * C), in f32, then one rounding to TC.
+    let (alpha, beta, act) = (ep.alpha, ep.beta, ep.activation);
     for (r, t_row) in acc.chunks_exact_mut(w).enumerate() {
         let start = r * ldc + j0;
         let Some(c_row) = c_rows.get_mut(start..start + w) else { continue };
-        if beta == 0.0 {
-            if alpha != 1.0 {
-                t_row.iter_mut().for_each(|t| *t *= alpha);
-            }
-        } else {
+        let b = bias.and_then(|v| v.get(br * bs + r)).map_or(0.0, |v| v.to_f32());
+        if alpha != 1.0 || b != 0.0 || act != Activation::Identity {
+            t_row.iter_mut().for_each(|t| *t = activation_f32(act, alpha * *t + b));
+        }
+        if beta != 0.0 {
             c_buf.resize(w, 0.0);
             widen(c_row, c_buf);
-            t_row.iter_mut().zip(c_buf.iter()).for_each(|(t, &cv)| *t = alpha * *t + beta * cv);
+            t_row.iter_mut().zip(c_buf.iter()).for_each(|(t, &cv)| *t += beta * cv);
         }
         narrow(t_row, c_row);
     }
@@ -350,7 +429,20 @@ pub fn spmm<TA: Scalar, TB: Scalar, TC: Scalar>(
     c: &mut Matrix<TC>,
     ep: Epilogue,
 ) -> Result<()> {
+    spmm_with_bias(a, b, c, ep, None)
+}
+
+/// [`spmm`] with a bias per row of C: `C = act(alpha * (A @ B) + bias) + beta * C` (a linear layer's epilogue).
+/// A bias whose length is not M gives [`Error::InvalidArgument`] and leaves C untouched.
+pub fn spmm_with_bias<TA: Scalar, TB: Scalar, TC: Scalar>(
+    a: &Bsr<TA>,
+    b: &Matrix<TB>,
+    c: &mut Matrix<TC>,
+    ep: Epilogue,
+    bias: Option<&[TA]>,
+) -> Result<()> {
     check_shapes(a, b, c)?;
+    check_bias(a, bias)?;
     let (m, n) = (a.rows(), b.cols());
     if m == 0 || n == 0 {
         return Ok(());
@@ -384,11 +476,9 @@ pub fn spmm<TA: Scalar, TB: Scalar, TC: Scalar>(
                 F32Rows { data: buf, ld: w, col0: 0 }
             }
         };
-        c.as_mut_slice()
-            .par_chunks_mut(chunk_len)
-            .take(a.block_rows())
-            .enumerate()
-            .try_for_each(|(br, c_rows)| with_scratch(|s| block_row_tile(a, rows, ep, (j0, w), br, c_rows, ldc, s)))?;
+        c.as_mut_slice().par_chunks_mut(chunk_len).take(a.block_rows()).enumerate().try_for_each(|(br, c_rows)| {
+            with_scratch(|s| block_row_tile(a, rows, ep, bias, (j0, w), br, c_rows, ldc, s))
+        })?;
     }
     Ok(())
 }
@@ -429,11 +519,11 @@ mod tests {
         // f16 B through the K x tile buffer, f32 C accumulated in place (default epilogue).
         check_wide::<f16, f16, f32>(64, 1024 + 37, Epilogue::default());
         // f16 C through the scratch accumulator and the full epilogue.
-        check_wide::<f16, f16, f16>(64, 1024 + 37, Epilogue { alpha: -0.5, beta: 0.75 });
+        check_wide::<f16, f16, f16>(64, 1024 + 37, Epilogue::new(-0.5, 0.75));
         // f32 A and B read in place (B through its leading dimension), alpha only.
-        check_wide::<f32, f32, f32>(128, 512 + 88, Epilogue { alpha: 2.0, beta: 0.0 });
-        check_wide::<bf16, bf16, f32>(16, 4096 + 5, Epilogue { alpha: 1.0, beta: 1.0 });
-        check_wide::<f64, f64, f64>(32, 2048 + 1, Epilogue { alpha: 1.0, beta: -2.0 });
+        check_wide::<f32, f32, f32>(128, 512 + 88, Epilogue::new(2.0, 0.0));
+        check_wide::<bf16, bf16, f32>(16, 4096 + 5, Epilogue::new(1.0, 1.0));
+        check_wide::<f64, f64, f64>(32, 2048 + 1, Epilogue::new(1.0, -2.0));
         check_wide::<f16, f32, bf16>(32, 100, Epilogue::default());
     }
 
@@ -444,7 +534,7 @@ mod tests {
         let mut b = Matrix::<f16>::zeros(16, 4).unwrap();
         b.set(5, 1, f16::INFINITY);
         b.set(9, 2, f16::NAN);
-        for ep in [Epilogue::default(), Epilogue { alpha: 2.0, beta: 1.0 }] {
+        for ep in [Epilogue::default(), Epilogue::new(2.0, 1.0)] {
             let mut c = Matrix::<f32>::zeros(32, 4).unwrap();
             spmm(&a, &b, &mut c, ep).unwrap();
             for r in 0..32 {

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, DeviceRepr, ValidAsZeroBits};
-use half::f16;
+use half::{bf16, f16};
 
-use sparsek_layout::OutType;
+use sparsek_layout::{InType, OutType};
 
 use super::Gpu;
 use super::driver::{alloc_err, cuda};
@@ -21,9 +21,23 @@ pub trait DeviceElement: Scalar + DeviceRepr + ValidAsZeroBits {
     const ALIGN_ELEMS: usize = 16 / std::mem::size_of::<Self>();
 }
 impl DeviceElement for f16 {}
+impl DeviceElement for bf16 {}
 impl DeviceElement for f32 {}
 
-/// An element type the SpMM kernels can write (C's type).
+/// An element type the SpMM kernels multiply (A's, B's and the bias's type): f16 or bf16, accumulated in f32.
+pub trait InputElement: DeviceElement {
+    /// The kernels' name for it (the registry key).
+    const IN_TYPE: InType;
+}
+impl InputElement for f16 {
+    const IN_TYPE: InType = InType::F16;
+}
+impl InputElement for bf16 {
+    const IN_TYPE: InType = InType::Bf16;
+}
+
+/// An element type the SpMM kernels can write (C's type): f32 for any input, or the input's own 16-bit type
+/// (f16 C with f16 inputs, bf16 C with bf16 inputs).
 pub trait OutputElement: DeviceElement {
     /// The kernels' name for it (the registry key).
     const OUT_TYPE: OutType;
@@ -33,6 +47,9 @@ impl OutputElement for f32 {
 }
 impl OutputElement for f16 {
     const OUT_TYPE: OutType = OutType::F16;
+}
+impl OutputElement for bf16 {
+    const OUT_TYPE: OutType = OutType::Bf16;
 }
 
 /// A dense `rows x cols` row-major matrix in device memory with leading dimension `ld` (a multiple of 16 bytes).
@@ -154,10 +171,10 @@ pub(crate) fn aligned_ld<T: DeviceElement>(ld: usize) -> Result<usize> {
     })
 }
 
-/// A BSR matrix in device memory, ready for [`Gpu::spmm`]. Also holds the block-row schedule (block rows sorted
-/// by descending length, so long rows start first). Immutable after the upload and `Send + Sync`: one copy can
-/// serve launches from several threads and streams at once.
-pub struct DeviceBsr {
+/// A BSR matrix in device memory (values of `T`: f16 by default, or bf16), ready for [`Gpu::spmm`]. Also holds
+/// the block-row schedule (block rows sorted by descending length, so long rows start first). Immutable after the
+/// upload and `Send + Sync`: one copy can serve launches from several threads and streams at once.
+pub struct DeviceBsr<T = f16> {
     pub(crate) rows: usize,
     pub(crate) cols: usize,
     pub(crate) bs: usize,
@@ -165,11 +182,11 @@ pub struct DeviceBsr {
     pub(crate) max_row_blocks: usize,
     pub(crate) row_ptr: CudaSlice<u32>,
     pub(crate) col_idx: CudaSlice<u32>,
-    pub(crate) values: CudaSlice<f16>,
+    pub(crate) values: CudaSlice<T>,
     pub(crate) row_order: CudaSlice<u32>,
 }
 
-impl DeviceBsr {
+impl<T> DeviceBsr<T> {
     /// Rows of A.
     pub fn rows(&self) -> usize {
         self.rows
@@ -197,8 +214,9 @@ impl Gpu {
         stream.clone_htod(v).map_err(alloc_err(what, std::mem::size_of_val(v)))
     }
 
-    /// Copies a BSR matrix to the GPU. The structure was validated when the [`Bsr`] was built.
-    pub fn upload(&self, a: &Bsr<f16>) -> Result<DeviceBsr> {
+    /// Copies a BSR matrix (f16 or bf16 values) to the GPU. The structure was validated when the [`Bsr`] was
+    /// built.
+    pub fn upload<T: InputElement>(&self, a: &Bsr<T>) -> Result<DeviceBsr<T>> {
         let stream = self.stream();
         let lengths: Vec<u32> = a.row_ptr().windows(2).map(|w| w[1] - w[0]).collect();
         let mut row_order: Vec<u32> = (0..lengths.len() as u32).collect();
@@ -206,7 +224,8 @@ impl Gpu {
         row_order.sort_by_key(|&r| std::cmp::Reverse(lengths[r as usize]));
         // Zero-length device buffers are avoided: a matrix with no blocks still gets one (unused) element.
         let col_idx = if a.col_idx().is_empty() { &[0u32][..] } else { a.col_idx() };
-        let values = if a.values().is_empty() { &[f16::ZERO][..] } else { a.values() };
+        let zero = [T::from_f64(0.0)];
+        let values = if a.values().is_empty() { &zero[..] } else { a.values() };
         let order = if row_order.is_empty() { vec![0] } else { row_order };
         Ok(DeviceBsr {
             rows: a.rows(),

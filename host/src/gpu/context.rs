@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
-use sparsek_layout::{Op, OutType};
+use sparsek_layout::{InType, Layout, Op, OutType};
 
 use super::driver::{cuda, device_count, driver_version, guard};
 use super::registry::{self, Kernel, KernelReport, Registry};
@@ -92,8 +92,23 @@ impl Gpu {
         guard(|| Self::open(ordinal))
     }
 
+    /// A `Gpu` on a CUDA context the caller already holds (candle's `CudaDevice::cuda_stream().context()`, or
+    /// any cudarc context; cudarc's version must be sparsek's). [`Gpu::new`] retains the device's primary
+    /// context, which is the one PyTorch and the CUDA runtime use, so device memory from those is valid in it;
+    /// this constructor is for callers with a context of their own. The product module is loaded into `ctx`.
+    pub fn from_context(ctx: Arc<CudaContext>) -> Result<Self> {
+        guard(|| {
+            let ordinal = ctx.ordinal();
+            Self::open_in(ctx, ordinal)
+        })
+    }
+
     fn open(ordinal: usize) -> Result<Self> {
         let ctx = CudaContext::new(ordinal).map_err(cuda("cuDevicePrimaryCtxRetain"))?;
+        Self::open_in(ctx, ordinal)
+    }
+
+    fn open_in(ctx: Arc<CudaContext>, ordinal: usize) -> Result<Self> {
         let info = DeviceInfo::read(&ctx, ordinal)?;
         let (major, minor) = info.compute_capability;
         let ptx = registry::product_module(major, minor).ok_or_else(|| Error::UnsupportedArch {
@@ -136,8 +151,12 @@ impl Gpu {
         (self.product.name, self.product.description)
     }
 
-    pub(crate) fn kernel(&self, op: Op, bs: u32, out: OutType) -> Option<&Kernel> {
-        self.product.find(op, bs, out)
+    pub(crate) fn kernel(&self, op: Op, bs: u32, input: InType, b_layout: Layout, out: OutType) -> Option<&Kernel> {
+        self.product.find(op, bs, input, b_layout, out)
+    }
+
+    pub(crate) fn check_kernel(&self) -> Option<&cudarc::driver::CudaFunction> {
+        self.product.check.as_ref()
     }
 
     /// Registers, shared memory and occupancy of every kernel of the product module, as the driver reports them.

@@ -6,6 +6,8 @@
 //! - `registry`: the embedded PTX modules, chosen by compute capability and loaded once, and their kernels keyed
 //!   by (op, block size, output type) from the shared variant table (`sparsek_layout::VARIANTS`);
 //! - [`DeviceMatrix`] / [`DeviceBsr`]: device buffers whose shape cannot drift from their allocation;
+//! - `views`: [`DenseView`], [`DenseViewMut`], [`BsrView`], [`VectorView`]: the caller's device memory (any
+//!   layout, 32- or 64-bit indices), launched with [`Gpu::spmm_raw`] on the caller's stream;
 //! - `launch`: one typed, validated launcher per op ([`Gpu::spmm`]); `unsafe` appears only there, each launch
 //!   with a `// SAFETY:` comment saying which checks make it sound;
 //! - [`timing`]: CUDA-event timing for the CLI, the benchmark and the tuner (not product API).
@@ -17,12 +19,15 @@ mod launch;
 mod registry;
 #[doc(hidden)]
 pub mod timing;
+mod views;
 
-pub use buffers::{DeviceBsr, DeviceElement, DeviceMatrix, OutputElement};
+pub use buffers::{DeviceBsr, DeviceElement, DeviceMatrix, InputElement, OutputElement};
 #[cfg(feature = "tuning")]
 #[doc(hidden)]
 pub use context::KernelVariant;
 pub use context::{DeviceInfo, Gpu};
+pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};
 pub use registry::KernelReport;
-pub use sparsek_layout::{KernelConfig, OutType};
+pub use sparsek_layout::{InType, KernelConfig, OutType};
+pub use views::{BsrArrays, BsrView, DenseView, DenseViewMut, IndexType, VectorView};

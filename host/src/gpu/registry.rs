@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
-use sparsek_layout::{Arch, KernelConfig, Module, Op, OutType, VARIANTS, Variant};
+use sparsek_layout::{Arch, BSR_CHECK_KERNEL, InType, KernelConfig, Layout, Module, Op, OutType, VARIANTS, Variant};
 
 use super::DeviceInfo;
 use super::driver::{cuda, describe};
@@ -76,6 +76,8 @@ pub(crate) struct Registry {
     /// Kept alive for the functions.
     _module: Arc<CudaModule>,
     kernels: Vec<Kernel>,
+    /// The device-side BSR structure check (`layout::BSR_CHECK_KERNEL`), in the product module only.
+    pub(crate) check: Option<CudaFunction>,
 }
 
 impl Registry {
@@ -91,12 +93,25 @@ impl Registry {
             .filter(|v| v.module == ptx.module && v.arch == ptx.arch)
             .map(|v| load_kernel(&module, ptx.name, v, info))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Registry { name: ptx.name, description: ptx.description, _module: module, kernels })
+        let check = if ptx.module == Module::Product {
+            let f = module.load_function(BSR_CHECK_KERNEL).map_err(|e| Error::PtxLoad {
+                module: ptx.name,
+                message: format!("{BSR_CHECK_KERNEL}: {}", describe(&e)),
+            })?;
+            Some(f)
+        } else {
+            None
+        };
+        Ok(Registry { name: ptx.name, description: ptx.description, _module: module, kernels, check })
     }
 
-    /// The kernel for `op` on blocks of `bs` writing `out`, if the module has one.
-    pub(crate) fn find(&self, op: Op, bs: u32, out: OutType) -> Option<&Kernel> {
-        self.kernels.iter().find(|k| k.variant.op == op && k.variant.bs == bs && k.variant.out == out)
+    /// The kernel for `op` on blocks of `bs` with inputs `input`, B stored `b_layout`, writing `out`, if the module
+    /// has one.
+    pub(crate) fn find(&self, op: Op, bs: u32, input: InType, b_layout: Layout, out: OutType) -> Option<&Kernel> {
+        self.kernels.iter().find(|k| {
+            let v = &k.variant;
+            v.op == op && v.bs == bs && v.input == input && v.b_layout == b_layout && v.out == out
+        })
     }
 
     pub(crate) fn kernels(&self) -> &[Kernel] {
@@ -141,6 +156,10 @@ pub struct KernelReport {
     pub module: &'static str,
     /// Block size of A the kernel handles.
     pub bs: u32,
+    /// Element type of A and B.
+    pub input: InType,
+    /// Storage order of B it reads.
+    pub b_layout: Layout,
     /// Element type of C it writes.
     pub out: OutType,
     /// Its tile configuration.
@@ -167,6 +186,8 @@ impl Kernel {
             name: self.variant.name,
             module,
             bs: self.variant.bs,
+            input: self.variant.input,
+            b_layout: self.variant.b_layout,
             out: self.variant.out,
             config,
             threads: config.threads(),

@@ -133,6 +133,10 @@ ld_global!(
     ld_global_u32, u32, "ld.global.u32", reg32
 );
 ld_global!(
+    /// `ld.global.u64`: one u64 (64-bit BSR index arrays, PyTorch's int64).
+    ld_global_u64, u64, "ld.global.u64", reg64
+);
+ld_global!(
     /// `ld.global.f32`: one f32 (C, for beta != 0).
     ld_global_f32, f32, "ld.global.f32", reg32
 );
@@ -152,3 +156,20 @@ st_global!(
     /// `st.global.u16`: one f16, as bits.
     st_global_u16, u16, "st.global.u16", reg16
 );
+
+/// `atom.global.min.u64`: `*ptr = min(*ptr, v)` atomically (the structure check's first violation).
+///
+/// # Safety
+/// `ptr` is an 8-byte aligned global address of a writable u64.
+#[inline(always)]
+pub unsafe fn atom_global_min_u64(ptr: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; .reg .u64 old; cvta.to.global.u64 g, {p}; atom.global.min.u64 old, [g], {v}; }}",
+            p = in(reg64) ptr,
+            v = in(reg64) v,
+            options(nostack)
+        )
+    };
+}

@@ -17,11 +17,12 @@
 //! - [`special`] — `%tid`, `%ctaid`, `%ntid`, `%laneid` (special registers);
 //! - [`barrier`] — `bar.sync` (through a convergent intrinsic);
 //! - [`smem`] — the dynamic shared-memory window, static shared arrays ([`static_smem!`](crate::static_smem));
-//! - [`memory`] — 16-byte `ld`/`st` global and shared, `st.global.v2.f32`;
+//! - [`memory`] — 16-byte `ld`/`st` global and shared, `st.global.v2.f32`, scalar global loads and stores,
+//!   `atom.global.min.u64`;
 //! - [`cp_async`] — 16-byte `cp.async.cg` with zero-fill, `commit_group`, `wait_group`;
 //! - [`ldmatrix`] — `ldmatrix` x1/x2/x4, with and without `.trans`;
-//! - [`mma`] — `mma.sync.m16n8k16` f32 += f16 x f16;
-//! - [`cvt`] — f32 <-> f16.
+//! - [`mma`] — `mma.sync.m16n8k16` f32 += f16 x f16 and f32 += bf16 x bf16;
+//! - [`cvt`] — f32 <-> f16 / bf16, `ex2.approx` (the epilogue's activations).
 //!
 //! The sm_90a-only families (mbarrier, TMA `cp.async.bulk.tensor`, `wgmma`, `setmaxnreg`) will go in a `sm90/`
 //! folder here, compiled only into the sm_90a module; none exists yet.
@@ -37,12 +38,12 @@ pub mod special;
 
 pub use barrier::bar_sync;
 pub use cp_async::{cp_async_cg_16, cp_async_commit, cp_async_wait, cp_async_wait_n};
-pub use cvt::{cvt_f16x2_f32, cvt_f32_f16};
+pub use cvt::{bf16_bits_to_f32, cvt_bf16x2_f32, cvt_f16x2_f32, cvt_f32_f16, div_full, ex2_approx};
 pub use ldmatrix::{ldmatrix_x1, ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4, ldmatrix_x4_trans};
 pub use memory::{
-    ld_global_f32, ld_global_u16, ld_global_u32, ld_global_v4, ld_shared_v4, st_global_f32, st_global_u16,
-    st_global_u32, st_global_v2_f32, st_global_v4, st_shared_v4,
+    atom_global_min_u64, ld_global_f32, ld_global_u16, ld_global_u32, ld_global_u64, ld_global_v4, ld_shared_v4,
+    st_global_f32, st_global_u16, st_global_u32, st_global_v2_f32, st_global_v4, st_shared_v4,
 };
-pub use mma::mma_m16n8k16_f32_f16;
+pub use mma::{mma_m16n8k16_f32_bf16, mma_m16n8k16_f32_f16};
 pub use smem::{Align128, dynamic_smem_base};
 pub use special::{block_dim_x, block_idx_x, block_idx_y, lane_id, thread_idx_x, warp_idx};

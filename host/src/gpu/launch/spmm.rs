@@ -1,31 +1,38 @@
-//! The typed, validated launcher of the BSR SpMM kernels ([`Op::BsrSpmm`]).
+//! The typed, validated launcher of the BSR SpMM kernels ([`Op::BsrSpmm`]): owned buffers ([`Gpu::spmm`],
+//! [`Gpu::spmm_on`]) and borrowed views on the caller's stream ([`Gpu::spmm_raw`]) go through one validation
+//! function and one launch.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
-use half::f16;
-use sparsek_layout::{BsrSpmmParams, Op};
+use cudarc::driver::sys::{CUdeviceptr, CUstream};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use sparsek_layout::{BsrSpmmParams, Layout, Op};
 
-use super::SpmmArg;
 use crate::Epilogue;
 use crate::error::{BsrError, Error, Result};
 use crate::gpu::Gpu;
-use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, OutputElement};
+use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
+use crate::gpu::views::{BsrView, DenseView, DenseViewMut, IndexType, VectorView, span};
+
+/// Largest N the kernels take: column indices of a CTA's tile (`n0 + BN`) stay below 2^32.
+const MAX_N: usize = u32::MAX as usize - 1024;
 
 impl Gpu {
-    /// `C = alpha * (A @ B) + beta * C` on the GPU's default stream, f16 inputs, f32 accumulation, C in f32 or
-    /// f16. With `beta == 0` C is not read. Asynchronous: the call returns once the kernel is queued.
+    /// `C = act(alpha * (A @ B)) + beta * C` on the GPU's default stream: A and B in f16 or bf16 (the same type),
+    /// f32 accumulation, C in f32 or the inputs' 16-bit type, all row-major (borrowed operands, other layouts and
+    /// a bias: [`Gpu::spmm_raw`]). With `beta == 0` C is not read. Asynchronous: the call returns once the kernel
+    /// is queued.
     ///
     /// Everything is checked before the launch, and a rejected call changes nothing: shapes
-    /// ([`Error::ShapeMismatch`]), leading dimensions, buffers from another GPU context, sizes beyond the
+    /// ([`Error::ShapeMismatch`]), the type combination, buffers from another GPU context, sizes beyond the
     /// kernel's 32-bit indexing ([`Error::InvalidArgument`]). A launch the driver refuses returns
     /// [`Error::Cuda`]; C's contents are then unspecified.
-    pub fn spmm<TC: OutputElement>(
+    pub fn spmm<TA: InputElement, TC: OutputElement>(
         &self,
-        a: &DeviceBsr,
-        b: &DeviceMatrix<f16>,
+        a: &DeviceBsr<TA>,
+        b: &DeviceMatrix<TA>,
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
@@ -35,19 +42,59 @@ impl Gpu {
 
     /// [`Gpu::spmm`] on a stream of the caller's choice (from [`Gpu::new_stream`]). Buffers used on other
     /// streams are synchronised by cudarc's event tracking.
-    pub fn spmm_on<TC: OutputElement>(
+    pub fn spmm_on<TA: InputElement, TC: OutputElement>(
         &self,
         stream: &Arc<CudaStream>,
-        a: &DeviceBsr,
-        b: &DeviceMatrix<f16>,
+        a: &DeviceBsr<TA>,
+        b: &DeviceMatrix<TA>,
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let kernel = u32::try_from(a.bs)
-            .ok()
-            .and_then(|bs| self.kernel(Op::BsrSpmm, bs, TC::OUT_TYPE))
-            .ok_or(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs: a.bs }))?;
-        self.launch_spmm(stream, kernel, a, b, c, ep, None)
+        let kernel = self.find_kernel::<TA, TC>(a.bs, Layout::RowMajor)?;
+        self.launch_owned(stream, kernel, a, b, c, ep, None)
+    }
+
+    /// `C = act(alpha * (A @ B) + bias) + beta * C` over borrowed device memory, queued on the caller's raw CUDA
+    /// stream (`0` is the legacy default stream; PyTorch's `torch.cuda.current_stream().cuda_stream`, cudarc's
+    /// [`CudaStream::cu_stream`] and candle's stream all work). B and C may each be row- or column-major: the
+    /// linear layer `y = act(x @ W^T + b)` with a BSR weight `W` (out x in) is
+    /// `spmm_raw(stream, W, x.t(), y.t(), Some(b), ep)` — `x.t()` and `y.t()` are column-major views of the
+    /// row-major `x` and `y`, no transpose is made. The bias has one value per row of C (per output feature).
+    ///
+    /// No synchronisation, no allocation, no host round trip: safe to capture in a CUDA graph. Checked before the
+    /// launch (a rejected call changes nothing): the stream belongs to this `Gpu`'s context, every raw pointer is
+    /// device memory of this GPU, shapes, the type combination, the bias length, 32-bit limits, and that C does
+    /// not overlap A, B or the bias.
+    ///
+    /// # Safety
+    /// `stream` is a live stream (or 0), and the views' contracts hold until the kernel has finished: in
+    /// particular no work that may run concurrently with it (on another stream) writes A, B or the bias, or
+    /// touches C.
+    pub unsafe fn spmm_raw<TA: InputElement, TC: OutputElement>(
+        &self,
+        stream: CUstream,
+        a: &BsrView<'_, TA>,
+        b: &DenseView<'_, TA>,
+        c: &mut DenseViewMut<'_, TC>,
+        bias: Option<&VectorView<'_, TA>>,
+        ep: Epilogue,
+    ) -> Result<()> {
+        let kernel = self.find_kernel::<TA, TC>(a.bs, b.layout)?;
+        self.ctx_current()?;
+        self.check_stream(stream)?;
+        for (what, raw, ptr) in [
+            ("A's values", a.raw, a.values),
+            ("A's row_ptr", a.raw, a.row_ptr),
+            ("A's col_idx", a.raw, a.col_idx),
+            ("B", b.raw, b.ptr),
+            ("C", c.view.raw, c.view.ptr),
+            ("the bias", bias.is_some_and(|v| v.raw), bias.map_or(0, |v| v.ptr)),
+        ] {
+            if raw {
+                self.check_pointer_of(what, ptr)?;
+            }
+        }
+        self.launch(stream, kernel, a, b, &c.view, bias, ep, None)
     }
 
     /// [`Gpu::spmm`] with a kernel of the tuning module ([`Gpu::tuning_variants`]) on the default stream. The
@@ -56,51 +103,66 @@ impl Gpu {
     /// [`Gpu::spmm`] does.
     #[cfg(feature = "tuning")]
     #[doc(hidden)]
-    pub fn spmm_variant<TC: OutputElement>(
+    pub fn spmm_variant<TA: InputElement, TC: OutputElement>(
         &self,
         variant: &crate::gpu::KernelVariant,
-        a: &DeviceBsr,
-        b: &DeviceMatrix<f16>,
+        a: &DeviceBsr<TA>,
+        b: &DeviceMatrix<TA>,
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
         group_rows: Option<u32>,
     ) -> Result<()> {
         let k = &variant.0;
         let v = k.variant;
-        if v.bs as usize != a.bs || v.out != TC::OUT_TYPE {
+        if v.bs as usize != a.bs || v.out != TC::OUT_TYPE || v.input != TA::IN_TYPE {
             return Err(Error::InvalidArgument {
                 name: "variant",
                 reason: format!(
-                    "{} is for bs {} and {} output; A has bs {}, C is {}",
+                    "{} is for bs {}, {} inputs and {} output; A has bs {}, the inputs are {}, C is {}",
                     v.name,
                     v.bs,
+                    v.input.name(),
                     v.out.name(),
                     a.bs,
+                    TA::IN_TYPE.name(),
                     TC::OUT_TYPE.name()
                 ),
             });
         }
         let stream = self.stream().clone();
-        self.launch_spmm(&stream, k, a, b, c, ep, group_rows)
+        self.launch_owned(&stream, k, a, b, c, ep, group_rows)
     }
 
-    /// Validates everything (shapes, contexts, sizes against the kernel's 32-bit indexing) and launches `kernel`:
-    /// every public entry point comes through here.
+    /// The product kernel for blocks of `bs`, inputs `TA`, B stored `b_layout`, output `TC`.
+    fn find_kernel<TA: InputElement, TC: OutputElement>(&self, bs: usize, b_layout: Layout) -> Result<&Kernel> {
+        let bs32 = u32::try_from(bs).map_err(|_| Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }))?;
+        if !matches!(bs, 16 | 32 | 64 | 128) {
+            return Err(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }));
+        }
+        self.kernel(Op::BsrSpmm, bs32, TA::IN_TYPE, b_layout, TC::OUT_TYPE).ok_or_else(|| Error::InvalidArgument {
+            name: "element types",
+            reason: format!(
+                "{} inputs with a {} output are not supported: C is f32 or the inputs' own type",
+                TA::IN_TYPE.name(),
+                TC::OUT_TYPE.name()
+            ),
+        })
+    }
+
+    /// The owned-buffer path: context checks, then the device addresses taken on `stream` (cudarc's event
+    /// tracking orders the launch after other streams' work on these buffers and records it for later work),
+    /// then the one validated launch.
     #[allow(clippy::too_many_arguments)]
-    fn launch_spmm<TC: OutputElement>(
+    fn launch_owned<TA: InputElement, TC: OutputElement>(
         &self,
         stream: &Arc<CudaStream>,
         kernel: &Kernel,
-        a: &DeviceBsr,
-        b: &DeviceMatrix<f16>,
+        a: &DeviceBsr<TA>,
+        b: &DeviceMatrix<TA>,
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
         group_rows: Option<u32>,
     ) -> Result<()> {
-        let (m, k, n) = (a.rows(), a.cols(), b.cols());
-        if b.rows() != k || c.rows() != m || c.cols() != n {
-            return Err(Error::ShapeMismatch { a: (m, k), b: (b.rows(), n), c: (c.rows(), c.cols()) });
-        }
         let same_ctx = |ctx: &Arc<cudarc::driver::CudaContext>| Arc::ptr_eq(ctx, self.context());
         if !same_ctx(stream.context())
             || !same_ctx(a.values.context())
@@ -112,25 +174,132 @@ impl Gpu {
                 reason: "A, B, C and the stream must all belong to this Gpu's context".into(),
             });
         }
-        let cfg = kernel.config();
-        if m == 0 || n == 0 {
-            return Ok(());
+        self.ctx_current()?;
+        // The guards record the launch on each buffer's event when dropped (after the launch).
+        let (values, _g0) = a.values.device_ptr(stream);
+        let (row_ptr, _g1) = a.row_ptr.device_ptr(stream);
+        let (col_idx, _g2) = a.col_idx.device_ptr(stream);
+        let (row_order, _g3) = a.row_order.device_ptr(stream);
+        let (b_ptr, _g4) = b.as_slice().device_ptr(stream);
+        let (c_rows, c_cols, c_ld) = (c.rows(), c.cols(), c.ld());
+        let (c_ptr, _g5) = c.as_mut_slice().device_ptr_mut(stream);
+        let av = BsrView::<TA>::trusted((values, row_ptr, col_idx, row_order), a.rows, a.cols, a.bs, a.nnzb);
+        let bv = DenseView::<TA>::trusted(b_ptr, b.rows(), b.cols(), b.ld());
+        let cv = DenseView::<TC>::trusted(c_ptr, c_rows, c_cols, c_ld);
+        self.launch(stream.cu_stream(), kernel, &av, &bv, &cv, None, ep, group_rows)
+    }
+
+    /// Makes this `Gpu`'s context current on the calling thread (the raw launch and the driver queries use it).
+    fn ctx_current(&self) -> Result<()> {
+        self.context().bind_to_thread().map_err(cuda("cuCtxSetCurrent"))
+    }
+
+    /// `Ok` when `stream` (0: the legacy default stream) belongs to this `Gpu`'s context.
+    fn check_stream(&self, stream: CUstream) -> Result<()> {
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: writes one handle through a valid pointer; the stream's validity is the caller's contract.
+        unsafe { cudarc::driver::sys::cuStreamGetCtx(stream, &mut ctx) }.result().map_err(cuda("cuStreamGetCtx"))?;
+        if ctx != self.context().cu_ctx() {
+            return Err(Error::InvalidArgument {
+                name: "stream",
+                reason: "the stream belongs to another CUDA context than this Gpu's (build the Gpu with Gpu::new \
+                         for the device's primary context, or Gpu::from_context)"
+                    .into(),
+            });
         }
-        let too_big = |name: &'static str, v: usize, max: usize| -> Result<u32> {
+        Ok(())
+    }
+
+    /// `Ok` when `ptr` is device memory of this GPU (`cuPointerGetAttribute`).
+    pub(crate) fn check_pointer_of(&self, what: &'static str, ptr: CUdeviceptr) -> Result<()> {
+        use cudarc::driver::sys::{CUmemorytype, CUpointer_attribute, CUresult, cuPointerGetAttribute};
+        let not_device = |reason: String| Err(Error::InvalidArgument { name: what, reason });
+        let mut mem_type: u32 = 0;
+        // SAFETY: CU_POINTER_ATTRIBUTE_MEMORY_TYPE writes one CUmemorytype (a u32) through a valid pointer.
+        let r = unsafe {
+            cuPointerGetAttribute(
+                (&mut mem_type as *mut u32).cast(),
+                CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                ptr,
+            )
+        };
+        if r == CUresult::CUDA_ERROR_INVALID_VALUE {
+            return not_device(format!("address {ptr:#x} is not memory the CUDA driver knows"));
+        }
+        r.result().map_err(cuda("cuPointerGetAttribute"))?;
+        if mem_type != CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+            && mem_type != CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32
+        {
+            return not_device(format!("address {ptr:#x} is host memory, not device memory"));
+        }
+        let mut ordinal: i32 = -1;
+        // SAFETY: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL writes one int through a valid pointer.
+        unsafe {
+            cuPointerGetAttribute(
+                (&mut ordinal as *mut i32).cast(),
+                CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr,
+            )
+        }
+        .result()
+        .map_err(cuda("cuPointerGetAttribute"))?;
+        if ordinal != self.info().ordinal as i32 {
+            return not_device(format!(
+                "address {ptr:#x} is memory of device {ordinal}; this Gpu is device {}",
+                self.info().ordinal
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates everything the kernel relies on that the host can know (shapes, layouts, sizes against the
+    /// kernel's 32-bit indexing, the bias, overlaps) and launches `kernel` on `stream`: every entry point comes
+    /// through here.
+    #[allow(clippy::too_many_arguments)]
+    fn launch<TA: InputElement, TC: OutputElement>(
+        &self,
+        stream: CUstream,
+        kernel: &Kernel,
+        a: &BsrView<'_, TA>,
+        b: &DenseView<'_, TA>,
+        c: &DenseView<'_, TC>,
+        bias: Option<&VectorView<'_, TA>>,
+        ep: Epilogue,
+        group_rows: Option<u32>,
+    ) -> Result<()> {
+        let (m, k, n) = (a.rows, a.cols, b.cols);
+        if b.rows != k || c.rows != m || c.cols != n {
+            return Err(Error::ShapeMismatch { a: (m, k), b: (b.rows, n), c: (c.rows, c.cols) });
+        }
+        if let Some(v) = bias
+            && v.len != m
+        {
+            return Err(Error::InvalidArgument {
+                name: "bias",
+                reason: format!("has {} values; C has {m} rows (one bias value per row of C)", v.len),
+            });
+        }
+        let limit = |name: &'static str, v: usize, max: usize| -> Result<u32> {
             if v > max {
                 Err(Error::InvalidArgument { name, reason: format!("{v} exceeds the kernel's limit of {max}") })
             } else {
                 Ok(v as u32)
             }
         };
-        let n32 = too_big("N", n, u32::MAX as usize)?;
-        let ldb = too_big("ldb", b.ld(), u32::MAX as usize)?;
-        let ldc = too_big("ldc", c.ld(), u32::MAX as usize)?;
-        too_big("M", m, u32::MAX as usize)?;
-        too_big("K", k, u32::MAX as usize)?;
+        let n32 = limit("N", n, MAX_N)?;
+        let ldb = limit("ldb", b.ld, u32::MAX as usize)?;
+        let ldc = limit("ldc", c.ld, u32::MAX as usize)?;
+        limit("M", m, u32::MAX as usize)?;
+        limit("K", k, u32::MAX as usize)?;
+        limit("nnzb", a.nnzb, u32::MAX as usize)?;
+        self.check_no_overlap(a, b, c, bias)?;
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let cfg = kernel.config();
         let block_rows = (m / a.bs) as u32;
         let n_tiles = n.div_ceil(cfg.bn as usize);
-        let ctas = too_big("CTAs (M / bs * N / BN)", block_rows as usize * n_tiles, i32::MAX as usize)?;
+        let ctas = limit("CTAs (M / bs * N / BN)", block_rows as usize * n_tiles, i32::MAX as usize)?;
         let group_rows = group_rows.unwrap_or_else(|| {
             // Grouping measured +5% (bs 128) and +13% (bs 64, skewed rows) but -2% (bs 32) and up to -11%
             // (bs 16) on an H100 (docs/perf-notes.md, step 3), so small blocks keep the plain order.
@@ -142,30 +311,14 @@ impl Gpu {
             let b_tile_bytes = k * cfg.bn as usize * 2;
             raster_group_rows(block_rows as usize, n_tiles, a_row_bytes, b_tile_bytes, wave, self.info().l2_bytes)
         });
-        // DeviceMatrix guarantees 16-byte aligned rows; checked again because the kernel's cp.async and vector
-        // stores would fault or corrupt otherwise.
-        debug_assert!(b.ld().is_multiple_of(8) && (c.ld() * std::mem::size_of::<TC>()).is_multiple_of(16));
-
-        let launch = LaunchConfig {
-            grid_dim: (ctas, 1, 1),
-            block_dim: (cfg.threads(), 1, 1),
-            shared_mem_bytes: cfg.smem_bytes(),
-        };
-        // The device addresses; each guard records the launch on its buffer's event when dropped (after the
-        // launch), so cudarc's cross-stream synchronisation sees the kernel's reads and writes.
-        let (a_values, _g0) = a.values.device_ptr(stream);
-        let (row_ptr, _g1) = a.row_ptr.device_ptr(stream);
-        let (col_idx, _g2) = a.col_idx.device_ptr(stream);
-        let (row_order, _g3) = a.row_order.device_ptr(stream);
-        let (b_ptr, _g4) = b.as_slice().device_ptr(stream);
-        let (c_ptr, _g5) = c.as_mut_slice().device_ptr_mut(stream);
-        let params = SpmmArg(BsrSpmmParams {
-            a_values,
-            row_ptr,
-            col_idx,
-            row_order,
-            b: b_ptr,
-            c: c_ptr,
+        let mut params = BsrSpmmParams {
+            a_values: a.values,
+            row_ptr: a.row_ptr,
+            col_idx: a.col_idx,
+            row_order: a.row_order,
+            b: b.ptr,
+            c: c.ptr,
+            bias: bias.map_or(0, |v| v.ptr),
             ldb,
             ldc,
             n: n32,
@@ -173,18 +326,64 @@ impl Gpu {
             group_rows,
             alpha: ep.alpha,
             beta: ep.beta,
-            _pad: 0,
-        });
-        let mut builder = stream.launch_builder(&kernel.func);
-        builder.arg(&params);
+            index64: u32::from(a.index == IndexType::I64),
+            c_col_major: u32::from(c.layout == Layout::ColMajor),
+            activation: ep.activation as u32,
+        };
+        let mut args = [(&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>()];
         // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/bsr.rs), and its preconditions
-        // hold: A's structure was validated by Bsr::try_new and uploaded whole (row_ptr has block_rows + 1
-        // entries, col_idx < K / bs, values nnzb * bs^2, row_order a permutation of the block rows); B holds K
-        // rows of ldb >= N elements and C holds M rows of ldc >= N elements (checked above and by DeviceMatrix,
-        // whose buffer cannot be replaced from outside the crate); rows are 16-byte aligned (DeviceMatrix); all
-        // buffers belong to this context (checked by the callers); grid, block and shared memory follow the
-        // variant's KernelConfig, checked and given its dynamic shared memory limit when the module was loaded.
-        unsafe { builder.launch(launch) }.map_err(cuda("cuLaunchKernel (sparsek_bsr)"))?;
+        // hold: A's structure is valid (Bsr::try_new for uploads; the unsafe view constructors' contract or the
+        // device check for views) with row_ptr of block_rows + 1 entries of the index width, col_idx below
+        // K / bs, nnzb * bs^2 values and row_order 0 or a permutation of the block rows; B spans K x N and C
+        // M x N in their layouts, with leading dimensions covering a row (column), multiples of 16 bytes, and
+        // 16-byte aligned starts (DeviceMatrix / the view constructors), C overlapping no input (checked above);
+        // the bias holds M elements; every pointer is memory of this context (owned: checked by the caller;
+        // raw: cuPointerGetAttribute) and the stream is this context's (owned: checked; raw: cuStreamGetCtx);
+        // grid, block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared
+        // memory limit when the module was loaded. `args` outlives the call, which copies the parameters.
+        unsafe {
+            cudarc::driver::result::launch_kernel(
+                kernel.func.cu_function(),
+                (ctas, 1, 1),
+                (cfg.threads(), 1, 1),
+                cfg.smem_bytes(),
+                stream,
+                &mut args,
+            )
+        }
+        .map_err(cuda("cuLaunchKernel (sparsek_bsr)"))?;
+        Ok(())
+    }
+
+    /// [`Error::InvalidArgument`] when C's span overlaps A's values, B or the bias: the kernel reads those while
+    /// other CTAs write C.
+    fn check_no_overlap<TA: InputElement, TC: OutputElement>(
+        &self,
+        a: &BsrView<'_, TA>,
+        b: &DenseView<'_, TA>,
+        c: &DenseView<'_, TC>,
+        bias: Option<&VectorView<'_, TA>>,
+    ) -> Result<()> {
+        let bytes = |elems: Option<usize>, size: usize| elems.unwrap_or(usize::MAX).saturating_mul(size) as u64;
+        let ta = std::mem::size_of::<TA>();
+        let c_range = (c.ptr, bytes(span(c.rows, c.cols, c.ld, c.layout), std::mem::size_of::<TC>()));
+        let others = [
+            ("A's values", a.values, bytes(a.nnzb.checked_mul(a.bs * a.bs), ta)),
+            ("B", b.ptr, bytes(span(b.rows, b.cols, b.ld, b.layout), ta)),
+            ("the bias", bias.map_or(0, |v| v.ptr), bias.map_or(0, |v| bytes(Some(v.len), ta))),
+        ];
+        for (what, start, len) in others {
+            let disjoint = c_range.1 == 0
+                || len == 0
+                || c_range.0.saturating_add(c_range.1) <= start
+                || start.saturating_add(len) <= c_range.0;
+            if !disjoint {
+                return Err(Error::InvalidArgument {
+                    name: "C",
+                    reason: format!("C's memory overlaps {what}: the output must not alias an input"),
+                });
+            }
+        }
         Ok(())
     }
 }

@@ -1,0 +1,522 @@
+//! Borrowed device operands: matrices described over device memory someone else owns (a PyTorch tensor, a
+//! candle or burn buffer, a cudarc slice, or sparsek's own [`DeviceMatrix`] / [`DeviceBsr`]), launched with
+//! [`Gpu::spmm_raw`](super::Gpu::spmm_raw) on the caller's stream without a copy. sparsek never frees them.
+//!
+//! - [`DenseView`] / [`DenseViewMut`]: `rows x cols`, row- or column-major ([`Layout`]) with a leading dimension;
+//!   [`DenseView::t`] is the transpose (same memory, the other layout), which is how `y = x @ W^T` becomes one
+//!   launch: `B = x^T` and `C = y^T` are column-major views of the row-major `x` and `y`.
+//! - [`BsrView`]: a BSR structure with 32- or 64-bit indices ([`IndexType`]; PyTorch's crow/col indices are
+//!   int64, scipy's int32), read by the kernels as they are, no host round trip.
+//! - [`VectorView`]: the bias of the fused epilogue.
+//!
+//! What is checked on the host (by the constructors, and against the [`Gpu`](super::Gpu) at launch): shapes,
+//! leading dimensions, 16-byte alignment of the dense operands' start and rows, 32-bit limits, and that every
+//! pointer is device memory of the launch's GPU (`cuPointerGetAttribute`). What cannot be checked on the host is
+//! the `unsafe` constructors' contract; [`BsrView::from_raw_checked`] checks a structure on the device in one
+//! launch for callers who cannot vouch for their indices.
+
+use std::marker::PhantomData;
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaSlice, CudaView, DevicePtr, DeviceSlice};
+use sparsek_layout::Layout;
+
+use super::buffers::{DeviceBsr, DeviceElement, DeviceMatrix};
+use crate::error::{Error, Result};
+
+/// The width of a BSR structure's `row_ptr` and `col_idx` entries on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IndexType {
+    /// 32-bit entries (sparsek's own uploads, scipy's int32). Read as unsigned.
+    U32,
+    /// 64-bit entries (PyTorch's int64 `crow_indices` / `col_indices`). Every value must be below 2^32.
+    I64,
+}
+
+impl IndexType {
+    /// Bytes per entry.
+    pub const fn bytes(self) -> usize {
+        match self {
+            IndexType::U32 => 4,
+            IndexType::I64 => 8,
+        }
+    }
+}
+
+/// Elements a `rows x cols` matrix of layout `layout` with leading dimension `ld` spans: up to the last element
+/// of its last row (row-major) or column (column-major); 0 for an empty matrix.
+pub(crate) fn span(rows: usize, cols: usize, ld: usize, layout: Layout) -> Option<usize> {
+    let (outer, inner) = match layout {
+        Layout::RowMajor => (rows, cols),
+        Layout::ColMajor => (cols, rows),
+    };
+    if outer == 0 || inner == 0 { Some(0) } else { (outer - 1).checked_mul(ld)?.checked_add(inner) }
+}
+
+/// Checks a dense operand's description: `ld` covers a row (row-major) or column (column-major), is a multiple of
+/// 16 bytes and below 2^32, the start is 16-byte aligned, and the span's bytes fit the address space.
+fn check_dense<T: DeviceElement>(
+    what: &'static str,
+    ptr: CUdeviceptr,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+    layout: Layout,
+) -> Result<()> {
+    let inner = if layout == Layout::RowMajor { cols } else { rows };
+    let bad = |reason: String| Err(Error::InvalidMatrix { what, reason });
+    if ld < inner.max(1) || !ld.is_multiple_of(T::ALIGN_ELEMS) || u32::try_from(ld).is_err() {
+        let along = if layout == Layout::RowMajor { "column count" } else { "row count (column-major)" };
+        return bad(format!(
+            "leading dimension {ld} must be >= the {along} {inner}, a multiple of {} (16 bytes of {}) and below \
+             2^32",
+            T::ALIGN_ELEMS,
+            T::NAME
+        ));
+    }
+    if ptr == 0 || !ptr.is_multiple_of(16) {
+        return bad(format!("device address {ptr:#x} must be non-null and 16-byte aligned"));
+    }
+    let bytes = span(rows, cols, ld, layout).and_then(|e| e.checked_mul(std::mem::size_of::<T>()));
+    match bytes.and_then(|b| (ptr as usize).checked_add(b)) {
+        Some(_) => Ok(()),
+        None => Err(Error::TooLarge {
+            what: "dense view (bytes)",
+            requested: (rows as u128) * (cols.max(ld) as u128) * std::mem::size_of::<T>() as u128,
+            limit: usize::MAX as u128,
+        }),
+    }
+}
+
+/// A read-only dense matrix over device memory: `rows x cols` of `T`, [`Layout::RowMajor`] (element (r, c) at
+/// `ptr + (r * ld + c)`) or [`Layout::ColMajor`] (at `ptr + (c * ld + r)`). `Copy`: a description, not an owner.
+#[derive(Debug)]
+pub struct DenseView<'a, T> {
+    pub(crate) ptr: CUdeviceptr,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) ld: usize,
+    pub(crate) layout: Layout,
+    /// Whether the pointer came from memory sparsek or cudarc allocated in a known context (not checked again
+    /// at launch) or from a raw address (checked with `cuPointerGetAttribute` at launch).
+    pub(crate) raw: bool,
+    _borrow: PhantomData<&'a [T]>,
+}
+
+impl<T> Clone for DenseView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for DenseView<'_, T> {}
+
+/// A writable dense matrix over device memory (see [`DenseView`]); the output C of a launch.
+#[derive(Debug)]
+pub struct DenseViewMut<'a, T> {
+    pub(crate) view: DenseView<'a, T>,
+    _borrow: PhantomData<&'a mut [T]>,
+}
+
+impl<'a, T> DenseView<'a, T> {
+    /// A view of memory whose description the crate has already checked (an owned buffer's).
+    pub(crate) fn trusted(ptr: CUdeviceptr, rows: usize, cols: usize, ld: usize) -> DenseView<'a, T> {
+        DenseView { ptr, rows, cols, ld, layout: Layout::RowMajor, raw: false, _borrow: PhantomData }
+    }
+}
+
+impl<'a, T> BsrView<'a, T> {
+    /// A view of an uploaded [`DeviceBsr`] at the given device addresses (validated structure, u32 indices).
+    pub(crate) fn trusted(
+        (values, row_ptr, col_idx, row_order): (CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr),
+        rows: usize,
+        cols: usize,
+        bs: usize,
+        nnzb: usize,
+    ) -> BsrView<'a, T> {
+        BsrView {
+            values,
+            row_ptr,
+            col_idx,
+            row_order,
+            index: IndexType::U32,
+            rows,
+            cols,
+            bs,
+            nnzb,
+            raw: false,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+impl<'a, T: DeviceElement> DenseView<'a, T> {
+    /// Describes `rows x cols` elements of `T` at device address `ptr`.
+    ///
+    /// Checked here: `ld` is at least the row length (row-major: `cols`; column-major: `rows`), a multiple of
+    /// 16 bytes and below 2^32; `ptr` is non-null and 16-byte aligned. Checked at launch: `ptr` is device memory
+    /// of the launch's GPU.
+    ///
+    /// # Safety
+    /// For all of `'a`: the span (`(rows - 1) * ld + cols` elements row-major, `(cols - 1) * ld + rows`
+    /// column-major) lies inside one live device allocation of the GPU it will be launched on, and nothing writes
+    /// it while a launch that reads it may run (the caller orders its streams). sparsek never frees it.
+    pub unsafe fn from_raw(
+        ptr: CUdeviceptr,
+        rows: usize,
+        cols: usize,
+        ld: usize,
+        layout: Layout,
+    ) -> Result<DenseView<'a, T>> {
+        check_dense::<T>("view", ptr, rows, cols, ld, layout)?;
+        Ok(DenseView { ptr, rows, cols, ld, layout, raw: true, _borrow: PhantomData })
+    }
+
+    /// Describes a cudarc view as a `rows x cols` matrix; the view must hold the whole span (checked).
+    pub fn from_cuda_view(
+        view: &'a CudaView<'_, T>,
+        rows: usize,
+        cols: usize,
+        ld: usize,
+        layout: Layout,
+    ) -> Result<DenseView<'a, T>> {
+        let (ptr, _record) = view.device_ptr(view.stream());
+        Self::over_buffer(ptr, view.len(), rows, cols, ld, layout)
+    }
+
+    /// Describes a cudarc slice as a `rows x cols` matrix; the slice must hold the whole span (checked).
+    pub fn from_cuda_slice(
+        slice: &'a CudaSlice<T>,
+        rows: usize,
+        cols: usize,
+        ld: usize,
+        layout: Layout,
+    ) -> Result<DenseView<'a, T>> {
+        let (ptr, _record) = slice.device_ptr(slice.stream());
+        Self::over_buffer(ptr, slice.len(), rows, cols, ld, layout)
+    }
+
+    fn over_buffer(
+        ptr: CUdeviceptr,
+        len: usize,
+        rows: usize,
+        cols: usize,
+        ld: usize,
+        layout: Layout,
+    ) -> Result<DenseView<'a, T>> {
+        check_dense::<T>("view", ptr, rows, cols, ld, layout)?;
+        let need = span(rows, cols, ld, layout).unwrap_or(usize::MAX);
+        if need > len {
+            return Err(Error::InvalidMatrix {
+                what: "view",
+                reason: format!(
+                    "{rows}x{cols} {} with ld {ld} spans {need} elements; the buffer has {len}",
+                    layout.name()
+                ),
+            });
+        }
+        Ok(DenseView { ptr, rows, cols, ld, layout, raw: false, _borrow: PhantomData })
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// Leading dimension in elements.
+    pub fn ld(&self) -> usize {
+        self.ld
+    }
+    /// Storage order.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+    /// The device address of element (0, 0).
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+    /// The transpose: `cols x rows` over the same memory, in the other layout.
+    pub fn t(self) -> DenseView<'a, T> {
+        DenseView { rows: self.cols, cols: self.rows, layout: self.layout.transposed(), ..self }
+    }
+}
+
+impl<'a, T: DeviceElement> DenseViewMut<'a, T> {
+    /// The writable form of [`DenseView::from_raw`].
+    ///
+    /// # Safety
+    /// [`DenseView::from_raw`]'s contract, and for all of `'a` nothing else reads or writes the span while a
+    /// launch that writes it may run.
+    pub unsafe fn from_raw(
+        ptr: CUdeviceptr,
+        rows: usize,
+        cols: usize,
+        ld: usize,
+        layout: Layout,
+    ) -> Result<DenseViewMut<'a, T>> {
+        // SAFETY: forwarded.
+        let view = unsafe { DenseView::from_raw(ptr, rows, cols, ld, layout)? };
+        Ok(DenseViewMut { view, _borrow: PhantomData })
+    }
+
+    /// Describes a cudarc slice, borrowed mutably, as a writable `rows x cols` matrix (span checked).
+    pub fn from_cuda_slice(
+        slice: &'a mut CudaSlice<T>,
+        rows: usize,
+        cols: usize,
+        ld: usize,
+        layout: Layout,
+    ) -> Result<DenseViewMut<'a, T>> {
+        let (ptr, _record) = slice.device_ptr(slice.stream());
+        let view = DenseView::over_buffer(ptr, slice.len(), rows, cols, ld, layout)?;
+        Ok(DenseViewMut { view, _borrow: PhantomData })
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.view.rows
+    }
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.view.cols
+    }
+    /// Leading dimension in elements.
+    pub fn ld(&self) -> usize {
+        self.view.ld
+    }
+    /// Storage order.
+    pub fn layout(&self) -> Layout {
+        self.view.layout
+    }
+    /// The transpose: `cols x rows` over the same memory, in the other layout.
+    pub fn t(self) -> DenseViewMut<'a, T> {
+        DenseViewMut { view: self.view.t(), _borrow: PhantomData }
+    }
+}
+
+impl<T: DeviceElement> DeviceMatrix<T> {
+    /// A read-only view of the matrix (row-major, its leading dimension).
+    pub fn view(&self) -> DenseView<'_, T> {
+        let (ptr, _record) = self.as_slice().device_ptr(self.as_slice().stream());
+        DenseView::trusted(ptr, self.rows(), self.cols(), self.ld())
+    }
+
+    /// A writable view of the matrix (row-major, its leading dimension).
+    pub fn view_mut(&mut self) -> DenseViewMut<'_, T> {
+        let view = self.view();
+        DenseViewMut { view: DenseView { _borrow: PhantomData, ..view }, _borrow: PhantomData }
+    }
+}
+
+/// A vector of `len` elements of `T` in device memory: the bias of the fused epilogue (one value per row of C).
+#[derive(Debug)]
+pub struct VectorView<'a, T> {
+    pub(crate) ptr: CUdeviceptr,
+    pub(crate) len: usize,
+    pub(crate) raw: bool,
+    _borrow: PhantomData<&'a [T]>,
+}
+
+impl<T> Clone for VectorView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for VectorView<'_, T> {}
+
+impl<'a, T: DeviceElement> VectorView<'a, T> {
+    /// `len` elements of `T` at `ptr` (non-null, aligned to the element size: checked).
+    ///
+    /// # Safety
+    /// For all of `'a`, `len` elements at `ptr` lie in one live device allocation of the launch's GPU and are not
+    /// written while a launch that reads them may run.
+    pub unsafe fn from_raw(ptr: CUdeviceptr, len: usize) -> Result<VectorView<'a, T>> {
+        if ptr == 0 || !ptr.is_multiple_of(std::mem::size_of::<T>() as u64) {
+            return Err(Error::InvalidArgument {
+                name: "bias",
+                reason: format!("device address {ptr:#x} must be non-null and aligned to {} bytes", T::NAME.len()),
+            });
+        }
+        Ok(VectorView { ptr, len, raw: true, _borrow: PhantomData })
+    }
+
+    /// The whole of a cudarc slice.
+    pub fn from_cuda_slice(slice: &'a CudaSlice<T>) -> VectorView<'a, T> {
+        let (ptr, _record) = slice.device_ptr(slice.stream());
+        VectorView { ptr, len: slice.len(), raw: false, _borrow: PhantomData }
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A BSR matrix over device memory: `rows x cols` in `bs x bs` blocks, `nnzb` blocks of `bs * bs` row-major
+/// values of `T`, `row_ptr` (`rows / bs + 1` entries) and `col_idx` (`nnzb` entries) of [`IndexType`] — PyTorch's
+/// `sparse_bsr_tensor` layout (`values()`, `crow_indices()`, `col_indices()`), scipy's `bsr_matrix` too.
+#[derive(Debug)]
+pub struct BsrView<'a, T> {
+    pub(crate) values: CUdeviceptr,
+    pub(crate) row_ptr: CUdeviceptr,
+    pub(crate) col_idx: CUdeviceptr,
+    /// 0, or `rows / bs` u32: the order the block rows are scheduled in (longest first).
+    pub(crate) row_order: CUdeviceptr,
+    pub(crate) index: IndexType,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) bs: usize,
+    pub(crate) nnzb: usize,
+    pub(crate) raw: bool,
+    _borrow: PhantomData<&'a [T]>,
+}
+
+impl<T> Clone for BsrView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for BsrView<'_, T> {}
+
+/// The device arrays of a [`BsrView`]: values, `row_ptr`, `col_idx` (device addresses) and their index type.
+#[derive(Clone, Copy, Debug)]
+pub struct BsrArrays {
+    /// `nnzb * bs * bs` values.
+    pub values: CUdeviceptr,
+    /// `rows / bs + 1` entries.
+    pub row_ptr: CUdeviceptr,
+    /// `nnzb` entries.
+    pub col_idx: CUdeviceptr,
+    /// Width of `row_ptr` and `col_idx` entries.
+    pub index: IndexType,
+}
+
+impl<'a, T: DeviceElement> BsrView<'a, T> {
+    /// Describes a BSR matrix over device arrays.
+    ///
+    /// Checked here: the block size is supported (16, 32, 64 or 128), `rows` and `cols` are multiples of it, the
+    /// sizes fit the kernels' 32-bit indexing (block rows, block columns and `nnzb` below 2^32; values and
+    /// addresses in 64-bit arithmetic), pointers are non-null and aligned (values to 16 bytes, indices to their
+    /// width). Checked at launch: every pointer is device memory of the launch's GPU.
+    ///
+    /// # Safety
+    /// For all of `'a`: `values` holds `nnzb * bs * bs` elements, `row_ptr` `rows / bs + 1` entries and `col_idx`
+    /// `nnzb` entries, in live device memory of the GPU it will be launched on, not written while a launch that
+    /// reads them may run; and the structure is a valid BSR: `row_ptr` starts at 0, never decreases and ends at
+    /// `nnzb`, each block row's `col_idx` entries are strictly increasing and below `cols / bs` (the kernels read
+    /// where the indices point). [`BsrView::from_raw_checked`] checks the structure instead of trusting it.
+    pub unsafe fn from_raw(
+        arrays: BsrArrays,
+        rows: usize,
+        cols: usize,
+        bs: usize,
+        nnzb: usize,
+    ) -> Result<BsrView<'a, T>> {
+        check_bsr_description::<T>(&arrays, rows, cols, bs, nnzb)?;
+        Ok(BsrView {
+            values: arrays.values,
+            row_ptr: arrays.row_ptr,
+            col_idx: arrays.col_idx,
+            row_order: 0,
+            index: arrays.index,
+            rows,
+            cols,
+            bs,
+            nnzb,
+            raw: true,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// Block size.
+    pub fn block_size(&self) -> usize {
+        self.bs
+    }
+    /// Nonzero blocks.
+    pub fn nnzb(&self) -> usize {
+        self.nnzb
+    }
+    /// Width of the index entries.
+    pub fn index_type(&self) -> IndexType {
+        self.index
+    }
+}
+
+/// The host-side checks of a BSR description (see [`BsrView::from_raw`]).
+fn check_bsr_description<T: DeviceElement>(
+    arrays: &BsrArrays,
+    rows: usize,
+    cols: usize,
+    bs: usize,
+    nnzb: usize,
+) -> Result<()> {
+    use crate::error::BsrError;
+    if !matches!(bs, 16 | 32 | 64 | 128) {
+        return Err(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }));
+    }
+    for (dim, value) in [("rows", rows), ("cols", cols)] {
+        if !value.is_multiple_of(bs) {
+            return Err(Error::InvalidBsr(BsrError::NotMultiple { dim, value, bs }));
+        }
+    }
+    let limit = u32::MAX as usize;
+    for (what, value) in [("block rows", rows / bs), ("block columns", cols / bs), ("nnzb", nnzb)] {
+        if value > limit {
+            return Err(Error::TooLarge { what, requested: value as u128, limit: limit as u128 });
+        }
+    }
+    if rows > limit || cols > limit {
+        return Err(Error::TooLarge {
+            what: "rows or columns of A",
+            requested: rows.max(cols) as u128,
+            limit: limit as u128,
+        });
+    }
+    let value_bytes =
+        nnzb.checked_mul(bs * bs).and_then(|e| e.checked_mul(std::mem::size_of::<T>())).ok_or(Error::TooLarge {
+            what: "BSR values (bytes)",
+            requested: nnzb as u128 * (bs * bs * std::mem::size_of::<T>()) as u128,
+            limit: usize::MAX as u128,
+        })?;
+    let w = arrays.index.bytes() as u64;
+    let bad = |reason: String| Err(Error::InvalidArgument { name: "BSR arrays", reason });
+    if arrays.values == 0 || !arrays.values.is_multiple_of(16) {
+        return bad(format!("values address {:#x} must be non-null and 16-byte aligned", arrays.values));
+    }
+    if (arrays.values as usize).checked_add(value_bytes).is_none() {
+        return bad("the values run past the end of the address space".into());
+    }
+    for (name, p) in [("row_ptr", arrays.row_ptr), ("col_idx", arrays.col_idx)] {
+        if p == 0 || !p.is_multiple_of(w) {
+            return bad(format!("{name} address {p:#x} must be non-null and aligned to its {w}-byte entries"));
+        }
+    }
+    Ok(())
+}
+
+impl<T: DeviceElement> DeviceBsr<T> {
+    /// A view of the uploaded matrix (32-bit indices, with its longest-first row schedule). Its structure was
+    /// validated by [`Bsr::try_new`](crate::Bsr::try_new) before the upload.
+    pub fn view(&self) -> BsrView<'_, T> {
+        let stream = self.values.stream();
+        let (values, _r0) = self.values.device_ptr(stream);
+        let (row_ptr, _r1) = self.row_ptr.device_ptr(stream);
+        let (col_idx, _r2) = self.col_idx.device_ptr(stream);
+        let (row_order, _r3) = self.row_order.device_ptr(stream);
+        BsrView::trusted((values, row_ptr, col_idx, row_order), self.rows, self.cols, self.bs, self.nnzb)
+    }
+}

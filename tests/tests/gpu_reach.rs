@@ -1,0 +1,628 @@
+//! The reach of the GPU path against the f64 oracle: borrowed device operands (raw pointers and cudarc slices),
+//! 32- and 64-bit indices, f16 and bf16 inputs, f32 and 16-bit outputs, every B and C layout, the fused epilogue
+//! (bias, each activation, alpha/beta), on the caller's stream; outputs poisoned before every launch; the caller's
+//! buffers compared bit for bit after it (untouched outside C, never freed); the device-side structure check; a
+//! stream-ordering test and a CUDA-graph capture test. Without a GPU every test prints a skip line
+//! (SPARSEK_REQUIRE_GPU=1 makes that a failure). SPARSEK_GPU_CASES sets the number of random cases (default 300).
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUresult, CUstreamCaptureMode};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use proptest::prelude::*;
+use sparsek::check::{Expected, RowSample};
+use sparsek::format::{Pattern, generate, generate_int};
+use sparsek::gpu::{
+    BsrArrays, BsrView, DenseView, DenseViewMut, DeviceElement, Gpu, IndexType, InputElement, OutputElement, VectorView,
+};
+use sparsek::{Activation, Bsr, BsrError, Epilogue, Error, Layout, Matrix, Scalar, bf16, f16};
+use sparsek_tests::{gpu, gpu_cases};
+
+/// One random case.
+#[derive(Clone, Debug)]
+struct Case {
+    bs: usize,
+    block_rows: usize,
+    block_cols: usize,
+    n: usize,
+    pad: usize,
+    density: f64,
+    pattern: Pattern,
+    b_layout: Layout,
+    c_layout: Layout,
+    index: IndexType,
+    bias: bool,
+    activation: Activation,
+    alpha: f32,
+    beta: f32,
+    checked_structure: bool,
+    seed: u64,
+}
+
+fn layout() -> impl Strategy<Value = Layout> {
+    prop::sample::select(vec![Layout::RowMajor, Layout::ColMajor])
+}
+
+fn case_strategy() -> impl Strategy<Value = Case> {
+    (
+        (prop::sample::select(vec![16usize, 32, 64, 128]), 0usize..=5, 1usize..=5),
+        prop_oneof![Just(1usize), Just(7), Just(8), Just(17), Just(129), 1usize..300],
+        prop::sample::select(vec![0usize, 8, 24]),
+        (prop_oneof![Just(1.0f64), 0.0f64..=1.0], prop::sample::select(vec![Pattern::Uniform, Pattern::Skewed])),
+        (layout(), layout(), prop::sample::select(vec![IndexType::U32, IndexType::I64])),
+        (any::<bool>(), prop::sample::select(Activation::ALL.to_vec())),
+        (prop::sample::select(vec![1.0f32, -0.5]), prop::sample::select(vec![0.0f32, 1.0, -0.5])),
+        (any::<bool>(), any::<u64>()),
+    )
+        .prop_map(
+            |(
+                (bs, block_rows, block_cols),
+                n,
+                pad,
+                (density, pattern),
+                (b_layout, c_layout, index),
+                (bias, activation),
+                (alpha, beta),
+                (checked_structure, seed),
+            )| Case {
+                bs,
+                block_rows,
+                block_cols,
+                n,
+                pad,
+                density,
+                pattern,
+                b_layout,
+                c_layout,
+                index,
+                bias,
+                activation,
+                alpha,
+                beta,
+                checked_structure,
+                seed,
+            },
+        )
+}
+
+/// A logical `rows x cols` matrix laid out in `layout` with leading dimension `ld`, every element outside the
+/// matrix (padding) set to `pad`.
+fn lay_out<T: Scalar>(m: &Matrix<T>, layout: Layout, ld: usize, extra: usize, pad: T) -> Vec<T> {
+    let outer = if layout == Layout::RowMajor { m.rows() } else { m.cols() };
+    let mut v = vec![pad; (outer * ld).max(1) + extra];
+    for r in 0..m.rows() {
+        for c in 0..m.cols() {
+            let i = if layout == Layout::RowMajor { r * ld + c } else { c * ld + r };
+            v[i] = m.get(r, c);
+        }
+    }
+    v
+}
+
+/// Device address of a cudarc slice (the caller's memory, as a framework would hand it over).
+fn addr<T>(stream: &Arc<CudaStream>, s: &CudaSlice<T>) -> u64 {
+    let (p, _record) = s.device_ptr(stream);
+    p
+}
+
+fn htod<T: DeviceRepr>(stream: &Arc<CudaStream>, v: &[T]) -> CudaSlice<T> {
+    stream.clone_htod(v).unwrap()
+}
+
+fn dtoh<T: DeviceRepr + Scalar>(stream: &Arc<CudaStream>, s: &CudaSlice<T>) -> Vec<T> {
+    let mut v = vec![T::from_f64(0.0); s.len()];
+    stream.memcpy_dtoh(s, &mut v[..]).unwrap();
+    stream.synchronize().unwrap();
+    v
+}
+
+fn bits<T: Scalar>(v: &[T]) -> Vec<u64> {
+    v.iter().map(|x| x.to_f64().to_bits()).collect()
+}
+
+/// The device copy of a BSR structure the way its owner would hold it: u32 or int64 indices.
+struct DeviceStructure {
+    row_ptr32: Option<CudaSlice<u32>>,
+    col_idx32: Option<CudaSlice<u32>>,
+    row_ptr64: Option<CudaSlice<i64>>,
+    col_idx64: Option<CudaSlice<i64>>,
+}
+
+impl DeviceStructure {
+    fn upload(stream: &Arc<CudaStream>, row_ptr: &[u32], col_idx: &[u32], index: IndexType) -> Self {
+        let col = if col_idx.is_empty() { vec![0] } else { col_idx.to_vec() };
+        match index {
+            IndexType::U32 => DeviceStructure {
+                row_ptr32: Some(htod(stream, row_ptr)),
+                col_idx32: Some(htod(stream, &col)),
+                row_ptr64: None,
+                col_idx64: None,
+            },
+            IndexType::I64 => DeviceStructure {
+                row_ptr32: None,
+                col_idx32: None,
+                row_ptr64: Some(htod(stream, &row_ptr.iter().map(|&x| x as i64).collect::<Vec<_>>())),
+                col_idx64: Some(htod(stream, &col.iter().map(|&x| x as i64).collect::<Vec<_>>())),
+            },
+        }
+    }
+
+    fn arrays(&self, stream: &Arc<CudaStream>, values: u64) -> BsrArrays {
+        match (&self.row_ptr32, &self.col_idx32, &self.row_ptr64, &self.col_idx64) {
+            (Some(r), Some(c), _, _) => {
+                BsrArrays { values, row_ptr: addr(stream, r), col_idx: addr(stream, c), index: IndexType::U32 }
+            }
+            (_, _, Some(r), Some(c)) => {
+                BsrArrays { values, row_ptr: addr(stream, r), col_idx: addr(stream, c), index: IndexType::I64 }
+            }
+            _ => unreachable!("test setup"),
+        }
+    }
+}
+
+/// Runs one case through `spmm_raw` over the caller's memory and compares with the oracle; Err describes the
+/// failure with everything needed to reproduce it.
+fn run_case<TA: InputElement, TC: OutputElement>(gpu: &Gpu, case: &Case) -> Result<(), String> {
+    let (m, k, n) = (case.block_rows * case.bs, case.block_cols * case.bs, case.n);
+    let ctx = format!("{case:?} in {} out {}", TA::NAME, TC::NAME);
+    let a: Bsr<TA> = generate(case.pattern, m, k, case.bs, case.density, case.seed).map_err(|e| e.to_string())?;
+    let b = Matrix::<TA>::random(k, n, case.seed ^ 0xb).unwrap();
+    let bias_host: Vec<TA> = Matrix::<TA>::random(1, m.max(1), case.seed ^ 0xd).unwrap().row(0)[..m].to_vec();
+    let bias = case.bias.then_some(&bias_host[..]);
+    let c0 = {
+        let mut c = Matrix::<TC>::filled(m, n, n.max(1), TC::from_f64(f64::NAN)).unwrap();
+        if case.beta != 0.0 {
+            c = Matrix::<TC>::random(m, n, case.seed ^ 0xc).unwrap();
+        }
+        c
+    };
+    let ep = Epilogue::new(case.alpha, case.beta).with_activation(case.activation);
+    let expected = Expected::compute_with_bias(&a, &b, &c0, ep, bias, RowSample::All, |_, _| {})
+        .map_err(|e| format!("{ctx}: oracle: {e}"))?;
+
+    // The caller's memory: plain cudarc allocations, padded leading dimensions, NaN in every padding element and
+    // in a guard region after C.
+    let stream = gpu.stream();
+    let align = |x: usize, t: usize| (x + case.pad).max(1).next_multiple_of(16 / t);
+    let ldb = align(if case.b_layout == Layout::RowMajor { n } else { k }, std::mem::size_of::<TA>());
+    let ldc = align(if case.c_layout == Layout::RowMajor { n } else { m }, std::mem::size_of::<TC>());
+    let guard = 64;
+    let nan_a = TA::from_f64(f64::NAN);
+    let b_host = lay_out(&b, case.b_layout, ldb, 0, nan_a);
+    let c_host = lay_out(&c0, case.c_layout, ldc, guard, TC::from_f64(f64::NAN));
+    let values_host = if a.values().is_empty() { vec![TA::from_f64(0.0)] } else { a.values().to_vec() };
+    let values_d = htod(stream, &values_host);
+    let structure = DeviceStructure::upload(stream, a.row_ptr(), a.col_idx(), case.index);
+    let b_d = htod(stream, &b_host);
+    let bias_d = htod(stream, &bias_host.iter().copied().chain([nan_a]).collect::<Vec<_>>());
+    let mut c_d = htod(stream, &c_host);
+
+    let arrays = structure.arrays(stream, addr(stream, &values_d));
+    // SAFETY: the arrays hold the sizes stated and live until the end of this function; the structure comes from
+    // a validated Bsr (and is checked again on the device in half the cases).
+    let a_v = unsafe {
+        if case.checked_structure {
+            BsrView::<TA>::from_raw_checked(gpu, arrays, m, k, case.bs, a.nnzb())
+        } else {
+            BsrView::<TA>::from_raw(arrays, m, k, case.bs, a.nnzb())
+        }
+    }
+    .map_err(|e| format!("{ctx}: {e}"))?;
+    // B through a raw pointer, C through a cudarc slice, the bias through a raw pointer.
+    // SAFETY: b_d holds the span (padded to ldb), lives until the end, and nothing else writes it.
+    let b_v = unsafe { DenseView::<TA>::from_raw(addr(stream, &b_d), k, n, ldb, case.b_layout) }
+        .map_err(|e| format!("{ctx}: {e}"))?;
+    // SAFETY: bias_d holds m + 1 elements.
+    let bias_v = unsafe { VectorView::<TA>::from_raw(addr(stream, &bias_d), m) }.unwrap();
+    let c_len = c_host.len();
+    {
+        let mut c_v = DenseViewMut::<TC>::from_cuda_slice(&mut c_d, m, n, ldc, case.c_layout)
+            .map_err(|e| format!("{ctx}: {e}"))?;
+        // SAFETY: the default stream is this Gpu's; every buffer is live and used by nothing else meanwhile.
+        unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, case.bias.then_some(&bias_v), ep) }
+            .map_err(|e| format!("{ctx}: launch: {e}"))?;
+    }
+    let got = dtoh(stream, &c_d);
+    assert_eq!(got.len(), c_len);
+    let at = |r: usize, c: usize| if case.c_layout == Layout::RowMajor { r * ldc + c } else { c * ldc + r };
+    let report = expected.check_with(n, |r, c| got[at(r, c)].to_f64());
+    if !report.passed() {
+        return Err(format!("{ctx}: {report}"));
+    }
+    // Outside C's elements nothing changed (padding and the guard region keep their NaN bits).
+    let mut inside = vec![false; c_len];
+    for r in 0..m {
+        for c in 0..n {
+            inside[at(r, c)] = true;
+        }
+    }
+    if let Some(i) = (0..c_len).find(|&i| !inside[i] && got[i].to_f64().to_bits() != c_host[i].to_f64().to_bits()) {
+        return Err(format!("{ctx}: C's memory outside the matrix was written at element {i}: {:?}", got[i]));
+    }
+    // The inputs are untouched, bit for bit.
+    if bits(&dtoh(stream, &b_d)) != bits(&b_host) || bits(&dtoh(stream, &values_d)) != bits(&values_host) {
+        return Err(format!("{ctx}: an input buffer changed"));
+    }
+    Ok(())
+}
+
+fn property<TA: InputElement, TC: OutputElement>(test: &str) {
+    let Some(gpu) = gpu(test) else { return };
+    let config = ProptestConfig { cases: gpu_cases(300), failure_persistence: None, ..ProptestConfig::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let result = runner.run(&case_strategy(), |case| run_case::<TA, TC>(gpu, &case).map_err(TestCaseError::fail));
+    if let Err(e) = result {
+        panic!("{test}: {e}");
+    }
+}
+
+#[test]
+fn views_f16_in_f32_out_match_oracle() {
+    property::<f16, f32>("views_f16_in_f32_out_match_oracle");
+}
+
+#[test]
+fn views_f16_in_f16_out_match_oracle() {
+    property::<f16, f16>("views_f16_in_f16_out_match_oracle");
+}
+
+#[test]
+fn views_bf16_in_f32_out_match_oracle() {
+    property::<bf16, f32>("views_bf16_in_f32_out_match_oracle");
+}
+
+#[test]
+fn views_bf16_in_bf16_out_match_oracle() {
+    property::<bf16, bf16>("views_bf16_in_bf16_out_match_oracle");
+}
+
+/// Owned buffers with bf16 inputs (`Gpu::upload` of a `Bsr<bf16>`, `Gpu::spmm`), against the oracle and against
+/// the CPU backend, both outputs.
+#[test]
+fn owned_bf16_matches_oracle_and_cpu_backend() {
+    let Some(gpu) = gpu("owned_bf16_matches_oracle_and_cpu_backend") else { return };
+    for (bs, seed) in [(16usize, 1u64), (32, 2), (64, 3), (128, 4)] {
+        let (m, k, n) = (4 * bs, 3 * bs, 77);
+        let a: Bsr<bf16> = generate(Pattern::Skewed, m, k, bs, 0.5, seed).unwrap();
+        let b = Matrix::<bf16>::random(k, n, seed ^ 9).unwrap();
+        let c0 = Matrix::<f32>::random(m, n, seed ^ 7).unwrap();
+        let ep = Epilogue::new(0.5, -1.0).with_activation(Activation::Silu);
+        let expected = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap();
+        let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+        let mut c_d = gpu.upload_matrix(&c0).unwrap();
+        gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+        let got = c_d.to_host().unwrap();
+        let report = expected.check(&got);
+        assert!(report.passed(), "bs {bs}: {report}");
+        let mut cpu = c0.clone();
+        sparsek::cpu::spmm(&a, &b, &mut cpu, ep).unwrap();
+        assert!(expected.check(&cpu).passed(), "bs {bs}: CPU backend");
+        // bf16 output, beta == 0: C poisoned, never read.
+        let c0 = Matrix::<bf16>::filled(m, n, n, bf16::NAN).unwrap();
+        let ep = Epilogue::new(1.0, 0.0).with_activation(Activation::GeluTanh);
+        let expected = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap();
+        let mut c_d = gpu.upload_matrix(&c0).unwrap();
+        gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+        let report = expected.check(&c_d.to_host().unwrap());
+        assert!(report.passed(), "bs {bs} bf16 out: {report}");
+    }
+}
+
+/// Integer-valued operands (exact in bf16 and f16, sums exact in f32): every layout combination, both index
+/// widths, a bias and ReLU give bit-identical f32 results to the oracle, and the same bits run after run.
+#[test]
+fn exact_integer_results_in_every_layout() {
+    let Some(gpu) = gpu("exact_integer_results_in_every_layout") else { return };
+    let stream = gpu.stream();
+    for bs in [16usize, 32, 64, 128] {
+        let (m, k, n) = (3 * bs, 4 * bs, 133);
+        let a: Bsr<bf16> = generate_int(Pattern::Uniform, m, k, bs, 0.6, bs as u64, 4).unwrap();
+        let b_int: Matrix<bf16> =
+            Matrix::from_fn(k, n, |r, c| bf16::from_f32(((r * 7 + c * 3) % 9) as f32 - 4.0)).unwrap();
+        let bias: Vec<bf16> = (0..m).map(|r| bf16::from_f32((r % 5) as f32 - 2.0)).collect();
+        let c0 = Matrix::<f32>::zeros(m, n).unwrap();
+        let ep = Epilogue::new(1.0, 0.0).with_activation(Activation::Relu);
+        let want = sparsek::cpu::reference_with_bias(&a, &b_int, &c0, ep, Some(&bias)).unwrap();
+        for b_layout in [Layout::RowMajor, Layout::ColMajor] {
+            for c_layout in [Layout::RowMajor, Layout::ColMajor] {
+                for index in [IndexType::U32, IndexType::I64] {
+                    let ldb = if b_layout == Layout::RowMajor { n.next_multiple_of(8) } else { k };
+                    let ldc = if c_layout == Layout::RowMajor { n.next_multiple_of(4) } else { m };
+                    let values_d = htod(stream, a.values());
+                    let structure = DeviceStructure::upload(stream, a.row_ptr(), a.col_idx(), index);
+                    let b_d = htod(stream, &lay_out(&b_int, b_layout, ldb, 0, bf16::NAN));
+                    let bias_d = htod(stream, &bias);
+                    let mut runs = Vec::new();
+                    for _ in 0..2 {
+                        let mut c_d = htod(stream, &lay_out(&c0, c_layout, ldc, 0, f32::NAN));
+                        let arrays = structure.arrays(stream, addr(stream, &values_d));
+                        // SAFETY: valid structure from a Bsr; buffers live until the end of the iteration.
+                        let a_v = unsafe { BsrView::<bf16>::from_raw(arrays, m, k, bs, a.nnzb()) }.unwrap();
+                        let b_v = DenseView::from_cuda_slice(&b_d, k, n, ldb, b_layout).unwrap();
+                        let bias_v = VectorView::from_cuda_slice(&bias_d);
+                        let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m, n, ldc, c_layout).unwrap();
+                        // SAFETY: this Gpu's default stream; nothing else uses the buffers.
+                        unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, Some(&bias_v), ep) }.unwrap();
+                        runs.push(dtoh(stream, &c_d));
+                    }
+                    let what = format!("bs {bs} B {b_layout:?} C {c_layout:?} {index:?}");
+                    assert_eq!(bits(&runs[0]), bits(&runs[1]), "{what}: results differ run to run");
+                    for r in 0..m {
+                        for c in 0..n {
+                            let i = if c_layout == Layout::RowMajor { r * ldc + c } else { c * ldc + r };
+                            assert_eq!(runs[0][i] as f64, want.get(r, c), "{what}: ({r}, {c})");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The device-side structure check accepts valid structures and names the first bad block row of invalid ones,
+/// for 32- and 64-bit indices; the launch then never happens.
+#[test]
+fn device_structure_check_finds_bad_indices() {
+    let Some(gpu) = gpu("device_structure_check_finds_bad_indices") else { return };
+    let stream = gpu.stream();
+    let (bs, m, k) = (16usize, 64usize, 64usize);
+    let values = htod(stream, &vec![f16::ONE; 5 * bs * bs]);
+    let good: (Vec<i64>, Vec<i64>) = (vec![0, 2, 2, 4, 5], vec![0, 3, 1, 2, 3]);
+    type Mutation = fn(&mut Vec<i64>, &mut Vec<i64>);
+    type Want = Option<(u64, &'static str)>;
+    let cases: [(&str, Mutation, Want); 8] = [
+        ("valid", |_, _| {}, None),
+        ("row_ptr[0] != 0", |r, _| r[0] = 1, Some((0, "row_ptr[0]"))),
+        ("decreasing", |r, _| r[2] = 1, Some((1, "decreases"))),
+        ("last != nnzb", |r, _| r[4] = 4, Some((4, "row_ptr[block_rows]"))),
+        ("column out of range", |_, c| c[3] = 4, Some((2, ">= the number of block columns"))),
+        ("unsorted", |_, c| c.swap(0, 1), Some((0, "strictly increasing"))),
+        ("duplicate", |_, c| c[3] = 1, Some((2, "strictly increasing"))),
+        ("negative", |_, c| c[4] = -1, Some((3, "negative or >= 2^32"))),
+    ];
+    for index in [IndexType::U32, IndexType::I64] {
+        for (name, mutate, want) in cases {
+            if index == IndexType::U32 && name == "negative" {
+                continue; // not representable
+            }
+            let (mut r, mut c) = good.clone();
+            mutate(&mut r, &mut c);
+            let (r32, c32): (Vec<u32>, Vec<u32>) =
+                (r.iter().map(|&x| x as u32).collect(), c.iter().map(|&x| x as u32).collect());
+            let structure = match index {
+                IndexType::U32 => DeviceStructure::upload(stream, &r32, &c32, IndexType::U32),
+                IndexType::I64 => DeviceStructure {
+                    row_ptr32: None,
+                    col_idx32: None,
+                    row_ptr64: Some(htod(stream, &r)),
+                    col_idx64: Some(htod(stream, &c)),
+                },
+            };
+            let arrays = structure.arrays(stream, addr(stream, &values));
+            // SAFETY: the arrays hold block_rows + 1 and nnzb entries and 5 blocks of values.
+            let got = unsafe { BsrView::<f16>::from_raw_checked(gpu, arrays, m, k, bs, 5) };
+            match (got, want) {
+                (Ok(_), None) => {}
+                (Err(Error::InvalidBsr(BsrError::DeviceStructure { block_row, problem })), Some((row, text))) => {
+                    assert_eq!(block_row, row, "{index:?} {name}: {problem}");
+                    assert!(problem.contains(text), "{index:?} {name}: {problem}");
+                }
+                (other, want) => panic!("{index:?} {name}: got {other:?}, wanted {want:?}"),
+            }
+        }
+    }
+}
+
+/// Everything the host can check is checked before the launch, and a rejected call changes nothing.
+#[test]
+fn bad_views_are_rejected_and_change_nothing() {
+    let Some(gpu) = gpu("bad_views_are_rejected_and_change_nothing") else { return };
+    let stream = gpu.stream();
+    let (bs, m, k, n) = (32usize, 64usize, 64usize, 40usize);
+    let a: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 1.0, 5).unwrap();
+    let a_d = gpu.upload(&a).unwrap();
+    let a_v = a_d.view();
+    let b_d = htod(stream, &vec![f16::ONE; k * n]);
+    let bias_d = htod(stream, &vec![f16::ONE; m + 8]);
+    let poison = vec![f32::NAN; m * n + 16];
+    let mut c_d = htod(stream, &poison);
+    let b_v = DenseView::from_cuda_slice(&b_d, k, n, n, Layout::RowMajor).unwrap();
+    let cu = stream.cu_stream();
+    let ep = Epilogue::default();
+    let expect_err = |what: &str, r: sparsek::Result<()>| {
+        let e = r.expect_err(what);
+        eprintln!("{what}: {e}");
+    };
+    {
+        // Shape mismatch: C has the wrong row count.
+        let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m - bs, n, n, Layout::RowMajor).unwrap();
+        // SAFETY: valid buffers of this context.
+        expect_err("shape", unsafe { gpu.spmm_raw(cu, &a_v, &b_v, &mut c_v, None, ep) });
+    }
+    {
+        // Bias of the wrong length.
+        let bias_v = VectorView::from_cuda_slice(&bias_d);
+        let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m, n, n, Layout::RowMajor).unwrap();
+        // SAFETY: valid buffers of this context.
+        expect_err("bias length", unsafe { gpu.spmm_raw(cu, &a_v, &b_v, &mut c_v, Some(&bias_v), ep) });
+    }
+    {
+        // C overlapping B: the same memory as input and output.
+        let b_addr = addr(stream, &b_d);
+        // SAFETY: b_d holds k * n f16 = the span of a 40 x 40 f16... described as m x n f16 output over B.
+        let mut c_v = unsafe { DenseViewMut::<f16>::from_raw(b_addr, m, n, n, Layout::RowMajor) }.unwrap();
+        // SAFETY: valid buffers of this context; the call must refuse before launching.
+        expect_err("overlap", unsafe { gpu.spmm_raw(cu, &a_v, &b_v, &mut c_v, None, ep) });
+    }
+    {
+        // Host memory passed as a device pointer.
+        let host = vec![f16::ONE; k * n + 16];
+        let host_addr = (host.as_ptr() as u64).next_multiple_of(16);
+        // SAFETY: the call must refuse the pointer before launching (nothing reads it).
+        let b_host = unsafe { DenseView::<f16>::from_raw(host_addr, k, n, n, Layout::RowMajor) }.unwrap();
+        let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m, n, n, Layout::RowMajor).unwrap();
+        // SAFETY: as above.
+        expect_err("host pointer", unsafe { gpu.spmm_raw(cu, &a_v, &b_host, &mut c_v, None, ep) });
+    }
+    {
+        // A stream of another context: a second, non-primary context on the same device.
+        // SAFETY: cuCtxCreate on device 0 with default flags; destroyed by cudarc when dropped.
+        let other = unsafe {
+            let mut raw = std::ptr::null_mut();
+            let dev = cudarc::driver::result::device::get(0).unwrap();
+            cudarc::driver::sys::cuCtxCreate_v4(&mut raw, std::ptr::null_mut(), 0, dev).result().unwrap();
+            cudarc::driver::CudaContext::from_raw_context(0, dev, raw).unwrap()
+        };
+        let other_stream = other.new_stream().unwrap();
+        gpu.context().bind_to_thread().unwrap();
+        let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m, n, n, Layout::RowMajor).unwrap();
+        // SAFETY: the call must refuse the stream before launching.
+        expect_err("foreign stream", unsafe { gpu.spmm_raw(other_stream.cu_stream(), &a_v, &b_v, &mut c_v, None, ep) });
+        drop(other_stream);
+        drop(other);
+        gpu.context().bind_to_thread().unwrap();
+    }
+    // Wrong element type combination is a compile error (OutputElement / InputElement); unsupported layouts of
+    // the description are refused by the constructors (CPU test: tests/tests/views.rs).
+    let after = dtoh(stream, &c_d);
+    assert_eq!(bits(&after), bits(&poison), "a rejected call wrote C");
+}
+
+/// A launch on the caller's non-blocking stream while the legacy default stream is busy: it runs (no hidden
+/// synchronisation with the default stream), in order on its own stream (the upload of B before it, the download
+/// after it), and gives the right answer.
+#[test]
+fn caller_stream_is_independent_and_ordered() {
+    let Some(gpu) = gpu("caller_stream_is_independent_and_ordered") else { return };
+    let busy_stream = gpu.stream(); // the legacy default stream (cudarc's default_stream)
+    // Busy work on the default stream: repeated large products (~ hundreds of ms on an H100).
+    let (bm, bk, bn, bbs) = (4096usize, 4096usize, 4096usize, 128usize);
+    let big: Bsr<f16> = generate(Pattern::Dense, bm, bk, bbs, 1.0, 1).unwrap();
+    let big_d = gpu.upload(&big).unwrap();
+    let big_b = gpu.upload_matrix(&Matrix::<f16>::random(bk, bn, 2).unwrap()).unwrap();
+    let mut big_c = gpu.zeros::<f32>(bm, bn).unwrap();
+    gpu.synchronize().unwrap();
+
+    let caller = gpu.new_stream().unwrap(); // non-blocking
+    let (bs, m, k, n) = (64usize, 256usize, 512usize, 100usize);
+    let a: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 0.5, 3).unwrap();
+    let b = Matrix::<f16>::random(k, n, 4).unwrap();
+    let c0 = Matrix::<f32>::filled(m, n, n, f32::NAN).unwrap();
+    let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), RowSample::All, |_, _| {}).unwrap();
+    let values_d = htod(&caller, a.values());
+    let structure = DeviceStructure::upload(&caller, a.row_ptr(), a.col_idx(), IndexType::U32);
+    let ldb = n.next_multiple_of(8);
+    let mut b_d = caller.alloc_zeros::<f16>(k * ldb).unwrap();
+    let mut c_d = htod(&caller, c0.as_slice());
+    caller.synchronize().unwrap();
+
+    for _ in 0..300 {
+        gpu.spmm(&big_d, &big_b, &mut big_c, Epilogue::default()).unwrap();
+    }
+    // On the caller's stream: upload B, launch, download C.
+    caller.memcpy_htod(b.with_ld(ldb, f16::NAN).unwrap().as_slice(), &mut b_d).unwrap();
+    let arrays = structure.arrays(&caller, addr(&caller, &values_d));
+    // SAFETY: valid structure; every buffer is used only on `caller` until the synchronisation below.
+    let a_v = unsafe { BsrView::<f16>::from_raw(arrays, m, k, bs, a.nnzb()) }.unwrap();
+    let b_v = DenseView::from_cuda_slice(&b_d, k, n, ldb, Layout::RowMajor).unwrap();
+    {
+        let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m, n, n, Layout::RowMajor).unwrap();
+        // SAFETY: `caller` is this Gpu's stream; the buffers are ordered on it.
+        unsafe { gpu.spmm_raw(caller.cu_stream(), &a_v, &b_v, &mut c_v, None, Epilogue::default()) }.unwrap();
+    }
+    let got = caller.clone_dtoh(&c_d).unwrap();
+    caller.synchronize().unwrap();
+    // SAFETY: queries the legacy default stream (0) of the current context.
+    let busy = unsafe { cudarc::driver::sys::cuStreamQuery(busy_stream.cu_stream()) };
+    assert_eq!(
+        busy,
+        CUresult::CUDA_ERROR_NOT_READY,
+        "the default stream finished before the caller's stream did: the launch waited for it (hidden \
+         synchronisation), or the busy work was too short"
+    );
+    let report = expected.check_with(n, |r, c| got[r * n + c] as f64);
+    assert!(report.passed(), "{report}");
+    gpu.synchronize().unwrap();
+}
+
+/// A launch captured in a CUDA graph (global capture mode, as `torch.cuda.graph` uses) and replayed: each replay
+/// computes with the current contents of B, into a poisoned C.
+#[test]
+fn graph_capture_and_replay() {
+    let Some(gpu) = gpu("graph_capture_and_replay") else { return };
+    let stream = gpu.new_stream().unwrap();
+    let (bs, m, k, n) = (32usize, 128usize, 256usize, 48usize);
+    let a: Bsr<bf16> = generate(Pattern::Skewed, m, k, bs, 0.4, 11).unwrap();
+    let bias: Vec<bf16> = Matrix::<bf16>::random(1, m, 12).unwrap().row(0).to_vec();
+    let values_d = htod(&stream, a.values());
+    let structure = DeviceStructure::upload(&stream, a.row_ptr(), a.col_idx(), IndexType::I64);
+    let bias_d = htod(&stream, &bias);
+    let mut x_d = stream.alloc_zeros::<bf16>(n * k).unwrap(); // x: n tokens x k features, row-major
+    let mut y_d = stream.alloc_zeros::<f32>(n * m).unwrap(); // y: n x m, row-major
+    let ep = Epilogue::new(1.0, 0.0).with_activation(Activation::GeluTanh);
+    stream.synchronize().unwrap();
+
+    let arrays = structure.arrays(&stream, addr(&stream, &values_d));
+    let (x_addr, y_addr, bias_addr) = (addr(&stream, &x_d), addr(&stream, &y_d), addr(&stream, &bias_d));
+    // SAFETY: valid structure, live buffers used only on `stream`.
+    let (a_v, x_v, bias_v) = unsafe {
+        (
+            BsrView::<bf16>::from_raw(arrays, m, k, bs, a.nnzb()).unwrap(),
+            DenseView::<bf16>::from_raw(x_addr, n, k, k, Layout::RowMajor).unwrap(),
+            VectorView::<bf16>::from_raw(bias_addr, m).unwrap(),
+        )
+    };
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+    {
+        // SAFETY: as above; y is written only by this launch.
+        let y_v = unsafe { DenseViewMut::<f32>::from_raw(y_addr, n, m, m, Layout::RowMajor) }.unwrap();
+        // The linear form: y = gelu(x @ A^T + bias), i.e. C = y^T (column-major) = A @ x^T.
+        let r = unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &x_v.t(), &mut y_v.t(), Some(&bias_v), ep) };
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+        r.expect("launch during capture");
+        let graph = graph.expect("end capture").expect("a graph");
+        for seed in [21u64, 22, 23] {
+            let x = Matrix::<bf16>::random(n, k, seed).unwrap();
+            stream.memcpy_htod(x.as_slice(), &mut x_d).unwrap();
+            stream.memcpy_htod(&vec![f32::NAN; n * m], &mut y_d).unwrap();
+            graph.launch().unwrap();
+            let y = stream.clone_dtoh(&y_d).unwrap();
+            stream.synchronize().unwrap();
+            // Oracle in the A @ B form: B = x^T (k x n), C = y^T.
+            let b = Matrix::<bf16>::from_fn(k, n, |r, c| x.get(c, r)).unwrap();
+            let c0 = Matrix::<f32>::zeros(m, n).unwrap();
+            let expected =
+                Expected::compute_with_bias(&a, &b, &c0, ep, Some(&bias), RowSample::All, |_, _| {}).unwrap();
+            let report = expected.check_with(n, |r, c| y[c * m + r] as f64);
+            assert!(report.passed(), "replay with x seed {seed}: {report}");
+        }
+    }
+}
+
+/// Views of sparsek's own buffers (`DeviceMatrix::view`, `DeviceBsr::view`) launch like raw ones, and the buffers
+/// remain sparsek's: using and dropping a view never frees them.
+#[test]
+fn views_of_owned_buffers_never_free_them() {
+    let Some(gpu) = gpu("views_of_owned_buffers_never_free_them") else { return };
+    let (bs, m, k, n) = (16usize, 64usize, 32usize, 24usize);
+    let a: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 1.0, 31).unwrap();
+    let b = Matrix::<f16>::random(k, n, 32).unwrap();
+    let a_d = gpu.upload(&a).unwrap();
+    let b_d = gpu.upload_matrix(&b).unwrap();
+    let mut c_d = gpu.zeros::<f32>(m, n).unwrap();
+    let c0 = Matrix::<f32>::zeros(m, n).unwrap();
+    let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), RowSample::All, |_, _| {}).unwrap();
+    for _ in 0..3 {
+        let (a_v, b_v) = (a_d.view(), b_d.view());
+        let mut c_v = c_d.view_mut();
+        // SAFETY: the default stream; the buffers are sparsek's and used only here.
+        unsafe { gpu.spmm_raw(gpu.stream().cu_stream(), &a_v, &b_v, &mut c_v, None, Epilogue::default()) }.unwrap();
+    }
+    // The owned buffers are still alive and hold the result.
+    assert!(expected.check(&c_d.to_host().unwrap()).passed());
+    assert_eq!(b_d.to_host().unwrap().as_slice(), b.as_slice());
+}
+
+/// The element types the views are generic over are the library's device types.
+#[allow(dead_code)]
+fn _types_are_device_elements<T: DeviceElement>() {}
