@@ -23,10 +23,11 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     println!("  shared mem / SM      {} KiB", i.smem_per_sm / 1024);
     println!("  memory               {:.1} GiB", i.total_mem as f64 / (1u64 << 30) as f64);
     let (module, description) = gpu.module();
-    println!("  PTX module           {module} ({description}), loaded");
+    println!("  kernel module        {module} ({description})");
+    println!("  loaded as            {}", gpu.module_loaded_from());
     println!();
     println!(
-        "{:<24} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
+        "{:<32} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
         "kernel",
         "bs",
         "C",
@@ -39,13 +40,13 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
         "CTAs/SM"
     );
     let mut reports = gpu.kernel_reports()?;
-    reports.sort_by_key(|k| (k.bs, k.out.name()));
+    reports.sort_by_key(|k| (k.bs, k.input.name(), k.b_layout.name(), k.out.name()));
     for k in reports {
         let c = k.config;
         let tile =
             format!("{} {} {}x{} {}{}", c.bn, c.bk, c.warps_m, c.warps_n, c.stages, if c.frag_db { " db" } else { "" });
         println!(
-            "{:<24} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
+            "{:<32} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
             k.name,
             k.bs,
             k.out.name(),

@@ -243,3 +243,30 @@ fn column_major_b_fragments_match_row_major() {
         }
     }
 }
+
+/// The committed cubins were assembled from the committed PTX: the manifest written by `cargo xtask build-ptx`
+/// holds the FNV-1a 64 hash of the PTX they came from (a PTX change without fresh cubins would make the host load
+/// SASS of other kernels). Each cubin is an ELF image that defines every product entry point.
+#[test]
+fn committed_cubins_come_from_the_committed_ptx() {
+    let fnv = PTX_SM80.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let manifest = include_str!("../../host/ptx/sparsek_sm80.cubins.txt");
+    let want = format!("ptx_fnv1a64 = {fnv:016x}");
+    assert!(
+        manifest.lines().any(|l| l.trim() == want),
+        "host/ptx/sparsek_sm80.cubins.txt does not match the committed PTX ({want}): run `cargo xtask build-ptx`"
+    );
+    for cubin in [
+        &include_bytes!("../../host/ptx/sparsek_sm80.sm_80.cubin")[..],
+        &include_bytes!("../../host/ptx/sparsek_sm80.sm_90a.cubin")[..],
+    ] {
+        assert_eq!(&cubin[..4], b"\x7fELF", "a cubin is an ELF image");
+        let has = |name: &str| {
+            cubin.windows(name.len() + 1).any(|w| &w[..name.len()] == name.as_bytes() && w[name.len()] == 0)
+        };
+        for v in VARIANTS.iter().filter(|v| v.module == Module::Product) {
+            assert!(has(v.name), "a cubin lacks {}", v.name);
+        }
+        assert!(has(BSR_CHECK_KERNEL));
+    }
+}

@@ -151,6 +151,12 @@ impl Gpu {
         (self.product.name, self.product.description)
     }
 
+    /// How the product module was loaded on this GPU: prebuilt SASS for its architecture, or the PTX
+    /// JIT-compiled by the driver (and why).
+    pub fn module_loaded_from(&self) -> &str {
+        &self.product.loaded_from
+    }
+
     pub(crate) fn kernel(&self, op: Op, bs: u32, input: InType, b_layout: Layout, out: OutType) -> Option<&Kernel> {
         self.product.find(op, bs, input, b_layout, out)
     }

@@ -25,15 +25,38 @@ pub(crate) struct EmbeddedPtx {
     pub(crate) description: &'static str,
     /// The PTX text.
     pub(crate) ptx: &'static str,
+    /// The same module assembled by ptxas (`cargo xtask build-ptx`) for GPU families: (compute capability major,
+    /// minor or `None` for any minor, the arch name, the cubin). A GPU of a listed family loads the cubin (no JIT);
+    /// every other GPU, or a driver that refuses the cubin, JIT-compiles the PTX.
+    pub(crate) cubins: &'static [Cubin],
 }
 
-/// The product module: PTX ISA 8.0 for sm_80, JIT-compiled by the driver for any sm_80+ GPU.
+/// A prebuilt cubin of an [`EmbeddedPtx`]: SASS for compute capability `major.minor` (any minor of `major` when
+/// `minor` is `None`: SASS runs on later minors of its major version).
+pub(crate) struct Cubin {
+    pub(crate) major: i32,
+    pub(crate) minor: Option<i32>,
+    pub(crate) arch: &'static str,
+    pub(crate) bytes: &'static [u8],
+}
+
+/// The product module: PTX ISA 8.0 for sm_80, JIT-compiled by the driver for any sm_80+ GPU, and prebuilt for
+/// sm_80 (any 8.x GPU) and sm_90a (H100 / H200): the JIT of the 33 kernels took 20 s on an H100 (2026-11-22).
 pub(crate) const SM80: EmbeddedPtx = EmbeddedPtx {
     module: Module::Product,
     arch: Arch::Sm80,
     name: "sparsek_sm80",
-    description: "PTX ISA 8.0, sm_80 (cp.async + ldmatrix + mma.sync); JIT-compiled by the driver",
+    description: "PTX ISA 8.0, sm_80 (cp.async + ldmatrix + mma.sync)",
     ptx: include_str!("../../ptx/sparsek_sm80.ptx"),
+    cubins: &[
+        Cubin { major: 8, minor: None, arch: "sm_80", bytes: include_bytes!("../../ptx/sparsek_sm80.sm_80.cubin") },
+        Cubin {
+            major: 9,
+            minor: Some(0),
+            arch: "sm_90a",
+            bytes: include_bytes!("../../ptx/sparsek_sm80.sm_90a.cubin"),
+        },
+    ],
 };
 
 /// The tuning module: every `layout::TUNE_CONFIGS` candidate (f32 output).
@@ -44,6 +67,7 @@ pub(crate) const SM80_TUNE: EmbeddedPtx = EmbeddedPtx {
     name: "sparsek_sm80_tune",
     description: "the tuning candidates of layout::TUNE_CONFIGS, sm_80",
     ptx: include_str!("../../ptx/sparsek_sm80_tune.ptx"),
+    cubins: &[],
 };
 
 /// The product module for a GPU of compute capability `major.minor`, or `None` below sm_80. Every sm_80+ GPU
@@ -73,6 +97,8 @@ pub(crate) struct Registry {
     /// The module's name (for messages).
     pub(crate) name: &'static str,
     pub(crate) description: &'static str,
+    /// What was loaded: "sm_90a SASS (prebuilt)" or "PTX, JIT-compiled by the driver" (with the reason).
+    pub(crate) loaded_from: String,
     /// Kept alive for the functions.
     _module: Arc<CudaModule>,
     kernels: Vec<Kernel>,
@@ -85,9 +111,29 @@ impl Registry {
     /// the configuration against the rules of the kernel template and the device's shared memory, raises the
     /// dynamic shared memory limit and reads the occupancy.
     pub(crate) fn load(ctx: &Arc<CudaContext>, info: &DeviceInfo, ptx: &EmbeddedPtx) -> Result<Registry> {
-        let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx.ptx))
-            .map_err(|e| Error::PtxLoad { module: ptx.name, message: describe(&e) })?;
+        let (major, minor) = info.compute_capability;
+        let cubin = ptx.cubins.iter().find(|c| c.major == major && c.minor.is_none_or(|m| m == minor));
+        // The cubin first (no JIT); a driver too old for ptxas's output refuses it, and the PTX serves instead.
+        let mut loaded_from = "PTX, JIT-compiled by the driver (no prebuilt SASS for this GPU)".to_string();
+        let mut module = None;
+        if let Some(c) = cubin {
+            match ctx.load_module(cudarc::nvrtc::Ptx::from_binary(c.bytes.to_vec())) {
+                Ok(m) => {
+                    loaded_from = format!("{} SASS (prebuilt by ptxas)", c.arch);
+                    module = Some(m);
+                }
+                Err(e) => {
+                    loaded_from =
+                        format!("PTX, JIT-compiled by the driver (the {} cubin was refused: {})", c.arch, describe(&e))
+                }
+            }
+        }
+        let module = match module {
+            Some(m) => m,
+            None => ctx
+                .load_module(cudarc::nvrtc::Ptx::from_src(ptx.ptx))
+                .map_err(|e| Error::PtxLoad { module: ptx.name, message: describe(&e) })?,
+        };
         let kernels = VARIANTS
             .iter()
             .filter(|v| v.module == ptx.module && v.arch == ptx.arch)
@@ -102,7 +148,7 @@ impl Registry {
         } else {
             None
         };
-        Ok(Registry { name: ptx.name, description: ptx.description, _module: module, kernels, check })
+        Ok(Registry { name: ptx.name, description: ptx.description, loaded_from, _module: module, kernels, check })
     }
 
     /// The kernel for `op` on blocks of `bs` with inputs `input`, B stored `b_layout`, writing `out`, if the module
