@@ -2,9 +2,15 @@
 //! written in Rust (compiled to PTX and embedded in this crate: no CUDA toolkit is needed to build it, only an
 //! NVIDIA driver to run on a GPU).
 //!
-//! `C = alpha * (A @ B) + beta * C` with A a [`Bsr`] matrix of f16 blocks (16, 32, 64 or 128 square, PyTorch's
-//! BSR layout), B a dense f16 matrix, C dense f32 or f16, f32 accumulation. Every input is validated: bad
+//! `C = act(alpha * (A @ B) + bias) + beta * C` with A a [`Bsr`] matrix of f16 or bf16 blocks (16, 32, 64 or 128
+//! square, PyTorch's BSR layout), B dense f16 or bf16, C f32 or the inputs' type, f32 accumulation, and a fused
+//! epilogue ([`Epilogue`]: alpha, beta, [`Activation`]; a bias per row of C). Every input is validated: bad
 //! structure or shapes give a typed [`Error`], never a panic or garbage.
+//!
+//! On the GPU the operands may be sparsek's own buffers ([`gpu::Gpu::spmm`]) or memory the caller owns, in
+//! either layout, with 32- or 64-bit indices, launched on the caller's stream without a copy
+//! ([`gpu::Gpu::spmm_raw`] over [`gpu::BsrView`], [`gpu::DenseView`], [`gpu::DenseViewMut`]): the linear layer
+//! `y = act(x @ W^T + b)` of a block-pruned weight is one launch, `spmm_raw(stream, w, x.t(), y.t(), bias, ep)`.
 //!
 //! - [`format`](mod@format): the validated [`Bsr`] type and its conversions (dense, COO, CSR, Matrix Market, `sprs`);
 //! - [`cpu`]: the f64 oracle and a multi-threaded CPU backend with the GPU's contract;
