@@ -32,7 +32,6 @@ use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, max_abs};
 use sparsek::error::{Error, Result};
 use sparsek::format::{Bsr, Pattern};
-use sparsek::gpu::timing::EventTimer;
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::matrix::Matrix;
 
@@ -454,12 +453,15 @@ fn run_case(
     drop(ops);
 
     eprintln!("{tag}   timing, interleaved");
-    let mut timed: Vec<(usize, &mut Sets<'_>)> =
-        sets.iter_mut().enumerate().filter_map(|(i, s)| s.as_mut().map(|s| (i, s))).collect();
-    match time_interleaved(gpu, &mut timed, cfg.warmup, iters) {
+    let (which, mut timed): (Vec<usize>, Vec<&mut dyn crate::runner::Contender>) = sets
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(i, s)| s.as_mut().map(|s| (i, s as &mut dyn crate::runner::Contender)))
+        .unzip();
+    match crate::runner::time_interleaved(gpu, &mut timed, cfg.warmup, iters) {
         Ok((times, clock)) => {
             rec.sm_clock_mhz = clock;
-            for ((i, _), t) in timed.iter().zip(&times) {
+            for (i, t) in which.iter().zip(&times) {
                 let flops = if Form::ALL[*i] == Form::Cublas { dense_flops } else { sparse_flops };
                 rec.contenders[*i].set_timing(t, flops);
             }
@@ -501,6 +503,15 @@ enum Sets<'l> {
         shape: (usize, usize, usize),
         sets: Vec<(DeviceMatrix<f16>, DeviceMatrix<f16>, DeviceMatrix<f32>)>,
     },
+}
+
+impl crate::runner::Contender for Sets<'_> {
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+        Sets::launch(self, gpu, set)
+    }
+    fn sets(&self) -> usize {
+        self.len().max(1)
+    }
 }
 
 impl Sets<'_> {
@@ -625,53 +636,6 @@ fn check_output(form: Form, ops: &Operands, host: &Matrix<f32>) -> CheckReport {
             ops.expected.clone().with_tolerance(tol).check(host)
         }
     }
-}
-
-/// Warm-up, then `iters` rounds of one launch per contender, each between its own pair of CUDA events
-/// ([`EventTimer::time_interleaved`]); input sets rotate per launch. The SM clock query starts once the last
-/// launch is queued. Returns the times per contender (in the order given) and the clock.
-fn time_interleaved(
-    gpu: &Gpu,
-    contenders: &mut [(usize, &mut Sets<'_>)],
-    warmup: usize,
-    iters: usize,
-) -> std::result::Result<(Vec<Vec<f32>>, Option<u32>), String> {
-    let total = (warmup + iters) * contenders.len();
-    let mut launched = vec![0usize; contenders.len()];
-    let mut queued = 0;
-    let mut smi = None;
-    let mut failure = None;
-    let timer = EventTimer::new(gpu.stream());
-    let times = timer.time_interleaved(warmup, iters, contenders.len(), |i| {
-        let c = &mut contenders[i].1;
-        let set = launched[i] % c.len().max(1);
-        launched[i] += 1;
-        c.launch(gpu, set).map_err(|e| {
-            failure = Some(e.clone());
-            Error::InvalidArgument { name: "launch", reason: e }
-        })?;
-        queued += 1;
-        if queued == total {
-            smi = env::spawn_clock_query();
-        }
-        Ok(())
-    });
-    let clock = env::finish_clock_query(smi, pci_address(gpu));
-    match times {
-        Ok(t) => Ok((t, clock)),
-        Err(e) => Err(failure.unwrap_or_else(|| e.to_string())),
-    }
-}
-
-/// The GPU's PCI (domain, bus, device), to pick its line out of nvidia-smi's output.
-fn pci_address(gpu: &Gpu) -> Option<env::PciAddress> {
-    use cudarc::driver::sys::CUdevice_attribute as A;
-    let get = |a| gpu.context().attribute(a).ok().map(|v| v as u32);
-    Some((
-        get(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
-        get(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
-        get(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
-    ))
 }
 
 /// Milliseconds with precision that suits their size, `!` appended when the output failed its check.

@@ -28,7 +28,7 @@ pub struct Libs {
 
 /// Something the timed loop can launch: one product on input set `set` (`0..sets()`), queued on the GPU's
 /// stream without waiting.
-trait Contender {
+pub(crate) trait Contender {
     fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String>;
     fn sets(&self) -> usize;
 }
@@ -311,7 +311,7 @@ fn setup_cusparse<'l>(
 /// rotate per launch (a launch counter per contender). The SM clock query starts right after the last launch
 /// is queued, so nvidia-smi reads the clock while the last launches still run. Returns the times per
 /// contender and the clock.
-fn time_interleaved(
+pub(crate) fn time_interleaved(
     gpu: &Gpu,
     contenders: &mut [&mut dyn Contender],
     warmup: usize,
@@ -347,7 +347,7 @@ fn time_interleaved(
 }
 
 /// The GPU's PCI (domain, bus, device), to pick its line out of nvidia-smi's output.
-fn pci_address(gpu: &Gpu) -> Option<env::PciAddress> {
+pub(crate) fn pci_address(gpu: &Gpu) -> Option<env::PciAddress> {
     use cudarc::driver::sys::CUdevice_attribute as A;
     let get = |a| gpu.context().attribute(a).ok().map(|v| v as u32);
     Some((

@@ -380,9 +380,11 @@ fn mma_warp_tile<const MI: usize, const NI: usize, I: Input>(
 }
 
 /// `act(x)` for the `layout::Activation` code `activation`. Out of line (a PTX `.func`, one `call` per element):
-/// inlined, the four activations unrolled over the warp tile tripled the size of the PTX module.
+/// inlined, the four activations unrolled over the warp tile tripled the size of the PTX module. Unmangled: a
+/// mangled name carries a crate hash that depends on the checkout's path, and the committed PTX must not.
 #[inline(never)]
-fn activate(x: f32, activation: u32) -> f32 {
+#[unsafe(no_mangle)]
+fn sparsek_activate(x: f32, activation: u32) -> f32 {
     match activation {
         1 => relu(x),
         2 => gelu_tanh(x),
@@ -413,7 +415,7 @@ unsafe fn scale_bias_activate<const MI: usize, const NI: usize, I: Input>(
                 for v in &mut acc_mn[2 * half..2 * half + 2] {
                     *v = alpha * *v + b;
                     if activation != 0 {
-                        *v = activate(*v, activation);
+                        *v = sparsek_activate(*v, activation);
                     }
                 }
             }
