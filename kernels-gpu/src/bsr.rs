@@ -217,19 +217,6 @@ fn relu(x: f32) -> f32 {
     if x < 0.0 { 0.0 } else { x }
 }
 
-/// GELU, tanh form (`layout::Activation::GeluTanh`): `x * sigmoid(2u)` with `u = sqrt(2/pi) (x + 0.044715 x^3)`,
-/// which equals `0.5 x (1 + tanh(u))`.
-#[inline(always)]
-fn gelu_tanh(x: f32) -> f32 {
-    x_sigmoid(x, 2.0 * 0.797_884_6 * (x + 0.044_715 * x * x * x))
-}
-
-/// SiLU (`layout::Activation::Silu`): `x * sigmoid(x)`.
-#[inline(always)]
-fn silu(x: f32) -> f32 {
-    x_sigmoid(x, x)
-}
-
 /// This thread's warp coordinates in the CTA's (WARPS_M, WARPS_N) warp grid, and its lane.
 #[derive(Clone, Copy)]
 struct WarpCoord {
@@ -379,18 +366,15 @@ fn mma_warp_tile<const MI: usize, const NI: usize, I: Input>(
     }
 }
 
-/// `act(x)` for the `layout::Activation` code `activation`. Out of line (a PTX `.func`, one `call` per element):
-/// inlined, the four activations unrolled over the warp tile tripled the size of the PTX module. Unmangled: a
-/// mangled name carries a crate hash that depends on the checkout's path, and the committed PTX must not.
-#[inline(never)]
-#[unsafe(no_mangle)]
-fn sparsek_activate(x: f32, activation: u32) -> f32 {
-    match activation {
-        1 => relu(x),
-        2 => gelu_tanh(x),
-        3 => silu(x),
-        _ => x,
-    }
+/// `act(x)` for the `layout::Activation` code `activation` (1..=3; 0 is handled by the caller), branch-free: one
+/// `x * sigmoid(z)` with `z` chosen by a select (GELU: `2u`, SiLU: `x`), and ReLU selected after it, so the code
+/// per element is one `ex2`, one `div.full` and a few selects, inlined (an out-of-line `.func` needs a name, and a
+/// Rust function's name either carries a path-dependent crate hash or is exported).
+#[inline(always)]
+fn activate(x: f32, activation: u32) -> f32 {
+    let z = if activation == 2 { 2.0 * 0.797_884_6 * (x + 0.044_715 * x * x * x) } else { x };
+    let smooth = x_sigmoid(x, z);
+    if activation == 1 { relu(x) } else { smooth }
 }
 
 /// `acc = act(alpha * acc + bias[row])` for every accumulator of the warp tile (rows from `row_base`), in
@@ -415,7 +399,7 @@ unsafe fn scale_bias_activate<const MI: usize, const NI: usize, I: Input>(
                 for v in &mut acc_mn[2 * half..2 * half + 2] {
                     *v = alpha * *v + b;
                     if activation != 0 {
-                        *v = sparsek_activate(*v, activation);
+                        *v = activate(*v, activation);
                     }
                 }
             }
