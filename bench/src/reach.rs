@@ -683,21 +683,7 @@ fn checks_cell(r: &ReachRecord) -> String {
 /// The Markdown table of a run: two lines of facts and method, then one row per case.
 pub fn markdown(header: &Header, records: &[ReachRecord]) -> String {
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{} (sm_{}{}, {} SMs, {:.0} MiB L2, max SM clock {} MHz), driver CUDA {}; {} UTC; sparsek {} at {}{}.",
-        header.gpu,
-        header.compute_capability.0,
-        header.compute_capability.1,
-        header.sm_count,
-        header.l2_bytes as f64 / f64::from(1 << 20),
-        header.sm_clock_max_mhz,
-        header.driver,
-        header.date_utc.replace('T', " ").trim_end_matches('Z'),
-        header.sparsek_version,
-        header.git_commit,
-        if header.git_dirty == Some(true) { " (uncommitted changes)" } else { "" },
-    );
+    let _ = writeln!(s, "{}", crate::report::header_line(header));
     let _ = writeln!(
         s,
         "Median of {} launches per contender after {} warm-up, interleaved launch by launch. Every contender \

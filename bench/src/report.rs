@@ -283,11 +283,9 @@ fn baseline_ms(o: &Outcome) -> String {
     if o.ms().is_some() && !o.trusted() { format!("{t}!") } else { t }
 }
 
-/// The Markdown table of a run: a header line, then one row per case.
-pub fn markdown(header: &Header, records: &[Record]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
+/// The first line of a Markdown report: the GPU, driver, date and commit of the run.
+pub fn header_line(header: &Header) -> String {
+    format!(
         "{} (sm_{}{}, {} SMs, {:.0} MiB L2, max SM clock {} MHz), driver CUDA {}; {} UTC; sparsek {} at {}{}.",
         header.gpu,
         header.compute_capability.0,
@@ -300,7 +298,13 @@ pub fn markdown(header: &Header, records: &[Record]) -> String {
         header.sparsek_version,
         header.git_commit,
         if header.git_dirty == Some(true) { " (uncommitted changes)" } else { "" },
-    );
+    )
+}
+
+/// The Markdown table of a run: a header line, then one row per case.
+pub fn markdown(header: &Header, records: &[Record]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{}", header_line(header));
     let _ = writeln!(
         s,
         "Median of {} launches per contender after {} warm-up, interleaved launch by launch; cuBLAS: {}; \
