@@ -626,3 +626,49 @@ fn views_of_owned_buffers_never_free_them() {
 /// The element types the views are generic over are the library's device types.
 #[allow(dead_code)]
 fn _types_are_device_elements<T: DeviceElement>() {}
+
+/// Empty operands at address 0, as PyTorch hands them over: no tokens (N = 0: x and y empty, nothing launched),
+/// and a weight without blocks (values and col_idx null: C = act(bias) + beta * C, computed by the kernel).
+#[test]
+fn empty_operands_at_address_zero() {
+    let Some(gpu) = gpu("empty_operands_at_address_zero") else { return };
+    let stream = gpu.stream();
+    let (bs, m, k) = (32usize, 96usize, 64usize);
+    let row_ptr = htod(stream, &[0i64; 4]);
+    let arrays = BsrArrays { values: 0, row_ptr: addr(stream, &row_ptr), col_idx: 0, index: IndexType::I64 };
+    // SAFETY: row_ptr holds block_rows + 1 = 4 zeros (a valid structure without blocks); values and col_idx are
+    // never read without blocks.
+    let w = unsafe { BsrView::<bf16>::from_raw_checked(gpu, arrays, m, k, bs, 0) }.unwrap();
+    let bias: Vec<bf16> = (0..m).map(|r| bf16::from_f32(r as f32 * 0.25 - 3.0)).collect();
+    let bias_d = htod(stream, &bias);
+    let bias_v = VectorView::from_cuda_slice(&bias_d);
+    let ep = Epilogue::new(1.0, 0.0).with_activation(Activation::Relu);
+    // No tokens: x (0 x k) and y (0 x m) at address 0.
+    {
+        // SAFETY: empty views are never read or written.
+        let (x, y) = unsafe {
+            (
+                DenseView::<bf16>::from_raw(0, 0, k, k, Layout::RowMajor).unwrap(),
+                DenseViewMut::<f32>::from_raw(0, 0, m, m, Layout::RowMajor).unwrap(),
+            )
+        };
+        // SAFETY: this Gpu's stream; nothing is launched.
+        unsafe { gpu.spmm_raw(stream.cu_stream(), &w, &x.t(), &mut y.t(), Some(&bias_v), ep) }.unwrap();
+    }
+    // Five tokens: y = relu(bias) for every token.
+    let n = 5;
+    let x_d = htod(stream, &vec![bf16::ONE; n * k]);
+    let mut y_d = htod(stream, &vec![f32::NAN; n * m]);
+    {
+        let x = DenseView::from_cuda_slice(&x_d, n, k, k, Layout::RowMajor).unwrap();
+        let y = DenseViewMut::from_cuda_slice(&mut y_d, n, m, m, Layout::RowMajor).unwrap();
+        // SAFETY: this Gpu's stream; buffers used only here.
+        unsafe { gpu.spmm_raw(stream.cu_stream(), &w, &x.t(), &mut y.t(), Some(&bias_v), ep) }.unwrap();
+    }
+    let y = dtoh(stream, &y_d);
+    for t in 0..n {
+        for r in 0..m {
+            assert_eq!(y[t * m + r], bias[r].to_f32().max(0.0), "token {t} feature {r}");
+        }
+    }
+}

@@ -30,8 +30,12 @@ fn dense_views_check_ld_and_alignment() {
         assert!(DenseViewMut::<f32>::from_raw(ADDR, 3, 5, 8, Layout::RowMajor).is_ok());
         // A span past the end of the address space.
         assert!(DenseView::<f16>::from_raw(u64::MAX - 15, 10, 24, 24, Layout::RowMajor).is_err());
-        // Empty views are valid.
+        // Empty views are valid, at any address (PyTorch gives empty tensors address 0).
         assert!(DenseView::<bf16>::from_raw(ADDR, 0, 0, 8, Layout::RowMajor).is_ok());
+        assert!(DenseView::<bf16>::from_raw(0, 0, 24, 24, Layout::RowMajor).is_ok());
+        assert!(DenseViewMut::<f32>::from_raw(0, 7, 0, 8, Layout::ColMajor).is_ok());
+        assert!(VectorView::<f16>::from_raw(0, 0).is_ok());
+        assert!(VectorView::<f16>::from_raw(0, 1).is_err());
     }
 }
 
@@ -69,6 +73,11 @@ fn bsr_views_check_the_description() {
         let v = BsrView::<bf16>::from_raw(arrays, 128, 256, 64, 3).unwrap();
         assert_eq!((v.rows(), v.cols(), v.block_size(), v.nnzb(), v.index_type()), (128, 256, 64, 3, IndexType::I64));
         assert!(VectorView::<f16>::from_raw(ADDR + 1, 10).is_err());
+        // Without blocks, values and col_idx may be null (never read); row_ptr may not.
+        let empty = BsrArrays { values: 0, col_idx: 0, ..arrays };
+        assert!(BsrView::<f16>::from_raw(empty, 128, 256, 64, 0).is_ok());
+        assert!(BsrView::<f16>::from_raw(empty, 128, 256, 64, 1).is_err());
+        assert!(BsrView::<f16>::from_raw(BsrArrays { row_ptr: 0, ..empty }, 128, 256, 64, 0).is_err());
         assert_eq!(VectorView::<f16>::from_raw(ADDR + 2, 10).unwrap().len(), 10);
     }
 }

@@ -74,7 +74,9 @@ fn check_dense<T: DeviceElement>(
             T::NAME
         ));
     }
-    if ptr == 0 || !ptr.is_multiple_of(16) {
+    // An empty matrix is never read or written: any address will do (PyTorch gives empty tensors address 0).
+    let empty = span(rows, cols, ld, layout) == Some(0);
+    if !empty && (ptr == 0 || !ptr.is_multiple_of(16)) {
         return bad(format!("device address {ptr:#x} must be non-null and 16-byte aligned"));
     }
     let bytes = span(rows, cols, ld, layout).and_then(|e| e.checked_mul(std::mem::size_of::<T>()));
@@ -118,6 +120,11 @@ pub struct DenseViewMut<'a, T> {
 }
 
 impl<'a, T> DenseView<'a, T> {
+    /// Whether the view spans no element (its address is never used).
+    pub(crate) fn is_empty_span(&self) -> bool {
+        span(self.rows, self.cols, self.ld, self.layout) == Some(0)
+    }
+
     /// A view of memory whose description the crate has already checked (an owned buffer's).
     pub(crate) fn trusted(ptr: CUdeviceptr, rows: usize, cols: usize, ld: usize) -> DenseView<'a, T> {
         DenseView { ptr, rows, cols, ld, layout: Layout::RowMajor, raw: false, _borrow: PhantomData }
@@ -327,13 +334,13 @@ impl<T> Clone for VectorView<'_, T> {
 impl<T> Copy for VectorView<'_, T> {}
 
 impl<'a, T: DeviceElement> VectorView<'a, T> {
-    /// `len` elements of `T` at `ptr` (non-null, aligned to the element size: checked).
+    /// `len` elements of `T` at `ptr` (non-null unless `len == 0`, aligned to the element size: checked).
     ///
     /// # Safety
     /// For all of `'a`, `len` elements at `ptr` lie in one live device allocation of the launch's GPU and are not
     /// written while a launch that reads them may run.
     pub unsafe fn from_raw(ptr: CUdeviceptr, len: usize) -> Result<VectorView<'a, T>> {
-        if ptr == 0 || !ptr.is_multiple_of(std::mem::size_of::<T>() as u64) {
+        if len > 0 && (ptr == 0 || !ptr.is_multiple_of(std::mem::size_of::<T>() as u64)) {
             return Err(Error::InvalidArgument {
                 name: "bias",
                 reason: format!("device address {ptr:#x} must be non-null and aligned to {} bytes", T::NAME.len()),
@@ -494,14 +501,15 @@ fn check_bsr_description<T: DeviceElement>(
         })?;
     let w = arrays.index.bytes() as u64;
     let bad = |reason: String| Err(Error::InvalidArgument { name: "BSR arrays", reason });
-    if arrays.values == 0 || !arrays.values.is_multiple_of(16) {
+    // Without blocks, values and col_idx are never read: any address will do (PyTorch gives empty tensors 0).
+    if nnzb > 0 && (arrays.values == 0 || !arrays.values.is_multiple_of(16)) {
         return bad(format!("values address {:#x} must be non-null and 16-byte aligned", arrays.values));
     }
     if (arrays.values as usize).checked_add(value_bytes).is_none() {
         return bad("the values run past the end of the address space".into());
     }
-    for (name, p) in [("row_ptr", arrays.row_ptr), ("col_idx", arrays.col_idx)] {
-        if p == 0 || !p.is_multiple_of(w) {
+    for (name, p, needed) in [("row_ptr", arrays.row_ptr, true), ("col_idx", arrays.col_idx, nnzb > 0)] {
+        if needed && (p == 0 || !p.is_multiple_of(w)) {
             return bad(format!("{name} address {p:#x} must be non-null and aligned to its {w}-byte entries"));
         }
     }

@@ -39,8 +39,10 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
 impl Gpu {
     /// Checks a view's structure on the device (see [`BsrView::from_raw_checked`]).
     pub(crate) fn check_structure<T: DeviceElement>(&self, a: &BsrView<'_, T>) -> Result<()> {
-        for (what, ptr) in [("A's values", a.values), ("A's row_ptr", a.row_ptr), ("A's col_idx", a.col_idx)] {
-            self.check_pointer_of(what, ptr)?;
+        self.check_pointer_of("A's row_ptr", a.row_ptr)?;
+        if a.nnzb > 0 {
+            self.check_pointer_of("A's values", a.values)?;
+            self.check_pointer_of("A's col_idx", a.col_idx)?;
         }
         let block_rows = a.rows / a.bs;
         if block_rows == 0 {

@@ -82,15 +82,17 @@ impl Gpu {
         let kernel = self.find_kernel::<TA, TC>(a.bs, b.layout)?;
         self.ctx_current()?;
         self.check_stream(stream)?;
-        for (what, raw, ptr) in [
-            ("A's values", a.raw, a.values),
+        // Raw pointers are checked where they will be used (an empty operand's address never is).
+        let has_blocks = a.nnzb > 0;
+        for (what, check, ptr) in [
+            ("A's values", a.raw && has_blocks, a.values),
             ("A's row_ptr", a.raw, a.row_ptr),
-            ("A's col_idx", a.raw, a.col_idx),
-            ("B", b.raw, b.ptr),
-            ("C", c.view.raw, c.view.ptr),
-            ("the bias", bias.is_some_and(|v| v.raw), bias.map_or(0, |v| v.ptr)),
+            ("A's col_idx", a.raw && has_blocks, a.col_idx),
+            ("B", b.raw && !b.is_empty_span(), b.ptr),
+            ("C", c.view.raw && !c.view.is_empty_span(), c.view.ptr),
+            ("the bias", bias.is_some_and(|v| v.raw && v.len > 0), bias.map_or(0, |v| v.ptr)),
         ] {
-            if raw {
+            if check {
                 self.check_pointer_of(what, ptr)?;
             }
         }
