@@ -147,18 +147,7 @@ pub(crate) fn poison<T>(gpu: &Gpu, mut s: CudaViewMut<'_, T>) -> std::result::Re
 pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
     let info = gpu.info();
     let libs = runner::Libs { cublas: cublas::Cublas::new(gpu), cusparse: cusparse::Cusparse::new(gpu) };
-    let (git_commit, git_dirty) = env::git_commit();
     let header = Header {
-        gpu: info.name.clone(),
-        compute_capability: info.compute_capability,
-        driver: info.driver_version_string(),
-        sm_count: info.sm_count,
-        l2_bytes: info.l2_bytes,
-        sm_clock_max_mhz: info.sm_clock_khz / 1000,
-        date_utc: env::now_utc(),
-        git_commit,
-        git_dirty,
-        sparsek_version: env!("CARGO_PKG_VERSION").to_string(),
         cublas: match &libs.cublas {
             Ok(l) => format!("libcublas {}", l.version()),
             Err(e) => format!("unavailable: {e}"),
@@ -178,6 +167,7 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
         check_rows: cfg.check_rows,
         seed: cfg.seed,
         command: cfg.command.clone(),
+        ..Header::for_gpu(gpu)
     };
     eprintln!(
         "sparsek bench on {} (sm_{}{}, driver CUDA {}), {} cases, median of {} launches after {} warm-up",

@@ -27,7 +27,7 @@ use crate::cublas::{self, Cublas};
 use crate::grid::{Case, percent};
 use crate::json::round_sig;
 use crate::report::{Check, Header, Timing};
-use crate::{env, poison, rotation_sets};
+use crate::{poison, rotation_sets};
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, max_abs};
 use sparsek::error::{Error, Result};
@@ -292,18 +292,7 @@ pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
     let iters = cfg.iters.max(MIN_ITERS);
     let info = gpu.info();
     let lib = Cublas::new(gpu);
-    let (git_commit, git_dirty) = env::git_commit();
     let header = Header {
-        gpu: info.name.clone(),
-        compute_capability: info.compute_capability,
-        driver: info.driver_version_string(),
-        sm_count: info.sm_count,
-        l2_bytes: info.l2_bytes,
-        sm_clock_max_mhz: info.sm_clock_khz / 1000,
-        date_utc: env::now_utc(),
-        git_commit,
-        git_dirty,
-        sparsek_version: env!("CARGO_PKG_VERSION").to_string(),
         cublas: match &lib {
             Ok(l) => format!("libcublas {}", l.version()),
             Err(e) => format!("unavailable: {e}"),
@@ -314,6 +303,7 @@ pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
         check_rows: cfg.check_rows,
         seed: cfg.seed,
         command: cfg.command.clone(),
+        ..Header::for_gpu(gpu)
     };
     eprintln!(
         "sparsek bench --reach on {} (sm_{}{}, driver CUDA {}), {} cases, median of {} launches after {} warm-up",

@@ -283,6 +283,28 @@ fn baseline_ms(o: &Outcome) -> String {
     if o.ms().is_some() && !o.trusted() { format!("{t}!") } else { t }
 }
 
+impl Header {
+    /// The facts of `gpu` and of this build (name, compute capability, driver, SMs, L2, clock, date, commit,
+    /// version); the run's libraries and parameters are left empty for the caller to fill in.
+    pub fn for_gpu(gpu: &sparsek::gpu::Gpu) -> Header {
+        let info = gpu.info();
+        let (git_commit, git_dirty) = crate::env::git_commit();
+        Header {
+            gpu: info.name.clone(),
+            compute_capability: info.compute_capability,
+            driver: info.driver_version_string(),
+            sm_count: info.sm_count,
+            l2_bytes: info.l2_bytes,
+            sm_clock_max_mhz: info.sm_clock_khz / 1000,
+            date_utc: crate::env::now_utc(),
+            git_commit,
+            git_dirty,
+            sparsek_version: env!("CARGO_PKG_VERSION").to_string(),
+            ..Header::default()
+        }
+    }
+}
+
 /// The first line of a Markdown report: the GPU, driver, date and commit of the run.
 pub fn header_line(header: &Header) -> String {
     format!(
