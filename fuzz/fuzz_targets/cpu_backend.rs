@@ -15,6 +15,8 @@
 //! - `spmm` never writes C's padding and, with beta == 0, never reads C (a NaN-poisoned C gives finite
 //!   results);
 //! - `reference_rows` gives the listed rows in order, duplicates allowed, and `InvalidArgument` for a row >= M.
+//! - with a bias (and ReLU) everything above holds for `act(alpha * (A @ B) + bias) + beta * C`; a bias of the
+//!   wrong length is `InvalidArgument` and changes nothing.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -65,6 +67,10 @@ struct Input {
     c_seed: u64,
     alpha: u8,
     beta: u8,
+    /// Some: a bias per row of C from this seed (one value too many when the seed is a multiple of 7: refused).
+    bias: Option<u64>,
+    /// ReLU in the epilogue (exact, unlike GELU and SiLU, so the checks below stay bit-exact).
+    relu: bool,
     /// Fill C with NaN when beta == 0 (it must not be read).
     poison_c: bool,
     /// Some: `RowSample::Random { count, seed }`.
@@ -140,7 +146,17 @@ fn run<TA: Scalar, TB: Scalar, TC: Scalar>(t: &Input) {
     let mut brng = Rng::new(t.b_seed);
     let b: Matrix<TB> = padded(kb, n, t.b_pad as usize % 4, |_, _| small(&mut brng, 4, scale));
     let (mc, nc) = (t.c_rows.get(m), t.c_cols.get(n));
-    let ep = Epilogue::new(SCALARS[t.alpha as usize % 10], SCALARS[t.beta as usize % 10]);
+    let act = if t.relu { sparsek::Activation::Relu } else { sparsek::Activation::Identity };
+    let ep = Epilogue::new(SCALARS[t.alpha as usize % 10], SCALARS[t.beta as usize % 10]).with_activation(act);
+    let bias_len = match t.bias {
+        Some(seed) if seed % 7 == 0 => m + 1,
+        _ => m,
+    };
+    let bias_vals: Option<Vec<TA>> = t.bias.map(|seed| {
+        let mut rng = Rng::new(seed);
+        (0..bias_len).map(|_| TA::from_f64(small(&mut rng, 4, scale))).collect()
+    });
+    let bias = bias_vals.as_deref();
     let poison = t.poison_c && ep.beta == 0.0;
     let mut crng = Rng::new(t.c_seed);
     let c0: Matrix<TC> =
@@ -156,7 +172,14 @@ fn run<TA: Scalar, TB: Scalar, TC: Scalar>(t: &Input) {
 
     // spmm.
     let mut c = c0.clone();
-    let got = cpu::spmm(&a, &b, &mut c, ep);
+    if fits && bias_len != m {
+        let e = cpu::spmm_with_bias(&a, &b, &mut c, ep, bias).expect_err("a bias of the wrong length was accepted");
+        assert!(matches!(e, Error::InvalidArgument { name: "bias", .. }), "{e:?}");
+        assert!(bits_of(&c) == bits_of(&c0), "spmm_with_bias changed C on error");
+        assert!(cpu::reference_with_bias(&a, &b, &c0, ep, bias).is_err(), "reference accepted a wrong bias");
+        return;
+    }
+    let got = cpu::spmm_with_bias(&a, &b, &mut c, ep, bias);
     if !fits {
         mismatch("spmm", got.expect_err("spmm of mismatched shapes succeeded"));
         assert!(bits_of(&c) == bits_of(&c0), "spmm changed C on error");
@@ -177,7 +200,9 @@ fn run<TA: Scalar, TB: Scalar, TC: Scalar>(t: &Input) {
             for p in 0..k {
                 s += ad[r * k + p] * at(&b, p, j);
             }
-            exact[r * n + j] = if beta == 0.0 { alpha * s } else { alpha * s + beta * at(&c0, r, j) };
+            let v = alpha * s + bias.map_or(0.0, |v| v[r].to_f64());
+            let v = if t.relu && v < 0.0 { 0.0 } else { v };
+            exact[r * n + j] = if beta == 0.0 { v } else { v + beta * at(&c0, r, j) };
         }
     }
 
@@ -198,7 +223,7 @@ fn run<TA: Scalar, TB: Scalar, TC: Scalar>(t: &Input) {
     }
 
     // reference: exact.
-    let want = cpu::reference(&a, &b, &c0, ep).expect("reference of fitting shapes");
+    let want = cpu::reference_with_bias(&a, &b, &c0, ep, bias).expect("reference of fitting shapes");
     assert_eq!((want.rows(), want.cols()), (m, n));
     for r in 0..m {
         for j in 0..n {
@@ -212,14 +237,14 @@ fn run<TA: Scalar, TB: Scalar, TC: Scalar>(t: &Input) {
     }
 
     // The library's tolerance path.
-    let tol = Tolerance::for_operands(&a, &b, &c0, ep);
+    let tol = Tolerance::for_operands_with_bias(&a, &b, &c0, ep, bias);
     let report = compare(&c, &want, tol);
     assert!(report.passed() && report.checked == m * n, "compare: {report}");
     let sample = match t.sample {
         Some((count, seed)) => RowSample::Random { count: count as usize % 20, seed },
         None => RowSample::All,
     };
-    let expected = Expected::compute(&a, &b, &c0, ep, sample, |_, _| {}).expect("Expected::compute");
+    let expected = Expected::compute_with_bias(&a, &b, &c0, ep, bias, sample, |_, _| {}).expect("Expected::compute");
     let rows: Vec<usize> = expected.rows().iter().map(|(r, _)| *r).collect();
     assert!(rows.windows(2).all(|w| w[0] < w[1]) && rows.iter().all(|&r| r < m), "sampled rows {rows:?}");
     // An output without columns has nothing to check: no rows are computed, and it counts as fully covered.
@@ -246,7 +271,7 @@ fn run<TA: Scalar, TB: Scalar, TC: Scalar>(t: &Input) {
 
     // reference_rows: the listed rows, in order; a row >= M is an error.
     let list: Vec<usize> = t.row_list.iter().take(16).map(|&r| r as usize % (m + 2)).collect();
-    match cpu::reference_rows(&a, &b, &c0, ep, &list) {
+    match cpu::reference_rows_with_bias(&a, &b, &c0, ep, bias, &list) {
         Ok(out) => {
             assert!(list.iter().all(|&r| r < m), "reference_rows accepted a row >= {m}");
             assert_eq!(out.len(), list.len());
