@@ -212,39 +212,32 @@ impl Gpu {
         Ok(())
     }
 
-    /// `Ok` when `ptr` is device memory of this GPU (`cuPointerGetAttribute`).
+    /// `Ok` when `ptr` is device memory of this GPU: one `cuPointerGetAttributes` call for the memory type and
+    /// the device ordinal (half the driver calls of two `cuPointerGetAttribute`: this runs for every raw
+    /// pointer of every launch, and a framework's per-call overhead is counted in microseconds).
     pub(crate) fn check_pointer_of(&self, what: &'static str, ptr: CUdeviceptr) -> Result<()> {
-        use cudarc::driver::sys::{CUmemorytype, CUpointer_attribute, CUresult, cuPointerGetAttribute};
+        use cudarc::driver::sys::{CUmemorytype, CUpointer_attribute, cuPointerGetAttributes};
         let not_device = |reason: String| Err(Error::InvalidArgument { name: what, reason });
         let mut mem_type: u32 = 0;
-        // SAFETY: CU_POINTER_ATTRIBUTE_MEMORY_TYPE writes one CUmemorytype (a u32) through a valid pointer.
-        let r = unsafe {
-            cuPointerGetAttribute(
-                (&mut mem_type as *mut u32).cast(),
-                CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                ptr,
-            )
-        };
-        if r == CUresult::CUDA_ERROR_INVALID_VALUE {
-            return not_device(format!("address {ptr:#x} is not memory the CUDA driver knows"));
+        let mut ordinal: i32 = -1;
+        let mut attributes = [
+            CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        ];
+        let mut data = [(&mut mem_type as *mut u32).cast::<std::ffi::c_void>(), (&mut ordinal as *mut i32).cast()];
+        // SAFETY: two attributes, each written through its pointer: MEMORY_TYPE a CUmemorytype (a u32),
+        // DEVICE_ORDINAL an int. For an address the driver does not know, it writes zeros and returns success.
+        unsafe { cuPointerGetAttributes(2, attributes.as_mut_ptr(), data.as_mut_ptr(), ptr) }
+            .result()
+            .map_err(cuda("cuPointerGetAttributes"))?;
+        if mem_type == CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
+            return not_device(format!("address {ptr:#x} is host memory, not device memory"));
         }
-        r.result().map_err(cuda("cuPointerGetAttribute"))?;
         if mem_type != CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
             && mem_type != CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32
         {
-            return not_device(format!("address {ptr:#x} is host memory, not device memory"));
+            return not_device(format!("address {ptr:#x} is not memory the CUDA driver knows"));
         }
-        let mut ordinal: i32 = -1;
-        // SAFETY: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL writes one int through a valid pointer.
-        unsafe {
-            cuPointerGetAttribute(
-                (&mut ordinal as *mut i32).cast(),
-                CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                ptr,
-            )
-        }
-        .result()
-        .map_err(cuda("cuPointerGetAttribute"))?;
         if ordinal != self.info().ordinal as i32 {
             return not_device(format!(
                 "address {ptr:#x} is memory of device {ordinal}; this Gpu is device {}",
