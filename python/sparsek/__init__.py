@@ -1,0 +1,126 @@
+"""sparsek: block-sparse (BSR) x dense matrix multiplication on NVIDIA tensor cores, for PyTorch.
+
+The kernels are written in Rust and embedded in the extension module (prebuilt SASS for A100/H100-class GPUs,
+PTX for the rest): no CUDA toolkit is needed, only the NVIDIA driver, and on a machine without a GPU the same
+functions run sparsek's multi-threaded CPU backend on CPU tensors.
+
+- :func:`bsr_mm`: ``alpha * a @ b (+ beta * out)`` with ``a`` a ``torch.sparse_bsr`` tensor (square blocks of
+  16, 32, 64 or 128, int32 or int64 indices, float16 or bfloat16) and ``b`` dense;
+- :func:`linear`: ``act(x @ w.T + bias)`` with ``w`` a BSR weight, any leading batch dimensions of ``x``;
+- :class:`sparsek.nn.BlockSparseLinear`: a drop-in for ``torch.nn.Linear`` with block-pruned weights
+  (``BlockSparseLinear.from_dense(linear, block_size, density=...)``).
+
+On CUDA tensors everything runs zero-copy on ``torch.cuda.current_stream()``, works under ``torch.compile``
+(the ops are registered with ``torch.library`` as ``torch.ops.sparsek.*``) and inside CUDA graphs. Backward is
+not supported yet (inference only): it raises ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _native
+from ._ops import ACTIVATIONS, activation_code
+
+__version__ = _native.__version__
+
+__all__ = ["bsr_mm", "linear", "nn", "cuda_available", "device_info", "ACTIVATIONS", "__version__"]
+
+
+def _bsr_components(a: torch.Tensor, what: str):
+    if not isinstance(a, torch.Tensor) or a.layout != torch.sparse_bsr:
+        layout = a.layout if isinstance(a, torch.Tensor) else type(a).__name__
+        raise TypeError(
+            f"sparsek: {what} must be a torch.sparse_bsr tensor (e.g. dense.to_sparse_bsr(64)), not {layout}"
+        )
+    if a.dim() != 2:
+        raise ValueError(f"sparsek: {what} must be a 2-D BSR matrix (batched BSR is not supported), not {a.dim()}-D")
+    return a.values(), a.crow_indices(), a.col_indices(), a.shape[0], a.shape[1]
+
+
+def bsr_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """``alpha * (a @ b) + beta * out``: a block-sparse matrix times a dense one, like ``torch.sparse.mm``.
+
+    Args:
+        a: a 2-D ``torch.sparse_bsr`` tensor, ``M x K``, with square blocks of 16, 32, 64 or 128, int32 or int64
+            ``crow_indices``/``col_indices`` and float16 or bfloat16 values (``dense.to_sparse_bsr(64)``).
+        b: a dense ``K x N`` tensor of ``a``'s dtype on ``a``'s device, row- or column-major (``b.t()`` of a
+            contiguous tensor is read as it is).
+        out: optional ``M x N`` result tensor, float32 or ``a``'s dtype, written in place; with ``beta != 0`` its
+            old values are scaled by ``beta`` and added (``beta == 0``: they are never read, NaN included).
+        alpha: scale of the product.
+        beta: scale of ``out``'s old values; needs ``out``.
+        out_dtype: the result's dtype when ``out`` is not given: ``a``'s dtype (default) or ``torch.float32``.
+
+    Returns:
+        ``out`` if given, else a new contiguous ``M x N`` tensor. Accumulation is in float32.
+
+    CUDA tensors run sparsek's tensor-core kernel on ``torch.cuda.current_stream()`` without copying any input
+    (an input whose rows are not 16-byte aligned, e.g. a row-major ``b`` with ``N`` not a multiple of 8, is
+    first copied to an aligned buffer, and likewise the result). The BSR structure is checked on the device the
+    first time a set of index tensors is used (an invalid one raises ``ValueError`` naming the block row) and
+    remembered while those tensors are unchanged. CPU tensors run sparsek's CPU backend.
+
+    Raises:
+        TypeError: ``a`` is not BSR, or unsupported or mismatched dtypes.
+        ValueError: shapes, block size, invalid structure, devices.
+        RuntimeError: CUDA errors (no usable GPU or driver, a refused launch).
+    """
+    values, crow, col, rows, cols = _bsr_components(a, "a")
+    if out is None:
+        if beta != 0.0:
+            raise ValueError("sparsek: beta scales out's old values; pass out= to use it")
+        return torch.ops.sparsek.bsr_mm(values, crow, col, rows, cols, b, float(alpha), out_dtype)
+    if out_dtype is not None and out_dtype != out.dtype:
+        raise TypeError(f"sparsek: out_dtype {out_dtype} differs from out's dtype {out.dtype}")
+    if torch.is_grad_enabled() and (out.requires_grad or values.requires_grad or b.requires_grad):
+        raise RuntimeError("sparsek: bsr_mm(..., out=...) does not support automatic differentiation")
+    torch.ops.sparsek.bsr_mm_out(values, crow, col, rows, cols, b, float(alpha), float(beta), out)
+    return out
+
+
+def linear(
+    x: torch.Tensor,
+    w_bsr: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+) -> torch.Tensor:
+    """``act(x @ w_bsr.T + bias)``: a linear layer with a block-sparse weight, in one kernel launch.
+
+    Args:
+        x: ``(..., in_features)``, float16 or bfloat16, any leading batch dimensions.
+        w_bsr: the weight, a 2-D ``torch.sparse_bsr`` tensor ``out_features x in_features`` (as
+            ``torch.nn.Linear.weight``) of ``x``'s dtype, square blocks of 16, 32, 64 or 128.
+        bias: optional ``(out_features,)`` of ``x``'s dtype, fused into the kernel's epilogue.
+        activation: ``None``, ``"relu"``, ``"gelu_tanh"`` (``F.gelu(approximate="tanh")``) or ``"silu"``, fused.
+
+    Returns:
+        ``(..., out_features)`` of ``x``'s dtype, accumulated in float32. On CUDA no transpose and no copy is
+        made (``y^T = W @ x^T`` on column-major views of ``x`` and ``y``), for any number of tokens.
+    """
+    values, crow, col, _, cols = _bsr_components(w_bsr, "w_bsr")
+    return torch.ops.sparsek.linear(x, values, crow, col, cols, bias, activation_code(activation))
+
+
+def cuda_available() -> bool:
+    """Whether the NVIDIA driver and a GPU are present (sparsek needs compute capability 8.0 or newer)."""
+    return _native.cuda_available()
+
+
+def device_info(device: int | torch.device | None = None) -> dict:
+    """The GPU's name, compute capability, and the kernel module sparsek loaded for it (embedded SASS or PTX)."""
+    index = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+    index = index.index if index.index is not None else torch.cuda.current_device()
+    name, cc, module, loaded_from = _native.device_info(index)
+    return {"name": name, "compute_capability": cc, "module": module, "loaded_from": loaded_from}
+
+
+from . import nn  # noqa: E402  (nn uses the ops registered above)

@@ -1,0 +1,447 @@
+//! `sparsek._native`: the extension module behind the `sparsek` Python package. It takes plain integers (device
+//! or host addresses, sizes, strides) that the package's Python layer (`sparsek/_ops.py`) reads off torch
+//! tensors after checking their dtypes, devices and strides, so it depends on no torch version and no CUDA
+//! toolkit: the GPU path is sparsek's `Gpu::spmm_raw` on the caller's stream, the CPU path sparsek's CPU backend.
+//!
+//! Private API: the addresses must be those of live tensors of the stated sizes (the Python layer guarantees it);
+//! everything else (shapes, alignment, block sizes, the stream's context, that every device address is memory of
+//! the GPU, the structure on the CPU path and, on request, on the device) is checked again here by the library.
+//! Errors become `ValueError` (shapes, structure, sizes), `TypeError` (element types), `MemoryError` (out of
+//! memory) or `RuntimeError` (driver, device, module), carrying the library's message.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use sparsek::gpu::{
+    BsrArrays, BsrView, CUstream, DenseView, DenseViewMut, Gpu, IndexType, InputElement, OutputElement, VectorView,
+};
+use sparsek::{Activation, Bsr, BsrError, Epilogue, Error, Layout, Matrix, Scalar, bf16, f16};
+
+/// The library's error as the Python exception a torch user expects, with the library's message.
+fn to_py(e: Error) -> PyErr {
+    let msg = format!("sparsek: {e}");
+    match e {
+        Error::InvalidArgument { name: "element types", .. } => PyTypeError::new_err(msg),
+        Error::InvalidBsr(_)
+        | Error::ShapeMismatch { .. }
+        | Error::InvalidMatrix { .. }
+        | Error::InvalidArgument { .. }
+        | Error::TooLarge { .. }
+        | Error::NonFinite { .. }
+        | Error::Io { .. } => PyValueError::new_err(msg),
+        Error::OutOfMemory { .. } => PyMemoryError::new_err(msg),
+        _ => PyRuntimeError::new_err(msg),
+    }
+}
+
+/// One `Gpu` per device ordinal, opened on first use (the module load takes about 0.4 s) and kept for the life
+/// of the process. It holds the device's primary context, the one PyTorch uses.
+fn gpu(py: Python<'_>, ordinal: usize) -> PyResult<Arc<Gpu>> {
+    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+    let gpus = GPUS.get_or_init(Default::default);
+    if let Some(g) = gpus.lock().unwrap_or_else(PoisonError::into_inner).get(&ordinal) {
+        return Ok(g.clone());
+    }
+    let opened = Arc::new(py.detach(|| Gpu::new(ordinal)).map_err(to_py)?);
+    Ok(gpus.lock().unwrap_or_else(PoisonError::into_inner).entry(ordinal).or_insert(opened).clone())
+}
+
+fn activation(code: u32) -> PyResult<Activation> {
+    Activation::ALL.get(code as usize).copied().ok_or_else(|| {
+        PyValueError::new_err(format!("sparsek: activation code {code} is not one of 0..{}", Activation::ALL.len()))
+    })
+}
+
+fn layout(col_major: bool) -> Layout {
+    if col_major { Layout::ColMajor } else { Layout::RowMajor }
+}
+
+/// One product's description, as the Python layer read it off the tensors: `C (m x n) = act(alpha * A @ B +
+/// bias) + beta * C` with A a BSR matrix (m x k, blocks of bs) and B k x n. Addresses are device addresses on
+/// the GPU path and host addresses on the CPU path; `bias == 0` means no bias.
+#[derive(Clone, Copy)]
+struct Product {
+    values: u64,
+    row_ptr: u64,
+    col_idx: u64,
+    index64: bool,
+    m: usize,
+    k: usize,
+    bs: usize,
+    nnzb: usize,
+    b: u64,
+    b_ld: usize,
+    b_col_major: bool,
+    n: usize,
+    c: u64,
+    c_ld: usize,
+    c_col_major: bool,
+    bias: u64,
+    ep: Epilogue,
+}
+
+impl Product {
+    fn arrays(&self) -> BsrArrays {
+        BsrArrays {
+            values: self.values,
+            row_ptr: self.row_ptr,
+            col_idx: self.col_idx,
+            index: if self.index64 { IndexType::I64 } else { IndexType::U32 },
+        }
+    }
+
+    /// # Safety
+    /// The addresses are live device memory of `gpu` with the sizes the description states; the structure is
+    /// valid (checked on the device by `cuda_check_bsr` or known valid); `stream` is a live stream of `gpu`'s
+    /// context (or 0).
+    unsafe fn launch<TA: InputElement, TC: OutputElement>(&self, gpu: &Gpu, stream: CUstream) -> sparsek::Result<()> {
+        // SAFETY: the function's contract (the Python layer passes a live tensor's address and sizes for each).
+        let a = unsafe { BsrView::<TA>::from_raw(self.arrays(), self.m, self.k, self.bs, self.nnzb)? };
+        // SAFETY: as above.
+        let b = unsafe { DenseView::<TA>::from_raw(self.b, self.k, self.n, self.b_ld, layout(self.b_col_major))? };
+        // SAFETY: as above; the output tensor is not read or written by anything else during the launch.
+        let mut c =
+            unsafe { DenseViewMut::<TC>::from_raw(self.c, self.m, self.n, self.c_ld, layout(self.c_col_major))? };
+        let bias = match self.bias {
+            0 => None,
+            // SAFETY: as above (m elements).
+            p => Some(unsafe { VectorView::<TA>::from_raw(p, self.m)? }),
+        };
+        // SAFETY: as above; the stream is torch's current stream of the tensors' device.
+        unsafe { gpu.spmm_raw(stream, &a, &b, &mut c, bias.as_ref(), self.ep) }
+    }
+
+    /// The CPU backend over host memory: the BSR arrays are copied into a validated `Bsr` (checked like any
+    /// other), B into a row-major matrix, and the result written back in C's layout.
+    ///
+    /// # Safety
+    /// The addresses are live host memory with the sizes the description states, aligned for their types, and
+    /// nothing else accesses C during the call.
+    unsafe fn cpu<TA: Scalar, TC: Scalar>(&self) -> sparsek::Result<()> {
+        if !matches!(self.bs, 16 | 32 | 64 | 128) {
+            return Err(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs: self.bs }));
+        }
+        for (what, dim) in [("rows", self.m), ("cols", self.k)] {
+            if !dim.is_multiple_of(self.bs) {
+                return Err(Error::InvalidArgument {
+                    name: what,
+                    reason: format!("{dim} is not a multiple of the block size {}", self.bs),
+                });
+            }
+        }
+        // SAFETY (each read): the function's contract; offsets stay within the stated sizes.
+        let index = |ptr: u64, len: usize, what: &'static str| -> sparsek::Result<Vec<u32>> {
+            (0..len)
+                .map(|i| {
+                    let v: i64 = if self.index64 {
+                        unsafe { *(ptr as *const i64).add(i) }
+                    } else {
+                        i64::from(unsafe { *(ptr as *const i32).add(i) })
+                    };
+                    u32::try_from(v).map_err(|_| Error::InvalidArgument {
+                        name: what,
+                        reason: format!("entry {i} is {v}, outside 0..2^32"),
+                    })
+                })
+                .collect()
+        };
+        let row_ptr = index(self.row_ptr, self.m / self.bs + 1, "crow_indices")?;
+        let col_idx = index(self.col_idx, self.nnzb, "col_indices")?;
+        let value_count = self.nnzb.checked_mul(self.bs * self.bs).ok_or(Error::TooLarge {
+            what: "BSR values (nnzb * bs * bs)",
+            requested: self.nnzb as u128 * (self.bs * self.bs) as u128,
+            limit: usize::MAX as u128,
+        })?;
+        let values = if value_count == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the function's contract (nnzb * bs * bs values).
+            unsafe { std::slice::from_raw_parts(self.values as *const TA, value_count) }.to_vec()
+        };
+        let a = Bsr::try_new(self.m, self.k, self.bs, row_ptr, col_idx, values)?;
+        let at = |ld: usize, col_major: bool| move |r: usize, c: usize| if col_major { c * ld + r } else { r * ld + c };
+        let b_at = at(self.b_ld, self.b_col_major);
+        // SAFETY: (r, c) within k x n, so the offset is within B's span.
+        let b = Matrix::<TA>::from_fn(self.k, self.n, |r, c| unsafe { *(self.b as *const TA).add(b_at(r, c)) })?;
+        let c_at = at(self.c_ld, self.c_col_major);
+        let mut c = if self.ep.beta != 0.0 {
+            // SAFETY: (r, c) within m x n, within C's span.
+            Matrix::<TC>::from_fn(self.m, self.n, |r, c| unsafe { *(self.c as *const TC).add(c_at(r, c)) })?
+        } else {
+            Matrix::<TC>::zeros(self.m, self.n)?
+        };
+        let bias = match self.bias {
+            // SAFETY: m values of TA.
+            p if p != 0 && self.m > 0 => Some(unsafe { std::slice::from_raw_parts(p as *const TA, self.m) }),
+            _ => None,
+        };
+        sparsek::cpu::spmm_with_bias(&a, &b, &mut c, self.ep, bias)?;
+        for r in 0..self.m {
+            for (j, v) in c.row(r).iter().enumerate() {
+                // SAFETY: (r, j) within m x n, within C's span; nothing else accesses C.
+                unsafe { *(self.c as *mut TC).add(c_at(r, j)) = *v };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Dispatches `$f::<TA, TC>` on the (input, output) type names the Python layer passes.
+macro_rules! by_types {
+    ($dtype:expr, $out:expr, $f:ident ( $($arg:expr),* )) => {
+        match ($dtype, $out) {
+            ("f16", "f32") => $f::<f16, f32>($($arg),*),
+            ("f16", "f16") => $f::<f16, f16>($($arg),*),
+            ("bf16", "f32") => $f::<bf16, f32>($($arg),*),
+            ("bf16", "bf16") => $f::<bf16, bf16>($($arg),*),
+            (a, c) => Err(Error::InvalidArgument {
+                name: "element types",
+                reason: format!(
+                    "{a} inputs with a {c} output are not supported: inputs are float16 or bfloat16, the output \
+                     float32 or the inputs' own type"
+                ),
+            }),
+        }
+    };
+}
+
+#[allow(clippy::too_many_arguments)]
+fn product(
+    values: u64,
+    row_ptr: u64,
+    col_idx: u64,
+    index64: bool,
+    m: usize,
+    k: usize,
+    bs: usize,
+    nnzb: usize,
+    b: u64,
+    b_ld: usize,
+    b_col_major: bool,
+    n: usize,
+    c: u64,
+    c_ld: usize,
+    c_col_major: bool,
+    bias: u64,
+    alpha: f32,
+    beta: f32,
+    act: u32,
+) -> PyResult<Product> {
+    let ep = Epilogue::new(alpha, beta).with_activation(activation(act)?);
+    Ok(Product {
+        values,
+        row_ptr,
+        col_idx,
+        index64,
+        m,
+        k,
+        bs,
+        nnzb,
+        b,
+        b_ld,
+        b_col_major,
+        n,
+        c,
+        c_ld,
+        c_col_major,
+        bias,
+        ep,
+    })
+}
+
+/// `C = act(alpha * A @ B + bias) + beta * C` on GPU `device`, queued on the raw CUDA stream `stream` (torch's
+/// `current_stream().cuda_stream`); no synchronisation, no allocation (CUDA-graph capturable). The structure
+/// must have been checked (`cuda_check_bsr`). Private: called by sparsek/_ops.py with a live tensor's address and
+/// sizes for each operand.
+#[pyfunction]
+#[pyo3(signature = (device, stream, dtype, out_dtype, values, row_ptr, col_idx, index64, m, k, bs, nnzb, b, b_ld,
+    b_col_major, n, c, c_ld, c_col_major, bias, alpha, beta, activation))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_spmm(
+    py: Python<'_>,
+    device: usize,
+    stream: usize,
+    dtype: &str,
+    out_dtype: &str,
+    values: u64,
+    row_ptr: u64,
+    col_idx: u64,
+    index64: bool,
+    m: usize,
+    k: usize,
+    bs: usize,
+    nnzb: usize,
+    b: u64,
+    b_ld: usize,
+    b_col_major: bool,
+    n: usize,
+    c: u64,
+    c_ld: usize,
+    c_col_major: bool,
+    bias: u64,
+    alpha: f32,
+    beta: f32,
+    activation: u32,
+) -> PyResult<()> {
+    let p = product(
+        values,
+        row_ptr,
+        col_idx,
+        index64,
+        m,
+        k,
+        bs,
+        nnzb,
+        b,
+        b_ld,
+        b_col_major,
+        n,
+        c,
+        c_ld,
+        c_col_major,
+        bias,
+        alpha,
+        beta,
+        activation,
+    )?;
+    let gpu = gpu(py, device)?;
+    let stream = stream as CUstream;
+    // SAFETY: the Python layer passes live tensors' addresses and sizes on their own device, a structure it has
+    // checked on the device, and torch's current stream of that device.
+    unsafe fn go<TA: InputElement, TC: OutputElement>(p: &Product, gpu: &Gpu, s: CUstream) -> sparsek::Result<()> {
+        // SAFETY: the caller's contract, above.
+        unsafe { p.launch::<TA, TC>(gpu, s) }
+    }
+    // SAFETY: see `go`.
+    unsafe { by_types!(dtype, out_dtype, go(&p, &gpu, stream)) }.map_err(to_py)
+}
+
+/// Checks a BSR structure on GPU `device` (one launch and an 8-byte read-back on sparsek's stream of the
+/// device, which waits for it): `row_ptr` from 0 to `nnzb`, nondecreasing; `col_idx` strictly increasing per
+/// block row and in range. Raises `ValueError` naming the first bad block row. Private, as `cuda_spmm`.
+#[pyfunction]
+#[pyo3(signature = (device, dtype, values, row_ptr, col_idx, index64, m, k, bs, nnzb))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_check_bsr(
+    py: Python<'_>,
+    device: usize,
+    dtype: &str,
+    values: u64,
+    row_ptr: u64,
+    col_idx: u64,
+    index64: bool,
+    m: usize,
+    k: usize,
+    bs: usize,
+    nnzb: usize,
+) -> PyResult<()> {
+    let gpu = gpu(py, device)?;
+    let arrays = BsrArrays { values, row_ptr, col_idx, index: if index64 { IndexType::I64 } else { IndexType::U32 } };
+    fn check<T: InputElement>(
+        gpu: &Gpu,
+        arrays: BsrArrays,
+        m: usize,
+        k: usize,
+        bs: usize,
+        nnzb: usize,
+    ) -> PyResult<()> {
+        // SAFETY: the Python layer passes live index and value tensors of the stated sizes on this device.
+        py_result(unsafe { BsrView::<T>::from_raw_checked(gpu, arrays, m, k, bs, nnzb) }.map(|_| ()))
+    }
+    py.detach(|| match dtype {
+        "f16" => check::<f16>(&gpu, arrays, m, k, bs, nnzb),
+        "bf16" => check::<bf16>(&gpu, arrays, m, k, bs, nnzb),
+        other => Err(PyTypeError::new_err(format!("sparsek: {other} values are not supported (float16 or bfloat16)"))),
+    })
+}
+
+fn py_result<T>(r: sparsek::Result<T>) -> PyResult<T> {
+    r.map_err(to_py)
+}
+
+/// The CPU backend on host memory (torch CPU tensors), same arguments as `cuda_spmm` without device and stream.
+/// The structure is validated here (as `Bsr::try_new` does); the GIL is released while it computes.
+#[pyfunction]
+#[pyo3(signature = (dtype, out_dtype, values, row_ptr, col_idx, index64, m, k, bs, nnzb, b, b_ld, b_col_major, n,
+    c, c_ld, c_col_major, bias, alpha, beta, activation))]
+#[allow(clippy::too_many_arguments)]
+fn cpu_spmm(
+    py: Python<'_>,
+    dtype: &str,
+    out_dtype: &str,
+    values: u64,
+    row_ptr: u64,
+    col_idx: u64,
+    index64: bool,
+    m: usize,
+    k: usize,
+    bs: usize,
+    nnzb: usize,
+    b: u64,
+    b_ld: usize,
+    b_col_major: bool,
+    n: usize,
+    c: u64,
+    c_ld: usize,
+    c_col_major: bool,
+    bias: u64,
+    alpha: f32,
+    beta: f32,
+    activation: u32,
+) -> PyResult<()> {
+    let p = product(
+        values,
+        row_ptr,
+        col_idx,
+        index64,
+        m,
+        k,
+        bs,
+        nnzb,
+        b,
+        b_ld,
+        b_col_major,
+        n,
+        c,
+        c_ld,
+        c_col_major,
+        bias,
+        alpha,
+        beta,
+        activation,
+    )?;
+    fn go<TA: Scalar, TC: Scalar>(p: &Product) -> sparsek::Result<()> {
+        // SAFETY: the Python layer passes live CPU tensors' addresses and sizes, and holds them during the call.
+        unsafe { p.cpu::<TA, TC>() }
+    }
+    let (dtype, out_dtype) = (dtype.to_owned(), out_dtype.to_owned());
+    py.detach(move || by_types!(dtype.as_str(), out_dtype.as_str(), go(&p))).map_err(to_py)
+}
+
+/// Whether a CUDA driver and at least one device are present (never raises).
+#[pyfunction]
+fn cuda_available() -> bool {
+    sparsek::gpu::driver_present() && sparsek::gpu::device_count().is_ok_and(|n| n > 0)
+}
+
+/// `(name, (major, minor), module, loaded_from)` for GPU `device`: the kernels' module and whether it came from
+/// the embedded SASS or the driver's PTX JIT. Opens the device like a first product would.
+#[pyfunction]
+fn device_info(py: Python<'_>, device: usize) -> PyResult<(String, (i32, i32), String, String)> {
+    let gpu = gpu(py, device)?;
+    let info = gpu.info();
+    Ok((info.name.clone(), info.compute_capability, gpu.module().0.to_owned(), gpu.module_loaded_from().to_owned()))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(cuda_spmm, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_check_bsr, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_spmm, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
+    m.add_function(wrap_pyfunction!(device_info, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,171 @@
+"""CUDA-only behaviour: zero-copy (no input copied, no allocation but the output), torch's current stream (a
+non-default one included), CUDA-graph capture of a module, torch.compile with inductor (and its CUDA graphs),
+the device-side structure check and when it is remembered. Skipped without a GPU unless SPARSEK_REQUIRE_GPU=1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sparsek
+from conftest import HAVE_CUDA, NO_GPU_REASON, REQUIRE_GPU, assert_close, random_bsr, seed_for
+from sparsek import _ops
+from sparsek.nn import BlockSparseLinear
+
+
+def test_gpu_present():
+    """Fails instead of skipping when SPARSEK_REQUIRE_GPU=1 and there is no usable GPU."""
+    if not REQUIRE_GPU and not HAVE_CUDA:
+        pytest.skip(NO_GPU_REASON)
+    assert HAVE_CUDA, "SPARSEK_REQUIRE_GPU=1 but torch sees no CUDA GPU"
+    assert sparsek.cuda_available(), "SPARSEK_REQUIRE_GPU=1 but sparsek finds no CUDA driver or device"
+    info = sparsek.device_info()
+    assert info["compute_capability"] >= (8, 0), info
+    print(f"sparsek on {info}")
+
+
+pytestmark = pytest.mark.skipif(not HAVE_CUDA, reason=NO_GPU_REASON)
+
+
+def layer(in_f, out_f, bs, density, seed, activation=None, dtype=torch.float16):
+    torch.manual_seed(seed)
+    lin = torch.nn.Linear(in_f, out_f).cuda()
+    return BlockSparseLinear.from_dense(lin, bs, density=density, dtype=dtype, activation=activation)
+
+
+def check_layer(y, x, lay):
+    w = lay.to_dense().cpu().double()
+    x64 = x.cpu().double().reshape(-1, lay.in_features)
+    ref = x64 @ w.t() + lay.bias.cpu().double()
+    if lay.activation == "relu":
+        ref = torch.relu(ref)
+    assert_close(y.reshape(-1, lay.out_features), ref, x64.abs() @ w.abs().t() + lay.bias.cpu().double().abs(),
+                 lay.in_features)
+
+
+def test_zero_copy():
+    gen = torch.Generator().manual_seed(seed_for("zero-copy"))
+    w, _ = random_bsr(1024, 512, 64, 0.3, torch.float16, torch.int64, "cuda", gen)
+    x = torch.randn(48, 512, generator=gen).half().cuda()
+    b = x.t().contiguous()
+    ptrs = [t.data_ptr() for t in (x, b, w.values(), w.crow_indices(), w.col_indices())]
+    sparsek.linear(x, w)  # the first use checks the structure on the device (not through torch's allocator)
+    sparsek.bsr_mm(w, b)
+    for op, out_bytes in ((lambda: sparsek.linear(x, w), 48 * 1024 * 2), (lambda: sparsek.bsr_mm(w, b), 1024 * 48 * 2)):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        y = op()
+        torch.cuda.synchronize()
+        # The only allocation is the output (torch's allocator rounds to 512 bytes): no staging copy of anything.
+        assert torch.cuda.max_memory_allocated() - before == y.untyped_storage().nbytes() == out_bytes
+        del y
+    assert ptrs == [t.data_ptr() for t in (x, b, w.values(), w.crow_indices(), w.col_indices())]
+
+
+def test_runs_on_the_current_stream():
+    """Work queued on a non-default stream before the op (a long sleep, then a new x) is seen by the op, and the
+    op's result is complete when that stream is synchronised: it ran on that stream, in order."""
+    lay = layer(512, 256, 64, 0.5, 11)
+    x = torch.randn(32, 512, device="cuda", dtype=torch.float16)
+    new_x = torch.randn(32, 512, device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s), torch.no_grad():
+        lay(x)  # structure checked on first use
+        torch.cuda._sleep(50_000_000)  # ~tens of ms on s
+        x.copy_(new_x)
+        y = lay(x)
+    s.synchronize()
+    check_layer(y, new_x, lay)
+
+
+def test_cuda_graph_capture_of_a_module():
+    model = torch.nn.Sequential(layer(256, 512, 64, 0.4, 12, activation="relu"), layer(512, 256, 32, 0.3, 13))
+    static_x = torch.randn(16, 256, device="cuda", dtype=torch.float16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.no_grad():
+        for _ in range(2):
+            model(static_x)  # warm-up (checks the structures, as the capture cannot)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g), torch.no_grad():
+        static_y = model(static_x)
+    for i in range(3):
+        x = torch.randn(16, 256, device="cuda", dtype=torch.float16)
+        static_x.copy_(x)
+        static_y.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        with torch.no_grad():
+            h = model[0](x)
+        check_layer(h, x, model[0])
+        check_layer(static_y, h, model[1])
+
+
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # the refused op queued nothing, as it should
+def test_capture_before_any_check_is_refused_clearly():
+    lay = layer(128, 128, 64, 1.0, 14)
+    x = torch.randn(4, 128, device="cuda", dtype=torch.float16)
+    fresh_col = lay.col_indices.clone()  # a new index tensor: never checked
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="run the op once before capturing"):
+        with torch.cuda.graph(g), torch.no_grad():
+            torch.ops.sparsek.linear(x, lay.values, lay.crow_indices, fresh_col, 128, None, 0)
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_torch_compile_inductor(mode):
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(layer(256, 512, 64, 0.4, 15, activation="relu"), torch.nn.Dropout(0.0),
+                                layer(512, 256, 64, 0.4, 16))
+    compiled = torch.compile(model, fullgraph=True, mode=mode)
+    with torch.no_grad():
+        for tokens in (8, 8, 8, 24):
+            x = torch.randn(tokens, 256, device="cuda", dtype=torch.float16)
+            y = compiled(x)
+            expected = model(x)
+            assert torch.equal(y, expected), (y - expected).abs().max()
+
+
+def test_structure_check_is_remembered_until_the_indices_change(monkeypatch):
+    calls = []
+    real = _ops._native.cuda_check_bsr
+
+    def counting(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(_ops._native, "cuda_check_bsr", counting)
+    gen = torch.Generator().manual_seed(seed_for("remembered"))
+    w, _ = random_bsr(256, 256, 64, 0.5, torch.float16, torch.int32, "cuda", gen)
+    values, crow, col = w.values(), w.crow_indices(), w.col_indices()
+    x = torch.randn(8, 256, device="cuda", dtype=torch.float16)
+    for _ in range(3):
+        torch.ops.sparsek.linear(x, values, crow, col, 256, None, 0)
+    assert len(calls) == 1
+    col[0] = 7  # in place: the version counter moves, so the next call checks again, and refuses
+    with pytest.raises(ValueError, match="block row"):
+        torch.ops.sparsek.linear(x, values, crow, col, 256, None, 0)
+    assert len(calls) == 2
+
+
+def test_invalid_structure_on_the_device_names_the_row():
+    crow = torch.tensor([0, 1, 3], device="cuda")
+    col = torch.tensor([0, 1, 1], device="cuda")  # row 1 repeats column 1
+    values = torch.randn(3, 32, 32, device="cuda", dtype=torch.float16)
+    bad = torch.sparse_bsr_tensor(crow, col, values, (64, 64))
+    b = torch.randn(64, 8, device="cuda", dtype=torch.float16)
+    out = torch.randn(64, 8, device="cuda")
+    before = out.clone()
+    with pytest.raises(ValueError, match="block row 1"):
+        sparsek.bsr_mm(bad, b, out=out, beta=1.0)
+    assert torch.equal(out, before)
+
+
+def test_tensors_on_another_device_type_are_refused():
+    gen = torch.Generator().manual_seed(1)
+    w, _ = random_bsr(64, 64, 32, 1.0, torch.float16, torch.int64, "cuda", gen)
+    with pytest.raises(ValueError, match="x is on cpu, the BSR matrix on cuda"):
+        sparsek.linear(torch.randn(2, 64).half(), w)
