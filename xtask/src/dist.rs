@@ -1,5 +1,7 @@
 //! gpu-dist: package what a GPU machine without Rust needs into dist/ (git-ignored): the CLI (`sparsek info | run |
-//! bench | tune`), the GPU test binaries (release builds; the PTX is embedded in them) and run-gpu-tests.sh.
+//! bench | tune`), the GPU test binaries (release builds; the PTX is embedded in them) and run-gpu-tests.sh; with
+//! `--python`, also the Python package's wheel (dist/py, built by maturin) and pytest's wheels (dist/pywheels,
+//! from PyPI) for python/gpu-run.sh.
 
 use std::path::Path;
 use std::process::Command;
@@ -9,9 +11,11 @@ use crate::{output, root, run};
 const RUN_SCRIPT: &str = include_str!("../assets/run-gpu-tests.sh");
 
 pub fn gpu_dist(args: &[String]) -> Result<(), String> {
-    if !args.is_empty() {
-        return Err(format!("gpu-dist takes no arguments, got {args:?}"));
-    }
+    let python = match args {
+        [] => false,
+        [a] if a == "--python" => true,
+        _ => return Err(format!("gpu-dist takes only --python, got {args:?}")),
+    };
     let root = root();
     let dist = root.join("dist");
     let _ = std::fs::remove_dir_all(&dist);
@@ -50,7 +54,24 @@ pub fn gpu_dist(args: &[String]) -> Result<(), String> {
     let script = dist.join("run-gpu-tests.sh");
     std::fs::write(&script, RUN_SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
     make_executable(&script)?;
+    if python {
+        python_wheels(&root, &dist)?;
+    }
     eprintln!("gpu-dist: dist/ ready ({n} test binaries); on the GPU machine run dist/run-gpu-tests.sh [--sanitize]");
+    Ok(())
+}
+
+/// The Python package's abi3 wheel (maturin from `$MATURIN` or PATH) and pytest's pure-Python wheels for the GPU
+/// machine's CPython 3.12 (pip from `$PIP` or PATH), so that python/gpu-run.sh needs no network there.
+fn python_wheels(root: &Path, dist: &Path) -> Result<(), String> {
+    let maturin = std::env::var("MATURIN").unwrap_or_else(|_| "maturin".into());
+    let pip = std::env::var("PIP").unwrap_or_else(|_| "pip".into());
+    eprintln!("gpu-dist: building the Python wheel ({maturin})");
+    let py = dist.join("py");
+    run(Command::new(&maturin).current_dir(root.join("python")).args(["build", "--release", "--out"]).arg(&py))?;
+    eprintln!("gpu-dist: downloading pytest's wheels ({pip})");
+    let only_wheels = ["--python-version", "3.12", "--only-binary=:all:", "--platform", "any"];
+    run(Command::new(&pip).args(["download", "-q", "pytest"]).args(only_wheels).arg("-d").arg(dist.join("pywheels")))?;
     Ok(())
 }
 
