@@ -44,8 +44,10 @@ Sections:
   16 tokens, the fewest Triton's kernel takes): the public wrapper, the ``torch.library.Library`` op, its
   Python kernel without the dispatcher, the same kernel registered with ``torch.library.custom_op`` (and its
   autograd formula, as sparsek's op has), the module, the module under ``torch.compile(fullgraph=True)``, dense
-  ``F.linear``, PyTorch's Triton ``bsr_dense_mm``, and ``torch.empty`` as the floor of a Python -> torch call; in grad mode and under ``torch.inference_mode()``. Wall clock over
-  ``--overhead-calls`` calls (2000; 500 with ``--quick``) between two ``synchronize``, median of 5 rounds
+  ``F.linear``, PyTorch's Triton ``bsr_dense_mm``, ``torch.empty`` as the floor of a Python -> torch call, and
+  the module and ``F.linear`` as 100 calls captured in one CUDA graph (a replay's time / 100: what is left per
+  call without host overhead, as in a decode loop under CUDA graphs); in grad mode and under ``torch.inference_mode()``. Wall clock over
+  ``--overhead-calls`` calls (2000; 500 with ``--quick``) between two ``synchronize``, median of 9 rounds
   interleaved across the calls. Every call's output is checked first (the floor's excepted).
 
 Method (docs/BENCHMARKS.md, as far as Python allows):
@@ -106,7 +108,7 @@ ATOL_PER_SQRT_K = 1e-4
 # the f16 unit roundoff (~5e-4 per sqrt(K) of magnitude), not at f32's.
 RTOL_MLP = 1e-2
 ATOL_PER_SQRT_K_MLP = 1e-3
-OVERHEAD_ROUNDS = 5
+OVERHEAD_ROUNDS = 9
 DTYPE = torch.float16
 
 
@@ -605,7 +607,7 @@ def section_mlp(run: Run) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 # Section overhead.
 
-SPARSEK_CALLS = ("a", "b", "c", "d", "e", "e_compiled")
+SPARSEK_CALLS = ("a", "b", "c", "d", "e", "e_compiled", "i")
 OVERHEAD_MODES = (("grad", contextlib.nullcontext), ("inference_mode", torch.inference_mode))
 
 
@@ -636,7 +638,38 @@ def overhead_calls(run: Run):
         **({} if run.triton_mm is None else {
             "h": ("Triton bsr_dense_mm(w_bsr, x.t()).t() (PyTorch's BSR kernel)", lambda: run.triton_mm(w, xt).t())
         }),
+        **({} if not run.cuda else {
+            "i": (f"BlockSparseLinear, {GRAPH_CALLS} calls in one CUDA graph (per call)", graph_replay(lambda: module(x))),
+            "j": (f"dense F.linear, {GRAPH_CALLS} calls in one CUDA graph (per call)",
+                  graph_replay(lambda: F.linear(x, w_dense))),
+        }),
     }, (x, w_dense)
+
+
+# Calls captured per CUDA graph in the overhead section: a replay's time over this is the per-call cost left when
+# the host overhead is gone (decode loops under torch.cuda.graph or torch.compile(mode="reduce-overhead")).
+GRAPH_CALLS = 100
+GRAPH_KEYS = ("i", "j")
+
+
+def graph_replay(call: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """A function that replays ``GRAPH_CALLS`` captured calls of ``call`` and returns the last one's output."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            call()  # warm-up outside the capture (sparsek checks its structure here)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        for _ in range(GRAPH_CALLS):
+            out = call()
+
+    def replay() -> torch.Tensor:
+        graph.replay()
+        return out
+
+    return replay
 
 
 def overhead_mode(run: Run, calls: dict, x: torch.Tensor, w_dense: torch.Tensor, n_calls: int) -> dict:
@@ -666,7 +699,8 @@ def overhead_mode(run: Run, calls: dict, x: torch.Tensor, w_dense: torch.Tensor,
             run.timer.sync()
             rounds[key].append((time.perf_counter() - t0) / n_calls * 1e6)
     for key, us in rounds.items():
-        out[key].update({"us_per_call": statistics.median(us), "rounds_us": us})
+        per = GRAPH_CALLS if key in GRAPH_KEYS else 1
+        out[key].update({"us_per_call": statistics.median(us) / per, "rounds_us": [u / per for u in us]})
     return out
 
 
