@@ -3,7 +3,8 @@
 # Python, torch and the NVIDIA driver but no Rust and no network. Prepare on the build machine (python/README.md):
 #   (cd python && maturin build --release --out ../dist/py)
 #   pip download pytest -d dist/pywheels --python-version 3.12 --only-binary=:all: --platform any
-# then, on the GPU machine, from the repository root:  python/gpu-run.sh [tests] [bench [bench args...]]
+# then, on the GPU machine, from the repository root:
+#   python/gpu-run.sh [tests] [memcheck] [bench [bench args...]]   (default: tests)
 # Logs go to $OUT (default /tmp/sparsek-py); the last lines printed are a summary.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,19 @@ if [[ $want == tests ]]; then
     -c "$REPO/python/pyproject.toml" "$REPO/python/tests" > "$OUT/pytest.log" 2>&1
   rc=$?
   summary+=("pytest (SPARSEK_REQUIRE_GPU=1): rc=$rc, $(tail -1 "$OUT/pytest.log")")
+  want=${1:-}
+fi
+if [[ $want == memcheck ]]; then
+  # Every tensor its own cudaMalloc (no caching allocator), so that an access outside a tensor is caught. Without
+  # the caching allocator torch cannot capture CUDA graphs or report memory statistics: those tests are left out.
+  shift
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 SPARSEK_REQUIRE_GPU=1 timeout 600 compute-sanitizer --tool memcheck \
+    --print-limit 20 --error-exitcode 9 python -m pytest -q -p no:cacheprovider --rootdir "$REPO/python" \
+    -c "$REPO/python/pyproject.toml" "$REPO/python/tests" \
+    -k "cuda and not compile and not graph and not capture and not zero_copy" > "$OUT/memcheck.log" 2>&1
+  rc=$?
+  summary+=("pytest under compute-sanitizer memcheck: rc=$rc, $(grep -E 'passed|failed' "$OUT/memcheck.log" | tail -1), \
+$(grep 'ERROR SUMMARY' "$OUT/memcheck.log")")
   want=${1:-}
 fi
 if [[ $want == bench ]]; then

@@ -33,6 +33,10 @@ class BlockSparseLinear(torch.nn.Module):
         bias: torch.Tensor | None = None,
         activation: str | None = None,
     ) -> None:
+        """A layer over given BSR components: ``values`` (``nnzb x block_size x block_size``, float16 or
+        bfloat16), ``crow_indices`` (``out_features / block_size + 1``) and ``col_indices`` (``nnzb``), any
+        integer dtype (stored as int32), validated here; ``bias`` (``out_features``) is converted to the values'
+        dtype. Most callers want :meth:`from_dense` or :meth:`from_bsr`."""
         super().__init__()
         self.in_features = int(in_features)
         self.out_features = int(out_features)
@@ -129,6 +133,7 @@ class BlockSparseLinear(torch.nn.Module):
     # Use.
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``act(x @ W.T + bias)`` for ``x`` of shape ``(..., in_features)`` and the values' dtype."""
         return torch.ops.sparsek.linear(
             x, self.values, self.crow_indices, self.col_indices, self.in_features, self.bias, self._activation_code
         )
@@ -162,6 +167,7 @@ class BlockSparseLinear(torch.nn.Module):
         return dense.permute(0, 2, 1, 3).reshape(self.out_features, self.in_features)
 
     def extra_repr(self) -> str:
+        """Shape, block size, density (kept / all blocks), dtype, bias and activation."""
         total = (self.out_features // self.block_size) * (self.in_features // self.block_size)
         act = "" if self.activation in (None, "identity") else f", activation={self.activation}"
         return (
