@@ -220,9 +220,12 @@ def _output(t: torch.Tensor, transposed: bool = False):
 
 # Index tensors whose structure passed the device check, keyed by their addresses, version counters and the
 # sizes checked; the entry holds the tensors themselves, so their memory cannot be freed and reused by another
-# structure while the entry exists (at most _CHECKED_MAX entries, least recently used dropped first).
+# structure while the entry exists. Bounded by entries and by the index bytes it keeps alive (least recently
+# used dropped first): a dropped structure is simply checked again on its next use.
 _CHECKED: collections.OrderedDict = collections.OrderedDict()
 _CHECKED_MAX = 256
+_CHECKED_MAX_BYTES = 64 << 20
+_checked_bytes = 0
 _CHECKED_LOCK = threading.Lock()
 
 
@@ -251,10 +254,14 @@ def _ensure_checked(values, crow, col, rows, cols, bs, device_index, dtype_name,
     torch.cuda.current_stream(device_index).synchronize()
     _native.cuda_check_bsr(device_index, dtype_name, values.data_ptr(), crow.data_ptr(), col.data_ptr(),
                            index64, rows, cols, bs, col.shape[0])
+    global _checked_bytes
+    nbytes = crow.nbytes + col.nbytes
     with _CHECKED_LOCK:
-        _CHECKED[key] = (crow, col)
-        while len(_CHECKED) > _CHECKED_MAX:
-            _CHECKED.popitem(last=False)
+        if key not in _CHECKED:
+            _CHECKED[key] = (crow, col, nbytes)
+            _checked_bytes += nbytes
+        while len(_CHECKED) > 1 and (len(_CHECKED) > _CHECKED_MAX or _checked_bytes > _CHECKED_MAX_BYTES):
+            _checked_bytes -= _CHECKED.popitem(last=False)[1][2]
 
 
 try:

@@ -169,3 +169,23 @@ def test_tensors_on_another_device_type_are_refused():
     w, _ = random_bsr(64, 64, 32, 1.0, torch.float16, torch.int64, "cuda", gen)
     with pytest.raises(ValueError, match="x is on cpu, the BSR matrix on cuda"):
         sparsek.linear(torch.randn(2, 64).half(), w)
+
+
+def test_remembered_checks_are_bounded_by_bytes(monkeypatch):
+    """The remembered structures keep their index tensors alive; past the byte bound the least recently used is
+    dropped (and simply checked again on its next use)."""
+    calls = []
+    real = _ops._native.cuda_check_bsr
+    monkeypatch.setattr(_ops._native, "cuda_check_bsr", lambda *a: (calls.append(a), real(*a))[1])
+    gen = torch.Generator().manual_seed(seed_for("bounded"))
+    w1, _ = random_bsr(256, 256, 64, 1.0, torch.float16, torch.int64, "cuda", gen)
+    w2, _ = random_bsr(256, 256, 64, 1.0, torch.float16, torch.int64, "cuda", gen)
+    one = w1.crow_indices().nbytes + w1.col_indices().nbytes
+    monkeypatch.setattr(_ops, "_CHECKED_MAX_BYTES", one)  # room for one structure
+    monkeypatch.setattr(_ops, "_CHECKED", type(_ops._CHECKED)())
+    monkeypatch.setattr(_ops, "_checked_bytes", 0)
+    b = torch.randn(256, 8, device="cuda", dtype=torch.float16)
+    for w in (w1, w1, w2, w2, w1):
+        sparsek.bsr_mm(w, b)
+    assert len(calls) == 3  # w1, w2 (drops w1), w1 again
+    assert len(_ops._CHECKED) == 1 and _ops._checked_bytes == one
