@@ -237,9 +237,10 @@ def _versions(crow: torch.Tensor, col: torch.Tensor):
         return None, None
 
 
-def _ensure_checked(values, crow, col, rows, cols, bs, device_index, dtype_name, index64) -> None:
-    key = (crow.data_ptr(), col.data_ptr(), _versions(crow, col), rows, cols, bs, col.shape[0], index64,
-           device_index)
+def _ensure_checked(crow, col, device_index, dtype_name, a_args) -> None:
+    """Checks the structure described by ``a_args`` (``_launch``'s description of A) on the device, unless these
+    index tensors, unchanged, passed before."""
+    key = (a_args[1:], _versions(crow, col), device_index)
     with _CHECKED_LOCK:
         if key in _CHECKED:
             _CHECKED.move_to_end(key)
@@ -252,8 +253,7 @@ def _ensure_checked(values, crow, col, rows, cols, bs, device_index, dtype_name,
         )
     # The check runs on the library's stream of the device: let the work that wrote the indices finish first.
     torch.cuda.current_stream(device_index).synchronize()
-    _native.cuda_check_bsr(device_index, dtype_name, values.data_ptr(), crow.data_ptr(), col.data_ptr(),
-                           index64, rows, cols, bs, col.shape[0])
+    _native.cuda_check_bsr(device_index, dtype_name, a_args)
     global _checked_bytes
     nbytes = crow.nbytes + col.nbytes
     with _CHECKED_LOCK:
@@ -284,14 +284,14 @@ def _launch(values, crow, col, rows, cols, bias, b_desc, n, c_desc, out_dtype, a
     index64 = crow.dtype == torch.int64
     bs = values.shape[1]
     bias_ptr = 0 if bias is None or bias.numel() == 0 else bias.data_ptr()
-    args = (dtype_name, _OUT_TYPES[out_dtype], values.data_ptr(), crow.data_ptr(), col.data_ptr(), index64, rows,
-            cols, bs, values.shape[0], *b_desc, n, *c_desc, bias_ptr, alpha, beta, activation)
+    a_args = (values.data_ptr(), crow.data_ptr(), col.data_ptr(), index64, rows, cols, bs, values.shape[0])
+    args = ((dtype_name, _OUT_TYPES[out_dtype]), a_args, (*b_desc, n), c_desc, (bias_ptr, alpha, beta, activation))
     if values.is_cuda:
         dev = values.get_device()
-        _ensure_checked(values, crow, col, rows, cols, bs, dev, dtype_name, index64)
-        _native.cuda_spmm(dev, _raw_stream(dev), *args)
+        _ensure_checked(crow, col, dev, dtype_name, a_args)
+        _native.cuda_spmm(dev, _raw_stream(dev), args)
     elif values.device.type == "cpu":
-        _native.cpu_spmm(*args)
+        _native.cpu_spmm(args)
     else:
         raise ValueError(f"sparsek: tensors on {values.device} are not supported (CUDA or CPU)")
 

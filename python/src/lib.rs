@@ -207,105 +207,53 @@ macro_rules! by_types {
     };
 }
 
-#[allow(clippy::too_many_arguments)]
-fn product(
-    values: u64,
-    row_ptr: u64,
-    col_idx: u64,
-    index64: bool,
-    m: usize,
-    k: usize,
-    bs: usize,
-    nnzb: usize,
-    b: u64,
-    b_ld: usize,
-    b_col_major: bool,
-    n: usize,
-    c: u64,
-    c_ld: usize,
-    c_col_major: bool,
-    bias: u64,
-    alpha: f32,
-    beta: f32,
-    act: u32,
-) -> PyResult<Product> {
-    let ep = Epilogue::new(alpha, beta).with_activation(activation(act)?);
-    Ok(Product {
-        values,
-        row_ptr,
-        col_idx,
-        index64,
-        m,
-        k,
-        bs,
-        nnzb,
-        b,
-        b_ld,
-        b_col_major,
-        n,
-        c,
-        c_ld,
-        c_col_major,
-        bias,
-        ep,
-    })
+/// A product as the Python layer describes it, one tuple of five: the input and output type names (("f16" |
+/// "bf16", "f32" | "f16" | "bf16")); A (values, row_ptr and col_idx addresses, 64-bit indices?, M, K, block
+/// size, nnzb); B (address, leading dimension, column-major?, N); C (address, leading dimension, column-major?);
+/// the epilogue (bias address or 0, alpha, beta, activation code).
+#[derive(FromPyObject)]
+struct Args((String, String), BsrArgs, (u64, usize, bool, usize), (u64, usize, bool), (u64, f32, f32, u32));
+
+impl Args {
+    fn product(&self) -> PyResult<Product> {
+        let (values, row_ptr, col_idx, index64, m, k, bs, nnzb) = self.1;
+        let (b, b_ld, b_col_major, n) = self.2;
+        let (c, c_ld, c_col_major) = self.3;
+        let (bias, alpha, beta, act) = self.4;
+        let ep = Epilogue::new(alpha, beta).with_activation(activation(act)?);
+        Ok(Product {
+            values,
+            row_ptr,
+            col_idx,
+            index64,
+            m,
+            k,
+            bs,
+            nnzb,
+            b,
+            b_ld,
+            b_col_major,
+            n,
+            c,
+            c_ld,
+            c_col_major,
+            bias,
+            ep,
+        })
+    }
+
+    fn types(&self) -> (&str, &str) {
+        (self.0.0.as_str(), self.0.1.as_str())
+    }
 }
 
 /// `C = act(alpha * A @ B + bias) + beta * C` on GPU `device`, queued on the raw CUDA stream `stream` (torch's
-/// `current_stream().cuda_stream`); no synchronisation, no allocation (CUDA-graph capturable). The structure
+/// current stream of that device); no synchronisation, no allocation (CUDA-graph capturable). The structure
 /// must have been checked (`cuda_check_bsr`). Private: called by sparsek/_ops.py with a live tensor's address and
-/// sizes for each operand.
+/// sizes for each operand (`Args`).
 #[pyfunction]
-#[pyo3(signature = (device, stream, dtype, out_dtype, values, row_ptr, col_idx, index64, m, k, bs, nnzb, b, b_ld,
-    b_col_major, n, c, c_ld, c_col_major, bias, alpha, beta, activation))]
-#[allow(clippy::too_many_arguments)]
-fn cuda_spmm(
-    py: Python<'_>,
-    device: usize,
-    stream: usize,
-    dtype: &str,
-    out_dtype: &str,
-    values: u64,
-    row_ptr: u64,
-    col_idx: u64,
-    index64: bool,
-    m: usize,
-    k: usize,
-    bs: usize,
-    nnzb: usize,
-    b: u64,
-    b_ld: usize,
-    b_col_major: bool,
-    n: usize,
-    c: u64,
-    c_ld: usize,
-    c_col_major: bool,
-    bias: u64,
-    alpha: f32,
-    beta: f32,
-    activation: u32,
-) -> PyResult<()> {
-    let p = product(
-        values,
-        row_ptr,
-        col_idx,
-        index64,
-        m,
-        k,
-        bs,
-        nnzb,
-        b,
-        b_ld,
-        b_col_major,
-        n,
-        c,
-        c_ld,
-        c_col_major,
-        bias,
-        alpha,
-        beta,
-        activation,
-    )?;
+fn cuda_spmm(py: Python<'_>, device: usize, stream: usize, args: Args) -> PyResult<()> {
+    let p = args.product()?;
     let gpu = gpu(py, device)?;
     let stream = stream as CUstream;
     // SAFETY: the Python layer passes live tensors' addresses and sizes on their own device, a structure it has
@@ -314,110 +262,53 @@ fn cuda_spmm(
         // SAFETY: the caller's contract, above.
         unsafe { p.launch::<TA, TC>(gpu, s) }
     }
+    let (dtype, out_dtype) = args.types();
     // SAFETY: see `go`.
     unsafe { by_types!(dtype, out_dtype, go(&p, &gpu, stream)) }.map_err(to_py)
 }
 
+/// A BSR matrix as `Args` describes it: values, row_ptr and col_idx addresses, 64-bit indices?, M, K, block
+/// size, nnzb.
+type BsrArgs = (u64, u64, u64, bool, usize, usize, usize, usize);
+
 /// Checks a BSR structure on GPU `device` (one launch and an 8-byte read-back on sparsek's stream of the
 /// device, which waits for it): `row_ptr` from 0 to `nnzb`, nondecreasing; `col_idx` strictly increasing per
-/// block row and in range. Raises `ValueError` naming the first bad block row. Private, as `cuda_spmm`.
+/// block row and in range. Raises `ValueError` naming the first bad block row. Private, as `cuda_spmm`; `a` is
+/// the second entry of `cuda_spmm`'s `Args`.
 #[pyfunction]
-#[pyo3(signature = (device, dtype, values, row_ptr, col_idx, index64, m, k, bs, nnzb))]
-#[allow(clippy::too_many_arguments)]
-fn cuda_check_bsr(
-    py: Python<'_>,
-    device: usize,
-    dtype: &str,
-    values: u64,
-    row_ptr: u64,
-    col_idx: u64,
-    index64: bool,
-    m: usize,
-    k: usize,
-    bs: usize,
-    nnzb: usize,
-) -> PyResult<()> {
+fn cuda_check_bsr(py: Python<'_>, device: usize, dtype: &str, a: BsrArgs) -> PyResult<()> {
     let gpu = gpu(py, device)?;
+    let (values, row_ptr, col_idx, index64, m, k, bs, nnzb) = a;
     let arrays = BsrArrays { values, row_ptr, col_idx, index: if index64 { IndexType::I64 } else { IndexType::U32 } };
     fn check<T: InputElement>(
         gpu: &Gpu,
         arrays: BsrArrays,
-        m: usize,
-        k: usize,
-        bs: usize,
-        nnzb: usize,
+        (m, k, bs, nnzb): (usize, usize, usize, usize),
     ) -> PyResult<()> {
         // SAFETY: the Python layer passes live index and value tensors of the stated sizes on this device.
-        py_result(unsafe { BsrView::<T>::from_raw_checked(gpu, arrays, m, k, bs, nnzb) }.map(|_| ()))
+        unsafe { BsrView::<T>::from_raw_checked(gpu, arrays, m, k, bs, nnzb) }.map(|_| ()).map_err(to_py)
     }
     py.detach(|| match dtype {
-        "f16" => check::<f16>(&gpu, arrays, m, k, bs, nnzb),
-        "bf16" => check::<bf16>(&gpu, arrays, m, k, bs, nnzb),
+        "f16" => check::<f16>(&gpu, arrays, (m, k, bs, nnzb)),
+        "bf16" => check::<bf16>(&gpu, arrays, (m, k, bs, nnzb)),
         other => Err(PyTypeError::new_err(format!("sparsek: {other} values are not supported (float16 or bfloat16)"))),
     })
 }
 
-fn py_result<T>(r: sparsek::Result<T>) -> PyResult<T> {
-    r.map_err(to_py)
-}
-
-/// The CPU backend on host memory (torch CPU tensors), same arguments as `cuda_spmm` without device and stream.
-/// The structure is validated here (as `Bsr::try_new` does); the GIL is released while it computes.
+/// The CPU backend on host memory (torch CPU tensors), the same `Args` as `cuda_spmm`. The structure is
+/// validated here (as `Bsr::try_new` does); the GIL is released while it computes.
 #[pyfunction]
-#[pyo3(signature = (dtype, out_dtype, values, row_ptr, col_idx, index64, m, k, bs, nnzb, b, b_ld, b_col_major, n,
-    c, c_ld, c_col_major, bias, alpha, beta, activation))]
-#[allow(clippy::too_many_arguments)]
-fn cpu_spmm(
-    py: Python<'_>,
-    dtype: &str,
-    out_dtype: &str,
-    values: u64,
-    row_ptr: u64,
-    col_idx: u64,
-    index64: bool,
-    m: usize,
-    k: usize,
-    bs: usize,
-    nnzb: usize,
-    b: u64,
-    b_ld: usize,
-    b_col_major: bool,
-    n: usize,
-    c: u64,
-    c_ld: usize,
-    c_col_major: bool,
-    bias: u64,
-    alpha: f32,
-    beta: f32,
-    activation: u32,
-) -> PyResult<()> {
-    let p = product(
-        values,
-        row_ptr,
-        col_idx,
-        index64,
-        m,
-        k,
-        bs,
-        nnzb,
-        b,
-        b_ld,
-        b_col_major,
-        n,
-        c,
-        c_ld,
-        c_col_major,
-        bias,
-        alpha,
-        beta,
-        activation,
-    )?;
+fn cpu_spmm(py: Python<'_>, args: Args) -> PyResult<()> {
+    let p = args.product()?;
     fn go<TA: Scalar, TC: Scalar>(p: &Product) -> sparsek::Result<()> {
         // SAFETY: the Python layer passes live CPU tensors' addresses and sizes, and holds them during the call.
         unsafe { p.cpu::<TA, TC>() }
     }
-    let (dtype, out_dtype) = (dtype.to_owned(), out_dtype.to_owned());
-    py.detach(move || by_types!(dtype.as_str(), out_dtype.as_str(), go(&p))).map_err(to_py)
+    py.detach(move || {
+        let (dtype, out_dtype) = args.types();
+        by_types!(dtype, out_dtype, go(&p))
+    })
+    .map_err(to_py)
 }
 
 /// Whether a CUDA driver and at least one device are present (never raises).
