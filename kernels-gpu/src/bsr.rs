@@ -866,5 +866,10 @@ mod tune {
         sparsek_tune_12,
         sparsek_tune_13,
         sparsek_tune_14,
+        sparsek_tune_15,
+        sparsek_tune_16,
+        sparsek_tune_17,
+        sparsek_tune_18,
+        sparsek_tune_19,
     );
 }

@@ -141,7 +141,7 @@ pub const CONFIGS: [KernelConfig; 4] = [
 /// Candidate configurations compiled into the tuning module ([`Module::Tuning`], entry points
 /// `sparsek_tune_<index>`, f32 output) and measured by `sparsek tune`. The winners become [`CONFIGS`];
 /// docs/perf-notes.md records the measurements.
-pub const TUNE_CONFIGS: [KernelConfig; 15] = [
+pub const TUNE_CONFIGS: [KernelConfig; 20] = [
     // bs 16 (BK = 16: one k-step per tile, so no fragment double-buffering)
     KernelConfig { bs: 16, bn: 256, bk: 16, warps_m: 1, warps_n: 4, stages: 4, frag_db: false },
     KernelConfig { bs: 16, bn: 256, bk: 16, warps_m: 1, warps_n: 4, stages: 6, frag_db: false },
@@ -163,6 +163,14 @@ pub const TUNE_CONFIGS: [KernelConfig; 15] = [
     // (bn 256, bk 64, 2x4 warps, 3 stages lost by 12% in round 3 and spills at 255 registers since the kernels
     // take one parameter struct: dropped, docs/perf-notes.md.)
     KernelConfig { bs: 128, bn: 256, bk: 32, warps_m: 2, warps_n: 4, stages: 4, frag_db: true },
+    // Decode candidates (issue 12, docs/perf-notes.md "Decode"): at N <= 64 the product tiles (BN 128-256) spend
+    // their MMAs on zero-filled columns and keep 12 KB of A in flight per SM. A narrow N tile, all warps along M,
+    // and a deep ring of BK 64 stages instead. Appended, so the indices above keep their names.
+    KernelConfig { bs: 64, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
+    KernelConfig { bs: 64, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 8, frag_db: true },
+    KernelConfig { bs: 64, bn: 32, bk: 64, warps_m: 4, warps_n: 1, stages: 6, frag_db: true },
+    KernelConfig { bs: 128, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
+    KernelConfig { bs: 128, bn: 32, bk: 64, warps_m: 8, warps_n: 1, stages: 4, frag_db: true },
 ];
 
 /// Supported block sizes.
@@ -352,7 +360,7 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// this table (and fail to build if a name differs); the host loads and launches them from it. Product entry
 /// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
 /// output type (f32, or the input's own 16-bit type).
-pub const VARIANTS: [Variant; 47] = [
+pub const VARIANTS: [Variant; 52] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -400,6 +408,11 @@ pub const VARIANTS: [Variant; 47] = [
     tuning("sparsek_tune_12", 12),
     tuning("sparsek_tune_13", 13),
     tuning("sparsek_tune_14", 14),
+    tuning("sparsek_tune_15", 15),
+    tuning("sparsek_tune_16", 16),
+    tuning("sparsek_tune_17", 17),
+    tuning("sparsek_tune_18", 18),
+    tuning("sparsek_tune_19", 19),
 ];
 
 /// The variant named `name` (a compile-time lookup for the kernels' entry points).
