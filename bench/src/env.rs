@@ -30,10 +30,14 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// The commit being measured: `git rev-parse --short HEAD` where git and a repository are available, else the
-/// environment variable `SPARSEK_COMMIT`, else "unknown"; and whether the working tree has uncommitted changes
-/// (`None` when git could not tell).
+/// The commit being measured: the environment variable `SPARSEK_COMMIT` when set (a GPU machine's copy of the
+/// tree may carry a stale `.git`: the caller who built the binaries knows better), else `git rev-parse --short
+/// HEAD` where git and a repository are available, else "unknown"; and whether the working tree has uncommitted
+/// changes (`None` when git could not tell or the commit came from the environment).
 pub fn git_commit() -> (String, Option<bool>) {
+    if let Some(c) = std::env::var("SPARSEK_COMMIT").ok().filter(|s| !s.trim().is_empty()) {
+        return (c.trim().to_string(), None);
+    }
     let git = |args: &[&str]| {
         Command::new("git")
             .args(args)
@@ -48,10 +52,7 @@ pub fn git_commit() -> (String, Option<bool>) {
             let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty());
             (c, dirty)
         }
-        None => {
-            let c = std::env::var("SPARSEK_COMMIT").ok().filter(|s| !s.trim().is_empty());
-            (c.unwrap_or_else(|| "unknown".into()), None)
-        }
+        None => ("unknown".into(), None),
     }
 }
 

@@ -27,6 +27,7 @@ pub mod budget;
 pub mod compare;
 mod cublas;
 mod cusparse;
+pub mod decode;
 pub mod env;
 pub mod grid;
 pub mod json;

@@ -50,7 +50,8 @@ impl From<CusparseArg> for CusparseChoice {
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// A small grid for smoke tests (2048^3 and a decode shape, seconds) instead of the default 21 cases.
+    /// A small grid for smoke tests (2048^3 and a decode shape, seconds) instead of the default 21 cases; with
+    /// --decode, 4 of its cases.
     #[arg(long, conflicts_with_all = ["cases", "matrix", "against"])]
     quick: bool,
     /// Run only this case (repeatable): `m,n,k,bs,density[,pattern]`, density as 0.22 or 22%, pattern uniform
@@ -114,6 +115,18 @@ pub struct BenchArgs {
     /// Exits non-zero without a GPU or if a sparsek check fails.
     #[arg(long, conflicts_with_all = ["quick", "matrix", "compare", "against", "cusparse"])]
     reach: bool,
+    /// Run only the decode grid (issue 12): sparsek's f16 product (row-major, f32 C) and cuBLAS dense f16 at the
+    /// same N, each checked against the oracle, then timed interleaved (at least 30 launches, median, inputs
+    /// rotated beyond L2). Measures first, in the same run, the device-to-device copy bandwidth and an empty
+    /// kernel launch's time; reports per case the bytes that must move, the achieved bandwidth and its fraction
+    /// of the copy bandwidth, the speedup over cuBLAS, sparsek's time over the empty launch's, and issue 12's
+    /// targets met or missed. Cases (64): 8192 x 8192 and 16384 x 16384 at bs 64 and 128, density 10% and 22%,
+    /// N 1, 8, 16, 32 and 64; 1536 x 384 and 384 x 1536 at bs 32 and 64, density 25% and 50%, N 1, 16 and 512;
+    /// with --quick 4 of them; or those of --case. Writes OUT_DIR/decode.md and OUT_DIR/decode.json [OUT_DIR
+    /// default: target/bench-decode] and the table to stdout. Exits non-zero without a GPU or if a sparsek check
+    /// fails (a missed target does not fail it).
+    #[arg(long, conflicts_with_all = ["reach", "matrix", "compare", "against", "cusparse"])]
+    decode: bool,
 }
 
 /// Default output directory of `--reach` (the committed results in docs/bench are left alone).
@@ -153,9 +166,51 @@ fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// Default output directory of `--decode` (the committed results in docs/bench are left alone).
+const DECODE_OUT_DIR: &str = "target/bench-decode";
+
+/// `sparsek bench --decode` (see [`BenchArgs::decode`]).
+fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
+    use sparsek_bench::decode::{DecodeConfig, MIN_ITERS, default_cases, quick_cases};
+    let cases = if !args.cases.is_empty() {
+        args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
+    } else if args.quick {
+        quick_cases()
+    } else {
+        default_cases()
+    };
+    let iters = usize::try_from(args.iters).unwrap_or(usize::MAX);
+    if iters < MIN_ITERS {
+        eprintln!("sparsek bench --decode: --iters {iters} raised to {MIN_ITERS}");
+    }
+    let cfg = DecodeConfig {
+        cases,
+        warmup: args.warmup,
+        iters: iters.max(MIN_ITERS),
+        check_rows: args.check_rows,
+        seed: args.seed.unwrap_or(1),
+        out_dir: args.out_dir.clone().unwrap_or_else(|| PathBuf::from(DECODE_OUT_DIR)),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let gpu = match Gpu::new(args.device) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!(
+                "sparsek bench --decode: no usable GPU ({e}); the decode grid needs an NVIDIA GPU (sm_80 or newer)"
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let summary = sparsek_bench::decode::run(&gpu, &cfg)?;
+    Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
 pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
     if args.reach {
         return reach(&args);
+    }
+    if args.decode {
+        return decode(&args);
     }
     if !(args.threshold.is_finite() && args.threshold >= 0.0) {
         return Err(sparsek::Error::InvalidArgument {
@@ -285,5 +340,25 @@ mod tests {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");
         }
         assert!(!parse(&[]).unwrap().reach);
+    }
+
+    #[test]
+    fn decode_flag_parses_and_conflicts() {
+        let a = parse(&["--decode"]).unwrap();
+        assert!(a.decode && !a.quick && a.cases.is_empty() && a.out_dir.is_none());
+        let a = parse(&["--decode", "--quick", "--out-dir", "x", "--iters", "40", "--warmup", "3"]).unwrap();
+        assert!(a.decode && a.quick);
+        assert_eq!((a.iters, a.warmup), (40, 3));
+        assert!(parse(&["--decode", "--case", "8192,1,8192,64,22%"]).unwrap().cases.len() == 1);
+        for bad in [
+            &["--decode", "--reach"][..],
+            &["--decode", "--compare", "old.json"],
+            &["--decode", "--cusparse", "off"],
+            &["--decode", "--matrix", "a.mtx", "--bs", "64", "--n", "8"],
+            &["--decode", "--quick", "--case", "8192,1,8192,64,22%"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert!(!parse(&[]).unwrap().decode);
     }
 }

@@ -1,0 +1,1285 @@
+//! `sparsek bench --decode`: the decode and small-problem grid of issue 12, where a product does few flops per byte
+//! moved and is bound by memory or by the launch, not by the tensor cores. Each case is measured with the method
+//! of the main benchmark, on two contenders:
+//!
+//! 1. `sparsek-f16`: [`Gpu::spmm`] with f16 A (BSR) and B row-major, and an f32 C (the main benchmark's sparsek
+//!    contender);
+//! 2. cuBLAS dense f16 GEMM of the same M, N, K on A expanded to dense, f32 accumulation and output
+//!    (`cublasGemmEx`, the main benchmark's baseline).
+//!
+//! Each contender's C is poisoned, computed once and compared with the f64 oracle (sampled rows, the library's
+//! [`Expected`]) before it is timed; then both are timed interleaved launch by launch, each launch between its
+//! own pair of CUDA events, each on the next of its rotated input sets: enough identical sets that together
+//! they span at least twice the GPU's L2 ([`rotation_depth`]), so no launch finds its operands in L2. The median
+//! of at least [`MIN_ITERS`] launches after the warm-up is reported.
+//!
+//! Two references are measured once per run, before the cases, on the same GPU and stream:
+//!
+//! - the device-to-device copy bandwidth: `cuMemcpyDtoDAsync` of a buffer of [`COPY_BYTES`] (or 4x L2 when that
+//!   is larger; halved while the allocation runs out of memory, down to 2x L2), each copy between its own pair
+//!   of events; bandwidth = bytes read + bytes written = 2 x size, over the median time;
+//! - an empty kernel launch: a PTX kernel whose body is `ret`, 1 CTA of 32 threads, timed like the contenders.
+//!   When a launch is shorter than the host's time to queue the next, the stream idles between the start event
+//!   and the kernel, so the event time includes the host's queuing; the empty launch and the contenders are
+//!   measured alike, which is what makes their ratio meaningful.
+//!
+//! Per case:
+//!
+//! - **bytes moved** ([`BytesMoved`]): what any implementation must move once: A's values (`nnzb * bs^2 * 2`),
+//!   A's indices as sparsek uploads them (u32 `row_ptr`, `M / bs + 1` entries, and `col_idx`, `nnzb` entries), B
+//!   (`K * N * 2`) read, C (`M * N * 4`) written (beta = 0: C is not read). Device padding of B's and C's rows to
+//!   16 bytes and sparsek's own block-row schedule are not counted;
+//! - **achieved bandwidth**: bytes moved / sparsek's median time, and its **fraction of the copy bandwidth**;
+//! - **speedup over cuBLAS**: cuBLAS's median time / sparsek's;
+//! - **launch ratio**: sparsek's median time / the empty launch's;
+//! - the **targets** of issue 12 that apply to the case ([`targets`]) and whether each is met. A missed target
+//!   is reported, not an error; a failed sparsek check (or sparsek not running) fails the run.
+//!
+//! Figures come only from times whose output passed its check. The results go to `OUT_DIR/decode.json`
+//! (rewritten after the references and after every case) and `OUT_DIR/decode.md`, and the table to stdout.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::{CudaFunction, CudaSlice, DriverError, LaunchConfig};
+use cudarc::nvrtc::Ptx;
+use half::f16;
+use serde::Serialize;
+
+use crate::cublas::{self, Cublas};
+use crate::grid::{Case, Source, percent};
+use crate::json::round_sig;
+use crate::poison;
+use crate::report::{Check, Header, Timing};
+use crate::runner::{Contender, time_interleaved};
+use sparsek::Epilogue;
+use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, max_abs};
+use sparsek::error::{Error, Result};
+use sparsek::format::{Bsr, Pattern};
+use sparsek::gpu::timing::EventTimer;
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
+use sparsek::matrix::Matrix;
+
+/// The fewest timed launches per contender (and per reference): fewer requested are raised to this.
+pub const MIN_ITERS: usize = 30;
+
+/// The size of the copy that measures the copy bandwidth, unless 4x L2 is larger.
+pub const COPY_BYTES: u64 = 1 << 30;
+
+/// The most input sets one contender rotates through. Every default case reaches 2x L2 well below it; the sets
+/// of a `--case` whose launch moves less than 2x L2 / `MAX_SETS` span less (`rotated_bytes` in the JSON).
+pub const MAX_SETS: usize = 1024;
+
+/// The large shapes (M x K) of issue 12, with their block sizes, densities and N.
+const LARGE_SHAPES: [(usize, usize); 2] = [(8192, 8192), (16384, 16384)];
+const LARGE_BS: [usize; 2] = [64, 128];
+const LARGE_DENSITIES: [f64; 2] = [0.10, 0.22];
+const LARGE_N: [usize; 5] = [1, 8, 16, 32, 64];
+/// The small shapes (M x K) of issue 12, with their block sizes, densities and N.
+const SMALL_SHAPES: [(usize, usize); 2] = [(1536, 384), (384, 1536)];
+const SMALL_BS: [usize; 2] = [32, 64];
+const SMALL_DENSITIES: [f64; 2] = [0.25, 0.50];
+const SMALL_N: [usize; 3] = [1, 16, 512];
+
+/// The empty kernel's name and PTX (ISA 8.0, sm_80, as the product module: JIT-compiled for any sm_80+ GPU).
+const EMPTY_KERNEL: &str = "sparsek_empty";
+const EMPTY_PTX: &str =
+    ".version 8.0\n.target sm_80\n.address_size 64\n\n.visible .entry sparsek_empty()\n{\n\tret;\n}\n";
+
+/// Every combination of `shapes` (M x K), block sizes, densities and N, uniform.
+fn grid(shapes: &[(usize, usize)], bss: &[usize], densities: &[f64], ns: &[usize]) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for &(m, k) in shapes {
+        for &bs in bss {
+            for &density in densities {
+                for &n in ns {
+                    cases.push(Case::synthetic(m, n, k, bs, density, Pattern::Uniform));
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// The default cases (64, uniform): M x K 8192 x 8192 and 16384 x 16384 at bs 64 and 128, density 10% and
+/// 22%, N 1, 8, 16, 32 and 64; then 1536 x 384 and 384 x 1536 at bs 32 and 64, density 25% and 50%, N 1, 16
+/// and 512.
+pub fn default_cases() -> Vec<Case> {
+    let mut cases = grid(&LARGE_SHAPES, &LARGE_BS, &LARGE_DENSITIES, &LARGE_N);
+    cases.extend(grid(&SMALL_SHAPES, &SMALL_BS, &SMALL_DENSITIES, &SMALL_N));
+    cases
+}
+
+/// The `--quick` cases (4): 8192 x 8192 bs 64 22% and 1536 x 384 bs 64 50%, each at N 1 and 16.
+pub fn quick_cases() -> Vec<Case> {
+    let mut cases = grid(&[(8192, 8192)], &[64], &[0.22], &[1, 16]);
+    cases.extend(grid(&[(1536, 384)], &[64], &[0.50], &[1, 16]));
+    cases
+}
+
+/// Input sets to rotate through for a contender whose one set moves `set_bytes`: enough that together they span
+/// at least 2x L2, at most [`MAX_SETS`]; one when a set alone is that large. ([`crate::rotation_sets`] stops at
+/// 128 sets, which would leave the small shapes' sets of a few hundred KB in L2.)
+pub fn rotation_depth(set_bytes: u64, l2_bytes: u64) -> usize {
+    let target = 2 * u128::from(l2_bytes);
+    let set = u128::from(set_bytes.max(1));
+    if set >= target { 1 } else { target.div_ceil(set).min(MAX_SETS as u128) as usize }
+}
+
+/// The bytes one product must move: A read once, B read once, C written once (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BytesMoved {
+    /// A's values: `nnzb * bs^2 * 2` (f16).
+    pub a_values: u64,
+    /// A's u32 indices: `row_ptr` (`M / bs + 1` entries) and `col_idx` (`nnzb` entries), 4 bytes each.
+    pub a_indices: u64,
+    /// B: `K * N * 2` (f16).
+    pub b: u64,
+    /// C: `M * N * 4` (f32, written; beta = 0, so not read).
+    pub c: u64,
+    /// The sum.
+    pub total: u64,
+}
+
+impl BytesMoved {
+    /// The bytes of a product of an `m x k` BSR A with `nnzb` blocks of `bs x bs` by a `k x n` B.
+    pub fn new(m: usize, n: usize, k: usize, bs: usize, nnzb: usize) -> BytesMoved {
+        let [m, n, k, bs, nnzb] = [m, n, k, bs, nnzb].map(|v| v as u64);
+        let a_values = nnzb * bs * bs * 2;
+        let a_indices = (m / bs.max(1) + 1) * 4 + nnzb * 4;
+        let (b, c) = (k * n * 2, m * n * 4);
+        BytesMoved { a_values, a_indices, b, c, total: a_values + a_indices + b + c }
+    }
+}
+
+/// The figure a target is set on; its JSON name is the record's field holding it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Figure {
+    /// Achieved bandwidth / measured copy bandwidth: the target is a minimum.
+    CopyFraction,
+    /// cuBLAS time / sparsek time: the target is a minimum.
+    SpeedupVsCublas,
+    /// sparsek time / empty launch time: the target is a maximum.
+    LaunchRatio,
+}
+
+impl Figure {
+    /// Whether `value` meets the target `bound`.
+    pub fn meets(self, value: f64, bound: f64) -> bool {
+        match self {
+            Figure::CopyFraction | Figure::SpeedupVsCublas => value >= bound,
+            Figure::LaunchRatio => value <= bound,
+        }
+    }
+
+    /// `copy ≥ 80%`, `speedup ≥ 3.64x`, `≤ 2x empty launch`.
+    fn target_text(self, bound: f64) -> String {
+        match self {
+            Figure::CopyFraction => format!("copy ≥ {}", percent(bound)),
+            Figure::SpeedupVsCublas => format!("speedup ≥ {bound:.2}x"),
+            Figure::LaunchRatio => format!("≤ {bound}x empty launch"),
+        }
+    }
+
+    /// `value` as the table shows it.
+    fn value_text(self, value: f64) -> String {
+        match self {
+            Figure::CopyFraction => format!("{:.1}%", 100.0 * value),
+            Figure::SpeedupVsCublas | Figure::LaunchRatio => format!("{value:.2}x"),
+        }
+    }
+}
+
+/// Issue 12's targets for `case`, as (figure, bound):
+///
+/// - M x K 8192 x 8192 or 16384 x 16384, bs 64 or 128, density 10% to 22%: copy fraction at least 0.8 for N 1,
+///   8 and 16, at least 0.7 for N 32 and 64; and for those N a speedup over cuBLAS of at least 0.8 / density
+///   (the requested density);
+/// - M x K 1536 x 384 or 384 x 1536, bs 32 or 64, density 25% to 50%, N 1, 16 or 512: at most 2x the empty
+///   launch's time.
+///
+/// Any other case has none (it is measured and reported without a verdict).
+pub fn targets(case: &Case) -> Vec<(Figure, f64)> {
+    let within = |lo: f64, hi: f64| (lo - 1e-9..=hi + 1e-9).contains(&case.density);
+    let shape = (case.m, case.k);
+    if LARGE_SHAPES.contains(&shape) && LARGE_BS.contains(&case.bs) && within(0.10, 0.22) {
+        let fraction = match case.n {
+            1 | 8 | 16 => 0.8,
+            32 | 64 => 0.7,
+            _ => return Vec::new(),
+        };
+        return vec![(Figure::CopyFraction, fraction), (Figure::SpeedupVsCublas, round_sig(0.8 / case.density, 6))];
+    }
+    if SMALL_SHAPES.contains(&shape) && SMALL_BS.contains(&case.bs) && within(0.25, 0.50) && SMALL_N.contains(&case.n) {
+        return vec![(Figure::LaunchRatio, 2.0)];
+    }
+    Vec::new()
+}
+
+/// What to run and where to write it.
+#[derive(Clone, Debug)]
+pub struct DecodeConfig {
+    /// The cases, in order (synthetic; a file case is reported as an error).
+    pub cases: Vec<Case>,
+    /// Untimed launches per contender (and per reference) before the timed ones.
+    pub warmup: usize,
+    /// Timed launches per contender and per reference (at least [`MIN_ITERS`]: fewer are raised to it).
+    pub iters: usize,
+    /// Random rows of C compared with the oracle per contender (plus the first and the last; every row when C
+    /// has at most [`RowSample::FULL_CHECK_ELEMENTS`] elements).
+    pub check_rows: usize,
+    /// Seed mixed into every case's A and B (the main benchmark's derivation, so the matrices are its own).
+    pub seed: u64,
+    /// Where `decode.json` and `decode.md` go.
+    pub out_dir: PathBuf,
+    /// The command line, recorded in the header.
+    pub command: String,
+}
+
+/// Launch times in microseconds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Times {
+    /// Median.
+    pub median_us: f64,
+    /// Fastest launch.
+    pub min_us: f64,
+    /// Slowest launch.
+    pub max_us: f64,
+    /// Timed launches.
+    pub samples: usize,
+}
+
+impl Times {
+    /// The statistics of event times in milliseconds (`None` when there are none).
+    fn from_ms(samples: &[f32]) -> Option<Times> {
+        let t = Timing::from_samples(samples)?;
+        let us = |ms: f64| round_sig(ms * 1e3, 6);
+        Some(Times { median_us: us(t.median_ms), min_us: us(t.min_ms), max_us: us(t.max_ms), samples: t.samples })
+    }
+}
+
+/// The measured device-to-device copy bandwidth.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CopyBandwidth {
+    /// Bytes per copy (the source's size; the destination is as large). 0 when nothing could be allocated.
+    pub bytes: u64,
+    /// Times of `cuMemcpyDtoDAsync`.
+    pub time: Option<Times>,
+    /// `2 * bytes / median time` (read + written), in GB/s (1e9 bytes).
+    pub gbps: Option<f64>,
+    /// Why it was not measured.
+    pub error: Option<String>,
+}
+
+/// The measured time of an empty kernel launch.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EmptyLaunch {
+    /// What was launched.
+    pub kernel: String,
+    /// Its times.
+    pub time: Option<Times>,
+    /// Why it was not measured (the PTX was refused, the launch failed).
+    pub error: Option<String>,
+}
+
+/// The references measured once per run, before the cases.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct References {
+    /// The device-to-device copy bandwidth.
+    pub copy: CopyBandwidth,
+    /// The empty launch.
+    pub empty_launch: EmptyLaunch,
+}
+
+impl References {
+    /// The empty launch's median, if measured.
+    fn empty_us(&self) -> Option<f64> {
+        self.empty_launch.time.as_ref().map(|t| t.median_us).filter(|&t| t > 0.0)
+    }
+}
+
+/// The contenders, in the order of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `Gpu::spmm`, f16 A and B row-major, f32 C row-major.
+    Sparsek,
+    /// cuBLAS dense f16 GEMM, f32 C.
+    Cublas,
+}
+
+impl Form {
+    /// Every contender, in table order.
+    pub const ALL: [Form; 2] = [Form::Sparsek, Form::Cublas];
+
+    /// The name in the JSON and the progress lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Form::Sparsek => "sparsek-f16",
+            Form::Cublas => cublas::KIND,
+        }
+    }
+
+    /// What it runs, in words.
+    pub fn description(self) -> &'static str {
+        match self {
+            Form::Sparsek => "Gpu::spmm: f16 A (BSR), f16 B row-major, f32 C row-major",
+            Form::Cublas => "cublasGemmEx: dense f16 A and B, f32 C, CUBLAS_COMPUTE_32F",
+        }
+    }
+}
+
+/// One contender's result in one case.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContenderResult {
+    /// [`Form::name`].
+    pub name: String,
+    /// [`Form::description`].
+    pub description: String,
+    /// The check of its output against the oracle, if it ran.
+    pub check: Option<Check>,
+    /// Its launch times, if timed.
+    pub time: Option<Times>,
+    /// Input sets rotated through (each a separate copy of every operand a launch reads).
+    pub sets: usize,
+    /// `sets` times the bytes one launch moves (for cuBLAS: dense A, B and C): at least 2x L2 unless capped by
+    /// [`MAX_SETS`].
+    pub rotated_bytes: u64,
+    /// Why it did not run or was not timed.
+    pub error: Option<String>,
+}
+
+impl ContenderResult {
+    fn new(form: Form) -> Self {
+        ContenderResult {
+            name: form.name().into(),
+            description: form.description().into(),
+            check: None,
+            time: None,
+            sets: 0,
+            rotated_bytes: 0,
+            error: None,
+        }
+    }
+
+    /// Whether it ran and its output passed its check.
+    pub fn passed(&self) -> bool {
+        self.error.is_none() && self.check.as_ref().is_some_and(|c| c.passed)
+    }
+
+    /// The median time, when the output passed its check (a failed check makes the time untrusted).
+    pub fn trusted_us(&self) -> Option<f64> {
+        self.time.as_ref().map(|t| t.median_us).filter(|&t| t > 0.0 && self.passed())
+    }
+}
+
+/// One target of a case and its verdict.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Goal {
+    /// The figure it is set on.
+    pub figure: Figure,
+    /// The bound: a minimum for `copy_fraction` and `speedup_vs_cublas`, a maximum for `launch_ratio`.
+    pub bound: f64,
+    /// Whether the figure meets it; `None` when the figure could not be measured.
+    pub met: Option<bool>,
+}
+
+/// One case's results.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DecodeRecord {
+    /// `8192x16x8192 bs64 22% uniform` (M x N x K).
+    pub case: String,
+    /// Rows of A and C.
+    pub m: usize,
+    /// Columns of B and C.
+    pub n: usize,
+    /// Columns of A, rows of B.
+    pub k: usize,
+    /// Block size.
+    pub bs: usize,
+    /// Requested fraction of nonzero blocks.
+    pub density: f64,
+    /// The generator's pattern.
+    pub pattern: String,
+    /// Nonzero blocks of A.
+    pub nnzb: usize,
+    /// Seed of A and B.
+    pub seed: u64,
+    /// The bytes one product must move.
+    pub bytes: BytesMoved,
+    /// sparsek's result.
+    pub sparsek: ContenderResult,
+    /// cuBLAS's result.
+    pub cublas: ContenderResult,
+    /// `bytes.total / sparsek's median`, GB/s.
+    pub achieved_gbps: Option<f64>,
+    /// `achieved_gbps / copy.gbps`.
+    pub copy_fraction: Option<f64>,
+    /// cuBLAS's median / sparsek's.
+    pub speedup_vs_cublas: Option<f64>,
+    /// sparsek's median / the empty launch's.
+    pub launch_ratio: Option<f64>,
+    /// The targets that apply ([`targets`]) and their verdicts.
+    pub goals: Vec<Goal>,
+    /// SM clock read by nvidia-smi right after the timed loop.
+    pub sm_clock_mhz: Option<u32>,
+    /// Set when the case could not be run at all (operands, oracle, timing).
+    pub error: Option<String>,
+}
+
+/// `num / den` to 6 significant digits, when both are known and `den` is positive.
+fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
+    Some(round_sig(num? / den.filter(|&d| d > 0.0)?, 6))
+}
+
+impl DecodeRecord {
+    fn new(case: &Case, seed: u64) -> Self {
+        DecodeRecord {
+            case: case.to_string(),
+            m: case.m,
+            n: case.n,
+            k: case.k,
+            bs: case.bs,
+            density: case.density,
+            pattern: case.pattern_name(),
+            nnzb: 0,
+            seed,
+            bytes: BytesMoved::default(),
+            sparsek: ContenderResult::new(Form::Sparsek),
+            cublas: ContenderResult::new(Form::Cublas),
+            achieved_gbps: None,
+            copy_fraction: None,
+            speedup_vs_cublas: None,
+            launch_ratio: None,
+            goals: Vec::new(),
+            sm_clock_mhz: None,
+            error: None,
+        }
+    }
+
+    fn contender_mut(&mut self, form: Form) -> &mut ContenderResult {
+        match form {
+            Form::Sparsek => &mut self.sparsek,
+            Form::Cublas => &mut self.cublas,
+        }
+    }
+
+    /// The value of `figure`.
+    pub fn figure(&self, figure: Figure) -> Option<f64> {
+        match figure {
+            Figure::CopyFraction => self.copy_fraction,
+            Figure::SpeedupVsCublas => self.speedup_vs_cublas,
+            Figure::LaunchRatio => self.launch_ratio,
+        }
+    }
+
+    /// Fills in the figures from the trusted times and the references, and the verdict on each of `case`'s
+    /// targets.
+    fn evaluate(&mut self, case: &Case, refs: &References) {
+        let sparsek = self.sparsek.trusted_us();
+        self.achieved_gbps = ratio(Some(self.bytes.total as f64 / 1e3), sparsek);
+        self.copy_fraction = ratio(self.achieved_gbps, refs.copy.gbps);
+        self.speedup_vs_cublas = ratio(self.cublas.trusted_us(), sparsek);
+        self.launch_ratio = ratio(sparsek, refs.empty_us());
+        self.goals = targets(case)
+            .into_iter()
+            .map(|(figure, bound)| Goal { figure, bound, met: self.figure(figure).map(|v| figure.meets(v, bound)) })
+            .collect();
+    }
+
+    /// Whether the case ran and sparsek's output passed its check.
+    pub fn sparsek_passed(&self) -> bool {
+        self.error.is_none() && self.sparsek.passed()
+    }
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct DecodeSummary {
+    /// Facts about the run.
+    pub header: Header,
+    /// The copy bandwidth and the empty launch.
+    pub references: References,
+    /// One record per case.
+    pub records: Vec<DecodeRecord>,
+    /// Every case ran and sparsek passed every check.
+    pub all_passed: bool,
+}
+
+/// Measures the references, then runs every case of `cfg` on `gpu`, printing progress on stderr and the table on
+/// stdout, and writes `decode.json` and `decode.md` into `cfg.out_dir`. Errors only when an output cannot be
+/// written; a case that fails is recorded with its error.
+pub fn run(gpu: &Gpu, cfg: &DecodeConfig) -> Result<DecodeSummary> {
+    let iters = cfg.iters.max(MIN_ITERS);
+    let info = gpu.info();
+    let lib = Cublas::new(gpu);
+    let header = Header {
+        cublas: match &lib {
+            Ok(l) => format!("libcublas {}", l.version()),
+            Err(e) => format!("unavailable: {e}"),
+        },
+        cusparse: "not measured (--decode)".into(),
+        warmup: cfg.warmup,
+        iters,
+        check_rows: cfg.check_rows,
+        seed: cfg.seed,
+        command: cfg.command.clone(),
+        ..Header::for_gpu(gpu)
+    };
+    eprintln!(
+        "sparsek bench --decode on {} (sm_{}{}, driver CUDA {}), {} cases, median of {} launches after {} warm-up",
+        header.gpu,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        header.driver,
+        cfg.cases.len(),
+        iters,
+        cfg.warmup
+    );
+    eprintln!("  cuBLAS: {}", header.cublas);
+    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| io_err(&cfg.out_dir, e))?;
+    let json_path = cfg.out_dir.join("decode.json");
+
+    let references = References {
+        copy: measure_copy(gpu, cfg.warmup, iters),
+        empty_launch: measure_empty_launch(gpu, cfg.warmup, iters),
+    };
+    eprintln!("  copy bandwidth: {}", copy_text(&references.copy));
+    eprintln!("  empty launch: {}", empty_text(&references.empty_launch));
+    let mut records = Vec::with_capacity(cfg.cases.len());
+    write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
+    for (i, case) in cfg.cases.iter().enumerate() {
+        let tag = format!("case {}/{}", i + 1, cfg.cases.len());
+        let rec = run_case(gpu, &lib, cfg, iters, case, &references, &tag);
+        eprintln!("{tag} {}", progress_line(&rec));
+        records.push(rec);
+        write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
+    }
+    drop(lib);
+
+    let report = markdown(&header, &references, &records);
+    println!("{report}");
+    let md_path = cfg.out_dir.join("decode.md");
+    write(&md_path, report.as_bytes())?;
+    eprintln!("wrote {}", md_path.display());
+    eprintln!("wrote {}", json_path.display());
+    for r in records.iter().filter(|r| !r.sparsek_passed()) {
+        let why = r.error.clone().or_else(|| r.sparsek.error.clone());
+        let why = why.or_else(|| r.sparsek.check.as_ref().map(|k| k.detail.clone()));
+        eprintln!("FAILED {}: {}", r.case, why.unwrap_or_default());
+    }
+    let all_passed = records.iter().all(DecodeRecord::sparsek_passed);
+    Ok(DecodeSummary { header, references, records, all_passed })
+}
+
+/// The whole run as pretty-printed JSON: `{"header": ..., "references": {"copy": ..., "empty_launch": ...},
+/// "complete": bool, "records": [...]}` (the header as in `latest.json`).
+pub fn to_json(header: &Header, references: &References, records: &[DecodeRecord], complete: bool) -> Result<String> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        header: &'a Header,
+        references: &'a References,
+        complete: bool,
+        records: &'a [DecodeRecord],
+    }
+    let mut s = serde_json::to_string_pretty(&Out { header, references, complete, records })
+        .map_err(|e| Error::Io { path: "decode.json".into(), reason: format!("serializing the results: {e}") })?;
+    s.push('\n');
+    Ok(s)
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> Error {
+    Error::Io { path: path.display().to_string(), reason: e.to_string() }
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(|e| io_err(path, e))
+}
+
+fn is_out_of_memory(e: &DriverError) -> bool {
+    e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// Times `cuMemcpyDtoDAsync` of [`COPY_BYTES`] (or 4x L2), halving the size while the two buffers do not fit,
+/// down to 2x L2.
+fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwidth {
+    let l2 = gpu.info().l2_bytes;
+    let floor = (2 * l2).max(1);
+    let mut bytes = COPY_BYTES.max(4 * l2);
+    let mut result = CopyBandwidth { bytes: 0, time: None, gbps: None, error: None };
+    let stream = gpu.stream();
+    let alloc = |bytes: u64| -> std::result::Result<(CudaSlice<u8>, CudaSlice<u8>), DriverError> {
+        let len = usize::try_from(bytes).unwrap_or(usize::MAX);
+        Ok((stream.alloc_zeros::<u8>(len)?, stream.alloc_zeros::<u8>(len)?))
+    };
+    let (mut src, mut dst) = loop {
+        match alloc(bytes) {
+            Ok(buffers) => break buffers,
+            Err(e) if is_out_of_memory(&e) && bytes / 2 >= floor => bytes /= 2,
+            Err(e) => {
+                result.error = Some(format!("allocating two buffers of {bytes} bytes: {e}"));
+                return result;
+            }
+        }
+    };
+    result.bytes = bytes;
+    // A non-zero source, so that nothing could profit from copying zeros.
+    if let Err(e) = poison(gpu, src.as_view_mut()) {
+        result.error = Some(e);
+        return result;
+    }
+    let timer = EventTimer::new(stream);
+    let copy = || stream.memcpy_dtod(&src, &mut dst).map_err(|source| Error::Cuda { op: "cuMemcpyDtoDAsync", source });
+    match timer.time(warmup, iters, copy) {
+        Ok(ms) => {
+            result.time = Times::from_ms(&ms);
+            let median_us = result.time.as_ref().map(|t| t.median_us);
+            result.gbps = ratio(Some(2.0 * bytes as f64 / 1e3), median_us);
+        }
+        Err(e) => result.error = Some(e.to_string()),
+    }
+    result
+}
+
+/// Loads the empty kernel into the GPU's context.
+fn load_empty_kernel(gpu: &Gpu) -> std::result::Result<CudaFunction, String> {
+    let module = gpu.context().load_module(Ptx::from_src(EMPTY_PTX)).map_err(|e| format!("loading its PTX: {e}"))?;
+    module.load_function(EMPTY_KERNEL).map_err(|e| format!("looking up {EMPTY_KERNEL}: {e}"))
+}
+
+/// Times launches of the empty kernel, 1 CTA of 32 threads, each between its own pair of events.
+fn measure_empty_launch(gpu: &Gpu, warmup: usize, iters: usize) -> EmptyLaunch {
+    let mut result = EmptyLaunch {
+        kernel: format!("{EMPTY_KERNEL}: a PTX kernel whose body is `ret`, 1 CTA of 32 threads"),
+        time: None,
+        error: None,
+    };
+    let func = match load_empty_kernel(gpu) {
+        Ok(f) => f,
+        Err(e) => {
+            result.error = Some(e);
+            return result;
+        }
+    };
+    let stream = gpu.stream();
+    let shape = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+    let launch = || {
+        // SAFETY: the kernel takes no parameters and touches no memory; the stream is the Gpu's, in the context
+        // the module was loaded into.
+        unsafe { stream.launch_builder(&func).launch(shape) }
+            .map(drop)
+            .map_err(|source| Error::Cuda { op: "cuLaunchKernel (sparsek_empty)", source })
+    };
+    match EventTimer::new(stream).time(warmup, iters, launch) {
+        Ok(ms) => result.time = Times::from_ms(&ms),
+        Err(e) => result.error = Some(e.to_string()),
+    }
+    result
+}
+
+/// The host operands of one case and their oracle.
+struct Operands {
+    a: Bsr<f16>,
+    b: Matrix<f16>,
+    /// The oracle's sampled rows of C, with the tolerance of sparsek's f32 output.
+    expected: Expected,
+}
+
+/// Runs one case: operands and oracle, then each contender set up and checked, then both timed interleaved;
+/// then the figures and verdicts.
+fn run_case(
+    gpu: &Gpu,
+    lib: &std::result::Result<Cublas, String>,
+    cfg: &DecodeConfig,
+    iters: usize,
+    case: &Case,
+    refs: &References,
+    tag: &str,
+) -> DecodeRecord {
+    let mut case = case.clone();
+    let seed = case.seed(cfg.seed);
+    let mut rec = DecodeRecord::new(&case, seed);
+    if let Err(e) = measure(gpu, lib, cfg, iters, &mut case, &mut rec, tag) {
+        rec.error = Some(e);
+    }
+    rec.evaluate(&case, refs);
+    rec
+}
+
+/// Builds the operands of `case`, sets up and checks each contender, and times them; the contenders' failures
+/// are recorded in their results, the case's returned.
+fn measure(
+    gpu: &Gpu,
+    lib: &std::result::Result<Cublas, String>,
+    cfg: &DecodeConfig,
+    iters: usize,
+    case: &mut Case,
+    rec: &mut DecodeRecord,
+    tag: &str,
+) -> std::result::Result<(), String> {
+    if let Source::File(p) = &case.source {
+        return Err(format!("--decode measures generated cases only, not {}", p.display()));
+    }
+    let ops = operands(case, cfg, rec.seed, tag).map_err(|e| format!("building the operands: {e}"))?;
+    let (m, n, k) = (ops.a.rows(), ops.b.cols(), ops.a.cols());
+    rec.nnzb = ops.a.nnzb();
+    rec.bytes = BytesMoved::new(m, n, k, ops.a.block_size(), rec.nnzb);
+
+    let mut sets = Vec::with_capacity(Form::ALL.len());
+    for form in Form::ALL {
+        eprintln!("{tag}   {}: setting up and checking", form.name());
+        let set_bytes = match form {
+            Form::Sparsek => rec.bytes.total,
+            Form::Cublas => (2 * m * k + 2 * k * n + 4 * m * n) as u64,
+        };
+        let depth = rotation_depth(set_bytes, gpu.info().l2_bytes);
+        let result = match (form, lib) {
+            (Form::Cublas, Err(why)) => Err(format!("cuBLAS unavailable: {why}")),
+            _ => setup(gpu, lib.as_ref().ok(), form, &ops, depth),
+        };
+        let r = rec.contender_mut(form);
+        match result {
+            Ok((s, check)) => {
+                r.check = Some(check);
+                r.sets = s.len();
+                r.rotated_bytes = set_bytes * s.len() as u64;
+                sets.push((form, s));
+            }
+            Err(e) => r.error = Some(e),
+        }
+    }
+    drop(ops);
+    if sets.is_empty() {
+        return Ok(());
+    }
+
+    eprintln!("{tag}   timing, interleaved");
+    let (forms, mut timed): (Vec<Form>, Vec<&mut dyn Contender>) =
+        sets.iter_mut().map(|(f, s)| (*f, s as &mut dyn Contender)).unzip();
+    let (times, clock) = time_interleaved(gpu, &mut timed, cfg.warmup, iters).map_err(|e| format!("timing: {e}"))?;
+    rec.sm_clock_mhz = clock;
+    for (form, t) in forms.into_iter().zip(&times) {
+        rec.contender_mut(form).time = Times::from_ms(t);
+    }
+    Ok(())
+}
+
+/// A and B ([`Case::operands`]) and the oracle on the sampled rows of C.
+fn operands(case: &mut Case, cfg: &DecodeConfig, seed: u64, tag: &str) -> Result<Operands> {
+    let budget = crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
+    eprintln!("{tag} {case}: building A and B");
+    let (a, b) = case.operands(seed, budget)?;
+    let (m, n) = (a.rows(), b.cols());
+    let sample = RowSample::auto(m, n, cfg.check_rows, seed ^ 0x5EED);
+    // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, sparsek's output).
+    let c0 = Matrix::<f32>::zeros(m, n)?;
+    eprintln!("{tag}   oracle ({} rows)", sample.rows(m).len());
+    let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
+    Ok(Operands { a, b, expected })
+}
+
+/// One contender's device operands: input sets rotated per launch (C of set 0 is the one checked).
+enum Sets<'l> {
+    Sparsek(Vec<(DeviceBsr<f16>, DeviceMatrix<f16>, DeviceMatrix<f32>)>),
+    Cublas {
+        lib: &'l Cublas,
+        shape: (usize, usize, usize),
+        sets: Vec<(DeviceMatrix<f16>, DeviceMatrix<f16>, DeviceMatrix<f32>)>,
+    },
+}
+
+impl Contender for Sets<'_> {
+    /// Queues one product on input set `set` on the GPU's stream.
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+        match self {
+            Sets::Sparsek(sets) => {
+                let (a, b, c) = &mut sets[set];
+                gpu.spmm(a, b, c, Epilogue::default()).map_err(|e| e.to_string())
+            }
+            Sets::Cublas { lib, shape, sets } => {
+                let (a, b, c) = &mut sets[set];
+                let (lda, ldb, ldc) = (a.ld(), b.ld(), c.ld());
+                lib.gemm(gpu, *shape, a.as_slice(), lda, b.as_slice(), ldb, &mut c.as_view_mut(), ldc)
+            }
+        }
+    }
+
+    fn sets(&self) -> usize {
+        self.len().max(1)
+    }
+}
+
+impl Sets<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Sets::Sparsek(s) => s.len(),
+            Sets::Cublas { sets, .. } => sets.len(),
+        }
+    }
+
+    /// C of set 0.
+    fn output(&mut self) -> Option<&mut DeviceMatrix<f32>> {
+        match self {
+            Sets::Sparsek(s) => s.first_mut().map(|t| &mut t.2),
+            Sets::Cublas { sets, .. } => sets.first_mut().map(|t| &mut t.2),
+        }
+    }
+}
+
+/// Uploads `depth` input sets of `form`, poisons C of set 0, launches on it and checks the output against the
+/// oracle.
+fn setup<'l>(
+    gpu: &Gpu,
+    lib: Option<&'l Cublas>,
+    form: Form,
+    ops: &Operands,
+    depth: usize,
+) -> std::result::Result<(Sets<'l>, Check), String> {
+    let s = |e: Error| e.to_string();
+    let (a, b) = (&ops.a, &ops.b);
+    let (m, n, k) = (a.rows(), b.cols(), a.cols());
+    let mut sets = match form {
+        Form::Sparsek => Sets::Sparsek(
+            (0..depth)
+                .map(|_| Ok((gpu.upload(a)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
+                .collect::<Result<_>>()
+                .map_err(s)?,
+        ),
+        Form::Cublas => {
+            let lib = lib.ok_or("cuBLAS unavailable")?;
+            let dense = a.to_dense().map_err(s)?;
+            let sets = (0..depth)
+                .map(|_| Ok((gpu.upload_matrix(&dense)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
+                .collect::<Result<_>>()
+                .map_err(s)?;
+            Sets::Cublas { lib, shape: (m, n, k), sets }
+        }
+    };
+    let c = sets.output().ok_or("no input set")?;
+    poison(gpu, c.as_view_mut())?;
+    sets.launch(gpu, 0)?;
+    let host = sets.output().ok_or("no input set")?.to_host().map_err(s)?;
+    Ok((sets, Check::from(&check_output(form, ops, &host))))
+}
+
+/// Compares `form`'s output with the oracle.
+fn check_output(form: Form, ops: &Operands, host: &Matrix<f32>) -> CheckReport {
+    match form {
+        Form::Sparsek => ops.expected.check(host),
+        Form::Cublas => {
+            // A dense GEMM sums all K products (the zeros of A included) and may split K: bound it with K terms.
+            let tol =
+                Tolerance::for_spmm(ops.a.cols(), ops.a.max_abs(), max_abs(&ops.b), Epilogue::default(), 0.0, false);
+            ops.expected.clone().with_tolerance(tol).check(host)
+        }
+    }
+}
+
+/// `2 x 1024 MiB (read + written) in 812.3 µs median of 30: 2643.9 GB/s`, or why it was not measured.
+fn copy_text(c: &CopyBandwidth) -> String {
+    match (&c.time, c.gbps, &c.error) {
+        (Some(t), Some(g), None) => {
+            let mib = c.bytes as f64 / f64::from(1 << 20);
+            format!("2 x {mib:.0} MiB (read + written) in {:.1} µs median of {}: {g:.1} GB/s", t.median_us, t.samples)
+        }
+        (_, _, Some(e)) => format!("not measured ({e})"),
+        _ => "not measured".into(),
+    }
+}
+
+/// `2.41 µs median of 30 (sparsek_empty: ...)`, or why it was not measured.
+fn empty_text(e: &EmptyLaunch) -> String {
+    match (&e.time, &e.error) {
+        (Some(t), None) => format!("{:.2} µs median of {} ({})", t.median_us, t.samples, e.kernel),
+        (_, Some(err)) => format!("not measured ({err})"),
+        _ => "not measured".into(),
+    }
+}
+
+/// Microseconds with precision that suits their size, `!` appended when the output failed its check.
+fn us_cell(c: &ContenderResult) -> String {
+    let Some(t) = c.time.as_ref().map(|t| t.median_us) else { return "-".into() };
+    let s = if t < 100.0 { format!("{t:.2}") } else { format!("{t:.1}") };
+    if c.passed() { s } else { format!("{s}!") }
+}
+
+fn opt_cell(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "-".into(), f)
+}
+
+/// Megabytes (1e6 bytes).
+fn mb_cell(bytes: u64) -> String {
+    let mb = bytes as f64 / 1e6;
+    if mb < 10.0 { format!("{mb:.3}") } else { format!("{mb:.1}") }
+}
+
+/// The targets column: each target with its verdict (`met`, `MISSED`, or `n/a` when not measured).
+fn goals_cell(r: &DecodeRecord) -> String {
+    if r.goals.is_empty() {
+        return "-".into();
+    }
+    let verdict = |g: &Goal| match g.met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "n/a",
+    };
+    r.goals.iter().map(|g| format!("{} {}", g.figure.target_text(g.bound), verdict(g))).collect::<Vec<_>>().join("; ")
+}
+
+/// The checks column: "pass", or what failed or could not run.
+fn checks_cell(r: &DecodeRecord) -> String {
+    if let Some(e) = &r.error {
+        return format!("error: {}", e.replace('|', "/"));
+    }
+    let mut bad = Vec::new();
+    for c in [&r.sparsek, &r.cublas] {
+        if c.error.is_some() {
+            bad.push(format!("{} n/a", c.name));
+        } else if c.check.as_ref().is_some_and(|k| !k.passed) {
+            bad.push(format!("{} FAIL", c.name));
+        }
+    }
+    if bad.is_empty() { "pass".into() } else { bad.join(", ") }
+}
+
+/// The targets met, missed and not measured over all records, and a line per missed one.
+fn goals_summary(records: &[DecodeRecord]) -> String {
+    let goals = || records.iter().flat_map(|r| r.goals.iter().map(move |g| (r, g)));
+    let count = |met: Option<bool>| goals().filter(|(_, g)| g.met == met).count();
+    let mut s = format!(
+        "Targets (issue 12): {} met, {} missed, {} not measured ({} of {} cases have targets).\n",
+        count(Some(true)),
+        count(Some(false)),
+        count(None),
+        records.iter().filter(|r| !r.goals.is_empty()).count(),
+        records.len()
+    );
+    for (r, g) in goals().filter(|(_, g)| g.met == Some(false)) {
+        let value = r.figure(g.figure).map_or_else(|| "-".into(), |v| g.figure.value_text(v));
+        let _ = writeln!(s, "- missed: {}: {} (measured {value})", r.case, g.figure.target_text(g.bound));
+    }
+    s
+}
+
+/// The Markdown report: the run's facts, the method and the references, one row per case, and the targets met
+/// and missed.
+pub fn markdown(header: &Header, references: &References, records: &[DecodeRecord]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{}", crate::report::header_line(header));
+    let _ = writeln!(
+        s,
+        "Median of {} launches per contender after {} warm-up, interleaved launch by launch, each on the next of \
+         its rotated input sets (together at least 2x L2). sparsek: `Gpu::spmm`, f16 A (BSR) and B row-major, \
+         f32 C; cuBLAS: {} (`cublasGemmEx`, dense f16 A, f32 C). MB moved: A's values and u32 indices, B read, \
+         C written (1e6 bytes); GB/s: MB moved / sparsek's time; of copy: that over the copy bandwidth; speedup: \
+         cuBLAS time / sparsek time; × empty: sparsek time / the empty launch's. `!` marks a time whose output \
+         failed its check; figures come only from checked times.",
+        header.iters, header.warmup, header.cublas
+    );
+    s.push('\n');
+    let _ = writeln!(s, "- Copy bandwidth (`cuMemcpyDtoDAsync`): {}.", copy_text(&references.copy));
+    let _ = writeln!(s, "- Empty launch: {}.", empty_text(&references.empty_launch));
+    s.push('\n');
+    s.push_str(
+        "| M×K | N | bs | density | nnzb | MB moved | sparsek µs | GB/s | of copy | cuBLAS µs | speedup | × empty \
+         | targets | SM MHz | checks |\n",
+    );
+    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
+    for r in records {
+        let _ = writeln!(
+            s,
+            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.m,
+            r.k,
+            r.n,
+            r.bs,
+            percent(r.density),
+            r.nnzb,
+            mb_cell(r.bytes.total),
+            us_cell(&r.sparsek),
+            opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
+            opt_cell(r.copy_fraction, |v| Figure::CopyFraction.value_text(v)),
+            us_cell(&r.cublas),
+            opt_cell(r.speedup_vs_cublas, |v| Figure::SpeedupVsCublas.value_text(v)),
+            opt_cell(r.launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
+            goals_cell(r),
+            r.sm_clock_mhz.map_or_else(|| "-".into(), |m| m.to_string()),
+            checks_cell(r),
+        );
+    }
+    s.push('\n');
+    s.push_str(&goals_summary(records));
+    s
+}
+
+/// `8192x16x8192 bs64 22% uniform: sparsek 12.34 µs (2650.1 GB/s, 85.2% of copy), cuBLAS 45.60 µs (3.70x),
+/// 5.12x empty launch; copy ≥ 80% met; ...; checks pass`.
+fn progress_line(r: &DecodeRecord) -> String {
+    let mut s = format!("{}: ", r.case);
+    if let Some(e) = &r.error {
+        s.push_str(&format!("ERROR {e}"));
+        return s;
+    }
+    let text = |f: Figure| opt_cell(r.figure(f), |v| f.value_text(v));
+    s.push_str(&format!(
+        "sparsek {} µs ({} GB/s, {} of copy), cuBLAS {} µs ({}), {} empty launch; targets: {}; checks {}",
+        us_cell(&r.sparsek),
+        opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
+        text(Figure::CopyFraction),
+        us_cell(&r.cublas),
+        text(Figure::SpeedupVsCublas),
+        text(Figure::LaunchRatio),
+        goals_cell(r),
+        checks_cell(r),
+    ));
+    if let Some(c) = r.sm_clock_mhz {
+        s.push_str(&format!(", SM {c} MHz"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(passed: bool) -> Check {
+        Check {
+            passed,
+            checked: 10,
+            failures: usize::from(!passed),
+            max_abs_err: 0.0,
+            max_rel_err: 0.0,
+            atol: 1e-6,
+            rtol: 1e-6,
+            detail: if passed { "PASS".into() } else { "FAIL".into() },
+        }
+    }
+
+    fn times(median_us: f64) -> Times {
+        Times { median_us, min_us: median_us, max_us: median_us, samples: 30 }
+    }
+
+    fn references(copy_gbps: Option<f64>, empty_us: Option<f64>) -> References {
+        References {
+            copy: CopyBandwidth {
+                bytes: COPY_BYTES,
+                time: copy_gbps.map(|_| times(800.0)),
+                gbps: copy_gbps,
+                error: None,
+            },
+            empty_launch: EmptyLaunch { kernel: "empty".into(), time: empty_us.map(times), error: None },
+        }
+    }
+
+    /// A record of `case` with the given sparsek and cuBLAS medians (checks passed unless `sparsek_ok` is false),
+    /// evaluated against `refs`.
+    fn record(
+        case: &Case,
+        nnzb: usize,
+        sparsek_us: f64,
+        cublas_us: f64,
+        sparsek_ok: bool,
+        refs: &References,
+    ) -> DecodeRecord {
+        let mut r = DecodeRecord::new(case, 7);
+        r.nnzb = nnzb;
+        r.bytes = BytesMoved::new(case.m, case.n, case.k, case.bs, nnzb);
+        r.sparsek.check = Some(check(sparsek_ok));
+        r.sparsek.time = Some(times(sparsek_us));
+        r.cublas.check = Some(check(true));
+        r.cublas.time = Some(times(cublas_us));
+        r.evaluate(case, refs);
+        r
+    }
+
+    #[test]
+    fn bytes_moved_by_hand() {
+        // 1536 x 384 A of 64 x 64 blocks, 72 stored, times a 384 x 16 B.
+        let b = BytesMoved::new(1536, 16, 384, 64, 72);
+        assert_eq!(b.a_values, 72 * 64 * 64 * 2); // 589_824
+        assert_eq!(b.a_indices, (1536 / 64 + 1) * 4 + 72 * 4); // 100 + 288
+        assert_eq!(b.b, 384 * 16 * 2); // 12_288
+        assert_eq!(b.c, 1536 * 16 * 4); // 98_304
+        assert_eq!(b.total, 589_824 + 388 + 12_288 + 98_304);
+        assert_eq!(b.total, 700_804);
+    }
+
+    #[test]
+    fn default_and_quick_cases() {
+        let c = default_cases();
+        assert_eq!(c.len(), 2 * 2 * 2 * 5 + 2 * 2 * 2 * 3);
+        let large: Vec<&Case> = c.iter().filter(|c| c.m >= 8192).collect();
+        assert_eq!(large.len(), 40);
+        for (m, k) in [(8192, 8192), (16384, 16384)] {
+            for bs in [64, 128] {
+                for d in [0.10, 0.22] {
+                    for n in [1, 8, 16, 32, 64] {
+                        assert!(c.contains(&Case::synthetic(m, n, k, bs, d, Pattern::Uniform)));
+                    }
+                }
+            }
+        }
+        for (m, k) in [(1536, 384), (384, 1536)] {
+            for bs in [32, 64] {
+                for d in [0.25, 0.50] {
+                    for n in [1, 16, 512] {
+                        assert!(c.contains(&Case::synthetic(m, n, k, bs, d, Pattern::Uniform)));
+                    }
+                }
+            }
+        }
+        let q = quick_cases();
+        assert_eq!(
+            q,
+            vec![
+                Case::synthetic(8192, 1, 8192, 64, 0.22, Pattern::Uniform),
+                Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform),
+                Case::synthetic(1536, 1, 384, 64, 0.50, Pattern::Uniform),
+                Case::synthetic(1536, 16, 384, 64, 0.50, Pattern::Uniform),
+            ]
+        );
+        // Every case is a valid generator input and has the issue's targets.
+        for case in c.iter().chain(&q) {
+            assert!(case.m % case.bs == 0 && case.k % case.bs == 0, "{case}");
+            assert!(!targets(case).is_empty(), "{case}");
+        }
+    }
+
+    #[test]
+    fn target_rule() {
+        let t = |m, n, k, bs, d| targets(&Case::synthetic(m, n, k, bs, d, Pattern::Uniform));
+        for n in [1, 8, 16] {
+            assert_eq!(
+                t(8192, n, 8192, 64, 0.22),
+                vec![(Figure::CopyFraction, 0.8), (Figure::SpeedupVsCublas, 3.63636)]
+            );
+        }
+        for n in [32, 64] {
+            assert_eq!(
+                t(16384, n, 16384, 128, 0.10),
+                vec![(Figure::CopyFraction, 0.7), (Figure::SpeedupVsCublas, 8.0)]
+            );
+        }
+        assert_eq!(t(8192, 16, 8192, 64, 0.15)[1], (Figure::SpeedupVsCublas, round_sig(0.8 / 0.15, 6)));
+        for (m, k) in [(1536, 384), (384, 1536)] {
+            for n in [1, 16, 512] {
+                assert_eq!(t(m, n, k, 32, 0.25), vec![(Figure::LaunchRatio, 2.0)]);
+            }
+        }
+        // Outside the issue's cases: no target.
+        for (m, n, k, bs, d) in [
+            (8192, 128, 8192, 64, 0.22),
+            (8192, 16, 8192, 32, 0.22),
+            (8192, 16, 8192, 64, 0.50),
+            (4096, 16, 4096, 64, 0.22),
+            (1536, 8, 384, 64, 0.50),
+            (1536, 16, 384, 16, 0.50),
+            (1536, 16, 384, 64, 0.10),
+        ] {
+            assert!(t(m, n, k, bs, d).is_empty(), "{m}x{n}x{k} bs{bs} {d}");
+        }
+        assert!(Figure::CopyFraction.meets(0.8, 0.8) && !Figure::CopyFraction.meets(0.79, 0.8));
+        assert!(Figure::LaunchRatio.meets(2.0, 2.0) && !Figure::LaunchRatio.meets(2.01, 2.0));
+    }
+
+    #[test]
+    fn rotation_spans_twice_l2() {
+        let l2 = 50u64 << 20;
+        assert_eq!(rotation_depth(200 << 20, l2), 1);
+        assert_eq!(rotation_depth(100 << 20, l2), 1);
+        assert_eq!(rotation_depth(30 << 20, l2), 4);
+        assert_eq!(rotation_depth(0, l2), MAX_SETS);
+        // The smallest default set (1536 x 384 bs 32 25%, N 1) needs more than the main benchmark's 128 sets.
+        let small = BytesMoved::new(1536, 1, 384, 32, 144).total;
+        let depth = rotation_depth(small, l2);
+        assert!(depth > 128 && depth < MAX_SETS && depth as u64 * small >= 2 * l2, "{depth} sets of {small}");
+    }
+
+    #[test]
+    fn figures_and_verdicts() {
+        let refs = references(Some(3000.0), Some(2.5));
+        // 8192 x 8192 bs 64 22%, N 16: 3604 blocks.
+        let case = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
+        let r = record(&case, 3604, 12.0, 48.0, true, &refs);
+        let bytes = BytesMoved::new(8192, 16, 8192, 64, 3604).total as f64;
+        assert_eq!(r.achieved_gbps, Some(round_sig(bytes / 12.0 / 1e3, 6)));
+        assert_eq!(r.copy_fraction, Some(round_sig(r.achieved_gbps.unwrap() / 3000.0, 6)));
+        assert_eq!(r.speedup_vs_cublas, Some(4.0));
+        assert_eq!(r.launch_ratio, Some(4.8));
+        // 30.3 MB in 12 µs: 2527 GB/s, 84% of 3000, met; a speedup of 4 >= 3.64, met.
+        assert_eq!(r.goals.iter().map(|g| g.met).collect::<Vec<_>>(), vec![Some(true), Some(true)]);
+        assert!(r.sparsek_passed());
+
+        let slow = record(&case, 3604, 20.0, 48.0, true, &refs);
+        assert_eq!(slow.goals.iter().map(|g| g.met).collect::<Vec<_>>(), vec![Some(false), Some(false)]);
+        assert!(slow.sparsek_passed(), "a missed target is not a failure");
+
+        // A failed check: no figures, no verdicts, a failed case.
+        let bad = record(&case, 3604, 12.0, 48.0, false, &refs);
+        assert_eq!((bad.achieved_gbps, bad.speedup_vs_cublas, bad.launch_ratio), (None, None, None));
+        assert!(bad.goals.iter().all(|g| g.met.is_none()));
+        assert!(!bad.sparsek_passed());
+
+        // Without an empty-launch time, the small shapes' ratio is not measured.
+        let small = Case::synthetic(1536, 1, 384, 64, 0.5, Pattern::Uniform);
+        let r = record(&small, 72, 4.0, 6.0, true, &references(Some(3000.0), None));
+        assert_eq!(r.launch_ratio, None);
+        assert_eq!(r.goals, vec![Goal { figure: Figure::LaunchRatio, bound: 2.0, met: None }]);
+        let r = record(&small, 72, 4.0, 6.0, true, &refs);
+        assert_eq!(r.goals[0].met, Some(true));
+    }
+
+    #[test]
+    fn table_and_json() {
+        let header = Header { gpu: "Test GPU".into(), iters: 30, warmup: 5, ..Default::default() };
+        let refs = references(Some(3000.0), Some(2.5));
+        let large = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
+        let small = Case::synthetic(1536, 1, 384, 64, 0.5, Pattern::Uniform);
+        let mut missing = record(&small, 72, 6.0, 6.0, true, &refs);
+        missing.cublas = ContenderResult::new(Form::Cublas);
+        missing.cublas.error = Some("cuBLAS unavailable: no | library".into());
+        missing.evaluate(&small, &refs);
+        let records = vec![record(&large, 3604, 12.0, 48.0, true, &refs), missing];
+
+        let t = markdown(&header, &refs, &records);
+        let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("| 8192") || l.starts_with("| 1536")).collect();
+        assert_eq!(rows.len(), 2);
+        let header_cols = t.lines().find(|l| l.starts_with("| M×K")).map(|l| l.matches('|').count());
+        for row in &rows {
+            assert_eq!(Some(row.matches('|').count()), header_cols, "{row}");
+        }
+        assert!(rows[0].contains("| 4.00x | 4.80x | copy ≥ 80% met; speedup ≥ 3.64x met |"), "{}", rows[0]);
+        assert!(rows[0].ends_with("| pass |"));
+        assert!(rows[1].contains("| ≤ 2x empty launch MISSED |"), "{}", rows[1]);
+        assert!(rows[1].contains("cublas-gemmex-f16-f32 n/a"), "{}", rows[1]);
+        assert!(t.contains("Targets (issue 12): 2 met, 1 missed, 0 not measured (2 of 2 cases have targets)."));
+        assert!(t.contains("- missed: 1536x1x384 bs64 50% uniform: ≤ 2x empty launch (measured 2.40x)"), "{t}");
+
+        let json = to_json(&header, &refs, &records, true).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["complete"], true);
+        assert_eq!(v["header"]["gpu"], "Test GPU");
+        assert_eq!(v["references"]["copy"]["gbps"], 3000.0);
+        assert_eq!(v["references"]["empty_launch"]["time"]["median_us"], 2.5);
+        let r0 = &v["records"][0];
+        assert_eq!(r0["case"], "8192x16x8192 bs64 22% uniform");
+        assert_eq!(r0["bytes"]["total"], BytesMoved::new(8192, 16, 8192, 64, 3604).total);
+        assert_eq!(r0["sparsek"]["name"], "sparsek-f16");
+        assert_eq!(r0["sparsek"]["time"]["median_us"], 12.0);
+        assert_eq!(r0["speedup_vs_cublas"], 4.0);
+        assert_eq!(r0["goals"][0]["figure"], "copy_fraction");
+        assert_eq!(r0["goals"][1]["figure"], "speedup_vs_cublas");
+        assert_eq!(r0["goals"][1]["met"], true);
+        // Every goal's figure names a field of its record.
+        for r in v["records"].as_array().unwrap() {
+            for g in r["goals"].as_array().unwrap() {
+                assert!(r.get(g["figure"].as_str().unwrap()).is_some(), "{g}");
+            }
+        }
+        let r1 = &v["records"][1];
+        assert!(r1["speedup_vs_cublas"].is_null());
+        assert_eq!(r1["launch_ratio"], 2.4);
+        assert_eq!(r1["goals"][0]["met"], false);
+    }
+}
