@@ -699,7 +699,8 @@ macro_rules! bsr_kernel {
     };
 }
 
-/// The product kernels: one per block size, input type, B order and output type (`layout::Module::Product`).
+/// The product kernels: one per block size, input type, B order and output type (`layout::Module::Product`),
+/// and for the block sizes with a narrow tile (`layout::NARROW_CONFIGS`) a second one, `_n16`, for few columns.
 #[cfg(not(feature = "tune-kernels"))]
 mod product {
     use super::*;
@@ -723,7 +724,9 @@ mod product {
             sparsek_bsr_bs16_f16_brow_f32,
             sparsek_bsr_bs32_f16_brow_f32,
             sparsek_bsr_bs64_f16_brow_f32,
-            sparsek_bsr_bs128_f16_brow_f32
+            sparsek_bsr_bs128_f16_brow_f32,
+            sparsek_bsr_bs64_f16_brow_f32_n16,
+            sparsek_bsr_bs128_f16_brow_f32_n16
         ]
     );
     product_kernels!(
@@ -737,7 +740,9 @@ mod product {
             sparsek_bsr_bs16_f16_brow_f16,
             sparsek_bsr_bs32_f16_brow_f16,
             sparsek_bsr_bs64_f16_brow_f16,
-            sparsek_bsr_bs128_f16_brow_f16
+            sparsek_bsr_bs128_f16_brow_f16,
+            sparsek_bsr_bs64_f16_brow_f16_n16,
+            sparsek_bsr_bs128_f16_brow_f16_n16
         ]
     );
     product_kernels!(
@@ -751,7 +756,9 @@ mod product {
             sparsek_bsr_bs16_f16_bcol_f32,
             sparsek_bsr_bs32_f16_bcol_f32,
             sparsek_bsr_bs64_f16_bcol_f32,
-            sparsek_bsr_bs128_f16_bcol_f32
+            sparsek_bsr_bs128_f16_bcol_f32,
+            sparsek_bsr_bs64_f16_bcol_f32_n16,
+            sparsek_bsr_bs128_f16_bcol_f32_n16
         ]
     );
     product_kernels!(
@@ -765,7 +772,9 @@ mod product {
             sparsek_bsr_bs16_f16_bcol_f16,
             sparsek_bsr_bs32_f16_bcol_f16,
             sparsek_bsr_bs64_f16_bcol_f16,
-            sparsek_bsr_bs128_f16_bcol_f16
+            sparsek_bsr_bs128_f16_bcol_f16,
+            sparsek_bsr_bs64_f16_bcol_f16_n16,
+            sparsek_bsr_bs128_f16_bcol_f16_n16
         ]
     );
     product_kernels!(
@@ -779,7 +788,9 @@ mod product {
             sparsek_bsr_bs16_bf16_brow_f32,
             sparsek_bsr_bs32_bf16_brow_f32,
             sparsek_bsr_bs64_bf16_brow_f32,
-            sparsek_bsr_bs128_bf16_brow_f32
+            sparsek_bsr_bs128_bf16_brow_f32,
+            sparsek_bsr_bs64_bf16_brow_f32_n16,
+            sparsek_bsr_bs128_bf16_brow_f32_n16
         ]
     );
     product_kernels!(
@@ -793,7 +804,9 @@ mod product {
             sparsek_bsr_bs16_bf16_brow_bf16,
             sparsek_bsr_bs32_bf16_brow_bf16,
             sparsek_bsr_bs64_bf16_brow_bf16,
-            sparsek_bsr_bs128_bf16_brow_bf16
+            sparsek_bsr_bs128_bf16_brow_bf16,
+            sparsek_bsr_bs64_bf16_brow_bf16_n16,
+            sparsek_bsr_bs128_bf16_brow_bf16_n16
         ]
     );
     product_kernels!(
@@ -807,7 +820,9 @@ mod product {
             sparsek_bsr_bs16_bf16_bcol_f32,
             sparsek_bsr_bs32_bf16_bcol_f32,
             sparsek_bsr_bs64_bf16_bcol_f32,
-            sparsek_bsr_bs128_bf16_bcol_f32
+            sparsek_bsr_bs128_bf16_bcol_f32,
+            sparsek_bsr_bs64_bf16_bcol_f32_n16,
+            sparsek_bsr_bs128_bf16_bcol_f32_n16
         ]
     );
     product_kernels!(
@@ -821,7 +836,9 @@ mod product {
             sparsek_bsr_bs16_bf16_bcol_bf16,
             sparsek_bsr_bs32_bf16_bcol_bf16,
             sparsek_bsr_bs64_bf16_bcol_bf16,
-            sparsek_bsr_bs128_bf16_bcol_bf16
+            sparsek_bsr_bs128_bf16_bcol_bf16,
+            sparsek_bsr_bs64_bf16_bcol_bf16_n16,
+            sparsek_bsr_bs128_bf16_bcol_bf16_n16
         ]
     );
 }

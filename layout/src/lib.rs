@@ -173,15 +173,53 @@ pub const TUNE_CONFIGS: [KernelConfig; 20] = [
     KernelConfig { bs: 128, bn: 32, bk: 64, warps_m: 8, warps_n: 1, stages: 4, frag_db: true },
 ];
 
+/// Narrow-tile configurations of the product (issue 12), for the launches with few columns (decode): the
+/// fastest of the decode candidates of [`TUNE_CONFIGS`] at N = 1, 16 and 64 on an H100 (TUNE_CONFIGS[15] and
+/// [18]; docs/perf-notes.md "Decode", docs/tune/2026-11-22-h100-decode-candidates.log). Block sizes 16 and 32 have
+/// none yet (not measured): they keep their [`CONFIGS`] tile at every N.
+pub const NARROW_CONFIGS: [KernelConfig; 2] = [
+    KernelConfig { bs: 64, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
+    KernelConfig { bs: 128, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
+];
+
+/// The largest N served by a [`Tile::Narrow`] kernel: up to 64 columns the narrow tile measured 1.7-3.1x faster
+/// than the wide one at bs 64 and 128 (and 2-3x slower at N = 8192).
+pub const NARROW_MAX_N: usize = 64;
+
+/// The N tile of a kernel, which the launcher chooses by the product's column count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tile {
+    /// The product tile of [`CONFIGS`] (BN 128 or 256): every N.
+    Wide,
+    /// The narrow tile of [`NARROW_CONFIGS`] (BN 16): N up to [`NARROW_MAX_N`].
+    Narrow,
+}
+
+impl Tile {
+    /// The tile a launch with `n` columns uses, where the block size has a narrow kernel.
+    pub const fn for_columns(n: usize) -> Tile {
+        if n <= NARROW_MAX_N { Tile::Narrow } else { Tile::Wide }
+    }
+}
+
 /// Supported block sizes.
 pub const BLOCK_SIZES: [u32; 4] = [16, 32, 64, 128];
 
 /// The product configuration for block size `bs`, if supported (from [`VARIANTS`]).
 pub const fn config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&CONFIGS, bs)
+}
+
+/// The narrow-tile product configuration for block size `bs`, if it has one.
+pub const fn narrow_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&NARROW_CONFIGS, bs)
+}
+
+const fn find_config(configs: &[KernelConfig], bs: u32) -> Option<KernelConfig> {
     let mut i = 0;
-    while i < CONFIGS.len() {
-        if CONFIGS[i].bs == bs {
-            return Some(CONFIGS[i]);
+    while i < configs.len() {
+        if configs[i].bs == bs {
+            return Some(configs[i]);
         }
         i += 1;
     }
@@ -336,31 +374,42 @@ pub struct Variant {
     pub out: OutType,
     /// Tile configuration (the launch's threads and dynamic shared memory derive from it).
     pub config: KernelConfig,
+    /// Which N tile it is ([`Tile::Narrow`] kernels serve launches of at most [`NARROW_MAX_N`] columns).
+    pub tile: Tile,
 }
 
 const fn spmm(
     name: &'static str,
     module: Module,
     (input, b_layout, out): (InType, Layout, OutType),
-    config: KernelConfig,
+    (config, tile): (KernelConfig, Tile),
 ) -> Variant {
-    Variant { name, arch: Arch::Sm80, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config }
+    Variant { name, arch: Arch::Sm80, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config, tile }
 }
 const fn product(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
     match config_for(bs) {
-        Some(config) => spmm(name, Module::Product, (input, b_layout, out), config),
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Wide)),
         None => panic!("no product configuration for this block size"),
     }
 }
+const fn narrow(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match narrow_config_for(bs) {
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Narrow)),
+        None => panic!("no narrow product configuration for this block size"),
+    }
+}
 const fn tuning(name: &'static str, i: usize) -> Variant {
-    spmm(name, Module::Tuning, (InType::F16, Layout::RowMajor, OutType::F32), TUNE_CONFIGS[i])
+    // A tuning candidate is measured at every N; its tile is recorded by width for the tuner's report.
+    let tile = if TUNE_CONFIGS[i].bn <= 32 { Tile::Narrow } else { Tile::Wide };
+    spmm(name, Module::Tuning, (InType::F16, Layout::RowMajor, OutType::F32), (TUNE_CONFIGS[i], tile))
 }
 
 /// Every kernel the build compiles, product and tuning modules alike. The kernels define their entry points from
 /// this table (and fail to build if a name differs); the host loads and launches them from it. Product entry
 /// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
-/// output type (f32, or the input's own 16-bit type).
-pub const VARIANTS: [Variant; 52] = [
+/// output type (f32, or the input's own 16-bit type); the narrow-tile kernels (block sizes with a
+/// [`NARROW_CONFIGS`] entry) add the suffix `_n16`.
+pub const VARIANTS: [Variant; 68] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -393,6 +442,22 @@ pub const VARIANTS: [Variant; 52] = [
     product("sparsek_bsr_bs32_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
     product("sparsek_bsr_bs64_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     product("sparsek_bsr_bs128_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    narrow("sparsek_bsr_bs64_f16_brow_f32_n16", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    narrow("sparsek_bsr_bs128_f16_brow_f32_n16", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs64_f16_brow_f16_n16", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    narrow("sparsek_bsr_bs128_f16_brow_f16_n16", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    narrow("sparsek_bsr_bs64_f16_bcol_f32_n16", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    narrow("sparsek_bsr_bs128_f16_bcol_f32_n16", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs64_f16_bcol_f16_n16", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    narrow("sparsek_bsr_bs128_f16_bcol_f16_n16", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    narrow("sparsek_bsr_bs64_bf16_brow_f32_n16", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    narrow("sparsek_bsr_bs128_bf16_brow_f32_n16", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs64_bf16_brow_bf16_n16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    narrow("sparsek_bsr_bs128_bf16_brow_bf16_n16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    narrow("sparsek_bsr_bs64_bf16_bcol_f32_n16", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    narrow("sparsek_bsr_bs128_bf16_bcol_f32_n16", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs64_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    narrow("sparsek_bsr_bs128_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
     tuning("sparsek_tune_0", 0),
     tuning("sparsek_tune_1", 1),
     tuning("sparsek_tune_2", 2),

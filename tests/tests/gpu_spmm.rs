@@ -145,6 +145,37 @@ fn spmm_f16_out_matches_oracle() {
 
 /// Every configuration of the tuning module (host/ptx/sparsek_sm80_tune.ptx) against the oracle on random cases of its
 /// block size: a configuration is only promoted to the product kernels after passing this.
+/// Around the narrow tile's threshold (`layout::NARROW_MAX_N`): at bs 64 and 128 the launcher takes the narrow
+/// kernel up to 64 columns and the wide one beyond; both sides, with N tails, skewed and empty rows, alpha/beta,
+/// f32 and f16 C, against every row of the oracle.
+#[test]
+fn narrow_and_wide_tiles_around_the_threshold() {
+    let Some(gpu) = gpu("narrow_and_wide_tiles_around_the_threshold") else { return };
+    assert_eq!(sparsek_layout::NARROW_MAX_N, 64, "the cases below straddle the threshold");
+    let mut seed = 0x5eed_u64;
+    for bs in [64usize, 128] {
+        for n in [1usize, 2, 7, 15, 16, 17, 33, 63, 64, 65, 80] {
+            for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, -0.5)] {
+                seed += 1;
+                let case = Case {
+                    bs,
+                    block_rows: 5,
+                    block_cols: 4,
+                    n,
+                    c_pad: 8,
+                    density: 0.5,
+                    pattern,
+                    alpha: 1.5,
+                    beta,
+                    seed,
+                };
+                run_case::<f32>(gpu, &case).unwrap_or_else(|e| panic!("narrow/wide threshold: {e}"));
+                run_case::<f16>(gpu, &case).unwrap_or_else(|e| panic!("narrow/wide threshold: {e}"));
+            }
+        }
+    }
+}
+
 #[test]
 fn tuning_variants_match_oracle() {
     let Some(gpu) = gpu("tuning_variants_match_oracle") else { return };

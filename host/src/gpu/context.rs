@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
-use sparsek_layout::{InType, Layout, Op, OutType};
+use sparsek_layout::{InType, Layout, Op, OutType, Tile};
 
 use super::driver::{cuda, device_count, driver_version, guard};
 use super::registry::{self, Kernel, KernelReport, Registry};
@@ -157,8 +157,14 @@ impl Gpu {
         &self.product.loaded_from
     }
 
-    pub(crate) fn kernel(&self, op: Op, bs: u32, input: InType, b_layout: Layout, out: OutType) -> Option<&Kernel> {
-        self.product.find(op, bs, input, b_layout, out)
+    /// The product kernel for a launch of `n` columns: the narrow-tile one where the block size has it and `n`
+    /// is at most [`sparsek_layout::NARROW_MAX_N`], else the wide one.
+    pub(crate) fn kernel(&self, op: Op, bs: u32, types: (InType, Layout, OutType), n: usize) -> Option<&Kernel> {
+        let narrow = match Tile::for_columns(n) {
+            Tile::Narrow => self.product.find(op, bs, types, Tile::Narrow),
+            Tile::Wide => None,
+        };
+        narrow.or_else(|| self.product.find(op, bs, types, Tile::Wide))
     }
 
     pub(crate) fn check_kernel(&self) -> Option<&cudarc::driver::CudaFunction> {

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
-use sparsek_layout::{Arch, BSR_CHECK_KERNEL, InType, KernelConfig, Layout, Module, Op, OutType, VARIANTS, Variant};
+use sparsek_layout::{
+    Arch, BSR_CHECK_KERNEL, InType, KernelConfig, Layout, Module, Op, OutType, Tile, VARIANTS, Variant,
+};
 
 use super::DeviceInfo;
 use super::driver::{cuda, describe};
@@ -151,12 +153,18 @@ impl Registry {
         Ok(Registry { name: ptx.name, description: ptx.description, loaded_from, _module: module, kernels, check })
     }
 
-    /// The kernel for `op` on blocks of `bs` with inputs `input`, B stored `b_layout`, writing `out`, if the module
-    /// has one.
-    pub(crate) fn find(&self, op: Op, bs: u32, input: InType, b_layout: Layout, out: OutType) -> Option<&Kernel> {
+    /// The kernel for `op` on blocks of `bs` with inputs `input`, B stored `b_layout`, writing `out`, with N tile
+    /// `tile`, if the module has one.
+    pub(crate) fn find(
+        &self,
+        op: Op,
+        bs: u32,
+        (input, b_layout, out): (InType, Layout, OutType),
+        tile: Tile,
+    ) -> Option<&Kernel> {
         self.kernels.iter().find(|k| {
             let v = &k.variant;
-            v.op == op && v.bs == bs && v.input == input && v.b_layout == b_layout && v.out == out
+            v.op == op && v.bs == bs && v.input == input && v.b_layout == b_layout && v.out == out && v.tile == tile
         })
     }
 

@@ -50,7 +50,7 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let kernel = self.find_kernel::<TA, TC>(a.bs, Layout::RowMajor)?;
+        let kernel = self.find_kernel::<TA, TC>(a.bs, Layout::RowMajor, b.cols())?;
         self.launch_owned(stream, kernel, a, b, c, ep, None)
     }
 
@@ -79,7 +79,7 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let kernel = self.find_kernel::<TA, TC>(a.bs, b.layout)?;
+        let kernel = self.find_kernel::<TA, TC>(a.bs, b.layout, b.cols)?;
         self.ctx_current()?;
         self.check_stream(stream)?;
         // Raw pointers are checked where they will be used (an empty operand's address never is).
@@ -135,13 +135,19 @@ impl Gpu {
         self.launch_owned(&stream, k, a, b, c, ep, group_rows)
     }
 
-    /// The product kernel for blocks of `bs`, inputs `TA`, B stored `b_layout`, output `TC`.
-    fn find_kernel<TA: InputElement, TC: OutputElement>(&self, bs: usize, b_layout: Layout) -> Result<&Kernel> {
+    /// The product kernel for blocks of `bs`, inputs `TA`, B stored `b_layout`, output `TC`, and `n` columns
+    /// (few columns take the narrow-tile kernel where the block size has one: `layout::NARROW_CONFIGS`).
+    fn find_kernel<TA: InputElement, TC: OutputElement>(
+        &self,
+        bs: usize,
+        b_layout: Layout,
+        n: usize,
+    ) -> Result<&Kernel> {
         let bs32 = u32::try_from(bs).map_err(|_| Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }))?;
         if !matches!(bs, 16 | 32 | 64 | 128) {
             return Err(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }));
         }
-        self.kernel(Op::BsrSpmm, bs32, TA::IN_TYPE, b_layout, TC::OUT_TYPE).ok_or_else(|| Error::InvalidArgument {
+        self.kernel(Op::BsrSpmm, bs32, (TA::IN_TYPE, b_layout, TC::OUT_TYPE), n).ok_or_else(|| Error::InvalidArgument {
             name: "element types",
             reason: format!(
                 "{} inputs with a {} output are not supported: C is f32 or the inputs' own type",
