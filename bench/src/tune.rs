@@ -19,17 +19,15 @@ pub struct Summary {
     pub all_correct: bool,
 }
 
-/// (m, n, k, density, pattern) per block size: the shapes the product configurations are chosen on, and for bs
-/// 64 and 128 the decode shapes (N = 1, 16, 64) the decode candidates are measured on (issue 12).
+/// (m, n, k, density, pattern) per block size: the shapes the product configurations are chosen on, and the
+/// decode shapes (N = 1, 16, 64) the narrow candidates are measured on (issue 12).
 fn shapes(bs: usize) -> Vec<(usize, usize, usize, f64, Pattern)> {
     let mut v = vec![(8192, 8192, 8192, 0.10, Pattern::Uniform), (8192, 8192, 8192, 0.22, Pattern::Uniform)];
     if bs == 64 {
         v.push((4096, 4096, 4096, 0.125, Pattern::Uniform));
         v.push((8192, 8192, 8192, 0.22, Pattern::Skewed));
     }
-    if bs >= 64 {
-        v.extend([1, 16, 64].map(|n| (8192, n, 8192, 0.22, Pattern::Uniform)));
-    }
+    v.extend([1, 16, 64].map(|n| (8192, n, 8192, 0.22, Pattern::Uniform)));
     v
 }
 

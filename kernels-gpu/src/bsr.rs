@@ -725,6 +725,8 @@ mod product {
             sparsek_bsr_bs32_f16_brow_f32,
             sparsek_bsr_bs64_f16_brow_f32,
             sparsek_bsr_bs128_f16_brow_f32,
+            sparsek_bsr_bs16_f16_brow_f32_n16,
+            sparsek_bsr_bs32_f16_brow_f32_n16,
             sparsek_bsr_bs64_f16_brow_f32_n16,
             sparsek_bsr_bs128_f16_brow_f32_n16
         ]
@@ -741,6 +743,8 @@ mod product {
             sparsek_bsr_bs32_f16_brow_f16,
             sparsek_bsr_bs64_f16_brow_f16,
             sparsek_bsr_bs128_f16_brow_f16,
+            sparsek_bsr_bs16_f16_brow_f16_n16,
+            sparsek_bsr_bs32_f16_brow_f16_n16,
             sparsek_bsr_bs64_f16_brow_f16_n16,
             sparsek_bsr_bs128_f16_brow_f16_n16
         ]
@@ -757,6 +761,8 @@ mod product {
             sparsek_bsr_bs32_f16_bcol_f32,
             sparsek_bsr_bs64_f16_bcol_f32,
             sparsek_bsr_bs128_f16_bcol_f32,
+            sparsek_bsr_bs16_f16_bcol_f32_n16,
+            sparsek_bsr_bs32_f16_bcol_f32_n16,
             sparsek_bsr_bs64_f16_bcol_f32_n16,
             sparsek_bsr_bs128_f16_bcol_f32_n16
         ]
@@ -773,6 +779,8 @@ mod product {
             sparsek_bsr_bs32_f16_bcol_f16,
             sparsek_bsr_bs64_f16_bcol_f16,
             sparsek_bsr_bs128_f16_bcol_f16,
+            sparsek_bsr_bs16_f16_bcol_f16_n16,
+            sparsek_bsr_bs32_f16_bcol_f16_n16,
             sparsek_bsr_bs64_f16_bcol_f16_n16,
             sparsek_bsr_bs128_f16_bcol_f16_n16
         ]
@@ -789,6 +797,8 @@ mod product {
             sparsek_bsr_bs32_bf16_brow_f32,
             sparsek_bsr_bs64_bf16_brow_f32,
             sparsek_bsr_bs128_bf16_brow_f32,
+            sparsek_bsr_bs16_bf16_brow_f32_n16,
+            sparsek_bsr_bs32_bf16_brow_f32_n16,
             sparsek_bsr_bs64_bf16_brow_f32_n16,
             sparsek_bsr_bs128_bf16_brow_f32_n16
         ]
@@ -805,6 +815,8 @@ mod product {
             sparsek_bsr_bs32_bf16_brow_bf16,
             sparsek_bsr_bs64_bf16_brow_bf16,
             sparsek_bsr_bs128_bf16_brow_bf16,
+            sparsek_bsr_bs16_bf16_brow_bf16_n16,
+            sparsek_bsr_bs32_bf16_brow_bf16_n16,
             sparsek_bsr_bs64_bf16_brow_bf16_n16,
             sparsek_bsr_bs128_bf16_brow_bf16_n16
         ]
@@ -821,6 +833,8 @@ mod product {
             sparsek_bsr_bs32_bf16_bcol_f32,
             sparsek_bsr_bs64_bf16_bcol_f32,
             sparsek_bsr_bs128_bf16_bcol_f32,
+            sparsek_bsr_bs16_bf16_bcol_f32_n16,
+            sparsek_bsr_bs32_bf16_bcol_f32_n16,
             sparsek_bsr_bs64_bf16_bcol_f32_n16,
             sparsek_bsr_bs128_bf16_bcol_f32_n16
         ]
@@ -837,6 +851,8 @@ mod product {
             sparsek_bsr_bs32_bf16_bcol_bf16,
             sparsek_bsr_bs64_bf16_bcol_bf16,
             sparsek_bsr_bs128_bf16_bcol_bf16,
+            sparsek_bsr_bs16_bf16_bcol_bf16_n16,
+            sparsek_bsr_bs32_bf16_bcol_bf16_n16,
             sparsek_bsr_bs64_bf16_bcol_bf16_n16,
             sparsek_bsr_bs128_bf16_bcol_bf16_n16
         ]
@@ -888,5 +904,9 @@ mod tune {
         sparsek_tune_17,
         sparsek_tune_18,
         sparsek_tune_19,
+        sparsek_tune_20,
+        sparsek_tune_21,
+        sparsek_tune_22,
+        sparsek_tune_23,
     );
 }

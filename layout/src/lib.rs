@@ -141,7 +141,7 @@ pub const CONFIGS: [KernelConfig; 4] = [
 /// Candidate configurations compiled into the tuning module ([`Module::Tuning`], entry points
 /// `sparsek_tune_<index>`, f32 output) and measured by `sparsek tune`. The winners become [`CONFIGS`];
 /// docs/perf-notes.md records the measurements.
-pub const TUNE_CONFIGS: [KernelConfig; 20] = [
+pub const TUNE_CONFIGS: [KernelConfig; 24] = [
     // bs 16 (BK = 16: one k-step per tile, so no fragment double-buffering)
     KernelConfig { bs: 16, bn: 256, bk: 16, warps_m: 1, warps_n: 4, stages: 4, frag_db: false },
     KernelConfig { bs: 16, bn: 256, bk: 16, warps_m: 1, warps_n: 4, stages: 6, frag_db: false },
@@ -171,19 +171,25 @@ pub const TUNE_CONFIGS: [KernelConfig; 20] = [
     KernelConfig { bs: 64, bn: 32, bk: 64, warps_m: 4, warps_n: 1, stages: 6, frag_db: true },
     KernelConfig { bs: 128, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
     KernelConfig { bs: 128, bn: 32, bk: 64, warps_m: 8, warps_n: 1, stages: 4, frag_db: true },
+    // Decode candidates for the small blocks: one warp per 16 rows, BN 16, the whole block's K per stage.
+    KernelConfig { bs: 16, bn: 16, bk: 16, warps_m: 1, warps_n: 1, stages: 4, frag_db: false },
+    KernelConfig { bs: 16, bn: 16, bk: 16, warps_m: 1, warps_n: 1, stages: 8, frag_db: false },
+    KernelConfig { bs: 32, bn: 16, bk: 32, warps_m: 2, warps_n: 1, stages: 4, frag_db: true },
+    KernelConfig { bs: 32, bn: 16, bk: 32, warps_m: 2, warps_n: 1, stages: 8, frag_db: true },
 ];
 
 /// Narrow-tile configurations of the product (issue 12), for the launches with few columns (decode): the
-/// fastest of the decode candidates of [`TUNE_CONFIGS`] at N = 1, 16 and 64 on an H100 (TUNE_CONFIGS[15] and
-/// [18]; docs/perf-notes.md "Decode", docs/tune/2026-11-22-h100-decode-candidates.log). Block sizes 16 and 32 have
-/// none yet (not measured): they keep their [`CONFIGS`] tile at every N.
-pub const NARROW_CONFIGS: [KernelConfig; 2] = [
+/// fastest of the decode candidates of [`TUNE_CONFIGS`] at N = 1, 16 and 64 on an H100 (bs 64 and 128: its
+/// entries 15 and 18; bs 16 and 32: entries 21 and 22; docs/perf-notes.md "Decode", docs/tune/).
+pub const NARROW_CONFIGS: [KernelConfig; 4] = [
+    KernelConfig { bs: 16, bn: 16, bk: 16, warps_m: 1, warps_n: 1, stages: 8, frag_db: false },
+    KernelConfig { bs: 32, bn: 16, bk: 32, warps_m: 2, warps_n: 1, stages: 4, frag_db: true },
     KernelConfig { bs: 64, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
     KernelConfig { bs: 128, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
 ];
 
-/// The largest N served by a [`Tile::Narrow`] kernel: up to 64 columns the narrow tile measured 1.7-3.1x faster
-/// than the wide one at bs 64 and 128 (and 2-3x slower at N = 8192).
+/// The largest N served by a [`Tile::Narrow`] kernel: up to 64 columns the narrow tile measured faster than the
+/// wide one (1.7-3.1x at bs 64 and 128; 2-3x slower at N = 8192).
 pub const NARROW_MAX_N: usize = 64;
 
 /// The N tile of a kernel, which the launcher chooses by the product's column count.
@@ -409,7 +415,7 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
 /// output type (f32, or the input's own 16-bit type); the narrow-tile kernels (block sizes with a
 /// [`NARROW_CONFIGS`] entry) add the suffix `_n16`.
-pub const VARIANTS: [Variant; 68] = [
+pub const VARIANTS: [Variant; 88] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -442,20 +448,36 @@ pub const VARIANTS: [Variant; 68] = [
     product("sparsek_bsr_bs32_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
     product("sparsek_bsr_bs64_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     product("sparsek_bsr_bs128_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    narrow("sparsek_bsr_bs16_f16_brow_f32_n16", InType::F16, Layout::RowMajor, OutType::F32, 16),
+    narrow("sparsek_bsr_bs32_f16_brow_f32_n16", InType::F16, Layout::RowMajor, OutType::F32, 32),
     narrow("sparsek_bsr_bs64_f16_brow_f32_n16", InType::F16, Layout::RowMajor, OutType::F32, 64),
     narrow("sparsek_bsr_bs128_f16_brow_f32_n16", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs16_f16_brow_f16_n16", InType::F16, Layout::RowMajor, OutType::F16, 16),
+    narrow("sparsek_bsr_bs32_f16_brow_f16_n16", InType::F16, Layout::RowMajor, OutType::F16, 32),
     narrow("sparsek_bsr_bs64_f16_brow_f16_n16", InType::F16, Layout::RowMajor, OutType::F16, 64),
     narrow("sparsek_bsr_bs128_f16_brow_f16_n16", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    narrow("sparsek_bsr_bs16_f16_bcol_f32_n16", InType::F16, Layout::ColMajor, OutType::F32, 16),
+    narrow("sparsek_bsr_bs32_f16_bcol_f32_n16", InType::F16, Layout::ColMajor, OutType::F32, 32),
     narrow("sparsek_bsr_bs64_f16_bcol_f32_n16", InType::F16, Layout::ColMajor, OutType::F32, 64),
     narrow("sparsek_bsr_bs128_f16_bcol_f32_n16", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs16_f16_bcol_f16_n16", InType::F16, Layout::ColMajor, OutType::F16, 16),
+    narrow("sparsek_bsr_bs32_f16_bcol_f16_n16", InType::F16, Layout::ColMajor, OutType::F16, 32),
     narrow("sparsek_bsr_bs64_f16_bcol_f16_n16", InType::F16, Layout::ColMajor, OutType::F16, 64),
     narrow("sparsek_bsr_bs128_f16_bcol_f16_n16", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    narrow("sparsek_bsr_bs16_bf16_brow_f32_n16", InType::Bf16, Layout::RowMajor, OutType::F32, 16),
+    narrow("sparsek_bsr_bs32_bf16_brow_f32_n16", InType::Bf16, Layout::RowMajor, OutType::F32, 32),
     narrow("sparsek_bsr_bs64_bf16_brow_f32_n16", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
     narrow("sparsek_bsr_bs128_bf16_brow_f32_n16", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs16_bf16_brow_bf16_n16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 16),
+    narrow("sparsek_bsr_bs32_bf16_brow_bf16_n16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 32),
     narrow("sparsek_bsr_bs64_bf16_brow_bf16_n16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
     narrow("sparsek_bsr_bs128_bf16_brow_bf16_n16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    narrow("sparsek_bsr_bs16_bf16_bcol_f32_n16", InType::Bf16, Layout::ColMajor, OutType::F32, 16),
+    narrow("sparsek_bsr_bs32_bf16_bcol_f32_n16", InType::Bf16, Layout::ColMajor, OutType::F32, 32),
     narrow("sparsek_bsr_bs64_bf16_bcol_f32_n16", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
     narrow("sparsek_bsr_bs128_bf16_bcol_f32_n16", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs16_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 16),
+    narrow("sparsek_bsr_bs32_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
     narrow("sparsek_bsr_bs64_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     narrow("sparsek_bsr_bs128_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
     tuning("sparsek_tune_0", 0),
@@ -478,6 +500,10 @@ pub const VARIANTS: [Variant; 68] = [
     tuning("sparsek_tune_17", 17),
     tuning("sparsek_tune_18", 18),
     tuning("sparsek_tune_19", 19),
+    tuning("sparsek_tune_20", 20),
+    tuning("sparsek_tune_21", 21),
+    tuning("sparsek_tune_22", 22),
+    tuning("sparsek_tune_23", 23),
 ];
 
 /// The variant named `name` (a compile-time lookup for the kernels' entry points).

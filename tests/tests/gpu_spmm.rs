@@ -145,15 +145,15 @@ fn spmm_f16_out_matches_oracle() {
 
 /// Every configuration of the tuning module (host/ptx/sparsek_sm80_tune.ptx) against the oracle on random cases of its
 /// block size: a configuration is only promoted to the product kernels after passing this.
-/// Around the narrow tile's threshold (`layout::NARROW_MAX_N`): at bs 64 and 128 the launcher takes the narrow
-/// kernel up to 64 columns and the wide one beyond; both sides, with N tails, skewed and empty rows, alpha/beta,
-/// f32 and f16 C, against every row of the oracle.
+/// Around the narrow tile's threshold (`layout::NARROW_MAX_N`): the launcher takes the narrow kernel up to 64
+/// columns and the wide one beyond; both sides, every block size, with N tails, skewed rows, alpha/beta, f32 and
+/// f16 C, against every row of the oracle.
 #[test]
 fn narrow_and_wide_tiles_around_the_threshold() {
     let Some(gpu) = gpu("narrow_and_wide_tiles_around_the_threshold") else { return };
     assert_eq!(sparsek_layout::NARROW_MAX_N, 64, "the cases below straddle the threshold");
     let mut seed = 0x5eed_u64;
-    for bs in [64usize, 128] {
+    for bs in [16usize, 32, 64, 128] {
         for n in [1usize, 2, 7, 15, 16, 17, 33, 63, 64, 65, 80] {
             for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, -0.5)] {
                 seed += 1;
