@@ -39,7 +39,6 @@
 //! (rewritten after the references and after every case) and `OUT_DIR/decode.md`, and the table to stdout.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
 
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaFunction, CudaSlice, DriverError, LaunchConfig};
@@ -54,15 +53,14 @@ use crate::poison;
 use crate::report::{Check, Header, Timing};
 use crate::runner::{Contender, time_interleaved};
 use sparsek::Epilogue;
-use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, max_abs};
+use sparsek::check::{CheckReport, Expected, Tolerance, max_abs};
 use sparsek::error::{Error, Result};
 use sparsek::format::{Bsr, Pattern};
 use sparsek::gpu::timing::EventTimer;
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::matrix::Matrix;
 
-/// The fewest timed launches per contender (and per reference): fewer requested are raised to this.
-pub const MIN_ITERS: usize = 30;
+pub use crate::side::MIN_ITERS;
 
 /// The size of the copy that measures the copy bandwidth, unless 4x L2 is larger.
 pub const COPY_BYTES: u64 = 1 << 30;
@@ -218,25 +216,8 @@ pub fn targets(case: &Case) -> Vec<(Figure, f64)> {
     Vec::new()
 }
 
-/// What to run and where to write it.
-#[derive(Clone, Debug)]
-pub struct DecodeConfig {
-    /// The cases, in order (synthetic; a file case is reported as an error).
-    pub cases: Vec<Case>,
-    /// Untimed launches per contender (and per reference) before the timed ones.
-    pub warmup: usize,
-    /// Timed launches per contender and per reference (at least [`MIN_ITERS`]: fewer are raised to it).
-    pub iters: usize,
-    /// Random rows of C compared with the oracle per contender (plus the first and the last; every row when C
-    /// has at most [`RowSample::FULL_CHECK_ELEMENTS`] elements).
-    pub check_rows: usize,
-    /// Seed mixed into every case's A and B (the main benchmark's derivation, so the matrices are its own).
-    pub seed: u64,
-    /// Where `decode.json` and `decode.md` go.
-    pub out_dir: PathBuf,
-    /// The command line, recorded in the header.
-    pub command: String,
-}
+/// What to run and where to write it (`decode.json` and `decode.md` go into `out_dir`).
+pub type DecodeConfig = crate::side::SideConfig;
 
 /// Launch times in microseconds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -511,34 +492,7 @@ pub struct DecodeSummary {
 /// stdout, and writes `decode.json` and `decode.md` into `cfg.out_dir`. Errors only when an output cannot be
 /// written; a case that fails is recorded with its error.
 pub fn run(gpu: &Gpu, cfg: &DecodeConfig) -> Result<DecodeSummary> {
-    let iters = cfg.iters.max(MIN_ITERS);
-    let info = gpu.info();
-    let lib = Cublas::new(gpu);
-    let header = Header {
-        cublas: match &lib {
-            Ok(l) => format!("libcublas {}", l.version()),
-            Err(e) => format!("unavailable: {e}"),
-        },
-        cusparse: "not measured (--decode)".into(),
-        warmup: cfg.warmup,
-        iters,
-        check_rows: cfg.check_rows,
-        seed: cfg.seed,
-        command: cfg.command.clone(),
-        ..Header::for_gpu(gpu)
-    };
-    eprintln!(
-        "sparsek bench --decode on {} (sm_{}{}, driver CUDA {}), {} cases, median of {} launches after {} warm-up",
-        header.gpu,
-        info.compute_capability.0,
-        info.compute_capability.1,
-        header.driver,
-        cfg.cases.len(),
-        iters,
-        cfg.warmup
-    );
-    eprintln!("  cuBLAS: {}", header.cublas);
-    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| io_err(&cfg.out_dir, e))?;
+    let crate::side::Opened { header, cublas: lib, iters } = crate::side::open(gpu, cfg, "decode")?;
     let json_path = cfg.out_dir.join("decode.json");
 
     let references = References {
@@ -548,20 +502,20 @@ pub fn run(gpu: &Gpu, cfg: &DecodeConfig) -> Result<DecodeSummary> {
     eprintln!("  copy bandwidth: {}", copy_text(&references.copy));
     eprintln!("  empty launch: {}", empty_text(&references.empty_launch));
     let mut records = Vec::with_capacity(cfg.cases.len());
-    write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
+    crate::side::write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
     for (i, case) in cfg.cases.iter().enumerate() {
         let tag = format!("case {}/{}", i + 1, cfg.cases.len());
         let rec = run_case(gpu, &lib, cfg, iters, case, &references, &tag);
         eprintln!("{tag} {}", progress_line(&rec));
         records.push(rec);
-        write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
+        crate::side::write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
     }
     drop(lib);
 
     let report = markdown(&header, &references, &records);
     println!("{report}");
     let md_path = cfg.out_dir.join("decode.md");
-    write(&md_path, report.as_bytes())?;
+    crate::side::write(&md_path, report.as_bytes())?;
     eprintln!("wrote {}", md_path.display());
     eprintln!("wrote {}", json_path.display());
     for r in records.iter().filter(|r| !r.sparsek_passed()) {
@@ -587,14 +541,6 @@ pub fn to_json(header: &Header, references: &References, records: &[DecodeRecord
         .map_err(|e| Error::Io { path: "decode.json".into(), reason: format!("serializing the results: {e}") })?;
     s.push('\n');
     Ok(s)
-}
-
-fn io_err(path: &Path, e: std::io::Error) -> Error {
-    Error::Io { path: path.display().to_string(), reason: e.to_string() }
-}
-
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| io_err(path, e))
 }
 
 fn is_out_of_memory(e: &DriverError) -> bool {
@@ -767,15 +713,7 @@ fn measure(
 
 /// A and B ([`Case::operands`]) and the oracle on the sampled rows of C.
 fn operands(case: &mut Case, cfg: &DecodeConfig, seed: u64, tag: &str) -> Result<Operands> {
-    let budget = crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
-    eprintln!("{tag} {case}: building A and B");
-    let (a, b) = case.operands(seed, budget)?;
-    let (m, n) = (a.rows(), b.cols());
-    let sample = RowSample::auto(m, n, cfg.check_rows, seed ^ 0x5EED);
-    // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, sparsek's output).
-    let c0 = Matrix::<f32>::zeros(m, n)?;
-    eprintln!("{tag}   oracle ({} rows)", sample.rows(m).len());
-    let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
+    let (a, b, _, expected) = crate::side::f16_operands(case, cfg, seed, tag)?;
     Ok(Operands { a, b, expected })
 }
 

@@ -36,6 +36,7 @@ pub mod png;
 pub mod reach;
 pub mod report;
 mod runner;
+pub mod side;
 pub mod tune;
 
 use std::path::{Path, PathBuf};

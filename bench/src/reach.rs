@@ -18,7 +18,6 @@
 //! `OUT_DIR/reach.json` (rewritten after every case) and `OUT_DIR/reach.md`, and the table to stdout.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 use serde::Serialize;
@@ -29,14 +28,13 @@ use crate::json::round_sig;
 use crate::report::{Check, Header, Timing};
 use crate::{poison, rotation_sets};
 use sparsek::Epilogue;
-use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, max_abs};
+use sparsek::check::{CheckReport, Expected, Tolerance, max_abs};
 use sparsek::error::{Error, Result};
 use sparsek::format::{Bsr, Pattern};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::matrix::Matrix;
 
-/// The fewest timed launches per contender: fewer requested are raised to this.
-pub const MIN_ITERS: usize = 30;
+pub use crate::side::MIN_ITERS;
 
 /// The default cases: 8192^3 at bs 64 and 128, densities 10% and 22%, and 4096^3 bs 64 at 12.5%, all uniform.
 pub fn default_cases() -> Vec<Case> {
@@ -50,25 +48,8 @@ pub fn default_cases() -> Vec<Case> {
     cases
 }
 
-/// What to run and where to write it.
-#[derive(Clone, Debug)]
-pub struct ReachConfig {
-    /// The cases, in order (synthetic; a file case is reported as an error).
-    pub cases: Vec<Case>,
-    /// Untimed launches per contender before the timed ones.
-    pub warmup: usize,
-    /// Timed launches per contender (at least [`MIN_ITERS`]: fewer are raised to it).
-    pub iters: usize,
-    /// Random rows of C compared with the oracle per contender (plus the first and the last; every row when C
-    /// has at most [`RowSample::FULL_CHECK_ELEMENTS`] elements).
-    pub check_rows: usize,
-    /// Seed mixed into every case's A and B (the main benchmark's derivation, so the matrices are its own).
-    pub seed: u64,
-    /// Where `reach.json` and `reach.md` go.
-    pub out_dir: PathBuf,
-    /// The command line, recorded in the header.
-    pub command: String,
-}
+/// What to run and where to write it (`reach.json` and `reach.md` go into `out_dir`).
+pub type ReachConfig = crate::side::SideConfig;
 
 /// The contenders, in the order of the table and of the JSON's `contenders` list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,34 +270,7 @@ pub struct ReachSummary {
 /// `reach.json` and `reach.md` into `cfg.out_dir`. Errors only when an output cannot be written; a case that
 /// fails is recorded with its error.
 pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
-    let iters = cfg.iters.max(MIN_ITERS);
-    let info = gpu.info();
-    let lib = Cublas::new(gpu);
-    let header = Header {
-        cublas: match &lib {
-            Ok(l) => format!("libcublas {}", l.version()),
-            Err(e) => format!("unavailable: {e}"),
-        },
-        cusparse: "not measured (--reach)".into(),
-        warmup: cfg.warmup,
-        iters,
-        check_rows: cfg.check_rows,
-        seed: cfg.seed,
-        command: cfg.command.clone(),
-        ..Header::for_gpu(gpu)
-    };
-    eprintln!(
-        "sparsek bench --reach on {} (sm_{}{}, driver CUDA {}), {} cases, median of {} launches after {} warm-up",
-        header.gpu,
-        info.compute_capability.0,
-        info.compute_capability.1,
-        header.driver,
-        cfg.cases.len(),
-        iters,
-        cfg.warmup
-    );
-    eprintln!("  cuBLAS: {}", header.cublas);
-    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| io_err(&cfg.out_dir, e))?;
+    let crate::side::Opened { header, cublas: lib, iters } = crate::side::open(gpu, cfg, "reach")?;
     let json_path = cfg.out_dir.join("reach.json");
 
     let mut records = Vec::with_capacity(cfg.cases.len());
@@ -325,17 +279,17 @@ pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
         let rec = run_case(gpu, &lib, cfg, iters, case, &tag);
         eprintln!("{tag} {}", progress_line(&rec));
         records.push(rec);
-        write(&json_path, to_json(&header, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
+        crate::side::write(&json_path, to_json(&header, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
     }
     if cfg.cases.is_empty() {
-        write(&json_path, to_json(&header, &records, true)?.as_bytes())?;
+        crate::side::write(&json_path, to_json(&header, &records, true)?.as_bytes())?;
     }
     drop(lib);
 
     let table = markdown(&header, &records);
     println!("{table}");
     let md_path = cfg.out_dir.join("reach.md");
-    write(&md_path, table.as_bytes())?;
+    crate::side::write(&md_path, table.as_bytes())?;
     eprintln!("wrote {}", md_path.display());
     eprintln!("wrote {}", json_path.display());
     let all_passed = records.iter().all(ReachRecord::sparsek_passed);
@@ -369,14 +323,6 @@ pub fn to_json(header: &Header, records: &[ReachRecord], complete: bool) -> Resu
         .map_err(|e| Error::Io { path: "reach.json".into(), reason: format!("serializing the results: {e}") })?;
     s.push('\n');
     Ok(s)
-}
-
-fn io_err(path: &Path, e: std::io::Error) -> Error {
-    Error::Io { path: path.display().to_string(), reason: e.to_string() }
-}
-
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| io_err(path, e))
 }
 
 /// The host operands of one case and their oracles.
@@ -464,18 +410,12 @@ fn run_case(
 
 /// A and B ([`Case::operands`]), their bf16 copies, B^T, and the oracle of each on the same sampled rows.
 fn operands(case: &mut Case, cfg: &ReachConfig, seed: u64, tag: &str) -> Result<Operands> {
-    let budget = crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
-    eprintln!("{tag} {case}: building A and B");
-    let (a, b) = case.operands(seed, budget)?;
+    let (a, b, sample, expected) = crate::side::f16_operands(case, cfg, seed, tag)?;
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     let a_bf16 = a.convert::<bf16>()?;
     let b_bf16 = b.convert::<bf16>()?;
     let b_t = Matrix::from_fn(n, k, |r, c| b.row(c)[r])?;
-    let sample = RowSample::auto(m, n, cfg.check_rows, seed ^ 0x5EED);
-    // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, every sparsek output here).
     let c0 = Matrix::<f32>::zeros(m, n)?;
-    eprintln!("{tag}   oracle of the f16 operands ({} rows)", sample.rows(m).len());
-    let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
     eprintln!("{tag}   oracle of the bf16 copies");
     let expected_bf16 = Expected::compute(&a_bf16, &b_bf16, &c0, Epilogue::default(), sample, |_, _| {})?;
     Ok(Operands { a, b, a_bf16, b_bf16, b_t, expected, expected_bf16 })
@@ -839,7 +779,7 @@ mod tests {
             iters: MIN_ITERS,
             check_rows: 8,
             seed: 1,
-            out_dir: PathBuf::new(),
+            out_dir: std::path::PathBuf::new(),
             command: String::new(),
         };
         // 128 x 96 output: every row checked (RowSample::auto).

@@ -1,0 +1,108 @@
+//! What the side runs of `sparsek bench` (`--reach`, `--decode`) share: their configuration, their opening
+//! (header, cuBLAS, the first progress lines, the output directory), their host operands with the oracle, and
+//! writing their files. Each mode keeps its own contenders, records and tables.
+
+use std::path::{Path, PathBuf};
+
+use crate::cublas::Cublas;
+use crate::grid::Case;
+use crate::report::Header;
+use sparsek::Epilogue;
+use sparsek::check::{Expected, RowSample};
+use sparsek::error::{Error, Result};
+use sparsek::format::Bsr;
+use sparsek::gpu::Gpu;
+use sparsek::{Matrix, f16};
+
+/// The fewest timed launches per contender of a side run: fewer requested are raised to this.
+pub const MIN_ITERS: usize = 30;
+
+/// What a side run runs and where it writes.
+#[derive(Clone, Debug)]
+pub struct SideConfig {
+    /// The cases, in order (synthetic; a file case is reported as an error).
+    pub cases: Vec<Case>,
+    /// Untimed launches per contender (and per reference) before the timed ones.
+    pub warmup: usize,
+    /// Timed launches per contender (at least [`MIN_ITERS`]: fewer are raised to it).
+    pub iters: usize,
+    /// Random rows of C compared with the oracle per contender (plus the first and the last; every row when C
+    /// has at most [`RowSample::FULL_CHECK_ELEMENTS`] elements).
+    pub check_rows: usize,
+    /// Seed mixed into every case's A and B (the main benchmark's derivation, so the matrices are its own).
+    pub seed: u64,
+    /// Where the mode's `.json` and `.md` go.
+    pub out_dir: PathBuf,
+    /// The command line, recorded in the header.
+    pub command: String,
+}
+
+/// A side run once opened: its header, cuBLAS (or why it is unavailable) and the timed launches per contender.
+pub(crate) struct Opened {
+    pub header: Header,
+    pub cublas: std::result::Result<Cublas, String>,
+    pub iters: usize,
+}
+
+/// Opens the side run `mode` ("reach", "decode"): loads cuBLAS, fills the header, prints the opening lines on
+/// stderr and creates the output directory.
+pub(crate) fn open(gpu: &Gpu, cfg: &SideConfig, mode: &str) -> Result<Opened> {
+    let iters = cfg.iters.max(MIN_ITERS);
+    let info = gpu.info();
+    let cublas = Cublas::new(gpu);
+    let header = Header {
+        cublas: match &cublas {
+            Ok(l) => format!("libcublas {}", l.version()),
+            Err(e) => format!("unavailable: {e}"),
+        },
+        cusparse: format!("not measured (--{mode})"),
+        warmup: cfg.warmup,
+        iters,
+        check_rows: cfg.check_rows,
+        seed: cfg.seed,
+        command: cfg.command.clone(),
+        ..Header::for_gpu(gpu)
+    };
+    eprintln!(
+        "sparsek bench --{mode} on {} (sm_{}{}, driver CUDA {}), {} cases, median of {} launches after {} warm-up",
+        header.gpu,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        header.driver,
+        cfg.cases.len(),
+        iters,
+        cfg.warmup
+    );
+    eprintln!("  cuBLAS: {}", header.cublas);
+    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| io_err(&cfg.out_dir, e))?;
+    Ok(Opened { header, cublas, iters })
+}
+
+/// A case's f16 A and B ([`Case::operands`], within half the host memory available), the sampled rows of C,
+/// and the oracle of those rows for an f32 C with `beta == 0`.
+pub(crate) fn f16_operands(
+    case: &mut Case,
+    cfg: &SideConfig,
+    seed: u64,
+    tag: &str,
+) -> Result<(Bsr<f16>, Matrix<f16>, RowSample, Expected)> {
+    let budget = crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
+    eprintln!("{tag} {case}: building A and B");
+    let (a, b) = case.operands(seed, budget)?;
+    let (m, n) = (a.rows(), b.cols());
+    let sample = RowSample::auto(m, n, cfg.check_rows, seed ^ 0x5EED);
+    // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, every sparsek output here).
+    let c0 = Matrix::<f32>::zeros(m, n)?;
+    eprintln!("{tag}   oracle ({} rows)", sample.rows(m).len());
+    let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
+    Ok((a, b, sample, expected))
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> Error {
+    Error::Io { path: path.display().to_string(), reason: e.to_string() }
+}
+
+/// Writes `bytes` to `path` (the error names the file).
+pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(|e| io_err(path, e))
+}
