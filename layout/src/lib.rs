@@ -733,20 +733,44 @@ mod tests {
     }
 
     #[test]
+    fn the_narrow_tile_serves_up_to_its_threshold() {
+        for n in [0, 1, 16, NARROW_MAX_N] {
+            assert_eq!(Tile::for_columns(n), Tile::Narrow, "n = {n}");
+        }
+        for n in [NARROW_MAX_N + 1, 128, usize::MAX] {
+            assert_eq!(Tile::for_columns(n), Tile::Wide, "n = {n}");
+        }
+        for c in NARROW_CONFIGS {
+            assert!(c.check().is_ok(), "{c:?}");
+            assert!(
+                c.bn <= 32 && config_for(c.bs).is_some_and(|w| w.bn > c.bn),
+                "{c:?} is narrower than its wide tile"
+            );
+        }
+    }
+
+    #[test]
     fn variant_names_are_unique_and_found() {
         for (i, v) in VARIANTS.iter().enumerate() {
             assert!(VARIANTS[..i].iter().all(|w| w.name != v.name), "duplicate {}", v.name);
             assert_eq!(variant(v.name), *v);
         }
         let products = VARIANTS.iter().filter(|v| v.module == Module::Product);
-        assert_eq!(products.count(), 8 * BLOCK_SIZES.len());
+        assert_eq!(products.count(), 8 * (BLOCK_SIZES.len() + NARROW_CONFIGS.len()));
         for v in VARIANTS.iter().filter(|v| v.module == Module::Product) {
+            // Each product kernel runs its tile's configuration for its block size.
+            let config = match v.tile {
+                Tile::Wide => config_for(v.bs),
+                Tile::Narrow => narrow_config_for(v.bs),
+            };
+            assert_eq!(Some(v.config), config, "{} runs another configuration than its tile's", v.name);
             // The 16-bit output is the input's own type.
             assert!(matches!(
                 (v.input, v.out),
                 (_, OutType::F32) | (InType::F16, OutType::F16) | (InType::Bf16, OutType::Bf16)
             ));
-            let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name()];
+            let suffix = if v.tile == Tile::Narrow { "_n16" } else { "" };
+            let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name(), suffix];
             let mut tail = [0u8; 32];
             let mut len = 0;
             for part in name {
