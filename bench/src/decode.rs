@@ -53,7 +53,7 @@ use crate::poison;
 use crate::report::{Check, Header, Timing};
 use crate::runner::{Contender, time_interleaved};
 use sparsek::Epilogue;
-use sparsek::check::{CheckReport, Expected, Tolerance, max_abs};
+use sparsek::check::{CheckReport, Expected};
 use sparsek::error::{Error, Result};
 use sparsek::format::{Bsr, Pattern};
 use sparsek::gpu::timing::EventTimer;
@@ -369,24 +369,9 @@ pub struct Goal {
 /// One case's results.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DecodeRecord {
-    /// `8192x16x8192 bs64 22% uniform` (M x N x K).
-    pub case: String,
-    /// Rows of A and C.
-    pub m: usize,
-    /// Columns of B and C.
-    pub n: usize,
-    /// Columns of A, rows of B.
-    pub k: usize,
-    /// Block size.
-    pub bs: usize,
-    /// Requested fraction of nonzero blocks.
-    pub density: f64,
-    /// The generator's pattern.
-    pub pattern: String,
-    /// Nonzero blocks of A.
-    pub nnzb: usize,
-    /// Seed of A and B.
-    pub seed: u64,
+    /// The case (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub facts: crate::side::CaseFacts,
     /// The bytes one product must move.
     pub bytes: BytesMoved,
     /// sparsek's result.
@@ -417,15 +402,7 @@ fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
 impl DecodeRecord {
     fn new(case: &Case, seed: u64) -> Self {
         DecodeRecord {
-            case: case.to_string(),
-            m: case.m,
-            n: case.n,
-            k: case.k,
-            bs: case.bs,
-            density: case.density,
-            pattern: case.pattern_name(),
-            nnzb: 0,
-            seed,
+            facts: crate::side::CaseFacts::new(case, seed),
             bytes: BytesMoved::default(),
             sparsek: ContenderResult::new(Form::Sparsek),
             cublas: ContenderResult::new(Form::Cublas),
@@ -521,7 +498,7 @@ pub fn run(gpu: &Gpu, cfg: &DecodeConfig) -> Result<DecodeSummary> {
     for r in records.iter().filter(|r| !r.sparsek_passed()) {
         let why = r.error.clone().or_else(|| r.sparsek.error.clone());
         let why = why.or_else(|| r.sparsek.check.as_ref().map(|k| k.detail.clone()));
-        eprintln!("FAILED {}: {}", r.case, why.unwrap_or_default());
+        eprintln!("FAILED {}: {}", r.facts.case, why.unwrap_or_default());
     }
     let all_passed = records.iter().all(DecodeRecord::sparsek_passed);
     Ok(DecodeSummary { header, references, records, all_passed })
@@ -667,10 +644,10 @@ fn measure(
     if let Source::File(p) = &case.source {
         return Err(format!("--decode measures generated cases only, not {}", p.display()));
     }
-    let ops = operands(case, cfg, rec.seed, tag).map_err(|e| format!("building the operands: {e}"))?;
+    let ops = operands(case, cfg, rec.facts.seed, tag).map_err(|e| format!("building the operands: {e}"))?;
     let (m, n, k) = (ops.a.rows(), ops.b.cols(), ops.a.cols());
-    rec.nnzb = ops.a.nnzb();
-    rec.bytes = BytesMoved::new(m, n, k, ops.a.block_size(), rec.nnzb);
+    rec.facts.nnzb = ops.a.nnzb();
+    rec.bytes = BytesMoved::new(m, n, k, ops.a.block_size(), rec.facts.nnzb);
 
     let mut sets = Vec::with_capacity(Form::ALL.len());
     for form in Form::ALL {
@@ -720,11 +697,7 @@ fn operands(case: &mut Case, cfg: &DecodeConfig, seed: u64, tag: &str) -> Result
 /// One contender's device operands: input sets rotated per launch (C of set 0 is the one checked).
 enum Sets<'l> {
     Sparsek(Vec<(DeviceBsr<f16>, DeviceMatrix<f16>, DeviceMatrix<f32>)>),
-    Cublas {
-        lib: &'l Cublas,
-        shape: (usize, usize, usize),
-        sets: Vec<(DeviceMatrix<f16>, DeviceMatrix<f16>, DeviceMatrix<f32>)>,
-    },
+    Cublas(crate::side::CublasSets<'l>),
 }
 
 impl Contender for Sets<'_> {
@@ -735,11 +708,7 @@ impl Contender for Sets<'_> {
                 let (a, b, c) = &mut sets[set];
                 gpu.spmm(a, b, c, Epilogue::default()).map_err(|e| e.to_string())
             }
-            Sets::Cublas { lib, shape, sets } => {
-                let (a, b, c) = &mut sets[set];
-                let (lda, ldb, ldc) = (a.ld(), b.ld(), c.ld());
-                lib.gemm(gpu, *shape, a.as_slice(), lda, b.as_slice(), ldb, &mut c.as_view_mut(), ldc)
-            }
+            Sets::Cublas(c) => c.launch(gpu, set),
         }
     }
 
@@ -752,7 +721,7 @@ impl Sets<'_> {
     fn len(&self) -> usize {
         match self {
             Sets::Sparsek(s) => s.len(),
-            Sets::Cublas { sets, .. } => sets.len(),
+            Sets::Cublas(c) => c.len(),
         }
     }
 
@@ -760,7 +729,7 @@ impl Sets<'_> {
     fn output(&mut self) -> Option<&mut DeviceMatrix<f32>> {
         match self {
             Sets::Sparsek(s) => s.first_mut().map(|t| &mut t.2),
-            Sets::Cublas { sets, .. } => sets.first_mut().map(|t| &mut t.2),
+            Sets::Cublas(c) => c.output(),
         }
     }
 }
@@ -776,7 +745,7 @@ fn setup<'l>(
 ) -> std::result::Result<(Sets<'l>, Check), String> {
     let s = |e: Error| e.to_string();
     let (a, b) = (&ops.a, &ops.b);
-    let (m, n, k) = (a.rows(), b.cols(), a.cols());
+    let (m, n) = (a.rows(), b.cols());
     let mut sets = match form {
         Form::Sparsek => Sets::Sparsek(
             (0..depth)
@@ -786,12 +755,7 @@ fn setup<'l>(
         ),
         Form::Cublas => {
             let lib = lib.ok_or("cuBLAS unavailable")?;
-            let dense = a.to_dense().map_err(s)?;
-            let sets = (0..depth)
-                .map(|_| Ok((gpu.upload_matrix(&dense)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
-                .collect::<Result<_>>()
-                .map_err(s)?;
-            Sets::Cublas { lib, shape: (m, n, k), sets }
+            Sets::Cublas(crate::side::CublasSets::upload(gpu, lib, a, b, depth)?)
         }
     };
     let c = sets.output().ok_or("no input set")?;
@@ -805,12 +769,7 @@ fn setup<'l>(
 fn check_output(form: Form, ops: &Operands, host: &Matrix<f32>) -> CheckReport {
     match form {
         Form::Sparsek => ops.expected.check(host),
-        Form::Cublas => {
-            // A dense GEMM sums all K products (the zeros of A included) and may split K: bound it with K terms.
-            let tol =
-                Tolerance::for_spmm(ops.a.cols(), ops.a.max_abs(), max_abs(&ops.b), Epilogue::default(), 0.0, false);
-            ops.expected.clone().with_tolerance(tol).check(host)
-        }
+        Form::Cublas => crate::side::check_cublas(&ops.expected, &ops.a, &ops.b, host),
     }
 }
 
@@ -895,7 +854,7 @@ fn goals_summary(records: &[DecodeRecord]) -> String {
     );
     for (r, g) in goals().filter(|(_, g)| g.met == Some(false)) {
         let value = r.figure(g.figure).map_or_else(|| "-".into(), |v| g.figure.value_text(v));
-        let _ = writeln!(s, "- missed: {}: {} (measured {value})", r.case, g.figure.target_text(g.bound));
+        let _ = writeln!(s, "- missed: {}: {} (measured {value})", r.facts.case, g.figure.target_text(g.bound));
     }
     s
 }
@@ -928,12 +887,12 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
         let _ = writeln!(
             s,
             "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.m,
-            r.k,
-            r.n,
-            r.bs,
-            percent(r.density),
-            r.nnzb,
+            r.facts.m,
+            r.facts.k,
+            r.facts.n,
+            r.facts.bs,
+            percent(r.facts.density),
+            r.facts.nnzb,
             mb_cell(r.bytes.total),
             us_cell(&r.sparsek),
             opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
@@ -954,7 +913,7 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
 /// `8192x16x8192 bs64 22% uniform: sparsek 12.34 µs (2650.1 GB/s, 85.2% of copy), cuBLAS 45.60 µs (3.70x),
 /// 5.12x empty launch; copy ≥ 80% met; ...; checks pass`.
 fn progress_line(r: &DecodeRecord) -> String {
-    let mut s = format!("{}: ", r.case);
+    let mut s = format!("{}: ", r.facts.case);
     if let Some(e) = &r.error {
         s.push_str(&format!("ERROR {e}"));
         return s;
@@ -1021,7 +980,7 @@ mod tests {
         refs: &References,
     ) -> DecodeRecord {
         let mut r = DecodeRecord::new(case, 7);
-        r.nnzb = nnzb;
+        r.facts.nnzb = nnzb;
         r.bytes = BytesMoved::new(case.m, case.n, case.k, case.bs, nnzb);
         r.sparsek.check = Some(check(sparsek_ok));
         r.sparsek.time = Some(times(sparsek_us));

@@ -28,7 +28,7 @@ use crate::json::round_sig;
 use crate::report::{Check, Header, Timing};
 use crate::{poison, rotation_sets};
 use sparsek::Epilogue;
-use sparsek::check::{CheckReport, Expected, Tolerance, max_abs};
+use sparsek::check::{CheckReport, Expected};
 use sparsek::error::{Error, Result};
 use sparsek::format::{Bsr, Pattern};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
@@ -193,24 +193,9 @@ impl Ratios {
 /// One case's results.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ReachRecord {
-    /// `8192x8192x8192 bs64 22% uniform`.
-    pub case: String,
-    /// Rows of A and C.
-    pub m: usize,
-    /// Columns of B and C.
-    pub n: usize,
-    /// Columns of A, rows of B.
-    pub k: usize,
-    /// Block size.
-    pub bs: usize,
-    /// Requested fraction of nonzero blocks.
-    pub density: f64,
-    /// The generator's pattern.
-    pub pattern: String,
-    /// Nonzero blocks of A.
-    pub nnzb: usize,
-    /// Seed of A and B.
-    pub seed: u64,
+    /// The case (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub facts: crate::side::CaseFacts,
     /// One result per contender, in [`Form::ALL`] order.
     pub contenders: Vec<ContenderResult>,
     /// The time ratios.
@@ -224,15 +209,7 @@ pub struct ReachRecord {
 impl ReachRecord {
     fn new(case: &Case, seed: u64) -> Self {
         ReachRecord {
-            case: case.to_string(),
-            m: case.m,
-            n: case.n,
-            k: case.k,
-            bs: case.bs,
-            density: case.density,
-            pattern: case.pattern_name(),
-            nnzb: 0,
-            seed,
+            facts: crate::side::CaseFacts::new(case, seed),
             contenders: Form::ALL.iter().map(|&f| ContenderResult::new(f)).collect(),
             ratios: Ratios::default(),
             sm_clock_mhz: None,
@@ -305,7 +282,7 @@ pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
                 .collect::<Vec<_>>()
                 .join("; ")
         });
-        eprintln!("FAILED {}: {why}", r.case);
+        eprintln!("FAILED {}: {why}", r.facts.case);
     }
     Ok(ReachSummary { header, records, all_passed })
 }
@@ -362,7 +339,7 @@ fn run_case(
             return rec;
         }
     };
-    rec.nnzb = ops.a.nnzb();
+    rec.facts.nnzb = ops.a.nnzb();
 
     let mut sets: Vec<Option<Sets<'_>>> = Vec::with_capacity(Form::ALL.len());
     for (i, form) in Form::ALL.into_iter().enumerate() {
@@ -428,11 +405,7 @@ enum Sets<'l> {
     /// A, B^T (N x K) and C^T (N x M), all row-major buffers; B and C are launched as their column-major
     /// transposes.
     Linear(Vec<(DeviceBsr<f16>, DeviceMatrix<f16>, DeviceMatrix<f32>)>),
-    Cublas {
-        lib: &'l Cublas,
-        shape: (usize, usize, usize),
-        sets: Vec<(DeviceMatrix<f16>, DeviceMatrix<f16>, DeviceMatrix<f32>)>,
-    },
+    Cublas(crate::side::CublasSets<'l>),
 }
 
 impl crate::runner::Contender for Sets<'_> {
@@ -449,7 +422,7 @@ impl Sets<'_> {
         match self {
             Sets::F16(s) | Sets::Linear(s) => s.len(),
             Sets::Bf16(s) => s.len(),
-            Sets::Cublas { sets, .. } => sets.len(),
+            Sets::Cublas(c) => c.len(),
         }
     }
 
@@ -475,11 +448,7 @@ impl Sets<'_> {
                 // same stream, so nothing writes A or B or touches C while the kernel runs.
                 unsafe { gpu.spmm_raw(gpu.stream().cu_stream(), &a, &b, &mut c, None, ep) }.map_err(s)
             }
-            Sets::Cublas { lib, shape, sets } => {
-                let (a, b, c) = &mut sets[set];
-                let (lda, ldb, ldc) = (a.ld(), b.ld(), c.ld());
-                lib.gemm(gpu, *shape, a.as_slice(), lda, b.as_slice(), ldb, &mut c.as_view_mut(), ldc)
-            }
+            Sets::Cublas(c) => c.launch(gpu, set),
         }
     }
 
@@ -488,7 +457,7 @@ impl Sets<'_> {
         match self {
             Sets::F16(s) | Sets::Linear(s) => s.first_mut().map(|t| &mut t.2),
             Sets::Bf16(s) => s.first_mut().map(|t| &mut t.2),
-            Sets::Cublas { sets, .. } => sets.first_mut().map(|t| &mut t.2),
+            Sets::Cublas(c) => c.output(),
         }
     }
 }
@@ -528,12 +497,8 @@ fn setup<'l>(
         ),
         Form::Cublas => {
             let lib = lib.ok_or("cuBLAS unavailable")?;
-            let dense = a.to_dense().map_err(s)?;
-            let sets = (0..count(2 * m * k + 2 * k * n + 4 * m * n))
-                .map(|_| Ok((gpu.upload_matrix(&dense)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
-                .collect::<Result<_>>()
-                .map_err(s)?;
-            Sets::Cublas { lib, shape: (m, n, k), sets }
+            let depth = count(2 * m * k + 2 * k * n + 4 * m * n);
+            Sets::Cublas(crate::side::CublasSets::upload(gpu, lib, a, b, depth)?)
         }
     };
     let c = sets.output().ok_or("no input set")?;
@@ -560,11 +525,7 @@ fn check_output(form: Form, ops: &Operands, host: &Matrix<f32>) -> CheckReport {
             }
             ops.expected.check_with(b.cols(), |r, c| f64::from(host.get(c, r)))
         }
-        Form::Cublas => {
-            // A dense GEMM sums all K products (the zeros of A included) and may split K: bound it with K terms.
-            let tol = Tolerance::for_spmm(a.cols(), a.max_abs(), max_abs(b), Epilogue::default(), 0.0, false);
-            ops.expected.clone().with_tolerance(tol).check(host)
-        }
+        Form::Cublas => crate::side::check_cublas(&ops.expected, a, b, host),
     }
 }
 
@@ -640,13 +601,13 @@ pub fn markdown(header: &Header, records: &[ReachRecord]) -> String {
             s,
             "| {}×{}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} \
              | {} |",
-            r.m,
-            r.n,
-            r.k,
-            r.bs,
-            percent(r.density),
-            r.pattern,
-            r.nnzb,
+            r.facts.m,
+            r.facts.n,
+            r.facts.k,
+            r.facts.bs,
+            percent(r.facts.density),
+            r.facts.pattern,
+            r.facts.nnzb,
             ms_cell(c(Form::F16)),
             tflops_cell(c(Form::F16)),
             ms_cell(c(Form::Bf16)),
@@ -669,7 +630,7 @@ pub fn markdown(header: &Header, records: &[ReachRecord]) -> String {
 
 /// `8192x8192x8192 bs64 22% uniform: f16 1.234 ms (412.3 TFLOPS), bf16 1.250 ms (1.013x), ...`
 fn progress_line(r: &ReachRecord) -> String {
-    let mut s = format!("{}: ", r.case);
+    let mut s = format!("{}: ", r.facts.case);
     if let Some(e) = &r.error {
         s.push_str(&format!("ERROR {e}"));
         return s;
@@ -718,7 +679,7 @@ mod tests {
     fn record(times: [Option<f64>; 4], passed: [bool; 4]) -> ReachRecord {
         let case = Case::synthetic(8192, 8192, 8192, 64, 0.22, Pattern::Uniform);
         let mut r = ReachRecord::new(&case, 7);
-        r.nnzb = 292_556;
+        r.facts.nnzb = 292_556;
         for (i, c) in r.contenders.iter_mut().enumerate() {
             c.check = Some(check(passed[i]));
             c.median_ms = times[i];

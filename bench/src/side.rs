@@ -4,14 +4,16 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
+
 use crate::cublas::Cublas;
 use crate::grid::Case;
 use crate::report::Header;
 use sparsek::Epilogue;
-use sparsek::check::{Expected, RowSample};
+use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, max_abs};
 use sparsek::error::{Error, Result};
 use sparsek::format::Bsr;
-use sparsek::gpu::Gpu;
+use sparsek::gpu::{DeviceMatrix, Gpu};
 use sparsek::{Matrix, f16};
 
 /// The fewest timed launches per contender of a side run: fewer requested are raised to this.
@@ -35,6 +37,46 @@ pub struct SideConfig {
     pub out_dir: PathBuf,
     /// The command line, recorded in the header.
     pub command: String,
+}
+
+/// Which case a side run's record is about (flattened into each record's JSON).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CaseFacts {
+    /// The case as text, e.g. `8192x16x8192 bs64 22% uniform` (M x N x K).
+    pub case: String,
+    /// Rows of A and C.
+    pub m: usize,
+    /// Columns of B and C.
+    pub n: usize,
+    /// Columns of A, rows of B.
+    pub k: usize,
+    /// Block size.
+    pub bs: usize,
+    /// Requested fraction of nonzero blocks.
+    pub density: f64,
+    /// The generator's pattern.
+    pub pattern: String,
+    /// Nonzero blocks of A (0 until the operands are built).
+    pub nnzb: usize,
+    /// Seed of A and B.
+    pub seed: u64,
+}
+
+impl CaseFacts {
+    /// The facts of `case` with seed `seed`, before its operands are built.
+    pub fn new(case: &Case, seed: u64) -> Self {
+        CaseFacts {
+            case: case.to_string(),
+            m: case.m,
+            n: case.n,
+            k: case.k,
+            bs: case.bs,
+            density: case.density,
+            pattern: case.pattern_name(),
+            nnzb: 0,
+            seed,
+        }
+    }
 }
 
 /// A side run once opened: its header, cuBLAS (or why it is unavailable) and the timed launches per contender.
@@ -96,6 +138,56 @@ pub(crate) fn f16_operands(
     eprintln!("{tag}   oracle ({} rows)", sample.rows(m).len());
     let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
     Ok((a, b, sample, expected))
+}
+
+/// cuBLAS's rotated input sets of a side run: A expanded to dense f16, B, and an f32 C, every set identical.
+pub(crate) struct CublasSets<'l> {
+    lib: &'l Cublas,
+    shape: (usize, usize, usize),
+    sets: Vec<(DeviceMatrix<f16>, DeviceMatrix<f16>, DeviceMatrix<f32>)>,
+}
+
+impl<'l> CublasSets<'l> {
+    /// Uploads `depth` sets of dense A, B and a zeroed C.
+    pub fn upload(
+        gpu: &Gpu,
+        lib: &'l Cublas,
+        a: &Bsr<f16>,
+        b: &Matrix<f16>,
+        depth: usize,
+    ) -> std::result::Result<Self, String> {
+        let (m, n, k) = (a.rows(), b.cols(), a.cols());
+        let dense = a.to_dense().map_err(|e| e.to_string())?;
+        let sets = (0..depth)
+            .map(|_| Ok((gpu.upload_matrix(&dense)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
+            .collect::<Result<_>>()
+            .map_err(|e| e.to_string())?;
+        Ok(CublasSets { lib, shape: (m, n, k), sets })
+    }
+
+    /// Queues one GEMM on input set `set` on the GPU's stream.
+    pub fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+        let (a, b, c) = &mut self.sets[set];
+        let (lda, ldb, ldc) = (a.ld(), b.ld(), c.ld());
+        self.lib.gemm(gpu, self.shape, a.as_slice(), lda, b.as_slice(), ldb, &mut c.as_view_mut(), ldc)
+    }
+
+    /// Input sets.
+    pub fn len(&self) -> usize {
+        self.sets.len()
+    }
+
+    /// C of set 0.
+    pub fn output(&mut self) -> Option<&mut DeviceMatrix<f32>> {
+        self.sets.first_mut().map(|t| &mut t.2)
+    }
+}
+
+/// cuBLAS's C against the oracle of `a @ b`: a dense GEMM sums all K products (the zeros of A included) and may
+/// split K, so its tolerance is bounded with K terms.
+pub(crate) fn check_cublas(expected: &Expected, a: &Bsr<f16>, b: &Matrix<f16>, host: &Matrix<f32>) -> CheckReport {
+    let tol = Tolerance::for_spmm(a.cols(), a.max_abs(), max_abs(b), Epilogue::default(), 0.0, false);
+    expected.clone().with_tolerance(tol).check(host)
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> Error {
