@@ -160,11 +160,8 @@ impl Gpu {
     /// The product kernel for a launch of `n` columns: the narrow-tile one where the block size has it and `n`
     /// is at most [`sparsek_layout::NARROW_MAX_N`], else the wide one.
     pub(crate) fn kernel(&self, op: Op, bs: u32, types: (InType, Layout, OutType), n: usize) -> Option<&Kernel> {
-        let narrow = match Tile::for_columns(n) {
-            Tile::Narrow => self.product.find(op, bs, types, Tile::Narrow),
-            Tile::Wide => None,
-        };
-        narrow.or_else(|| self.product.find(op, bs, types, Tile::Wide))
+        let tile = Tile::for_columns(n);
+        self.product.find(op, bs, types, tile).or_else(|| self.product.find(op, bs, types, Tile::Wide))
     }
 
     pub(crate) fn check_kernel(&self) -> Option<&cudarc::driver::CudaFunction> {
