@@ -48,6 +48,15 @@ impl From<CusparseArg> for CusparseChoice {
     }
 }
 
+/// The kernels a run may launch (`--module`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModuleChoice {
+    /// The library's choice.
+    Auto,
+    /// The portable sm_80 module only.
+    Sm80,
+}
+
 #[derive(clap::Args)]
 pub struct BenchArgs {
     /// A small grid for smoke tests (2048^3 and a decode shape, seconds) instead of the default 21 cases; with
@@ -91,6 +100,10 @@ pub struct BenchArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Which kernels sparsek launches: `auto` (the library's choice: the sm_90a kernels for bs 64 and 128 on an
+    /// H100/H200) or `sm80` (the portable module everywhere, for comparisons).
+    #[arg(long, value_enum, default_value_t = ModuleChoice::Auto)]
+    module: ModuleChoice,
     /// Compare with an earlier run's results (e.g. docs/bench/latest.json): run the same cases (or those of
     /// --quick / --case / --matrix, comparing the cases both have), then print per case the old and new
     /// sparsek times and ratios to cuBLAS and the change. Exits non-zero when a case regressed beyond
@@ -154,7 +167,7 @@ fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let gpu = match Gpu::new(args.device) {
-        Ok(g) => g,
+        Ok(g) => g.with_hopper(args.module == ModuleChoice::Auto),
         Err(e) => {
             eprintln!(
                 "sparsek bench --reach: no usable GPU ({e}); the comparison needs an NVIDIA GPU (sm_80 or newer)"
@@ -193,7 +206,7 @@ fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let gpu = match Gpu::new(args.device) {
-        Ok(g) => g,
+        Ok(g) => g.with_hopper(args.module == ModuleChoice::Auto),
         Err(e) => {
             eprintln!(
                 "sparsek bench --decode: no usable GPU ({e}); the decode grid needs an NVIDIA GPU (sm_80 or newer)"
@@ -268,7 +281,7 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let gpu = match Gpu::new(args.device) {
-        Ok(g) => g,
+        Ok(g) => g.with_hopper(args.module == ModuleChoice::Auto),
         Err(e) => {
             eprintln!("sparsek bench: no usable GPU ({e}); the benchmark needs an NVIDIA GPU (sm_80 or newer)");
             if old.is_some() {

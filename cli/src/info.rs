@@ -25,9 +25,26 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     let (module, description) = gpu.module();
     println!("  kernel module        {module} ({description})");
     println!("  loaded as            {}", gpu.module_loaded_from());
+    match (gpu.hopper_module(), gpu.hopper_loaded_from()) {
+        (Some((name, description)), Some(from)) => {
+            println!("  sm_90a module        {name} ({description})");
+            println!("  loaded as            {from}");
+        }
+        _ => println!("  sm_90a module        none (needs compute capability 9.0)"),
+    }
+    println!();
+    println!("kernels serving each block size (f16 inputs, row-major B, f32 C; the other types follow the same rule):");
+    let types = (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, sparsek::gpu::OutType::F32);
+    for bs in [16u32, 32, 64, 128] {
+        let serving = |n: usize| match gpu.serving_kernel(bs, types, n) {
+            Some((name, hopper)) => format!("{name} ({})", if hopper { "sm_90a" } else { "sm_80" }),
+            None => "none".into(),
+        };
+        println!("  bs {bs:>3}: N <= 64 {:<44} N > 64 {}", serving(1), serving(65));
+    }
     println!();
     println!(
-        "{:<32} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
+        "{:<36} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
         "kernel",
         "bs",
         "C",
@@ -43,10 +60,14 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     reports.sort_by_key(|k| (k.bs, k.input.name(), k.b_layout.name(), k.out.name()));
     for k in reports {
         let c = k.config;
-        let tile =
-            format!("{} {} {}x{} {}{}", c.bn, c.bk, c.warps_m, c.warps_n, c.stages, if c.frag_db { " db" } else { "" });
+        let schedule = match c.pipeline {
+            sparsek::gpu::Pipeline::TmaWgmma => " tma",
+            sparsek::gpu::Pipeline::CpAsync if c.frag_db => " db",
+            sparsek::gpu::Pipeline::CpAsync => "",
+        };
+        let tile = format!("{} {} {}x{} {}{schedule}", c.bn, c.bk, c.warps_m, c.warps_n, c.stages);
         println!(
-            "{:<32} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
+            "{:<36} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
             k.name,
             k.bs,
             k.out.name(),

@@ -20,10 +20,14 @@ pub use sparsek_layout as layout;
 pub mod ptx;
 pub mod tile;
 
-#[cfg(not(feature = "test-kernels"))]
+#[cfg(not(any(feature = "test-kernels", feature = "sm90")))]
 mod bsr;
-#[cfg(not(any(feature = "test-kernels", feature = "tune-kernels")))]
+#[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
 mod check;
+#[cfg(not(feature = "test-kernels"))]
+mod epilogue;
+#[cfg(feature = "sm90")]
+mod sm90;
 #[cfg(feature = "test-kernels")]
 mod test_kernels;
 

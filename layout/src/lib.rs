@@ -58,12 +58,47 @@ pub struct KernelConfig {
     pub stages: u32,
     /// Double-buffer the mma fragments in registers (needs BK / 16 even and 3+ stages).
     pub frag_db: bool,
+    /// How stages are loaded and multiplied: the portable cp.async + mma.sync template, or the sm_90a one.
+    pub pipeline: Pipeline,
 }
 
+/// The kernel template a [`KernelConfig`] describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pipeline {
+    /// sm_80 (kernels-gpu/src/bsr.rs): every thread issues 16-byte `cp.async` copies into a ring of `stages`
+    /// slots; warps multiply with `ldmatrix` + `mma.sync.m16n8k16` on a (warps_m, warps_n) grid.
+    CpAsync,
+    /// sm_90a (kernels-gpu/src/sm90.rs): one producer warpgroup (128 threads, one of which issues TMA copies into
+    /// an mbarrier full/empty ring of `stages` slots) and `warps_m * warps_n / 4` consumer warpgroups issuing
+    /// `wgmma.m64n128k16`. Warp `w` of the consumers is warp `w % 4` of warpgroup `w / 4`; warpgroups are laid
+    /// out along M first (`warps_m / 4` of them), so each warp owns 16 rows (`mi() == 1`) and `bn / warps_n`
+    /// columns, like the sm_80 warp grid. BK is 64: one 128-byte swizzle row of 16-bit elements.
+    TmaWgmma,
+}
+
+/// Warps in a warpgroup (the unit of `wgmma` and `setmaxnreg`).
+pub const WARPGROUP_WARPS: u32 = 4;
+
+/// Columns of one `wgmma` of the sm_90a kernels (`m64n128k16`), and of the accumulator pieces per warpgroup.
+pub const WGMMA_N: u32 = 128;
+
 impl KernelConfig {
-    /// Threads per CTA.
+    /// Threads per CTA (with the producer warpgroup of [`Pipeline::TmaWgmma`]).
     pub const fn threads(&self) -> u32 {
+        match self.pipeline {
+            Pipeline::CpAsync => 32 * self.warps_m * self.warps_n,
+            Pipeline::TmaWgmma => 32 * (self.warps_m * self.warps_n + WARPGROUP_WARPS),
+        }
+    }
+    /// Threads that multiply (all of them for [`Pipeline::CpAsync`], the consumer warpgroups for
+    /// [`Pipeline::TmaWgmma`]).
+    pub const fn mma_threads(&self) -> u32 {
         32 * self.warps_m * self.warps_n
+    }
+    /// Shared-memory offset of the mbarriers of [`Pipeline::TmaWgmma`] from the 1024-byte aligned ring: after the
+    /// stages (full barriers, then empty barriers, 8 bytes each).
+    pub const fn barrier_offset(&self) -> u32 {
+        self.stages * (self.a_stage_bytes() + self.b_stage_bytes())
     }
     /// m16 tiles per warp.
     pub const fn mi(&self) -> u32 {
@@ -81,15 +116,47 @@ impl KernelConfig {
     pub const fn b_stage_bytes(&self) -> u32 {
         self.bk * self.bn * 2
     }
-    /// Dynamic shared memory of one CTA.
+    /// Dynamic shared memory of one CTA. [`Pipeline::TmaWgmma`] adds 1024 bytes to round the ring's start up to
+    /// the 1024-byte alignment of 128-byte swizzled TMA tiles, and two mbarriers per stage.
     pub const fn smem_bytes(&self) -> u32 {
-        self.stages * (self.a_stage_bytes() + self.b_stage_bytes())
+        match self.pipeline {
+            Pipeline::CpAsync => self.stages * (self.a_stage_bytes() + self.b_stage_bytes()),
+            Pipeline::TmaWgmma => 1024 + self.barrier_offset() + 16 * self.stages,
+        }
+    }
+    /// `mma.sync` instructions the kernel's PTX must hold: one k-tile's worth (MI x NI per k16 step), written
+    /// once in the main loop (build-ptx counts them: an inline-asm collective that LLVM duplicated shows here).
+    pub const fn expected_mma_sync(&self) -> u32 {
+        match self.pipeline {
+            Pipeline::CpAsync => self.mi() * self.ni() * (self.bk / 16),
+            Pipeline::TmaWgmma => 0,
+        }
+    }
+    /// `wgmma.mma_async` instructions the kernel's PTX must hold: one k-tile (BK / 16 k16 steps) of `n / 128`
+    /// `m64n128k16` per consumer warpgroup (its `bn / warps_n` columns).
+    pub const fn expected_wgmma(&self) -> u32 {
+        match self.pipeline {
+            Pipeline::CpAsync => 0,
+            Pipeline::TmaWgmma => (self.bk / 16) * (self.bn / self.warps_n / WGMMA_N),
+        }
+    }
+    /// `bar.sync` / `barrier.sync` instructions the kernel's PTX must hold: the main loop's one (and the second
+    /// of the fragment double-buffered schedule); the sm_90a kernel's one after the mbarriers are initialised.
+    pub const fn expected_barriers(&self) -> u32 {
+        match self.pipeline {
+            Pipeline::CpAsync if self.frag_db => 2,
+            Pipeline::CpAsync => 1,
+            Pipeline::TmaWgmma => 1,
+        }
     }
     /// Checks that the shape is one the kernel template accepts, naming the first broken rule. The kernels
     /// assert it at compile time ([`KernelConfig::assert_valid`]); the host checks it again when it loads a kernel.
     pub const fn check(&self) -> Result<(), &'static str> {
         if !matches!(self.bs, 16 | 32 | 64 | 128) {
             return Err("bs must be 16, 32, 64 or 128");
+        }
+        if matches!(self.pipeline, Pipeline::TmaWgmma) {
+            return self.check_tma_wgmma();
         }
         if self.warps_m == 0 || self.warps_n == 0 {
             return Err("the warp grid must not be empty");
@@ -120,6 +187,39 @@ impl KernelConfig {
         Ok(())
     }
 
+    /// The rules of the sm_90a template ([`Pipeline::TmaWgmma`]).
+    const fn check_tma_wgmma(&self) -> Result<(), &'static str> {
+        if !matches!(self.bs, 64 | 128) {
+            return Err("the sm_90a template serves bs 64 and 128 (a TMA box of bs rows, m64 wgmma tiles)");
+        }
+        if self.bk != 64 {
+            return Err("the sm_90a template stages BK = 64 (one 128-byte swizzle row of 16-bit elements)");
+        }
+        if self.warps_m * 16 != self.bs || !self.warps_m.is_multiple_of(WARPGROUP_WARPS) {
+            return Err("the sm_90a template needs warps_m = bs / 16 (16 rows per warp, whole warpgroups along M)");
+        }
+        if self.warps_n == 0 || !self.bn.is_multiple_of(self.warps_n) {
+            return Err("bn must be a multiple of warps_n");
+        }
+        let wg_n = self.bn / self.warps_n;
+        if wg_n == 0 || !wg_n.is_multiple_of(WGMMA_N) || wg_n > 2 * WGMMA_N {
+            return Err("each consumer warpgroup takes 128 or 256 columns (one or two m64n128k16 per k16 step)");
+        }
+        if !self.bn.is_multiple_of(64) || self.bn > 256 {
+            return Err("bn must be a multiple of 64 (one TMA box of B per 64 columns) and at most 256 (a box)");
+        }
+        if self.stages < 2 {
+            return Err("the TMA ring needs at least two stages");
+        }
+        if self.frag_db {
+            return Err("frag_db is an sm_80 schedule");
+        }
+        if self.threads() > 1024 {
+            return Err("more than 1024 threads per CTA");
+        }
+        Ok(())
+    }
+
     /// [`KernelConfig::check`] as a compile-time assert: `const { CFG.assert_valid() }` fails the build with the
     /// broken rule.
     pub const fn assert_valid(&self) {
@@ -132,10 +232,46 @@ impl KernelConfig {
 /// Configuration of the product kernel for each block size, in the order of [`BLOCK_SIZES`]: the fastest of
 /// [`TUNE_CONFIGS`] on an H100 (docs/perf-notes.md, docs/tune/).
 pub const CONFIGS: [KernelConfig; 4] = [
-    KernelConfig { bs: 16, bn: 256, bk: 16, warps_m: 1, warps_n: 4, stages: 6, frag_db: false },
-    KernelConfig { bs: 32, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: false },
-    KernelConfig { bs: 64, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: true },
-    KernelConfig { bs: 128, bn: 128, bk: 32, warps_m: 2, warps_n: 2, stages: 4, frag_db: true },
+    KernelConfig {
+        bs: 16,
+        bn: 256,
+        bk: 16,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 6,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 32,
+        bn: 256,
+        bk: 32,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 3,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 64,
+        bn: 256,
+        bk: 32,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 3,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 128,
+        bk: 32,
+        warps_m: 2,
+        warps_n: 2,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
 ];
 
 /// Candidate configurations compiled into the tuning module ([`Module::Tuning`], entry points
@@ -143,50 +279,334 @@ pub const CONFIGS: [KernelConfig; 4] = [
 /// docs/perf-notes.md records the measurements.
 pub const TUNE_CONFIGS: [KernelConfig; 24] = [
     // bs 16 (BK = 16: one k-step per tile, so no fragment double-buffering)
-    KernelConfig { bs: 16, bn: 256, bk: 16, warps_m: 1, warps_n: 4, stages: 4, frag_db: false },
-    KernelConfig { bs: 16, bn: 256, bk: 16, warps_m: 1, warps_n: 4, stages: 6, frag_db: false },
-    KernelConfig { bs: 16, bn: 512, bk: 16, warps_m: 1, warps_n: 8, stages: 4, frag_db: false },
+    KernelConfig {
+        bs: 16,
+        bn: 256,
+        bk: 16,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 4,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 16,
+        bn: 256,
+        bk: 16,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 6,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 16,
+        bn: 512,
+        bk: 16,
+        warps_m: 1,
+        warps_n: 8,
+        stages: 4,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
     // bs 32
-    KernelConfig { bs: 32, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: false },
-    KernelConfig { bs: 32, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: true },
-    KernelConfig { bs: 32, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 4, frag_db: true },
+    KernelConfig {
+        bs: 32,
+        bn: 256,
+        bk: 32,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 3,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 32,
+        bn: 256,
+        bk: 32,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 3,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 32,
+        bn: 256,
+        bk: 32,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
     // bs 64
-    KernelConfig { bs: 64, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: false },
-    KernelConfig { bs: 64, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 3, frag_db: true },
-    KernelConfig { bs: 64, bn: 256, bk: 32, warps_m: 1, warps_n: 4, stages: 4, frag_db: true },
-    KernelConfig { bs: 64, bn: 128, bk: 64, warps_m: 2, warps_n: 2, stages: 3, frag_db: false },
-    KernelConfig { bs: 64, bn: 128, bk: 64, warps_m: 2, warps_n: 2, stages: 3, frag_db: true },
+    KernelConfig {
+        bs: 64,
+        bn: 256,
+        bk: 32,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 3,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 64,
+        bn: 256,
+        bk: 32,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 3,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 64,
+        bn: 256,
+        bk: 32,
+        warps_m: 1,
+        warps_n: 4,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 64,
+        bn: 128,
+        bk: 64,
+        warps_m: 2,
+        warps_n: 2,
+        stages: 3,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 64,
+        bn: 128,
+        bk: 64,
+        warps_m: 2,
+        warps_n: 2,
+        stages: 3,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
     // bs 128
-    KernelConfig { bs: 128, bn: 128, bk: 32, warps_m: 2, warps_n: 2, stages: 4, frag_db: false },
-    KernelConfig { bs: 128, bn: 128, bk: 32, warps_m: 2, warps_n: 2, stages: 4, frag_db: true },
-    KernelConfig { bs: 128, bn: 128, bk: 32, warps_m: 2, warps_n: 4, stages: 4, frag_db: true },
+    KernelConfig {
+        bs: 128,
+        bn: 128,
+        bk: 32,
+        warps_m: 2,
+        warps_n: 2,
+        stages: 4,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 128,
+        bk: 32,
+        warps_m: 2,
+        warps_n: 2,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 128,
+        bk: 32,
+        warps_m: 2,
+        warps_n: 4,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
     // (bn 256, bk 64, 2x4 warps, 3 stages lost by 12% in round 3 and spills at 255 registers since the kernels
     // take one parameter struct: dropped, docs/perf-notes.md.)
-    KernelConfig { bs: 128, bn: 256, bk: 32, warps_m: 2, warps_n: 4, stages: 4, frag_db: true },
+    KernelConfig {
+        bs: 128,
+        bn: 256,
+        bk: 32,
+        warps_m: 2,
+        warps_n: 4,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
     // Decode candidates (issue 12, docs/perf-notes.md "Decode"): at N <= 64 the product tiles (BN 128-256) spend
     // their MMAs on zero-filled columns and keep 12 KB of A in flight per SM. A narrow N tile, all warps along M,
     // and a deep ring of BK 64 stages instead. Appended, so the indices above keep their names.
-    KernelConfig { bs: 64, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
-    KernelConfig { bs: 64, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 8, frag_db: true },
-    KernelConfig { bs: 64, bn: 32, bk: 64, warps_m: 4, warps_n: 1, stages: 6, frag_db: true },
-    KernelConfig { bs: 128, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
-    KernelConfig { bs: 128, bn: 32, bk: 64, warps_m: 8, warps_n: 1, stages: 4, frag_db: true },
+    KernelConfig {
+        bs: 64,
+        bn: 16,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 64,
+        bn: 16,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 8,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 64,
+        bn: 32,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 6,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 16,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 32,
+        bk: 64,
+        warps_m: 8,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
     // Decode candidates for the small blocks: one warp per 16 rows, BN 16, the whole block's K per stage.
-    KernelConfig { bs: 16, bn: 16, bk: 16, warps_m: 1, warps_n: 1, stages: 4, frag_db: false },
-    KernelConfig { bs: 16, bn: 16, bk: 16, warps_m: 1, warps_n: 1, stages: 8, frag_db: false },
-    KernelConfig { bs: 32, bn: 16, bk: 32, warps_m: 2, warps_n: 1, stages: 4, frag_db: true },
-    KernelConfig { bs: 32, bn: 16, bk: 32, warps_m: 2, warps_n: 1, stages: 8, frag_db: true },
+    KernelConfig {
+        bs: 16,
+        bn: 16,
+        bk: 16,
+        warps_m: 1,
+        warps_n: 1,
+        stages: 4,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 16,
+        bn: 16,
+        bk: 16,
+        warps_m: 1,
+        warps_n: 1,
+        stages: 8,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 32,
+        bn: 16,
+        bk: 32,
+        warps_m: 2,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 32,
+        bn: 16,
+        bk: 32,
+        warps_m: 2,
+        warps_n: 1,
+        stages: 8,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
 ];
 
 /// Narrow-tile configurations of the product (issue 12), for the launches with few columns (decode): the
 /// fastest of the decode candidates of [`TUNE_CONFIGS`] at N = 1, 16 and 64 on an H100 (bs 64 and 128: its
 /// entries 15 and 18; bs 16 and 32: entries 21 and 22; docs/perf-notes.md "Decode", docs/tune/).
 pub const NARROW_CONFIGS: [KernelConfig; 4] = [
-    KernelConfig { bs: 16, bn: 16, bk: 16, warps_m: 1, warps_n: 1, stages: 8, frag_db: false },
-    KernelConfig { bs: 32, bn: 16, bk: 32, warps_m: 2, warps_n: 1, stages: 4, frag_db: true },
-    KernelConfig { bs: 64, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
-    KernelConfig { bs: 128, bn: 16, bk: 64, warps_m: 4, warps_n: 1, stages: 4, frag_db: true },
+    KernelConfig {
+        bs: 16,
+        bn: 16,
+        bk: 16,
+        warps_m: 1,
+        warps_n: 1,
+        stages: 8,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 32,
+        bn: 16,
+        bk: 32,
+        warps_m: 2,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 64,
+        bn: 16,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 16,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
 ];
+
+/// Configurations of the sm_90a kernels ([`Pipeline::TmaWgmma`], [`Module::Hopper`]), one per block size they
+/// serve (64 and 128; the small blocks keep the sm_80 kernels): a 256-column N tile, BK 64, two consumer
+/// warpgroups (bs 64: side by side along N, 128 columns each; bs 128: stacked along M, 256 columns each) and as
+/// many ring stages as fit in the 227 KB of shared memory.
+pub const HOPPER_CONFIGS: [KernelConfig; 2] = [
+    KernelConfig {
+        bs: 64,
+        bn: 256,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 2,
+        stages: 5,
+        frag_db: false,
+        pipeline: Pipeline::TmaWgmma,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 256,
+        bk: 64,
+        warps_m: 8,
+        warps_n: 1,
+        stages: 4,
+        frag_db: false,
+        pipeline: Pipeline::TmaWgmma,
+    },
+];
+
+/// The [`HOPPER_CONFIGS`] entry for block size `bs`.
+pub const fn hopper_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&HOPPER_CONFIGS, bs)
+}
 
 /// The largest N served by a [`Tile::Narrow`] kernel: up to 64 columns the narrow tile measured faster than the
 /// wide one (1.7-3.1x at bs 64 and 128; 2-3x slower at N = 8192).
@@ -340,6 +760,9 @@ impl Activation {
 pub enum Arch {
     /// PTX ISA 8.0 for sm_80: cp.async + ldmatrix + mma.sync; JIT-compiled for any sm_80+ GPU.
     Sm80,
+    /// PTX ISA 8.3 for sm_90a: TMA + mbarrier + wgmma + setmaxnreg; loads only on compute capability 9.0
+    /// (H100 / H200).
+    Sm90a,
 }
 
 /// The operation a kernel computes.
@@ -356,6 +779,9 @@ pub enum Module {
     Product,
     /// The tuning module (`sparsek_sm80_tune.ptx`): every candidate of [`TUNE_CONFIGS`], f32 output.
     Tuning,
+    /// The Hopper module (`sparsek_sm90a.ptx`): the [`HOPPER_CONFIGS`] kernels for bs 64 and 128, loaded next to
+    /// the product module on sm_90a GPUs.
+    Hopper,
 }
 
 /// One compiled kernel: its entry point and everything the host needs to launch it.
@@ -390,7 +816,17 @@ const fn spmm(
     (input, b_layout, out): (InType, Layout, OutType),
     (config, tile): (KernelConfig, Tile),
 ) -> Variant {
-    Variant { name, arch: Arch::Sm80, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config, tile }
+    let arch = match config.pipeline {
+        Pipeline::CpAsync => Arch::Sm80,
+        Pipeline::TmaWgmma => Arch::Sm90a,
+    };
+    Variant { name, arch, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config, tile }
+}
+const fn hopper(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match hopper_config_for(bs) {
+        Some(config) => spmm(name, Module::Hopper, (input, b_layout, out), (config, Tile::Wide)),
+        None => panic!("no sm_90a configuration for this block size"),
+    }
 }
 const fn product(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
     match config_for(bs) {
@@ -414,8 +850,9 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// this table (and fail to build if a name differs); the host loads and launches them from it. Product entry
 /// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
 /// output type (f32, or the input's own 16-bit type); the narrow-tile kernels (block sizes with a
-/// [`NARROW_CONFIGS`] entry) add the suffix `_n16`.
-pub const VARIANTS: [Variant; 88] = [
+/// [`NARROW_CONFIGS`] entry) add the suffix `_n16`. The sm_90a kernels are named `sparsek_sm90_bs<bs>_...` the
+/// same way.
+pub const VARIANTS: [Variant; 104] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -504,6 +941,22 @@ pub const VARIANTS: [Variant; 88] = [
     tuning("sparsek_tune_21", 21),
     tuning("sparsek_tune_22", 22),
     tuning("sparsek_tune_23", 23),
+    hopper("sparsek_sm90_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    hopper("sparsek_sm90_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    hopper("sparsek_sm90_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    hopper("sparsek_sm90_bs128_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    hopper("sparsek_sm90_bs64_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    hopper("sparsek_sm90_bs128_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    hopper("sparsek_sm90_bs64_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    hopper("sparsek_sm90_bs128_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    hopper("sparsek_sm90_bs64_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    hopper("sparsek_sm90_bs128_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    hopper("sparsek_sm90_bs64_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    hopper("sparsek_sm90_bs128_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    hopper("sparsek_sm90_bs64_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    hopper("sparsek_sm90_bs128_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    hopper("sparsek_sm90_bs64_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    hopper("sparsek_sm90_bs128_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
 ];
 
 /// The variant named `name` (a compile-time lookup for the kernels' entry points).
@@ -585,6 +1038,34 @@ pub struct BsrSpmmParams {
     pub c_col_major: u32,
     /// The epilogue's [`Activation`], as its code.
     pub activation: u32,
+}
+
+/// A CUDA tensor map (`CUtensorMap`, 128 opaque bytes encoded by `cuTensorMapEncodeTiled`) passed by value in a
+/// kernel's parameters. Rust cannot pass a 64-byte aligned struct by value to a kernel (rustc rejects alignments
+/// above 16 there), so it is 16-byte aligned here and the PTX linker raises the alignment of the parameter that
+/// holds it to 64 in the PTX, which TMA requires (../shared/HOPPER.md).
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorMap(pub [u64; 16]);
+
+/// The parameters of the sm_90a kernels ([`Module::Hopper`]), passed by value as the kernel's one argument:
+/// two tensor maps first (at offsets 0 and 128 of a 64-byte aligned parameter) and then the parameters every
+/// BSR SpMM kernel takes, with the same preconditions. The grid is persistent: any number of CTAs (at most the
+/// `block_rows * ceil(n / BN)` output tiles), each walking the tiles `blockIdx.x, blockIdx.x + gridDim.x, ...`.
+///
+/// - `tmap_a`: A's values viewed as a row-major `(nnzb * bs) x bs` matrix of the input type, box `bs x 64`
+///   (rows x columns), 128-byte swizzle.
+/// - `tmap_b`: B as stored: row-major B is `K x n` with row stride `ldb`, box `64 x 64`; column-major B is
+///   `n x K` with row stride `ldb`, box `BN x 64`; 128-byte swizzle, out-of-bounds elements read as zero.
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HopperSpmmParams {
+    /// The tensor map of A's values.
+    pub tmap_a: TensorMap,
+    /// The tensor map of B.
+    pub tmap_b: TensorMap,
+    /// Everything else, as for the sm_80 kernels.
+    pub spmm: BsrSpmmParams,
 }
 
 /// The device-side structure check (`sparsek_bsr_check`): one thread per block row checks that `row_ptr` starts
@@ -728,7 +1209,16 @@ mod tests {
         assert!(KernelConfig { bs: 48, ..good }.check().unwrap_err().contains("bs must be"));
         assert!(KernelConfig { stages: 1, ..good }.check().unwrap_err().contains("two stages"));
         assert!(KernelConfig { warps_m: 0, ..good }.check().is_err());
-        let few_b_chunks = KernelConfig { bs: 64, bn: 16, bk: 16, warps_m: 4, warps_n: 1, stages: 2, frag_db: false };
+        let few_b_chunks = KernelConfig {
+            bs: 64,
+            bn: 16,
+            bk: 16,
+            warps_m: 4,
+            warps_n: 1,
+            stages: 2,
+            frag_db: false,
+            pipeline: Pipeline::CpAsync,
+        };
         assert!(few_b_chunks.check().unwrap_err().contains("B stage tile"));
     }
 

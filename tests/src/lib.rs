@@ -9,11 +9,22 @@ pub fn gpu_required() -> bool {
     std::env::var("SPARSEK_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
+/// `SPARSEK_TEST_MODULE=sm80` runs the GPU tests on the portable sm_80 module even on a GPU that has the sm_90a
+/// one (`Gpu::with_hopper(false)`); unset or `auto`, launches take the kernels the library chooses.
+pub fn hopper_enabled() -> bool {
+    match std::env::var("SPARSEK_TEST_MODULE").as_deref() {
+        Ok("sm80") => false,
+        Ok("auto") | Err(_) => true,
+        Ok(other) => panic!("SPARSEK_TEST_MODULE={other}: expected sm80 or auto"),
+    }
+}
+
 /// The process-wide GPU for tests, opened once; `None` (after printing a skip line) when there is none and
-/// SPARSEK_REQUIRE_GPU is not 1. Panics when a GPU is required but cannot be opened.
+/// SPARSEK_REQUIRE_GPU is not 1. Panics when a GPU is required but cannot be opened. Which modules it launches
+/// follows `SPARSEK_TEST_MODULE` ([`hopper_enabled`]).
 pub fn gpu(test: &str) -> Option<&'static Gpu> {
     static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
-    match GPU.get_or_init(|| Gpu::new(0).map_err(|e| e.to_string())) {
+    match GPU.get_or_init(|| Gpu::new(0).map(|g| g.with_hopper(hopper_enabled())).map_err(|e| e.to_string())) {
         Ok(g) => Some(g),
         Err(reason) => {
             if gpu_required() {

@@ -270,6 +270,42 @@ fn larger_shapes_match_oracle() {
     }
 }
 
+/// Stress: many launches of random shapes queued back to back on one stream (no synchronisation between them,
+/// so a persistent kernel's tail overlaps the next launch's start), every result checked afterwards against the
+/// oracle. A hang, a race between launches or a stale barrier phase shows up here. SPARSEK_GPU_CASES scales it.
+#[test]
+fn back_to_back_random_launches_all_match() {
+    let Some(gpu) = gpu("back_to_back_random_launches_all_match") else { return };
+    let launches = (gpu_cases(300) as usize).clamp(8, 200);
+    let mut rng = sparsek::rng::Rng::new(0x5eed_ba5e);
+    let mut queued = Vec::new();
+    for i in 0..launches {
+        // Mostly the block sizes with sm_90a kernels, N on both sides of the narrow-tile threshold.
+        let bs = [64usize, 128, 64, 128, 32, 16][rng.next_u64() as usize % 6];
+        let (block_rows, block_cols) = (1 + rng.next_u64() as usize % 12, 1 + rng.next_u64() as usize % 12);
+        let n = [1usize, 65, 129, 200, 256, 257, 500][rng.next_u64() as usize % 7];
+        let pattern = [Pattern::Uniform, Pattern::Skewed, Pattern::Banded][rng.next_u64() as usize % 3];
+        let density = (rng.next_u64() % 1000) as f64 / 1000.0;
+        let beta = [0.0f32, 1.0, -0.5][i % 3];
+        let (m, k) = (block_rows * bs, block_cols * bs);
+        let seed = rng.next_u64();
+        let a: Bsr<f16> = generate(pattern, m, k, bs, density, seed).unwrap();
+        let b = Matrix::<f16>::random(k, n, seed ^ 0xb).unwrap();
+        let c0 = initial_c::<f32>(m, n, n.next_multiple_of(4), beta, seed ^ 0xc);
+        let ep = Epilogue::new(1.0, beta);
+        let expected = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap();
+        let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+        let mut c_d = gpu.upload_matrix(&c0).unwrap();
+        gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+        let ctx = format!("launch {i}: m={m} k={k} n={n} bs={bs} nnzb={} {pattern} beta={beta} seed={seed}", a.nnzb());
+        queued.push((a_d, b_d, c_d, expected, ctx));
+    }
+    for (_, _, c_d, expected, ctx) in &queued {
+        let report = expected.check(&c_d.to_host().unwrap());
+        assert!(report.passed(), "{ctx}: {report}");
+    }
+}
+
 /// The same inputs twice give bit-identical outputs (a race would make them differ).
 #[test]
 fn repeated_launches_are_bit_identical() {

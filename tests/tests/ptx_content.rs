@@ -3,12 +3,13 @@
 //! trap (no reachable panic path). Freshness against the kernel source is `cargo xtask build-ptx --check`.
 
 use sparsek_layout::{
-    BLOCK_SIZES, BSR_CHECK_KERNEL, CONFIGS, InType, KernelConfig, Layout, Module, OutType, VARIANTS, bank_group,
-    ldsm_a_role, ldsm_b_role, ldsm_bt_role, mma_b_element, raster, swizzle,
+    BLOCK_SIZES, BSR_CHECK_KERNEL, CONFIGS, HOPPER_CONFIGS, InType, KernelConfig, Layout, Module, OutType, Pipeline,
+    VARIANTS, bank_group, ldsm_a_role, ldsm_b_role, ldsm_bt_role, mma_b_element, raster, swizzle,
 };
 
 const PTX_SM80: &str = include_str!("../../host/ptx/sparsek_sm80.ptx");
 const PTX_SM80_TUNE: &str = include_str!("../../host/ptx/sparsek_sm80_tune.ptx");
+const PTX_SM90A: &str = include_str!("../../host/ptx/sparsek_sm90a.ptx");
 const PRIMITIVES: &str = include_str!("../ptx/primitives_sm80.ptx");
 
 /// The body of `.entry name(...) { ... }` in a PTX text.
@@ -27,11 +28,61 @@ fn product_module_targets_sm80_ptx80() {
 }
 
 #[test]
+fn hopper_module_targets_sm90a_ptx83() {
+    assert!(PTX_SM90A.contains(".version 8.3"), "PTX ISA version");
+    assert!(PTX_SM90A.contains(".target sm_90a"), "target");
+    assert!(PTX_SM90A.contains(".address_size 64"));
+}
+
+/// The sm_90a kernels hold what their design promises: TMA copies completing on mbarriers, parity waits, the
+/// wgmma of their input type with B's major order, the register split between warpgroups, the launch bound
+/// build-ptx adds and the 64-byte aligned tensor-map parameter.
+#[test]
+fn hopper_kernels_have_the_promised_instructions() {
+    for v in VARIANTS.iter().filter(|v| v.module == Module::Hopper) {
+        let (name, c) = (v.name, v.config);
+        let body = entry(PTX_SM90A, name);
+        let ty = match v.input {
+            InType::F16 => "f16",
+            InType::Bf16 => "bf16",
+        };
+        let trans_b = if v.b_layout == Layout::RowMajor { 1 } else { 0 };
+        for needle in [
+            format!("wgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty}"),
+            format!("p, 1, 1, 0, {trans_b};"),
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes".into(),
+            "mbarrier.try_wait.parity.shared::cta.b64".into(),
+            "mbarrier.arrive.expect_tx.shared::cta.b64".into(),
+            "mbarrier.init.shared::cta.b64".into(),
+            "wgmma.wait_group.sync.aligned 1".into(),
+            "setmaxnreg.dec.sync.aligned.u32".into(),
+            "setmaxnreg.inc.sync.aligned.u32".into(),
+            format!(".maxntid {}, 1, 1", c.threads()),
+            format!(".param .align 64 .b8 {name}_param_0["),
+        ] {
+            assert!(body.contains(&needle), "{name} lacks {needle}");
+        }
+        assert_eq!(
+            body.matches("wgmma.mma_async").count() as u32,
+            c.expected_wgmma(),
+            "{name}: wgmma count (a duplicated or lost asm collective?)"
+        );
+        for banned in [".local", "trap", "__local_depot", "mma.sync", "cp.async.cg"] {
+            assert!(!body.contains(banned), "{name} contains {banned}");
+        }
+        if let Some(line) = body.lines().find(|l| l.trim_start().starts_with("call")) {
+            panic!("{name}: unexpected call `{}`", line.trim());
+        }
+    }
+}
+
+#[test]
 fn every_kernel_has_the_promised_instructions() {
-    for v in VARIANTS {
+    for v in VARIANTS.iter().filter(|v| v.module != Module::Hopper) {
         let ptx = match v.module {
             Module::Product => PTX_SM80,
             Module::Tuning => PTX_SM80_TUNE,
+            Module::Hopper => unreachable!("filtered"),
         };
         {
             let name = v.name;
@@ -84,9 +135,12 @@ fn every_kernel_has_the_promised_instructions() {
 
 #[test]
 fn no_local_memory_or_panic_anywhere() {
-    for (module, ptx) in
-        [("sparsek_sm80", PTX_SM80), ("primitives_sm80", PRIMITIVES), ("sparsek_sm80_tune", PTX_SM80_TUNE)]
-    {
+    for (module, ptx) in [
+        ("sparsek_sm80", PTX_SM80),
+        ("primitives_sm80", PRIMITIVES),
+        ("sparsek_sm80_tune", PTX_SM80_TUNE),
+        ("sparsek_sm90a", PTX_SM90A),
+    ] {
         // A mangled Rust symbol carries a crate hash that depends on the checkout's path: the PTX would differ
         // between clones and `build-ptx --check` would fail in CI (functions that are not kernels are unmangled).
         assert!(!ptx.contains("_RN"), "{module} contains a mangled Rust symbol");
@@ -132,11 +186,56 @@ fn configs_are_valid_and_cover_every_block_size() {
         assert_eq!((c.bk * c.bn / 8) % c.threads(), 0, "{c:?}: B chunks must split evenly over the threads");
     }
     assert!(
-        KernelConfig { bs: 64, bn: 120, bk: 32, warps_m: 2, warps_n: 2, stages: 4, frag_db: false }.check().is_err()
+        KernelConfig {
+            bs: 64,
+            bn: 120,
+            bk: 32,
+            warps_m: 2,
+            warps_n: 2,
+            stages: 4,
+            frag_db: false,
+            pipeline: Pipeline::CpAsync
+        }
+        .check()
+        .is_err()
     );
     assert!(
-        KernelConfig { bs: 16, bn: 128, bk: 16, warps_m: 1, warps_n: 4, stages: 4, frag_db: true }.check().is_err()
+        KernelConfig {
+            bs: 16,
+            bn: 128,
+            bk: 16,
+            warps_m: 1,
+            warps_n: 4,
+            stages: 4,
+            frag_db: true,
+            pipeline: Pipeline::CpAsync
+        }
+        .check()
+        .is_err()
     );
+}
+
+#[test]
+fn hopper_configs_are_valid() {
+    assert_eq!(HOPPER_CONFIGS.iter().map(|c| c.bs).collect::<Vec<_>>(), vec![64, 128]);
+    for c in HOPPER_CONFIGS {
+        assert_eq!(c.check(), Ok(()), "{c:?}");
+        assert!(c.smem_bytes() <= 227 * 1024, "{c:?} needs more shared memory than an H100 has");
+        // Two consumer warpgroups and a producer, whose registers fit the SM after setmaxnreg (40 + 2 x 232).
+        assert_eq!(c.threads(), 384, "{c:?}");
+    }
+    let base = HOPPER_CONFIGS[0];
+    for (bad, rule) in [
+        (KernelConfig { bs: 32, warps_m: 2, ..base }, "bs 32"),
+        (KernelConfig { bk: 32, ..base }, "bk 32"),
+        (KernelConfig { warps_m: 8, ..base }, "warps_m != bs / 16"),
+        (KernelConfig { bn: 512, warps_n: 2, ..base }, "256 columns per warpgroup, bn above a box"),
+        (KernelConfig { bn: 192, warps_n: 1, ..base }, "192 columns per warpgroup"),
+        (KernelConfig { stages: 1, ..base }, "one stage"),
+        (KernelConfig { frag_db: true, ..base }, "frag_db"),
+    ] {
+        assert!(bad.check().is_err(), "{rule}: {bad:?} passed");
+    }
 }
 
 /// The swizzle is a bijection on every tile shape the kernels use, and the eight rows one ldmatrix phase reads
@@ -181,7 +280,7 @@ fn ldmatrix_roles_cover_a_16x16_tile() {
 /// from the table; this catches a module that was not rebuilt after the table changed).
 #[test]
 fn modules_define_exactly_the_variant_table() {
-    for (module, ptx) in [(Module::Product, PTX_SM80), (Module::Tuning, PTX_SM80_TUNE)] {
+    for (module, ptx) in [(Module::Product, PTX_SM80), (Module::Tuning, PTX_SM80_TUNE), (Module::Hopper, PTX_SM90A)] {
         let mut defined: Vec<&str> = ptx
             .lines()
             .filter_map(|l| l.trim().strip_prefix(".visible .entry "))
@@ -271,5 +370,18 @@ fn committed_cubins_come_from_the_committed_ptx() {
             assert!(has(v.name), "a cubin lacks {}", v.name);
         }
         assert!(has(BSR_CHECK_KERNEL));
+    }
+    let fnv =
+        PTX_SM90A.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let manifest = include_str!("../../host/ptx/sparsek_sm90a.cubins.txt");
+    assert!(
+        manifest.lines().any(|l| l.trim() == format!("ptx_fnv1a64 = {fnv:016x}")),
+        "host/ptx/sparsek_sm90a.cubins.txt does not match the committed PTX: run `cargo xtask build-ptx`"
+    );
+    let cubin = &include_bytes!("../../host/ptx/sparsek_sm90a.sm_90a.cubin")[..];
+    assert_eq!(&cubin[..4], b"\x7fELF", "a cubin is an ELF image");
+    for v in VARIANTS.iter().filter(|v| v.module == Module::Hopper) {
+        let name = v.name.as_bytes();
+        assert!(cubin.windows(name.len() + 1).any(|w| &w[..name.len()] == name && w[name.len()] == 0), "{}", v.name);
     }
 }

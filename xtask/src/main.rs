@@ -2,6 +2,7 @@
 
 mod dist;
 mod ptx;
+mod ptx_check;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};

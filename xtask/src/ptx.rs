@@ -10,21 +10,45 @@ struct Module {
     name: &'static str,
     features: &'static str,
     dest: &'static str,
-    /// Whether ptxas's output for each of [`PTXAS_ARCHS`] is committed next to the PTX (`<dest stem>.<arch>.cubin`)
+    /// Whether ptxas's output for each of its target's architectures is committed next to the PTX (`<dest stem>.<arch>.cubin`)
     /// with a manifest (`<dest stem>.cubins.txt`: the PTX's FNV-1a 64 hash), so the host loads prebuilt SASS on
     /// those GPUs instead of JIT-compiling the PTX (20 s for the product module on an H100, measured 2026-11-22).
     cubins: bool,
+    /// The target: `-C target-cpu`, the PTX ISA feature, and the architectures ptxas assembles (and checks) it for.
+    target: Target,
 }
 
+/// A module's target architecture.
+struct Target {
+    cpu: &'static str,
+    ptx_feature: &'static str,
+    ptxas_archs: &'static [&'static str],
+}
+
+/// sm_80 modules (kernels-gpu/.cargo/config.toml's flags), JIT-compiled for any sm_80+ GPU and prebuilt for sm_80
+/// and sm_90a.
+const SM80: Target = Target { cpu: "sm_80", ptx_feature: "+ptx80", ptxas_archs: &["sm_80", "sm_90a"] };
+/// sm_90a modules: PTX 8.3 (`fence.proxy.tensormap` and friends need it); `ptxas -arch=sm_90` refuses sm_90a PTX,
+/// so it is assembled for sm_90a only.
+const SM90A: Target = Target { cpu: "sm_90a", ptx_feature: "+ptx83", ptxas_archs: &["sm_90a"] };
+
 const MODULES: &[Module] = &[
-    Module { name: "sparsek_sm80", features: "", dest: "host/ptx/sparsek_sm80.ptx", cubins: true },
-    Module { name: "primitives_sm80", features: "test-kernels", dest: "tests/ptx/primitives_sm80.ptx", cubins: false },
+    Module { name: "sparsek_sm80", features: "", dest: "host/ptx/sparsek_sm80.ptx", cubins: true, target: SM80 },
+    Module {
+        name: "primitives_sm80",
+        features: "test-kernels",
+        dest: "tests/ptx/primitives_sm80.ptx",
+        cubins: false,
+        target: SM80,
+    },
     Module {
         name: "sparsek_sm80_tune",
         features: "tune-kernels",
         dest: "host/ptx/sparsek_sm80_tune.ptx",
         cubins: false,
+        target: SM80,
     },
+    Module { name: "sparsek_sm90a", features: "sm90", dest: "host/ptx/sparsek_sm90a.ptx", cubins: true, target: SM90A },
 ];
 
 /// FNV-1a, 64 bits: the PTX a set of committed cubins was assembled from (tests/tests/ptx_content.rs computes the
@@ -44,19 +68,16 @@ fn manifest_path(m: &Module) -> String {
 }
 
 /// The manifest's text for a PTX.
-fn manifest(ptx: &str) -> String {
+fn manifest(ptx: &str, archs: &[&str]) -> String {
     format!(
         "# ptxas output committed next to the PTX, assembled from the PTX with this FNV-1a 64 hash (written by\n\
          # `cargo xtask build-ptx`; tests/tests/ptx_content.rs checks it against the committed PTX)\n\
          ptx_fnv1a64 = {:016x}\n\
          archs = {}\n",
         fnv1a64(ptx.as_bytes()),
-        PTXAS_ARCHS.join(" ")
+        archs.join(" ")
     )
 }
-
-/// Architectures every module is assembled for when ptxas is present.
-const PTXAS_ARCHS: &[&str] = &["sm_80", "sm_90a"];
 
 const PTXAS_WHEEL: &str = "nvidia-cuda-nvcc==13.0.88";
 const PTXAS_MEMBER: &str = "nvidia/cu13/bin/ptxas";
@@ -105,7 +126,8 @@ pub fn build_ptx(args: &[String]) -> Result<(), String> {
                 m.dest
             ));
         };
-        let mut files: Vec<(String, Vec<u8>)> = vec![(manifest_path(m), manifest(ptx).into_bytes())];
+        let mut files: Vec<(String, Vec<u8>)> =
+            vec![(manifest_path(m), manifest(ptx, m.target.ptxas_archs).into_bytes())];
         for (name, arch, bytes) in cubins {
             if *name == m.name {
                 files.push((cubin_path(m, arch), bytes.clone()));
@@ -165,6 +187,23 @@ fn build_module(root: &Path, linker: &Path, m: &Module) -> Result<String, String
     // Plain `cargo` through rustup, so the pinned nightly of rust-toolchain.toml builds the kernels whichever
     // toolchain runs xtask.
     let mut cmd = Command::new("cargo");
+    // Modules for another CPU than the config's sm_80 get their flags from CARGO_ENCODED_RUSTFLAGS (which
+    // replaces the config's target rustflags) and their own target directory (so switching does not rebuild
+    // core for each module).
+    let target_dir = if m.target.cpu == SM80.cpu {
+        crate_dir.join("target")
+    } else {
+        let flags = [
+            "-C".to_string(),
+            format!("target-cpu={}", m.target.cpu),
+            "-C".into(),
+            format!("target-feature={}", m.target.ptx_feature),
+            "-C".into(),
+            "llvm-args=-unroll-threshold=4000".into(),
+        ];
+        cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
+        crate_dir.join("target").join(m.target.cpu)
+    };
     cmd.current_dir(&crate_dir)
         // The outer `cargo xtask` (stable or nightly) must not leak its toolchain into the nightly build.
         .env_remove("RUSTUP_TOOLCHAIN")
@@ -172,14 +211,17 @@ fn build_module(root: &Path, linker: &Path, m: &Module) -> Result<String, String
         .env_remove("RUSTC")
         .env_remove("RUSTFLAGS")
         .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_LINKER", linker)
+        .env("CARGO_TARGET_DIR", &target_dir)
         .args(["build", "--release", "--quiet"]);
     if !m.features.is_empty() {
         cmd.args(["--features", m.features]);
     }
     eprintln!("build-ptx: building {} (features: {})", m.name, if m.features.is_empty() { "-" } else { m.features });
     run(&mut cmd)?;
-    let out = crate_dir.join("target/nvptx64-nvidia-cuda/release/sparsek_kernels.ptx");
+    let out = target_dir.join("nvptx64-nvidia-cuda/release/sparsek_kernels.ptx");
     let ptx = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let ptx = if m.target.cpu == SM90A.cpu { crate::ptx_check::finish_sm90a(&ptx)? } else { ptx };
+    crate::ptx_check::check_counts(m.name, &ptx)?;
     Ok(ptx)
 }
 
@@ -210,7 +252,7 @@ struct KernelReport {
 /// The cubins ptxas made: (module name, arch, bytes).
 type Cubins = Vec<(&'static str, &'static str, Vec<u8>)>;
 
-/// Assembles every module for every arch of [`PTXAS_ARCHS`], checks ptxas's report (no stack frame, spill or
+/// Assembles every module for each architecture of its target, checks ptxas's report (no stack frame, spill or
 /// local memory) and returns the cubins of the modules that commit them; `None` without ptxas.
 fn validate_with_ptxas(root: &Path, built: &[(&Module, String)]) -> Result<Option<Cubins>, String> {
     let Some(ptxas) = find_ptxas(root) else {
@@ -228,7 +270,7 @@ fn validate_with_ptxas(root: &Path, built: &[(&Module, String)]) -> Result<Optio
     for (m, ptx) in built {
         let file = tmp.join(format!("{}.ptx", m.name));
         std::fs::write(&file, ptx).map_err(|e| format!("{}: {e}", file.display()))?;
-        for arch in PTXAS_ARCHS {
+        for arch in m.target.ptxas_archs {
             let cubin = tmp.join(format!("{}.{arch}.cubin", m.name));
             let out = Command::new(&ptxas)
                 .args([&format!("-arch={arch}"), "-v", "-warn-spills", "-warn-lmem-usage"])

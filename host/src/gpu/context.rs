@@ -68,12 +68,20 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     product: Registry,
+    /// The sm_90a module on H100/H200 (bs 64 and 128 at N above `layout::NARROW_MAX_N`).
+    hopper: Option<Registry>,
+    /// Whether launches may use `hopper` ([`Gpu::with_hopper`]).
+    use_hopper: bool,
     info: DeviceInfo,
 }
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gpu").field("info", &self.info).field("module", &self.product.name).finish_non_exhaustive()
+        f.debug_struct("Gpu")
+            .field("info", &self.info)
+            .field("module", &self.product.name)
+            .field("hopper", &self.hopper_module().map(|m| m.0))
+            .finish_non_exhaustive()
     }
 }
 
@@ -117,8 +125,27 @@ impl Gpu {
             minor,
         })?;
         let product = Registry::load(&ctx, &info, ptx)?;
+        let hopper = registry::hopper_module(major, minor).map(|m| Registry::load(&ctx, &info, m)).transpose()?;
         let stream = ctx.default_stream();
-        Ok(Gpu { ctx, stream, product, info })
+        Ok(Gpu { ctx, stream, product, hopper, use_hopper: true, info })
+    }
+
+    /// Whether launches may use the sm_90a kernels where this GPU has them (the default: yes). `false` keeps
+    /// every launch on the portable sm_80 module: for comparisons, tests of that module on a Hopper GPU, or
+    /// callers who want the same kernels on every GPU.
+    pub fn with_hopper(mut self, enabled: bool) -> Self {
+        self.use_hopper = enabled;
+        self
+    }
+
+    /// The sm_90a module's name and description, when it is loaded and enabled ([`Gpu::with_hopper`]).
+    pub fn hopper_module(&self) -> Option<(&'static str, &'static str)> {
+        self.hopper.as_ref().filter(|_| self.use_hopper).map(|r| (r.name, r.description))
+    }
+
+    /// How the sm_90a module was loaded, when it is loaded and enabled.
+    pub fn hopper_loaded_from(&self) -> Option<&str> {
+        self.hopper.as_ref().filter(|_| self.use_hopper).map(|r| r.loaded_from.as_str())
     }
 
     /// Facts about the device.
@@ -157,20 +184,46 @@ impl Gpu {
         &self.product.loaded_from
     }
 
-    /// The product kernel for a launch of `n` columns: the narrow-tile one where the block size has it and `n`
-    /// is at most [`sparsek_layout::NARROW_MAX_N`], else the wide one.
-    pub(crate) fn kernel(&self, op: Op, bs: u32, types: (InType, Layout, OutType), n: usize) -> Option<&Kernel> {
+    /// The kernel for a launch of `n` columns over `nnzb` blocks: the sm_90a one where it is loaded, enabled and
+    /// has the shape (bs 64 and 128, `n` above [`sparsek_layout::NARROW_MAX_N`], at least one block: a tensor
+    /// map cannot describe no blocks); else the product module's narrow-tile one where the block size has it and
+    /// `n` is at most `NARROW_MAX_N`, else its wide one.
+    pub(crate) fn kernel(
+        &self,
+        op: Op,
+        bs: u32,
+        types: (InType, Layout, OutType),
+        n: usize,
+        nnzb: usize,
+    ) -> Option<&Kernel> {
         let tile = Tile::for_columns(n);
+        if let Some(hopper) = self.hopper.as_ref().filter(|_| self.use_hopper && nnzb > 0)
+            && let Some(k) = hopper.find(op, bs, types, tile)
+        {
+            return Some(k);
+        }
         self.product.find(op, bs, types, tile).or_else(|| self.product.find(op, bs, types, Tile::Wide))
+    }
+
+    /// The entry point that serves a product of blocks of `bs` with `types` (inputs, B's order, output) at `n`
+    /// columns over a nonempty A (`sparsek info`, benchmark records), and whether it is an sm_90a kernel.
+    pub fn serving_kernel(&self, bs: u32, types: (InType, Layout, OutType), n: usize) -> Option<(&'static str, bool)> {
+        self.kernel(Op::BsrSpmm, bs, types, n, 1)
+            .map(|k| (k.variant.name, k.variant.arch == sparsek_layout::Arch::Sm90a))
     }
 
     pub(crate) fn check_kernel(&self) -> Option<&cudarc::driver::CudaFunction> {
         self.product.check.as_ref()
     }
 
-    /// Registers, shared memory and occupancy of every kernel of the product module, as the driver reports them.
+    /// Registers, shared memory and occupancy of every kernel of the product module and of the sm_90a module
+    /// (when loaded and enabled), as the driver reports them.
     pub fn kernel_reports(&self) -> Result<Vec<KernelReport>> {
-        self.product.kernels().iter().map(|k| k.report(self.product.name)).collect()
+        let hopper = self.hopper.iter().filter(|_| self.use_hopper);
+        std::iter::once(&self.product)
+            .chain(hopper)
+            .flat_map(|r| r.kernels().iter().map(move |k| k.report(r.name)))
+            .collect()
     }
 }
 

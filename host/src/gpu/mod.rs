@@ -8,6 +8,7 @@
 //! - [`DeviceMatrix`] / [`DeviceBsr`]: device buffers whose shape cannot drift from their allocation;
 //! - `views`: [`DenseView`], [`DenseViewMut`], [`BsrView`], [`VectorView`]: the caller's device memory (any
 //!   layout, 32- or 64-bit indices), launched with [`Gpu::spmm_raw`] on the caller's stream;
+//! - `tma`: the tensor maps of the sm_90a kernels, encoded per launch;
 //! - `launch`: one typed, validated launcher per op ([`Gpu::spmm`]); `unsafe` appears only there, each launch
 //!   with a `// SAFETY:` comment saying which checks make it sound;
 //! - [`timing`]: CUDA-event timing for the CLI, the benchmark and the tuner (not product API).
@@ -19,6 +20,7 @@ mod launch;
 mod registry;
 #[doc(hidden)]
 pub mod timing;
+mod tma;
 mod views;
 
 pub use buffers::{DeviceBsr, DeviceElement, DeviceMatrix, InputElement, OutputElement};
@@ -29,5 +31,5 @@ pub use context::{DeviceInfo, Gpu};
 pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};
 pub use registry::KernelReport;
-pub use sparsek_layout::{InType, KernelConfig, OutType};
+pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline};
 pub use views::{BsrArrays, BsrView, DenseView, DenseViewMut, IndexType, VectorView};

@@ -72,10 +72,32 @@ pub(crate) const SM80_TUNE: EmbeddedPtx = EmbeddedPtx {
     cubins: &[],
 };
 
-/// The product module for a GPU of compute capability `major.minor`, or `None` below sm_80. Every sm_80+ GPU
-/// gets the portable sm_80 module today; an sm_90a module will be chosen here for H100/H200.
+/// The sm_90a module: TMA + wgmma kernels for bs 64 and 128 (`layout::HOPPER_CONFIGS`), prebuilt for sm_90a
+/// (an sm_90a cubin or PTX loads only on compute capability 9.0).
+pub(crate) const SM90A: EmbeddedPtx = EmbeddedPtx {
+    module: Module::Hopper,
+    arch: Arch::Sm90a,
+    name: "sparsek_sm90a",
+    description: "PTX ISA 8.3, sm_90a (TMA + mbarrier + wgmma, warp-specialised, persistent; bs 64 and 128)",
+    ptx: include_str!("../../ptx/sparsek_sm90a.ptx"),
+    cubins: &[Cubin {
+        major: 9,
+        minor: Some(0),
+        arch: "sm_90a",
+        bytes: include_bytes!("../../ptx/sparsek_sm90a.sm_90a.cubin"),
+    }],
+};
+
+/// The product module for a GPU of compute capability `major.minor`, or `None` below sm_80: the portable sm_80
+/// module on every sm_80+ GPU.
 pub(crate) fn product_module(major: i32, _minor: i32) -> Option<&'static EmbeddedPtx> {
     (major >= 8).then_some(&SM80)
+}
+
+/// The module loaded next to the product module, whose kernels serve the shapes they cover: the sm_90a module on
+/// compute capability 9.0 (H100, H200), nothing elsewhere.
+pub(crate) fn hopper_module(major: i32, minor: i32) -> Option<&'static EmbeddedPtx> {
+    ((major, minor) == (9, 0)).then_some(&SM90A)
 }
 
 /// One loaded kernel with its launch shape.

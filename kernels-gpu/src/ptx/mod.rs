@@ -24,8 +24,8 @@
 //! - [`mma`] — `mma.sync.m16n8k16` f32 += f16 x f16 and f32 += bf16 x bf16;
 //! - [`cvt`] — f32 <-> f16 / bf16, `ex2.approx` (the epilogue's activations).
 //!
-//! The sm_90a-only families (mbarrier, TMA `cp.async.bulk.tensor`, `wgmma`, `setmaxnreg`) will go in a `sm90/`
-//! folder here, compiled only into the sm_90a module; none exists yet.
+//! The sm_90a-only families (mbarrier, TMA `cp.async.bulk.tensor`, `wgmma`, `setmaxnreg`) are in [`sm90`],
+//! compiled only into the sm_90a module (feature `sm90`).
 
 pub mod barrier;
 pub mod cp_async;
@@ -33,6 +33,8 @@ pub mod cvt;
 pub mod ldmatrix;
 pub mod memory;
 pub mod mma;
+#[cfg(feature = "sm90")]
+pub mod sm90;
 pub mod smem;
 pub mod special;
 
@@ -45,5 +47,15 @@ pub use memory::{
     st_global_f32, st_global_u16, st_global_u32, st_global_v2_f32, st_global_v4, st_shared_v4,
 };
 pub use mma::{mma_m16n8k16_f32_bf16, mma_m16n8k16_f32_f16};
+#[cfg(feature = "sm90")]
+pub use sm90::{
+    mbarrier::{fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait},
+    setmaxnreg::{setmaxnreg_dec, setmaxnreg_inc},
+    tma::tma_load_2d,
+    wgmma::{
+        WgmmaAcc, smem_desc_128b, wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_m64n128k16,
+        wgmma_wait_group,
+    },
+};
 pub use smem::{Align128, dynamic_smem_base};
-pub use special::{block_dim_x, block_idx_x, block_idx_y, lane_id, thread_idx_x, warp_idx};
+pub use special::{block_dim_x, block_idx_x, block_idx_y, grid_dim_x, lane_id, thread_idx_x, warp_idx};

@@ -1,4 +1,5 @@
-//! Thread, block and lane indices (PTX ISA §10 "Special Registers": `%tid`, `%ctaid`, `%ntid`, `%laneid`).
+//! Thread, block and lane indices (PTX ISA §10 "Special Registers": `%tid`, `%ctaid`, `%nctaid`, `%ntid`,
+//! `%laneid`).
 
 use core::arch::asm;
 
@@ -21,6 +22,13 @@ pub fn block_idx_x() -> u32 {
 pub fn block_idx_y() -> u32 {
     // SAFETY: as above.
     unsafe { core::arch::nvptx::_block_idx_y() }
+}
+
+/// `%nctaid.x`: CTAs in the grid along x.
+#[inline(always)]
+pub fn grid_dim_x() -> u32 {
+    // SAFETY: as above.
+    unsafe { core::arch::nvptx::_grid_dim_x() }
 }
 
 /// `%ntid.x`: threads per CTA along x.

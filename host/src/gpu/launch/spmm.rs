@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use sparsek_layout::{BsrSpmmParams, Layout, Op};
+use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, Layout, Op, Pipeline};
 
 use crate::Epilogue;
 use crate::error::{BsrError, Error, Result};
@@ -14,6 +14,7 @@ use crate::gpu::Gpu;
 use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
+use crate::gpu::tma;
 use crate::gpu::views::{BsrView, DenseView, DenseViewMut, IndexType, VectorView, span};
 
 /// Largest N the kernels take: column indices of a CTA's tile (`n0 + BN`) stay below 2^32.
@@ -50,7 +51,7 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let kernel = self.find_kernel::<TA, TC>(a.bs, Layout::RowMajor, b.cols())?;
+        let kernel = self.find_kernel::<TA, TC>(a.bs, Layout::RowMajor, b.cols(), a.nnzb)?;
         self.launch_owned(stream, kernel, a, b, c, ep, None)
     }
 
@@ -79,7 +80,7 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let kernel = self.find_kernel::<TA, TC>(a.bs, b.layout, b.cols)?;
+        let kernel = self.find_kernel::<TA, TC>(a.bs, b.layout, b.cols, a.nnzb)?;
         self.ctx_current()?;
         self.check_stream(stream)?;
         // Raw pointers are checked where they will be used (an empty operand's address never is).
@@ -135,25 +136,29 @@ impl Gpu {
         self.launch_owned(&stream, k, a, b, c, ep, group_rows)
     }
 
-    /// The product kernel for blocks of `bs`, inputs `TA`, B stored `b_layout`, output `TC`, and `n` columns
-    /// (few columns take the narrow-tile kernel where the block size has one: `layout::NARROW_CONFIGS`).
+    /// The kernel for blocks of `bs`, inputs `TA`, B stored `b_layout`, output `TC`, `n` columns and `nnzb`
+    /// blocks (few columns take the narrow-tile kernel where the block size has one: `layout::NARROW_CONFIGS`;
+    /// bs 64 and 128 on an H100/H200 the sm_90a kernels: `Gpu::kernel`).
     fn find_kernel<TA: InputElement, TC: OutputElement>(
         &self,
         bs: usize,
         b_layout: Layout,
         n: usize,
+        nnzb: usize,
     ) -> Result<&Kernel> {
         let bs32 = u32::try_from(bs).map_err(|_| Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }))?;
         if !matches!(bs, 16 | 32 | 64 | 128) {
             return Err(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }));
         }
-        self.kernel(Op::BsrSpmm, bs32, (TA::IN_TYPE, b_layout, TC::OUT_TYPE), n).ok_or_else(|| Error::InvalidArgument {
-            name: "element types",
-            reason: format!(
-                "{} inputs with a {} output are not supported: C is f32 or the inputs' own type",
-                TA::IN_TYPE.name(),
-                TC::OUT_TYPE.name()
-            ),
+        self.kernel(Op::BsrSpmm, bs32, (TA::IN_TYPE, b_layout, TC::OUT_TYPE), n, nnzb).ok_or_else(|| {
+            Error::InvalidArgument {
+                name: "element types",
+                reason: format!(
+                    "{} inputs with a {} output are not supported: C is f32 or the inputs' own type",
+                    TA::IN_TYPE.name(),
+                    TC::OUT_TYPE.name()
+                ),
+            }
         })
     }
 
@@ -331,6 +336,34 @@ impl Gpu {
             c_col_major: u32::from(c.layout == Layout::ColMajor),
             activation: ep.activation as u32,
         };
+        if cfg.pipeline == Pipeline::TmaWgmma {
+            // The sm_90a kernels: tensor maps of A's values and B, then the same parameters; a persistent grid of
+            // at most one wave (every CTA walks tiles c, c + grid, ...).
+            let mut hp = HopperSpmmParams {
+                tmap_a: tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?,
+                tmap_b: tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?,
+                spmm: params,
+            };
+            let wave = (kernel.ctas_per_sm.max(1) * self.info().sm_count).min(ctas);
+            let mut args = [(&mut hp as *mut HopperSpmmParams).cast::<std::ffi::c_void>()];
+            // SAFETY: as for the sm_80 kernels below (the same checks made `params`' preconditions hold); the
+            // sm_90a kernel takes one HopperSpmmParams by value (kernels-gpu/src/sm90.rs), whose tensor maps
+            // describe exactly A's nnzb * bs^2 values and B's K x N span in its layout (a nonempty A: the kernel
+            // is chosen only with blocks), so every TMA box it loads lies in memory the views cover or reads as
+            // zero; any grid of at most `ctas` CTAs covers every tile.
+            unsafe {
+                cudarc::driver::result::launch_kernel(
+                    kernel.func.cu_function(),
+                    (wave, 1, 1),
+                    (cfg.threads(), 1, 1),
+                    cfg.smem_bytes(),
+                    stream,
+                    &mut args,
+                )
+            }
+            .map_err(cuda("cuLaunchKernel (sparsek_sm90)"))?;
+            return Ok(());
+        }
         let mut args = [(&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>()];
         // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/bsr.rs), and its preconditions
         // hold: A's structure is valid (Bsr::try_new for uploads; the unsafe view constructors' contract or the

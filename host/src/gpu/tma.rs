@@ -1,0 +1,87 @@
+//! Tensor maps for the sm_90a kernels (`layout::HopperSpmmParams`): encoded on the host by
+//! `cuTensorMapEncodeTiled` for each launch (a map embeds the operand's address; encoding is a host-only call of
+//! about a microsecond, no allocation, no synchronisation, so the launch stays graph-capturable).
+//!
+//! Facts (../shared/HOPPER.md): rank 2, innermost dimension first, strides in bytes (multiples of 16), 128-byte
+//! swizzle (a box row is at most 128 bytes: 64 16-bit elements), boxes of at most 256 rows, elements outside the
+//! tensor read as zero.
+
+use cudarc::driver::sys::{
+    CUresult, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion,
+    CUtensorMapSwizzle, cuTensorMapEncodeTiled,
+};
+use sparsek_layout::{InType, KernelConfig, Layout, TensorMap};
+
+use crate::error::{Error, Result};
+
+/// K columns of a stage (one 128-byte swizzle row of 16-bit elements).
+const BK: u64 = 64;
+
+/// A 2-D row-major tensor of 16-bit elements: `rows x cols` at `ptr`, `ld` elements between rows, read in boxes
+/// of `box_rows x box_cols`.
+fn encode(
+    what: &'static str,
+    input: InType,
+    ptr: u64,
+    (rows, cols, ld): (u64, u64, u64),
+    (box_rows, box_cols): (u32, u32),
+) -> Result<TensorMap> {
+    let invalid = |reason: String| Error::InvalidArgument { name: what, reason };
+    if rows == 0 || cols == 0 || rows > 1 << 32 || cols > 1 << 32 {
+        return Err(invalid(format!("a {rows} x {cols} tensor is outside what a TMA tensor map describes")));
+    }
+    let data_type = match input {
+        InType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        InType::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    };
+    let global_dim = [cols, rows];
+    let global_strides = [ld * 2];
+    let box_dim = [box_cols, box_rows];
+    let element_strides = [1u32, 1];
+    let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
+    // SAFETY: every array has the rank's length (2, and 1 for the strides); the driver only reads them and writes
+    // the 128-byte map. The address is not dereferenced here.
+    let r = unsafe {
+        cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            data_type,
+            2,
+            ptr as *mut std::ffi::c_void,
+            global_dim.as_ptr(),
+            global_strides.as_ptr(),
+            box_dim.as_ptr(),
+            element_strides.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if r != CUresult::CUDA_SUCCESS {
+        return Err(Error::Cuda { op: "cuTensorMapEncodeTiled", source: cudarc::driver::DriverError(r) });
+    }
+    // SAFETY: initialised by the successful call (and zeroed before).
+    let map = unsafe { map.assume_init() };
+    Ok(TensorMap(map.opaque))
+}
+
+/// The tensor map of A's values for a kernel of configuration `cfg`: the `nnzb` blocks as one row-major
+/// `(nnzb * bs) x bs` matrix, boxes of `bs x 64`.
+pub(crate) fn a_values_map(input: InType, values: u64, nnzb: usize, cfg: &KernelConfig) -> Result<TensorMap> {
+    let bs = u64::from(cfg.bs);
+    encode("A's values", input, values, ((nnzb as u64) * bs, bs, bs), (cfg.bs, BK as u32))
+}
+
+/// The tensor map of B (`k x n`): row-major, boxes of 64 k-rows x 64 columns; column-major (stored `n x k`),
+/// boxes of BN columns x 64 k.
+pub(crate) fn b_map(
+    input: InType,
+    (ptr, layout, ld): (u64, Layout, usize),
+    (k, n): (usize, usize),
+    cfg: &KernelConfig,
+) -> Result<TensorMap> {
+    match layout {
+        Layout::RowMajor => encode("B", input, ptr, (k as u64, n as u64, ld as u64), (BK as u32, 64)),
+        Layout::ColMajor => encode("B", input, ptr, (n as u64, k as u64, ld as u64), (cfg.bn, BK as u32)),
+    }
+}

@@ -1,0 +1,300 @@
+//! Warpgroup matrix multiply-accumulate (PTX ISA §9.7.15 `wgmma`): 128 threads (4 consecutive warps, the first
+//! a multiple of 4) multiply a 64 x N tile of A by an N-wide tile of B, both read from shared memory through
+//! 64-bit matrix descriptors, into f32 accumulators held in registers, asynchronously.
+//!
+//! Accumulator layout (m64nN, f32): warp `w` of the warpgroup owns rows `16 w .. 16 w + 16`; its register
+//! `4 j + r` (here `d[j][r]`, n8 tile `j`) is row `16 w + lane / 4 + 8 (r / 2)`, column `8 j + 2 (lane % 4) +
+//! r % 2`: the `mma.sync.m16n8` C fragment of each n8 tile (`layout::mma_c_element`), so the epilogue of the
+//! sm_80 kernels serves these accumulators unchanged.
+//!
+//! Every function here is a warpgroup collective (`.sync.aligned`): all 128 threads execute it, in
+//! warpgroup-uniform control flow (rustc does not mark asm convergent; build-ptx counts the `wgmma.mma_async`
+//! per kernel).
+
+use core::arch::asm;
+
+/// The accumulators of one `m64n128` piece, per thread: 16 n8 tiles of 4 f32 (the m16n8 fragment layout).
+pub type WgmmaAcc = [[f32; 4]; 16];
+
+/// A shared-memory matrix descriptor with 128-byte swizzle: start address, leading byte offset (LBO) and stride
+/// byte offset (SBO), each encoded as `(x & 0x3FFFF) >> 4` (bits 0-13, 16-29, 32-45); base offset 0 (stage
+/// buffers are 1024-byte aligned); swizzle mode 1 (128B) in bits 62-63. Facts verified on an H100
+/// (../shared/HOPPER.md):
+/// - K-major tile (rows of 64 16-bit k values, 128 bytes, 8-row swizzle atoms of 1024 bytes): start = tile +
+///   32 * k16 step, LBO 16 (unused), SBO 1024;
+/// - MN-major B (a row-major K x N tile as TMA boxes of 64 k rows x 64 n columns, 8 KB each): start = tile +
+///   2048 * k16 step, LBO 8192 (the next 64 columns), SBO 1024 (the next 8 k rows).
+#[inline(always)]
+pub const fn smem_desc_128b(addr: u32, lbo: u32, sbo: u32) -> u64 {
+    const fn enc(x: u32) -> u64 {
+        ((x & 0x3FFFF) >> 4) as u64
+    }
+    enc(addr) | (enc(lbo) << 16) | (enc(sbo) << 32) | (1u64 << 62)
+}
+
+/// `wgmma.fence.sync.aligned`: orders this warpgroup's register writes (zeroed or read accumulators) before the
+/// `wgmma.mma_async` that follow; issued before the first wgmma of each k-tile.
+#[inline(always)]
+pub fn wgmma_fence() {
+    // SAFETY: a fence; convergence is the caller's contract (module docs).
+    unsafe { asm!("wgmma.fence.sync.aligned;", options(nostack)) };
+}
+
+/// `wgmma.commit_group.sync.aligned`: closes the group of this warpgroup's outstanding `wgmma.mma_async`.
+#[inline(always)]
+pub fn wgmma_commit_group() {
+    // SAFETY: as above.
+    unsafe { asm!("wgmma.commit_group.sync.aligned;", options(nostack)) };
+}
+
+/// `wgmma.wait_group.sync.aligned N`: waits until at most `N` of this warpgroup's committed groups are pending
+/// (their shared-memory reads and accumulator writes are done for the others).
+#[inline(always)]
+pub fn wgmma_wait_group<const N: u32>() {
+    // SAFETY: as above.
+    unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
+}
+
+/// Names the accumulators `d` in an (empty) asm statement after a [`wgmma_wait_group`], so the compiler reads
+/// them only after the wait (asm statements keep their order): CUTLASS's `warpgroup_fence_operand`.
+#[inline(always)]
+pub fn wgmma_fence_operand(d: &mut WgmmaAcc) {
+    // SAFETY: emits only a PTX comment.
+    unsafe {
+        asm!(
+            "// wgmma accumulators: {0} {1} {2} {3} {4} {5} {6} {7} {8} {9} {10} {11} {12} {13} {14} {15} {16} {17} {18} {19} {20} {21} {22} {23} {24} {25} {26} {27} {28} {29} {30} {31} {32} {33} {34} {35} {36} {37} {38} {39} {40} {41} {42} {43} {44} {45} {46} {47} {48} {49} {50} {51} {52} {53} {54} {55} {56} {57} {58} {59} {60} {61} {62} {63}",
+            inout(reg32) d[0][0],
+            inout(reg32) d[0][1],
+            inout(reg32) d[0][2],
+            inout(reg32) d[0][3],
+            inout(reg32) d[1][0],
+            inout(reg32) d[1][1],
+            inout(reg32) d[1][2],
+            inout(reg32) d[1][3],
+            inout(reg32) d[2][0],
+            inout(reg32) d[2][1],
+            inout(reg32) d[2][2],
+            inout(reg32) d[2][3],
+            inout(reg32) d[3][0],
+            inout(reg32) d[3][1],
+            inout(reg32) d[3][2],
+            inout(reg32) d[3][3],
+            inout(reg32) d[4][0],
+            inout(reg32) d[4][1],
+            inout(reg32) d[4][2],
+            inout(reg32) d[4][3],
+            inout(reg32) d[5][0],
+            inout(reg32) d[5][1],
+            inout(reg32) d[5][2],
+            inout(reg32) d[5][3],
+            inout(reg32) d[6][0],
+            inout(reg32) d[6][1],
+            inout(reg32) d[6][2],
+            inout(reg32) d[6][3],
+            inout(reg32) d[7][0],
+            inout(reg32) d[7][1],
+            inout(reg32) d[7][2],
+            inout(reg32) d[7][3],
+            inout(reg32) d[8][0],
+            inout(reg32) d[8][1],
+            inout(reg32) d[8][2],
+            inout(reg32) d[8][3],
+            inout(reg32) d[9][0],
+            inout(reg32) d[9][1],
+            inout(reg32) d[9][2],
+            inout(reg32) d[9][3],
+            inout(reg32) d[10][0],
+            inout(reg32) d[10][1],
+            inout(reg32) d[10][2],
+            inout(reg32) d[10][3],
+            inout(reg32) d[11][0],
+            inout(reg32) d[11][1],
+            inout(reg32) d[11][2],
+            inout(reg32) d[11][3],
+            inout(reg32) d[12][0],
+            inout(reg32) d[12][1],
+            inout(reg32) d[12][2],
+            inout(reg32) d[12][3],
+            inout(reg32) d[13][0],
+            inout(reg32) d[13][1],
+            inout(reg32) d[13][2],
+            inout(reg32) d[13][3],
+            inout(reg32) d[14][0],
+            inout(reg32) d[14][1],
+            inout(reg32) d[14][2],
+            inout(reg32) d[14][3],
+            inout(reg32) d[15][0],
+            inout(reg32) d[15][1],
+            inout(reg32) d[15][2],
+            inout(reg32) d[15][3],
+            options(nostack)
+        )
+    };
+}
+
+/// `wgmma.mma_async.sync.aligned.m64n128k16.f32.{f16|bf16}`: `d = a x b + (scale_d != 0 ? d : 0)` for one k16
+/// step, A (64 x 16) K-major through descriptor `a`, B (16 x 128) through descriptor `b`, K-major
+/// (`TRANS_B = 0`: a column-major B staged as N x K) or MN-major (`TRANS_B = 1`: a row-major B staged as K x N).
+/// Asynchronous: `d` is being written until a [`wgmma_wait_group`] covers the group this joins.
+///
+/// # Safety
+/// Warpgroup collective; the descriptors address landed shared-memory tiles of this CTA laid out as they say.
+#[inline(always)]
+pub unsafe fn wgmma_m64n128k16<const BF16: bool, const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64, scale_d: u32) {
+    const { assert!(TRANS_B <= 1, "imm-trans-b is 0 or 1") };
+    if BF16 {
+        // SAFETY: the caller guarantees the descriptors and convergence.
+        unsafe {
+            asm!(
+                "{{ .reg .pred p; setp.ne.u32 p, {66}, 0;",
+                "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {64}, {65}, p, 1, 1, 0, {tb}; }}",
+            inout(reg32) d[0][0],
+            inout(reg32) d[0][1],
+            inout(reg32) d[0][2],
+            inout(reg32) d[0][3],
+            inout(reg32) d[1][0],
+            inout(reg32) d[1][1],
+            inout(reg32) d[1][2],
+            inout(reg32) d[1][3],
+            inout(reg32) d[2][0],
+            inout(reg32) d[2][1],
+            inout(reg32) d[2][2],
+            inout(reg32) d[2][3],
+            inout(reg32) d[3][0],
+            inout(reg32) d[3][1],
+            inout(reg32) d[3][2],
+            inout(reg32) d[3][3],
+            inout(reg32) d[4][0],
+            inout(reg32) d[4][1],
+            inout(reg32) d[4][2],
+            inout(reg32) d[4][3],
+            inout(reg32) d[5][0],
+            inout(reg32) d[5][1],
+            inout(reg32) d[5][2],
+            inout(reg32) d[5][3],
+            inout(reg32) d[6][0],
+            inout(reg32) d[6][1],
+            inout(reg32) d[6][2],
+            inout(reg32) d[6][3],
+            inout(reg32) d[7][0],
+            inout(reg32) d[7][1],
+            inout(reg32) d[7][2],
+            inout(reg32) d[7][3],
+            inout(reg32) d[8][0],
+            inout(reg32) d[8][1],
+            inout(reg32) d[8][2],
+            inout(reg32) d[8][3],
+            inout(reg32) d[9][0],
+            inout(reg32) d[9][1],
+            inout(reg32) d[9][2],
+            inout(reg32) d[9][3],
+            inout(reg32) d[10][0],
+            inout(reg32) d[10][1],
+            inout(reg32) d[10][2],
+            inout(reg32) d[10][3],
+            inout(reg32) d[11][0],
+            inout(reg32) d[11][1],
+            inout(reg32) d[11][2],
+            inout(reg32) d[11][3],
+            inout(reg32) d[12][0],
+            inout(reg32) d[12][1],
+            inout(reg32) d[12][2],
+            inout(reg32) d[12][3],
+            inout(reg32) d[13][0],
+            inout(reg32) d[13][1],
+            inout(reg32) d[13][2],
+            inout(reg32) d[13][3],
+            inout(reg32) d[14][0],
+            inout(reg32) d[14][1],
+            inout(reg32) d[14][2],
+            inout(reg32) d[14][3],
+            inout(reg32) d[15][0],
+            inout(reg32) d[15][1],
+            inout(reg32) d[15][2],
+            inout(reg32) d[15][3],
+                in(reg64) a,
+                in(reg64) b,
+                in(reg32) scale_d,
+                tb = const TRANS_B,
+                options(nostack)
+            )
+        }
+    } else {
+        // SAFETY: as above.
+        unsafe {
+            asm!(
+                "{{ .reg .pred p; setp.ne.u32 p, {66}, 0;",
+                "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {64}, {65}, p, 1, 1, 0, {tb}; }}",
+            inout(reg32) d[0][0],
+            inout(reg32) d[0][1],
+            inout(reg32) d[0][2],
+            inout(reg32) d[0][3],
+            inout(reg32) d[1][0],
+            inout(reg32) d[1][1],
+            inout(reg32) d[1][2],
+            inout(reg32) d[1][3],
+            inout(reg32) d[2][0],
+            inout(reg32) d[2][1],
+            inout(reg32) d[2][2],
+            inout(reg32) d[2][3],
+            inout(reg32) d[3][0],
+            inout(reg32) d[3][1],
+            inout(reg32) d[3][2],
+            inout(reg32) d[3][3],
+            inout(reg32) d[4][0],
+            inout(reg32) d[4][1],
+            inout(reg32) d[4][2],
+            inout(reg32) d[4][3],
+            inout(reg32) d[5][0],
+            inout(reg32) d[5][1],
+            inout(reg32) d[5][2],
+            inout(reg32) d[5][3],
+            inout(reg32) d[6][0],
+            inout(reg32) d[6][1],
+            inout(reg32) d[6][2],
+            inout(reg32) d[6][3],
+            inout(reg32) d[7][0],
+            inout(reg32) d[7][1],
+            inout(reg32) d[7][2],
+            inout(reg32) d[7][3],
+            inout(reg32) d[8][0],
+            inout(reg32) d[8][1],
+            inout(reg32) d[8][2],
+            inout(reg32) d[8][3],
+            inout(reg32) d[9][0],
+            inout(reg32) d[9][1],
+            inout(reg32) d[9][2],
+            inout(reg32) d[9][3],
+            inout(reg32) d[10][0],
+            inout(reg32) d[10][1],
+            inout(reg32) d[10][2],
+            inout(reg32) d[10][3],
+            inout(reg32) d[11][0],
+            inout(reg32) d[11][1],
+            inout(reg32) d[11][2],
+            inout(reg32) d[11][3],
+            inout(reg32) d[12][0],
+            inout(reg32) d[12][1],
+            inout(reg32) d[12][2],
+            inout(reg32) d[12][3],
+            inout(reg32) d[13][0],
+            inout(reg32) d[13][1],
+            inout(reg32) d[13][2],
+            inout(reg32) d[13][3],
+            inout(reg32) d[14][0],
+            inout(reg32) d[14][1],
+            inout(reg32) d[14][2],
+            inout(reg32) d[14][3],
+            inout(reg32) d[15][0],
+            inout(reg32) d[15][1],
+            inout(reg32) d[15][2],
+            inout(reg32) d[15][3],
+                in(reg64) a,
+                in(reg64) b,
+                in(reg32) scale_d,
+                tb = const TRANS_B,
+                options(nostack)
+            )
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! BSR x dense SpMM on Hopper (sm_90a): TMA + mbarrier ring + wgmma, warp-specialised and persistent. Same
+//! contract as the sm_80 kernels (kernels-gpu/src/bsr.rs): `C = act(alpha * (A @ B) + bias) + beta * C`, f16 or
+//! bf16 inputs, f32 accumulation, B row- or column-major (one kernel each), C row- or column-major and f32 or the
+//! input's 16-bit type, 32- or 64-bit indices; parameters `layout::HopperSpmmParams` (two tensor maps, then
+//! `layout::BsrSpmmParams`).
+//!
+//! Output tiles are the sm_80 kernels' (one block row of A by BN columns of C), ordered the same way (grouped
+//! rasterization over `row_order`, longest rows first). The grid is persistent: CTA `c` takes tiles `c, c + grid,
+//! c + 2 grid, ...`. A CTA is one producer warpgroup and `warps_m * warps_n / 4` consumer warpgroups
+//! (`layout::Pipeline::TmaWgmma`):
+//! - PRODUCER (one thread; its warpgroup gives its registers back with `setmaxnreg.dec`): for every k-tile of its
+//!   tiles, waits for the ring slot to be empty, announces the slot's bytes on the slot's full barrier and issues
+//!   the TMA copies: A's (BS, 64) slice of block `blk` (rows `blk * BS ..` of the `(nnzb * BS) x BS` map, column
+//!   `kk`) and B's 64 rows `col_idx[blk] * BS + kk ..` for the tile's BN columns (row-major B: BN / 64 boxes of
+//!   64 x 64; column-major B: one box of BN x 64). TMA zero-fills columns past n, so the N tail needs no code.
+//!   It runs ahead into the next tile while the consumers finish the last one (the ring is continuous).
+//! - CONSUMERS (`setmaxnreg.inc`): for every k-tile, wait for the slot to be full, issue 4 k16 steps of
+//!   `wgmma.m64n128k16` per 128 columns they own, commit, wait until only this group is in flight
+//!   (`wait_group 1`) and release the previous k-tile's slot, so one wgmma group is always in flight. After the
+//!   tile's last k-tile: `wait_group 0`, release, and the shared epilogue (kernels-gpu/src/epilogue.rs) straight
+//!   from the accumulators, whose per-warp layout is the `mma.sync` C fragment's.
+//!
+//! Ring: STAGES slots of (A: BS x 64, B: 64 x BN) 16-bit elements, 1024-byte aligned (128-byte swizzle atoms);
+//! slot `s` has a full barrier (1 arrival + the TMA bytes) and an empty barrier (one arrival per consumer thread).
+//! Both sides count k-tiles with one running counter `it`: slot `it % STAGES`, phase parity `(it / STAGES) % 2`;
+//! the producer waits for the empty barrier's previous phase (parity ^ 1: a fresh barrier counts as released).
+
+use crate::epilogue::{Bf16, Bf16In, Epilogue, F16In, Input, Output, WarpCoord, load_index, store_epilogue};
+use crate::layout::{BsrSpmmParams, HopperSpmmParams, KernelConfig, WARPGROUP_WARPS, WGMMA_N, raster};
+use crate::ptx;
+use crate::ptx::WgmmaAcc;
+
+/// K depth of a stage: one 128-byte swizzle row of 16-bit elements.
+const BK: u32 = 64;
+/// Threads of a warpgroup.
+const WG_THREADS: u32 = 32 * WARPGROUP_WARPS;
+/// Registers per thread the producer warpgroup keeps (it holds a few indices and addresses).
+const PRODUCER_REGS: u32 = 40;
+/// Registers per thread a consumer warpgroup may use (up to 128 accumulators of an m64n256 tile). With two
+/// consumer warpgroups: 128 * 40 + 256 * 232 = 64512 of the SM's 65536.
+const CONSUMER_REGS: u32 = 232;
+
+/// An input type the wgmma of one k16 step multiplies.
+trait WgmmaInput: Input {
+    /// `d += a x b` for one k16 step of an m64n128 piece (`TRANS_B`: B's major order, see
+    /// `ptx::wgmma_m64n128k16`).
+    ///
+    /// # Safety
+    /// As `ptx::wgmma_m64n128k16`.
+    unsafe fn wgmma<const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64);
+}
+
+impl WgmmaInput for F16In {
+    #[inline(always)]
+    unsafe fn wgmma<const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64) {
+        // SAFETY: forwarded.
+        unsafe { ptx::wgmma_m64n128k16::<false, TRANS_B>(d, a, b, 1) }
+    }
+}
+
+impl WgmmaInput for Bf16In {
+    #[inline(always)]
+    unsafe fn wgmma<const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64) {
+        // SAFETY: forwarded.
+        unsafe { ptx::wgmma_m64n128k16::<true, TRANS_B>(d, a, b, 1) }
+    }
+}
+
+/// The block row at position `pos` of the CTAs' row order, and its nonzero blocks `(begin, end)`.
+///
+/// # Safety
+/// `p` satisfies the kernel's preconditions and `pos < p.block_rows`.
+#[inline(always)]
+unsafe fn row_at(p: &BsrSpmmParams, pos: u32, index_shift: u32) -> (u32, u32, u32) {
+    let row_order = p.row_order as *const u32;
+    // SAFETY: row_order is null or a permutation of the block rows; row_ptr has block_rows + 1 entries.
+    unsafe {
+        let row = if row_order.is_null() { pos } else { ptx::ld_global_u32(row_order.add(pos as usize)) };
+        (row, load_index(p.row_ptr, row, index_shift), load_index(p.row_ptr, row + 1, index_shift))
+    }
+}
+
+/// The kernel body for one configuration (see the module docs).
+///
+/// # Safety
+/// `p` satisfies `layout::HopperSpmmParams`'s preconditions, `tmaps` is the generic address of the kernel's
+/// parameter (tensor map of A at +0, of B at +128), and the launch has `CFG.threads()` threads and
+/// `CFG.smem_bytes()` bytes of dynamic shared memory.
+#[inline(always)]
+unsafe fn hopper_spmm<
+    const BS: u32,
+    const BN: u32,
+    const WARPS_M: u32,
+    const WARPS_N: u32,
+    const STAGES: u32,
+    const PIECES: usize,
+    const TRANS_B: u32,
+    I: WgmmaInput,
+    O: Output,
+>(
+    p: &BsrSpmmParams,
+    tmaps: u64,
+) {
+    // B's order: TRANS_B = 0 for a column-major B (staged N x K, K-major), 1 for a row-major B (K x N).
+    let b_col = TRANS_B == 0;
+    const {
+        assert!(PIECES as u32 * WGMMA_N * WARPS_N == BN, "each consumer warpgroup owns PIECES x 128 columns");
+        assert!(PIECES == 1 || PIECES == 2, "one or two m64n128 pieces per consumer warpgroup");
+        assert!(WARPS_M * 16 == BS && WARPS_M.is_multiple_of(WARPGROUP_WARPS), "16 rows per warp, whole warpgroups");
+    }
+    let a_bytes = BS * BK * 2;
+    let b_bytes = BK * BN * 2;
+    let stage_bytes = a_bytes + b_bytes;
+    let consumers = WG_THREADS * (WARPS_M / WARPGROUP_WARPS) * WARPS_N;
+    // The ring starts at the first 1024-byte boundary of the window (the host adds 1024 bytes for it).
+    let ring = (ptx::dynamic_smem_base() + 1023) & !1023;
+    let a_slot = |s: u32| ring + s * stage_bytes;
+    let b_slot = |s: u32| ring + s * stage_bytes + a_bytes;
+    let full = |s: u32| ring + STAGES * stage_bytes + 8 * s;
+    let empty = |s: u32| ring + STAGES * stage_bytes + 8 * (STAGES + s);
+
+    let tid = ptx::thread_idx_x();
+    if tid == 0 {
+        for s in 0..STAGES {
+            // SAFETY: the barriers lie past the ring, inside the dynamic shared memory; nobody uses them before the
+            // CTA barrier below.
+            unsafe {
+                ptx::mbarrier_init(full(s), 1);
+                ptx::mbarrier_init(empty(s), consumers);
+            }
+        }
+        ptx::fence_mbarrier_init();
+    }
+    ptx::bar_sync();
+
+    let n = p.n;
+    let n_tiles = n.div_ceil(BN);
+    let tiles = p.block_rows * n_tiles;
+    let index_shift = if p.index64 != 0 { 3 } else { 2 };
+    let grid = ptx::grid_dim_x();
+    let (tmap_a, tmap_b) = (tmaps, tmaps + 128);
+
+    if tid < WG_THREADS {
+        // PRODUCER warpgroup: one thread issues every copy; the others only return their registers.
+        ptx::setmaxnreg_dec::<PRODUCER_REGS>();
+        if tid != 0 {
+            return;
+        }
+        let mut it = 0u32;
+        let mut t = ptx::block_idx_x();
+        while t < tiles {
+            let (pos, n_tile) = raster(t, p.block_rows, n_tiles, p.group_rows);
+            // SAFETY (whole loop): pos < block_rows; blocks begin..end of a valid structure; every TMA box lies in
+            // the tensor maps the host encoded for these operands (out-of-bounds columns of B read as zero), and
+            // every slot and barrier lies in the ring.
+            let (_, begin, end) = unsafe { row_at(p, pos, index_shift) };
+            let n0 = n_tile * BN;
+            for blk in begin..end {
+                let k_row0 = unsafe { load_index(p.col_idx, blk, index_shift) } * BS;
+                for kk in 0..BS / BK {
+                    let s = it % STAGES;
+                    unsafe {
+                        ptx::mbarrier_wait(empty(s), ((it / STAGES) & 1) ^ 1);
+                        ptx::mbarrier_arrive_expect_tx(full(s), stage_bytes);
+                        ptx::tma_load_2d(a_slot(s), tmap_a, kk * BK, blk * BS, full(s));
+                        if b_col {
+                            ptx::tma_load_2d(b_slot(s), tmap_b, k_row0 + kk * BK, n0, full(s));
+                        } else {
+                            for j in 0..BN / 64 {
+                                ptx::tma_load_2d(
+                                    b_slot(s) + j * 64 * BK * 2,
+                                    tmap_b,
+                                    n0 + 64 * j,
+                                    k_row0 + kk * BK,
+                                    full(s),
+                                );
+                            }
+                        }
+                    }
+                    it += 1;
+                }
+            }
+            t += grid;
+        }
+        return;
+    }
+
+    // CONSUMER warpgroups.
+    ptx::setmaxnreg_inc::<CONSUMER_REGS>();
+    let ct = tid - WG_THREADS;
+    let wg = ct / WG_THREADS;
+    let wgs_m = WARPS_M / WARPGROUP_WARPS;
+    let (wg_m, wg_n) = (wg % wgs_m, wg / wgs_m);
+    // The epilogue places each 128-column piece itself (warp_n 0, its own first column).
+    let warp = WarpCoord { warp_m: wg_m * WARPGROUP_WARPS + (ct / 32) % WARPGROUP_WARPS, warp_n: 0, lane: ct % 32 };
+    // This warpgroup's rows of the A slot (64 rows of 128 bytes) and its first 128-column piece of the B slot.
+    let a_off = wg_m * 64 * BK * 2;
+    let piece0 = wg_n * PIECES as u32;
+    let epi = Epilogue {
+        c: p.c as *mut O,
+        ldc: p.ldc,
+        c_col_major: p.c_col_major != 0,
+        n,
+        alpha: p.alpha,
+        beta: p.beta,
+        bias: p.bias as *const u16,
+        activation: p.activation,
+    };
+    let mut it = 0u32;
+    let mut t = ptx::block_idx_x();
+    while t < tiles {
+        let (pos, n_tile) = raster(t, p.block_rows, n_tiles, p.group_rows);
+        // SAFETY: pos < block_rows.
+        let (row, begin, end) = unsafe { row_at(p, pos, index_shift) };
+        let k_tiles = (end - begin) * (BS / BK);
+        let mut acc: [WgmmaAcc; PIECES] = [[[0.0; 4]; 16]; PIECES];
+        let mut prev = 0u32;
+        for i in 0..k_tiles {
+            let s = it % STAGES;
+            // SAFETY (whole k-tile): the slot's full barrier completes when its TMA bytes have landed; the
+            // descriptors address this warpgroup's rows of A and its columns of B in that slot.
+            unsafe { ptx::mbarrier_wait(full(s), (it / STAGES) & 1) };
+            ptx::wgmma_fence();
+            for ks in 0..BK / 16 {
+                let a_desc = ptx::smem_desc_128b(a_slot(s) + a_off + 32 * ks, 16, 1024);
+                let b_desc = |pc: u32| {
+                    let piece = piece0 + pc;
+                    if b_col {
+                        // (BN, 64) K-major tile: 128 rows of 128 bytes per piece.
+                        ptx::smem_desc_128b(b_slot(s) + piece * WGMMA_N * BK * 2 + 32 * ks, 16, 1024)
+                    } else {
+                        // 64 x 64 boxes, two per piece (LBO: the next box), 16 k rows per k16 step.
+                        ptx::smem_desc_128b(b_slot(s) + piece * 2 * 64 * BK * 2 + 2048 * ks, 64 * BK * 2, 1024)
+                    }
+                };
+                // The pieces written out (PIECES is 1 or 2), so every accumulator index is a constant: a loop
+                // that LLVM leaves rolled would put the accumulators in local memory.
+                unsafe { I::wgmma::<TRANS_B>(&mut acc[0], a_desc, b_desc(0)) };
+                if PIECES == 2 {
+                    unsafe { I::wgmma::<TRANS_B>(&mut acc[PIECES - 1], a_desc, b_desc(1)) };
+                }
+            }
+            ptx::wgmma_commit_group();
+            // Keep this k-tile's group in flight; the previous one is done, so its slot can be refilled.
+            ptx::wgmma_wait_group::<1>();
+            if i > 0 {
+                // SAFETY: an initialised barrier of the ring.
+                unsafe { ptx::mbarrier_arrive(empty(prev)) };
+            }
+            prev = s;
+            it += 1;
+        }
+        ptx::wgmma_wait_group::<0>();
+        ptx::wgmma_fence_operand(&mut acc[0]);
+        if PIECES == 2 {
+            ptx::wgmma_fence_operand(&mut acc[PIECES - 1]);
+        }
+        if k_tiles > 0 {
+            // SAFETY: as above.
+            unsafe { ptx::mbarrier_arrive(empty(prev)) };
+        }
+        let (row0, col0) = (row * BS, n_tile * BN);
+        // SAFETY: the tile's rows exist in C and the bias; columns >= n are skipped.
+        unsafe {
+            store_epilogue::<1, 16, O, I>(
+                &epi,
+                core::array::from_mut(&mut acc[0]),
+                row0,
+                col0 + piece0 * WGMMA_N,
+                warp,
+            );
+            if PIECES == 2 {
+                let col = col0 + (piece0 + 1) * WGMMA_N;
+                store_epilogue::<1, 16, O, I>(&epi, core::array::from_mut(&mut acc[PIECES - 1]), row0, col, warp);
+            }
+        }
+        t += grid;
+    }
+}
+
+/// Defines the sm_90a entry point `$name` from its `layout::VARIANTS` entry (which must exist, be a
+/// `Pipeline::TmaWgmma` variant and have the input type, B order and output type given here).
+macro_rules! hopper_kernel {
+    ($name:ident, $input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat) => {
+        /// sm_90a BSR SpMM entry point; see the module docs.
+        ///
+        /// # Safety
+        /// Launched by the host's typed launcher, which checks the preconditions of [`HopperSpmmParams`].
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(params: HopperSpmmParams) {
+            const VARIANT: crate::layout::Variant = crate::layout::variant(stringify!($name));
+            const CFG: KernelConfig = VARIANT.config;
+            const {
+                CFG.assert_valid();
+                assert!(matches!(CFG.pipeline, crate::layout::Pipeline::TmaWgmma), "not an sm_90a variant");
+                assert!(matches!(VARIANT.out, $out_type), "the entry point's output type differs from its variant's");
+                assert!(matches!(VARIANT.input, $in_type), "the entry point's input type differs from its variant's");
+                assert!(matches!(VARIANT.b_layout, $b_layout), "the entry point's B order differs from its variant's");
+            }
+            let tmaps = crate::param0_address!($name);
+            // SAFETY: forwarded preconditions; the tensor maps are the parameter's first 256 bytes.
+            unsafe {
+                hopper_spmm::<
+                    { CFG.bs },
+                    { CFG.bn },
+                    { CFG.warps_m },
+                    { CFG.warps_n },
+                    { CFG.stages },
+                    { (CFG.bn / CFG.warps_n / WGMMA_N) as usize },
+                    { if $b_col { 0 } else { 1 } },
+                    $input,
+                    $out,
+                >(&params.spmm, tmaps)
+            }
+        }
+    };
+}
+
+mod product {
+    use super::*;
+    use crate::layout::{InType, Layout, OutType};
+
+    macro_rules! hopper_kernels {
+        ($input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat, [$($name:ident),*]) => {
+            $(hopper_kernel!($name, $input, $in_type, $b_layout, $b_col, $out, $out_type);)*
+        };
+    }
+
+    hopper_kernels!(
+        F16In,
+        InType::F16,
+        Layout::RowMajor,
+        false,
+        f32,
+        OutType::F32,
+        [sparsek_sm90_bs64_f16_brow_f32, sparsek_sm90_bs128_f16_brow_f32]
+    );
+    hopper_kernels!(
+        F16In,
+        InType::F16,
+        Layout::RowMajor,
+        false,
+        u16,
+        OutType::F16,
+        [sparsek_sm90_bs64_f16_brow_f16, sparsek_sm90_bs128_f16_brow_f16]
+    );
+    hopper_kernels!(
+        F16In,
+        InType::F16,
+        Layout::ColMajor,
+        true,
+        f32,
+        OutType::F32,
+        [sparsek_sm90_bs64_f16_bcol_f32, sparsek_sm90_bs128_f16_bcol_f32]
+    );
+    hopper_kernels!(
+        F16In,
+        InType::F16,
+        Layout::ColMajor,
+        true,
+        u16,
+        OutType::F16,
+        [sparsek_sm90_bs64_f16_bcol_f16, sparsek_sm90_bs128_f16_bcol_f16]
+    );
+    hopper_kernels!(
+        Bf16In,
+        InType::Bf16,
+        Layout::RowMajor,
+        false,
+        f32,
+        OutType::F32,
+        [sparsek_sm90_bs64_bf16_brow_f32, sparsek_sm90_bs128_bf16_brow_f32]
+    );
+    hopper_kernels!(
+        Bf16In,
+        InType::Bf16,
+        Layout::RowMajor,
+        false,
+        Bf16,
+        OutType::Bf16,
+        [sparsek_sm90_bs64_bf16_brow_bf16, sparsek_sm90_bs128_bf16_brow_bf16]
+    );
+    hopper_kernels!(
+        Bf16In,
+        InType::Bf16,
+        Layout::ColMajor,
+        true,
+        f32,
+        OutType::F32,
+        [sparsek_sm90_bs64_bf16_bcol_f32, sparsek_sm90_bs128_bf16_bcol_f32]
+    );
+    hopper_kernels!(
+        Bf16In,
+        InType::Bf16,
+        Layout::ColMajor,
+        true,
+        Bf16,
+        OutType::Bf16,
+        [sparsek_sm90_bs64_bf16_bcol_bf16, sparsek_sm90_bs128_bf16_bcol_bf16]
+    );
+}

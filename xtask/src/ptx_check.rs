@@ -1,0 +1,122 @@
+//! Checks and finishing of the emitted PTX against the variant table (`sparsek_layout::VARIANTS`).
+//!
+//! - [`check_counts`]: every kernel of the table holds exactly the barriers, `mma.sync`, `wgmma.mma_async` and
+//!   `setmaxnreg` its configuration implies. rustc does not mark inline asm `convergent`, so LLVM may duplicate
+//!   an asm collective into both arms of a branch (it did, with an asm `bar.sync`: ../shared/HOPPER.md); a
+//!   duplicated or dropped collective changes these counts and fails the build.
+//! - [`finish_sm90a`]: what rustc cannot say in the sm_90a kernels' PTX: the launch bound (`.maxntid`, so ptxas
+//!   allocates registers for the CTA size and `setmaxnreg` can move them between warpgroups) and the 64-byte
+//!   alignment of the parameter that holds the tensor maps (rustc refuses a by-value kernel parameter aligned
+//!   above 16; TMA needs 64).
+
+use sparsek_layout::{Module, Pipeline, VARIANTS, Variant};
+
+/// The entry points of a PTX text: (name, the text from `.entry` up to the next entry).
+fn entries(ptx: &str) -> Vec<(&str, &str)> {
+    let starts: Vec<usize> = ptx.match_indices(".entry ").map(|(i, _)| i).collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            let end = starts.get(i + 1).copied().unwrap_or(ptx.len());
+            let text = &ptx[s..end];
+            let name = text[".entry ".len()..].split('(').next().unwrap_or("").trim();
+            (name, text)
+        })
+        .collect()
+}
+
+/// Instruction lines of a PTX body that start with (or, for inline-asm blocks, contain) `op`, outside comments.
+fn count(body: &str, op: &str) -> u32 {
+    body.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .filter(|l| l.trim_start().starts_with(op) || l.contains(&format!(" {op}")) || l.contains(&format!(";{op}")))
+        .count() as u32
+}
+
+/// What a kernel's PTX must hold: (bar.sync, mma.sync, wgmma.mma_async, setmaxnreg).
+fn expected(v: &Variant) -> (u32, u32, u32, u32) {
+    let c = v.config;
+    let setmaxnreg = if c.pipeline == Pipeline::TmaWgmma { 2 } else { 0 };
+    (c.expected_barriers(), c.expected_mma_sync(), c.expected_wgmma(), setmaxnreg)
+}
+
+/// Fails when a kernel of the variant table holds other numbers of barriers, `mma.sync`, `wgmma.mma_async` or
+/// `setmaxnreg` than its configuration implies.
+pub fn check_counts(module: &str, ptx: &str) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for (name, body) in entries(ptx) {
+        let Some(v) = VARIANTS.iter().find(|v| v.name == name) else { continue };
+        let got = (
+            count(body, "bar.sync") + count(body, "barrier.sync"),
+            count(body, "mma.sync"),
+            count(body, "wgmma.mma_async"),
+            count(body, "setmaxnreg."),
+        );
+        let want = expected(v);
+        if got != want {
+            problems.push(format!(
+                "{name}: (bar.sync, mma.sync, wgmma.mma_async, setmaxnreg) = {got:?}, the configuration implies \
+                 {want:?}"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{module}: collective instruction counts differ from the variant table (a duplicated or lost asm \
+             collective?):\n  {}",
+            problems.join("\n  ")
+        ))
+    }
+}
+
+/// Adds `.maxntid <threads>, 1, 1` to every sm_90a kernel and raises its first parameter (the tensor maps) to
+/// 64-byte alignment. Fails on an entry point the variant table does not list as a Hopper kernel.
+pub fn finish_sm90a(ptx: &str) -> Result<String, String> {
+    let mut out = ptx.to_string();
+    for (name, _) in entries(ptx) {
+        let v = VARIANTS
+            .iter()
+            .find(|v| v.name == name && v.module == Module::Hopper)
+            .ok_or_else(|| format!("sm_90a module: entry point {name} is not a Hopper kernel of layout::VARIANTS"))?;
+        let param = format!(".param .align 16 .b8 {name}_param_0[");
+        if out.matches(&param).count() != 1 {
+            return Err(format!("sm_90a module: {name}: no single 16-byte aligned parameter 0 to raise to 64"));
+        }
+        out = out.replace(&param, &format!(".param .align 64 .b8 {name}_param_0["));
+        let head = format!(".entry {name}(");
+        let start = out.find(&head).ok_or_else(|| format!("{name}: entry vanished"))?;
+        // The parameter list ends with a line starting with ")" (LLVM may append a comment).
+        let close = out[start..].find("\n)").ok_or_else(|| format!("{name}: no end of the parameter list"))?;
+        let eol = out[start + close + 1..].find('\n').ok_or_else(|| format!("{name}: no end of the parameter list"))?;
+        let at = start + close + 1 + eol + 1;
+        out.insert_str(at, &format!(".maxntid {}, 1, 1\n", v.config.threads()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_instructions_not_comments() {
+        let body = "\tbar.sync \t0;\n\t// bar.sync in a comment\n\t{ .reg .pred p; setp.ne.u32 p, %r1, 0;\n\
+                    wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {...}\n\tmma.sync.aligned.m16n8k16\n";
+        assert_eq!(count(body, "bar.sync"), 1);
+        assert_eq!(count(body, "wgmma.mma_async"), 1);
+        assert_eq!(count(body, "mma.sync"), 1);
+    }
+
+    #[test]
+    fn finishing_adds_bounds_and_alignment() {
+        let name = "sparsek_sm90_bs64_f16_brow_f32";
+        let ptx = format!(".visible .entry {name}(\n\t.param .align 16 .b8 {name}_param_0[352]\n)\n{{\n\tret;\n}}\n");
+        let done = finish_sm90a(&ptx).unwrap();
+        assert!(done.contains(&format!(".param .align 64 .b8 {name}_param_0[352]")), "{done}");
+        assert!(done.contains(")\n.maxntid 384, 1, 1\n{"), "{done}");
+        assert!(finish_sm90a(".visible .entry other(\n\t.param .u64 other_param_0\n)\n{\n}\n").is_err());
+    }
+}
