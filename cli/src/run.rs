@@ -67,6 +67,9 @@ pub struct RunArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Which kernels run: `auto` (the library's choice) or `sm80` (the portable module only).
+    #[arg(long, value_enum, default_value_t = crate::bench::ModuleChoice::Auto)]
+    module: crate::bench::ModuleChoice,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -167,7 +170,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     let gpu = if args.cpu {
         None
     } else {
-        match Gpu::new(args.device) {
+        match Gpu::new(args.device).map(|g| g.with_hopper(args.module == crate::bench::ModuleChoice::Auto)) {
             Ok(g) => {
                 // Device buffers: A, B and C with their leading dimensions rounded up to 16 bytes.
                 let ld = |cols: usize, size: usize| (cols.max(1).div_ceil(16 / size) * (16 / size)) as u128;
@@ -199,7 +202,14 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
             let timer = EventTimer::new(gpu.stream());
             let times = timer.time(args.warmup, iters, || gpu.spmm(&a_d, &b_d, &mut c_d, ep))?;
             let (name, (major, minor)) = (&gpu.info().name, gpu.info().compute_capability);
-            (got, times, format!("GPU {name} (sm_{major}{minor}), module {}", gpu.module().0))
+            let kernel = gpu
+                .serving_kernel(
+                    a.block_size() as u32,
+                    (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, TC::OUT_TYPE),
+                    n,
+                )
+                .map_or("none".into(), |(k, _)| k.to_string());
+            (got, times, format!("GPU {name} (sm_{major}{minor}), kernel {kernel}"))
         }
         None => {
             let mut got = c0.clone();
