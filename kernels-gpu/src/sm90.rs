@@ -1,13 +1,15 @@
-//! BSR x dense SpMM on Hopper (sm_90a): TMA + mbarrier ring + wgmma, warp-specialised and persistent. Same
+//! BSR x dense SpMM on Hopper (sm_90a): TMA + mbarrier ring + wgmma, warp-specialised. Same
 //! contract as the sm_80 kernels (kernels-gpu/src/bsr.rs): `C = act(alpha * (A @ B) + bias) + beta * C`, f16 or
 //! bf16 inputs, f32 accumulation, B row- or column-major (one kernel each), C row- or column-major and f32 or the
 //! input's 16-bit type, 32- or 64-bit indices; parameters `layout::HopperSpmmParams` (two tensor maps, then
 //! `layout::BsrSpmmParams`).
 //!
 //! Output tiles are the sm_80 kernels' (one block row of A by BN columns of C), ordered the same way (grouped
-//! rasterization over `row_order`, longest rows first). The grid is persistent: CTA `c` takes tiles `c, c + grid,
-//! c + 2 grid, ...`. A CTA is one producer warpgroup and `warps_m * warps_n / 4` consumer warpgroups
-//! (`layout::Pipeline::TmaWgmma`):
+//! rasterization over `row_order`, longest rows first). The kernel takes any grid: CTA `c` takes tiles `c, c +
+//! grid, c + 2 grid, ...` with one continuous ring (a persistent grid); the host launches one CTA per tile, which
+//! the hardware schedules as CTAs finish (measured faster than one wave with that static stride, which leaves SMs
+//! idle behind long rows; a persistent grid needs a dynamic tile counter). A CTA is one producer warpgroup and
+//! `warps_m * warps_n / 4` consumer warpgroups (`layout::Pipeline::TmaWgmma`):
 //! - PRODUCER (one thread; its warpgroup gives its registers back with `setmaxnreg.dec`): for every k-tile of its
 //!   tiles, waits for the ring slot to be empty, announces the slot's bytes on the slot's full barrier and issues
 //!   the TMA copies: A's (BS, 64) slice of block `blk` (rows `blk * BS ..` of the `(nnzb * BS) x BS` map, column

@@ -1050,8 +1050,9 @@ pub struct TensorMap(pub [u64; 16]);
 
 /// The parameters of the sm_90a kernels ([`Module::Hopper`]), passed by value as the kernel's one argument:
 /// two tensor maps first (at offsets 0 and 128 of a 64-byte aligned parameter) and then the parameters every
-/// BSR SpMM kernel takes, with the same preconditions. The grid is persistent: any number of CTAs (at most the
-/// `block_rows * ceil(n / BN)` output tiles), each walking the tiles `blockIdx.x, blockIdx.x + gridDim.x, ...`.
+/// BSR SpMM kernel takes, with the same preconditions. Any number of CTAs up to the `block_rows * ceil(n / BN)`
+/// output tiles, each walking the tiles `blockIdx.x, blockIdx.x + gridDim.x, ...` (the host launches one per
+/// tile).
 ///
 /// - `tmap_a`: A's values viewed as a row-major `(nnzb * bs) x bs` matrix of the input type, box `bs x 64`
 ///   (rows x columns), 128-byte swizzle.

@@ -78,7 +78,7 @@ pub(crate) const SM90A: EmbeddedPtx = EmbeddedPtx {
     module: Module::Hopper,
     arch: Arch::Sm90a,
     name: "sparsek_sm90a",
-    description: "PTX ISA 8.3, sm_90a (TMA + mbarrier + wgmma, warp-specialised, persistent; bs 64 and 128)",
+    description: "PTX ISA 8.3, sm_90a (TMA + mbarrier + wgmma, warp-specialised; bs 64 and 128)",
     ptx: include_str!("../../ptx/sparsek_sm90a.ptx"),
     cubins: &[Cubin {
         major: 9,
