@@ -930,7 +930,8 @@ def header_lines(h: dict) -> list:
         g = h["gpu"]
         dev = (f"{g['name']} (sm_{g['compute_capability'].replace('.', '')}, {g['sms']} SMs, "
                f"{g['l2_bytes'] / 2**20:.0f} MiB L2), driver {h['driver']} (CUDA {h['cuda_driver_api']}); "
-               f"sparsek kernels: {h['sparsek_device_info'].get('module', 'unknown')}")
+               f"sparsek kernels: {h['sparsek_device_info'].get('module', 'unknown')}"
+               + (f" + {h['sparsek_device_info']['hopper_module']}" if h['sparsek_device_info'].get('hopper_module') else ""))
         method = ("interleaved launch by launch, each between its own CUDA events, L2 flushed and the GPU kept "
                   "busy before each (outside its events)")
         dense = "the dense contenders run cuBLAS (torch.matmul, F.linear, nn.Linear)"

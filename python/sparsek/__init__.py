@@ -116,11 +116,12 @@ def cuda_available() -> bool:
 
 
 def device_info(device: int | torch.device | None = None) -> dict:
-    """The GPU's name, compute capability, and the kernel module sparsek loaded for it (embedded SASS or PTX)."""
+    """The GPU's name, compute capability, the kernel module sparsek loaded for it (embedded SASS or PTX) and, on
+    an H100/H200, the sm_90a module that serves block sizes 64 and 128 above 64 columns (else None)."""
     index = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
     index = index.index if index.index is not None else torch.cuda.current_device()
-    name, cc, module, loaded_from = _native.device_info(index)
-    return {"name": name, "compute_capability": cc, "module": module, "loaded_from": loaded_from}
+    name, cc, module, loaded_from, hopper = _native.device_info(index)
+    return {"name": name, "compute_capability": cc, "module": module, "loaded_from": loaded_from, "hopper_module": hopper}
 
 
 from . import nn  # noqa: E402  (nn uses the ops registered above)

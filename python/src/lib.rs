@@ -320,10 +320,16 @@ fn cuda_available() -> bool {
 /// `(name, (major, minor), module, loaded_from)` for GPU `device`: the kernels' module and whether it came from
 /// the embedded SASS or the driver's PTX JIT. Opens the device like a first product would.
 #[pyfunction]
-fn device_info(py: Python<'_>, device: usize) -> PyResult<(String, (i32, i32), String, String)> {
+fn device_info(py: Python<'_>, device: usize) -> PyResult<(String, (i32, i32), String, String, Option<String>)> {
     let gpu = gpu(py, device)?;
     let info = gpu.info();
-    Ok((info.name.clone(), info.compute_capability, gpu.module().0.to_owned(), gpu.module_loaded_from().to_owned()))
+    Ok((
+        info.name.clone(),
+        info.compute_capability,
+        gpu.module().0.to_owned(),
+        gpu.module_loaded_from().to_owned(),
+        gpu.hopper_module().map(|(name, _)| name.to_owned()),
+    ))
 }
 
 #[pymodule]

@@ -21,6 +21,8 @@ def test_gpu_present():
     assert sparsek.cuda_available(), "SPARSEK_REQUIRE_GPU=1 but sparsek finds no CUDA driver or device"
     info = sparsek.device_info()
     assert info["compute_capability"] >= (8, 0), info
+    # The sm_90a module is loaded exactly on compute capability 9.0.
+    assert (info["hopper_module"] == "sparsek_sm90a") == (tuple(info["compute_capability"]) == (9, 0)), info
     print(f"sparsek on {info}")
 
 
