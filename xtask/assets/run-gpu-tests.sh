@@ -2,7 +2,8 @@
 # Runs sparsek's GPU tests on a machine with an NVIDIA GPU and driver but no Rust (packaged by
 # `cargo xtask gpu-dist`). Every test requires the GPU (SPARSEK_REQUIRE_GPU=1): a missing GPU fails.
 #
-#   dist/run-gpu-tests.sh              sparsek info, then every GPU test binary
+#   dist/run-gpu-tests.sh              sparsek info, then every GPU test binary (twice on an H100/H200: the
+#                                      kernels the library picks, and the sm_80 module alone)
 #   dist/run-gpu-tests.sh --sanitize   the same, then the tests again under compute-sanitizer memcheck and
 #                                      racecheck (SPARSEK_SANITIZE_CASES random cases per property, default 16)
 #
@@ -30,9 +31,16 @@ step() { # name, log file, command...
 
 step "sparsek info" "$log_dir/info.log" "$here/bin/sparsek" info
 cat "$log_dir/info.log"
-for t in "$here"/tests/*; do
-  name=$(basename "$t")
-  step "$name" "$log_dir/$name.log" "$t" --test-threads=1
+# On a GPU with the sm_90a module (H100/H200) every suite runs twice: on the kernels the library picks (sm_90a
+# for bs 64 and 128) and on the portable sm_80 module alone (SPARSEK_TEST_MODULE=sm80), which must stay correct
+# there too; the sanitizers below run the library's pick.
+modules=(auto)
+grep -q "sm_90a module        sparsek_sm90a" "$log_dir/info.log" && modules+=(sm80)
+for module in "${modules[@]}"; do
+  for t in "$here"/tests/*; do
+    name=$(basename "$t")
+    SPARSEK_TEST_MODULE=$module step "$name ($module)" "$log_dir/$name-$module.log" "$t" --test-threads=1
+  done
 done
 if [ $sanitize = 1 ]; then
   export SPARSEK_GPU_CASES=${SPARSEK_SANITIZE_CASES:-16}

@@ -336,46 +336,37 @@ impl Gpu {
             c_col_major: u32::from(c.layout == Layout::ColMajor),
             activation: ep.activation as u32,
         };
-        if cfg.pipeline == Pipeline::TmaWgmma {
-            // The sm_90a kernels: tensor maps of A's values and B, then the same parameters. The kernel takes any
-            // grid (CTA c walks tiles c, c + grid, ...); one CTA per tile, scheduled by the hardware as CTAs
-            // finish, measured 4-30% faster than a persistent grid of one wave with that static stride, which
-            // leaves SMs idle behind long rows (docs/perf-notes.md, "Hopper").
-            let mut hp = HopperSpmmParams {
+        // The sm_90a kernels take tensor maps of A's values and B, then the same parameters. They take any grid
+        // (CTA c walks tiles c, c + grid, ...); one CTA per tile, scheduled by the hardware as CTAs finish,
+        // measured 4-30% faster than a persistent grid of one wave with that static stride, which leaves SMs idle
+        // behind long rows (docs/perf-notes.md, "Hopper").
+        let mut hopper = match cfg.pipeline {
+            Pipeline::TmaWgmma => Some(HopperSpmmParams {
                 tmap_a: tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?,
                 tmap_b: tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?,
                 spmm: params,
-            };
-            let mut args = [(&mut hp as *mut HopperSpmmParams).cast::<std::ffi::c_void>()];
-            // SAFETY: as for the sm_80 kernels below (the same checks made `params`' preconditions hold); the
-            // sm_90a kernel takes one HopperSpmmParams by value (kernels-gpu/src/sm90.rs), whose tensor maps
-            // describe exactly A's nnzb * bs^2 values and B's K x N span in its layout (a nonempty A: the kernel
-            // is chosen only with blocks), so every TMA box it loads lies in memory the views cover or reads as
-            // zero; any grid of at most `ctas` CTAs covers every tile.
-            unsafe {
-                cudarc::driver::result::launch_kernel(
-                    kernel.func.cu_function(),
-                    (ctas, 1, 1),
-                    (cfg.threads(), 1, 1),
-                    cfg.smem_bytes(),
-                    stream,
-                    &mut args,
-                )
-            }
-            .map_err(cuda("cuLaunchKernel (sparsek_sm90)"))?;
-            return Ok(());
-        }
-        let mut args = [(&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>()];
-        // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/bsr.rs), and its preconditions
-        // hold: A's structure is valid (Bsr::try_new for uploads; the unsafe view constructors' contract or the
-        // device check for views) with row_ptr of block_rows + 1 entries of the index width, col_idx below
-        // K / bs, nnzb * bs^2 values and row_order 0 or a permutation of the block rows; B spans K x N and C
-        // M x N in their layouts, with leading dimensions covering a row (column), multiples of 16 bytes, and
-        // 16-byte aligned starts (DeviceMatrix / the view constructors), C overlapping no input (checked above);
-        // the bias holds M elements; every pointer is memory of this context (owned: checked by the caller;
-        // raw: cuPointerGetAttribute) and the stream is this context's (owned: checked; raw: cuStreamGetCtx);
-        // grid, block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared
-        // memory limit when the module was loaded. `args` outlives the call, which copies the parameters.
+            }),
+            Pipeline::CpAsync => None,
+        };
+        let arg = match hopper.as_mut() {
+            Some(hp) => (hp as *mut HopperSpmmParams).cast::<std::ffi::c_void>(),
+            None => (&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>(),
+        };
+        let mut args = [arg];
+        // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/bsr.rs), or for an sm_90a variant
+        // one HopperSpmmParams (kernels-gpu/src/sm90.rs), and its preconditions hold: A's structure is valid
+        // (Bsr::try_new for uploads; the unsafe view constructors' contract or the device check for views) with
+        // row_ptr of block_rows + 1 entries of the index width, col_idx below K / bs, nnzb * bs^2 values and
+        // row_order 0 or a permutation of the block rows; B spans K x N and C M x N in their layouts, with
+        // leading dimensions covering a row (column), multiples of 16 bytes, and 16-byte aligned starts
+        // (DeviceMatrix / the view constructors), C overlapping no input (checked above); the bias holds M
+        // elements; every pointer is memory of this context (owned: checked by the caller; raw:
+        // cuPointerGetAttribute) and the stream is this context's (owned: checked; raw: cuStreamGetCtx); grid,
+        // block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared memory
+        // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values and
+        // B's K x N span in its layout (a nonempty A: Gpu::kernel picks those kernels only with blocks), so every
+        // TMA box lies in memory the views cover or reads as zero. `args` and the parameters it points to outlive
+        // the call, which copies them.
         unsafe {
             cudarc::driver::result::launch_kernel(
                 kernel.func.cu_function(),
