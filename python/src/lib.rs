@@ -317,10 +317,15 @@ fn cuda_available() -> bool {
     sparsek::gpu::driver_present() && sparsek::gpu::device_count().is_ok_and(|n| n > 0)
 }
 
-/// `(name, (major, minor), module, loaded_from)` for GPU `device`: the kernels' module and whether it came from
-/// the embedded SASS or the driver's PTX JIT. Opens the device like a first product would.
+/// What `device_info` returns: the GPU's name, compute capability, the product module's name, how it was loaded,
+/// and the sm_90a module's name where it is loaded.
+type DeviceInfoTuple = (String, (i32, i32), String, String, Option<String>);
+
+/// `(name, (major, minor), module, loaded_from, hopper_module)` for GPU `device`: the kernels' module, whether it
+/// came from the embedded SASS or the driver's PTX JIT, and the sm_90a module on an H100/H200 (else `None`).
+/// Opens the device like a first product would.
 #[pyfunction]
-fn device_info(py: Python<'_>, device: usize) -> PyResult<(String, (i32, i32), String, String, Option<String>)> {
+fn device_info(py: Python<'_>, device: usize) -> PyResult<DeviceInfoTuple> {
     let gpu = gpu(py, device)?;
     let info = gpu.info();
     Ok((
