@@ -16,9 +16,10 @@
 //!   `kk`) and B's 64 rows `col_idx[blk] * BS + kk ..` for the tile's BN columns (row-major B: BN / 64 boxes of
 //!   64 x 64; column-major B: one box of BN x 64). TMA zero-fills columns past n, so the N tail needs no code.
 //!   It runs ahead into the next tile while the consumers finish the last one (the ring is continuous).
-//! - CONSUMERS (`setmaxnreg.inc`): for every k-tile, wait for the slot to be full, issue 4 k16 steps of
-//!   `wgmma.m64n128k16` per 128 columns they own, commit, wait until only this group is in flight
-//!   (`wait_group 1`) and release the previous k-tile's slot, so one wgmma group is always in flight. After the
+//! - CONSUMERS (`setmaxnreg.inc`): for every k-tile, wait for the slot to be full, issue 4 k16 steps of one
+//!   wgmma over the columns they own (`m64n128k16`, or `m64n256k16` for two pieces: A read once), commit, wait
+//!   until only this group is in flight (`wait_group 1`) and release the previous k-tile's slot, so one wgmma
+//!   group is always in flight. After the
 //!   tile's last k-tile: `wait_group 0`, release, and the shared epilogue (kernels-gpu/src/epilogue.rs) straight
 //!   from the accumulators, whose per-warp layout is the `mma.sync` C fragment's.
 //!
@@ -50,6 +51,11 @@ trait WgmmaInput: Input {
     /// # Safety
     /// As `ptx::wgmma_m64n128k16`.
     unsafe fn wgmma<const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64);
+    /// The same over two adjacent pieces (256 columns) in one instruction.
+    ///
+    /// # Safety
+    /// As `ptx::wgmma_m64n256k16`.
+    unsafe fn wgmma2<const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64);
 }
 
 impl WgmmaInput for F16In {
@@ -58,6 +64,11 @@ impl WgmmaInput for F16In {
         // SAFETY: forwarded.
         unsafe { ptx::wgmma_m64n128k16::<false, TRANS_B>(d, a, b, 1) }
     }
+    #[inline(always)]
+    unsafe fn wgmma2<const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64) {
+        // SAFETY: forwarded.
+        unsafe { ptx::wgmma_m64n256k16::<false, TRANS_B>(d, a, b, 1) }
+    }
 }
 
 impl WgmmaInput for Bf16In {
@@ -65,6 +76,11 @@ impl WgmmaInput for Bf16In {
     unsafe fn wgmma<const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64) {
         // SAFETY: forwarded.
         unsafe { ptx::wgmma_m64n128k16::<true, TRANS_B>(d, a, b, 1) }
+    }
+    #[inline(always)]
+    unsafe fn wgmma2<const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64) {
+        // SAFETY: forwarded.
+        unsafe { ptx::wgmma_m64n256k16::<true, TRANS_B>(d, a, b, 1) }
     }
 }
 
@@ -237,9 +253,13 @@ unsafe fn hopper_spmm<
                 };
                 // The pieces written out (PIECES is 1 or 2), so every accumulator index is a constant: a loop
                 // that LLVM leaves rolled would put the accumulators in local memory.
-                unsafe { I::wgmma::<TRANS_B>(&mut acc[0], a_desc, b_desc(0)) };
                 if PIECES == 2 {
-                    unsafe { I::wgmma::<TRANS_B>(&mut acc[PIECES - 1], a_desc, b_desc(1)) };
+                    // One m64n256: A read once for both pieces (the descriptors of piece 0 reach piece 1 through
+                    // LBO / SBO).
+                    let both: &mut [WgmmaAcc; 2] = acc.first_chunk_mut::<2>().unwrap_or_else(|| unreachable!());
+                    unsafe { I::wgmma2::<TRANS_B>(both, a_desc, b_desc(0)) };
+                } else {
+                    unsafe { I::wgmma::<TRANS_B>(&mut acc[0], a_desc, b_desc(0)) };
                 }
             }
             ptx::wgmma_commit_group();

@@ -70,7 +70,7 @@ pub enum Pipeline {
     CpAsync,
     /// sm_90a (kernels-gpu/src/sm90.rs): one producer warpgroup (128 threads, one of which issues TMA copies into
     /// an mbarrier full/empty ring of `stages` slots) and `warps_m * warps_n / 4` consumer warpgroups issuing
-    /// `wgmma.m64n128k16`. Warp `w` of the consumers is warp `w % 4` of warpgroup `w / 4`; warpgroups are laid
+    /// `wgmma.m64n128k16` or `m64n256k16`. Warp `w` of the consumers is warp `w % 4` of warpgroup `w / 4`; warpgroups are laid
     /// out along M first (`warps_m / 4` of them), so each warp owns 16 rows (`mi() == 1`) and `bn / warps_n`
     /// columns, like the sm_80 warp grid. BK is 64: one 128-byte swizzle row of 16-bit elements.
     TmaWgmma,
@@ -79,7 +79,8 @@ pub enum Pipeline {
 /// Warps in a warpgroup (the unit of `wgmma` and `setmaxnreg`).
 pub const WARPGROUP_WARPS: u32 = 4;
 
-/// Columns of one `wgmma` of the sm_90a kernels (`m64n128k16`), and of the accumulator pieces per warpgroup.
+/// Columns of one accumulator piece of the sm_90a kernels' consumer warpgroups (an `m64n128k16`; a warpgroup
+/// of two pieces multiplies both with one `m64n256k16`).
 pub const WGMMA_N: u32 = 128;
 
 impl KernelConfig {
@@ -132,12 +133,12 @@ impl KernelConfig {
             Pipeline::TmaWgmma => 0,
         }
     }
-    /// `wgmma.mma_async` instructions the kernel's PTX must hold: one k-tile (BK / 16 k16 steps) of `n / 128`
-    /// `m64n128k16` per consumer warpgroup (its `bn / warps_n` columns).
+    /// `wgmma.mma_async` instructions the kernel's PTX must hold: one k-tile (BK / 16 k16 steps) of one wgmma per
+    /// consumer warpgroup (`m64n128k16` or `m64n256k16`: its `bn / warps_n` columns).
     pub const fn expected_wgmma(&self) -> u32 {
         match self.pipeline {
             Pipeline::CpAsync => 0,
-            Pipeline::TmaWgmma => (self.bk / 16) * (self.bn / self.warps_n / WGMMA_N),
+            Pipeline::TmaWgmma => self.bk / 16,
         }
     }
     /// `bar.sync` / `barrier.sync` instructions the kernel's PTX must hold: the main loop's one (and the second
@@ -203,7 +204,7 @@ impl KernelConfig {
         }
         let wg_n = self.bn / self.warps_n;
         if wg_n == 0 || !wg_n.is_multiple_of(WGMMA_N) || wg_n > 2 * WGMMA_N {
-            return Err("each consumer warpgroup takes 128 or 256 columns (one or two m64n128k16 per k16 step)");
+            return Err("each consumer warpgroup takes 128 or 256 columns (one m64n128k16 or m64n256k16 per k16 step)");
         }
         if !self.bn.is_multiple_of(64) || self.bn > 256 {
             return Err("bn must be a multiple of 64 (one TMA box of B per 64 columns) and at most 256 (a box)");

@@ -47,8 +47,10 @@ fn hopper_kernels_have_the_promised_instructions() {
             InType::Bf16 => "bf16",
         };
         let trans_b = if v.b_layout == Layout::RowMajor { 1 } else { 0 };
+        // One wgmma per k16 step over the warpgroup's columns (bs 64: 128, bs 128: 256).
+        let wg_n = c.bn / c.warps_n;
         for needle in [
-            format!("wgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty}"),
+            format!("wgmma.mma_async.sync.aligned.m64n{wg_n}k16.f32.{ty}.{ty}"),
             format!("p, 1, 1, 0, {trans_b};"),
             "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes".into(),
             "mbarrier.try_wait.parity.shared::cta.b64".into(),

@@ -54,7 +54,7 @@ pub use sm90::{
     tma::tma_load_2d,
     wgmma::{
         WgmmaAcc, smem_desc_128b, wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_m64n128k16,
-        wgmma_wait_group,
+        wgmma_m64n256k16, wgmma_wait_group,
     },
 };
 pub use smem::{Align128, dynamic_smem_base};

@@ -3,7 +3,7 @@
 //! - [`mbarrier`] — `mbarrier.init`, `arrive`, `arrive.expect_tx`, `try_wait.parity`, `fence.mbarrier_init`;
 //! - [`tma`] — `cp.async.bulk.tensor.2d` (global -> shared through a tensor map, completing on an mbarrier) and
 //!   the generic address of a tensor map held in the kernel's parameters;
-//! - [`wgmma`] — `wgmma.fence`, `wgmma.mma_async.m64n128k16` (f16 / bf16, B K-major or MN-major),
+//! - [`wgmma`] — `wgmma.fence`, `wgmma.mma_async.m64n{128,256}k16` (f16 / bf16, B K-major or MN-major),
 //!   `commit_group`, `wait_group`, and the shared-memory matrix descriptor;
 //! - [`setmaxnreg`] — `setmaxnreg.inc` / `.dec` (registers moved between warpgroups).
 //!
