@@ -186,7 +186,7 @@ impl Gpu {
 
     /// The kernel for a launch of `n` columns over `nnzb` blocks: the sm_90a one where it is loaded, enabled and
     /// has the shape (bs 64 and 128, `n` above [`sparsek_layout::NARROW_MAX_N`], at least one block: a tensor
-    /// map cannot describe no blocks); else the product module's narrow-tile one where the block size has it and
+    /// map cannot describe no blocks, and `nnzb * bs` below 2^32: its row coordinates are 32-bit); else the product module's narrow-tile one where the block size has it and
     /// `n` is at most `NARROW_MAX_N`, else its wide one.
     pub(crate) fn kernel(
         &self,
@@ -197,7 +197,9 @@ impl Gpu {
         nnzb: usize,
     ) -> Option<&Kernel> {
         let tile = Tile::for_columns(n);
-        if let Some(hopper) = self.hopper.as_ref().filter(|_| self.use_hopper && nnzb > 0)
+        // The sm_90a kernels address A's values as rows `blk * bs` of a tensor map: 32-bit coordinates.
+        let fits = (nnzb as u64).saturating_mul(u64::from(bs)) <= u64::from(u32::MAX);
+        if let Some(hopper) = self.hopper.as_ref().filter(|_| self.use_hopper && nnzb > 0 && fits)
             && let Some(k) = hopper.find(op, bs, types, tile)
         {
             return Some(k);
