@@ -939,19 +939,7 @@ fn progress_line(r: &DecodeRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn check(passed: bool) -> Check {
-        Check {
-            passed,
-            checked: 10,
-            failures: usize::from(!passed),
-            max_abs_err: 0.0,
-            max_rel_err: 0.0,
-            atol: 1e-6,
-            rtol: 1e-6,
-            detail: if passed { "PASS".into() } else { "FAIL".into() },
-        }
-    }
+    use crate::side::tests::check;
 
     fn times(median_us: f64) -> Times {
         Times { median_us, min_us: median_us, max_us: median_us, samples: 30 }

@@ -662,19 +662,7 @@ fn progress_line(r: &ReachRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn check(passed: bool) -> Check {
-        Check {
-            passed,
-            checked: 10,
-            failures: usize::from(!passed),
-            max_abs_err: 0.0,
-            max_rel_err: 0.0,
-            atol: 1e-6,
-            rtol: 1e-6,
-            detail: if passed { "PASS".into() } else { "FAIL".into() },
-        }
-    }
+    use crate::side::tests::check;
 
     fn record(times: [Option<f64>; 4], passed: [bool; 4]) -> ReachRecord {
         let case = Case::synthetic(8192, 8192, 8192, 64, 0.22, Pattern::Uniform);

@@ -198,3 +198,22 @@ fn io_err(path: &Path, e: std::io::Error) -> Error {
 pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).map_err(|e| io_err(path, e))
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::report::Check;
+
+    /// A check outcome for the side runs' table and JSON tests: passed or failed, nothing else.
+    pub(crate) fn check(passed: bool) -> Check {
+        Check {
+            passed,
+            checked: 10,
+            failures: usize::from(!passed),
+            max_abs_err: 0.0,
+            max_rel_err: 0.0,
+            atol: 1e-6,
+            rtol: 1e-6,
+            detail: if passed { "PASS".into() } else { "FAIL".into() },
+        }
+    }
+}

@@ -57,6 +57,20 @@ pub enum ModuleChoice {
     Sm80,
 }
 
+impl ModuleChoice {
+    /// Opens GPU `device` with the kernels this choice allows, or says why there is none (the line starts with
+    /// `what`, the command) and returns `None`.
+    pub fn open(self, device: usize, what: &str) -> Option<Gpu> {
+        match Gpu::new(device) {
+            Ok(g) => Some(g.with_hopper(self == ModuleChoice::Auto)),
+            Err(e) => {
+                eprintln!("{what}: no usable GPU ({e}); it needs an NVIDIA GPU (sm_80 or newer)");
+                None
+            }
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct BenchArgs {
     /// A small grid for smoke tests (2048^3 and a decode shape, seconds) instead of the default 21 cases; with
@@ -166,15 +180,7 @@ fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
         out_dir: args.out_dir.clone().unwrap_or_else(|| PathBuf::from(REACH_OUT_DIR)),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
-    let gpu = match Gpu::new(args.device) {
-        Ok(g) => g.with_hopper(args.module == ModuleChoice::Auto),
-        Err(e) => {
-            eprintln!(
-                "sparsek bench --reach: no usable GPU ({e}); the comparison needs an NVIDIA GPU (sm_80 or newer)"
-            );
-            return Ok(ExitCode::FAILURE);
-        }
-    };
+    let Some(gpu) = args.module.open(args.device, "sparsek bench --reach") else { return Ok(ExitCode::FAILURE) };
     let summary = sparsek_bench::reach::run(&gpu, &cfg)?;
     Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -205,15 +211,7 @@ fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
         out_dir: args.out_dir.clone().unwrap_or_else(|| PathBuf::from(DECODE_OUT_DIR)),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
-    let gpu = match Gpu::new(args.device) {
-        Ok(g) => g.with_hopper(args.module == ModuleChoice::Auto),
-        Err(e) => {
-            eprintln!(
-                "sparsek bench --decode: no usable GPU ({e}); the decode grid needs an NVIDIA GPU (sm_80 or newer)"
-            );
-            return Ok(ExitCode::FAILURE);
-        }
-    };
+    let Some(gpu) = args.module.open(args.device, "sparsek bench --decode") else { return Ok(ExitCode::FAILURE) };
     let summary = sparsek_bench::decode::run(&gpu, &cfg)?;
     Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -280,15 +278,11 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
         cusparse: args.cusparse.into(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
-    let gpu = match Gpu::new(args.device) {
-        Ok(g) => g.with_hopper(args.module == ModuleChoice::Auto),
-        Err(e) => {
-            eprintln!("sparsek bench: no usable GPU ({e}); the benchmark needs an NVIDIA GPU (sm_80 or newer)");
-            if old.is_some() {
-                eprintln!("sparsek bench: to compare two results files without a GPU, add --against NEW.json");
-            }
-            return Ok(ExitCode::FAILURE);
+    let Some(gpu) = args.module.open(args.device, "sparsek bench") else {
+        if old.is_some() {
+            eprintln!("sparsek bench: to compare two results files without a GPU, add --against NEW.json");
         }
+        return Ok(ExitCode::FAILURE);
     };
     let summary = sparsek_bench::run(&gpu, &cfg)?;
     let mut ok = summary.all_sparsek_passed;
