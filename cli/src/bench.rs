@@ -58,11 +58,16 @@ pub enum ModuleChoice {
 }
 
 impl ModuleChoice {
+    /// Whether launches may use the sm_90a kernels (`Gpu::with_hopper`).
+    pub fn hopper(self) -> bool {
+        self == ModuleChoice::Auto
+    }
+
     /// Opens GPU `device` with the kernels this choice allows, or says why there is none (the line starts with
     /// `what`, the command) and returns `None`.
     pub fn open(self, device: usize, what: &str) -> Option<Gpu> {
         match Gpu::new(device) {
-            Ok(g) => Some(g.with_hopper(self == ModuleChoice::Auto)),
+            Ok(g) => Some(g.with_hopper(self.hopper())),
             Err(e) => {
                 eprintln!("{what}: no usable GPU ({e}); it needs an NVIDIA GPU (sm_80 or newer)");
                 None

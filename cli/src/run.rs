@@ -170,7 +170,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     let gpu = if args.cpu {
         None
     } else {
-        match Gpu::new(args.device).map(|g| g.with_hopper(args.module == crate::bench::ModuleChoice::Auto)) {
+        match Gpu::new(args.device).map(|g| g.with_hopper(args.module.hopper())) {
             Ok(g) => {
                 // Device buffers: A, B and C with their leading dimensions rounded up to 16 bytes.
                 let ld = |cols: usize, size: usize| (cols.max(1).div_ceil(16 / size) * (16 / size)) as u128;

@@ -223,8 +223,9 @@ unsafe fn scale_bias_activate<const MI: usize, const NI: usize, I: Input>(
 
 /// EPILOGUE (registers -> global): `C = act(alpha * acc + bias[row]) + beta * C` for the warp's (WM, WN) tile of
 /// the CTA's output tile, whose first element is C's (row0, col0); columns >= n are skipped and C is not read
-/// when beta == 0. First `act(alpha * acc + bias)` in registers, then the stores: a row-major C takes each lane's column pair in one store; a column-major C one element at a time
-/// (the eight lanes of a column pair write eight consecutive rows: 32 contiguous bytes of f32).
+/// when beta == 0. First `act(alpha * acc + bias)` in registers, then the stores: a row-major C takes each lane's
+/// column pair in one store; a column-major C one element at a time (the eight lanes of a column pair write eight
+/// consecutive rows: 32 contiguous bytes of f32).
 ///
 /// # Safety
 /// `epi` and the CTA tile satisfy the kernel's preconditions (every row of the tile exists in C and in the bias).

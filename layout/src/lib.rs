@@ -70,9 +70,9 @@ pub enum Pipeline {
     CpAsync,
     /// sm_90a (kernels-gpu/src/sm90.rs): one producer warpgroup (128 threads, one of which issues TMA copies into
     /// an mbarrier full/empty ring of `stages` slots) and `warps_m * warps_n / 4` consumer warpgroups issuing
-    /// `wgmma.m64n128k16` or `m64n256k16`. Warp `w` of the consumers is warp `w % 4` of warpgroup `w / 4`; warpgroups are laid
-    /// out along M first (`warps_m / 4` of them), so each warp owns 16 rows (`mi() == 1`) and `bn / warps_n`
-    /// columns, like the sm_80 warp grid. BK is 64: one 128-byte swizzle row of 16-bit elements.
+    /// `wgmma.m64n128k16` or `m64n256k16`. Warp `w` of the consumers is warp `w % 4` of warpgroup `w / 4`;
+    /// warpgroups are laid out along M first (`warps_m / 4` of them), so each warp owns 16 rows (`mi() == 1`) and
+    /// `bn / warps_n` columns, like the sm_80 warp grid. BK is 64: one 128-byte swizzle row of 16-bit elements.
     TmaWgmma,
 }
 

@@ -140,12 +140,17 @@ impl Gpu {
 
     /// The sm_90a module's name and description, when it is loaded and enabled ([`Gpu::with_hopper`]).
     pub fn hopper_module(&self) -> Option<(&'static str, &'static str)> {
-        self.hopper.as_ref().filter(|_| self.use_hopper).map(|r| (r.name, r.description))
+        self.active_hopper().map(|r| (r.name, r.description))
     }
 
     /// How the sm_90a module was loaded, when it is loaded and enabled.
     pub fn hopper_loaded_from(&self) -> Option<&str> {
-        self.hopper.as_ref().filter(|_| self.use_hopper).map(|r| r.loaded_from.as_str())
+        self.active_hopper().map(|r| r.loaded_from.as_str())
+    }
+
+    /// The sm_90a module when it is loaded and launches may use it.
+    fn active_hopper(&self) -> Option<&Registry> {
+        self.hopper.as_ref().filter(|_| self.use_hopper)
     }
 
     /// Facts about the device.
@@ -186,8 +191,9 @@ impl Gpu {
 
     /// The kernel for a launch of `n` columns over `nnzb` blocks: the sm_90a one where it is loaded, enabled and
     /// has the shape (bs 64 and 128, `n` above [`sparsek_layout::NARROW_MAX_N`], at least one block: a tensor
-    /// map cannot describe no blocks, and `nnzb * bs` below 2^32: its row coordinates are 32-bit); else the product module's narrow-tile one where the block size has it and
-    /// `n` is at most `NARROW_MAX_N`, else its wide one.
+    /// map cannot describe no blocks, and `nnzb * bs` below 2^32: its row coordinates are 32-bit); else the
+    /// product module's narrow-tile one where the block size has it and `n` is at most `NARROW_MAX_N`, else its
+    /// wide one.
     pub(crate) fn kernel(
         &self,
         op: Op,
@@ -199,7 +205,7 @@ impl Gpu {
         let tile = Tile::for_columns(n);
         // The sm_90a kernels address A's values as rows `blk * bs` of a tensor map: 32-bit coordinates.
         let fits = (nnzb as u64).saturating_mul(u64::from(bs)) <= u64::from(u32::MAX);
-        if let Some(hopper) = self.hopper.as_ref().filter(|_| self.use_hopper && nnzb > 0 && fits)
+        if let Some(hopper) = self.active_hopper().filter(|_| nnzb > 0 && fits)
             && let Some(k) = hopper.find(op, bs, types, tile)
         {
             return Some(k);
@@ -221,9 +227,8 @@ impl Gpu {
     /// Registers, shared memory and occupancy of every kernel of the product module and of the sm_90a module
     /// (when loaded and enabled), as the driver reports them.
     pub fn kernel_reports(&self) -> Result<Vec<KernelReport>> {
-        let hopper = self.hopper.iter().filter(|_| self.use_hopper);
         std::iter::once(&self.product)
-            .chain(hopper)
+            .chain(self.active_hopper())
             .flat_map(|r| r.kernels().iter().map(move |k| k.report(r.name)))
             .collect()
     }
