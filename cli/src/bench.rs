@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use sparsek::gpu::Gpu;
 use sparsek_bench::compare::DEFAULT_THRESHOLD_PCT;
+use sparsek_bench::side::{MIN_ITERS, SideConfig};
 use sparsek_bench::{Case, CusparseChoice, CusparseKind, Results, Source};
 
 /// `--cusparse`: which cuSPARSE entry point to measure.
@@ -166,28 +167,35 @@ const REACH_OUT_DIR: &str = "target/bench-reach";
 
 /// `sparsek bench --reach` (see [`BenchArgs::reach`]).
 fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
-    use sparsek_bench::reach::{MIN_ITERS, ReachConfig, default_cases};
+    use sparsek_bench::reach::default_cases;
     let cases = if args.cases.is_empty() {
         default_cases()
     } else {
         args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
     };
+    let cfg = side_config(args, cases, "--reach", REACH_OUT_DIR);
+    let Some(gpu) = args.module.open(args.device, "sparsek bench --reach") else { return Ok(ExitCode::FAILURE) };
+    let summary = sparsek_bench::reach::run(&gpu, &cfg)?;
+    Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The configuration of a side run (`--reach`, `--decode`) from the command line: its cases, at least
+/// `side::MIN_ITERS` timed launches (saying so when `--iters` asked for fewer), and `default_out` unless
+/// `--out-dir` names another directory.
+fn side_config(args: &BenchArgs, cases: Vec<Case>, mode: &str, default_out: &str) -> SideConfig {
     let iters = usize::try_from(args.iters).unwrap_or(usize::MAX);
     if iters < MIN_ITERS {
-        eprintln!("sparsek bench --reach: --iters {iters} raised to {MIN_ITERS}");
+        eprintln!("sparsek bench {mode}: --iters {iters} raised to {MIN_ITERS}");
     }
-    let cfg = ReachConfig {
+    SideConfig {
         cases,
         warmup: args.warmup,
         iters: iters.max(MIN_ITERS),
         check_rows: args.check_rows,
         seed: args.seed.unwrap_or(1),
-        out_dir: args.out_dir.clone().unwrap_or_else(|| PathBuf::from(REACH_OUT_DIR)),
+        out_dir: args.out_dir.clone().unwrap_or_else(|| PathBuf::from(default_out)),
         command: std::env::args().collect::<Vec<_>>().join(" "),
-    };
-    let Some(gpu) = args.module.open(args.device, "sparsek bench --reach") else { return Ok(ExitCode::FAILURE) };
-    let summary = sparsek_bench::reach::run(&gpu, &cfg)?;
-    Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    }
 }
 
 /// Default output directory of `--decode` (the committed results in docs/bench are left alone).
@@ -195,7 +203,7 @@ const DECODE_OUT_DIR: &str = "target/bench-decode";
 
 /// `sparsek bench --decode` (see [`BenchArgs::decode`]).
 fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
-    use sparsek_bench::decode::{DecodeConfig, MIN_ITERS, default_cases, quick_cases};
+    use sparsek_bench::decode::{default_cases, quick_cases};
     let cases = if !args.cases.is_empty() {
         args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
     } else if args.quick {
@@ -203,19 +211,7 @@ fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     } else {
         default_cases()
     };
-    let iters = usize::try_from(args.iters).unwrap_or(usize::MAX);
-    if iters < MIN_ITERS {
-        eprintln!("sparsek bench --decode: --iters {iters} raised to {MIN_ITERS}");
-    }
-    let cfg = DecodeConfig {
-        cases,
-        warmup: args.warmup,
-        iters: iters.max(MIN_ITERS),
-        check_rows: args.check_rows,
-        seed: args.seed.unwrap_or(1),
-        out_dir: args.out_dir.clone().unwrap_or_else(|| PathBuf::from(DECODE_OUT_DIR)),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-    };
+    let cfg = side_config(args, cases, "--decode", DECODE_OUT_DIR);
     let Some(gpu) = args.module.open(args.device, "sparsek bench --decode") else { return Ok(ExitCode::FAILURE) };
     let summary = sparsek_bench::decode::run(&gpu, &cfg)?;
     Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
