@@ -56,19 +56,26 @@ pub enum ModuleChoice {
     Auto,
     /// The portable sm_80 module only.
     Sm80,
+    /// The library's choice without the decode kernels: N <= 16 takes the narrow tile (for comparisons).
+    NoDecode,
 }
 
 impl ModuleChoice {
     /// Whether launches may use the sm_90a kernels (`Gpu::with_hopper`).
     pub fn hopper(self) -> bool {
-        self == ModuleChoice::Auto
+        self != ModuleChoice::Sm80
+    }
+
+    /// Whether launches of few columns may use the decode kernels (`Gpu::with_decode`).
+    pub fn decode(self) -> bool {
+        self != ModuleChoice::NoDecode
     }
 
     /// Opens GPU `device` with the kernels this choice allows, or says why there is none (the line starts with
     /// `what`, the command) and returns `None`.
     pub fn open(self, device: usize, what: &str) -> Option<Gpu> {
         match Gpu::new(device) {
-            Ok(g) => Some(g.with_hopper(self.hopper())),
+            Ok(g) => Some(g.with_hopper(self.hopper()).with_decode(self.decode())),
             Err(e) => {
                 eprintln!("{what}: no usable GPU ({e}); it needs an NVIDIA GPU (sm_80 or newer)");
                 None
@@ -121,7 +128,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     device: usize,
     /// Which kernels sparsek launches: `auto` (the library's choice: the sm_90a kernels for bs 64 and 128 on an
-    /// H100/H200) or `sm80` (the portable module everywhere, for comparisons).
+    /// H100/H200, the decode kernels at N <= 16), `sm80` (the portable module everywhere) or `no-decode` (the
+    /// narrow tile at N <= 16 too), for comparisons.
     #[arg(long, value_enum, default_value_t = ModuleChoice::Auto)]
     module: ModuleChoice,
     /// Compare with an earlier run's results (e.g. docs/bench/latest.json): run the same cases (or those of

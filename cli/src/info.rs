@@ -35,12 +35,21 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     println!();
     println!("kernels serving each block size (f16 inputs, row-major B, f32 C; the other types follow the same rule):");
     let types = (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, sparsek::gpu::OutType::F32);
+    // Few block rows: the most for which the decode kernels serve N <= 16 (Gpu::decode_serves); many: more.
+    let (few, many) = (i.sm_count as usize / 4, i.sm_count as usize);
+    println!("  columns: N <= 16 on at most {few} block rows | N <= 16 on more | N <= 64 | N > 64");
     for bs in [16u32, 32, 64, 128] {
-        let serving = |n: usize| match gpu.serving_kernel(bs, types, n) {
+        let serving = |n: usize, rows: usize| match gpu.serving_kernel(bs, types, n, rows) {
             Some((name, hopper)) => format!("{name} ({})", if hopper { "sm_90a" } else { "sm_80" }),
             None => "none".into(),
         };
-        println!("  bs {bs:>3}: N <= 64 {:<44} N > 64 {}", serving(1), serving(65));
+        println!(
+            "  bs {bs:>3}: {:<44} {:<44} {:<44} {}",
+            serving(1, few),
+            serving(1, many),
+            serving(64, many),
+            serving(65, many)
+        );
     }
     println!();
     println!(
@@ -64,6 +73,7 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
             sparsek::gpu::Pipeline::TmaWgmma => " tma",
             sparsek::gpu::Pipeline::CpAsync if c.frag_db => " db",
             sparsek::gpu::Pipeline::CpAsync => "",
+            sparsek::gpu::Pipeline::Direct => " direct",
         };
         let tile = format!("{} {} {}x{} {}{schedule}", c.bn, c.bk, c.warps_m, c.warps_n, c.stages);
         println!(

@@ -67,7 +67,8 @@ pub struct RunArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
-    /// Which kernels run: `auto` (the library's choice) or `sm80` (the portable module only).
+    /// Which kernels run: `auto` (the library's choice), `sm80` (the portable module only) or `no-decode` (the
+    /// library's choice without the decode kernels).
     #[arg(long, value_enum, default_value_t = crate::bench::ModuleChoice::Auto)]
     module: crate::bench::ModuleChoice,
 }
@@ -170,7 +171,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     let gpu = if args.cpu {
         None
     } else {
-        match Gpu::new(args.device).map(|g| g.with_hopper(args.module.hopper())) {
+        match Gpu::new(args.device).map(|g| g.with_hopper(args.module.hopper()).with_decode(args.module.decode())) {
             Ok(g) => {
                 // Device buffers: A, B and C with their leading dimensions rounded up to 16 bytes.
                 let ld = |cols: usize, size: usize| (cols.max(1).div_ceil(16 / size) * (16 / size)) as u128;
@@ -207,6 +208,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
                     a.block_size() as u32,
                     (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, TC::OUT_TYPE),
                     n,
+                    a.block_rows(),
                 )
                 .map_or("none".into(), |(k, _)| k.to_string());
             (got, times, format!("GPU {name} (sm_{major}{minor}), kernel {kernel}"))

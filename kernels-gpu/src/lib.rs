@@ -24,6 +24,8 @@ pub mod tile;
 mod bsr;
 #[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
 mod check;
+#[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
+mod decode;
 #[cfg(not(feature = "test-kernels"))]
 mod epilogue;
 #[cfg(feature = "sm90")]

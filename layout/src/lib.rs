@@ -74,6 +74,12 @@ pub enum Pipeline {
     /// warpgroups are laid out along M first (`warps_m / 4` of them), so each warp owns 16 rows (`mi() == 1`) and
     /// `bn / warps_n` columns, like the sm_80 warp grid. BK is 64: one 128-byte swizzle row of 16-bit elements.
     TmaWgmma,
+    /// sm_80, for few columns (kernels-gpu/src/decode.rs): no shared-memory ring. A CTA owns 16 rows (a slice) of
+    /// one block row and `bn` columns; its `warps_m` warps split the block row's blocks between them (warp `w`
+    /// takes blocks `w`, `w + warps_m`, ...), each loading A's 16 x 32 chunks straight into `mma.sync` fragments
+    /// with 16-byte evict-first loads, `stages` chunks in flight per warp; the warps' partial sums are added in
+    /// shared memory in warp order (the same bits run to run). `bk` is the chunk (32), `warps_n` is 1.
+    Direct,
 }
 
 /// Warps in a warpgroup (the unit of `wgmma` and `setmaxnreg`).
@@ -87,7 +93,7 @@ impl KernelConfig {
     /// Threads per CTA (with the producer warpgroup of [`Pipeline::TmaWgmma`]).
     pub const fn threads(&self) -> u32 {
         match self.pipeline {
-            Pipeline::CpAsync => 32 * self.warps_m * self.warps_n,
+            Pipeline::CpAsync | Pipeline::Direct => 32 * self.warps_m * self.warps_n,
             Pipeline::TmaWgmma => 32 * (self.warps_m * self.warps_n + WARPGROUP_WARPS),
         }
     }
@@ -118,10 +124,12 @@ impl KernelConfig {
         self.bk * self.bn * 2
     }
     /// Dynamic shared memory of one CTA. [`Pipeline::TmaWgmma`] adds 1024 bytes to round the ring's start up to
-    /// the 1024-byte alignment of 128-byte swizzled TMA tiles, and two mbarriers per stage.
+    /// the 1024-byte alignment of 128-byte swizzled TMA tiles, and two mbarriers per stage; [`Pipeline::Direct`]
+    /// has no ring, only every warp's f32 partial sums of the CTA's (16, bn) tile.
     pub const fn smem_bytes(&self) -> u32 {
         match self.pipeline {
             Pipeline::CpAsync => self.stages * (self.a_stage_bytes() + self.b_stage_bytes()),
+            Pipeline::Direct => self.warps_m * self.warps_n * 16 * self.bn * 4,
             Pipeline::TmaWgmma => 1024 + self.barrier_offset() + 16 * self.stages,
         }
     }
@@ -130,6 +138,8 @@ impl KernelConfig {
     pub const fn expected_mma_sync(&self) -> u32 {
         match self.pipeline {
             Pipeline::CpAsync => self.mi() * self.ni() * (self.bk / 16),
+            // The main loop is unrolled over the `stages` chunks in flight, each two k16 steps of NI mma.
+            Pipeline::Direct => self.stages * (self.bk / 16) * (self.bn / 8),
             Pipeline::TmaWgmma => 0,
         }
     }
@@ -137,7 +147,7 @@ impl KernelConfig {
     /// consumer warpgroup (`m64n128k16` or `m64n256k16`: its `bn / warps_n` columns).
     pub const fn expected_wgmma(&self) -> u32 {
         match self.pipeline {
-            Pipeline::CpAsync => 0,
+            Pipeline::CpAsync | Pipeline::Direct => 0,
             Pipeline::TmaWgmma => self.bk / 16,
         }
     }
@@ -148,6 +158,8 @@ impl KernelConfig {
             Pipeline::CpAsync if self.frag_db => 2,
             Pipeline::CpAsync => 1,
             Pipeline::TmaWgmma => 1,
+            // The one barrier between the warps' partial sums and their sum.
+            Pipeline::Direct => 1,
         }
     }
     /// Checks that the shape is one the kernel template accepts, naming the first broken rule. The kernels
@@ -158,6 +170,9 @@ impl KernelConfig {
         }
         if matches!(self.pipeline, Pipeline::TmaWgmma) {
             return self.check_tma_wgmma();
+        }
+        if matches!(self.pipeline, Pipeline::Direct) {
+            return self.check_direct();
         }
         if self.warps_m == 0 || self.warps_n == 0 {
             return Err("the warp grid must not be empty");
@@ -219,6 +234,41 @@ impl KernelConfig {
             return Err("more than 1024 threads per CTA");
         }
         Ok(())
+    }
+
+    /// The rules of the decode template ([`Pipeline::Direct`]).
+    const fn check_direct(&self) -> Result<(), &'static str> {
+        if !matches!(self.bs, 32 | 64 | 128) {
+            return Err("the decode template serves bs 32, 64 and 128 (whole 32-column chunks of a block)");
+        }
+        if self.bk != DIRECT_CHUNK {
+            return Err("the decode template loads 32-column chunks (bk = 32)");
+        }
+        if self.warps_n != 1 || self.warps_m == 0 {
+            return Err("the decode template splits blocks over warps_m >= 1 warps (warps_n = 1)");
+        }
+        if !matches!(self.bn, 8 | 16 | 32 | 64) {
+            return Err("the decode template takes 8, 16, 32 or 64 columns per CTA");
+        }
+        if self.stages == 0 {
+            return Err("the decode template needs at least one chunk in flight per warp");
+        }
+        if self.frag_db {
+            return Err("frag_db is the cp.async template's schedule");
+        }
+        if self.threads() > 1024 {
+            return Err("more than 1024 threads per CTA");
+        }
+        Ok(())
+    }
+
+    /// Rows of a block row that one CTA of [`Pipeline::Direct`] owns (one m16 tile): a block row is split into
+    /// `bs / 16` slices.
+    pub const fn slices(&self) -> u32 {
+        match self.pipeline {
+            Pipeline::Direct => self.bs / 16,
+            Pipeline::CpAsync | Pipeline::TmaWgmma => 1,
+        }
     }
 
     /// [`KernelConfig::check`] as a compile-time assert: `const { CFG.assert_valid() }` fails the build with the
@@ -609,6 +659,53 @@ pub const fn hopper_config_for(bs: u32) -> Option<KernelConfig> {
     find_config(&HOPPER_CONFIGS, bs)
 }
 
+/// Columns of A that one [`Pipeline::Direct`] load covers per row: 16 bytes per lane, four lanes per row.
+pub const DIRECT_CHUNK: u32 = 32;
+
+/// Configurations of the decode kernels ([`Pipeline::Direct`], [`Tile::Decode`]) for bs 32, 64 and 128: 16
+/// columns per CTA, 32 warps per block row (bs 32: 16), four chunks in flight per warp (docs/perf-notes.md,
+/// "Decode", step 3).
+pub const DECODE_CONFIGS: [KernelConfig; 3] = [
+    KernelConfig {
+        bs: 32,
+        bn: 16,
+        bk: DIRECT_CHUNK,
+        warps_m: 8,
+        warps_n: 1,
+        stages: 4,
+        frag_db: false,
+        pipeline: Pipeline::Direct,
+    },
+    KernelConfig {
+        bs: 64,
+        bn: 16,
+        bk: DIRECT_CHUNK,
+        warps_m: 8,
+        warps_n: 1,
+        stages: 4,
+        frag_db: false,
+        pipeline: Pipeline::Direct,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 16,
+        bk: DIRECT_CHUNK,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: false,
+        pipeline: Pipeline::Direct,
+    },
+];
+
+/// The largest N served by a [`Tile::Decode`] kernel.
+pub const DECODE_MAX_N: usize = 16;
+
+/// The [`DECODE_CONFIGS`] entry for block size `bs`.
+pub const fn decode_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&DECODE_CONFIGS, bs)
+}
+
 /// The largest N served by a [`Tile::Narrow`] kernel: up to 64 columns the narrow tile measured faster than the
 /// wide one (1.7-3.1x at bs 64 and 128; 2-3x slower at N = 8192).
 pub const NARROW_MAX_N: usize = 64;
@@ -620,6 +717,9 @@ pub enum Tile {
     Wide,
     /// The narrow tile of [`NARROW_CONFIGS`] (BN 16): N up to [`NARROW_MAX_N`].
     Narrow,
+    /// The decode kernels of [`DECODE_CONFIGS`]: N up to [`DECODE_MAX_N`], taken before the narrow tile where the
+    /// block size has one.
+    Decode,
 }
 
 impl Tile {
@@ -807,7 +907,8 @@ pub struct Variant {
     pub out: OutType,
     /// Tile configuration (the launch's threads and dynamic shared memory derive from it).
     pub config: KernelConfig,
-    /// Which N tile it is ([`Tile::Narrow`] kernels serve launches of at most [`NARROW_MAX_N`] columns).
+    /// Which N tile it is ([`Tile::Narrow`] kernels serve launches of at most [`NARROW_MAX_N`] columns,
+    /// [`Tile::Decode`] kernels at most [`DECODE_MAX_N`]).
     pub tile: Tile,
 }
 
@@ -818,7 +919,7 @@ const fn spmm(
     (config, tile): (KernelConfig, Tile),
 ) -> Variant {
     let arch = match config.pipeline {
-        Pipeline::CpAsync => Arch::Sm80,
+        Pipeline::CpAsync | Pipeline::Direct => Arch::Sm80,
         Pipeline::TmaWgmma => Arch::Sm90a,
     };
     Variant { name, arch, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config, tile }
@@ -841,6 +942,12 @@ const fn narrow(name: &'static str, input: InType, b_layout: Layout, out: OutTyp
         None => panic!("no narrow product configuration for this block size"),
     }
 }
+const fn decode(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match decode_config_for(bs) {
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Decode)),
+        None => panic!("no decode configuration for this block size"),
+    }
+}
 const fn tuning(name: &'static str, i: usize) -> Variant {
     // A tuning candidate is measured at every N; its tile is recorded by width for the tuner's report.
     let tile = if TUNE_CONFIGS[i].bn <= 32 { Tile::Narrow } else { Tile::Wide };
@@ -851,9 +958,9 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// this table (and fail to build if a name differs); the host loads and launches them from it. Product entry
 /// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
 /// output type (f32, or the input's own 16-bit type); the narrow-tile kernels (block sizes with a
-/// [`NARROW_CONFIGS`] entry) add the suffix `_n16`. The sm_90a kernels are named `sparsek_sm90_bs<bs>_...` the
+/// [`NARROW_CONFIGS`] entry) add the suffix `_n16`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels are named `sparsek_sm90_bs<bs>_...` the
 /// same way.
-pub const VARIANTS: [Variant; 104] = [
+pub const VARIANTS: [Variant; 128] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -942,6 +1049,30 @@ pub const VARIANTS: [Variant; 104] = [
     tuning("sparsek_tune_21", 21),
     tuning("sparsek_tune_22", 22),
     tuning("sparsek_tune_23", 23),
+    decode("sparsek_bsr_bs32_f16_brow_f32_dec", InType::F16, Layout::RowMajor, OutType::F32, 32),
+    decode("sparsek_bsr_bs64_f16_brow_f32_dec", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    decode("sparsek_bsr_bs128_f16_brow_f32_dec", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    decode("sparsek_bsr_bs32_f16_brow_f16_dec", InType::F16, Layout::RowMajor, OutType::F16, 32),
+    decode("sparsek_bsr_bs64_f16_brow_f16_dec", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    decode("sparsek_bsr_bs128_f16_brow_f16_dec", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    decode("sparsek_bsr_bs32_f16_bcol_f32_dec", InType::F16, Layout::ColMajor, OutType::F32, 32),
+    decode("sparsek_bsr_bs64_f16_bcol_f32_dec", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    decode("sparsek_bsr_bs128_f16_bcol_f32_dec", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    decode("sparsek_bsr_bs32_f16_bcol_f16_dec", InType::F16, Layout::ColMajor, OutType::F16, 32),
+    decode("sparsek_bsr_bs64_f16_bcol_f16_dec", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    decode("sparsek_bsr_bs128_f16_bcol_f16_dec", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    decode("sparsek_bsr_bs32_bf16_brow_f32_dec", InType::Bf16, Layout::RowMajor, OutType::F32, 32),
+    decode("sparsek_bsr_bs64_bf16_brow_f32_dec", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    decode("sparsek_bsr_bs128_bf16_brow_f32_dec", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    decode("sparsek_bsr_bs32_bf16_brow_bf16_dec", InType::Bf16, Layout::RowMajor, OutType::Bf16, 32),
+    decode("sparsek_bsr_bs64_bf16_brow_bf16_dec", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    decode("sparsek_bsr_bs128_bf16_brow_bf16_dec", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    decode("sparsek_bsr_bs32_bf16_bcol_f32_dec", InType::Bf16, Layout::ColMajor, OutType::F32, 32),
+    decode("sparsek_bsr_bs64_bf16_bcol_f32_dec", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    decode("sparsek_bsr_bs128_bf16_bcol_f32_dec", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    decode("sparsek_bsr_bs32_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
+    decode("sparsek_bsr_bs64_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    decode("sparsek_bsr_bs128_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
     hopper("sparsek_sm90_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
     hopper("sparsek_sm90_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
     hopper("sparsek_sm90_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),
@@ -1242,18 +1373,40 @@ mod tests {
     }
 
     #[test]
+    fn decode_configs_follow_their_template() {
+        for c in DECODE_CONFIGS {
+            assert_eq!(c.check(), Ok(()), "{c:?}");
+            assert_eq!(c.pipeline, Pipeline::Direct);
+            // Every warp's partial sums fit, and the expected counts follow the unrolled main loop.
+            assert_eq!(c.smem_bytes(), c.warps_m * 16 * c.bn * 4);
+            assert_eq!(c.expected_mma_sync(), c.stages * 2 * c.bn / 8);
+            assert_eq!(c.slices(), c.bs / 16);
+            assert!(c.bn as usize >= DECODE_MAX_N, "{c:?} must cover DECODE_MAX_N columns in one tile");
+        }
+        let good = DECODE_CONFIGS[1];
+        assert!(KernelConfig { bs: 16, ..good }.check().unwrap_err().contains("bs 32, 64 and 128"));
+        assert!(KernelConfig { bk: 64, ..good }.check().unwrap_err().contains("bk = 32"));
+        assert!(KernelConfig { warps_n: 2, ..good }.check().unwrap_err().contains("warps_n = 1"));
+        assert!(KernelConfig { bn: 24, ..good }.check().unwrap_err().contains("columns per CTA"));
+        assert!(KernelConfig { stages: 0, ..good }.check().unwrap_err().contains("in flight"));
+        assert!(KernelConfig { warps_m: 33, ..good }.check().unwrap_err().contains("1024 threads"));
+        assert_eq!(CONFIGS[2].slices(), 1);
+    }
+
+    #[test]
     fn variant_names_are_unique_and_found() {
         for (i, v) in VARIANTS.iter().enumerate() {
             assert!(VARIANTS[..i].iter().all(|w| w.name != v.name), "duplicate {}", v.name);
             assert_eq!(variant(v.name), *v);
         }
         let products = VARIANTS.iter().filter(|v| v.module == Module::Product);
-        assert_eq!(products.count(), 8 * (BLOCK_SIZES.len() + NARROW_CONFIGS.len()));
+        assert_eq!(products.count(), 8 * (BLOCK_SIZES.len() + NARROW_CONFIGS.len() + DECODE_CONFIGS.len()));
         for v in VARIANTS.iter().filter(|v| v.module == Module::Product) {
             // Each product kernel runs its tile's configuration for its block size.
             let config = match v.tile {
                 Tile::Wide => config_for(v.bs),
                 Tile::Narrow => narrow_config_for(v.bs),
+                Tile::Decode => decode_config_for(v.bs),
             };
             assert_eq!(Some(v.config), config, "{} runs another configuration than its tile's", v.name);
             // The 16-bit output is the input's own type.
@@ -1261,7 +1414,11 @@ mod tests {
                 (v.input, v.out),
                 (_, OutType::F32) | (InType::F16, OutType::F16) | (InType::Bf16, OutType::Bf16)
             ));
-            let suffix = if v.tile == Tile::Narrow { "_n16" } else { "" };
+            let suffix = match v.tile {
+                Tile::Wide => "",
+                Tile::Narrow => "_n16",
+                Tile::Decode => "_dec",
+            };
             let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name(), suffix];
             let mut tail = [0u8; 32];
             let mut len = 0;

@@ -176,6 +176,71 @@ fn narrow_and_wide_tiles_around_the_threshold() {
     }
 }
 
+/// Few columns (decode: N = 1..=64, the decode kernels up to `layout::DECODE_MAX_N`, the narrow tile beyond)
+/// on long block rows (up to 40 blocks, so every warp of a decode CTA walks several) with every pattern,
+/// skewed rows (one row holding most blocks) included, f32 and f16 C, alpha/beta, padded C.
+fn few_columns_strategy() -> impl Strategy<Value = Case> {
+    (
+        prop::sample::select(vec![16usize, 32, 64, 128]),
+        1usize..=8,
+        1usize..=40,
+        prop_oneof![Just(1usize), Just(8), Just(16), Just(17), Just(64), 1usize..=64],
+        prop::sample::select(vec![0usize, 1, 8]),
+        prop_oneof![Just(1.0f64), 0.0f64..=1.0],
+        prop::sample::select(vec![Pattern::Uniform, Pattern::Skewed, Pattern::Banded, Pattern::Empty]),
+        prop::sample::select(vec![1.0f32, -2.0]),
+        prop::sample::select(vec![0.0f32, -0.5]),
+        any::<u64>(),
+    )
+        .prop_map(|(bs, block_rows, block_cols, n, c_pad, density, pattern, alpha, beta, seed)| Case {
+            bs,
+            block_rows,
+            block_cols,
+            n,
+            c_pad,
+            density,
+            pattern,
+            alpha,
+            beta,
+            seed,
+        })
+}
+
+#[test]
+fn few_columns_match_oracle() {
+    let test = "few_columns_match_oracle";
+    let Some(gpu) = gpu(test) else { return };
+    let config = ProptestConfig { cases: gpu_cases(300), failure_persistence: None, ..ProptestConfig::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let result = runner.run(&few_columns_strategy(), |case| {
+        run_case::<f32>(gpu, &case).and_then(|()| run_case::<f16>(gpu, &case)).map_err(TestCaseError::fail)
+    });
+    if let Err(e) = result {
+        panic!("{test}: {e}");
+    }
+}
+
+/// Few columns over many block rows (the narrow tile) and over few (the decode kernels: `Gpu::decode_serves`),
+/// skewed and uniform rows, N tails, long rows (40 blocks), against every row of the oracle.
+#[test]
+fn few_columns_on_few_and_many_block_rows() {
+    let Some(gpu) = gpu("few_columns_on_few_and_many_block_rows") else { return };
+    let mut seed = 0xdec0_u64;
+    for (bs, block_rows, block_cols) in
+        [(32usize, 512usize, 16usize), (64, 256, 8), (128, 128, 4), (64, 12, 40), (32, 24, 40)]
+    {
+        for n in [1usize, 9, 16] {
+            for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, -0.5)] {
+                seed += 1;
+                let case =
+                    Case { bs, block_rows, block_cols, n, c_pad: 8, density: 0.5, pattern, alpha: 1.5, beta, seed };
+                run_case::<f32>(gpu, &case).unwrap_or_else(|e| panic!("few columns: {e}"));
+                run_case::<f16>(gpu, &case).unwrap_or_else(|e| panic!("few columns: {e}"));
+            }
+        }
+    }
+}
+
 #[test]
 fn tuning_variants_match_oracle() {
     let Some(gpu) = gpu("tuning_variants_match_oracle") else { return };
@@ -310,8 +375,10 @@ fn back_to_back_random_launches_all_match() {
 #[test]
 fn repeated_launches_are_bit_identical() {
     let Some(gpu) = gpu("repeated_launches_are_bit_identical") else { return };
-    for bs in [16, 32, 64, 128] {
-        let (m, k, n) = (512, 2048, 263);
+    // N = 263 takes the wide (or sm_90a) kernels, 40 the narrow tile, 1 and 16 the decode kernels (whose warps'
+    // partial sums are added in a fixed order).
+    for (bs, n) in [16, 32, 64, 128].into_iter().flat_map(|bs| [(bs, 263), (bs, 40), (bs, 16), (bs, 1)]) {
+        let (m, k) = (512, 2048);
         let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, 0.3, bs as u64).unwrap();
         let b = Matrix::<f16>::random(k, n, 5).unwrap();
         let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
@@ -324,7 +391,7 @@ fn repeated_launches_are_bit_identical() {
         }
         for o in &outs[1..] {
             let same = o.as_slice().iter().zip(outs[0].as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
-            assert!(same, "bs{bs}: two launches on the same inputs differ (race?)");
+            assert!(same, "bs{bs} n={n}: two launches on the same inputs differ (race?)");
         }
     }
 }

@@ -111,19 +111,43 @@ fn every_kernel_has_the_promised_instructions() {
                 InType::F16 => "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
                 InType::Bf16 => "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
             };
-            for needle in [
-                mma,
-                "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
-                "cp.async.cg.shared.global",
-                "cp.async.commit_group",
-                "cp.async.wait_group",
-                "bar",
-            ] {
-                assert!(body.contains(needle), "{name} lacks {needle}");
+            if v.config.pipeline == Pipeline::Direct {
+                // The decode kernels: A straight into fragments with streamed (L1-bypassing, L2 evict-first)
+                // 16-byte loads, B through the read-only path (16 bytes along k when column-major), no
+                // shared-memory staging, one barrier before the warps' partial sums are added.
+                for needle in [
+                    mma,
+                    "createpolicy.fractional.L2::evict_first.b64",
+                    "ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32",
+                    "st.shared.v4.u32",
+                    "ld.shared.v4.u32",
+                    "bar.sync",
+                ] {
+                    assert!(body.contains(needle), "{name} lacks {needle}");
+                }
+                let b_load = match v.b_layout {
+                    Layout::ColMajor => "ld.global.nc.v4.u32",
+                    Layout::RowMajor => "ld.global.nc.u16",
+                };
+                assert!(body.contains(b_load), "{name} lacks its B load {b_load}");
+                for banned in ["cp.async", "ldmatrix"] {
+                    assert!(!body.contains(banned), "{name} stages through shared memory ({banned})");
+                }
+            } else {
+                for needle in [
+                    mma,
+                    "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                    "cp.async.cg.shared.global",
+                    "cp.async.commit_group",
+                    "cp.async.wait_group",
+                    "bar",
+                ] {
+                    assert!(body.contains(needle), "{name} lacks {needle}");
+                }
+                // A row-major B is read with ldmatrix.trans; a column-major one (k contiguous, like A) without.
+                let trans = body.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16");
+                assert_eq!(trans, v.b_layout == Layout::RowMajor, "{name}: ldmatrix.trans for a {:?} B", v.b_layout);
             }
-            // A row-major B is read with ldmatrix.trans; a column-major one (k contiguous, like A) without.
-            let trans = body.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16");
-            assert_eq!(trans, v.b_layout == Layout::RowMajor, "{name}: ldmatrix.trans for a {:?} B", v.b_layout);
             for banned in [".local", "trap", "__local_depot"] {
                 assert!(!body.contains(banned), "{name} contains {banned}");
             }

@@ -72,6 +72,8 @@ pub struct Gpu {
     hopper: Option<Registry>,
     /// Whether launches may use `hopper` ([`Gpu::with_hopper`]).
     use_hopper: bool,
+    /// Whether launches of few columns may use the decode kernels ([`Gpu::with_decode`]).
+    use_decode: bool,
     info: DeviceInfo,
 }
 
@@ -127,7 +129,7 @@ impl Gpu {
         let product = Registry::load(&ctx, &info, ptx)?;
         let hopper = registry::hopper_module(major, minor).map(|m| Registry::load(&ctx, &info, m)).transpose()?;
         let stream = ctx.default_stream();
-        Ok(Gpu { ctx, stream, product, hopper, use_hopper: true, info })
+        Ok(Gpu { ctx, stream, product, hopper, use_hopper: true, use_decode: true, info })
     }
 
     /// Whether launches may use the sm_90a kernels where this GPU has them (the default: yes). `false` keeps
@@ -135,6 +137,14 @@ impl Gpu {
     /// callers who want the same kernels on every GPU.
     pub fn with_hopper(mut self, enabled: bool) -> Self {
         self.use_hopper = enabled;
+        self
+    }
+
+    /// Whether launches of at most [`sparsek_layout::DECODE_MAX_N`] columns may use the decode kernels (bs 32, 64
+    /// and 128; the default: yes). `false` gives them the narrow-tile kernels instead: for comparisons and tests
+    /// of those.
+    pub fn with_decode(mut self, enabled: bool) -> Self {
+        self.use_decode = enabled;
         self
     }
 
@@ -189,11 +199,11 @@ impl Gpu {
         &self.product.loaded_from
     }
 
-    /// The kernel for a launch of `n` columns over `nnzb` blocks: the sm_90a one where it is loaded, enabled and
-    /// has the shape (bs 64 and 128, `n` above [`sparsek_layout::NARROW_MAX_N`], at least one block: a tensor
-    /// map cannot describe no blocks, and `nnzb * bs` below 2^32: its row coordinates are 32-bit); else the
-    /// product module's narrow-tile one where the block size has it and `n` is at most `NARROW_MAX_N`, else its
-    /// wide one.
+    /// The kernel for a launch of `n` columns over `nnzb` blocks in `block_rows` block rows: the decode kernel
+    /// where [`Gpu::decode_serves`] says so; else the sm_90a one where it is loaded, enabled and has the shape
+    /// (bs 64 and 128, `n` above [`sparsek_layout::NARROW_MAX_N`], at least one block: a tensor map cannot
+    /// describe no blocks, and `nnzb * bs` below 2^32: its row coordinates are 32-bit); else the product module's
+    /// narrow-tile one where the block size has it and `n` is at most `NARROW_MAX_N`, else its wide one.
     pub(crate) fn kernel(
         &self,
         op: Op,
@@ -201,7 +211,13 @@ impl Gpu {
         types: (InType, Layout, OutType),
         n: usize,
         nnzb: usize,
+        block_rows: usize,
     ) -> Option<&Kernel> {
+        if self.decode_serves(n, block_rows)
+            && let Some(k) = self.product.find(op, bs, types, Tile::Decode)
+        {
+            return Some(k);
+        }
         let tile = Tile::for_columns(n);
         // The sm_90a kernels address A's values as rows `blk * bs` of a tensor map: 32-bit coordinates.
         let fits = (nnzb as u64).saturating_mul(u64::from(bs)) <= u64::from(u32::MAX);
@@ -213,10 +229,29 @@ impl Gpu {
         self.product.find(op, bs, types, tile).or_else(|| self.product.find(op, bs, types, Tile::Wide))
     }
 
+    /// Whether a launch of `n` columns over `block_rows` block rows takes the decode kernels (bs 32, 64 and 128;
+    /// unless [`Gpu::with_decode`] turned them off): at most [`sparsek_layout::DECODE_MAX_N`] columns, and at most
+    /// a quarter as many block rows as the GPU has SMs, where the narrow tile's one CTA per block row leaves most
+    /// SMs idle and the decode kernels' 16-row slices with their split blocks fill them (on an H100: up to 33
+    /// block rows, 1.65x at 384 x 1536 bs 32; with many block rows the narrow tile measured 5-20% faster:
+    /// docs/perf-notes.md "Decode", step 3).
+    pub fn decode_serves(&self, n: usize, block_rows: usize) -> bool {
+        self.use_decode
+            && n <= sparsek_layout::DECODE_MAX_N
+            && block_rows.saturating_mul(4) <= self.info.sm_count as usize
+    }
+
     /// The entry point that serves a product of blocks of `bs` with `types` (inputs, B's order, output) at `n`
-    /// columns over a nonempty A (`sparsek info`, benchmark records), and whether it is an sm_90a kernel.
-    pub fn serving_kernel(&self, bs: u32, types: (InType, Layout, OutType), n: usize) -> Option<(&'static str, bool)> {
-        self.kernel(Op::BsrSpmm, bs, types, n, 1)
+    /// columns over a nonempty A of `block_rows` block rows (`sparsek info`, benchmark records), and whether it is
+    /// an sm_90a kernel.
+    pub fn serving_kernel(
+        &self,
+        bs: u32,
+        types: (InType, Layout, OutType),
+        n: usize,
+        block_rows: usize,
+    ) -> Option<(&'static str, bool)> {
+        self.kernel(Op::BsrSpmm, bs, types, n, 1, block_rows)
             .map(|k| (k.variant.name, k.variant.arch == sparsek_layout::Arch::Sm90a))
     }
 

@@ -173,3 +173,73 @@ pub unsafe fn atom_global_min_u64(ptr: *mut u64, v: u64) {
         )
     };
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Read-only and streaming loads (PTX ISA §9.7.9.8 ld: `.nc`, `.L1::no_allocate`, `.L2::cache_hint`; §9.7.9.17
+// createpolicy). The decode kernels read each weight byte once: those loads skip L1 and are marked evict-first
+// in L2, so they do not push out B, the indices and C, which other CTAs read again.
+// ---------------------------------------------------------------------------------------------------------------
+
+/// `createpolicy.fractional.L2::evict_first.b64 p, 1.0`: an L2 cache policy marking every line a load with
+/// `.L2::cache_hint` brings in as first to evict (sm_80+).
+#[inline(always)]
+pub fn l2_evict_first_policy() -> u64 {
+    let p: u64;
+    // SAFETY: creates an opaque policy value in a register; no memory access.
+    unsafe {
+        asm!("createpolicy.fractional.L2::evict_first.b64 {0}, 1.0;", out(reg64) p, options(pure, nomem, nostack))
+    };
+    p
+}
+
+/// `ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32`: 16 read-only bytes that bypass L1 and are cached in L2
+/// under `policy` (from [`l2_evict_first_policy`]): a streamed weight.
+///
+/// # Safety
+/// `ptr` is a 16-byte aligned global address of 16 bytes that nothing writes while the kernel runs.
+#[inline(always)]
+pub unsafe fn ld_global_stream_v4(ptr: *const u32, policy: u64) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `ptr` is valid, aligned and read-only for the kernel's lifetime.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {{{a}, {b}, {c}, {d}}}, [g], {pol}; }}",
+            p = in(reg64) ptr,
+            pol = in(reg64) policy,
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            options(pure, readonly, nostack)
+        )
+    };
+    [a, b, c, d]
+}
+
+/// `ld.global.nc.v4.u32`: 16 read-only bytes through the non-coherent (texture) path, cached in L1.
+///
+/// # Safety
+/// `ptr` is a 16-byte aligned global address of 16 bytes that nothing writes while the kernel runs.
+#[inline(always)]
+pub unsafe fn ld_global_nc_v4(ptr: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `ptr` is valid, aligned and read-only for the kernel's lifetime.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
+            p = in(reg64) ptr,
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            options(pure, readonly, nostack)
+        )
+    };
+    [a, b, c, d]
+}
+
+ld_global!(
+    /// `ld.global.nc.u16`: one read-only 16-bit element (nothing writes it while the kernel runs) through the
+    /// non-coherent path, cached in L1.
+    ld_global_nc_u16, u16, "ld.global.nc.u16", reg16
+);

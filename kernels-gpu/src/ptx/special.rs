@@ -52,3 +52,17 @@ pub fn lane_id() -> u32 {
 pub fn warp_idx() -> u32 {
     thread_idx_x() / 32
 }
+
+/// `shfl.sync.idx.b32 d, v, src, 0x1f, 0xffffffff` (PTX ISA §9.7.9.6): lane `src`'s `v`, for every lane of the
+/// warp. Every lane of the warp must execute a `shfl.sync` with the full mask (warp-uniform control flow; the
+/// instruction is not `.aligned`, so a copy LLVM might make in another branch arm still meets its peers).
+#[inline(always)]
+pub fn shfl_idx(v: u32, src: u32) -> u32 {
+    let d: u32;
+    // SAFETY: a register-only warp exchange; convergence is the caller's contract (documented above).
+    unsafe {
+        asm!("shfl.sync.idx.b32 {0}, {1}, {2}, 0x1f, 0xffffffff;", out(reg32) d, in(reg32) v, in(reg32) src,
+             options(nomem, nostack))
+    };
+    d
+}

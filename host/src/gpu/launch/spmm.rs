@@ -51,7 +51,7 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let kernel = self.find_kernel::<TA, TC>(a.bs, Layout::RowMajor, b.cols(), a.nnzb)?;
+        let kernel = self.find_kernel::<TA, TC>(a.bs, Layout::RowMajor, b.cols(), a.nnzb, a.rows / a.bs.max(1))?;
         self.launch_owned(stream, kernel, a, b, c, ep, None)
     }
 
@@ -80,7 +80,7 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let kernel = self.find_kernel::<TA, TC>(a.bs, b.layout, b.cols, a.nnzb)?;
+        let kernel = self.find_kernel::<TA, TC>(a.bs, b.layout, b.cols, a.nnzb, a.rows / a.bs.max(1))?;
         self.ctx_current()?;
         self.check_stream(stream)?;
         // Raw pointers are checked where they will be used (an empty operand's address never is).
@@ -136,21 +136,23 @@ impl Gpu {
         self.launch_owned(&stream, k, a, b, c, ep, group_rows)
     }
 
-    /// The kernel for blocks of `bs`, inputs `TA`, B stored `b_layout`, output `TC`, `n` columns and `nnzb`
-    /// blocks (few columns take the narrow-tile kernel where the block size has one: `layout::NARROW_CONFIGS`;
-    /// bs 64 and 128 on an H100/H200 the sm_90a kernels: `Gpu::kernel`).
+    /// The kernel for blocks of `bs`, inputs `TA`, B stored `b_layout`, output `TC`, `n` columns, `nnzb` blocks
+    /// and `block_rows` block rows (`Gpu::kernel`: few columns over few block rows take the decode kernels, few
+    /// columns the narrow-tile kernel where the block size has one, bs 64 and 128 on an H100/H200 the sm_90a
+    /// kernels).
     fn find_kernel<TA: InputElement, TC: OutputElement>(
         &self,
         bs: usize,
         b_layout: Layout,
         n: usize,
         nnzb: usize,
+        block_rows: usize,
     ) -> Result<&Kernel> {
         let bs32 = u32::try_from(bs).map_err(|_| Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }))?;
         if !matches!(bs, 16 | 32 | 64 | 128) {
             return Err(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }));
         }
-        self.kernel(Op::BsrSpmm, bs32, (TA::IN_TYPE, b_layout, TC::OUT_TYPE), n, nnzb).ok_or_else(|| {
+        self.kernel(Op::BsrSpmm, bs32, (TA::IN_TYPE, b_layout, TC::OUT_TYPE), n, nnzb, block_rows).ok_or_else(|| {
             Error::InvalidArgument {
                 name: "element types",
                 reason: format!(
@@ -305,7 +307,12 @@ impl Gpu {
         let cfg = kernel.config();
         let block_rows = (m / a.bs) as u32;
         let n_tiles = n.div_ceil(cfg.bn as usize);
-        let ctas = limit("CTAs (M / bs * N / BN)", block_rows as usize * n_tiles, i32::MAX as usize)?;
+        // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
+        let ctas = limit(
+            "CTAs (M / bs * slices * N / BN)",
+            block_rows as usize * cfg.slices() as usize * n_tiles,
+            i32::MAX as usize,
+        )?;
         let group_rows = group_rows.unwrap_or_else(|| {
             // Grouping measured +5% (bs 128) and +13% (bs 64, skewed rows) but -2% (bs 32) and up to -11%
             // (bs 16) on an H100 (docs/perf-notes.md, step 3), so small blocks keep the plain order.
@@ -346,14 +353,14 @@ impl Gpu {
                 tmap_b: tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?,
                 spmm: params,
             }),
-            Pipeline::CpAsync => None,
+            Pipeline::CpAsync | Pipeline::Direct => None,
         };
         let arg = match hopper.as_mut() {
             Some(hp) => (hp as *mut HopperSpmmParams).cast::<std::ffi::c_void>(),
             None => (&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>(),
         };
         let mut args = [arg];
-        // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/bsr.rs), or for an sm_90a variant
+        // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/bsr.rs, decode.rs), or for an sm_90a variant
         // one HopperSpmmParams (kernels-gpu/src/sm90.rs), and its preconditions hold: A's structure is valid
         // (Bsr::try_new for uploads; the unsafe view constructors' contract or the device check for views) with
         // row_ptr of block_rows + 1 entries of the index width, col_idx below K / bs, nnzb * bs^2 values and
