@@ -36,7 +36,7 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     println!("kernels serving each block size (f16 inputs, row-major B, f32 C; the other types follow the same rule):");
     let types = (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, sparsek::gpu::OutType::F32);
     // Few block rows: the most for which the decode kernels serve N <= 16 (Gpu::decode_serves); many: more.
-    let (few, many) = (i.sm_count as usize / 4, i.sm_count as usize);
+    let (few, many) = (i.sm_count as usize / 8, i.sm_count as usize);
     println!("  columns: N <= 16 on at most {few} block rows | N <= 16 on more | N <= 64 | N > 64");
     for bs in [16u32, 32, 64, 128] {
         let serving = |n: usize, rows: usize| match gpu.serving_kernel(bs, types, n, rows) {

@@ -165,10 +165,9 @@ unsafe fn load_b<const BS: u32, const NI: usize, const B_COL: bool>(w: &WarpOper
 #[inline(always)]
 fn mma_chunk<const NI: usize, I: Input>(acc: &mut AccTile<1, NI>, a: &AChunk, b: &BChunk<NI>) {
     let (lo, hi) = (a.lo, a.hi);
-    for jn in 0..NI {
-        let f = b.pairs[jn];
-        I::mma(&mut acc[0][jn], [lo[0], hi[0], lo[1], hi[1]], [f[0], f[1]]);
-        I::mma(&mut acc[0][jn], [lo[2], hi[2], lo[3], hi[3]], [f[2], f[3]]);
+    for (d, f) in acc[0].iter_mut().zip(b.pairs.iter()) {
+        I::mma(d, [lo[0], hi[0], lo[1], hi[1]], [f[0], f[1]]);
+        I::mma(d, [lo[2], hi[2], lo[3], hi[3]], [f[2], f[3]]);
     }
 }
 

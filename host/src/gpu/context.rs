@@ -87,6 +87,10 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
+/// The decode kernels serve launches of at most `sm_count / DECODE_ROWS_PER_SM_INV` block rows
+/// ([`Gpu::decode_serves`]).
+const DECODE_ROWS_PER_SM_INV: usize = 8;
+
 impl Gpu {
     /// Opens GPU `ordinal`: retains the device's primary context, checks the compute capability (8.0 or newer),
     /// loads the product PTX module for it once and looks up every kernel.
@@ -231,14 +235,14 @@ impl Gpu {
 
     /// Whether a launch of `n` columns over `block_rows` block rows takes the decode kernels (bs 32, 64 and 128;
     /// unless [`Gpu::with_decode`] turned them off): at most [`sparsek_layout::DECODE_MAX_N`] columns, and at most
-    /// a quarter as many block rows as the GPU has SMs, where the narrow tile's one CTA per block row leaves most
-    /// SMs idle and the decode kernels' 16-row slices with their split blocks fill them (on an H100: up to 33
-    /// block rows, 1.65x at 384 x 1536 bs 32; with many block rows the narrow tile measured 5-20% faster:
-    /// docs/perf-notes.md "Decode", step 3).
+    /// an eighth as many block rows as the GPU has SMs, where the narrow tile's one CTA per block row leaves most
+    /// SMs idle and the decode kernels' 16-row slices with their split blocks fill them. On an H100 (132 SMs: up
+    /// to 16 block rows) they measured 1.1-1.5x faster on layers of 6 and 12 block rows, level at 24, and 5-20%
+    /// slower from 64 block rows up (docs/perf-notes.md "Decode", step 3).
     pub fn decode_serves(&self, n: usize, block_rows: usize) -> bool {
         self.use_decode
             && n <= sparsek_layout::DECODE_MAX_N
-            && block_rows.saturating_mul(4) <= self.info.sm_count as usize
+            && block_rows.saturating_mul(DECODE_ROWS_PER_SM_INV) <= self.info.sm_count as usize
     }
 
     /// The entry point that serves a product of blocks of `bs` with `types` (inputs, B's order, output) at `n`
