@@ -233,7 +233,7 @@ unsafe fn bsr_spmm<
             "FRAG_DB needs an even number of k-steps and 3+ stages"
         );
     }
-    let BsrSpmmParams { ldb, ldc, n, block_rows, group_rows, alpha, beta, activation, .. } = *p;
+    let BsrSpmmParams { ldb, n, block_rows, group_rows, .. } = *p;
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let row_order = p.row_order as *const u32;
     let threads: u32 = 32 * WARPS_M * WARPS_N;
@@ -363,16 +363,7 @@ unsafe fn bsr_spmm<
     ptx::cp_async_wait::<0>();
 
     // EPILOGUE: C = act(alpha * acc + bias) + beta * C (C not read when beta == 0), columns >= n skipped.
-    let epi = Epilogue {
-        c: p.c as *mut O,
-        ldc,
-        c_col_major: p.c_col_major != 0,
-        n,
-        alpha,
-        beta,
-        bias: p.bias as *const u16,
-        activation,
-    };
+    let epi = Epilogue::<O>::from_params(p);
     unsafe { store_epilogue::<MI, NI, O, I>(&epi, &mut acc, block_row * BS, n0, warp) };
 }
 
@@ -387,14 +378,8 @@ macro_rules! bsr_kernel {
         /// Launched by the host's typed launcher, which checks the preconditions of [`BsrSpmmParams`].
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(params: BsrSpmmParams) {
-            const VARIANT: crate::layout::Variant = crate::layout::variant(stringify!($name));
-            const CFG: KernelConfig = VARIANT.config;
-            const {
-                CFG.assert_valid();
-                assert!(matches!(VARIANT.out, $out_type), "the entry point's output type differs from its variant's");
-                assert!(matches!(VARIANT.input, $in_type), "the entry point's input type differs from its variant's");
-                assert!(matches!(VARIANT.b_layout, $b_layout), "the entry point's B order differs from its variant's");
-            }
+            const CFG: KernelConfig =
+                variant_config!($name, crate::layout::Pipeline::CpAsync, $in_type, $b_layout, $out_type);
             // SAFETY: forwarded preconditions.
             unsafe {
                 bsr_spmm::<

@@ -285,16 +285,7 @@ unsafe fn bsr_decode<
     }
 
     // EPILOGUE: C = act(alpha * acc + bias) + beta * C (C not read when beta == 0), columns >= n skipped.
-    let epi = Epilogue {
-        c: p.c as *mut O,
-        ldc: p.ldc,
-        c_col_major: p.c_col_major != 0,
-        n: p.n,
-        alpha: p.alpha,
-        beta: p.beta,
-        bias: p.bias as *const u16,
-        activation: p.activation,
-    };
+    let epi = Epilogue::<O>::from_params(p);
     let coord = WarpCoord { warp_m: 0, warp_n: 0, lane };
     unsafe { store_epilogue::<1, NI, O, I>(&epi, &mut sum, block_row * BS + 16 * slice, n0, coord) };
 }
@@ -309,15 +300,8 @@ macro_rules! decode_kernel {
         /// Launched by the host's typed launcher, which checks the preconditions of [`BsrSpmmParams`].
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(params: BsrSpmmParams) {
-            const VARIANT: crate::layout::Variant = crate::layout::variant(stringify!($name));
-            const CFG: KernelConfig = VARIANT.config;
-            const {
-                CFG.assert_valid();
-                assert!(matches!(CFG.pipeline, crate::layout::Pipeline::Direct), "not a decode variant");
-                assert!(matches!(VARIANT.out, $out_type), "the entry point's output type differs from its variant's");
-                assert!(matches!(VARIANT.input, $in_type), "the entry point's input type differs from its variant's");
-                assert!(matches!(VARIANT.b_layout, $b_layout), "the entry point's B order differs from its variant's");
-            }
+            const CFG: KernelConfig =
+                variant_config!($name, crate::layout::Pipeline::Direct, $in_type, $b_layout, $out_type);
             // SAFETY: forwarded preconditions.
             unsafe {
                 bsr_decode::<

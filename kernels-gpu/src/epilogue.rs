@@ -156,6 +156,23 @@ pub(crate) struct Epilogue<O> {
     pub(crate) activation: u32,
 }
 
+impl<O> Epilogue<O> {
+    /// The epilogue a kernel's parameters describe.
+    #[inline(always)]
+    pub(crate) fn from_params(p: &crate::layout::BsrSpmmParams) -> Self {
+        Epilogue {
+            c: p.c as *mut O,
+            ldc: p.ldc,
+            c_col_major: p.c_col_major != 0,
+            n: p.n,
+            alpha: p.alpha,
+            beta: p.beta,
+            bias: p.bias as *const u16,
+            activation: p.activation,
+        }
+    }
+}
+
 /// log2(e), for `exp(x) = 2^(x log2 e)`.
 const LOG2_E: f32 = core::f32::consts::LOG2_E;
 

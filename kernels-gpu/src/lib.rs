@@ -20,6 +20,27 @@ pub use sparsek_layout as layout;
 pub mod ptx;
 pub mod tile;
 
+/// The configuration of entry point `$name`: its `layout::VARIANTS` row's, with compile-time checks that the row
+/// exists and has the template (`layout::Pipeline`), input type, B order and output type the entry point is
+/// written for. The configuration comes from the table, never from the entry point.
+#[cfg(not(feature = "test-kernels"))]
+macro_rules! variant_config {
+    ($name:ident, $pipeline:pat, $in_type:pat, $b_layout:pat, $out_type:pat) => {{
+        const VARIANT: crate::layout::Variant = crate::layout::variant(stringify!($name));
+        const {
+            VARIANT.config.assert_valid();
+            assert!(
+                matches!(VARIANT.config.pipeline, $pipeline),
+                "the entry point's template differs from its variant's"
+            );
+            assert!(matches!(VARIANT.out, $out_type), "the entry point's output type differs from its variant's");
+            assert!(matches!(VARIANT.input, $in_type), "the entry point's input type differs from its variant's");
+            assert!(matches!(VARIANT.b_layout, $b_layout), "the entry point's B order differs from its variant's");
+        }
+        VARIANT.config
+    }};
+}
+
 #[cfg(not(any(feature = "test-kernels", feature = "sm90")))]
 mod bsr;
 #[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]

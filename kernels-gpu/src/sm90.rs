@@ -214,16 +214,7 @@ unsafe fn hopper_spmm<
     // This warpgroup's rows of the A slot (64 rows of 128 bytes) and its first 128-column piece of the B slot.
     let a_off = wg_m * 64 * BK * 2;
     let piece0 = wg_n * PIECES as u32;
-    let epi = Epilogue {
-        c: p.c as *mut O,
-        ldc: p.ldc,
-        c_col_major: p.c_col_major != 0,
-        n,
-        alpha: p.alpha,
-        beta: p.beta,
-        bias: p.bias as *const u16,
-        activation: p.activation,
-    };
+    let epi = Epilogue::<O>::from_params(p);
     let mut it = 0u32;
     let mut t = ptx::block_idx_x();
     while t < tiles {
@@ -310,15 +301,8 @@ macro_rules! hopper_kernel {
         /// Launched by the host's typed launcher, which checks the preconditions of [`HopperSpmmParams`].
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(params: HopperSpmmParams) {
-            const VARIANT: crate::layout::Variant = crate::layout::variant(stringify!($name));
-            const CFG: KernelConfig = VARIANT.config;
-            const {
-                CFG.assert_valid();
-                assert!(matches!(CFG.pipeline, crate::layout::Pipeline::TmaWgmma), "not an sm_90a variant");
-                assert!(matches!(VARIANT.out, $out_type), "the entry point's output type differs from its variant's");
-                assert!(matches!(VARIANT.input, $in_type), "the entry point's input type differs from its variant's");
-                assert!(matches!(VARIANT.b_layout, $b_layout), "the entry point's B order differs from its variant's");
-            }
+            const CFG: KernelConfig =
+                variant_config!($name, crate::layout::Pipeline::TmaWgmma, $in_type, $b_layout, $out_type);
             let tmaps = crate::param0_address!($name);
             // SAFETY: forwarded preconditions; the tensor maps are the parameter's first 256 bytes.
             unsafe {

@@ -26,6 +26,15 @@ struct Case {
     seed: u64,
 }
 
+/// The fields of a [`Case`] in declaration order, as the strategies draw them.
+type CaseTuple = (usize, usize, usize, usize, usize, f64, Pattern, f32, f32, u64);
+
+impl Case {
+    fn from_tuple((bs, block_rows, block_cols, n, c_pad, density, pattern, alpha, beta, seed): CaseTuple) -> Case {
+        Case { bs, block_rows, block_cols, n, c_pad, density, pattern, alpha, beta, seed }
+    }
+}
+
 fn case_strategy() -> impl Strategy<Value = Case> {
     (
         prop::sample::select(vec![16usize, 32, 64, 128]),
@@ -39,18 +48,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         prop::sample::select(vec![0.0f32, 1.0, -0.5]),
         any::<u64>(),
     )
-        .prop_map(|(bs, block_rows, block_cols, n, c_pad, density, pattern, alpha, beta, seed)| Case {
-            bs,
-            block_rows,
-            block_cols,
-            n,
-            c_pad,
-            density,
-            pattern,
-            alpha,
-            beta,
-            seed,
-        })
+        .prop_map(Case::from_tuple)
 }
 
 /// C before the product: random when beta != 0 (it is read), NaN when beta == 0 (it must not be read, and every
@@ -192,18 +190,7 @@ fn few_columns_strategy() -> impl Strategy<Value = Case> {
         prop::sample::select(vec![0.0f32, -0.5]),
         any::<u64>(),
     )
-        .prop_map(|(bs, block_rows, block_cols, n, c_pad, density, pattern, alpha, beta, seed)| Case {
-            bs,
-            block_rows,
-            block_cols,
-            n,
-            c_pad,
-            density,
-            pattern,
-            alpha,
-            beta,
-            seed,
-        })
+        .prop_map(Case::from_tuple)
 }
 
 #[test]
