@@ -65,6 +65,7 @@ pub mod matrix;
 #[doc(hidden)]
 pub mod rng;
 pub mod scalar;
+pub mod tune;
 
 pub use error::{BsrError, Error, Result};
 pub use format::Bsr;

@@ -3,6 +3,7 @@
 use std::sync::OnceLock;
 
 use sparsek::gpu::Gpu;
+use sparsek::tune::PlanCache;
 
 /// `SPARSEK_REQUIRE_GPU=1` turns a missing GPU into a test failure instead of a skip.
 pub fn gpu_required() -> bool {
@@ -21,10 +22,13 @@ pub fn hopper_enabled() -> bool {
 
 /// The process-wide GPU for tests, opened once; `None` (after printing a skip line) when there is none and
 /// SPARSEK_REQUIRE_GPU is not 1. Panics when a GPU is required but cannot be opened. Which modules it launches
-/// follows `SPARSEK_TEST_MODULE` ([`hopper_enabled`]).
+/// follows `SPARSEK_TEST_MODULE` ([`hopper_enabled`]); plans are off (the built-in heuristic's kernels).
 pub fn gpu(test: &str) -> Option<&'static Gpu> {
     static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
-    match GPU.get_or_init(|| Gpu::new(0).map(|g| g.with_hopper(hopper_enabled())).map_err(|e| e.to_string())) {
+    // Plans off: the tests launch exactly the kernels the built-in heuristic picks, whatever a tuned plan cache
+    // on the machine says (the plan tests open their own Gpu with their own cache).
+    let open = || Gpu::new(0).map(|g| g.with_hopper(hopper_enabled()).with_plan_cache(PlanCache::off()));
+    match GPU.get_or_init(|| open().map_err(|e| e.to_string())) {
         Ok(g) => Some(g),
         Err(reason) => {
             if gpu_required() {

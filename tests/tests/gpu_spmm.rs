@@ -7,8 +7,9 @@
 use proptest::prelude::*;
 use sparsek::check::{Expected, RowSample, compare_exact};
 use sparsek::format::{Pattern, generate, generate_int};
-use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, OutputElement};
-use sparsek::{Bsr, Epilogue, Error, Matrix, Scalar, f16};
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, InType, OutType, OutputElement, TuneOptions, TuneProblem};
+use sparsek::tune::{Plan, PlanCache, PlanSource};
+use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Scalar, f16};
 use sparsek_tests::{gpu, gpu_cases};
 
 /// One random case.
@@ -226,6 +227,114 @@ fn few_columns_on_few_and_many_block_rows() {
             }
         }
     }
+}
+
+/// [`run_case`] launched with a fixed plan (`Gpu::spmm_with_plan`).
+fn run_plan<TC: OutputElement>(gpu: &Gpu, case: &Case, plan: &Plan) -> Result<(), String> {
+    run_case_with::<TC>(gpu, case, |a, b, c, ep| gpu.spmm_with_plan(plan, a, b, c, ep))
+}
+
+/// Every plan the tuner may pick for a case (each kernel family that can serve it, with each rasterization group
+/// it measures: `Gpu::tune_candidates`) on random shapes, N from 1 to 300, all patterns, f32 and f16 outputs,
+/// against every row of the oracle with poisoned outputs: a plan from the cache launches a kernel outside the
+/// shapes the heuristic sends it (the decode kernels above 16 columns or on many block rows, the sm_90a ones at
+/// few columns), so each must be right everywhere.
+#[test]
+fn every_tuner_candidate_matches_oracle() {
+    let test = "every_tuner_candidate_matches_oracle";
+    let Some(gpu) = gpu(test) else { return };
+    let cases = (gpu_cases(300) / 3).max(10);
+    let config = ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let families = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    let strategy = prop_oneof![case_strategy(), few_columns_strategy()];
+    let result = runner.run(&strategy, |case| {
+        let (m, k) = (case.block_rows * case.bs, case.block_cols * case.bs);
+        let a: Bsr<f16> = generate(case.pattern, m, k, case.bs, case.density, case.seed).unwrap();
+        let a_d = gpu.upload(&a).unwrap();
+        let f32_out = case.seed % 2 == 0;
+        let plans = if f32_out {
+            gpu.tune_candidates::<f16, f32>(&a_d, case.n, Layout::RowMajor)
+        } else {
+            gpu.tune_candidates::<f16, f16>(&a_d, case.n, Layout::RowMajor)
+        };
+        prop_assert!(!plans.is_empty(), "no candidate for {case:?}");
+        for plan in plans {
+            families.borrow_mut().insert(plan.family);
+            let r = if f32_out { run_plan::<f32>(gpu, &case, &plan) } else { run_plan::<f16>(gpu, &case, &plan) };
+            r.map_err(|e| TestCaseError::fail(format!("plan {plan}: {e}")))?;
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{test}: {e}");
+    }
+    // The cases reached every family this GPU has (decode: bs 32-128; sm90a: on an H100/H200 with the module on).
+    let expected = if gpu.hopper_module().is_some() { 4 } else { 3 };
+    let families = families.into_inner();
+    assert_eq!(families.len(), expected, "{test}: families measured: {families:?}");
+}
+
+/// `Gpu::tune` on a decode-sized and a wide product and on the linear layer's layouts: every candidate checked,
+/// the chosen plan no slower than the heuristic's, remembered for later launches (which stay correct), saved to
+/// the cache file and read back by a new `Gpu`; with plans off the heuristic serves.
+#[test]
+fn tune_chooses_a_checked_plan_and_remembers_it() {
+    let test = "tune_chooses_a_checked_plan_and_remembers_it";
+    if gpu(test).is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sparsek-tune-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let open =
+        |cache: PlanCache| Gpu::new(0).unwrap().with_hopper(sparsek_tests::hopper_enabled()).with_plan_cache(cache);
+    let tuned = open(PlanCache::in_dir(&dir));
+    let opts = TuneOptions::with_budget(std::time::Duration::from_millis(300));
+    for (bs, block_rows, block_cols, n, problem) in [
+        (64usize, 12usize, 40usize, 8usize, TuneProblem::new(8)),
+        (128, 24, 16, 256, TuneProblem::new(256)),
+        (32, 16, 48, 16, TuneProblem::linear(16, OutType::F16)),
+    ] {
+        let (m, k) = (block_rows * bs, block_cols * bs);
+        let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, 0.3, 0x7u64 + bs as u64).unwrap();
+        let a_d = tuned.upload(&a).unwrap();
+        let report = tuned.tune(&a_d, &problem, &opts).unwrap_or_else(|e| panic!("{test}: tune: {e}"));
+        let ctx = format!("{test}: {m}x{k} bs{bs} N={n}:\n{report}");
+        assert!(report.candidates.len() >= 2, "{ctx}");
+        assert!(report.candidates.iter().all(|c| c.passed && c.median_us > 0.0), "{ctx}");
+        assert_eq!(report.candidates[0].plan, report.heuristic, "{ctx}");
+        assert!(report.candidates.iter().any(|c| c.plan == report.plan), "{ctx}");
+        assert!(report.tuned_us <= report.heuristic_us, "{ctx}");
+        assert!(matches!(&report.saved, Some(Ok(p)) if p.exists()), "{ctx}: {:?}", report.saved);
+        let types = (InType::F16, problem.b_layout, problem.out, problem.c_layout);
+        let choice = |g: &Gpu| g.plan_kernel(bs, types, (m, k, n), a.nnzb(), Some(a_d.max_row_blocks())).unwrap();
+        let now = choice(&tuned);
+        assert_eq!((now.plan, now.source), (report.plan, PlanSource::Tuned), "{ctx}");
+        // Read back from the file by a new Gpu; ignored with plans off.
+        let reread = open(PlanCache::in_dir(&dir));
+        assert!(reread.plan_cache_warning().is_none());
+        assert_eq!((choice(&reread).plan, choice(&reread).source), (report.plan, PlanSource::Tuned), "{ctx}");
+        assert_eq!(choice(&open(PlanCache::off())).source, PlanSource::Heuristic, "{ctx}");
+        // The tuned launch is still right (row-major problems through Gpu::spmm, which consults the plan).
+        if problem.b_layout == Layout::RowMajor {
+            let case = Case {
+                bs,
+                block_rows,
+                block_cols,
+                n,
+                c_pad: 8,
+                density: 0.3,
+                pattern: Pattern::Skewed,
+                alpha: 1.0,
+                beta: 0.0,
+                seed: 0x7u64 + bs as u64,
+            };
+            run_case::<f32>(&tuned, &case).unwrap_or_else(|e| panic!("{ctx}: after tuning: {e}"));
+        }
+    }
+    assert_eq!(tuned.cached_plans().len(), 3);
+    assert_eq!(PlanCache::in_dir(&dir).read().entries.len(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The middle layer: a CUDA context on one device, its facts ([`DeviceInfo`]), its default stream, and the
 //! product module chosen by compute capability and loaded once ([`Gpu`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
@@ -10,6 +11,7 @@ use sparsek_layout::{InType, Layout, Op, OutType, Tile};
 use super::driver::{cuda, device_count, driver_version, guard};
 use super::registry::{self, Kernel, KernelReport, Registry};
 use crate::error::{Error, Result};
+use crate::tune::{CachedPlan, DeviceKey, KernelFamily, Plan, PlanCache, PlanKey, PlanSource};
 
 /// Static facts about the GPU, read once when the [`Gpu`] is created.
 #[derive(Clone, Debug)]
@@ -75,6 +77,38 @@ pub struct Gpu {
     /// Whether launches of few columns may use the decode kernels ([`Gpu::with_decode`]).
     use_decode: bool,
     info: DeviceInfo,
+    plans: Plans,
+}
+
+/// The tuned plans of one [`Gpu`]: where they are kept, and those for this device and build, by key.
+pub(crate) struct Plans {
+    pub(crate) cache: PlanCache,
+    pub(crate) device: DeviceKey,
+    pub(crate) map: RwLock<HashMap<PlanKey, CachedPlan>>,
+    /// Why the cache file was ignored, when it was.
+    pub(crate) warning: Option<String>,
+}
+
+impl Plans {
+    /// The plans `cache` holds for `device` (a warning on stderr when the file is ignored).
+    fn load(cache: PlanCache, device: DeviceKey) -> Plans {
+        let contents = cache.read();
+        if let Some(w) = &contents.warning {
+            eprintln!("sparsek: warning: {w}");
+        }
+        let map = if cache.is_off() {
+            HashMap::new()
+        } else {
+            contents.entries.into_iter().filter(|e| e.device == device).map(|e| (e.key, e.cached)).collect()
+        };
+        Plans { cache, device, map: RwLock::new(map), warning: contents.warning }
+    }
+
+    /// The cached plan for `key`: a read lock and a hash-map lookup (no allocation).
+    fn get(&self, key: &PlanKey) -> Option<CachedPlan> {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        if map.is_empty() { None } else { map.get(key).copied() }
+    }
 }
 
 impl std::fmt::Debug for Gpu {
@@ -133,7 +167,52 @@ impl Gpu {
         let product = Registry::load(&ctx, &info, ptx)?;
         let hopper = registry::hopper_module(major, minor).map(|m| Registry::load(&ctx, &info, m)).transpose()?;
         let stream = ctx.default_stream();
-        Ok(Gpu { ctx, stream, product, hopper, use_hopper: true, use_decode: true, info })
+        let mut modules = format!("sm80:{}", product.build_hash);
+        if let Some(h) = &hopper {
+            modules.push_str(&format!("+sm90a:{}", h.build_hash));
+        }
+        let device = DeviceKey::new(&info.name, info.compute_capability, info.driver_version, &modules);
+        let plans = Plans::load(PlanCache::from_env(), device);
+        Ok(Gpu { ctx, stream, product, hopper, use_hopper: true, use_decode: true, info, plans })
+    }
+
+    /// Where tuned plans come from and go to (default: [`PlanCache::from_env`], the file under the user's cache
+    /// directory). [`PlanCache::off`] gives fixed behaviour: the built-in heuristic serves every launch, and
+    /// [`Gpu::tune`] only measures. The plans for this GPU are read from the new cache now (a corrupt file is
+    /// ignored with a warning on stderr and [`Gpu::plan_cache_warning`]).
+    pub fn with_plan_cache(mut self, cache: PlanCache) -> Self {
+        self.plans = Plans::load(cache, self.plans.device.clone());
+        self
+    }
+
+    /// Where this GPU's plans are kept.
+    pub fn plan_cache(&self) -> &PlanCache {
+        &self.plans.cache
+    }
+
+    /// Why the plan cache file was ignored when it was read, if it was (corrupt, unreadable, another version).
+    pub fn plan_cache_warning(&self) -> Option<&str> {
+        self.plans.warning.as_deref()
+    }
+
+    /// This GPU and build as the plan cache keys them.
+    pub fn device_key(&self) -> &DeviceKey {
+        &self.plans.device
+    }
+
+    /// The plans this GPU uses (from the cache file and tuned in this process), sorted by key.
+    pub fn cached_plans(&self) -> Vec<(PlanKey, CachedPlan)> {
+        let map = self.plans.map.read().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = map.iter().map(|(k, c)| (*k, *c)).collect();
+        v.sort_by_key(|e| e.0);
+        v
+    }
+
+    /// Makes `plan` serve `key` in this process (unless plans are off); the tuner's last step.
+    pub(crate) fn remember_plan(&self, key: PlanKey, cached: CachedPlan) {
+        if !self.plans.cache.is_off() {
+            self.plans.map.write().unwrap_or_else(|e| e.into_inner()).insert(key, cached);
+        }
     }
 
     /// Whether launches may use the sm_90a kernels where this GPU has them (the default: yes). `false` keeps
@@ -203,12 +282,34 @@ impl Gpu {
         &self.product.loaded_from
     }
 
-    /// The kernel for a launch of `n` columns over `nnzb` blocks in `block_rows` block rows: the decode kernel
-    /// where [`Gpu::decode_serves`] says so; else the sm_90a one where it is loaded, enabled and has the shape
-    /// (bs 64 and 128, `n` above [`sparsek_layout::NARROW_MAX_N`], at least one block: a tensor map cannot
-    /// describe no blocks, and `nnzb * bs` below 2^32: its row coordinates are 32-bit); else the product module's
-    /// narrow-tile one where the block size has it and `n` is at most `NARROW_MAX_N`, else its wide one.
-    pub(crate) fn kernel(
+    /// The kernel of `family` for blocks of `bs` with `types` (inputs, B's order, output), when this GPU has it
+    /// and may use it on `nnzb` blocks: the decode kernels unless [`Gpu::with_decode`] turned them off; the
+    /// sm_90a ones where that module is loaded and enabled, with at least one block (a tensor map cannot
+    /// describe none) and `nnzb * bs` below 2^32 (their row coordinates are 32-bit).
+    pub(crate) fn family_kernel(
+        &self,
+        family: KernelFamily,
+        op: Op,
+        bs: u32,
+        types: (InType, Layout, OutType),
+        nnzb: usize,
+    ) -> Option<&Kernel> {
+        match family {
+            KernelFamily::Decode => self.product.find(op, bs, types, Tile::Decode).filter(|_| self.use_decode),
+            KernelFamily::Narrow => self.product.find(op, bs, types, Tile::Narrow),
+            KernelFamily::Wide => self.product.find(op, bs, types, Tile::Wide),
+            KernelFamily::Hopper => {
+                let fits = (nnzb as u64).saturating_mul(u64::from(bs)) <= u64::from(u32::MAX);
+                self.active_hopper().filter(|_| nnzb > 0 && fits)?.find(op, bs, types, Tile::Wide)
+            }
+        }
+    }
+
+    /// The built-in heuristic: the decode kernels where [`Gpu::decode_serves`] says so; else the sm_90a ones
+    /// above [`sparsek_layout::NARROW_MAX_N`] columns where [`Gpu::family_kernel`] has them; else the narrow tile
+    /// up to `NARROW_MAX_N` columns where the block size has one; else the wide tile. Rasterization groups: the
+    /// launcher's.
+    pub(crate) fn heuristic_plan(
         &self,
         op: Op,
         bs: u32,
@@ -216,21 +317,83 @@ impl Gpu {
         n: usize,
         nnzb: usize,
         block_rows: usize,
-    ) -> Option<&Kernel> {
-        if self.decode_serves(n, block_rows)
-            && let Some(k) = self.product.find(op, bs, types, Tile::Decode)
+    ) -> Option<(Plan, &Kernel)> {
+        let narrow = n <= sparsek_layout::NARROW_MAX_N;
+        let order = [
+            (KernelFamily::Decode, self.decode_serves(n, block_rows)),
+            (KernelFamily::Hopper, !narrow),
+            (KernelFamily::Narrow, narrow),
+            (KernelFamily::Wide, true),
+        ];
+        order
+            .into_iter()
+            .filter(|&(_, wanted)| wanted)
+            .find_map(|(f, _)| self.family_kernel(f, op, bs, types, nnzb).map(|k| (Plan::new(f), k)))
+    }
+
+    /// The kernel and plan for a launch: the cached plan for its [`PlanKey`] when there is one and its family
+    /// can serve the launch, else the heuristic's ([`Gpu::heuristic_plan`]).
+    pub(crate) fn resolve(
+        &self,
+        op: Op,
+        bs: usize,
+        (input, b_layout, out, c_layout): crate::tune::ProductTypes,
+        (m, k, n): (usize, usize, usize),
+        nnzb: usize,
+        max_row_blocks: Option<usize>,
+    ) -> Option<(&Kernel, Plan, PlanSource)> {
+        let bs32 = u32::try_from(bs).ok()?;
+        let types = (input, b_layout, out);
+        let key = PlanKey::new((input, b_layout, out, c_layout), bs, (m, k, n), nnzb, max_row_blocks);
+        if let Some(cached) = self.plans.get(&key)
+            && let Some(kernel) = self.family_kernel(cached.plan.family, op, bs32, types, nnzb)
         {
-            return Some(k);
+            return Some((kernel, cached.plan, PlanSource::Tuned));
         }
-        let tile = Tile::for_columns(n);
-        // The sm_90a kernels address A's values as rows `blk * bs` of a tensor map: 32-bit coordinates.
-        let fits = (nnzb as u64).saturating_mul(u64::from(bs)) <= u64::from(u32::MAX);
-        if let Some(hopper) = self.active_hopper().filter(|_| nnzb > 0 && fits)
-            && let Some(k) = hopper.find(op, bs, types, tile)
-        {
-            return Some(k);
-        }
-        self.product.find(op, bs, types, tile).or_else(|| self.product.find(op, bs, types, Tile::Wide))
+        let block_rows = m.checked_div(bs).unwrap_or(0);
+        self.heuristic_plan(op, bs32, types, n, nnzb, block_rows).map(|(p, k)| (k, p, PlanSource::Heuristic))
+    }
+
+    /// Which kernel and plan serve a product of an `m x k` A with blocks of `bs` (`nnzb` of them, the longest
+    /// block row holding `max_row_blocks` when known) and a `k x n` B of `types`: a tuned plan from the cache or
+    /// the built-in heuristic's (`sparsek run` prints it). `None` for a block size or type combination no kernel
+    /// serves.
+    pub fn plan_kernel(
+        &self,
+        bs: usize,
+        types: crate::tune::ProductTypes,
+        (m, k, n): (usize, usize, usize),
+        nnzb: usize,
+        max_row_blocks: Option<usize>,
+    ) -> Option<PlanChoice> {
+        self.resolve(Op::BsrSpmm, bs, types, (m, k, n), nnzb, max_row_blocks).map(|(kernel, plan, source)| PlanChoice {
+            plan,
+            source,
+            kernel: kernel.variant.name,
+            config: kernel.config(),
+        })
+    }
+
+    /// The families a tuner measures for a product of `n` columns over `nnzb` blocks in `block_rows` block rows
+    /// of `bs` with `types`, each with the kernel that would serve it: every family this GPU has for it, the
+    /// decode kernels up to 64 columns and the narrow tile up to 512 (beyond, their N tiles of 16 re-read A too
+    /// often to win).
+    pub(crate) fn tune_families(
+        &self,
+        bs: u32,
+        types: (InType, Layout, OutType),
+        n: usize,
+        nnzb: usize,
+    ) -> Vec<(KernelFamily, &Kernel)> {
+        KernelFamily::ALL
+            .into_iter()
+            .filter(|f| match f {
+                KernelFamily::Decode => n <= 64,
+                KernelFamily::Narrow => n <= 512,
+                KernelFamily::Wide | KernelFamily::Hopper => true,
+            })
+            .filter_map(|f| self.family_kernel(f, Op::BsrSpmm, bs, types, nnzb).map(|k| (f, k)))
+            .collect()
     }
 
     /// Whether a launch of `n` columns over `block_rows` block rows takes the decode kernels (bs 32, 64 and 128;
@@ -246,8 +409,8 @@ impl Gpu {
     }
 
     /// The entry point that serves a product of blocks of `bs` with `types` (inputs, B's order, output) at `n`
-    /// columns over a nonempty A of `block_rows` block rows (`sparsek info`, benchmark records), and whether it is
-    /// an sm_90a kernel.
+    /// columns over a nonempty A of `block_rows` block rows by the built-in heuristic (`sparsek info`, benchmark
+    /// records; a tuned plan may choose another: [`Gpu::plan_kernel`]), and whether it is an sm_90a kernel.
     pub fn serving_kernel(
         &self,
         bs: u32,
@@ -255,8 +418,8 @@ impl Gpu {
         n: usize,
         block_rows: usize,
     ) -> Option<(&'static str, bool)> {
-        self.kernel(Op::BsrSpmm, bs, types, n, 1, block_rows)
-            .map(|k| (k.variant.name, k.variant.arch == sparsek_layout::Arch::Sm90a))
+        self.heuristic_plan(Op::BsrSpmm, bs, types, n, 1, block_rows)
+            .map(|(_, k)| (k.variant.name, k.variant.arch == sparsek_layout::Arch::Sm90a))
     }
 
     pub(crate) fn check_kernel(&self) -> Option<&cudarc::driver::CudaFunction> {
@@ -271,6 +434,19 @@ impl Gpu {
             .flat_map(|r| r.kernels().iter().map(move |k| k.report(r.name)))
             .collect()
     }
+}
+
+/// The kernel and plan that serve a product ([`Gpu::plan_kernel`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PlanChoice {
+    /// The plan.
+    pub plan: Plan,
+    /// Tuned (from the cache) or the built-in heuristic's.
+    pub source: PlanSource,
+    /// The entry point.
+    pub kernel: &'static str,
+    /// Its tile shape and pipeline.
+    pub config: sparsek_layout::KernelConfig,
 }
 
 /// A kernel of the tuning module ([`Gpu::tuning_variants`]), launched with [`Gpu::spmm_variant`].

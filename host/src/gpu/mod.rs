@@ -11,6 +11,8 @@
 //! - `tma`: the tensor maps of the sm_90a kernels, encoded per launch;
 //! - `launch`: one typed, validated launcher per op ([`Gpu::spmm`]); `unsafe` appears only there, each launch
 //!   with a `// SAFETY:` comment saying which checks make it sound;
+//! - `tune`: [`Gpu::tune`], measuring every kernel family that can serve a product on the caller's matrix and
+//!   remembering the fastest as a plan ([`crate::tune`]);
 //! - [`timing`]: CUDA-event timing for the CLI, the benchmark and the tuner (not product API).
 
 mod buffers;
@@ -21,15 +23,17 @@ mod registry;
 #[doc(hidden)]
 pub mod timing;
 mod tma;
+mod tune;
 mod views;
 
 pub use buffers::{DeviceBsr, DeviceElement, DeviceMatrix, InputElement, OutputElement};
 #[cfg(feature = "tuning")]
 #[doc(hidden)]
 pub use context::KernelVariant;
-pub use context::{DeviceInfo, Gpu};
+pub use context::{DeviceInfo, Gpu, PlanChoice};
 pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};
 pub use registry::KernelReport;
 pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline};
+pub use tune::{Candidate, TuneOptions, TuneProblem, TuneReport};
 pub use views::{BsrArrays, BsrView, DenseView, DenseViewMut, IndexType, VectorView};

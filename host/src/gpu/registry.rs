@@ -31,6 +31,16 @@ pub(crate) struct EmbeddedPtx {
     /// minor or `None` for any minor, the arch name, the cubin). A GPU of a listed family loads the cubin (no JIT);
     /// every other GPU, or a driver that refuses the cubin, JIT-compiles the PTX.
     pub(crate) cubins: &'static [Cubin],
+    /// The cubins' manifest (`cargo xtask build-ptx`), whose `ptx_fnv1a64` line names the PTX build: plans are
+    /// cached per build ([`EmbeddedPtx::build_hash`]). Empty for the tuning module.
+    pub(crate) manifest: &'static str,
+}
+
+impl EmbeddedPtx {
+    /// The FNV-1a 64 hash of the PTX, from the manifest ("unknown" without one).
+    pub(crate) fn build_hash(&self) -> &'static str {
+        self.manifest.lines().find_map(|l| l.strip_prefix("ptx_fnv1a64 = ")).map_or("unknown", str::trim)
+    }
 }
 
 /// A prebuilt cubin of an [`EmbeddedPtx`]: SASS for compute capability `major.minor` (any minor of `major` when
@@ -59,6 +69,7 @@ pub(crate) const SM80: EmbeddedPtx = EmbeddedPtx {
             bytes: include_bytes!("../../ptx/sparsek_sm80.sm_90a.cubin"),
         },
     ],
+    manifest: include_str!("../../ptx/sparsek_sm80.cubins.txt"),
 };
 
 /// The tuning module: every `layout::TUNE_CONFIGS` candidate (f32 output).
@@ -70,6 +81,7 @@ pub(crate) const SM80_TUNE: EmbeddedPtx = EmbeddedPtx {
     description: "the tuning candidates of layout::TUNE_CONFIGS, sm_80",
     ptx: include_str!("../../ptx/sparsek_sm80_tune.ptx"),
     cubins: &[],
+    manifest: "",
 };
 
 /// The sm_90a module: TMA + wgmma kernels for bs 64 and 128 (`layout::HOPPER_CONFIGS`), prebuilt for sm_90a
@@ -86,6 +98,7 @@ pub(crate) const SM90A: EmbeddedPtx = EmbeddedPtx {
         arch: "sm_90a",
         bytes: include_bytes!("../../ptx/sparsek_sm90a.sm_90a.cubin"),
     }],
+    manifest: include_str!("../../ptx/sparsek_sm90a.cubins.txt"),
 };
 
 /// The product module for a GPU of compute capability `major.minor`, or `None` below sm_80: the portable sm_80
@@ -121,6 +134,8 @@ pub(crate) struct Registry {
     /// The module's name (for messages).
     pub(crate) name: &'static str,
     pub(crate) description: &'static str,
+    /// The PTX build's hash ([`EmbeddedPtx::build_hash`]).
+    pub(crate) build_hash: &'static str,
     /// What was loaded: "sm_90a SASS (prebuilt)" or "PTX, JIT-compiled by the driver" (with the reason).
     pub(crate) loaded_from: String,
     /// Kept alive for the functions.
@@ -172,7 +187,15 @@ impl Registry {
         } else {
             None
         };
-        Ok(Registry { name: ptx.name, description: ptx.description, loaded_from, _module: module, kernels, check })
+        Ok(Registry {
+            name: ptx.name,
+            description: ptx.description,
+            build_hash: ptx.build_hash(),
+            loaded_from,
+            _module: module,
+            kernels,
+            check,
+        })
     }
 
     /// The kernel for `op` on blocks of `bs` with inputs `input`, B stored `b_layout`, writing `out`, with N tile

@@ -129,6 +129,15 @@ impl<'a, T> DenseView<'a, T> {
     pub(crate) fn trusted(ptr: CUdeviceptr, rows: usize, cols: usize, ld: usize) -> DenseView<'a, T> {
         DenseView { ptr, rows, cols, ld, layout: Layout::RowMajor, raw: false, _borrow: PhantomData }
     }
+
+    /// This trusted view of a row-major buffer read in `layout`: `ColMajor` reads the `r x c` buffer as the
+    /// `c x r` column-major matrix whose storage it is (same memory, same leading dimension).
+    pub(crate) fn stored(self, layout: Layout) -> DenseView<'a, T> {
+        match layout {
+            Layout::RowMajor => self,
+            Layout::ColMajor => DenseView { rows: self.cols, cols: self.rows, layout, ..self },
+        }
+    }
 }
 
 impl<'a, T> BsrView<'a, T> {

@@ -16,6 +16,28 @@ use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
 use crate::gpu::tma;
 use crate::gpu::views::{BsrView, DenseView, DenseViewMut, IndexType, VectorView, span};
+use crate::tune::Plan;
+
+/// A's shape as the kernel choice sees it.
+#[derive(Clone, Copy)]
+struct Shape {
+    rows: usize,
+    cols: usize,
+    bs: usize,
+    nnzb: usize,
+}
+
+impl<T> From<&DeviceBsr<T>> for Shape {
+    fn from(a: &DeviceBsr<T>) -> Shape {
+        Shape { rows: a.rows, cols: a.cols, bs: a.bs, nnzb: a.nnzb }
+    }
+}
+
+impl<T> From<&BsrView<'_, T>> for Shape {
+    fn from(a: &BsrView<'_, T>) -> Shape {
+        Shape { rows: a.rows, cols: a.cols, bs: a.bs, nnzb: a.nnzb }
+    }
+}
 
 /// Largest N the kernels take: column indices of a CTA's tile (`n0 + BN`) stay below 2^32.
 const MAX_N: usize = u32::MAX as usize - 1024;
@@ -51,8 +73,53 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let kernel = self.find_kernel::<TA, TC>(a.bs, Layout::RowMajor, b.cols(), a.nnzb, a.rows / a.bs.max(1))?;
-        self.launch_owned(stream, kernel, a, b, c, ep, None)
+        let layouts = (Layout::RowMajor, Layout::RowMajor);
+        let (kernel, plan) = self.find_kernel::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks))?;
+        self.launch_owned(stream, kernel, a, (b, c), layouts, ep, plan.group_rows)
+    }
+
+    /// [`Gpu::spmm`] with the kernels and rasterization of `plan` instead of the cached or heuristic choice (for
+    /// tests of every plan a tuner may pick, and for callers who fix their plan). [`Error::InvalidArgument`] when
+    /// the plan's family has no kernel for this product on this GPU (an sm_90a plan on another GPU, the decode
+    /// family for bs 16 or with [`Gpu::with_decode`] off, the sm_90a family without blocks), or its group is 0.
+    pub fn spmm_with_plan<TA: InputElement, TC: OutputElement>(
+        &self,
+        plan: &Plan,
+        a: &DeviceBsr<TA>,
+        b: &DeviceMatrix<TA>,
+        c: &mut DeviceMatrix<TC>,
+        ep: Epilogue,
+    ) -> Result<()> {
+        let layouts = (Layout::RowMajor, Layout::RowMajor);
+        let kernel = self.plan_family_kernel::<TA, TC>(plan, a.bs, layouts.0, a.nnzb)?;
+        let stream = self.stream().clone();
+        self.launch_owned(&stream, kernel, a, (b, c), layouts, ep, plan.group_rows)
+    }
+
+    /// The kernel of `plan`'s family for this product, or why there is none.
+    pub(crate) fn plan_family_kernel<TA: InputElement, TC: OutputElement>(
+        &self,
+        plan: &Plan,
+        bs: usize,
+        b_layout: Layout,
+        nnzb: usize,
+    ) -> Result<&Kernel> {
+        if plan.group_rows == Some(0) {
+            return Err(Error::InvalidArgument { name: "plan", reason: "group_rows is 0 (at least 1)".into() });
+        }
+        let types = (TA::IN_TYPE, b_layout, TC::OUT_TYPE);
+        u32::try_from(bs).ok().and_then(|bs| self.family_kernel(plan.family, Op::BsrSpmm, bs, types, nnzb)).ok_or_else(
+            || Error::InvalidArgument {
+                name: "plan",
+                reason: format!(
+                    "no {} kernel for bs {bs}, {} inputs, B {}-major, {} output, {nnzb} blocks on this GPU",
+                    plan.family,
+                    TA::IN_TYPE.name(),
+                    b_layout.name(),
+                    TC::OUT_TYPE.name()
+                ),
+            },
+        )
     }
 
     /// `C = act(alpha * (A @ B) + bias) + beta * C` over borrowed device memory, queued on the caller's raw CUDA
@@ -80,7 +147,7 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let kernel = self.find_kernel::<TA, TC>(a.bs, b.layout, b.cols, a.nnzb, a.rows / a.bs.max(1))?;
+        let (kernel, plan) = self.find_kernel::<TA, TC>(a.into(), (b.layout, c.view.layout), b.cols, None)?;
         self.ctx_current()?;
         self.check_stream(stream)?;
         // Raw pointers are checked where they will be used (an empty operand's address never is).
@@ -97,7 +164,7 @@ impl Gpu {
                 self.check_pointer_of(what, ptr)?;
             }
         }
-        self.launch(stream, kernel, a, b, &c.view, bias, ep, None)
+        self.launch(stream, kernel, a, b, &c.view, bias, ep, plan.group_rows)
     }
 
     /// [`Gpu::spmm`] with a kernel of the tuning module ([`Gpu::tuning_variants`]) on the default stream. The
@@ -133,48 +200,48 @@ impl Gpu {
             });
         }
         let stream = self.stream().clone();
-        self.launch_owned(&stream, k, a, b, c, ep, group_rows)
+        self.launch_owned(&stream, k, a, (b, c), (Layout::RowMajor, Layout::RowMajor), ep, group_rows)
     }
 
-    /// The kernel for blocks of `bs`, inputs `TA`, B stored `b_layout`, output `TC`, `n` columns, `nnzb` blocks
-    /// and `block_rows` block rows (`Gpu::kernel`: few columns over few block rows take the decode kernels, few
-    /// columns the narrow-tile kernel where the block size has one, bs 64 and 128 on an H100/H200 the sm_90a
-    /// kernels).
+    /// The kernel and plan for a product of `a` (its shape, blocks and longest row when known) with `n` columns
+    /// in `layouts` (B's, C's): the cached plan for the problem's key when there is one, else the built-in
+    /// heuristic's ([`Gpu::plan_kernel`]).
     fn find_kernel<TA: InputElement, TC: OutputElement>(
         &self,
-        bs: usize,
-        b_layout: Layout,
+        a: Shape,
+        (b_layout, c_layout): (Layout, Layout),
         n: usize,
-        nnzb: usize,
-        block_rows: usize,
-    ) -> Result<&Kernel> {
-        let bs32 = u32::try_from(bs).map_err(|_| Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }))?;
+        max_row_blocks: Option<usize>,
+    ) -> Result<(&Kernel, Plan)> {
+        let bs = a.bs;
         if !matches!(bs, 16 | 32 | 64 | 128) {
             return Err(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }));
         }
-        self.kernel(Op::BsrSpmm, bs32, (TA::IN_TYPE, b_layout, TC::OUT_TYPE), n, nnzb, block_rows).ok_or_else(|| {
-            Error::InvalidArgument {
+        let types = (TA::IN_TYPE, b_layout, TC::OUT_TYPE, c_layout);
+        self.resolve(Op::BsrSpmm, bs, types, (a.rows, a.cols, n), a.nnzb, max_row_blocks)
+            .map(|(k, plan, _)| (k, plan))
+            .ok_or_else(|| Error::InvalidArgument {
                 name: "element types",
                 reason: format!(
                     "{} inputs with a {} output are not supported: C is f32 or the inputs' own type",
                     TA::IN_TYPE.name(),
                     TC::OUT_TYPE.name()
                 ),
-            }
-        })
+            })
     }
 
     /// The owned-buffer path: context checks, then the device addresses taken on `stream` (cudarc's event
     /// tracking orders the launch after other streams' work on these buffers and records it for later work),
-    /// then the one validated launch.
+    /// then the one validated launch. A buffer in `ColMajor` holds the transpose of the operand (B as N x K,
+    /// C as N x M, row-major): the tuner measures the linear layer's layouts on owned buffers so.
     #[allow(clippy::too_many_arguments)]
-    fn launch_owned<TA: InputElement, TC: OutputElement>(
+    pub(crate) fn launch_owned<TA: InputElement, TC: OutputElement>(
         &self,
         stream: &Arc<CudaStream>,
         kernel: &Kernel,
         a: &DeviceBsr<TA>,
-        b: &DeviceMatrix<TA>,
-        c: &mut DeviceMatrix<TC>,
+        (b, c): (&DeviceMatrix<TA>, &mut DeviceMatrix<TC>),
+        (b_layout, c_layout): (Layout, Layout),
         ep: Epilogue,
         group_rows: Option<u32>,
     ) -> Result<()> {
@@ -199,8 +266,8 @@ impl Gpu {
         let (c_rows, c_cols, c_ld) = (c.rows(), c.cols(), c.ld());
         let (c_ptr, _g5) = c.as_mut_slice().device_ptr_mut(stream);
         let av = BsrView::<TA>::trusted((values, row_ptr, col_idx, row_order), a.rows, a.cols, a.bs, a.nnzb);
-        let bv = DenseView::<TA>::trusted(b_ptr, b.rows(), b.cols(), b.ld());
-        let cv = DenseView::<TC>::trusted(c_ptr, c_rows, c_cols, c_ld);
+        let bv = DenseView::<TA>::trusted(b_ptr, b.rows(), b.cols(), b.ld()).stored(b_layout);
+        let cv = DenseView::<TC>::trusted(c_ptr, c_rows, c_cols, c_ld).stored(c_layout);
         self.launch(stream.cu_stream(), kernel, &av, &bv, &cv, None, ep, group_rows)
     }
 

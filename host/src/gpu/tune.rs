@@ -1,0 +1,408 @@
+//! [`Gpu::tune`]: every kernel family and rasterization group that can serve a product, run on the caller's
+//! matrix, checked against the f64 oracle, then timed interleaved launch by launch (CUDA events, median); the
+//! fastest becomes the product's plan when it beats the built-in heuristic's by more than the noise
+//! ([`TuneReport`]), and is remembered in this process and in the plan cache file.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use sparsek_layout::{Layout, Op, OutType};
+
+use super::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
+use super::driver::cuda;
+use super::timing::{EventTimer, median};
+use crate::check::{Expected, RowSample};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::tune::{CachedPlan, KernelFamily, Plan, PlanEntry, PlanKey};
+use crate::{Bsr, Epilogue, Matrix};
+
+/// A tuned plan must be this much faster than the heuristic's (median against median, same run) to replace it:
+/// interleaved medians of the same kernel differ by about 1% from run to run on an H100.
+const MARGIN: f64 = 0.03;
+/// Timed rounds at least (even past the budget) and at most.
+const MIN_ROUNDS: usize = 5;
+const MAX_ROUNDS: usize = 200;
+/// Rasterization groups (block rows) measured besides the launcher's choice and plain row order.
+const GROUPS: [u32; 4] = [4, 8, 16, 32];
+
+/// The product to tune for, besides A: N, the layouts of B and C, and C's element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TuneProblem {
+    /// Columns of B and C.
+    pub n: usize,
+    /// B's storage order.
+    pub b_layout: Layout,
+    /// C's storage order.
+    pub c_layout: Layout,
+    /// C's element type (f32 or the inputs' own).
+    pub out: OutType,
+}
+
+impl TuneProblem {
+    /// `C = A @ B` with `n` columns, B and C row-major, C in f32 ([`Gpu::spmm`]).
+    pub fn new(n: usize) -> TuneProblem {
+        TuneProblem { n, b_layout: Layout::RowMajor, c_layout: Layout::RowMajor, out: OutType::F32 }
+    }
+
+    /// The linear layer `y = x @ W^T` over `tokens` rows of x, y of type `out` ([`Gpu::spmm_raw`] with B = x^T
+    /// and C = y^T: both column-major).
+    pub fn linear(tokens: usize, out: OutType) -> TuneProblem {
+        TuneProblem { n: tokens, b_layout: Layout::ColMajor, c_layout: Layout::ColMajor, out }
+    }
+
+    /// The same problem with B and C stored `b_layout` and `c_layout`.
+    pub fn with_layouts(self, b_layout: Layout, c_layout: Layout) -> TuneProblem {
+        TuneProblem { b_layout, c_layout, ..self }
+    }
+
+    /// The same problem with C of type `out`.
+    pub fn with_output(self, out: OutType) -> TuneProblem {
+        TuneProblem { out, ..self }
+    }
+}
+
+/// How long to tune, and what to say and keep.
+#[derive(Clone, Debug)]
+pub struct TuneOptions {
+    /// Time for the whole tuning (checks included); the timed rounds are fitted into what the checks leave, but
+    /// every candidate gets at least 5 timed launches, so a product of long launches may take longer.
+    pub budget: Duration,
+    /// Progress lines on stderr.
+    pub progress: bool,
+    /// Write the plan to the cache file (when the [`PlanCache`](crate::tune::PlanCache) has one).
+    pub save: bool,
+    /// Seed of the random B.
+    pub seed: u64,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions { budget: Duration::from_secs(2), progress: false, save: true, seed: 0x5eed }
+    }
+}
+
+impl TuneOptions {
+    /// The defaults (2 s, quiet, saved) with `budget`.
+    pub fn with_budget(budget: Duration) -> TuneOptions {
+        TuneOptions { budget, ..TuneOptions::default() }
+    }
+
+    /// The same options with progress lines on stderr.
+    pub fn verbose(self) -> TuneOptions {
+        TuneOptions { progress: true, ..self }
+    }
+}
+
+/// One measured candidate.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// The plan.
+    pub plan: Plan,
+    /// Its entry point.
+    pub kernel: &'static str,
+    /// Whether its output matched the oracle (a candidate that did not is never timed nor chosen).
+    pub passed: bool,
+    /// The check's summary (worst error, or what failed).
+    pub check: String,
+    /// Median launch time in microseconds (NaN when not timed).
+    pub median_us: f64,
+}
+
+/// What [`Gpu::tune`] measured and chose.
+#[derive(Clone, Debug)]
+pub struct TuneReport {
+    /// The problem's key in the plan cache.
+    pub key: PlanKey,
+    /// The built-in heuristic's plan.
+    pub heuristic: Plan,
+    /// The chosen plan: the fastest candidate when it beats the heuristic's median by more than 3%, else the
+    /// heuristic's.
+    pub plan: Plan,
+    /// Every candidate, in the order measured (the heuristic's first).
+    pub candidates: Vec<Candidate>,
+    /// Median time of the heuristic's plan, microseconds.
+    pub heuristic_us: f64,
+    /// Median time of the chosen plan, microseconds.
+    pub tuned_us: f64,
+    /// Timed rounds (one launch of each candidate per round).
+    pub rounds: usize,
+    /// Wall time of the whole tuning.
+    pub elapsed: Duration,
+    /// Where the plan was saved, or why it could not be (`None`: plans are not kept in a file, or
+    /// [`TuneOptions::save`] was off). The plan serves this process either way.
+    pub saved: Option<std::result::Result<PathBuf, String>>,
+}
+
+impl TuneReport {
+    /// Heuristic time over tuned time (1.0 when the heuristic's plan was kept).
+    pub fn speedup(&self) -> f64 {
+        self.heuristic_us / self.tuned_us
+    }
+}
+
+impl fmt::Display for TuneReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: {} candidates, {} timed rounds, {:.2} s",
+            self.key,
+            self.candidates.len(),
+            self.rounds,
+            self.elapsed.as_secs_f64()
+        )?;
+        let mut order: Vec<&Candidate> = self.candidates.iter().collect();
+        order.sort_by(|a, b| a.median_us.total_cmp(&b.median_us));
+        writeln!(f, "  {:<34} {:<28} {:>11} {:>9}  check", "plan", "kernel", "median us", "vs heur.")?;
+        for c in order {
+            let mark = if c.plan == self.plan { "*" } else { " " };
+            writeln!(
+                f,
+                "{mark} {:<34} {:<28} {:>11.2} {:>8.3}x  {}",
+                c.plan.to_string(),
+                c.kernel,
+                c.median_us,
+                self.heuristic_us / c.median_us,
+                c.check
+            )?;
+        }
+        write!(
+            f,
+            "chosen: {} ({:.2} us; heuristic {} {:.2} us: {:.3}x)",
+            self.plan,
+            self.tuned_us,
+            self.heuristic,
+            self.heuristic_us,
+            self.speedup()
+        )
+    }
+}
+
+impl Gpu {
+    /// Measures every kernel family and rasterization group that can serve `A @ B` for `problem` on this GPU
+    /// ([`KernelFamily`]), on `a` itself and a random B: each candidate's output is first checked against the
+    /// f64 oracle (sampled rows; C poisoned before each run), then the candidates that passed are timed
+    /// interleaved, launch by launch (CUDA events, median), in as many rounds as `opts.budget` leaves after the
+    /// checks. The fastest becomes the plan for the problem's [`PlanKey`] when it beats the built-in heuristic's
+    /// by more than 3%, else the heuristic's plan is kept (so tuning never makes a product slower beyond noise).
+    /// The plan serves this `Gpu`'s later launches of problems with the same key (unless plans are off:
+    /// [`Gpu::with_plan_cache`]) and is saved to the cache file when there is one and `opts.save` is set.
+    ///
+    /// Allocates B and C on the GPU and the oracle's operands on the host, and synchronises: call it ahead of
+    /// the launches it tunes, not inside a CUDA graph capture. Errors: an empty problem
+    /// ([`Error::InvalidArgument`]), an output type the kernels do not write, memory, the driver. A failure to
+    /// save the plan is not an error ([`TuneReport::saved`]).
+    pub fn tune<TA: InputElement + OutputElement>(
+        &self,
+        a: &DeviceBsr<TA>,
+        problem: &TuneProblem,
+        opts: &TuneOptions,
+    ) -> Result<TuneReport> {
+        match problem.out {
+            OutType::F32 => self.tune_typed::<TA, f32>(a, problem, opts),
+            out if out == TA::OUT_TYPE => self.tune_typed::<TA, TA>(a, problem, opts),
+            out => Err(Error::InvalidArgument {
+                name: "output type",
+                reason: format!(
+                    "{} inputs with a {} output are not supported: C is f32 or the inputs' own type",
+                    TA::IN_TYPE.name(),
+                    out.name()
+                ),
+            }),
+        }
+    }
+
+    /// The plans [`Gpu::tune`] measures for a product of `n` columns with `a`, B and C stored `layouts`, C of
+    /// type `TC`, the heuristic's first: each family [`Gpu::plan_kernel`] could use, and for those with
+    /// rasterization groups the launcher's choice, groups of 4, 8, 16 and 32 block rows (those below the block
+    /// row count) and plain row order.
+    pub fn tune_candidates<TA: InputElement, TC: OutputElement>(
+        &self,
+        a: &DeviceBsr<TA>,
+        n: usize,
+        b_layout: Layout,
+    ) -> Vec<Plan> {
+        let (Ok(bs), Some(block_rows)) = (u32::try_from(a.bs), a.rows.checked_div(a.bs)) else { return Vec::new() };
+        let types = (TA::IN_TYPE, b_layout, TC::OUT_TYPE);
+        let mut plans = Vec::new();
+        if let Some((h, _)) = self.heuristic_plan(Op::BsrSpmm, bs, types, n, a.nnzb, block_rows) {
+            plans.push(h);
+        }
+        for (family, _) in self.tune_families(bs, types, n, a.nnzb) {
+            plans.push(Plan::new(family));
+            if family == KernelFamily::Decode {
+                continue;
+            }
+            let plain = u32::try_from(block_rows.max(1)).unwrap_or(u32::MAX);
+            for r in GROUPS.into_iter().filter(|&r| r < plain).chain([plain]) {
+                plans.push(Plan::new(family).with_group_rows(Some(r)));
+            }
+        }
+        let mut seen = Vec::with_capacity(plans.len());
+        plans.retain(|p| {
+            let new = !seen.contains(p);
+            seen.push(*p);
+            new
+        });
+        plans
+    }
+
+    fn tune_typed<TA: InputElement, TC: OutputElement>(
+        &self,
+        a: &DeviceBsr<TA>,
+        problem: &TuneProblem,
+        opts: &TuneOptions,
+    ) -> Result<TuneReport> {
+        let start = Instant::now();
+        let (m, k, n, bs) = (a.rows, a.cols, problem.n, a.bs);
+        if m == 0 || k == 0 || n == 0 {
+            return Err(Error::InvalidArgument {
+                name: "problem",
+                reason: format!("A is {m}x{k} and N is {n}: an empty product has nothing to tune"),
+            });
+        }
+        let layouts = (problem.b_layout, problem.c_layout);
+        let key = PlanKey::new(
+            (TA::IN_TYPE, layouts.0, TC::OUT_TYPE, layouts.1),
+            bs,
+            (m, k, n),
+            a.nnzb,
+            Some(a.max_row_blocks),
+        );
+        let plans = self.tune_candidates::<TA, TC>(a, n, layouts.0);
+        let Some(&heuristic) = plans.first() else {
+            return Err(Error::InvalidBsr(crate::BsrError::UnsupportedBlockSize { bs }));
+        };
+        let say = |line: String| {
+            if opts.progress {
+                eprintln!("sparsek tune: {line}");
+            }
+        };
+        say(format!("{key} on {}: {} candidates", self.info().name, plans.len()));
+
+        // Operands: A back from the device, a random B, the oracle on sampled rows.
+        let a_host = self.download_bsr(a)?;
+        let b_host = Matrix::<TA>::random(k, n, opts.seed)?;
+        let ep = Epilogue::default();
+        let expected = Expected::compute(
+            &a_host,
+            &b_host,
+            &Matrix::<TC>::zeros(m, n)?,
+            ep,
+            RowSample::auto(m, n, 24, opts.seed ^ 1),
+            |_, _| {},
+        )?;
+        let b_d = match layouts.0 {
+            Layout::RowMajor => self.upload_matrix(&b_host)?,
+            Layout::ColMajor => self.upload_matrix(&Matrix::from_fn(n, k, |r, c| b_host.get(c, r))?)?,
+        };
+        let mut c_d: DeviceMatrix<TC> = match layouts.1 {
+            Layout::RowMajor => self.zeros(m, n)?,
+            Layout::ColMajor => self.zeros(n, m)?,
+        };
+        let poison = Matrix::<TC>::filled(c_d.rows(), c_d.cols(), c_d.ld(), TC::from_f64(f64::NAN))?;
+        let stream = self.stream().clone();
+
+        let mut candidates = Vec::with_capacity(plans.len());
+        for (i, plan) in plans.iter().enumerate() {
+            let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, a.nnzb)?;
+            c_d.copy_from_host(&poison)?;
+            self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, plan.group_rows)?;
+            let got = c_d.to_host()?;
+            let report = match layouts.1 {
+                Layout::RowMajor => expected.check(&got),
+                Layout::ColMajor => expected.check_with(n, |r, c| got.get(c, r).to_f64()),
+            };
+            let passed = report.passed();
+            say(format!(
+                "[{}/{}] {plan}: {}",
+                i + 1,
+                plans.len(),
+                if passed { "ok".to_string() } else { format!("WRONG: {report}") }
+            ));
+            candidates.push(Candidate {
+                plan: *plan,
+                kernel: kernel.variant.name,
+                passed,
+                check: if passed { "ok".into() } else { format!("WRONG: {report}") },
+                median_us: f64::NAN,
+            });
+        }
+
+        // Timing: one round to size the rest, then as many rounds as the budget leaves (interleaved).
+        let timed: Vec<usize> = (0..candidates.len()).filter(|&i| candidates[i].passed).collect();
+        if timed.is_empty() {
+            return Err(Error::InvalidArgument {
+                name: "kernels",
+                reason: format!("no candidate passed the oracle check for {key}; this is a sparsek bug"),
+            });
+        }
+        let timer = EventTimer::new(&stream);
+        let mut launch = |i: usize| {
+            let plan = &candidates[timed[i]].plan;
+            let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, a.nnzb)?;
+            self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, plan.group_rows)
+        };
+        let probe = timer.time_interleaved(1, 1, timed.len(), &mut launch)?;
+        let round_s = probe.iter().map(|t| f64::from(t.iter().sum::<f32>()) * 1e-3).sum::<f64>().max(1e-6);
+        let left = opts.budget.saturating_sub(start.elapsed()).as_secs_f64();
+        let rounds = ((left / round_s) as usize).clamp(MIN_ROUNDS, MAX_ROUNDS);
+        say(format!("timing {} candidates, {rounds} interleaved rounds", timed.len()));
+        let times = timer.time_interleaved(2, rounds, timed.len(), &mut launch)?;
+        for (slot, t) in timed.iter().zip(&times) {
+            candidates[*slot].median_us = median(t).map_or(f64::NAN, |ms| f64::from(ms) * 1e3);
+        }
+
+        let heuristic_us = candidates[0].median_us;
+        let best = timed
+            .iter()
+            .copied()
+            .min_by(|&x, &y| candidates[x].median_us.total_cmp(&candidates[y].median_us))
+            .unwrap_or(0);
+        let keep_heuristic = candidates[0].passed && candidates[best].median_us > heuristic_us * (1.0 - MARGIN);
+        let chosen = if keep_heuristic { 0 } else { best };
+        let (plan, tuned_us) = (candidates[chosen].plan, candidates[chosen].median_us);
+        let unix_time = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let cached = CachedPlan { plan, tuned_us, heuristic_us, unix_time };
+        self.remember_plan(key, cached);
+        let saved = match self.plan_cache().path() {
+            Some(path) if opts.save => Some(
+                self.plan_cache()
+                    .save(&[PlanEntry { device: self.device_key().clone(), key, cached }])
+                    .map(|_| path.to_path_buf())
+                    .map_err(|e| e.to_string()),
+            ),
+            _ => None,
+        };
+        match &saved {
+            Some(Ok(p)) => say(format!("plan {plan} saved to {}", p.display())),
+            Some(Err(e)) => eprintln!("sparsek tune: warning: the plan serves this process but was not saved: {e}"),
+            None => {}
+        }
+        Ok(TuneReport {
+            key,
+            heuristic,
+            plan,
+            candidates,
+            heuristic_us,
+            tuned_us,
+            rounds,
+            elapsed: start.elapsed(),
+            saved,
+        })
+    }
+
+    /// A copy of an uploaded matrix on the host (the tuner's oracle operand), validated again.
+    fn download_bsr<T: InputElement>(&self, a: &DeviceBsr<T>) -> Result<Bsr<T>> {
+        let s = self.stream();
+        let row_ptr = s.clone_dtoh(&a.row_ptr).map_err(cuda("cuMemcpyDtoH"))?;
+        let mut col_idx = s.clone_dtoh(&a.col_idx).map_err(cuda("cuMemcpyDtoH"))?;
+        let mut values = s.clone_dtoh(&a.values).map_err(cuda("cuMemcpyDtoH"))?;
+        s.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        // An upload without blocks holds one unused element in each.
+        col_idx.truncate(a.nnzb);
+        values.truncate(a.nnzb.saturating_mul(a.bs * a.bs));
+        Ok(Bsr::try_new(a.rows, a.cols, a.bs, row_ptr, col_idx, values)?)
+    }
+}
