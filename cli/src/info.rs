@@ -32,8 +32,18 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
         }
         _ => println!("  sm_90a module        none (needs compute capability 9.0)"),
     }
+    let plans = gpu.cached_plans();
+    println!(
+        "  plan cache           {} ({} tuned plans for this GPU and build)",
+        gpu.plan_cache().describe(),
+        plans.len()
+    );
+    if let Some(w) = gpu.plan_cache_warning() {
+        println!("                       warning: {w}");
+    }
     println!();
-    println!("kernels serving each block size (f16 inputs, row-major B, f32 C; the other types follow the same rule):");
+    println!("kernels the built-in heuristic picks for each block size (tuned plans override it for their problems:");
+    println!("`sparsek tune --show`; f16 inputs, row-major B, f32 C; the other types follow the same rule):");
     let types = (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, sparsek::gpu::OutType::F32);
     // Few block rows: the most for which the decode kernels serve N <= 16 (Gpu::decode_serves); many: more.
     let (few, many) = (i.sm_count as usize / 8, i.sm_count as usize);

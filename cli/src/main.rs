@@ -1,6 +1,6 @@
 //! The `sparsek` command line: `info` (the GPU and the kernels), `run` (one product, checked and timed),
-//! `bench` (sparsek against cuBLAS and cuSPARSE over a grid of cases) and `tune` (every tuning candidate of the
-//! kernels on the benchmark shapes). The library is `sparsek`; the benchmark runner, baselines, reports and the
+//! `bench` (sparsek against cuBLAS and cuSPARSE over a grid of cases) and `tune` (the plan of a product, measured
+//! and cached; or every tuning candidate configuration of the kernels on the benchmark shapes). The library is `sparsek`; the benchmark runner, baselines, reports and the
 //! tuner are in `sparsek-bench`.
 
 mod bench;
@@ -39,9 +39,12 @@ enum Command {
     /// of OUT_DIR/../BENCHMARKS.md, else OUT_DIR/bench.md). Exits non-zero without a GPU or if a sparsek check
     /// fails.
     Bench(bench::BenchArgs),
-    /// Checks and times every tuning candidate of the kernels (layout::TUNE_CONFIGS) on the benchmark shapes,
-    /// interleaved, to choose the product configurations (layout::CONFIGS). Exits non-zero without a GPU or if
-    /// a candidate computes a wrong result.
+    /// Tunes the plan of a product: every kernel family and rasterization group that can serve it runs on the
+    /// matrix (generated, or --matrix), is checked against the f64 oracle and timed interleaved; the fastest,
+    /// when it beats the built-in heuristic by more than 3%, is saved to the plan cache, which later launches
+    /// of the same problem on this GPU use. `--show` lists the cache; `--configs` instead times every tuning
+    /// candidate configuration of the kernels (layout::TUNE_CONFIGS) on the benchmark shapes. Exits non-zero
+    /// without a GPU (except --show) or if a check fails.
     Tune(tune::TuneArgs),
 }
 

@@ -203,14 +203,16 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
             let timer = EventTimer::new(gpu.stream());
             let times = timer.time(args.warmup, iters, || gpu.spmm(&a_d, &b_d, &mut c_d, ep))?;
             let (name, (major, minor)) = (&gpu.info().name, gpu.info().compute_capability);
+            let types = (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, TC::OUT_TYPE, sparsek::Layout::RowMajor);
             let kernel = gpu
-                .serving_kernel(
-                    a.block_size() as u32,
-                    (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, TC::OUT_TYPE),
-                    n,
-                    a.block_rows(),
-                )
-                .map_or("none".into(), |(k, _)| k.to_string());
+                .plan_kernel(a.block_size(), types, (m, k, n), a.nnzb(), Some(a_d.max_row_blocks()))
+                .map_or("none".into(), |c| {
+                    let source = match c.source {
+                        sparsek::tune::PlanSource::Tuned => "tuned plan",
+                        sparsek::tune::PlanSource::Heuristic => "heuristic",
+                    };
+                    format!("{} ({}: {})", c.kernel, source, c.plan)
+                });
             (got, times, format!("GPU {name} (sm_{major}{minor}), kernel {kernel}"))
         }
         None => {

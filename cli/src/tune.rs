@@ -1,23 +1,81 @@
-//! `sparsek tune`: every tuning candidate on the benchmark shapes (the tuner is `sparsek_bench::tune`).
+//! `sparsek tune`: tunes the plan of one product (`Gpu::tune`: every kernel family and rasterization group on
+//! the matrix, checked, timed, the fastest remembered in the plan cache), lists the cache (`--show`), or runs the
+//! kernel-configuration sweep that chose `layout::CONFIGS` (`--configs`, `sparsek_bench::tune`).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
 
-use sparsek::gpu::Gpu;
+use sparsek::format::Pattern;
+use sparsek::gpu::{Gpu, OutType, TuneOptions, TuneProblem};
+use sparsek::tune::PlanCache;
+use sparsek_bench::{Case, Source};
+
+use crate::run::PatternArg;
 
 #[derive(clap::Args)]
 pub struct TuneArgs {
-    /// Timed launches per candidate and rasterization order (the median is reported).
+    /// List the plans in the cache (every GPU's) and exit; needs no GPU.
+    #[arg(long, conflicts_with = "configs")]
+    show: bool,
+    /// Rows of the generated A.
+    #[arg(long, default_value_t = 4096)]
+    m: usize,
+    /// Columns of the generated A (rows of B).
+    #[arg(long, default_value_t = 4096)]
+    k: usize,
+    /// Columns of B and C; repeat for several (one plan per power-of-two bucket of N: 1, 2, 4, ..., 16, 32, ...).
+    #[arg(long = "n", default_values_t = [16usize])]
+    n: Vec<usize>,
+    /// Block size: 16, 32, 64 or 128 (default 64). With --configs: only these block sizes' candidates
+    /// (repeatable; default there: all).
+    #[arg(long)]
+    bs: Vec<usize>,
+    /// Fraction of nonzero blocks of the generated A, in [0, 1].
+    #[arg(long, default_value_t = 0.125)]
+    density: f64,
+    /// Sparsity pattern of the generated A.
+    #[arg(long, value_enum, default_value_t = PatternArg::Uniform)]
+    pattern: PatternArg,
+    /// Seed of the generated A and of B.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Tune for A read from a Matrix Market file (blockified with --bs, padded) instead of a generated one.
+    #[arg(long)]
+    matrix: Option<PathBuf>,
+    /// The linear layer's layouts (`y = x @ W^T`: B = x^T and C = y^T, both column-major) instead of row-major.
+    #[arg(long)]
+    linear: bool,
+    /// Element type of C.
+    #[arg(long, value_enum, default_value_t = crate::run::OutType::F32)]
+    out: crate::run::OutType,
+    /// Tuning time per N, in milliseconds (checks included; every candidate gets at least 5 timed launches).
+    #[arg(long, default_value_t = 2000)]
+    budget_ms: u64,
+    /// The plan cache directory (default: SPARSEK_PLAN_CACHE, else the user's cache directory, e.g.
+    /// ~/.cache/sparsek).
+    #[arg(long)]
+    cache: Option<PathBuf>,
+    /// Measure and print, but do not save the plans.
+    #[arg(long)]
+    dry_run: bool,
+    /// Instead: check and time every tuning candidate configuration (layout::TUNE_CONFIGS) on the benchmark
+    /// shapes, interleaved, as used to choose the built-in configurations (layout::CONFIGS).
+    #[arg(long)]
+    configs: bool,
+    /// With --configs: timed launches per candidate and rasterization order (the median is reported).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(5..))]
     iters: u64,
-    /// Only these block sizes (repeatable; default: all).
-    #[arg(long = "bs", value_parser = ["16", "32", "64", "128"])]
-    block_sizes: Vec<String>,
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
 }
 
 pub fn tune(args: &TuneArgs) -> Result<ExitCode, sparsek::Error> {
+    let cache = args.cache.as_ref().map_or_else(PlanCache::from_env, PlanCache::in_dir);
+    if args.show {
+        return Ok(show(&cache));
+    }
     let gpu = match Gpu::new(args.device) {
         Ok(g) => g,
         Err(e) => {
@@ -25,8 +83,100 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode, sparsek::Error> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    let block_sizes: Vec<usize> = args.block_sizes.iter().filter_map(|s| s.parse().ok()).collect();
-    let summary = sparsek_bench::tune::run(&gpu, args.iters as usize, &block_sizes)?;
-    println!("{}", summary.table);
-    Ok(if summary.all_correct { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    if args.configs {
+        let summary = sparsek_bench::tune::run(&gpu, args.iters as usize, &args.bs)?;
+        println!("{}", summary.table);
+        return Ok(if summary.all_correct { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    if cache.is_off() && !args.dry_run {
+        eprintln!("sparsek tune: plans are off (SPARSEK_PLAN_CACHE=off): measuring only, nothing is kept");
+    }
+    let gpu = gpu.with_plan_cache(cache);
+    let bs = match args.bs[..] {
+        [] => 64,
+        [bs] => bs,
+        _ => {
+            eprintln!("sparsek tune: one --bs per plan (several only with --configs)");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let n_max = args.n.iter().copied().max().unwrap_or(1);
+    let mut case = match &args.matrix {
+        Some(path) => Case { m: 0, n: n_max, k: 0, bs, density: 0.0, source: Source::File(path.clone()) },
+        None => Case::synthetic(args.m, n_max, args.k, bs, args.density, Pattern::from(args.pattern)),
+    };
+    let budget =
+        sparsek_bench::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
+    let (a, _) = case.operands(args.seed, budget)?;
+    eprintln!(
+        "A: {}x{} bs {} nnzb {} (density {:.4}, longest block row {} blocks)",
+        a.rows(),
+        a.cols(),
+        a.block_size(),
+        a.nnzb(),
+        a.density(),
+        a.max_row_length()
+    );
+    let a_d = gpu.upload(&a)?;
+    let out = match args.out {
+        crate::run::OutType::F32 => OutType::F32,
+        crate::run::OutType::F16 => OutType::F16,
+    };
+    let opts = TuneOptions {
+        budget: Duration::from_millis(args.budget_ms),
+        progress: true,
+        save: !args.dry_run,
+        seed: args.seed,
+    };
+    for &n in &args.n {
+        let problem = if args.linear { TuneProblem::linear(n, out) } else { TuneProblem::new(n).with_output(out) };
+        let report = gpu.tune(&a_d, &problem, &opts)?;
+        println!("{report}");
+        match &report.saved {
+            Some(Ok(p)) => println!("saved to {}", p.display()),
+            Some(Err(e)) => println!("not saved: {e}"),
+            None if args.dry_run => println!("not saved (--dry-run)"),
+            None => println!("not saved: plans are kept {}", gpu.plan_cache().describe()),
+        }
+        println!();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sparsek tune --show`: every plan in the cache file, grouped by GPU and build.
+fn show(cache: &PlanCache) -> ExitCode {
+    println!("plan cache: {}", cache.describe());
+    let contents = cache.read();
+    if let Some(w) = &contents.warning {
+        println!("warning: {w}");
+        return ExitCode::FAILURE;
+    }
+    if contents.entries.is_empty() {
+        println!("no plans (tune one with `sparsek tune --m M --k K --n N --bs BS --density D`)");
+        return ExitCode::SUCCESS;
+    }
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut device = None;
+    for e in &contents.entries {
+        if device != Some(&e.device) {
+            println!("\n{}", e.device);
+            println!(
+                "  {:<64} {:<34} {:>10} {:>10} {:>8} {:>9}",
+                "problem", "plan", "tuned us", "heur. us", "speedup", "age"
+            );
+            device = Some(&e.device);
+        }
+        let c = &e.cached;
+        let age_h = now.saturating_sub(c.unix_time) as f64 / 3600.0;
+        println!(
+            "  {:<64} {:<34} {:>10.2} {:>10.2} {:>7.3}x {:>8.1}h",
+            e.key.to_string(),
+            c.plan.to_string(),
+            c.tuned_us,
+            c.heuristic_us,
+            c.heuristic_us / c.tuned_us,
+            age_h
+        );
+    }
+    ExitCode::SUCCESS
 }
