@@ -138,9 +138,31 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode, sparsek::Error> {
             None if args.dry_run => println!("not saved (--dry-run)"),
             None => println!("not saved: plans are kept {}", gpu.plan_cache().describe()),
         }
+        // What a launch pays for the plan: the key and the cached lookup, measured here.
+        let types = problem_types(&problem);
+        let reps = 100_000u32;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            std::hint::black_box(gpu.plan_kernel(
+                std::hint::black_box(a.block_size()),
+                types,
+                (a.rows(), a.cols(), n),
+                a.nnzb(),
+                Some(a.max_row_length()),
+            ));
+        }
+        println!(
+            "plan lookup per launch: {:.0} ns (mean of {reps})",
+            t.elapsed().as_secs_f64() * 1e9 / f64::from(reps)
+        );
         println!();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The types and layouts of a tuned problem with f16 inputs.
+fn problem_types(problem: &TuneProblem) -> sparsek::tune::ProductTypes {
+    (sparsek::gpu::InType::F16, problem.b_layout, problem.out, problem.c_layout)
 }
 
 /// `sparsek tune --show`: every plan in the cache file, grouped by GPU and build.

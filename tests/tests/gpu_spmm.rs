@@ -341,6 +341,9 @@ fn tune_chooses_a_checked_plan_and_remembers_it() {
         assert!(reread.plan_cache_warning().is_none());
         assert_eq!((choice(&reread).plan, choice(&reread).source), (report.plan, PlanSource::Tuned), "{ctx}");
         assert_eq!(choice(&open(PlanCache::off())).source, PlanSource::Heuristic, "{ctx}");
+        // Views (row lengths unknown) of the same shape and block count take the plan too.
+        let view = tuned.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
+        assert_eq!((view.plan, view.source), (report.plan, PlanSource::Tuned), "{ctx}");
         // The tuned launch is still right (row-major problems through Gpu::spmm, which consults the plan).
         if problem.b_layout == Layout::RowMajor {
             let case = Case {
@@ -358,8 +361,9 @@ fn tune_chooses_a_checked_plan_and_remembers_it() {
             run_case::<f32>(&tuned, &case).unwrap_or_else(|e| panic!("{ctx}: after tuning: {e}"));
         }
     }
-    assert_eq!(tuned.cached_plans().len(), 3);
-    assert_eq!(PlanCache::in_dir(&dir).read().entries.len(), 3);
+    // Each plan under its key and under the key of views (row lengths unknown).
+    assert_eq!(tuned.cached_plans().len(), 6);
+    assert_eq!(PlanCache::in_dir(&dir).read().entries.len(), 6);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -187,7 +187,9 @@ impl Gpu {
     /// checks. The fastest becomes the plan for the problem's [`PlanKey`] when it beats the built-in heuristic's
     /// by more than 3%, else the heuristic's plan is kept (so tuning never makes a product slower beyond noise).
     /// The plan serves this `Gpu`'s later launches of problems with the same key (unless plans are off:
-    /// [`Gpu::with_plan_cache`]) and is saved to the cache file when there is one and `opts.save` is set.
+    /// [`Gpu::with_plan_cache`]), and launches on views of the same shape and block count (whose row lengths
+    /// the host does not know: the key with an unknown row-length ratio), and is saved under both keys to the
+    /// cache file when there is one and `opts.save` is set.
     ///
     /// Allocates B and C on the GPU and the oracle's operands on the host, and synchronises: call it ahead of
     /// the launches it tunes, not inside a CUDA graph capture. Errors: an empty problem
@@ -365,14 +367,17 @@ impl Gpu {
         let (plan, tuned_us) = (candidates[chosen].plan, candidates[chosen].median_us);
         let unix_time = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let cached = CachedPlan { plan, tuned_us, heuristic_us, unix_time };
-        self.remember_plan(key, cached);
+        // Also under the key with the row lengths unknown: launches on views (`spmm_raw`, the Python package),
+        // whose row lengths live on the device, take the plan last tuned for the same shape and block count.
+        let keys = [key, PlanKey { skew_bucket: 0, ..key }];
+        for k in keys {
+            self.remember_plan(k, cached);
+        }
+        let entries = keys.map(|key| PlanEntry { device: self.device_key().clone(), key, cached });
         let saved = match self.plan_cache().path() {
-            Some(path) if opts.save => Some(
-                self.plan_cache()
-                    .save(&[PlanEntry { device: self.device_key().clone(), key, cached }])
-                    .map(|_| path.to_path_buf())
-                    .map_err(|e| e.to_string()),
-            ),
+            Some(path) if opts.save => {
+                Some(self.plan_cache().save(&entries).map(|_| path.to_path_buf()).map_err(|e| e.to_string()))
+            }
             _ => None,
         };
         match &saved {
