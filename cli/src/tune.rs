@@ -18,6 +18,9 @@ pub struct TuneArgs {
     /// List the plans in the cache (every GPU's) and exit; needs no GPU.
     #[arg(long, conflicts_with = "configs")]
     show: bool,
+    /// Delete the plan cache file and exit; needs no GPU.
+    #[arg(long, conflicts_with_all = ["configs", "show"])]
+    clear: bool,
     /// Rows of the generated A.
     #[arg(long, default_value_t = 4096)]
     m: usize,
@@ -75,6 +78,13 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode, sparsek::Error> {
     let cache = args.cache.as_ref().map_or_else(PlanCache::from_env, PlanCache::in_dir);
     if args.show {
         return Ok(show(&cache));
+    }
+    if args.clear {
+        match cache.clear()? {
+            true => println!("deleted {}", cache.describe()),
+            false => println!("no plan cache file to delete ({})", cache.describe()),
+        }
+        return Ok(ExitCode::SUCCESS);
     }
     let gpu = match Gpu::new(args.device) {
         Ok(g) => g,

@@ -201,6 +201,32 @@ impl PlanCache {
     }
 }
 
+impl PlanCache {
+    /// Deletes the cache file (under the writers' lock, so no save is lost halfway); `Ok(false)` when there was
+    /// none, or plans are not kept in a file. A [`Gpu`](crate::gpu::Gpu) keeps the plans it read until it is
+    /// dropped or given another cache.
+    pub fn clear(&self) -> Result<bool> {
+        let Some(path) = self.path() else { return Ok(false) };
+        let io = |what: &str, e: std::io::Error| Error::Io {
+            path: path.display().to_string(),
+            reason: format!("plan cache: {what}: {e}"),
+        };
+        let lock_path = path.with_extension("tsv.lock");
+        let lock = match OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path) {
+            Ok(f) => f,
+            // No directory: nothing to clear.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io("cannot open the lock file", e)),
+        };
+        lock.lock().map_err(|e| io("cannot lock", e))?;
+        match fs::remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io("cannot delete", e)),
+        }
+    }
+}
+
 fn render(entries: &[PlanEntry]) -> String {
     let mut s = String::from(
         "# sparsek plan cache: tuned kernel plans, one per line, tab-separated (written by Gpu::tune and `sparsek \
@@ -443,6 +469,13 @@ mod tests {
             }
             fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).unwrap();
         }
+        // Clearing: the file goes, a second clear finds none, a missing directory is not an error.
+        let ok = PlanCache::in_dir(dir.join("clear"));
+        ok.save(&[entry("GPU", 1, KernelFamily::Wide, None)]).unwrap();
+        assert!(ok.clear().unwrap());
+        assert!(!ok.clear().unwrap());
+        assert!(ok.read().entries.is_empty() && ok.read().warning.is_none());
+        assert!(!PlanCache::in_dir(dir.join("never/made")).clear().unwrap());
         // Memory and off never touch a file.
         assert_eq!(PlanCache::memory().save(&[entry("GPU", 1, KernelFamily::Wide, None)]).unwrap(), 0);
         assert_eq!(PlanCache::off().save(&[]).unwrap(), 0);
