@@ -234,7 +234,7 @@ pub struct Times {
 
 impl Times {
     /// The statistics of event times in milliseconds (`None` when there are none).
-    fn from_ms(samples: &[f32]) -> Option<Times> {
+    pub(crate) fn from_ms(samples: &[f32]) -> Option<Times> {
         let t = Timing::from_samples(samples)?;
         let us = |ms: f64| round_sig(ms * 1e3, 6);
         Some(Times { median_us: us(t.median_ms), min_us: us(t.min_ms), max_us: us(t.max_ms), samples: t.samples })

@@ -31,6 +31,7 @@ pub mod decode;
 pub mod env;
 pub mod grid;
 pub mod json;
+pub mod plans;
 pub mod plot;
 pub mod png;
 pub mod reach;

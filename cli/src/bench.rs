@@ -168,6 +168,19 @@ pub struct BenchArgs {
     /// fails (a missed target does not fail it).
     #[arg(long, conflicts_with_all = ["reach", "matrix", "compare", "against", "cusparse"])]
     decode: bool,
+    /// Run only the plan comparison (issue 13): each case's A is tuned (`Gpu::tune`: every kernel family and
+    /// rasterization group, checked and timed within --tune-ms), then the built-in heuristic's plan and the
+    /// tuned plan are checked against the oracle and re-measured interleaved (at least 30 launches, median,
+    /// inputs rotated beyond L2). Cases (20): 8192^3 at bs 64 and 128, 10% and 22%, skewed and banded at bs 64,
+    /// 4096^3 bs 64 12.5%, the decode shapes (8192^2 and 16384^2 at N 1 and 16, skewed at N 16, 1536 x 384 and
+    /// 384 x 1536 at bs 32 and 64); with --quick 3 of them; or those of --case. The user's plan cache is neither
+    /// read nor written. Writes OUT_DIR/tuned.md and OUT_DIR/tuned.json [OUT_DIR default: target/bench-tuned] and
+    /// the table to stdout. Exits non-zero without a GPU or if a check fails.
+    #[arg(long, conflicts_with_all = ["reach", "decode", "matrix", "compare", "against", "cusparse"])]
+    tuned: bool,
+    /// With --tuned: the tuning budget per case, in milliseconds.
+    #[arg(long, default_value_t = 1500, requires = "tuned")]
+    tune_ms: u64,
 }
 
 /// Default output directory of `--reach` (the committed results in docs/bench are left alone).
@@ -225,7 +238,31 @@ fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// Default output directory of `--tuned` (the committed results in docs/bench are left alone).
+const TUNED_OUT_DIR: &str = "target/bench-tuned";
+
+/// `sparsek bench --tuned` (see [`BenchArgs::tuned`]).
+fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
+    use sparsek_bench::plans::{default_cases, quick_cases};
+    let cases = if !args.cases.is_empty() {
+        args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
+    } else if args.quick {
+        quick_cases()
+    } else {
+        default_cases()
+    };
+    let cfg = side_config(args, cases, "--tuned", TUNED_OUT_DIR);
+    let Some(gpu) = args.module.open(args.device, "sparsek bench --tuned") else { return Ok(ExitCode::FAILURE) };
+    // Plans tuned here serve nothing else, and the user's cache must not decide the heuristic's side.
+    let gpu = gpu.with_plan_cache(sparsek::tune::PlanCache::memory());
+    let summary = sparsek_bench::plans::run(&gpu, &cfg, std::time::Duration::from_millis(args.tune_ms))?;
+    Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
 pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
+    if args.tuned {
+        return tuned(&args);
+    }
     if args.reach {
         return reach(&args);
     }
