@@ -24,6 +24,8 @@ const MARGIN: f64 = 0.03;
 /// Timed rounds at least (even past the budget) and at most.
 const MIN_ROUNDS: usize = 5;
 const MAX_ROUNDS: usize = 200;
+/// Input sets rotated through at most (a product of 1 MB needs 100 to span twice an H100's 50 MB L2).
+const MAX_SETS: usize = 128;
 /// Rasterization groups (block rows) measured besides the launcher's choice and plain row order.
 const GROUPS: [u32; 4] = [4, 8, 16, 32];
 
@@ -128,6 +130,8 @@ pub struct TuneReport {
     pub tuned_us: f64,
     /// Timed rounds (one launch of each candidate per round).
     pub rounds: usize,
+    /// Identical input sets the timed launches rotated through (together at least twice the L2, at most 128).
+    pub input_sets: usize,
     /// Wall time of the whole tuning.
     pub elapsed: Duration,
     /// Where the plan was saved, or why it could not be (`None`: plans are not kept in a file, or
@@ -183,15 +187,17 @@ impl Gpu {
     /// Measures every kernel family and rasterization group that can serve `A @ B` for `problem` on this GPU
     /// ([`KernelFamily`]), on `a` itself and a random B: each candidate's output is first checked against the
     /// f64 oracle (sampled rows; C poisoned before each run), then the candidates that passed are timed
-    /// interleaved, launch by launch (CUDA events, median), in as many rounds as `opts.budget` leaves after the
-    /// checks. The fastest becomes the plan for the problem's [`PlanKey`] when it beats the built-in heuristic's
+    /// interleaved, launch by launch (CUDA events, median), each launch on the next of identical input sets
+    /// that together span twice the L2 (so weights come from memory, as between a model's layers), in as many
+    /// rounds as `opts.budget` leaves after the checks. The fastest becomes the plan for the problem's [`PlanKey`] when it beats the built-in heuristic's
     /// by more than 3%, else the heuristic's plan is kept (so tuning never makes a product slower beyond noise).
     /// The plan serves this `Gpu`'s later launches of problems with the same key (unless plans are off:
     /// [`Gpu::with_plan_cache`]), and launches on views of the same shape and block count (whose row lengths
     /// the host does not know: the key with an unknown row-length ratio), and is saved under both keys to the
     /// cache file when there is one and `opts.save` is set.
     ///
-    /// Allocates B and C on the GPU and the oracle's operands on the host, and synchronises: call it ahead of
+    /// Allocates B, C and the input sets (at most about twice the L2 beyond one set) on the GPU and the oracle's
+    /// operands on the host, and synchronises: call it ahead of
     /// the launches it tunes, not inside a CUDA graph capture. Errors: an empty problem
     /// ([`Error::InvalidArgument`]), an output type the kernels do not write, memory, the driver. A failure to
     /// save the plan is not an error ([`TuneReport::saved`]).
@@ -295,10 +301,12 @@ impl Gpu {
             RowSample::auto(m, n, 24, opts.seed ^ 1),
             |_, _| {},
         )?;
-        let b_d = match layouts.0 {
-            Layout::RowMajor => self.upload_matrix(&b_host)?,
-            Layout::ColMajor => self.upload_matrix(&Matrix::from_fn(n, k, |r, c| b_host.get(c, r))?)?,
+        // B as stored on the device: K x N row-major, or its transpose N x K for a column-major B.
+        let b_host_stored = match layouts.0 {
+            Layout::RowMajor => b_host.clone(),
+            Layout::ColMajor => Matrix::from_fn(n, k, |r, c| b_host.get(c, r))?,
         };
+        let b_d = self.upload_matrix(&b_host_stored)?;
         let mut c_d: DeviceMatrix<TC> = match layouts.1 {
             Layout::RowMajor => self.zeros(m, n)?,
             Layout::ColMajor => self.zeros(n, m)?,
@@ -340,17 +348,42 @@ impl Gpu {
                 reason: format!("no candidate passed the oracle check for {key}; this is a sparsek bug"),
             });
         }
+        // Input sets to rotate through, launch by launch: identical copies of A, B and C that together span twice
+        // the L2, so that no timed launch finds its operands in L2 left there by the one before (a product timed
+        // on warm L2 favours other plans than one whose weights come from memory, as they do between the layers
+        // of a model).
+        let elem = |bytes: usize, count: usize| (bytes as u64).saturating_mul(count as u64);
+        let set_bytes = elem(std::mem::size_of::<TA>(), a.nnzb.saturating_mul(bs * bs))
+            .saturating_add(elem(std::mem::size_of::<TA>(), b_d.rows() * b_d.ld()))
+            .saturating_add(elem(std::mem::size_of::<TC>(), c_d.rows() * c_d.ld()))
+            .max(1);
+        let depth = (2 * self.info().l2_bytes).div_ceil(set_bytes).clamp(1, MAX_SETS as u64) as usize;
+        let mut copies = Vec::with_capacity(depth - 1);
+        for _ in 1..depth {
+            copies.push((
+                self.upload(&a_host)?,
+                self.upload_matrix(&b_host_stored)?,
+                self.zeros::<TC>(c_d.rows(), c_d.cols())?,
+            ));
+        }
+        drop(b_host_stored);
         let timer = EventTimer::new(&stream);
+        let mut count = 0usize;
         let mut launch = |i: usize| {
             let plan = &candidates[timed[i]].plan;
             let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, a.nnzb)?;
-            self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, plan.group_rows)
+            let set = count % depth;
+            count += 1;
+            match set.checked_sub(1).map(|s| &mut copies[s]) {
+                None => self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, plan.group_rows),
+                Some((a, b, c)) => self.launch_owned(&stream, kernel, a, (b, c), layouts, ep, plan.group_rows),
+            }
         };
         let probe = timer.time_interleaved(1, 1, timed.len(), &mut launch)?;
         let round_s = probe.iter().map(|t| f64::from(t.iter().sum::<f32>()) * 1e-3).sum::<f64>().max(1e-6);
         let left = opts.budget.saturating_sub(start.elapsed()).as_secs_f64();
         let rounds = ((left / round_s) as usize).clamp(MIN_ROUNDS, MAX_ROUNDS);
-        say(format!("timing {} candidates, {rounds} interleaved rounds", timed.len()));
+        say(format!("timing {} candidates, {rounds} interleaved rounds over {depth} input sets", timed.len()));
         let times = timer.time_interleaved(2, rounds, timed.len(), &mut launch)?;
         for (slot, t) in timed.iter().zip(&times) {
             candidates[*slot].median_us = median(t).map_or(f64::NAN, |ms| f64::from(ms) * 1e3);
@@ -393,6 +426,7 @@ impl Gpu {
             heuristic_us,
             tuned_us,
             rounds,
+            input_sets: depth,
             elapsed: start.elapsed(),
             saved,
         })
