@@ -45,17 +45,19 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     println!("kernels the built-in heuristic picks for each block size (tuned plans override it for their problems:");
     println!("`sparsek tune --show`; f16 inputs, row-major B, f32 C; the other types follow the same rule):");
     let types = (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, sparsek::gpu::OutType::F32);
-    // Few block rows: the most for which the decode kernels serve N <= 16 (Gpu::decode_serves); many: more.
-    let (few, many) = (i.sm_count as usize / 8, i.sm_count as usize);
-    println!("  columns: N <= 16 on at most {few} block rows | N <= 16 on more | N <= 64 | N > 64");
+    // Few block rows: the most for which the heuristic takes the decode kernels at N <= 16 (Gpu::decode_row_limit,
+    // per block size); many: twice as many as the GPU has SMs, beyond every limit.
+    let many = 4 * i.sm_count as usize;
+    println!("  columns: N <= 16 on few block rows (the decode limit) | N <= 16 on {many} | N <= 64 | N > 64");
     for bs in [16u32, 32, 64, 128] {
+        let few = gpu.decode_row_limit(bs).max(1);
         let serving = |n: usize, rows: usize| match gpu.serving_kernel(bs, types, n, rows) {
             Some((name, hopper)) => format!("{name} ({})", if hopper { "sm_90a" } else { "sm_80" }),
             None => "none".into(),
         };
         println!(
-            "  bs {bs:>3}: {:<44} {:<44} {:<44} {}",
-            serving(1, few),
+            "  bs {bs:>3}: {:<52} {:<44} {:<44} {}",
+            format!("{} (<= {few})", serving(1, few)),
             serving(1, many),
             serving(64, many),
             serving(65, many)

@@ -121,10 +121,6 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
-/// The decode kernels serve launches of at most `sm_count / DECODE_ROWS_PER_SM_INV` block rows
-/// ([`Gpu::decode_serves`]).
-const DECODE_ROWS_PER_SM_INV: usize = 8;
-
 impl Gpu {
     /// Opens GPU `ordinal`: retains the device's primary context, checks the compute capability (8.0 or newer),
     /// loads the product PTX module for it once and looks up every kernel.
@@ -320,7 +316,7 @@ impl Gpu {
     ) -> Option<(Plan, &Kernel)> {
         let narrow = n <= sparsek_layout::NARROW_MAX_N;
         let order = [
-            (KernelFamily::Decode, self.decode_serves(n, block_rows)),
+            (KernelFamily::Decode, self.decode_serves(bs, n, block_rows)),
             (KernelFamily::Hopper, !narrow),
             (KernelFamily::Narrow, narrow),
             (KernelFamily::Wide, true),
@@ -396,16 +392,27 @@ impl Gpu {
             .collect()
     }
 
-    /// Whether a launch of `n` columns over `block_rows` block rows takes the decode kernels (bs 32, 64 and 128;
-    /// unless [`Gpu::with_decode`] turned them off): at most [`sparsek_layout::DECODE_MAX_N`] columns, and at most
-    /// an eighth as many block rows as the GPU has SMs, where the narrow tile's one CTA per block row leaves most
-    /// SMs idle and the decode kernels' 16-row slices with their split blocks fill them. On an H100 (132 SMs: up
-    /// to 16 block rows) they measured 1.1-1.5x faster on layers of 6 and 12 block rows, level at 24, and 5-20%
-    /// slower from 64 block rows up (docs/perf-notes.md "Decode", step 3).
-    pub fn decode_serves(&self, n: usize, block_rows: usize) -> bool {
-        self.use_decode
-            && n <= sparsek_layout::DECODE_MAX_N
-            && block_rows.saturating_mul(DECODE_ROWS_PER_SM_INV) <= self.info.sm_count as usize
+    /// Whether the built-in heuristic gives a launch of `n` columns over `block_rows` block rows of `bs` the decode
+    /// kernels (unless [`Gpu::with_decode`] turned them off): at most [`sparsek_layout::DECODE_MAX_N`] columns
+    /// and at most [`Gpu::decode_row_limit`] block rows.
+    pub fn decode_serves(&self, bs: u32, n: usize, block_rows: usize) -> bool {
+        self.use_decode && n <= sparsek_layout::DECODE_MAX_N && block_rows <= self.decode_row_limit(bs)
+    }
+
+    /// The most block rows for which the built-in heuristic takes the decode kernels at few columns: where the
+    /// narrow tile's one CTA per block row leaves SMs idle and the decode kernels' 16-row slices, their warps
+    /// splitting each row's blocks, fill them. Measured on an H100 (132 SMs) with every launch interleaved and
+    /// inputs rotated beyond L2 (`sparsek bench --tuned`, docs/perf-notes.md "Tuned plans"): at bs 32 the decode
+    /// kernels won 1.04-1.5x from 12 to 256 block rows (limit: 2x the SMs); at bs 64 1.07-1.19x from 24 to 64
+    /// block rows and level at 96 and 128 (limit: half the SMs); at bs 128 (four warps per CTA) the narrow tile
+    /// was 1.0-1.22x faster from 4 block rows up (limit 0: never). A tuned plan overrides it per problem.
+    pub fn decode_row_limit(&self, bs: u32) -> usize {
+        let sms = self.info.sm_count as usize;
+        match bs {
+            32 => 2 * sms,
+            64 => sms / 2,
+            _ => 0,
+        }
     }
 
     /// The entry point that serves a product of blocks of `bs` with `types` (inputs, B's order, output) at `n`
