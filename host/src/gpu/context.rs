@@ -497,3 +497,53 @@ const _: () = {
     send_sync::<crate::gpu::DeviceBsr>();
     send_sync::<crate::gpu::DeviceMatrix<f32>>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::Plans;
+    use crate::tune::{
+        CachedPlan, DeviceKey, InType, KernelFamily, Layout, OutType, Plan, PlanCache, PlanEntry, PlanKey,
+    };
+
+    /// What a `Gpu` serves from a cache file: its own device's and build's plans only, the same map on every
+    /// read of the same file, nothing with plans off.
+    #[test]
+    fn plans_for_this_device_and_build_only_and_deterministic() {
+        let dir = std::env::temp_dir().join(format!("sparsek-plans-load-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let here = DeviceKey::new("NVIDIA H100 80GB HBM3", (9, 0), 13000, "sm80:aa+sm90a:bb");
+        let others = [
+            DeviceKey::new("NVIDIA A100-SXM4-80GB", (8, 0), 13000, "sm80:aa"),
+            DeviceKey { driver_version: 12080, ..here.clone() },
+            DeviceKey { modules: "sm80:cc+sm90a:bb".into(), ..here.clone() },
+        ];
+        let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
+        let key = |n: usize| PlanKey::new(types, 64, (8192, 8192, n), 3604, Some(60));
+        let cached = |family| CachedPlan { plan: Plan::new(family), tuned_us: 1.0, heuristic_us: 2.0, unix_time: 0 };
+        let mut entries = vec![
+            PlanEntry { device: here.clone(), key: key(1), cached: cached(KernelFamily::Decode) },
+            PlanEntry { device: here.clone(), key: key(16), cached: cached(KernelFamily::Narrow) },
+        ];
+        for d in &others {
+            entries.push(PlanEntry { device: d.clone(), key: key(1), cached: cached(KernelFamily::Wide) });
+        }
+        let cache = PlanCache::in_dir(&dir);
+        cache.save(&entries).unwrap();
+        let a = Plans::load(cache.clone(), here.clone());
+        let b = Plans::load(cache.clone(), here.clone());
+        assert!(a.warning.is_none());
+        assert_eq!(*a.map.read().unwrap(), *b.map.read().unwrap());
+        assert_eq!(a.map.read().unwrap().len(), 2, "another GPU's, driver's or build's plans never serve");
+        assert_eq!(a.get(&key(1)).map(|c| c.plan.family), Some(KernelFamily::Decode));
+        assert_eq!(a.get(&key(16)).map(|c| c.plan.family), Some(KernelFamily::Narrow));
+        // N = 9..16 share N = 16's bucket; 17 does not; unknown row lengths are another key.
+        assert_eq!(a.get(&key(9)).map(|c| c.plan.family), Some(KernelFamily::Narrow));
+        assert!(a.get(&key(17)).is_none());
+        assert!(a.get(&PlanKey { skew_bucket: 0, ..key(1) }).is_none());
+        // Plans off: nothing, whatever the file holds; another device: only its own.
+        assert!(Plans::load(PlanCache::off(), here.clone()).get(&key(1)).is_none());
+        let a100 = Plans::load(cache, others[0].clone());
+        assert_eq!(a100.get(&key(1)).map(|c| c.plan.family), Some(KernelFamily::Wide));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
