@@ -219,19 +219,27 @@ fn side_config(args: &BenchArgs, cases: Vec<Case>, mode: &str, default_out: &str
     }
 }
 
+/// The cases of a side run: those of `--case`, else its `--quick` or its default cases.
+fn side_cases(
+    args: &BenchArgs,
+    default_cases: fn() -> Vec<Case>,
+    quick_cases: fn() -> Vec<Case>,
+) -> Result<Vec<Case>, sparsek::Error> {
+    if !args.cases.is_empty() {
+        args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect()
+    } else if args.quick {
+        Ok(quick_cases())
+    } else {
+        Ok(default_cases())
+    }
+}
+
 /// Default output directory of `--decode` (the committed results in docs/bench are left alone).
 const DECODE_OUT_DIR: &str = "target/bench-decode";
 
 /// `sparsek bench --decode` (see [`BenchArgs::decode`]).
 fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
-    use sparsek_bench::decode::{default_cases, quick_cases};
-    let cases = if !args.cases.is_empty() {
-        args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
-    } else if args.quick {
-        quick_cases()
-    } else {
-        default_cases()
-    };
+    let cases = side_cases(args, sparsek_bench::decode::default_cases, sparsek_bench::decode::quick_cases)?;
     let cfg = side_config(args, cases, "--decode", DECODE_OUT_DIR);
     let Some(gpu) = args.module.open(args.device, "sparsek bench --decode") else { return Ok(ExitCode::FAILURE) };
     let summary = sparsek_bench::decode::run(&gpu, &cfg)?;
@@ -243,14 +251,7 @@ const TUNED_OUT_DIR: &str = "target/bench-tuned";
 
 /// `sparsek bench --tuned` (see [`BenchArgs::tuned`]).
 fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
-    use sparsek_bench::plans::{default_cases, quick_cases};
-    let cases = if !args.cases.is_empty() {
-        args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
-    } else if args.quick {
-        quick_cases()
-    } else {
-        default_cases()
-    };
+    let cases = side_cases(args, sparsek_bench::plans::default_cases, sparsek_bench::plans::quick_cases)?;
     let cfg = side_config(args, cases, "--tuned", TUNED_OUT_DIR);
     let Some(gpu) = args.module.open(args.device, "sparsek bench --tuned") else { return Ok(ExitCode::FAILURE) };
     // Plans tuned here serve nothing else, and the user's cache must not decide the heuristic's side.

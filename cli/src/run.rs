@@ -12,33 +12,41 @@ use sparsek::gpu::{Gpu, OutputElement};
 use sparsek::{Epilogue, Matrix};
 use sparsek_bench::{Case, Source};
 
+/// A of `sparsek run` and `sparsek tune`: generated (shape, density, pattern, seed) or read from a file.
 #[derive(clap::Args)]
-pub struct RunArgs {
+pub struct MatrixArgs {
     /// Rows of A and C.
     #[arg(long, default_value_t = 4096)]
-    m: usize,
-    /// Columns of B and C.
-    #[arg(long, default_value_t = 4096)]
-    n: usize,
+    pub m: usize,
     /// Columns of A, rows of B.
     #[arg(long, default_value_t = 4096)]
-    k: usize,
-    /// Block size: 16, 32, 64 or 128.
-    #[arg(long, default_value_t = 64)]
-    bs: usize,
+    pub k: usize,
     /// Fraction of nonzero blocks, in [0, 1].
     #[arg(long, default_value_t = 0.125)]
-    density: f64,
+    pub density: f64,
     /// Sparsity pattern of the generated A.
     #[arg(long, value_enum, default_value_t = PatternArg::Uniform)]
-    pattern: PatternArg,
+    pub pattern: PatternArg,
     /// Seed of the generated A and B.
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub seed: u64,
     /// Load A from a Matrix Market file (blockified with --bs, padded to multiples of --bs) instead of
     /// generating it; --m and --k are then taken from the file.
     #[arg(long)]
-    matrix: Option<PathBuf>,
+    pub matrix: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// A: generated or from a file.
+    #[command(flatten)]
+    a: MatrixArgs,
+    /// Columns of B and C.
+    #[arg(long, default_value_t = 4096)]
+    n: usize,
+    /// Block size: 16, 32, 64 or 128.
+    #[arg(long, default_value_t = 64)]
+    bs: usize,
     /// Element type of C.
     #[arg(long, value_enum, default_value_t = OutType::F32)]
     pub out: OutType,
@@ -108,15 +116,15 @@ impl From<PatternArg> for Pattern {
 
 pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error> {
     let t = Instant::now();
-    let mut case = match &args.matrix {
+    let mut case = match &args.a.matrix {
         Some(path) => Case { m: 0, n: args.n, k: 0, bs: args.bs, density: 0.0, source: Source::File(path.clone()) },
-        None => Case::synthetic(args.m, args.n, args.k, args.bs, args.density, args.pattern.into()),
+        None => Case::synthetic(args.a.m, args.n, args.a.k, args.bs, args.a.density, args.a.pattern.into()),
     };
     let host_limit = sparsek_bench::budget::host_available();
-    if args.matrix.is_none() {
+    if args.a.matrix.is_none() {
         // A (values, indices and the generator's per-block-row scratch) before it is generated.
-        let (br, bc) = ((args.m / args.bs.max(1)) as u128, (args.k / args.bs.max(1)) as u128);
-        let nnzb = (args.density.clamp(0.0, 1.0) * (br * bc) as f64).ceil() as u128;
+        let (br, bc) = ((args.a.m / args.bs.max(1)) as u128, (args.a.k / args.bs.max(1)) as u128);
+        let nnzb = (args.a.density.clamp(0.0, 1.0) * (br * bc) as f64).ceil() as u128;
         let mut est = sparsek_bench::budget::Estimate::default();
         est.add("A values", nnzb.saturating_mul((args.bs * args.bs) as u128), 2);
         est.add("A structure", nnzb.saturating_add(br.saturating_mul(14)), 4);
@@ -129,34 +137,34 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     }
     // B, C and the oracle's rows: checked before anything is allocated (after A for a file, whose shape the file
     // gives; A itself is bounded by the reader).
-    if args.matrix.is_none()
+    if args.a.matrix.is_none()
         && let Err(msg) = check_dense_budget::<TC>(args, (case.m, case.k, case.n), host_limit)
     {
         eprintln!("sparsek run: {msg}");
         return Ok(ExitCode::FAILURE);
     }
-    if args.matrix.is_none() {
+    if args.a.matrix.is_none() {
         eprintln!(
             "generating A: {}x{} bs {} density {} {} (seed {})",
-            args.m,
-            args.k,
+            args.a.m,
+            args.a.k,
             args.bs,
-            args.density,
-            Pattern::from(args.pattern),
-            args.seed
+            args.a.density,
+            Pattern::from(args.a.pattern),
+            args.a.seed
         );
     }
     // A file's BSR may use at most half of the host memory available now (the rest is for B, C and the check).
     let file_budget = host_limit.map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
-    let (a, b) = case.operands(args.seed, file_budget)?;
+    let (a, b) = case.operands(args.a.seed, file_budget)?;
     let (m, k, n) = (a.rows(), a.cols(), b.cols());
-    if args.matrix.is_some()
+    if args.a.matrix.is_some()
         && let Err(msg) = check_dense_budget::<TC>(args, (m, k, n), host_limit)
     {
         eprintln!("sparsek run: {msg}");
         return Ok(ExitCode::FAILURE);
     }
-    let c0 = if args.beta != 0.0 { Matrix::<TC>::random(m, n, args.seed ^ 0xC)? } else { Matrix::<TC>::zeros(m, n)? };
+    let c0 = if args.beta != 0.0 { Matrix::<TC>::random(m, n, args.a.seed ^ 0xC)? } else { Matrix::<TC>::zeros(m, n)? };
     let ep = Epilogue::new(args.alpha, args.beta);
     eprintln!("inputs ready in {:.1} s", t.elapsed().as_secs_f64());
     println!(
@@ -230,7 +238,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     };
 
     let sample =
-        if args.full_check { RowSample::All } else { RowSample::auto(m, n, args.check_rows, args.seed ^ 0x5EED) };
+        if args.full_check { RowSample::All } else { RowSample::auto(m, n, args.check_rows, args.a.seed ^ 0x5EED) };
     let t = Instant::now();
     let mut last = Instant::now();
     let expected = Expected::compute(&a, &b, &c0, ep, sample, |done, total| {

@@ -11,8 +11,6 @@ use sparsek::gpu::{Gpu, OutType, TuneOptions, TuneProblem};
 use sparsek::tune::PlanCache;
 use sparsek_bench::{Case, Source};
 
-use crate::run::PatternArg;
-
 #[derive(clap::Args)]
 pub struct TuneArgs {
     /// List the plans in the cache (every GPU's) and exit; needs no GPU.
@@ -21,12 +19,9 @@ pub struct TuneArgs {
     /// Delete the plan cache file and exit; needs no GPU.
     #[arg(long, conflicts_with_all = ["configs", "show"])]
     clear: bool,
-    /// Rows of the generated A.
-    #[arg(long, default_value_t = 4096)]
-    m: usize,
-    /// Columns of the generated A (rows of B).
-    #[arg(long, default_value_t = 4096)]
-    k: usize,
+    /// A: generated or from a file.
+    #[command(flatten)]
+    a: crate::run::MatrixArgs,
     /// Columns of B and C; repeat for several (one plan per power-of-two bucket of N: 1, 2, 4, ..., 16, 32, ...).
     #[arg(long = "n", default_values_t = [16usize])]
     n: Vec<usize>,
@@ -34,18 +29,6 @@ pub struct TuneArgs {
     /// (repeatable; default there: all).
     #[arg(long)]
     bs: Vec<usize>,
-    /// Fraction of nonzero blocks of the generated A, in [0, 1].
-    #[arg(long, default_value_t = 0.125)]
-    density: f64,
-    /// Sparsity pattern of the generated A.
-    #[arg(long, value_enum, default_value_t = PatternArg::Uniform)]
-    pattern: PatternArg,
-    /// Seed of the generated A and of B.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Tune for A read from a Matrix Market file (blockified with --bs, padded) instead of a generated one.
-    #[arg(long)]
-    matrix: Option<PathBuf>,
     /// The linear layer's layouts (`y = x @ W^T`: B = x^T and C = y^T, both column-major) instead of row-major.
     #[arg(long)]
     linear: bool,
@@ -111,13 +94,13 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode, sparsek::Error> {
         }
     };
     let n_max = args.n.iter().copied().max().unwrap_or(1);
-    let mut case = match &args.matrix {
+    let mut case = match &args.a.matrix {
         Some(path) => Case { m: 0, n: n_max, k: 0, bs, density: 0.0, source: Source::File(path.clone()) },
-        None => Case::synthetic(args.m, n_max, args.k, bs, args.density, Pattern::from(args.pattern)),
+        None => Case::synthetic(args.a.m, n_max, args.a.k, bs, args.a.density, Pattern::from(args.a.pattern)),
     };
     let budget =
         sparsek_bench::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
-    let (a, _) = case.operands(args.seed, budget)?;
+    let (a, _) = case.operands(args.a.seed, budget)?;
     eprintln!(
         "A: {}x{} bs {} nnzb {} (density {:.4}, longest block row {} blocks)",
         a.rows(),
@@ -136,7 +119,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode, sparsek::Error> {
         budget: Duration::from_millis(args.budget_ms),
         progress: true,
         save: !args.dry_run,
-        seed: args.seed,
+        seed: args.a.seed,
     };
     for &n in &args.n {
         let problem = if args.linear { TuneProblem::linear(n, out) } else { TuneProblem::new(n).with_output(out) };
