@@ -50,14 +50,19 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     let many = 4 * i.sm_count as usize;
     println!("  columns: N <= 16 on few block rows (the decode limit) | N <= 16 on {many} | N <= 64 | N > 64");
     for bs in [16u32, 32, 64, 128] {
-        let few = gpu.decode_row_limit(bs).max(1);
+        let limit = gpu.decode_row_limit(bs);
+        let few = limit.max(1);
         let serving = |n: usize, rows: usize| match gpu.serving_kernel(bs, types, n, rows) {
             Some((name, hopper)) => format!("{name} ({})", if hopper { "sm_90a" } else { "sm_80" }),
             None => "none".into(),
         };
         println!(
             "  bs {bs:>3}: {:<52} {:<44} {:<44} {}",
-            format!("{} (<= {few})", serving(1, few)),
+            if limit == 0 {
+                format!("{} (no decode)", serving(1, few))
+            } else {
+                format!("{} (<= {limit})", serving(1, few))
+            },
             serving(1, many),
             serving(64, many),
             serving(65, many)
