@@ -271,11 +271,20 @@ fn every_tuner_candidate_matches_oracle() {
     if let Err(e) = runner.run(&strategy, |case| check(&case)) {
         panic!("{test}: {e}");
     }
-    // And one fixed case per block size with blocks, so every family is reached whatever the random draw.
-    for (bs, n, seed) in [(16usize, 40usize, 2u64), (32, 9, 3), (64, 16, 4), (128, 130, 6)] {
+    // And fixed cases: one per block size with blocks, so every family is reached whatever the random draw, and
+    // many block rows (the decode kernels up to the heuristic's limits and beyond, one CTA per 16-row slice).
+    let fixed = [
+        (16usize, 5usize, 40usize, 2u64),
+        (32, 5, 9, 3),
+        (64, 5, 16, 4),
+        (128, 5, 130, 6),
+        (32, 200, 16, 7),
+        (64, 70, 5, 8),
+    ];
+    for (bs, block_rows, n, seed) in fixed {
         let case = Case {
             bs,
-            block_rows: 5,
+            block_rows,
             block_cols: 4,
             n,
             c_pad: 8,
@@ -295,8 +304,9 @@ fn every_tuner_candidate_matches_oracle() {
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "{test}: {} random + 4 fixed cases, {} plan launches checked, families {families:?}",
+        "{test}: {} random + {} fixed cases, {} plan launches checked, families {families:?}",
         cases,
+        fixed.len(),
         launches.get()
     );
 }
