@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use sparsek::gpu::Gpu;
+use sparsek::gpu::{Gpu, RowSplit};
 use sparsek_bench::compare::DEFAULT_THRESHOLD_PCT;
 use sparsek_bench::side::{MIN_ITERS, SideConfig};
 use sparsek_bench::{Case, CusparseChoice, CusparseKind, Results, Source};
@@ -49,6 +49,18 @@ impl From<CusparseArg> for CusparseChoice {
     }
 }
 
+/// Parses `--split`: `auto`, `off` or a positive number of blocks per part.
+pub fn parse_split(s: &str) -> Result<RowSplit, String> {
+    match s {
+        "auto" => Ok(RowSplit::Auto),
+        "off" => Ok(RowSplit::Off),
+        _ => match s.parse::<u32>() {
+            Ok(b) if b > 0 => Ok(RowSplit::Blocks(b)),
+            _ => Err(format!("expected auto, off or a positive number of blocks per part, got {s:?}")),
+        },
+    }
+}
+
 /// The kernels a run may launch (`--module`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModuleChoice {
@@ -71,11 +83,11 @@ impl ModuleChoice {
         self != ModuleChoice::NoDecode
     }
 
-    /// Opens GPU `device` with the kernels this choice allows, or says why there is none (the line starts with
-    /// `what`, the command) and returns `None`.
-    pub fn open(self, device: usize, what: &str) -> Option<Gpu> {
+    /// Opens GPU `device` with the kernels this choice allows and rows split as `split` says, or says why there
+    /// is none (the line starts with `what`, the command) and returns `None`.
+    pub fn open(self, split: RowSplit, device: usize, what: &str) -> Option<Gpu> {
         match Gpu::new(device) {
-            Ok(g) => Some(g.with_hopper(self.hopper()).with_decode(self.decode())),
+            Ok(g) => Some(g.with_hopper(self.hopper()).with_decode(self.decode()).with_row_split(split)),
             Err(e) => {
                 eprintln!("{what}: no usable GPU ({e}); it needs an NVIDIA GPU (sm_80 or newer)");
                 None
@@ -132,6 +144,10 @@ pub struct BenchArgs {
     /// narrow tile at N <= 16 too), for comparisons.
     #[arg(long, value_enum, default_value_t = ModuleChoice::Auto)]
     module: ModuleChoice,
+    /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice:
+    /// parts of about 64 KiB of A), `off` (one CTA per block row) or a number of blocks per part, for comparisons.
+    #[arg(long, value_name = "auto|off|BLOCKS", default_value = "auto", value_parser = parse_split)]
+    split: RowSplit,
     /// Compare with an earlier run's results (e.g. docs/bench/latest.json): run the same cases (or those of
     /// --quick / --case / --matrix, comparing the cases both have), then print per case the old and new
     /// sparsek times and ratios to cuBLAS and the change. Exits non-zero when a case regressed beyond
@@ -195,7 +211,9 @@ fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
         args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
     };
     let cfg = side_config(args, cases, "--reach", REACH_OUT_DIR);
-    let Some(gpu) = args.module.open(args.device, "sparsek bench --reach") else { return Ok(ExitCode::FAILURE) };
+    let Some(gpu) = args.module.open(args.split, args.device, "sparsek bench --reach") else {
+        return Ok(ExitCode::FAILURE);
+    };
     let summary = sparsek_bench::reach::run(&gpu, &cfg)?;
     Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -241,7 +259,9 @@ const DECODE_OUT_DIR: &str = "target/bench-decode";
 fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     let cases = side_cases(args, sparsek_bench::decode::default_cases, sparsek_bench::decode::quick_cases)?;
     let cfg = side_config(args, cases, "--decode", DECODE_OUT_DIR);
-    let Some(gpu) = args.module.open(args.device, "sparsek bench --decode") else { return Ok(ExitCode::FAILURE) };
+    let Some(gpu) = args.module.open(args.split, args.device, "sparsek bench --decode") else {
+        return Ok(ExitCode::FAILURE);
+    };
     let summary = sparsek_bench::decode::run(&gpu, &cfg)?;
     Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -253,7 +273,9 @@ const TUNED_OUT_DIR: &str = "target/bench-tuned";
 fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     let cases = side_cases(args, sparsek_bench::plans::default_cases, sparsek_bench::plans::quick_cases)?;
     let cfg = side_config(args, cases, "--tuned", TUNED_OUT_DIR);
-    let Some(gpu) = args.module.open(args.device, "sparsek bench --tuned") else { return Ok(ExitCode::FAILURE) };
+    let Some(gpu) = args.module.open(args.split, args.device, "sparsek bench --tuned") else {
+        return Ok(ExitCode::FAILURE);
+    };
     // Plans tuned here serve nothing else, and the user's cache must not decide the heuristic's side.
     let gpu = gpu.with_plan_cache(sparsek::tune::PlanCache::memory());
     let summary = sparsek_bench::plans::run(&gpu, &cfg, std::time::Duration::from_millis(args.tune_ms))?;
@@ -325,7 +347,7 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
         cusparse: args.cusparse.into(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
-    let Some(gpu) = args.module.open(args.device, "sparsek bench") else {
+    let Some(gpu) = args.module.open(args.split, args.device, "sparsek bench") else {
         if old.is_some() {
             eprintln!("sparsek bench: to compare two results files without a GPU, add --against NEW.json");
         }

@@ -41,6 +41,16 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     if let Some(w) = gpu.plan_cache_warning() {
         println!("                       warning: {w}");
     }
+    if gpu.has_split_workspace() {
+        println!(
+            "  split rows           narrow kernels at N <= 16: parts of ~{} KiB of A; workspace {} MiB + {} counters",
+            sparsek::gpu::SPLIT_PART_BYTES >> 10,
+            sparsek::gpu::SPLIT_PARTIALS_BYTES >> 20,
+            sparsek::gpu::SPLIT_COUNTERS
+        );
+    } else {
+        println!("  split rows           off: the workspace could not be allocated");
+    }
     println!();
     println!("kernels the built-in heuristic picks for each block size (tuned plans override it for their problems:");
     println!("`sparsek tune --show`; f16 inputs, row-major B, f32 C; the other types follow the same rule):");

@@ -79,6 +79,10 @@ pub struct RunArgs {
     /// library's choice without the decode kernels).
     #[arg(long, value_enum, default_value_t = crate::bench::ModuleChoice::Auto)]
     module: crate::bench::ModuleChoice,
+    /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice),
+    /// `off` (one CTA per block row) or a number of blocks per part.
+    #[arg(long, value_name = "auto|off|BLOCKS", default_value = "auto", value_parser = crate::bench::parse_split)]
+    split: sparsek::gpu::RowSplit,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -179,7 +183,9 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     let gpu = if args.cpu {
         None
     } else {
-        match Gpu::new(args.device).map(|g| g.with_hopper(args.module.hopper()).with_decode(args.module.decode())) {
+        match Gpu::new(args.device)
+            .map(|g| g.with_hopper(args.module.hopper()).with_decode(args.module.decode()).with_row_split(args.split))
+        {
             Ok(g) => {
                 // Device buffers: A, B and C with their leading dimensions rounded up to 16 bytes.
                 let ld = |cols: usize, size: usize| (cols.max(1).div_ceil(16 / size) * (16 / size)) as u128;
@@ -219,7 +225,12 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
                         sparsek::tune::PlanSource::Tuned => "tuned plan",
                         sparsek::tune::PlanSource::Heuristic => "heuristic",
                     };
-                    format!("{} ({}: {})", c.kernel, source, c.plan)
+                    let split = gpu
+                        .split_for(&c.config, (a.nnzb(), a.block_rows(), n), Some(a_d.max_row_blocks()))
+                        .map_or(String::new(), |s| {
+                            format!(", rows split into up to {} parts of ~{} blocks", s.chunks, s.blocks)
+                        });
+                    format!("{} ({}: {}{split})", c.kernel, source, c.plan)
                 });
             (got, times, format!("GPU {name} (sm_{major}{minor}), kernel {kernel}"))
         }

@@ -28,7 +28,9 @@
 //! Parameters and preconditions: `layout::BsrSpmmParams` (checked by the host launcher before every launch).
 
 use crate::epilogue::{Epilogue, F16In, Input, Output, WarpCoord, load_index, store_epilogue};
-use crate::layout::{BsrSpmmParams, CHUNK_HALVES, KernelConfig, ldsm_a_role, ldsm_b_role, ldsm_bt_role, raster};
+use crate::layout::{
+    BsrSpmmParams, CHUNK_HALVES, KernelConfig, ldsm_a_role, ldsm_b_role, ldsm_bt_role, raster, split_parts, split_slot,
+};
 use crate::ptx;
 use crate::tile::{AccTile, FragA, FragB, SmemRing, SmemTile, WarpTile};
 
@@ -200,6 +202,96 @@ fn next_stage<const STAGES: u32>(stage: u32) -> u32 {
     if stage + 1 == STAGES { 0 } else { stage + 1 }
 }
 
+/// A split row's hand-over: where this CTA's partial tile goes and how the row's CTAs count themselves in.
+struct SplitHandOver<'a> {
+    p: &'a BsrSpmmParams,
+    /// The slot of part 0 of this row and N tile; part `i` is `first_slot + i * n_tiles`.
+    first_slot: u64,
+    n_tiles: u32,
+    /// The index of the row's (and N tile's) counter.
+    counter: u64,
+    /// This CTA's part, and the row's parts.
+    part: u32,
+    parts: u32,
+    /// Shared memory for the one flag word (the ring, idle once the main loop is done).
+    smem: u32,
+}
+
+impl SplitHandOver<'_> {
+    /// Stores this CTA's partial tile, counts the CTA in, and returns whether it is the row's last: then `acc`
+    /// holds the sum of every part's tile, added in part order (the same bits whichever CTA finishes last), and
+    /// the counter is zero again. The other CTAs return `false` and must leave without touching C.
+    ///
+    /// A slot holds the CTA's f32 accumulators thread-major per 16 bytes: fragment `j` (of MI x NI) of thread `t`
+    /// at byte `(j * threads + t) * 16`, so each store and load instruction of the CTA covers contiguous memory.
+    ///
+    /// # Safety
+    /// CTA-collective (every thread, CTA-uniform control flow, after the main loop and `cp.async.wait_all`); the
+    /// launch's partials and counters cover this row's slots and counter (host: `layout::split_slots`).
+    #[inline(always)]
+    unsafe fn combine<const MI: usize, const NI: usize>(
+        &self,
+        acc: &mut AccTile<MI, NI>,
+        tid: u32,
+        threads: u32,
+    ) -> bool {
+        let slot_bytes = (threads as usize) * MI * NI * 16;
+        let slot_ptr = |i: u32| {
+            let slot = self.first_slot + i as u64 * self.n_tiles as u64;
+            (self.p.split_partials + slot * slot_bytes as u64) as *mut u32
+        };
+        let lane_offset = |j: usize| (j * threads as usize + tid as usize) * 4; // in u32
+        let mine = slot_ptr(self.part);
+        for (mi, acc_m) in acc.iter().enumerate() {
+            for (ni, v) in acc_m.iter().enumerate() {
+                let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
+                unsafe { ptx::st_global_v4(mine.add(lane_offset(mi * NI + ni)), bits) };
+            }
+        }
+        // Every thread's stores are done; one thread publishes them at GPU scope and counts the CTA in.
+        ptx::bar_sync();
+        if tid == 0 {
+            ptx::fence_acq_rel_gpu();
+            let counter = (self.p.split_counters as *mut u32).wrapping_add(self.counter as usize);
+            let last = unsafe { ptx::atom_global_add_u32(counter, 1) } == self.parts - 1;
+            if last {
+                // Every part has counted in: the next launch finds the counter at zero.
+                unsafe { ptx::st_global_u32(counter, 0) };
+                ptx::fence_acq_rel_gpu();
+            }
+            unsafe { ptx::st_shared_v4(self.smem, [last as u32, 0, 0, 0]) };
+        }
+        ptx::bar_sync();
+        if unsafe { ptx::ld_shared_v4(self.smem) }[0] == 0 {
+            return false;
+        }
+        // The last CTA: the parts' tiles in order (its own from registers, bit-identical to what it stored).
+        let own = *acc;
+        let mut i = 0;
+        while i < self.parts {
+            let slot = slot_ptr(i);
+            for (mi, acc_m) in acc.iter_mut().enumerate() {
+                for (ni, v) in acc_m.iter_mut().enumerate() {
+                    let t = if i == self.part {
+                        own[mi][ni]
+                    } else {
+                        unsafe { ptx::ld_global_cg_v4(slot.add(lane_offset(mi * NI + ni))) }.map(f32::from_bits)
+                    };
+                    if i == 0 {
+                        *v = t;
+                    } else {
+                        for e in 0..4 {
+                            v[e] += t[e];
+                        }
+                    }
+                }
+            }
+            i += 1;
+        }
+        true
+    }
+}
+
 /// The kernel body for one configuration. See the module docs for the algorithm and the preconditions.
 #[inline(always)]
 unsafe fn bsr_spmm<
@@ -213,6 +305,7 @@ unsafe fn bsr_spmm<
     const STAGES: u32,
     const FRAG_DB: bool,
     const B_COL: bool,
+    const SPLIT: bool,
     I: Input,
     O: Output,
 >(
@@ -233,7 +326,9 @@ unsafe fn bsr_spmm<
             "FRAG_DB needs an even number of k-steps and 3+ stages"
         );
     }
-    let BsrSpmmParams { ldb, n, block_rows, group_rows, .. } = *p;
+    let BsrSpmmParams { ldb, n, block_rows, group_rows, split_chunks, split_blocks, .. } = *p;
+    // Split rows (narrow tiles only): `chunks` CTAs per block row and N tile, each taking one part of the row.
+    let chunks = if SPLIT && split_chunks > 1 { split_chunks } else { 1 };
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let row_order = p.row_order as *const u32;
     let threads: u32 = 32 * WARPS_M * WARPS_N;
@@ -246,12 +341,25 @@ unsafe fn bsr_spmm<
 
     // SAFETY (whole body): the host launcher guarantees the preconditions in the module docs; every global
     // address below stays inside A's values, row_ptr, col_idx, row_order, B's K x n window and C's tile.
-    let (row_pos, n_tile) = raster(ptx::block_idx_x(), block_rows, n.div_ceil(BN), group_rows);
+    // A split row's CTAs are adjacent "virtual rows" of the raster: (row position, part) = divmod by `chunks`.
+    let n_tiles = n.div_ceil(BN);
+    let (virtual_row, n_tile) =
+        raster(ptx::block_idx_x(), block_rows * chunks, n_tiles, group_rows.saturating_mul(chunks));
+    let (row_pos, part) = (virtual_row / chunks, virtual_row % chunks);
     let block_row =
         if row_order.is_null() { row_pos } else { unsafe { ptx::ld_global_u32(row_order.add(row_pos as usize)) } };
     let n0 = n_tile * BN;
-    let blk_begin = unsafe { load_index(p.row_ptr, block_row, index_shift) };
-    let blk_end = unsafe { load_index(p.row_ptr, block_row + 1, index_shift) };
+    let row_begin = unsafe { load_index(p.row_ptr, block_row, index_shift) };
+    let row_end = unsafe { load_index(p.row_ptr, block_row + 1, index_shift) };
+    // This CTA's blocks: part `part` of `parts` equal ranges of the row (the whole row without a split). A CTA
+    // past its row's parts has nothing to do (CTA-uniform: before any barrier).
+    let len = row_end - row_begin;
+    let parts = if chunks > 1 { split_parts(len, split_blocks, chunks) } else { 1 };
+    if part >= parts {
+        return;
+    }
+    let part_start = |i: u32| row_begin + (i as u64 * len as u64 / parts as u64) as u32;
+    let (blk_begin, blk_end) = (part_start(part), part_start(part + 1));
     let num_k_tiles = (blk_end - blk_begin) * k_tiles_per_block;
     let g = CtaOperands {
         a_values: p.a_values as *const u16,
@@ -362,6 +470,16 @@ unsafe fn bsr_spmm<
     }
     ptx::cp_async_wait::<0>();
 
+    // SPLIT ROWS: the row's last CTA to finish adds the parts' tiles in part order; the others leave.
+    if parts > 1 {
+        let slot = split_slot(row_begin, block_row, 0, split_blocks, n_tile, n_tiles);
+        let counter = block_row as u64 * n_tiles as u64 + n_tile as u64;
+        let hand_over = SplitHandOver { p, first_slot: slot, n_tiles, counter, part, parts, smem };
+        if !unsafe { hand_over.combine::<MI, NI>(&mut acc, tid, threads) } {
+            return;
+        }
+    }
+
     // EPILOGUE: C = act(alpha * acc + bias) + beta * C (C not read when beta == 0), columns >= n skipped.
     let epi = Epilogue::<O>::from_params(p);
     unsafe { store_epilogue::<MI, NI, O, I>(&epi, &mut acc, block_row * BS, n0, warp) };
@@ -393,6 +511,7 @@ macro_rules! bsr_kernel {
                     { CFG.stages },
                     { CFG.frag_db },
                     $b_col,
+                    { CFG.splits_rows() },
                     $input,
                     $out,
                 >(&params)

@@ -82,6 +82,9 @@ pub enum Pipeline {
     Direct,
 }
 
+/// The widest N tile whose kernels split block rows ([`KernelConfig::splits_rows`]).
+pub const SPLIT_MAX_BN: u32 = 32;
+
 /// Warps in a warpgroup (the unit of `wgmma` and `setmaxnreg`).
 pub const WARPGROUP_WARPS: u32 = 4;
 
@@ -152,15 +155,26 @@ impl KernelConfig {
         }
     }
     /// `bar.sync` / `barrier.sync` instructions the kernel's PTX must hold: the main loop's one (and the second
-    /// of the fragment double-buffered schedule); the sm_90a kernel's one after the mbarriers are initialised.
+    /// of the fragment double-buffered schedule), plus the two of the split rows' hand-over
+    /// ([`KernelConfig::splits_rows`]); the sm_90a kernel's one after the mbarriers are initialised.
     pub const fn expected_barriers(&self) -> u32 {
+        let split = if self.splits_rows() { 2 } else { 0 };
         match self.pipeline {
-            Pipeline::CpAsync if self.frag_db => 2,
-            Pipeline::CpAsync => 1,
+            Pipeline::CpAsync if self.frag_db => 2 + split,
+            Pipeline::CpAsync => 1 + split,
             Pipeline::TmaWgmma => 1,
             // The one barrier between the warps' partial sums and their sum.
             Pipeline::Direct => 1,
         }
+    }
+    /// Whether the kernel can split block rows over several CTAs ([`BsrSpmmParams::split_chunks`]): the
+    /// cp.async template with a narrow N tile (at most [`SPLIT_MAX_BN`] columns), whose partial tiles are small.
+    pub const fn splits_rows(&self) -> bool {
+        matches!(self.pipeline, Pipeline::CpAsync) && self.bn <= SPLIT_MAX_BN
+    }
+    /// Bytes of one partial tile of a split row: the CTA's (bs, bn) f32 accumulators.
+    pub const fn split_slot_bytes(&self) -> u32 {
+        self.bs * self.bn * 4
     }
     /// Checks that the shape is one the kernel template accepts, naming the first broken rule. The kernels
     /// assert it at compile time ([`KernelConfig::assert_valid`]); the host checks it again when it loads a kernel.
@@ -1170,6 +1184,66 @@ pub struct BsrSpmmParams {
     pub c_col_major: u32,
     /// The epilogue's [`Activation`], as its code.
     pub activation: u32,
+    /// Split rows ([`KernelConfig::splits_rows`] kernels only; 1 everywhere else): the most CTAs a block row is
+    /// split into. The grid has `block_rows * split_chunks * n_tiles` CTAs; row `r` of `len` blocks is split into
+    /// [`split_parts`]`(len, split_blocks, split_chunks)` equal ranges of consecutive blocks, one CTA each, and the
+    /// CTAs beyond that exit at once. A row of one part is computed as without a split.
+    pub split_chunks: u32,
+    /// Split rows: the blocks a part should hold (at least 1).
+    pub split_blocks: u32,
+    /// Split rows: the partial tiles, f32, [`split_slot`] by [`KernelConfig::split_slot_bytes`] bytes each, for
+    /// `n_tiles` N tiles; 0 when `split_chunks` is 1.
+    pub split_partials: u64,
+    /// Split rows: one u32 counter per (block row, N tile), `block_rows * n_tiles`, zero before the launch; the
+    /// CTA that finishes a row's tile last adds the parts in order, writes C and sets the counter back to zero.
+    pub split_counters: u64,
+}
+
+/// Split rows: the parts of a block row of `len` blocks, `ceil(len / split_blocks)` clamped to
+/// `1..=split_chunks`.
+#[inline(always)]
+pub const fn split_parts(len: u32, split_blocks: u32, split_chunks: u32) -> u32 {
+    let parts = match len.checked_div(split_blocks) {
+        Some(q) => q + !len.is_multiple_of(split_blocks) as u32,
+        None => 1,
+    };
+    if parts < 1 {
+        1
+    } else if parts > split_chunks {
+        split_chunks
+    } else {
+        parts
+    }
+}
+
+/// Split rows: the partial-tile slot of part `part` of block row `block_row`, whose first block is `row_begin`,
+/// in N tile `n_tile` of `n_tiles`: `(row_begin / split_blocks + block_row + part) * n_tiles + n_tile`. Distinct
+/// for every (row, part, tile), and below [`split_slots`]`(nnzb, block_rows, split_blocks, n_tiles)`: a row of
+/// `len` blocks has at most `ceil(len / split_blocks)` parts, and `floor((b + len) / c) - floor(b / c) + 1 >=
+/// ceil(len / c)`.
+#[inline(always)]
+pub const fn split_slot(
+    row_begin: u32,
+    block_row: u32,
+    part: u32,
+    split_blocks: u32,
+    n_tile: u32,
+    n_tiles: u32,
+) -> u64 {
+    let base = match row_begin.checked_div(split_blocks) {
+        Some(q) => q as u64,
+        None => 0,
+    };
+    (base + block_row as u64 + part as u64) * n_tiles as u64 + n_tile as u64
+}
+
+/// Split rows: the partial-tile slots a launch needs, `(nnzb / split_blocks + block_rows) * n_tiles`.
+pub const fn split_slots(nnzb: u64, block_rows: u64, split_blocks: u64, n_tiles: u64) -> u64 {
+    let per_tile = match nnzb.checked_div(split_blocks) {
+        Some(q) => q,
+        None => 0,
+    };
+    (per_tile + block_rows) * n_tiles
 }
 
 /// A CUDA tensor map (`CUtensorMap`, 128 opaque bytes encoded by `cuTensorMapEncodeTiled`) passed by value in a
@@ -1434,7 +1508,7 @@ mod tests {
 
     #[test]
     fn params_have_no_implicit_padding() {
-        assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 7 * 8 + 10 * 4);
+        assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 9 * 8 + 12 * 4);
         assert_eq!(core::mem::align_of::<BsrSpmmParams>(), 8);
         assert_eq!(core::mem::size_of::<BsrCheckParams>(), 4 * 8 + 4 * 4);
     }

@@ -46,6 +46,14 @@ pub fn gpu(test: &str) -> Option<&'static Gpu> {
     }
 }
 
+/// A GPU of the test's own, configured by `configure` (after [`gpu`]'s settings: the module choice, plans off), for
+/// tests that need other settings than the shared one; `None` (after the skip line) as for [`gpu`].
+pub fn own_gpu(test: &str, configure: impl FnOnce(Gpu) -> Gpu) -> Option<Gpu> {
+    gpu(test)?;
+    let g = Gpu::new(0).unwrap_or_else(|e| panic!("{test}: opening a second Gpu: {e}"));
+    Some(configure(g.with_hopper(hopper_enabled()).with_plan_cache(PlanCache::off())))
+}
+
 /// Number of proptest cases for GPU property tests: `SPARSEK_GPU_CASES` or `default`.
 pub fn gpu_cases(default: u32) -> u32 {
     std::env::var("SPARSEK_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)

@@ -10,6 +10,7 @@ use sparsek_layout::{InType, Layout, Op, OutType, Tile};
 
 use super::driver::{cuda, device_count, driver_version, guard};
 use super::registry::{self, Kernel, KernelReport, Registry};
+use super::split::{RowSplit, SplitWorkspace};
 use crate::error::{Error, Result};
 use crate::tune::{CachedPlan, DeviceKey, KernelFamily, Plan, PlanCache, PlanKey, PlanSource};
 
@@ -78,6 +79,10 @@ pub struct Gpu {
     use_decode: bool,
     info: DeviceInfo,
     plans: Plans,
+    /// How the narrow kernels split long block rows ([`Gpu::with_row_split`]).
+    pub(crate) row_split: RowSplit,
+    /// The split-row workspace, allocated when the GPU opened (`None` if the memory could not be spared).
+    pub(crate) split: Option<SplitWorkspace>,
 }
 
 /// The tuned plans of one [`Gpu`]: where they are kept, and those for this device and build, by key.
@@ -169,7 +174,19 @@ impl Gpu {
         }
         let device = DeviceKey::new(&info.name, info.compute_capability, info.driver_version, &modules);
         let plans = Plans::load(PlanCache::from_env(), device);
-        Ok(Gpu { ctx, stream, product, hopper, use_hopper: true, use_decode: true, info, plans })
+        let split = SplitWorkspace::new(&ctx, &stream);
+        Ok(Gpu {
+            ctx,
+            stream,
+            product,
+            hopper,
+            use_hopper: true,
+            use_decode: true,
+            info,
+            plans,
+            row_split: RowSplit::Auto,
+            split,
+        })
     }
 
     /// Where tuned plans come from and go to (default: [`PlanCache::from_env`], the file under the user's cache

@@ -13,6 +13,8 @@
 //!   with a `// SAFETY:` comment saying which checks make it sound;
 //! - `tune`: [`Gpu::tune`], measuring every kernel family that can serve a product on the caller's matrix and
 //!   remembering the fastest as a plan ([`crate::tune`]);
+//! - `split`: the split-row workspace and choice ([`Gpu::with_row_split`]): long block rows spread over several
+//!   CTAs of the narrow kernels, their partial tiles added in order by the row's last CTA;
 //! - [`timing`]: CUDA-event timing for the CLI, the benchmark and the tuner (not product API).
 
 mod buffers;
@@ -20,6 +22,7 @@ mod context;
 mod driver;
 mod launch;
 mod registry;
+mod split;
 #[doc(hidden)]
 pub mod timing;
 mod tma;
@@ -35,5 +38,6 @@ pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};
 pub use registry::KernelReport;
 pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline};
+pub use split::{RowSplit, SPLIT_COUNTERS, SPLIT_PART_BYTES, SPLIT_PARTIALS_BYTES, SplitChoice, split_choice};
 pub use tune::{Candidate, TuneOptions, TuneProblem, TuneReport};
 pub use views::{BsrArrays, BsrView, DenseView, DenseViewMut, IndexType, VectorView};

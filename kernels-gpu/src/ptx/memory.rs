@@ -175,6 +175,66 @@ pub unsafe fn atom_global_min_u64(ptr: *mut u64, v: u64) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Cross-CTA hand-over of partial sums (the narrow kernel's split rows, kernels-gpu/src/bsr.rs): every thread
+// stores its partial tile, a barrier, then one thread per CTA fences at GPU scope and counts the CTA in with a
+// relaxed atomic add; the CTA that counts last fences again and reads the others' tiles from L2 (`.cg`: the
+// lines may sit stale in this SM's L1). The pattern of CUTLASS's split-K semaphore (PTX ISA §8 memory
+// consistency model: a fence.acq_rel at gpu scope after the CTA barrier makes the CTA's stores visible to any
+// thread that observes the atomic and then fences).
+// ---------------------------------------------------------------------------------------------------------------
+
+/// `fence.acq_rel.gpu`: orders this thread's (and, through a preceding CTA barrier, its CTA's) memory accesses
+/// before and after it at GPU scope (sm_70+).
+#[inline(always)]
+pub fn fence_acq_rel_gpu() {
+    // SAFETY: a fence has no memory-safety preconditions; not `nomem`, so the compiler keeps accesses on their
+    // side of it.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
+}
+
+/// `atom.global.add.u32`: `*ptr += v` atomically (relaxed, GPU scope); returns the old value.
+///
+/// # Safety
+/// `ptr` is a 4-byte aligned global address of a writable u32.
+#[inline(always)]
+pub unsafe fn atom_global_add_u32(ptr: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; atom.global.add.u32 {o}, [g], {v}; }}",
+            p = in(reg64) ptr,
+            v = in(reg32) v,
+            o = out(reg32) old,
+            options(nostack)
+        )
+    };
+    old
+}
+
+/// `ld.global.cg.v4.u32`: 16 bytes from L2, not cached in L1 (data other CTAs wrote during this launch).
+///
+/// # Safety
+/// `ptr` is a 16-byte aligned global address of 16 readable bytes.
+#[inline(always)]
+pub unsafe fn ld_global_cg_v4(ptr: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `ptr` is valid and aligned. Not `pure`: it must stay after the fence.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.cg.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
+            p = in(reg64) ptr,
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            options(readonly, nostack)
+        )
+    };
+    [a, b, c, d]
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Read-only and streaming loads (PTX ISA §9.7.9.8 ld: `.nc`, `.L1::no_allocate`, `.L2::cache_hint`; §9.7.9.17
 // createpolicy). The decode kernels read each weight byte once: those loads skip L1 and are marked evict-first
 // in L2, so they do not push out B, the indices and C, which other CTAs read again.

@@ -43,9 +43,9 @@ pub use cp_async::{cp_async_cg_16, cp_async_commit, cp_async_wait, cp_async_wait
 pub use cvt::{bf16_bits_to_f32, cvt_bf16x2_f32, cvt_f16x2_f32, cvt_f32_f16, div_full, ex2_approx};
 pub use ldmatrix::{ldmatrix_x1, ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4, ldmatrix_x4_trans};
 pub use memory::{
-    atom_global_min_u64, l2_evict_first_policy, ld_global_f32, ld_global_nc_u16, ld_global_nc_v4, ld_global_stream_v4,
-    ld_global_u16, ld_global_u32, ld_global_u64, ld_global_v4, ld_shared_v4, st_global_f32, st_global_u16,
-    st_global_u32, st_global_v2_f32, st_global_v4, st_shared_v4,
+    atom_global_add_u32, atom_global_min_u64, fence_acq_rel_gpu, l2_evict_first_policy, ld_global_cg_v4, ld_global_f32,
+    ld_global_nc_u16, ld_global_nc_v4, ld_global_stream_v4, ld_global_u16, ld_global_u32, ld_global_u64, ld_global_v4,
+    ld_shared_v4, st_global_f32, st_global_u16, st_global_u32, st_global_v2_f32, st_global_v4, st_shared_v4,
 };
 pub use mma::{mma_m16n8k16_f32_bf16, mma_m16n8k16_f32_f16};
 #[cfg(feature = "sm90")]

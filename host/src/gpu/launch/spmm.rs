@@ -14,6 +14,7 @@ use crate::gpu::Gpu;
 use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
+use crate::gpu::split::{RowSplit, SPLIT_COUNTERS, SPLIT_PARTIALS_BYTES, capturing, split_choice};
 use crate::gpu::tma;
 use crate::gpu::views::{BsrView, DenseView, DenseViewMut, IndexType, VectorView, span};
 use crate::tune::Plan;
@@ -164,7 +165,7 @@ impl Gpu {
                 self.check_pointer_of(what, ptr)?;
             }
         }
-        self.launch(stream, kernel, a, b, &c.view, bias, ep, plan.group_rows)
+        self.launch(stream, kernel, a, b, &c.view, bias, ep, plan.group_rows, None)
     }
 
     /// [`Gpu::spmm`] with a kernel of the tuning module ([`Gpu::tuning_variants`]) on the default stream. The
@@ -268,7 +269,7 @@ impl Gpu {
         let av = BsrView::<TA>::trusted((values, row_ptr, col_idx, row_order), a.rows, a.cols, a.bs, a.nnzb);
         let bv = DenseView::<TA>::trusted(b_ptr, b.rows(), b.cols(), b.ld()).stored(b_layout);
         let cv = DenseView::<TC>::trusted(c_ptr, c_rows, c_cols, c_ld).stored(c_layout);
-        self.launch(stream.cu_stream(), kernel, &av, &bv, &cv, None, ep, group_rows)
+        self.launch(stream.cu_stream(), kernel, &av, &bv, &cv, None, ep, group_rows, Some(a.max_row_blocks))
     }
 
     /// Makes this `Gpu`'s context current on the calling thread (the raw launch and the driver queries use it).
@@ -341,6 +342,7 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
         group_rows: Option<u32>,
+        max_row_blocks: Option<usize>,
     ) -> Result<()> {
         let (m, k, n) = (a.rows, a.cols, b.cols);
         if b.rows != k || c.rows != m || c.cols != n {
@@ -374,10 +376,24 @@ impl Gpu {
         let cfg = kernel.config();
         let block_rows = (m / a.bs) as u32;
         let n_tiles = n.div_ceil(cfg.bn as usize);
+        // Split rows (the narrow kernels): long block rows spread over several CTAs, never while the stream is
+        // being captured into a graph (gpu/split.rs).
+        let split =
+            self.split.as_ref().filter(|_| cfg.splits_rows() && self.row_split != RowSplit::Off).and_then(|ws| {
+                let choice = split_choice(
+                    &cfg,
+                    self.row_split,
+                    (a.nnzb, block_rows as usize, n_tiles),
+                    max_row_blocks,
+                    (SPLIT_PARTIALS_BYTES, SPLIT_COUNTERS),
+                )?;
+                (!capturing(stream)).then_some((ws, choice))
+            });
+        let chunks = split.map_or(1, |(_, c)| c.chunks as usize);
         // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
         let ctas = limit(
-            "CTAs (M / bs * slices * N / BN)",
-            block_rows as usize * cfg.slices() as usize * n_tiles,
+            "CTAs (M / bs * slices * split parts * N / BN)",
+            block_rows as usize * cfg.slices() as usize * chunks * n_tiles,
             i32::MAX as usize,
         )?;
         let group_rows = group_rows.unwrap_or_else(|| {
@@ -409,7 +425,17 @@ impl Gpu {
             index64: u32::from(a.index == IndexType::I64),
             c_col_major: u32::from(c.layout == Layout::ColMajor),
             activation: ep.activation as u32,
+            split_chunks: 1,
+            split_blocks: 1,
+            split_partials: 0,
+            split_counters: 0,
         };
+        if let Some((ws, choice)) = split {
+            params.split_chunks = choice.chunks;
+            params.split_blocks = choice.blocks;
+            params.split_partials = ws.partials;
+            params.split_counters = ws.counters;
+        }
         // The sm_90a kernels take tensor maps of A's values and B, then the same parameters. They take any grid
         // (CTA c walks tiles c, c + grid, ...); one CTA per tile, scheduled by the hardware as CTAs finish,
         // measured 4-30% faster than a persistent grid of one wave with that static stride, which leaves SMs idle
@@ -427,32 +453,41 @@ impl Gpu {
             None => (&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>(),
         };
         let mut args = [arg];
-        // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/bsr.rs, decode.rs), or for an sm_90a variant
-        // one HopperSpmmParams (kernels-gpu/src/sm90.rs), and its preconditions hold: A's structure is valid
-        // (Bsr::try_new for uploads; the unsafe view constructors' contract or the device check for views) with
-        // row_ptr of block_rows + 1 entries of the index width, col_idx below K / bs, nnzb * bs^2 values and
-        // row_order 0 or a permutation of the block rows; B spans K x N and C M x N in their layouts, with
-        // leading dimensions covering a row (column), multiples of 16 bytes, and 16-byte aligned starts
-        // (DeviceMatrix / the view constructors), C overlapping no input (checked above); the bias holds M
-        // elements; every pointer is memory of this context (owned: checked by the caller; raw:
-        // cuPointerGetAttribute) and the stream is this context's (owned: checked; raw: cuStreamGetCtx); grid,
-        // block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared memory
-        // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values and
-        // B's K x N span in its layout (a nonempty A: Gpu::kernel picks those kernels only with blocks), so every
-        // TMA box lies in memory the views cover or reads as zero. `args` and the parameters it points to outlive
-        // the call, which copies them.
-        unsafe {
-            cudarc::driver::result::launch_kernel(
-                kernel.func.cu_function(),
-                (ctas, 1, 1),
-                (cfg.threads(), 1, 1),
-                cfg.smem_bytes(),
-                stream,
-                &mut args,
-            )
+        // With split rows, the workspace's partial tiles (split_slots of them, checked by split_choice against its
+        // size) and zeroed counters (block_rows * n_tiles of them, likewise) are this launch's alone: `ordered`
+        // makes it wait for every earlier split launch.
+        let mut launch = || {
+            // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/bsr.rs, decode.rs), or for an sm_90a variant
+            // one HopperSpmmParams (kernels-gpu/src/sm90.rs), and its preconditions hold: A's structure is valid
+            // (Bsr::try_new for uploads; the unsafe view constructors' contract or the device check for views) with
+            // row_ptr of block_rows + 1 entries of the index width, col_idx below K / bs, nnzb * bs^2 values and
+            // row_order 0 or a permutation of the block rows; B spans K x N and C M x N in their layouts, with
+            // leading dimensions covering a row (column), multiples of 16 bytes, and 16-byte aligned starts
+            // (DeviceMatrix / the view constructors), C overlapping no input (checked above); the bias holds M
+            // elements; every pointer is memory of this context (owned: checked by the caller; raw:
+            // cuPointerGetAttribute) and the stream is this context's (owned: checked; raw: cuStreamGetCtx); grid,
+            // block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared memory
+            // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values and
+            // B's K x N span in its layout (a nonempty A: Gpu::kernel picks those kernels only with blocks), so every
+            // TMA box lies in memory the views cover or reads as zero. `args` and the parameters it points to outlive
+            // the call, which copies them. With split rows, the workspace holds the launch's partial tiles and
+            // counters (split_choice) and no other launch uses them meanwhile (SplitWorkspace::ordered).
+            unsafe {
+                cudarc::driver::result::launch_kernel(
+                    kernel.func.cu_function(),
+                    (ctas, 1, 1),
+                    (cfg.threads(), 1, 1),
+                    cfg.smem_bytes(),
+                    stream,
+                    &mut args,
+                )
+            }
+            .map_err(cuda("cuLaunchKernel (sparsek_bsr)"))
+        };
+        match split {
+            Some((ws, _)) => ws.ordered(stream, launch),
+            None => launch(),
         }
-        .map_err(cuda("cuLaunchKernel (sparsek_bsr)"))?;
-        Ok(())
     }
 
     /// [`Error::InvalidArgument`] when C's span overlaps A's values, B or the bias: the kernel reads those while

@@ -1,0 +1,328 @@
+//! Split rows: the narrow kernels ([`KernelConfig::splits_rows`]) can spread one block row over several CTAs,
+//! each multiplying an equal range of the row's blocks; the row's last CTA adds the parts' partial tiles in part
+//! order (the same bits run to run) and writes C. Few, long block rows (a weight of 128 block rows on 132 SMs,
+//! or one row holding most blocks) then fill the GPU instead of leaving it waiting on the longest row.
+//!
+//! The partial tiles and the per-row counters live in a workspace each [`Gpu`] allocates once, when it opens
+//! ([`SPLIT_PARTIALS_BYTES`], [`SPLIT_COUNTERS`]); a launch never allocates. The counters start at zero and each
+//! row's last CTA sets its counter back to zero, so no launch has to clear them. Launches on different streams
+//! would share the workspace: a split launch on another stream than the previous split launch first waits (on
+//! the device, `cuStreamWaitEvent`) for the event recorded after that launch, so split launches never overlap.
+//! A stream being captured into a CUDA graph gets no split (an event recorded outside the capture cannot be
+//! waited on inside it, and a replayed graph would reuse the workspace unordered).
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys::{CUevent_flags, CUevent_wait_flags, CUstream, CUstreamCaptureStatus};
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use sparsek_layout::{KernelConfig, split_slots};
+
+use crate::error::Result;
+use crate::gpu::Gpu;
+use crate::gpu::driver::cuda;
+
+/// Bytes of partial tiles a [`Gpu`] allocates for split rows: enough for 8192 x 8192 at bs 64 and 64 columns
+/// (four N tiles) with parts of 8 blocks (9.4 MB), or 16384 x 16384 at 16 columns (8.4 MB); a launch that needs
+/// more gets longer parts.
+pub const SPLIT_PARTIALS_BYTES: usize = 16 << 20;
+
+/// Counters a [`Gpu`] allocates for split rows: one per (block row, N tile) of a launch.
+pub const SPLIT_COUNTERS: usize = 1 << 16;
+
+/// The bytes of A's values a part should hold when the launcher chooses ([`RowSplit::Auto`]): 128 KiB, 16 blocks
+/// of bs 64 or 4 of bs 128. Measured on an H200 (docs/perf-notes.md, "Step 4"): parts of 128 KiB were the
+/// fastest of 32, 64 and 128 KiB at bs 64 and of 64, 128 and 512 KiB at bs 128 at N = 16, and level with whole
+/// rows at 16384 x 16384, where whole rows already fill the GPU.
+pub const SPLIT_PART_BYTES: usize = 128 << 10;
+
+/// How launches of the narrow kernels split block rows ([`Gpu::with_row_split`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RowSplit {
+    /// Parts of about [`SPLIT_PART_BYTES`] of A's values for launches of one N tile (up to 16 columns), where
+    /// the workspace holds them. With more N tiles the grid already has several CTAs per row and splitting was
+    /// measured slower (8192 x 8192 bs 64 at 64 columns: 23.6 us whole, 30-34 us split).
+    #[default]
+    Auto,
+    /// Never: one CTA per block row and N tile.
+    Off,
+    /// Parts of about this many blocks (at least 1), where the workspace holds them: for measurements.
+    Blocks(u32),
+}
+
+/// A launch's split: the most parts per row (the grid's CTAs per row) and the blocks a part should hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitChoice {
+    /// CTAs per block row and N tile in the grid.
+    pub chunks: u32,
+    /// Blocks a part should hold.
+    pub blocks: u32,
+}
+
+/// The split of a launch of `cfg` over `nnzb` blocks in `block_rows` block rows (the longest holding
+/// `max_row_blocks` when known) and `n_tiles` N tiles, or `None` for one CTA per row: the kernel cannot split,
+/// the setting is off, no row is long enough, or the workspace (`partials_bytes`, `counters`) cannot hold it.
+///
+/// Rows of up to `blocks` blocks stay whole; a longer row gets `ceil(len / blocks)` parts, at most `chunks`. The
+/// grid has `block_rows * chunks * n_tiles` CTAs, those beyond a row's parts exiting at once; `chunks` is sized
+/// from the longest row (when unknown, twice the mean plus a part) and capped at 8x the parts the average row
+/// needs, so a skewed A does not launch mostly idle CTAs.
+pub fn split_choice(
+    cfg: &KernelConfig,
+    setting: RowSplit,
+    (nnzb, block_rows, n_tiles): (usize, usize, usize),
+    max_row_blocks: Option<usize>,
+    (partials_bytes, counters): (usize, usize),
+) -> Option<SplitChoice> {
+    if !cfg.splits_rows() || block_rows == 0 || n_tiles == 0 {
+        return None;
+    }
+    let block_bytes = (cfg.bs * cfg.bs * 2) as usize;
+    let mut blocks = match setting {
+        RowSplit::Off => return None,
+        RowSplit::Blocks(b) => (b as usize).max(1),
+        RowSplit::Auto if n_tiles > 1 => return None,
+        RowSplit::Auto => (SPLIT_PART_BYTES / block_bytes).max(1),
+    };
+    // The workspace: one counter per (row, N tile); partial slots shrink as parts grow.
+    if block_rows.checked_mul(n_tiles)? > counters {
+        return None;
+    }
+    let slot_bytes = cfg.split_slot_bytes() as usize;
+    let fits = |b: usize| {
+        let slots = split_slots(nnzb as u64, block_rows as u64, b as u64, n_tiles as u64);
+        slots.checked_mul(slot_bytes as u64).is_some_and(|bytes| bytes <= partials_bytes as u64)
+    };
+    while !fits(blocks) {
+        if blocks >= nnzb.max(1) {
+            return None;
+        }
+        blocks *= 2;
+    }
+    let mean = nnzb.div_ceil(block_rows);
+    let longest = max_row_blocks.unwrap_or(2 * mean + blocks);
+    let working = nnzb / blocks + block_rows; // CTAs with a part, at most
+    let cap = (8 * working).div_ceil(block_rows);
+    let chunks = longest.div_ceil(blocks).min(cap);
+    if chunks <= 1 || block_rows.checked_mul(chunks)?.checked_mul(n_tiles)? > i32::MAX as usize {
+        return None;
+    }
+    Some(SplitChoice { chunks: u32::try_from(chunks).ok()?, blocks: u32::try_from(blocks).ok()? })
+}
+
+/// The split-row workspace of one [`Gpu`] (see the module docs).
+pub(crate) struct SplitWorkspace {
+    /// Device addresses of the partial tiles and the counters (owned by `_partials` and `_counters`).
+    pub(crate) partials: u64,
+    pub(crate) counters: u64,
+    state: Mutex<Order>,
+    _partials: CudaSlice<u8>,
+    _counters: CudaSlice<u32>,
+}
+
+/// What orders split launches on different streams.
+struct Order {
+    /// Recorded after every split launch.
+    done: CudaEvent,
+    /// The stream of the last split launch, if any.
+    last: Option<usize>,
+}
+
+impl SplitWorkspace {
+    /// Allocates the partial tiles and the zeroed counters on `stream` and waits for the zeroing (so a launch on
+    /// any stream finds zeros). `None` when the GPU cannot spare the memory: launches then keep whole rows.
+    pub(crate) fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Option<SplitWorkspace> {
+        let partials = stream.alloc_zeros::<u8>(SPLIT_PARTIALS_BYTES).ok()?;
+        let counters = stream.alloc_zeros::<u32>(SPLIT_COUNTERS).ok()?;
+        stream.synchronize().ok()?;
+        let done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).ok()?;
+        let (p, c) = {
+            let (p, _g) = partials.device_ptr(stream);
+            let (c, _h) = counters.device_ptr(stream);
+            (p, c)
+        };
+        Some(SplitWorkspace {
+            partials: p,
+            counters: c,
+            state: Mutex::new(Order { done, last: None }),
+            _partials: partials,
+            _counters: counters,
+        })
+    }
+
+    /// Runs `launch` (a split launch on `stream`) ordered after every earlier split launch: a device-side wait
+    /// on the previous launch's event when it was on another stream, and this launch's event recorded after it.
+    /// The lock is held throughout, so launches from several threads are ordered too.
+    pub(crate) fn ordered(&self, stream: CUstream, launch: impl FnOnce() -> Result<()>) -> Result<()> {
+        let mut order = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let key = stream as usize;
+        if order.last.is_some_and(|s| s != key) {
+            // SAFETY: `stream` is a live stream of this context (checked by the caller) and the event is ours.
+            unsafe {
+                cudarc::driver::result::stream::wait_event(
+                    stream,
+                    order.done.cu_event(),
+                    CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            }
+            .map_err(cuda("cuStreamWaitEvent (split-row workspace)"))?;
+        }
+        launch()?;
+        order.last = Some(key);
+        // SAFETY: as above.
+        unsafe { cudarc::driver::result::event::record(order.done.cu_event(), stream) }
+            .map_err(cuda("cuEventRecord (split-row workspace)"))
+    }
+}
+
+impl Drop for SplitWorkspace {
+    fn drop(&mut self) {
+        // The last split launch may still be running on a caller's stream: its memory is freed after it.
+        let order = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if order.last.is_some() {
+            let _ = order.done.synchronize();
+        }
+    }
+}
+
+/// Whether `stream` is being captured into a CUDA graph (a failed query counts as captured: no split).
+pub(crate) fn capturing(stream: CUstream) -> bool {
+    // SAFETY: a query of a live stream of this context (checked by the caller).
+    match unsafe { cudarc::driver::result::stream::is_capturing(stream) } {
+        Ok(status) => status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
+        Err(_) => true,
+    }
+}
+
+impl Gpu {
+    /// How launches of the narrow kernels (N up to [`sparsek_layout::NARROW_MAX_N`]) split long block rows over
+    /// several CTAs (default [`RowSplit::Auto`]). [`RowSplit::Off`] keeps one CTA per block row: for comparisons
+    /// and tests of that path.
+    pub fn with_row_split(mut self, setting: RowSplit) -> Self {
+        self.row_split = setting;
+        self
+    }
+
+    /// The row-split setting ([`Gpu::with_row_split`]).
+    pub fn row_split(&self) -> RowSplit {
+        self.row_split
+    }
+
+    /// Whether this GPU has its split-row workspace (it has unless the memory could not be allocated when it
+    /// opened).
+    pub fn has_split_workspace(&self) -> bool {
+        self.split.is_some()
+    }
+
+    /// The split a launch of `cfg` would get on a stream that is not being captured (`sparsek run` prints it).
+    pub fn split_for(
+        &self,
+        cfg: &KernelConfig,
+        (nnzb, block_rows, n): (usize, usize, usize),
+        max_row_blocks: Option<usize>,
+    ) -> Option<SplitChoice> {
+        self.split.as_ref()?;
+        let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
+        split_choice(
+            cfg,
+            self.row_split,
+            (nnzb, block_rows, n_tiles),
+            max_row_blocks,
+            (SPLIT_PARTIALS_BYTES, SPLIT_COUNTERS),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sparsek_layout::{config_for, narrow_config_for, split_parts, split_slot};
+
+    fn narrow(bs: u32) -> KernelConfig {
+        narrow_config_for(bs).unwrap()
+    }
+
+    const WS: (usize, usize) = (SPLIT_PARTIALS_BYTES, SPLIT_COUNTERS);
+
+    #[test]
+    fn uniform_8192_bs64_splits_into_parts_of_16() {
+        // 128 block rows of ~28 blocks (3584), the longest 40.
+        let c = split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 1), Some(40), WS).unwrap();
+        assert_eq!(c, SplitChoice { chunks: 3, blocks: 16 });
+        // Unknown longest row: twice the mean plus a part.
+        let c = split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 1), None, WS).unwrap();
+        assert_eq!(c, SplitChoice { chunks: 5, blocks: 16 });
+        // bs 128: parts of 4 blocks (128 KiB).
+        let c = split_choice(&narrow(128), RowSplit::Auto, (896, 64, 1), Some(20), WS).unwrap();
+        assert_eq!(c, SplitChoice { chunks: 5, blocks: 4 });
+        // More than one N tile: whole rows unless parts are asked for.
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 2), Some(40), WS), None);
+    }
+
+    #[test]
+    fn no_split_when_off_short_or_wide() {
+        assert_eq!(split_choice(&narrow(64), RowSplit::Off, (3584, 128, 1), Some(40), WS), None);
+        // Every row fits one part.
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (1024, 512, 1), Some(16), WS), None);
+        // The wide tile does not split.
+        let wide = config_for(64).unwrap();
+        assert_eq!(split_choice(&wide, RowSplit::Auto, (3584, 128, 1), Some(40), WS), None);
+        // No rows.
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (0, 0, 1), None, WS), None);
+    }
+
+    #[test]
+    fn skewed_rows_are_capped() {
+        // One row of 3000 blocks, 127 of ~5: the cap keeps the grid within 8x the working CTAs.
+        let c = split_choice(&narrow(64), RowSplit::Blocks(8), (3635, 128, 1), Some(3000), WS).unwrap();
+        let working: usize = 3635 / 8 + 128;
+        assert_eq!(c.chunks as usize, (8 * working).div_ceil(128));
+        assert!(c.chunks < 3000 / 8);
+    }
+
+    #[test]
+    fn parts_grow_until_the_workspace_holds_them() {
+        // 16384 x 16384 bs 64 22% at 64 columns: 14336 blocks, 256 rows, 4 N tiles of 4 KiB slots:
+        // (1792 + 256) * 4 * 4 KiB = 33.5 MB at 8 blocks, 18.9 MB at 16, 11.5 MB at 32.
+        let c = split_choice(&narrow(64), RowSplit::Blocks(8), (14336, 256, 4), Some(80), WS).unwrap();
+        assert_eq!(c.blocks, 32);
+        let slots = split_slots(14336, 256, 32, 4);
+        assert!(slots * narrow(64).split_slot_bytes() as u64 <= SPLIT_PARTIALS_BYTES as u64);
+        // Too many counters: no split.
+        assert_eq!(split_choice(&narrow(16), RowSplit::Auto, (1 << 20, 1 << 17, 1), Some(64), WS), None);
+        // An explicit part size is honoured when it fits.
+        let c = split_choice(&narrow(64), RowSplit::Blocks(3), (3584, 128, 1), Some(40), WS).unwrap();
+        assert_eq!(c, SplitChoice { chunks: 14, blocks: 3 });
+    }
+
+    #[test]
+    fn slots_are_distinct_and_in_bounds() {
+        // Every (row, part, tile) of random row lengths gets its own slot below split_slots.
+        let mut rng = crate::rng::Rng::new(7);
+        for _ in 0..200 {
+            let rows = 1 + rng.below(40) as u32;
+            let blocks = 1 + rng.below(9) as u32;
+            let chunks = 1 + rng.below(12) as u32;
+            let n_tiles = 1 + rng.below(4) as u32;
+            let mut begin = 0u32;
+            let mut seen = std::collections::HashSet::new();
+            let mut lens = Vec::new();
+            for _ in 0..rows {
+                lens.push(rng.below(60) as u32);
+            }
+            let nnzb: u32 = lens.iter().sum();
+            let bound = split_slots(nnzb as u64, rows as u64, blocks as u64, n_tiles as u64);
+            for (r, &len) in lens.iter().enumerate() {
+                let parts = split_parts(len, blocks, chunks);
+                assert!(parts >= 1 && parts <= chunks && (len == 0 || parts <= len.div_ceil(blocks)));
+                for part in 0..parts {
+                    for t in 0..n_tiles {
+                        let s = split_slot(begin, r as u32, part, blocks, t, n_tiles);
+                        assert!(s < bound, "slot {s} of bound {bound}");
+                        assert!(seen.insert(s), "slot {s} twice");
+                    }
+                }
+                begin += len;
+            }
+        }
+    }
+}

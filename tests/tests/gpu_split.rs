@@ -1,0 +1,197 @@
+//! Split rows (`Gpu::with_row_split`, host/src/gpu/split.rs): the narrow kernels spread a long block row over
+//! several CTAs and the row's last CTA adds the parts' partial tiles in part order. Against the f64 oracle with
+//! poisoned outputs, on uniform and skewed rows (one row holding most blocks), every block size, N from 1 to 64
+//! with tails, f32 and f16 C, alpha and beta; exact integer-valued cases bit-equal to the oracle and to whole
+//! rows; the same bits run to run; and split launches from several threads on several streams, which share the
+//! Gpu's workspace, each giving the single-threaded result. Without a GPU every test prints a skip line.
+
+use proptest::prelude::*;
+use sparsek::check::{Expected, RowSample, compare_exact};
+use sparsek::format::{Pattern, generate, generate_int};
+use sparsek::gpu::{Gpu, InType, OutType, OutputElement, RowSplit};
+use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
+use sparsek_tests::{gpu_cases, own_gpu};
+
+/// A Gpu whose few-column launches take the narrow kernels (decode off), rows split as `split` says.
+fn narrow_gpu(test: &str, split: RowSplit) -> Option<Gpu> {
+    own_gpu(test, |g| g.with_decode(false).with_row_split(split))
+}
+
+/// The longest block row of `a`, in blocks.
+fn longest(a: &Bsr<f16>) -> usize {
+    a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0)
+}
+
+/// The split `gpu` gives a product of `a` with `n` columns (None: whole rows).
+fn split_of(gpu: &Gpu, a: &Bsr<f16>, n: usize) -> Option<sparsek::gpu::SplitChoice> {
+    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
+    let choice = gpu.plan_kernel(a.block_size(), types, (a.rows(), a.cols(), n), a.nnzb(), Some(longest(a)))?;
+    gpu.split_for(&choice.config, (a.nnzb(), a.rows() / a.block_size(), n), Some(longest(a)))
+}
+
+/// One product on `gpu` against every row of the oracle, C poisoned (beta = 0) or random; returns C.
+#[allow(clippy::too_many_arguments)]
+fn check_case<TC: OutputElement>(
+    gpu: &Gpu,
+    a: &Bsr<f16>,
+    n: usize,
+    alpha: f32,
+    beta: f32,
+    seed: u64,
+    ctx: &str,
+) -> Result<Matrix<TC>, String> {
+    let (m, k) = (a.rows(), a.cols());
+    let b = Matrix::<f16>::random(k, n, seed ^ 0xb).unwrap();
+    let ld = n.next_multiple_of(16 / std::mem::size_of::<TC>());
+    let c0 = if beta == 0.0 {
+        Matrix::<TC>::filled(m, n, ld, TC::from_f64(f64::NAN)).unwrap()
+    } else {
+        Matrix::<TC>::random(m, n, seed ^ 0xc).unwrap().with_ld(ld, TC::from_f64(f64::NAN)).unwrap()
+    };
+    let ep = Epilogue::new(alpha, beta);
+    let expected = Expected::compute(a, &b, &c0, ep, RowSample::All, |_, _| {}).map_err(|e| e.to_string())?;
+    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(&b).unwrap());
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    gpu.spmm(&a_d, &b_d, &mut c_d, ep).map_err(|e| format!("{ctx}: {e}"))?;
+    let got = c_d.to_host().unwrap();
+    let report = expected.check(&got);
+    if !report.passed() {
+        return Err(format!("{ctx} {} out: {report}", TC::NAME));
+    }
+    Ok(got)
+}
+
+/// Random long-row cases (16-200 block columns, few block rows, uniform or skewed) with parts of 1-9 blocks,
+/// every one split (asserted), against the oracle.
+#[test]
+fn split_rows_match_oracle() {
+    let test = "split_rows_match_oracle";
+    let Some(base) = narrow_gpu(test, RowSplit::Auto) else { return };
+    let gpus: Vec<(u32, Gpu)> =
+        (1..=9).map(|b| (b, narrow_gpu(test, RowSplit::Blocks(b)).unwrap())).chain([(0, base)]).collect();
+    let strategy = (
+        prop::sample::select(vec![16usize, 32, 64, 128]),
+        1usize..=12,
+        16usize..=200,
+        prop_oneof![Just(1usize), Just(9), Just(16), Just(17), Just(64), 1usize..=64],
+        prop::sample::select(vec![Pattern::Uniform, Pattern::Skewed]),
+        0.2f64..=1.0,
+        prop::sample::select(vec![(1.0f32, 0.0f32), (-2.0, 0.5)]),
+        0usize..10,
+        any::<u64>(),
+    );
+    let config = ProptestConfig { cases: gpu_cases(120), failure_persistence: None, ..ProptestConfig::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let result = runner.run(&strategy, |(bs, rows, cols, n, pattern, density, (alpha, beta), g, seed)| {
+        let (blocks, gpu) = &gpus[g];
+        let a: Bsr<f16> = generate(pattern, rows * bs, cols.min(8192 / bs) * bs, bs, density, seed).unwrap();
+        let ctx = format!(
+            "bs{bs} {}x{}x{n} nnzb={} longest={} {pattern} alpha={alpha} beta={beta} parts of {blocks} (0: auto) seed={seed}",
+            a.rows(),
+            a.cols(),
+            a.nnzb(),
+            longest(&a)
+        );
+        let split = split_of(gpu, &a, n);
+        let long_enough = longest(&a) > (if *blocks == 0 { split.map_or(usize::MAX, |s| s.blocks as usize) } else { *blocks as usize });
+        prop_assert!(!long_enough || split.is_some(), "{ctx}: expected a split, got none");
+        check_case::<f32>(gpu, &a, n, alpha, beta, seed, &ctx).map_err(TestCaseError::fail)?;
+        check_case::<f16>(gpu, &a, n, alpha, beta, seed, &ctx).map_err(TestCaseError::fail)?;
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{test}: {e}");
+    }
+}
+
+/// Integer-valued A, B and C (every sum exact in f32): split rows, whole rows and the oracle agree bit for bit,
+/// and repeated split launches give the same bits.
+#[test]
+fn split_rows_are_exact_and_deterministic() {
+    let test = "split_rows_are_exact_and_deterministic";
+    let Some(split) = narrow_gpu(test, RowSplit::Blocks(3)) else { return };
+    let whole = narrow_gpu(test, RowSplit::Off).unwrap();
+    for (bs, rows, cols, n) in
+        [(16usize, 6usize, 300usize, 16usize), (32, 5, 120, 1), (64, 4, 64, 40), (128, 3, 48, 64)]
+    {
+        for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, 1.0), (Pattern::Dense, -1.0)] {
+            let (m, k) = (rows * bs, cols * bs);
+            let seed = (bs * 1000 + n) as u64;
+            let a: Bsr<f16> = generate_int(pattern, m, k, bs, 0.6, seed, 4).unwrap();
+            let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1).unwrap();
+            let c0 = if beta == 0.0 {
+                Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap()
+            } else {
+                Matrix::<f32>::random_int(m, n, 4, seed ^ 2).unwrap().with_ld(n.next_multiple_of(4), f32::NAN).unwrap()
+            };
+            let ep = Epilogue::new(1.0, beta);
+            let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
+            let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} beta={beta} nnzb={}", a.nnzb());
+            assert!(split_of(&split, &a, n).is_some(), "{ctx}: not split");
+            let run = |gpu: &Gpu| {
+                let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+                let mut c_d = gpu.upload_matrix(&c0).unwrap();
+                gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+                c_d.to_host().unwrap()
+            };
+            let got = run(&split);
+            let report = compare_exact(&got, &expected);
+            assert!(report.passed(), "{ctx}: split rows: {report}");
+            let report = compare_exact(&run(&whole), &expected);
+            assert!(report.passed(), "{ctx}: whole rows: {report}");
+            for i in 0..3 {
+                let again = run(&split);
+                let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{ctx}: split launch {i} differs from the first");
+            }
+        }
+    }
+    // Random values: the same bits on every launch (the parts are added in part order, whichever CTA is last).
+    let a: Bsr<f16> = generate(Pattern::Skewed, 512, 8192, 64, 0.4, 3).unwrap();
+    let first = check_case::<f32>(&split, &a, 16, 1.0, 0.0, 4, "skewed random").unwrap();
+    for i in 0..5 {
+        let again = check_case::<f32>(&split, &a, 16, 1.0, 0.0, 4, "skewed random").unwrap();
+        let same = again.as_slice().iter().zip(first.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "skewed random: launch {i} differs from the first (race in the hand-over?)");
+    }
+}
+
+/// Split launches from six threads, half on the default stream and half on streams of their own, all sharing
+/// the Gpu's workspace: each result is bit-identical to the single-threaded one (unordered launches would mix
+/// their partial tiles and counters).
+#[test]
+fn split_launches_on_many_streams_are_ordered() {
+    let test = "split_launches_on_many_streams_are_ordered";
+    let Some(gpu) = narrow_gpu(test, RowSplit::Blocks(2)) else { return };
+    let (m, k, n) = (512, 8192, 16);
+    let a: Bsr<f16> = generate(Pattern::Uniform, m, k, 64, 0.3, 31).unwrap();
+    assert!(split_of(&gpu, &a, n).is_some(), "not split");
+    let b = Matrix::<f16>::random(k, n, 32).unwrap();
+    let c0 = Matrix::<f32>::random(m, n, 33).unwrap();
+    let ep = Epilogue::new(0.5, -1.0);
+    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+    let want = c_d.to_host().unwrap();
+    let report = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap().check(&want);
+    assert!(report.passed(), "single-threaded reference: {report}");
+    let gpu = &gpu;
+    std::thread::scope(|scope| {
+        for t in 0..6 {
+            let (a_d, b_d, c0, want) = (&a_d, &b_d, &c0, &want);
+            scope.spawn(move || {
+                let own = (t % 2 == 1).then(|| gpu.new_stream().unwrap());
+                for i in 0..8 {
+                    let mut c = gpu.upload_matrix(c0).unwrap();
+                    match &own {
+                        Some(stream) => gpu.spmm_on(stream, a_d, b_d, &mut c, ep).unwrap(),
+                        None => gpu.spmm(a_d, b_d, &mut c, ep).unwrap(),
+                    }
+                    let got = c.to_host().unwrap();
+                    let same = got.as_slice().iter().zip(want.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "thread {t} launch {i} (own stream: {}) differs", own.is_some());
+                }
+            });
+        }
+    });
+}
