@@ -38,6 +38,8 @@ pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};
 pub use registry::KernelReport;
 pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline};
-pub use split::{RowSplit, SPLIT_COUNTERS, SPLIT_PART_BYTES, SPLIT_PARTIALS_BYTES, SplitChoice, split_choice};
+pub use split::{
+    RowSplit, SPLIT_COUNTERS, SPLIT_PART_BYTES, SPLIT_PARTIALS_BYTES, SplitChoice, SplitLimits, split_choice,
+};
 pub use tune::{Candidate, TuneOptions, TuneProblem, TuneReport};
 pub use views::{BsrArrays, BsrView, DenseView, DenseViewMut, IndexType, VectorView};

@@ -38,15 +38,33 @@ pub const SPLIT_PART_BYTES: usize = 128 << 10;
 /// How launches of the narrow kernels split block rows ([`Gpu::with_row_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowSplit {
-    /// Parts of about [`SPLIT_PART_BYTES`] of A's values for launches of one N tile (up to 16 columns), where
-    /// the workspace holds them. With more N tiles the grid already has several CTAs per row and splitting was
-    /// measured slower (8192 x 8192 bs 64 at 64 columns: 23.6 us whole, 30-34 us split).
+    /// Parts of about [`SPLIT_PART_BYTES`] of A's values where whole rows would leave the GPU short of CTAs or a
+    /// row dominates ([`split_choice`]), and the workspace holds them.
     #[default]
     Auto,
     /// Never: one CTA per block row and N tile.
     Off,
     /// Parts of about this many blocks (at least 1), where the workspace holds them: for measurements.
     Blocks(u32),
+}
+
+/// What bounds a launch's split: the workspace ([`SPLIT_PARTIALS_BYTES`] of partial tiles, [`SPLIT_COUNTERS`]
+/// counters) and the GPU's SMs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitLimits {
+    /// Bytes of partial tiles.
+    pub partials_bytes: usize,
+    /// Counters.
+    pub counters: usize,
+    /// The GPU's SMs.
+    pub sm_count: usize,
+}
+
+impl SplitLimits {
+    /// The workspace every [`Gpu`] allocates, on a GPU of `sm_count` SMs.
+    pub const fn with_sms(sm_count: usize) -> SplitLimits {
+        SplitLimits { partials_bytes: SPLIT_PARTIALS_BYTES, counters: SPLIT_COUNTERS, sm_count }
+    }
 }
 
 /// A launch's split: the most parts per row (the grid's CTAs per row) and the blocks a part should hold.
@@ -60,7 +78,14 @@ pub struct SplitChoice {
 
 /// The split of a launch of `cfg` over `nnzb` blocks in `block_rows` block rows (the longest holding
 /// `max_row_blocks` when known) and `n_tiles` N tiles, or `None` for one CTA per row: the kernel cannot split,
-/// the setting is off, no row is long enough, or the workspace (`partials_bytes`, `counters`) cannot hold it.
+/// the setting is off, no row is long enough, the workspace cannot hold it, or (with [`RowSplit::Auto`]) whole
+/// rows already fill the GPU.
+///
+/// [`RowSplit::Auto`] splits when one CTA per row and N tile gives at most two CTAs per SM, or when the longest
+/// row holds more than four times the mean (measured on an H200, docs/perf-notes.md "Step 4": 8192 x 8192 at
+/// 1-16 columns (128 or 256 CTAs unsplit) 1.1-1.25x faster, at 32 columns 1.07-1.22x; 16384 x 16384 at 16
+/// columns (256 CTAs) 1.0-1.07x; but 16384 x 16384 at 32 columns (512 CTAs) 9% slower and 8192 x 8192 bs 64 at
+/// 64 columns 27% slower; skewed 8192 x 8192 at 16 columns 2.35x).
 ///
 /// Rows of up to `blocks` blocks stay whole; a longer row gets `ceil(len / blocks)` parts, at most `chunks`. The
 /// grid has `block_rows * chunks * n_tiles` CTAs, those beyond a row's parts exiting at once; `chunks` is sized
@@ -71,18 +96,21 @@ pub fn split_choice(
     setting: RowSplit,
     (nnzb, block_rows, n_tiles): (usize, usize, usize),
     max_row_blocks: Option<usize>,
-    (partials_bytes, counters): (usize, usize),
+    limits: SplitLimits,
 ) -> Option<SplitChoice> {
     if !cfg.splits_rows() || block_rows == 0 || n_tiles == 0 {
         return None;
     }
     let block_bytes = (cfg.bs * cfg.bs * 2) as usize;
+    let mean = nnzb.div_ceil(block_rows);
+    let skewed = max_row_blocks.is_some_and(|l| l > 4 * mean);
     let mut blocks = match setting {
         RowSplit::Off => return None,
         RowSplit::Blocks(b) => (b as usize).max(1),
-        RowSplit::Auto if n_tiles > 1 => return None,
+        RowSplit::Auto if block_rows.saturating_mul(n_tiles) > 2 * limits.sm_count && !skewed => return None,
         RowSplit::Auto => (SPLIT_PART_BYTES / block_bytes).max(1),
     };
+    let SplitLimits { partials_bytes, counters, .. } = limits;
     // The workspace: one counter per (row, N tile); partial slots shrink as parts grow.
     if block_rows.checked_mul(n_tiles)? > counters {
         return None;
@@ -98,7 +126,6 @@ pub fn split_choice(
         }
         blocks *= 2;
     }
-    let mean = nnzb.div_ceil(block_rows);
     let longest = max_row_blocks.unwrap_or(2 * mean + blocks);
     let working = nnzb / blocks + block_rows; // CTAs with a part, at most
     let cap = (8 * working).div_ceil(block_rows);
@@ -227,7 +254,7 @@ impl Gpu {
             self.row_split,
             (nnzb, block_rows, n_tiles),
             max_row_blocks,
-            (SPLIT_PARTIALS_BYTES, SPLIT_COUNTERS),
+            SplitLimits::with_sms(self.info().sm_count as usize),
         )
     }
 }
@@ -241,7 +268,8 @@ mod tests {
         narrow_config_for(bs).unwrap()
     }
 
-    const WS: (usize, usize) = (SPLIT_PARTIALS_BYTES, SPLIT_COUNTERS);
+    /// An H100's or H200's 132 SMs.
+    const WS: SplitLimits = SplitLimits::with_sms(132);
 
     #[test]
     fn uniform_8192_bs64_splits_into_parts_of_16() {
@@ -254,8 +282,13 @@ mod tests {
         // bs 128: parts of 4 blocks (128 KiB).
         let c = split_choice(&narrow(128), RowSplit::Auto, (896, 64, 1), Some(20), WS).unwrap();
         assert_eq!(c, SplitChoice { chunks: 5, blocks: 4 });
-        // More than one N tile: whole rows unless parts are asked for.
-        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 2), Some(40), WS), None);
+        // Two N tiles of 128 rows: 256 CTAs, still at most two per SM.
+        assert!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 2), Some(40), WS).is_some());
+        // Whole rows fill the GPU (512 CTAs): no split, unless parts are asked for.
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (7168, 256, 2), Some(40), WS), None);
+        assert!(split_choice(&narrow(64), RowSplit::Blocks(16), (7168, 256, 2), Some(40), WS).is_some());
+        // ... or a row holds more than four times the mean.
+        assert!(split_choice(&narrow(64), RowSplit::Auto, (7168, 256, 2), Some(200), WS).is_some());
     }
 
     #[test]

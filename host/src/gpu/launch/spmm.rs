@@ -14,7 +14,7 @@ use crate::gpu::Gpu;
 use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
-use crate::gpu::split::{RowSplit, SPLIT_COUNTERS, SPLIT_PARTIALS_BYTES, capturing, split_choice};
+use crate::gpu::split::{RowSplit, SplitLimits, capturing, split_choice};
 use crate::gpu::tma;
 use crate::gpu::views::{BsrView, DenseView, DenseViewMut, IndexType, VectorView, span};
 use crate::tune::Plan;
@@ -385,7 +385,7 @@ impl Gpu {
                     self.row_split,
                     (a.nnzb, block_rows as usize, n_tiles),
                     max_row_blocks,
-                    (SPLIT_PARTIALS_BYTES, SPLIT_COUNTERS),
+                    SplitLimits::with_sms(self.info().sm_count as usize),
                 )?;
                 (!capturing(stream)).then_some((ws, choice))
             });
