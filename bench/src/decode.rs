@@ -23,6 +23,13 @@
 //!   and the kernel, so the event time includes the host's queuing; the empty launch and the contenders are
 //!   measured alike, which is what makes their ratio meaningful.
 //!
+//! Per case, a third item is timed in the same interleaved loop: the **same-size copy**, `cuMemcpyDtoDAsync`
+//! of half the case's bytes moved (so that read + written equals them), over its own rotated buffer pairs. A
+//! launch of a few tens of MB pays a fixed ramp (measured on an H100: a copy moving 30 MB reaches 63% of the
+//! 1 GiB copy's bandwidth, with about 6 µs of fixed cost per copy: docs/perf-notes.md, issue 12 step 4), so the
+//! 1 GiB figure is out of reach for any small transfer; the same-size copy is the floor at the case's size. The
+//! issue's targets stay on the 1 GiB copy; the fraction of the same-size copy is reported beside them.
+//!
 //! Per case:
 //!
 //! - **bytes moved** ([`BytesMoved`]): what any implementation must move once: A's values (`nnzb * bs^2 * 2`),
@@ -265,6 +272,22 @@ pub struct EmptyLaunch {
     pub error: Option<String>,
 }
 
+/// The same-size copy of one case: `cuMemcpyDtoDAsync` of half its bytes moved, timed with the contenders.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SameSizeCopy {
+    /// Bytes per copy (the source's size; the destination is as large): half the case's bytes moved, rounded up
+    /// to 16.
+    pub bytes: u64,
+    /// Buffer pairs rotated through.
+    pub sets: usize,
+    /// Its times.
+    pub time: Option<Times>,
+    /// `2 * bytes / median time` (read + written), in GB/s (1e9 bytes).
+    pub gbps: Option<f64>,
+    /// Why it was not measured.
+    pub error: Option<String>,
+}
+
 /// The references measured once per run, before the cases.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct References {
@@ -378,10 +401,14 @@ pub struct DecodeRecord {
     pub sparsek: ContenderResult,
     /// cuBLAS's result.
     pub cublas: ContenderResult,
+    /// The copy of the same bytes, timed with the contenders.
+    pub same_size_copy: SameSizeCopy,
     /// `bytes.total / sparsek's median`, GB/s.
     pub achieved_gbps: Option<f64>,
     /// `achieved_gbps / copy.gbps`.
     pub copy_fraction: Option<f64>,
+    /// `achieved_gbps / same_size_copy.gbps` (the copy's time over sparsek's, up to the 16-byte rounding).
+    pub same_size_copy_fraction: Option<f64>,
     /// cuBLAS's median / sparsek's.
     pub speedup_vs_cublas: Option<f64>,
     /// sparsek's median / the empty launch's.
@@ -406,8 +433,10 @@ impl DecodeRecord {
             bytes: BytesMoved::default(),
             sparsek: ContenderResult::new(Form::Sparsek),
             cublas: ContenderResult::new(Form::Cublas),
+            same_size_copy: SameSizeCopy::default(),
             achieved_gbps: None,
             copy_fraction: None,
+            same_size_copy_fraction: None,
             speedup_vs_cublas: None,
             launch_ratio: None,
             goals: Vec::new(),
@@ -438,6 +467,9 @@ impl DecodeRecord {
         let sparsek = self.sparsek.trusted_us();
         self.achieved_gbps = ratio(Some(self.bytes.total as f64 / 1e3), sparsek);
         self.copy_fraction = ratio(self.achieved_gbps, refs.copy.gbps);
+        let copy = &mut self.same_size_copy;
+        copy.gbps = ratio(Some(2.0 * copy.bytes as f64 / 1e3), copy.time.as_ref().map(|t| t.median_us));
+        self.same_size_copy_fraction = ratio(self.achieved_gbps, self.same_size_copy.gbps);
         self.speedup_vs_cublas = ratio(self.cublas.trusted_us(), sparsek);
         self.launch_ratio = ratio(sparsek, refs.empty_us());
         self.goals = targets(case)
@@ -676,16 +708,69 @@ fn measure(
     if sets.is_empty() {
         return Ok(());
     }
+    let copy_bytes = rec.bytes.total.div_ceil(2).next_multiple_of(16).max(16);
+    rec.same_size_copy.bytes = copy_bytes;
+    let mut copy = match CopySets::new(gpu, copy_bytes, rotation_depth(2 * copy_bytes, gpu.info().l2_bytes)) {
+        Ok(c) => {
+            rec.same_size_copy.sets = c.pairs.len();
+            Some(c)
+        }
+        Err(e) => {
+            rec.same_size_copy.error = Some(e);
+            None
+        }
+    };
 
     eprintln!("{tag}   timing, interleaved");
     let (forms, mut timed): (Vec<Form>, Vec<&mut dyn Contender>) =
         sets.iter_mut().map(|(f, s)| (*f, s as &mut dyn Contender)).unzip();
+    if let Some(c) = copy.as_mut() {
+        timed.push(c);
+    }
     let (times, clock) = time_interleaved(gpu, &mut timed, cfg.warmup, iters).map_err(|e| format!("timing: {e}"))?;
     rec.sm_clock_mhz = clock;
-    for (form, t) in forms.into_iter().zip(&times) {
-        rec.contender_mut(form).time = Times::from_ms(t);
+    for (form, t) in forms.iter().zip(&times) {
+        rec.contender_mut(*form).time = Times::from_ms(t);
+    }
+    if copy.is_some() {
+        rec.same_size_copy.time = times.get(forms.len()).and_then(|t| Times::from_ms(t));
     }
     Ok(())
+}
+
+/// The same-size copy's rotated (source, destination) pairs; sources hold non-zero bytes.
+struct CopySets {
+    pairs: Vec<(CudaSlice<u8>, CudaSlice<u8>)>,
+}
+
+impl CopySets {
+    /// `depth` pairs of `bytes` each (at least one), or why they could not be allocated.
+    fn new(gpu: &Gpu, bytes: u64, depth: usize) -> std::result::Result<CopySets, String> {
+        let len = usize::try_from(bytes).map_err(|_| format!("{bytes} bytes do not fit this host's usize"))?;
+        let stream = gpu.stream();
+        let mut pairs = Vec::with_capacity(depth.max(1));
+        for _ in 0..depth.max(1) {
+            let alloc = |what: &str| {
+                stream.alloc_zeros::<u8>(len).map_err(|e| format!("allocating the copy's {what} of {bytes} bytes: {e}"))
+            };
+            let (mut src, dst) = (alloc("source")?, alloc("destination")?);
+            poison(gpu, src.as_view_mut())?;
+            pairs.push((src, dst));
+        }
+        Ok(CopySets { pairs })
+    }
+}
+
+impl Contender for CopySets {
+    /// Queues the copy of pair `set` on the GPU's stream.
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+        let (src, dst) = &mut self.pairs[set];
+        gpu.stream().memcpy_dtod(src, dst).map_err(|e| format!("cuMemcpyDtoDAsync: {e}"))
+    }
+
+    fn sets(&self) -> usize {
+        self.pairs.len().max(1)
+    }
 }
 
 /// A and B ([`Case::operands`]) and the oracle on the sampled rows of C.
@@ -869,7 +954,8 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
         "Median of {} launches per contender after {} warm-up, interleaved launch by launch, each on the next of \
          its rotated input sets (together at least 2x L2). sparsek: `Gpu::spmm`, f16 A (BSR) and B row-major, \
          f32 C; cuBLAS: {} (`cublasGemmEx`, dense f16 A, f32 C). MB moved: A's values and u32 indices, B read, \
-         C written (1e6 bytes); GB/s: MB moved / sparsek's time; of copy: that over the copy bandwidth; speedup: \
+         C written (1e6 bytes); GB/s: MB moved / sparsek's time; of copy: that over the copy bandwidth; of \
+         same-size copy: that over the bandwidth of a copy moving the same bytes, timed in the same loop; speedup: \
          cuBLAS time / sparsek time; × empty: sparsek time / the empty launch's. `!` marks a time whose output \
          failed its check; figures come only from checked times.",
         header.iters, header.warmup, header.cublas
@@ -879,14 +965,14 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
     let _ = writeln!(s, "- Empty launch: {}.", empty_text(&references.empty_launch));
     s.push('\n');
     s.push_str(
-        "| M×K | N | bs | density | nnzb | MB moved | sparsek µs | GB/s | of copy | cuBLAS µs | speedup | × empty \
-         | targets | SM MHz | checks |\n",
+        "| M×K | N | bs | density | nnzb | MB moved | sparsek µs | GB/s | of copy | of same-size copy | cuBLAS µs \
+         | speedup | × empty | targets | SM MHz | checks |\n",
     );
-    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
+    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
     for r in records {
         let _ = writeln!(
             s,
-            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.facts.m,
             r.facts.k,
             r.facts.n,
@@ -897,6 +983,7 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
             us_cell(&r.sparsek),
             opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
             opt_cell(r.copy_fraction, |v| Figure::CopyFraction.value_text(v)),
+            opt_cell(r.same_size_copy_fraction, |v| Figure::CopyFraction.value_text(v)),
             us_cell(&r.cublas),
             opt_cell(r.speedup_vs_cublas, |v| Figure::SpeedupVsCublas.value_text(v)),
             opt_cell(r.launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
@@ -910,8 +997,8 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
     s
 }
 
-/// `8192x16x8192 bs64 22% uniform: sparsek 12.34 µs (2650.1 GB/s, 85.2% of copy), cuBLAS 45.60 µs (3.70x),
-/// 5.12x empty launch; copy ≥ 80% met; ...; checks pass`.
+/// `8192x16x8192 bs64 22% uniform: sparsek 12.34 µs (2650.1 GB/s, 85.2% of copy, 97.0% of a same-size copy),
+/// cuBLAS 45.60 µs (3.70x), 5.12x empty launch; copy ≥ 80% met; ...; checks pass`.
 fn progress_line(r: &DecodeRecord) -> String {
     let mut s = format!("{}: ", r.facts.case);
     if let Some(e) = &r.error {
@@ -920,10 +1007,12 @@ fn progress_line(r: &DecodeRecord) -> String {
     }
     let text = |f: Figure| opt_cell(r.figure(f), |v| f.value_text(v));
     s.push_str(&format!(
-        "sparsek {} µs ({} GB/s, {} of copy), cuBLAS {} µs ({}), {} empty launch; targets: {}; checks {}",
+        "sparsek {} µs ({} GB/s, {} of copy, {} of a same-size copy), cuBLAS {} µs ({}), {} empty launch; \
+         targets: {}; checks {}",
         us_cell(&r.sparsek),
         opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
         text(Figure::CopyFraction),
+        opt_cell(r.same_size_copy_fraction, |v| Figure::CopyFraction.value_text(v)),
         us_cell(&r.cublas),
         text(Figure::SpeedupVsCublas),
         text(Figure::LaunchRatio),
@@ -1113,6 +1202,41 @@ mod tests {
         assert_eq!(r.goals, vec![Goal { figure: Figure::LaunchRatio, bound: 2.0, met: None }]);
         let r = record(&small, 72, 4.0, 6.0, true, &refs);
         assert_eq!(r.goals[0].met, Some(true));
+    }
+
+    #[test]
+    fn same_size_copy_figures() {
+        let refs = references(Some(3000.0), Some(2.5));
+        let case = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
+        let mut r = record(&case, 3604, 16.0, 48.0, true, &refs);
+        // Not timed: no figure, and the targets are unaffected.
+        assert_eq!((r.same_size_copy.gbps, r.same_size_copy_fraction), (None, None));
+        let goals = r.goals.clone();
+        // A copy of half the bytes moved, 12 µs: sparsek's 16 µs is 75% of it.
+        let bytes = r.bytes.total.div_ceil(2).next_multiple_of(16);
+        r.same_size_copy = SameSizeCopy { bytes, sets: 4, time: Some(times(12.0)), gbps: None, error: None };
+        r.evaluate(&case, &refs);
+        assert_eq!(r.same_size_copy.gbps, Some(round_sig(2.0 * bytes as f64 / 12.0 / 1e3, 6)));
+        let fraction = r.same_size_copy_fraction.unwrap();
+        assert!((fraction - 0.75).abs() < 1e-5, "{fraction}");
+        assert_eq!(r.goals, goals, "the issue's targets stay on the 1 GiB copy");
+        // A failed sparsek check gives no fraction.
+        let mut bad = record(&case, 3604, 16.0, 48.0, false, &refs);
+        bad.same_size_copy = r.same_size_copy.clone();
+        bad.evaluate(&case, &refs);
+        assert_eq!(bad.same_size_copy_fraction, None);
+        // The column, and the field in the JSON.
+        let header = Header { gpu: "Test GPU".into(), iters: 30, warmup: 5, ..Default::default() };
+        let t = markdown(&header, &refs, std::slice::from_ref(&r));
+        let row = t.lines().find(|l| l.starts_with("| 8192")).unwrap();
+        assert!(
+            row.contains(&format!("| {} | 75.0% |", Figure::CopyFraction.value_text(r.copy_fraction.unwrap()))),
+            "{row}"
+        );
+        assert!(t.contains("| of copy | of same-size copy |"), "{t}");
+        let v: serde_json::Value = serde_json::from_str(&to_json(&header, &refs, &[r], true).unwrap()).unwrap();
+        assert_eq!(v["records"][0]["same_size_copy"]["sets"], 4);
+        assert!((v["records"][0]["same_size_copy_fraction"].as_f64().unwrap() - 0.75).abs() < 1e-5);
     }
 
     #[test]
