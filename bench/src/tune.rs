@@ -20,7 +20,8 @@ pub struct Summary {
 }
 
 /// (m, n, k, density, pattern) per block size: the shapes the product configurations are chosen on, and the
-/// decode shapes (N = 1, 16, 64) the narrow candidates are measured on (issue 12).
+/// decode shapes (N = 1, 16, 64, and 32 and 64 at 16384^2 for bs 64 and 128) the narrow candidates are measured
+/// on (issue 12).
 fn shapes(bs: usize) -> Vec<(usize, usize, usize, f64, Pattern)> {
     let mut v = vec![(8192, 8192, 8192, 0.10, Pattern::Uniform), (8192, 8192, 8192, 0.22, Pattern::Uniform)];
     if bs == 64 {
@@ -28,6 +29,10 @@ fn shapes(bs: usize) -> Vec<(usize, usize, usize, f64, Pattern)> {
         v.push((8192, 8192, 8192, 0.22, Pattern::Skewed));
     }
     v.extend([1, 16, 64].map(|n| (8192, n, 8192, 0.22, Pattern::Uniform)));
+    // 32 and 64 columns beyond L2 (the narrow candidates of 32 and 64 columns, issue 12).
+    if bs >= 64 {
+        v.extend([32, 64].map(|n| (16384, n, 16384, 0.22, Pattern::Uniform)));
+    }
     v
 }
 

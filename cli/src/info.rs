@@ -60,7 +60,7 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     // Few block rows: the most for which the heuristic takes the decode kernels at N <= 16 (Gpu::decode_row_limit,
     // per block size); many: twice as many as the GPU has SMs, beyond every limit.
     let many = 4 * i.sm_count as usize;
-    println!("  columns: N <= 16 on few block rows (the decode limit) | N <= 16 on {many} | N <= 64 | N > 64");
+    println!("  columns: N <= 16 on few block rows (the decode limit) | N <= 16 on {many} | 17 <= N <= 64 | N > 64");
     for bs in [16u32, 32, 64, 128] {
         let limit = gpu.decode_row_limit(bs);
         let few = limit.max(1);

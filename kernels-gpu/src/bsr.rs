@@ -521,7 +521,8 @@ macro_rules! bsr_kernel {
 }
 
 /// The product kernels: one per block size, input type, B order and output type (`layout::Module::Product`),
-/// and for the block sizes with a narrow tile (`layout::NARROW_CONFIGS`) a second one, `_n16`, for few columns.
+/// for the block sizes with a narrow tile (`layout::NARROW_CONFIGS`) a second one, `_n16`, for few columns, and
+/// for those with a mid tile (`layout::MID_CONFIGS`) a third, `_n32`, for 17 to 64 columns.
 #[cfg(not(feature = "tune-kernels"))]
 mod product {
     use super::*;
@@ -550,7 +551,9 @@ mod product {
             sparsek_bsr_bs16_f16_brow_f32_n16,
             sparsek_bsr_bs32_f16_brow_f32_n16,
             sparsek_bsr_bs64_f16_brow_f32_n16,
-            sparsek_bsr_bs128_f16_brow_f32_n16
+            sparsek_bsr_bs128_f16_brow_f32_n16,
+            sparsek_bsr_bs64_f16_brow_f32_n32,
+            sparsek_bsr_bs128_f16_brow_f32_n32
         ]
     );
     product_kernels!(
@@ -568,7 +571,9 @@ mod product {
             sparsek_bsr_bs16_f16_brow_f16_n16,
             sparsek_bsr_bs32_f16_brow_f16_n16,
             sparsek_bsr_bs64_f16_brow_f16_n16,
-            sparsek_bsr_bs128_f16_brow_f16_n16
+            sparsek_bsr_bs128_f16_brow_f16_n16,
+            sparsek_bsr_bs64_f16_brow_f16_n32,
+            sparsek_bsr_bs128_f16_brow_f16_n32
         ]
     );
     product_kernels!(
@@ -586,7 +591,9 @@ mod product {
             sparsek_bsr_bs16_f16_bcol_f32_n16,
             sparsek_bsr_bs32_f16_bcol_f32_n16,
             sparsek_bsr_bs64_f16_bcol_f32_n16,
-            sparsek_bsr_bs128_f16_bcol_f32_n16
+            sparsek_bsr_bs128_f16_bcol_f32_n16,
+            sparsek_bsr_bs64_f16_bcol_f32_n32,
+            sparsek_bsr_bs128_f16_bcol_f32_n32
         ]
     );
     product_kernels!(
@@ -604,7 +611,9 @@ mod product {
             sparsek_bsr_bs16_f16_bcol_f16_n16,
             sparsek_bsr_bs32_f16_bcol_f16_n16,
             sparsek_bsr_bs64_f16_bcol_f16_n16,
-            sparsek_bsr_bs128_f16_bcol_f16_n16
+            sparsek_bsr_bs128_f16_bcol_f16_n16,
+            sparsek_bsr_bs64_f16_bcol_f16_n32,
+            sparsek_bsr_bs128_f16_bcol_f16_n32
         ]
     );
     product_kernels!(
@@ -622,7 +631,9 @@ mod product {
             sparsek_bsr_bs16_bf16_brow_f32_n16,
             sparsek_bsr_bs32_bf16_brow_f32_n16,
             sparsek_bsr_bs64_bf16_brow_f32_n16,
-            sparsek_bsr_bs128_bf16_brow_f32_n16
+            sparsek_bsr_bs128_bf16_brow_f32_n16,
+            sparsek_bsr_bs64_bf16_brow_f32_n32,
+            sparsek_bsr_bs128_bf16_brow_f32_n32
         ]
     );
     product_kernels!(
@@ -640,7 +651,9 @@ mod product {
             sparsek_bsr_bs16_bf16_brow_bf16_n16,
             sparsek_bsr_bs32_bf16_brow_bf16_n16,
             sparsek_bsr_bs64_bf16_brow_bf16_n16,
-            sparsek_bsr_bs128_bf16_brow_bf16_n16
+            sparsek_bsr_bs128_bf16_brow_bf16_n16,
+            sparsek_bsr_bs64_bf16_brow_bf16_n32,
+            sparsek_bsr_bs128_bf16_brow_bf16_n32
         ]
     );
     product_kernels!(
@@ -658,7 +671,9 @@ mod product {
             sparsek_bsr_bs16_bf16_bcol_f32_n16,
             sparsek_bsr_bs32_bf16_bcol_f32_n16,
             sparsek_bsr_bs64_bf16_bcol_f32_n16,
-            sparsek_bsr_bs128_bf16_bcol_f32_n16
+            sparsek_bsr_bs128_bf16_bcol_f32_n16,
+            sparsek_bsr_bs64_bf16_bcol_f32_n32,
+            sparsek_bsr_bs128_bf16_bcol_f32_n32
         ]
     );
     product_kernels!(
@@ -676,7 +691,9 @@ mod product {
             sparsek_bsr_bs16_bf16_bcol_bf16_n16,
             sparsek_bsr_bs32_bf16_bcol_bf16_n16,
             sparsek_bsr_bs64_bf16_bcol_bf16_n16,
-            sparsek_bsr_bs128_bf16_bcol_bf16_n16
+            sparsek_bsr_bs128_bf16_bcol_bf16_n16,
+            sparsek_bsr_bs64_bf16_bcol_bf16_n32,
+            sparsek_bsr_bs128_bf16_bcol_bf16_n32
         ]
     );
 }
@@ -730,5 +747,9 @@ mod tune {
         sparsek_tune_21,
         sparsek_tune_22,
         sparsek_tune_23,
+        sparsek_tune_24,
+        sparsek_tune_25,
+        sparsek_tune_26,
+        sparsek_tune_27,
     );
 }

@@ -342,7 +342,7 @@ pub const CONFIGS: [KernelConfig; 4] = [
 /// Candidate configurations compiled into the tuning module ([`Module::Tuning`], entry points
 /// `sparsek_tune_<index>`, f32 output) and measured by `sparsek tune`. The winners become [`CONFIGS`];
 /// docs/perf-notes.md records the measurements.
-pub const TUNE_CONFIGS: [KernelConfig; 24] = [
+pub const TUNE_CONFIGS: [KernelConfig; 28] = [
     // bs 16 (BK = 16: one k-step per tile, so no fragment double-buffering)
     KernelConfig {
         bs: 16,
@@ -593,6 +593,48 @@ pub const TUNE_CONFIGS: [KernelConfig; 24] = [
         frag_db: true,
         pipeline: Pipeline::CpAsync,
     },
+    // 32 to 64 columns (issue 12, N = 32 and 64): an N tile of 32 or 64, so A is multiplied once per 32 or 64
+    // columns instead of once per 16 (entries 24-27).
+    KernelConfig {
+        bs: 64,
+        bn: 64,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 64,
+        bn: 32,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 64,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 3,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 32,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
 ];
 
 /// Narrow-tile configurations of the product (issue 12), for the launches with few columns (decode): the
@@ -640,6 +682,37 @@ pub const NARROW_CONFIGS: [KernelConfig; 4] = [
         pipeline: Pipeline::CpAsync,
     },
 ];
+
+/// Mid-tile configurations (issue 12): an N tile of 32 for launches of [`MID_MIN_N`] to [`NARROW_MAX_N`] columns
+/// at bs 64 and 128, where the narrow tile's 16 columns multiply each block of A once per 16 columns. The fastest
+/// at N = 32 of the candidates of 16, 32 and 64 columns ([`TUNE_CONFIGS`] entries 15-19 and 24-27) on an H200,
+/// 16384 x 16384 bs 64 22%: 39.9 µs against 49.1 for the narrow tile (entry 25); bs 128 41.3 against 49.5 (entry
+/// 27); at N = 64 1.27-1.46x faster than the narrow tile (docs/perf-notes.md "Step 5").
+pub const MID_CONFIGS: [KernelConfig; 2] = [
+    KernelConfig {
+        bs: 64,
+        bn: 32,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 32,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+];
+
+/// The fewest columns a [`Tile::Mid`] kernel is chosen for (below, the narrow tile's 16 columns suffice).
+pub const MID_MIN_N: usize = 17;
 
 /// Configurations of the sm_90a kernels ([`Pipeline::TmaWgmma`], [`Module::Hopper`]), one per block size they
 /// serve (64 and 128; the small blocks keep the sm_80 kernels): a 256-column N tile, BK 64, two consumer
@@ -734,6 +807,9 @@ pub enum Tile {
     /// The decode kernels of [`DECODE_CONFIGS`]: N up to [`DECODE_MAX_N`], taken before the narrow tile where the
     /// block size has one.
     Decode,
+    /// The mid tile of [`MID_CONFIGS`] (BN 32): [`MID_MIN_N`] to [`NARROW_MAX_N`] columns, where the block size has
+    /// one.
+    Mid,
 }
 
 impl Tile {
@@ -754,6 +830,11 @@ pub const fn config_for(bs: u32) -> Option<KernelConfig> {
 /// The narrow-tile product configuration for block size `bs`, if it has one.
 pub const fn narrow_config_for(bs: u32) -> Option<KernelConfig> {
     find_config(&NARROW_CONFIGS, bs)
+}
+
+/// The [`MID_CONFIGS`] entry for `bs`, if it has one.
+pub const fn mid_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&MID_CONFIGS, bs)
 }
 
 const fn find_config(configs: &[KernelConfig], bs: u32) -> Option<KernelConfig> {
@@ -956,6 +1037,12 @@ const fn narrow(name: &'static str, input: InType, b_layout: Layout, out: OutTyp
         None => panic!("no narrow product configuration for this block size"),
     }
 }
+const fn mid(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match mid_config_for(bs) {
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Mid)),
+        None => panic!("no mid product configuration for this block size"),
+    }
+}
 const fn decode(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
     match decode_config_for(bs) {
         Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Decode)),
@@ -972,9 +1059,9 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// this table (and fail to build if a name differs); the host loads and launches them from it. Product entry
 /// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
 /// output type (f32, or the input's own 16-bit type); the narrow-tile kernels (block sizes with a
-/// [`NARROW_CONFIGS`] entry) add the suffix `_n16`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels are named `sparsek_sm90_bs<bs>_...` the
-/// same way.
-pub const VARIANTS: [Variant; 128] = [
+/// [`NARROW_CONFIGS`] entry) add the suffix `_n16`, the mid-tile kernels ([`MID_CONFIGS`]) `_n32`, the decode
+/// kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels are named `sparsek_sm90_bs<bs>_...` the same way.
+pub const VARIANTS: [Variant; 148] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -1039,6 +1126,22 @@ pub const VARIANTS: [Variant; 128] = [
     narrow("sparsek_bsr_bs32_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
     narrow("sparsek_bsr_bs64_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     narrow("sparsek_bsr_bs128_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    mid("sparsek_bsr_bs64_f16_brow_f32_n32", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    mid("sparsek_bsr_bs128_f16_brow_f32_n32", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    mid("sparsek_bsr_bs64_f16_brow_f16_n32", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    mid("sparsek_bsr_bs128_f16_brow_f16_n32", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    mid("sparsek_bsr_bs64_f16_bcol_f32_n32", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    mid("sparsek_bsr_bs128_f16_bcol_f32_n32", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    mid("sparsek_bsr_bs64_f16_bcol_f16_n32", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    mid("sparsek_bsr_bs128_f16_bcol_f16_n32", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    mid("sparsek_bsr_bs64_bf16_brow_f32_n32", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    mid("sparsek_bsr_bs128_bf16_brow_f32_n32", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    mid("sparsek_bsr_bs64_bf16_brow_bf16_n32", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    mid("sparsek_bsr_bs128_bf16_brow_bf16_n32", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    mid("sparsek_bsr_bs64_bf16_bcol_f32_n32", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    mid("sparsek_bsr_bs128_bf16_bcol_f32_n32", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    mid("sparsek_bsr_bs64_bf16_bcol_bf16_n32", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    mid("sparsek_bsr_bs128_bf16_bcol_bf16_n32", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
     tuning("sparsek_tune_0", 0),
     tuning("sparsek_tune_1", 1),
     tuning("sparsek_tune_2", 2),
@@ -1063,6 +1166,10 @@ pub const VARIANTS: [Variant; 128] = [
     tuning("sparsek_tune_21", 21),
     tuning("sparsek_tune_22", 22),
     tuning("sparsek_tune_23", 23),
+    tuning("sparsek_tune_24", 24),
+    tuning("sparsek_tune_25", 25),
+    tuning("sparsek_tune_26", 26),
+    tuning("sparsek_tune_27", 27),
     decode("sparsek_bsr_bs32_f16_brow_f32_dec", InType::F16, Layout::RowMajor, OutType::F32, 32),
     decode("sparsek_bsr_bs64_f16_brow_f32_dec", InType::F16, Layout::RowMajor, OutType::F32, 64),
     decode("sparsek_bsr_bs128_f16_brow_f32_dec", InType::F16, Layout::RowMajor, OutType::F32, 128),
@@ -1474,12 +1581,16 @@ mod tests {
             assert_eq!(variant(v.name), *v);
         }
         let products = VARIANTS.iter().filter(|v| v.module == Module::Product);
-        assert_eq!(products.count(), 8 * (BLOCK_SIZES.len() + NARROW_CONFIGS.len() + DECODE_CONFIGS.len()));
+        assert_eq!(
+            products.count(),
+            8 * (BLOCK_SIZES.len() + NARROW_CONFIGS.len() + MID_CONFIGS.len() + DECODE_CONFIGS.len())
+        );
         for v in VARIANTS.iter().filter(|v| v.module == Module::Product) {
             // Each product kernel runs its tile's configuration for its block size.
             let config = match v.tile {
                 Tile::Wide => config_for(v.bs),
                 Tile::Narrow => narrow_config_for(v.bs),
+                Tile::Mid => mid_config_for(v.bs),
                 Tile::Decode => decode_config_for(v.bs),
             };
             assert_eq!(Some(v.config), config, "{} runs another configuration than its tile's", v.name);
@@ -1491,6 +1602,7 @@ mod tests {
             let suffix = match v.tile {
                 Tile::Wide => "",
                 Tile::Narrow => "_n16",
+                Tile::Mid => "_n32",
                 Tile::Decode => "_dec",
             };
             let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name(), suffix];

@@ -310,6 +310,7 @@ impl Gpu {
         match family {
             KernelFamily::Decode => self.product.find(op, bs, types, Tile::Decode).filter(|_| self.use_decode),
             KernelFamily::Narrow => self.product.find(op, bs, types, Tile::Narrow),
+            KernelFamily::Mid => self.product.find(op, bs, types, Tile::Mid),
             KernelFamily::Wide => self.product.find(op, bs, types, Tile::Wide),
             KernelFamily::Hopper => {
                 let fits = (nnzb as u64).saturating_mul(u64::from(bs)) <= u64::from(u32::MAX);
@@ -319,8 +320,9 @@ impl Gpu {
     }
 
     /// The built-in heuristic: the decode kernels where [`Gpu::decode_serves`] says so; else the sm_90a ones
-    /// above [`sparsek_layout::NARROW_MAX_N`] columns where [`Gpu::family_kernel`] has them; else the narrow tile
-    /// up to `NARROW_MAX_N` columns where the block size has one; else the wide tile. Rasterization groups: the
+    /// above [`sparsek_layout::NARROW_MAX_N`] columns where [`Gpu::family_kernel`] has them; else the mid tile
+    /// from [`sparsek_layout::MID_MIN_N`] to `NARROW_MAX_N` columns and the narrow tile up to `NARROW_MAX_N`, where
+    /// the block size has one; else the wide tile. Rasterization groups: the
     /// launcher's.
     pub(crate) fn heuristic_plan(
         &self,
@@ -335,6 +337,7 @@ impl Gpu {
         let order = [
             (KernelFamily::Decode, self.decode_serves(bs, n, block_rows)),
             (KernelFamily::Hopper, !narrow),
+            (KernelFamily::Mid, narrow && n >= sparsek_layout::MID_MIN_N),
             (KernelFamily::Narrow, narrow),
             (KernelFamily::Wide, true),
         ];
@@ -402,7 +405,7 @@ impl Gpu {
             .into_iter()
             .filter(|f| match f {
                 KernelFamily::Decode => n <= 64,
-                KernelFamily::Narrow => n <= 512,
+                KernelFamily::Narrow | KernelFamily::Mid => n <= 512,
                 KernelFamily::Wide | KernelFamily::Hopper => true,
             })
             .filter_map(|f| self.family_kernel(f, Op::BsrSpmm, bs, types, nnzb).map(|k| (f, k)))

@@ -27,6 +27,9 @@ pub enum KernelFamily {
     Decode,
     /// The portable module's narrow N tile (BN 16, cp.async pipeline). Made for N up to 64; any N works.
     Narrow,
+    /// The portable module's mid N tile (BN 32, cp.async pipeline; bs 64 and 128). Made for 17 to 64 columns;
+    /// any N works.
+    Mid,
     /// The portable module's wide N tile (cp.async pipeline, BN 64 or 128).
     Wide,
     /// The sm_90a module's TMA + wgmma kernels (bs 64 and 128 on H100 / H200, at least one block).
@@ -35,14 +38,15 @@ pub enum KernelFamily {
 
 impl KernelFamily {
     /// Every family, in the order the tuner measures them.
-    pub const ALL: [KernelFamily; 4] =
-        [KernelFamily::Decode, KernelFamily::Narrow, KernelFamily::Wide, KernelFamily::Hopper];
+    pub const ALL: [KernelFamily; 5] =
+        [KernelFamily::Decode, KernelFamily::Narrow, KernelFamily::Mid, KernelFamily::Wide, KernelFamily::Hopper];
 
-    /// "decode", "narrow", "wide" or "sm90a" (the cache file's spelling).
+    /// "decode", "narrow", "mid", "wide" or "sm90a" (the cache file's spelling).
     pub const fn name(self) -> &'static str {
         match self {
             KernelFamily::Decode => "decode",
             KernelFamily::Narrow => "narrow",
+            KernelFamily::Mid => "mid",
             KernelFamily::Wide => "wide",
             KernelFamily::Hopper => "sm90a",
         }
