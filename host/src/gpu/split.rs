@@ -81,11 +81,12 @@ pub struct SplitChoice {
 /// the setting is off, no row is long enough, the workspace cannot hold it, or (with [`RowSplit::Auto`]) whole
 /// rows already fill the GPU.
 ///
-/// [`RowSplit::Auto`] splits when one CTA per row and N tile gives at most two CTAs per SM, or when the longest
-/// row holds more than four times the mean (measured on an H200, docs/perf-notes.md "Step 4": 8192 x 8192 at
-/// 1-16 columns (128 or 256 CTAs unsplit) 1.1-1.25x faster, at 32 columns 1.07-1.22x; 16384 x 16384 at 16
-/// columns (256 CTAs) 1.0-1.07x; but 16384 x 16384 at 32 columns (512 CTAs) 9% slower and 8192 x 8192 bs 64 at
-/// 64 columns 27% slower; skewed 8192 x 8192 at 16 columns 2.35x).
+/// [`RowSplit::Auto`] splits launches of one N tile, when one CTA per row gives at most two CTAs per SM or the
+/// longest row holds more than four times the mean. Measured on an H200 (docs/perf-notes.md "Step 4" and "Step
+/// 5"): with one N tile, 8192 x 8192 at 1-16 columns (128 CTAs unsplit) 1.1-1.25x faster, at 32 columns on the mid
+/// tile 1.2-1.27x, 16384 x 16384 at 16 columns (256 CTAs) 1.0-1.07x, skewed 8192 x 8192 at 16 columns 2.35x; with
+/// two or more N tiles mixed to worse (the narrow tile at 32 columns 0.91-1.22x, the mid tile at 48 and 64
+/// columns 0.86-0.93x, the narrow tile at 64 columns 0.79-1.08x).
 ///
 /// Rows of up to `blocks` blocks stay whole; a longer row gets `ceil(len / blocks)` parts, at most `chunks`. The
 /// grid has `block_rows * chunks * n_tiles` CTAs, those beyond a row's parts exiting at once; `chunks` is sized
@@ -107,7 +108,7 @@ pub fn split_choice(
     let mut blocks = match setting {
         RowSplit::Off => return None,
         RowSplit::Blocks(b) => (b as usize).max(1),
-        RowSplit::Auto if block_rows.saturating_mul(n_tiles) > 2 * limits.sm_count && !skewed => return None,
+        RowSplit::Auto if n_tiles > 1 || (block_rows > 2 * limits.sm_count && !skewed) => return None,
         RowSplit::Auto => (SPLIT_PART_BYTES / block_bytes).max(1),
     };
     let SplitLimits { partials_bytes, counters, .. } = limits;
@@ -282,13 +283,14 @@ mod tests {
         // bs 128: parts of 4 blocks (128 KiB).
         let c = split_choice(&narrow(128), RowSplit::Auto, (896, 64, 1), Some(20), WS).unwrap();
         assert_eq!(c, SplitChoice { chunks: 5, blocks: 4 });
-        // Two N tiles of 128 rows: 256 CTAs, still at most two per SM.
-        assert!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 2), Some(40), WS).is_some());
-        // Whole rows fill the GPU (512 CTAs): no split, unless parts are asked for.
-        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (7168, 256, 2), Some(40), WS), None);
-        assert!(split_choice(&narrow(64), RowSplit::Blocks(16), (7168, 256, 2), Some(40), WS).is_some());
-        // ... or a row holds more than four times the mean.
-        assert!(split_choice(&narrow(64), RowSplit::Auto, (7168, 256, 2), Some(200), WS).is_some());
+        // Two N tiles: whole rows, unless parts are asked for.
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 2), Some(40), WS), None);
+        assert!(split_choice(&narrow(64), RowSplit::Blocks(16), (3584, 128, 2), Some(40), WS).is_some());
+        // 256 rows: at most two CTAs per SM, split; 512 fill the GPU, whole rows ...
+        assert!(split_choice(&narrow(64), RowSplit::Auto, (14336, 256, 1), Some(80), WS).is_some());
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (28672, 512, 1), Some(80), WS), None);
+        // ... unless a row holds more than four times the mean.
+        assert!(split_choice(&narrow(64), RowSplit::Auto, (28672, 512, 1), Some(400), WS).is_some());
     }
 
     #[test]
