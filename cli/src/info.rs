@@ -43,8 +43,8 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     }
     if gpu.has_split_workspace() {
         println!(
-            "  split rows           narrow kernels (N <= 64) when whole rows give at most {} CTAs or one row holds \
-             over 4x the mean: parts of ~{} KiB of A; workspace {} MiB + {} counters",
+            "  split rows           launches of one N tile (narrow/mid kernels) on at most {} block rows or with one \
+             row over 4x the mean: parts of ~{} KiB of A; workspace {} MiB + {} counters",
             2 * gpu.info().sm_count,
             sparsek::gpu::SPLIT_PART_BYTES >> 10,
             sparsek::gpu::SPLIT_PARTIALS_BYTES >> 20,
