@@ -45,7 +45,7 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
         println!(
             "  split rows           launches of one N tile (narrow/mid kernels) on at most {} block rows or with one \
              row over 4x the mean: parts of ~{} KiB of A; workspace {} MiB + {} counters",
-            2 * gpu.info().sm_count,
+            gpu.info().sm_count,
             sparsek::gpu::SPLIT_PART_BYTES >> 10,
             sparsek::gpu::SPLIT_PARTIALS_BYTES >> 20,
             sparsek::gpu::SPLIT_COUNTERS

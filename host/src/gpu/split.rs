@@ -81,12 +81,13 @@ pub struct SplitChoice {
 /// the setting is off, no row is long enough, the workspace cannot hold it, or (with [`RowSplit::Auto`]) whole
 /// rows already fill the GPU.
 ///
-/// [`RowSplit::Auto`] splits launches of one N tile, when one CTA per row gives at most two CTAs per SM or the
-/// longest row holds more than four times the mean. Measured on an H200 (docs/perf-notes.md "Step 4" and "Step
-/// 5"): with one N tile, 8192 x 8192 at 1-16 columns (128 CTAs unsplit) 1.1-1.25x faster, at 32 columns on the mid
-/// tile 1.2-1.27x, 16384 x 16384 at 16 columns (256 CTAs) 1.0-1.07x, skewed 8192 x 8192 at 16 columns 2.35x; with
-/// two or more N tiles mixed to worse (the narrow tile at 32 columns 0.91-1.22x, the mid tile at 48 and 64
-/// columns 0.86-0.93x, the narrow tile at 64 columns 0.79-1.08x).
+/// [`RowSplit::Auto`] splits launches of one N tile, when one CTA per row gives at most one CTA per SM or the
+/// longest row holds more than four times the mean. Measured (docs/perf-notes.md "Step 4" and "Step 5"): with one
+/// N tile, 8192 x 8192 at 1-16 columns (64 or 128 block rows) 1.1-1.25x faster on an H200 and 1.09-1.15x on an
+/// H100, at 32 columns on the mid tile 1.2-1.27x (H200), 16384 x 16384 bs 128 (128 block rows) 0.97-1.09x (H100),
+/// skewed 8192 x 8192 at 16 columns 2.35x (H200); but 16384 x 16384 bs 64 (256 block rows) 0.96-1.04x on the H100
+/// (level on the H200); with two or more N tiles mixed to worse (the narrow tile at 32 columns 0.91-1.22x, the mid
+/// tile at 48 and 64 columns 0.86-0.93x, the narrow tile at 64 columns 0.79-1.08x).
 ///
 /// Rows of up to `blocks` blocks stay whole; a longer row gets `ceil(len / blocks)` parts, at most `chunks`. The
 /// grid has `block_rows * chunks * n_tiles` CTAs, those beyond a row's parts exiting at once; `chunks` is sized
@@ -108,7 +109,7 @@ pub fn split_choice(
     let mut blocks = match setting {
         RowSplit::Off => return None,
         RowSplit::Blocks(b) => (b as usize).max(1),
-        RowSplit::Auto if n_tiles > 1 || (block_rows > 2 * limits.sm_count && !skewed) => return None,
+        RowSplit::Auto if n_tiles > 1 || (block_rows > limits.sm_count && !skewed) => return None,
         RowSplit::Auto => (SPLIT_PART_BYTES / block_bytes).max(1),
     };
     let SplitLimits { partials_bytes, counters, .. } = limits;
@@ -286,11 +287,11 @@ mod tests {
         // Two N tiles: whole rows, unless parts are asked for.
         assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 2), Some(40), WS), None);
         assert!(split_choice(&narrow(64), RowSplit::Blocks(16), (3584, 128, 2), Some(40), WS).is_some());
-        // 256 rows: at most two CTAs per SM, split; 512 fill the GPU, whole rows ...
-        assert!(split_choice(&narrow(64), RowSplit::Auto, (14336, 256, 1), Some(80), WS).is_some());
-        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (28672, 512, 1), Some(80), WS), None);
+        // 128 rows: at most one CTA per SM, split; 256 fill the GPU, whole rows ...
+        assert!(split_choice(&narrow(128), RowSplit::Auto, (3584, 128, 1), Some(40), WS).is_some());
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (14336, 256, 1), Some(80), WS), None);
         // ... unless a row holds more than four times the mean.
-        assert!(split_choice(&narrow(64), RowSplit::Auto, (28672, 512, 1), Some(400), WS).is_some());
+        assert!(split_choice(&narrow(64), RowSplit::Auto, (14336, 256, 1), Some(400), WS).is_some());
     }
 
     #[test]
