@@ -2,8 +2,9 @@
 
 use std::sync::OnceLock;
 
-use sparsek::gpu::Gpu;
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::tune::PlanCache;
+use sparsek::{Epilogue, Matrix, f16};
 
 /// `SPARSEK_REQUIRE_GPU=1` turns a missing GPU into a test failure instead of a skip.
 pub fn gpu_required() -> bool {
@@ -57,4 +58,36 @@ pub fn own_gpu(test: &str, configure: impl FnOnce(Gpu) -> Gpu) -> Option<Gpu> {
 /// Number of proptest cases for GPU property tests: `SPARSEK_GPU_CASES` or `default`.
 pub fn gpu_cases(default: u32) -> u32 {
     std::env::var("SPARSEK_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Six threads launch `rounds` products each on one `gpu`, the odd ones on streams of their own and the even ones
+/// on the default stream, each into its own C uploaded from `c0`, and every result must equal `want` bit for bit
+/// (panics naming the thread and launch otherwise).
+#[allow(clippy::too_many_arguments)]
+pub fn launch_from_threads(
+    gpu: &Gpu,
+    a: &DeviceBsr,
+    b: &DeviceMatrix<f16>,
+    c0: &Matrix<f32>,
+    ep: Epilogue,
+    want: &Matrix<f32>,
+    rounds: usize,
+) {
+    std::thread::scope(|scope| {
+        for t in 0..6 {
+            scope.spawn(move || {
+                let own = (t % 2 == 1).then(|| gpu.new_stream().unwrap());
+                for i in 0..rounds {
+                    let mut c = gpu.upload_matrix(c0).unwrap();
+                    match &own {
+                        Some(stream) => gpu.spmm_on(stream, a, b, &mut c, ep).unwrap(),
+                        None => gpu.spmm(a, b, &mut c, ep).unwrap(),
+                    }
+                    let got = c.to_host().unwrap();
+                    let same = got.as_slice().iter().zip(want.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "thread {t} launch {i} (own stream: {}) differs", own.is_some());
+                }
+            });
+        }
+    });
 }

@@ -10,7 +10,7 @@ use sparsek::check::{Expected, RowSample, compare_exact};
 use sparsek::format::{Pattern, generate, generate_int};
 use sparsek::gpu::{Gpu, InType, OutType, OutputElement, RowSplit};
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
-use sparsek_tests::{gpu_cases, own_gpu};
+use sparsek_tests::{gpu_cases, launch_from_threads, own_gpu};
 
 /// A Gpu whose few-column launches take the narrow kernels (decode off), rows split as `split` says.
 fn narrow_gpu(test: &str, split: RowSplit) -> Option<Gpu> {
@@ -175,23 +175,5 @@ fn split_launches_on_many_streams_are_ordered() {
     let want = c_d.to_host().unwrap();
     let report = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap().check(&want);
     assert!(report.passed(), "single-threaded reference: {report}");
-    let gpu = &gpu;
-    std::thread::scope(|scope| {
-        for t in 0..6 {
-            let (a_d, b_d, c0, want) = (&a_d, &b_d, &c0, &want);
-            scope.spawn(move || {
-                let own = (t % 2 == 1).then(|| gpu.new_stream().unwrap());
-                for i in 0..8 {
-                    let mut c = gpu.upload_matrix(c0).unwrap();
-                    match &own {
-                        Some(stream) => gpu.spmm_on(stream, a_d, b_d, &mut c, ep).unwrap(),
-                        None => gpu.spmm(a_d, b_d, &mut c, ep).unwrap(),
-                    }
-                    let got = c.to_host().unwrap();
-                    let same = got.as_slice().iter().zip(want.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
-                    assert!(same, "thread {t} launch {i} (own stream: {}) differs", own.is_some());
-                }
-            });
-        }
-    });
+    launch_from_threads(&gpu, &a_d, &b_d, &c0, ep, &want, 8);
 }

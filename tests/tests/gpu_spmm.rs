@@ -10,7 +10,7 @@ use sparsek::format::{Pattern, generate, generate_int};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, InType, OutType, OutputElement, TuneOptions, TuneProblem};
 use sparsek::tune::{Plan, PlanCache, PlanSource};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Scalar, f16};
-use sparsek_tests::{gpu, gpu_cases};
+use sparsek_tests::{gpu, gpu_cases, launch_from_threads};
 
 /// One random case.
 #[derive(Clone, Debug)]
@@ -560,24 +560,7 @@ fn threads_and_streams_give_identical_results() {
     let want = c_d.to_host().unwrap();
     let report = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap().check(&want);
     assert!(report.passed(), "single-threaded reference: {report}");
-    std::thread::scope(|scope| {
-        for t in 0..6 {
-            let (a_d, b_d, c0, want) = (&a_d, &b_d, &c0, &want);
-            scope.spawn(move || {
-                let own = (t % 2 == 1).then(|| gpu.new_stream().unwrap());
-                for i in 0..5 {
-                    let mut c = gpu.upload_matrix(c0).unwrap();
-                    match &own {
-                        Some(stream) => gpu.spmm_on(stream, a_d, b_d, &mut c, ep).unwrap(),
-                        None => gpu.spmm(a_d, b_d, &mut c, ep).unwrap(),
-                    }
-                    let got = c.to_host().unwrap();
-                    let same = got.as_slice().iter().zip(want.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
-                    assert!(same, "thread {t} launch {i} (own stream: {}) differs", own.is_some());
-                }
-            });
-        }
-    });
+    launch_from_threads(gpu, &a_d, &b_d, &c0, ep, &want, 5);
 }
 
 /// Empty is valid on the GPU too: 0 rows, 0 columns of A (K = 0), N = 0, no blocks; uploads, the launch (or no
