@@ -60,7 +60,7 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     // Few block rows: the most for which the heuristic takes the decode kernels at N <= 16 (Gpu::decode_row_limit,
     // per block size); many: twice as many as the GPU has SMs, beyond every limit.
     let many = 4 * i.sm_count as usize;
-    println!("  columns: N <= 16 on few block rows (the decode limit) | N <= 16 on {many} | 17 <= N <= 64 | N > 64");
+    println!("  columns: N <= 16 on few block rows (the decode limit) | N <= 16 on {many} | N = 32 | N = 64 | N > 64");
     for bs in [16u32, 32, 64, 128] {
         let limit = gpu.decode_row_limit(bs);
         let few = limit.max(1);
@@ -69,13 +69,14 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
             None => "none".into(),
         };
         println!(
-            "  bs {bs:>3}: {:<52} {:<44} {:<44} {}",
+            "  bs {bs:>3}: {:<52} {:<44} {:<44} {:<44} {}",
             if limit == 0 {
                 format!("{} (no decode)", serving(1, few))
             } else {
                 format!("{} (<= {limit})", serving(1, few))
             },
             serving(1, many),
+            serving(32, many),
             serving(64, many),
             serving(65, many)
         );

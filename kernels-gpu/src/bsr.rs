@@ -522,7 +522,8 @@ macro_rules! bsr_kernel {
 
 /// The product kernels: one per block size, input type, B order and output type (`layout::Module::Product`),
 /// for the block sizes with a narrow tile (`layout::NARROW_CONFIGS`) a second one, `_n16`, for few columns, and
-/// for those with a mid tile (`layout::MID_CONFIGS`) a third, `_n32`, for 17 to 64 columns.
+/// for those with a mid tile (`layout::MID_CONFIGS`) a third, `_n32`, for 17 to 64 columns, and at bs 64 a fourth,
+/// `_n64` (`layout::MID64_CONFIGS`), for 33 to 64.
 #[cfg(not(feature = "tune-kernels"))]
 mod product {
     use super::*;
@@ -553,7 +554,8 @@ mod product {
             sparsek_bsr_bs64_f16_brow_f32_n16,
             sparsek_bsr_bs128_f16_brow_f32_n16,
             sparsek_bsr_bs64_f16_brow_f32_n32,
-            sparsek_bsr_bs128_f16_brow_f32_n32
+            sparsek_bsr_bs128_f16_brow_f32_n32,
+            sparsek_bsr_bs64_f16_brow_f32_n64
         ]
     );
     product_kernels!(
@@ -573,7 +575,8 @@ mod product {
             sparsek_bsr_bs64_f16_brow_f16_n16,
             sparsek_bsr_bs128_f16_brow_f16_n16,
             sparsek_bsr_bs64_f16_brow_f16_n32,
-            sparsek_bsr_bs128_f16_brow_f16_n32
+            sparsek_bsr_bs128_f16_brow_f16_n32,
+            sparsek_bsr_bs64_f16_brow_f16_n64
         ]
     );
     product_kernels!(
@@ -593,7 +596,8 @@ mod product {
             sparsek_bsr_bs64_f16_bcol_f32_n16,
             sparsek_bsr_bs128_f16_bcol_f32_n16,
             sparsek_bsr_bs64_f16_bcol_f32_n32,
-            sparsek_bsr_bs128_f16_bcol_f32_n32
+            sparsek_bsr_bs128_f16_bcol_f32_n32,
+            sparsek_bsr_bs64_f16_bcol_f32_n64
         ]
     );
     product_kernels!(
@@ -613,7 +617,8 @@ mod product {
             sparsek_bsr_bs64_f16_bcol_f16_n16,
             sparsek_bsr_bs128_f16_bcol_f16_n16,
             sparsek_bsr_bs64_f16_bcol_f16_n32,
-            sparsek_bsr_bs128_f16_bcol_f16_n32
+            sparsek_bsr_bs128_f16_bcol_f16_n32,
+            sparsek_bsr_bs64_f16_bcol_f16_n64
         ]
     );
     product_kernels!(
@@ -633,7 +638,8 @@ mod product {
             sparsek_bsr_bs64_bf16_brow_f32_n16,
             sparsek_bsr_bs128_bf16_brow_f32_n16,
             sparsek_bsr_bs64_bf16_brow_f32_n32,
-            sparsek_bsr_bs128_bf16_brow_f32_n32
+            sparsek_bsr_bs128_bf16_brow_f32_n32,
+            sparsek_bsr_bs64_bf16_brow_f32_n64
         ]
     );
     product_kernels!(
@@ -653,7 +659,8 @@ mod product {
             sparsek_bsr_bs64_bf16_brow_bf16_n16,
             sparsek_bsr_bs128_bf16_brow_bf16_n16,
             sparsek_bsr_bs64_bf16_brow_bf16_n32,
-            sparsek_bsr_bs128_bf16_brow_bf16_n32
+            sparsek_bsr_bs128_bf16_brow_bf16_n32,
+            sparsek_bsr_bs64_bf16_brow_bf16_n64
         ]
     );
     product_kernels!(
@@ -673,7 +680,8 @@ mod product {
             sparsek_bsr_bs64_bf16_bcol_f32_n16,
             sparsek_bsr_bs128_bf16_bcol_f32_n16,
             sparsek_bsr_bs64_bf16_bcol_f32_n32,
-            sparsek_bsr_bs128_bf16_bcol_f32_n32
+            sparsek_bsr_bs128_bf16_bcol_f32_n32,
+            sparsek_bsr_bs64_bf16_bcol_f32_n64
         ]
     );
     product_kernels!(
@@ -693,7 +701,8 @@ mod product {
             sparsek_bsr_bs64_bf16_bcol_bf16_n16,
             sparsek_bsr_bs128_bf16_bcol_bf16_n16,
             sparsek_bsr_bs64_bf16_bcol_bf16_n32,
-            sparsek_bsr_bs128_bf16_bcol_bf16_n32
+            sparsek_bsr_bs128_bf16_bcol_bf16_n32,
+            sparsek_bsr_bs64_bf16_bcol_bf16_n64
         ]
     );
 }

@@ -714,6 +714,25 @@ pub const MID_CONFIGS: [KernelConfig; 2] = [
 /// The fewest columns a [`Tile::Mid`] kernel is chosen for (below, the narrow tile's 16 columns suffice).
 pub const MID_MIN_N: usize = 17;
 
+/// Wide mid-tile configurations (issue 12): an N tile of 64 for launches of [`MID64_MIN_N`] to [`NARROW_MAX_N`]
+/// columns at bs 64, where one tile of 64 columns reads A once instead of twice. [`TUNE_CONFIGS`] entry 24, the
+/// fastest candidate at N = 64 on an H200: 16384 x 16384 bs 64 22% 45.9 µs against 53.6 for the mid tile of 32
+/// (entry 25) and 78.3 for the narrow tile; 8192 x 8192 19.3 against 22.0 (docs/perf-notes.md "Step 5"). At 32
+/// columns it was 1.16x slower than the mid tile, and at bs 128 it won only at 16384 x 16384 (1.04x).
+pub const MID64_CONFIGS: [KernelConfig; 1] = [KernelConfig {
+    bs: 64,
+    bn: 64,
+    bk: 64,
+    warps_m: 4,
+    warps_n: 1,
+    stages: 4,
+    frag_db: true,
+    pipeline: Pipeline::CpAsync,
+}];
+
+/// The fewest columns a [`Tile::Mid64`] kernel is chosen for (up to 32, one tile of 32 columns suffices).
+pub const MID64_MIN_N: usize = 33;
+
 /// Configurations of the sm_90a kernels ([`Pipeline::TmaWgmma`], [`Module::Hopper`]), one per block size they
 /// serve (64 and 128; the small blocks keep the sm_80 kernels): a 256-column N tile, BK 64, two consumer
 /// warpgroups (bs 64: side by side along N, 128 columns each; bs 128: stacked along M, 256 columns each) and as
@@ -810,6 +829,9 @@ pub enum Tile {
     /// The mid tile of [`MID_CONFIGS`] (BN 32): [`MID_MIN_N`] to [`NARROW_MAX_N`] columns, where the block size has
     /// one.
     Mid,
+    /// The wide mid tile of [`MID64_CONFIGS`] (BN 64): [`MID64_MIN_N`] to [`NARROW_MAX_N`] columns, where the block
+    /// size has one (bs 64), instead of the mid tile.
+    Mid64,
 }
 
 impl Tile {
@@ -835,6 +857,11 @@ pub const fn narrow_config_for(bs: u32) -> Option<KernelConfig> {
 /// The [`MID_CONFIGS`] entry for `bs`, if it has one.
 pub const fn mid_config_for(bs: u32) -> Option<KernelConfig> {
     find_config(&MID_CONFIGS, bs)
+}
+
+/// The [`MID64_CONFIGS`] entry for `bs`, if it has one.
+pub const fn mid64_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&MID64_CONFIGS, bs)
 }
 
 const fn find_config(configs: &[KernelConfig], bs: u32) -> Option<KernelConfig> {
@@ -1043,6 +1070,12 @@ const fn mid(name: &'static str, input: InType, b_layout: Layout, out: OutType, 
         None => panic!("no mid product configuration for this block size"),
     }
 }
+const fn mid64(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match mid64_config_for(bs) {
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Mid64)),
+        None => panic!("no wide mid product configuration for this block size"),
+    }
+}
 const fn decode(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
     match decode_config_for(bs) {
         Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Decode)),
@@ -1059,9 +1092,9 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// this table (and fail to build if a name differs); the host loads and launches them from it. Product entry
 /// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
 /// output type (f32, or the input's own 16-bit type); the narrow-tile kernels (block sizes with a
-/// [`NARROW_CONFIGS`] entry) add the suffix `_n16`, the mid-tile kernels ([`MID_CONFIGS`]) `_n32`, the decode
-/// kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels are named `sparsek_sm90_bs<bs>_...` the same way.
-pub const VARIANTS: [Variant; 148] = [
+/// [`NARROW_CONFIGS`] entry) add the suffix `_n16`, the mid-tile kernels ([`MID_CONFIGS`]) `_n32`, the wide
+/// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels are named `sparsek_sm90_bs<bs>_...` the same way.
+pub const VARIANTS: [Variant; 156] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -1142,6 +1175,14 @@ pub const VARIANTS: [Variant; 148] = [
     mid("sparsek_bsr_bs128_bf16_bcol_f32_n32", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
     mid("sparsek_bsr_bs64_bf16_bcol_bf16_n32", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     mid("sparsek_bsr_bs128_bf16_bcol_bf16_n32", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    mid64("sparsek_bsr_bs64_f16_brow_f32_n64", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    mid64("sparsek_bsr_bs64_f16_brow_f16_n64", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    mid64("sparsek_bsr_bs64_f16_bcol_f32_n64", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    mid64("sparsek_bsr_bs64_f16_bcol_f16_n64", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    mid64("sparsek_bsr_bs64_bf16_brow_f32_n64", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    mid64("sparsek_bsr_bs64_bf16_brow_bf16_n64", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    mid64("sparsek_bsr_bs64_bf16_bcol_f32_n64", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    mid64("sparsek_bsr_bs64_bf16_bcol_bf16_n64", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     tuning("sparsek_tune_0", 0),
     tuning("sparsek_tune_1", 1),
     tuning("sparsek_tune_2", 2),
@@ -1583,7 +1624,11 @@ mod tests {
         let products = VARIANTS.iter().filter(|v| v.module == Module::Product);
         assert_eq!(
             products.count(),
-            8 * (BLOCK_SIZES.len() + NARROW_CONFIGS.len() + MID_CONFIGS.len() + DECODE_CONFIGS.len())
+            8 * (BLOCK_SIZES.len()
+                + NARROW_CONFIGS.len()
+                + MID_CONFIGS.len()
+                + MID64_CONFIGS.len()
+                + DECODE_CONFIGS.len())
         );
         for v in VARIANTS.iter().filter(|v| v.module == Module::Product) {
             // Each product kernel runs its tile's configuration for its block size.
@@ -1591,6 +1636,7 @@ mod tests {
                 Tile::Wide => config_for(v.bs),
                 Tile::Narrow => narrow_config_for(v.bs),
                 Tile::Mid => mid_config_for(v.bs),
+                Tile::Mid64 => mid64_config_for(v.bs),
                 Tile::Decode => decode_config_for(v.bs),
             };
             assert_eq!(Some(v.config), config, "{} runs another configuration than its tile's", v.name);
@@ -1603,6 +1649,7 @@ mod tests {
                 Tile::Wide => "",
                 Tile::Narrow => "_n16",
                 Tile::Mid => "_n32",
+                Tile::Mid64 => "_n64",
                 Tile::Decode => "_dec",
             };
             let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name(), suffix];

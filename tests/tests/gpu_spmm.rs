@@ -152,14 +152,18 @@ fn narrow_and_wide_tiles_around_the_threshold() {
     let Some(gpu) = gpu("narrow_and_wide_tiles_around_the_threshold") else { return };
     assert_eq!(sparsek_layout::NARROW_MAX_N, 64, "the cases below straddle the threshold");
     assert_eq!(sparsek_layout::MID_MIN_N, 17, "the cases below straddle the mid tile's threshold");
+    assert_eq!(sparsek_layout::MID64_MIN_N, 33, "the cases below straddle the wide mid tile's threshold");
     let mut seed = 0x5eed_u64;
     for bs in [16usize, 32, 64, 128] {
-        for n in [1usize, 2, 7, 15, 16, 17, 33, 63, 64, 65, 80] {
-            // The kernel the launch gets: the mid tile (`_n32`) from 17 to 64 columns at bs 64 and 128.
+        for n in [1usize, 2, 7, 15, 16, 17, 32, 33, 63, 64, 65, 80] {
+            // The kernel the launch gets: the mid tiles from 17 to 64 columns at bs 64 and 128 (`_n32`; at bs 64
+            // from 33 columns `_n64`).
             let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
             let choice = gpu.plan_kernel(bs, types, (5 * bs, 4 * bs, n), 10, Some(4)).unwrap();
-            let mid = matches!(bs, 64 | 128) && (17..=64).contains(&n);
+            let mid64 = bs == 64 && (33..=64).contains(&n);
+            let mid = matches!(bs, 64 | 128) && (17..=64).contains(&n) && !mid64;
             assert_eq!(choice.kernel.ends_with("_n32"), mid, "bs {bs} n {n}: {}", choice.kernel);
+            assert_eq!(choice.kernel.ends_with("_n64"), mid64, "bs {bs} n {n}: {}", choice.kernel);
             for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, -0.5)] {
                 seed += 1;
                 let case = Case {
@@ -452,6 +456,7 @@ exact_tests! {
     exact_bs128_m512_n384_k1024: 128, 4, 8, 384, 0.6;
     exact_bs64_m128_n1_k512: 64, 2, 8, 1, 1.0;
     exact_bs64_m512_n40_k1024: 64, 8, 16, 40, 0.5;
+    exact_bs64_m512_n24_k1024: 64, 8, 16, 24, 0.5;
     exact_bs128_m512_n33_k1024: 128, 4, 8, 33, 0.6;
 }
 

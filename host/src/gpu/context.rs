@@ -296,21 +296,25 @@ impl Gpu {
     }
 
     /// The kernel of `family` for blocks of `bs` with `types` (inputs, B's order, output), when this GPU has it
-    /// and may use it on `nnzb` blocks: the decode kernels unless [`Gpu::with_decode`] turned them off; the
-    /// sm_90a ones where that module is loaded and enabled, with at least one block (a tensor map cannot
-    /// describe none) and `nnzb * bs` below 2^32 (their row coordinates are 32-bit).
+    /// and may use it on `nnzb` blocks and `n` columns: the decode kernels unless [`Gpu::with_decode`] turned them
+    /// off; the mid family's tile of 64 columns from [`sparsek_layout::MID64_MIN_N`] columns where the block size
+    /// has one, else its tile of 32; the sm_90a ones where that module is loaded and enabled, with at least one
+    /// block (a tensor map cannot describe none) and `nnzb * bs` below 2^32 (their row coordinates are 32-bit).
     pub(crate) fn family_kernel(
         &self,
         family: KernelFamily,
         op: Op,
         bs: u32,
         types: (InType, Layout, OutType),
-        nnzb: usize,
+        (nnzb, n): (usize, usize),
     ) -> Option<&Kernel> {
         match family {
             KernelFamily::Decode => self.product.find(op, bs, types, Tile::Decode).filter(|_| self.use_decode),
             KernelFamily::Narrow => self.product.find(op, bs, types, Tile::Narrow),
-            KernelFamily::Mid => self.product.find(op, bs, types, Tile::Mid),
+            KernelFamily::Mid => (n >= sparsek_layout::MID64_MIN_N)
+                .then(|| self.product.find(op, bs, types, Tile::Mid64))
+                .flatten()
+                .or_else(|| self.product.find(op, bs, types, Tile::Mid)),
             KernelFamily::Wide => self.product.find(op, bs, types, Tile::Wide),
             KernelFamily::Hopper => {
                 let fits = (nnzb as u64).saturating_mul(u64::from(bs)) <= u64::from(u32::MAX);
@@ -344,7 +348,7 @@ impl Gpu {
         order
             .into_iter()
             .filter(|&(_, wanted)| wanted)
-            .find_map(|(f, _)| self.family_kernel(f, op, bs, types, nnzb).map(|k| (Plan::new(f), k)))
+            .find_map(|(f, _)| self.family_kernel(f, op, bs, types, (nnzb, n)).map(|k| (Plan::new(f), k)))
     }
 
     /// The kernel and plan for a launch: the cached plan for its [`PlanKey`] when there is one and its family
@@ -362,7 +366,7 @@ impl Gpu {
         let types = (input, b_layout, out);
         let key = PlanKey::new((input, b_layout, out, c_layout), bs, (m, k, n), nnzb, max_row_blocks);
         if let Some(cached) = self.plans.get(&key)
-            && let Some(kernel) = self.family_kernel(cached.plan.family, op, bs32, types, nnzb)
+            && let Some(kernel) = self.family_kernel(cached.plan.family, op, bs32, types, (nnzb, n))
         {
             return Some((kernel, cached.plan, PlanSource::Tuned));
         }
@@ -408,7 +412,7 @@ impl Gpu {
                 KernelFamily::Narrow | KernelFamily::Mid => n <= 512,
                 KernelFamily::Wide | KernelFamily::Hopper => true,
             })
-            .filter_map(|f| self.family_kernel(f, Op::BsrSpmm, bs, types, nnzb).map(|k| (f, k)))
+            .filter_map(|f| self.family_kernel(f, Op::BsrSpmm, bs, types, (nnzb, n)).map(|k| (f, k)))
             .collect()
     }
 

@@ -316,7 +316,7 @@ impl Gpu {
 
         let mut candidates = Vec::with_capacity(plans.len());
         for (i, plan) in plans.iter().enumerate() {
-            let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, a.nnzb)?;
+            let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, (a.nnzb, n))?;
             c_d.copy_from_host(&poison)?;
             self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, plan.group_rows)?;
             let got = c_d.to_host()?;
@@ -371,7 +371,7 @@ impl Gpu {
         let mut count = 0usize;
         let mut launch = |i: usize| {
             let plan = &candidates[timed[i]].plan;
-            let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, a.nnzb)?;
+            let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, (a.nnzb, n))?;
             let set = count % depth;
             count += 1;
             match set.checked_sub(1).map(|s| &mut copies[s]) {

@@ -27,8 +27,8 @@ pub enum KernelFamily {
     Decode,
     /// The portable module's narrow N tile (BN 16, cp.async pipeline). Made for N up to 64; any N works.
     Narrow,
-    /// The portable module's mid N tile (BN 32, cp.async pipeline; bs 64 and 128). Made for 17 to 64 columns;
-    /// any N works.
+    /// The portable module's mid N tiles (cp.async pipeline; bs 64 and 128): BN 32, and at bs 64 BN 64 from 33
+    /// columns. Made for 17 to 64 columns; any N works.
     Mid,
     /// The portable module's wide N tile (cp.async pipeline, BN 64 or 128).
     Wide,

@@ -92,25 +92,27 @@ impl Gpu {
         ep: Epilogue,
     ) -> Result<()> {
         let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let kernel = self.plan_family_kernel::<TA, TC>(plan, a.bs, layouts.0, a.nnzb)?;
+        let kernel = self.plan_family_kernel::<TA, TC>(plan, a.bs, layouts.0, (a.nnzb, b.cols()))?;
         let stream = self.stream().clone();
         self.launch_owned(&stream, kernel, a, (b, c), layouts, ep, plan.group_rows)
     }
 
-    /// The kernel of `plan`'s family for this product, or why there is none.
+    /// The kernel of `plan`'s family for this product (`nnzb` blocks, `n` columns), or why there is none.
     pub(crate) fn plan_family_kernel<TA: InputElement, TC: OutputElement>(
         &self,
         plan: &Plan,
         bs: usize,
         b_layout: Layout,
-        nnzb: usize,
+        (nnzb, n): (usize, usize),
     ) -> Result<&Kernel> {
         if plan.group_rows == Some(0) {
             return Err(Error::InvalidArgument { name: "plan", reason: "group_rows is 0 (at least 1)".into() });
         }
         let types = (TA::IN_TYPE, b_layout, TC::OUT_TYPE);
-        u32::try_from(bs).ok().and_then(|bs| self.family_kernel(plan.family, Op::BsrSpmm, bs, types, nnzb)).ok_or_else(
-            || Error::InvalidArgument {
+        u32::try_from(bs)
+            .ok()
+            .and_then(|bs| self.family_kernel(plan.family, Op::BsrSpmm, bs, types, (nnzb, n)))
+            .ok_or_else(|| Error::InvalidArgument {
                 name: "plan",
                 reason: format!(
                     "no {} kernel for bs {bs}, {} inputs, B {}-major, {} output, {nnzb} blocks on this GPU",
@@ -119,8 +121,7 @@ impl Gpu {
                     b_layout.name(),
                     TC::OUT_TYPE.name()
                 ),
-            },
-        )
+            })
     }
 
     /// `C = act(alpha * (A @ B) + bias) + beta * C` over borrowed device memory, queued on the caller's raw CUDA
