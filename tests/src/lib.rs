@@ -2,9 +2,10 @@
 
 use std::sync::OnceLock;
 
-use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
+use sparsek::check::{Expected, RowSample};
+use sparsek::gpu::Gpu;
 use sparsek::tune::PlanCache;
-use sparsek::{Epilogue, Matrix, f16};
+use sparsek::{Bsr, Epilogue, Matrix, f16};
 
 /// `SPARSEK_REQUIRE_GPU=1` turns a missing GPU into a test failure instead of a skip.
 pub fn gpu_required() -> bool {
@@ -60,19 +61,25 @@ pub fn gpu_cases(default: u32) -> u32 {
     std::env::var("SPARSEK_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// Six threads launch `rounds` products each on one `gpu`, the odd ones on streams of their own and the even ones
-/// on the default stream, each into its own C uploaded from `c0`, and every result must equal `want` bit for bit
-/// (panics naming the thread and launch otherwise).
-#[allow(clippy::too_many_arguments)]
-pub fn launch_from_threads(
+/// A product of `a` and `b` (C starting as `c0`, epilogue `ep`) launched once on `gpu`'s default stream and
+/// checked against every row of the oracle; then six threads launch it `rounds` times each, the odd ones on
+/// streams of their own and the even ones on the default stream, each into its own C, and every result must equal
+/// the single launch's bit for bit (panics naming the thread and launch otherwise).
+pub fn threads_match_one_launch(
     gpu: &Gpu,
-    a: &DeviceBsr,
-    b: &DeviceMatrix<f16>,
+    a: &Bsr<f16>,
+    b: &Matrix<f16>,
     c0: &Matrix<f32>,
     ep: Epilogue,
-    want: &Matrix<f32>,
     rounds: usize,
 ) {
+    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
+    let mut c_d = gpu.upload_matrix(c0).unwrap();
+    gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+    let want = c_d.to_host().unwrap();
+    let report = Expected::compute(a, b, c0, ep, RowSample::All, |_, _| {}).unwrap().check(&want);
+    assert!(report.passed(), "single-threaded reference: {report}");
+    let (a_d, b_d, want) = (&a_d, &b_d, &want);
     std::thread::scope(|scope| {
         for t in 0..6 {
             scope.spawn(move || {
@@ -80,8 +87,8 @@ pub fn launch_from_threads(
                 for i in 0..rounds {
                     let mut c = gpu.upload_matrix(c0).unwrap();
                     match &own {
-                        Some(stream) => gpu.spmm_on(stream, a, b, &mut c, ep).unwrap(),
-                        None => gpu.spmm(a, b, &mut c, ep).unwrap(),
+                        Some(stream) => gpu.spmm_on(stream, a_d, b_d, &mut c, ep).unwrap(),
+                        None => gpu.spmm(a_d, b_d, &mut c, ep).unwrap(),
                     }
                     let got = c.to_host().unwrap();
                     let same = got.as_slice().iter().zip(want.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
@@ -90,4 +97,26 @@ pub fn launch_from_threads(
             });
         }
     });
+}
+
+/// An exact-integer case's operands (every product and sum exact in f32): A of `pattern` with blocks of `bs` and
+/// values in -4..=4, B (`k x n`) likewise, and C: NaN when `beta == 0` (it must not be read, and every element
+/// must be written), else integers in -4..=4; C's leading dimension is rounded up to 16 bytes, its padding NaN.
+pub fn exact_operands(
+    pattern: sparsek::format::Pattern,
+    (m, k, n): (usize, usize, usize),
+    bs: usize,
+    density: f64,
+    beta: f32,
+    seed: u64,
+) -> (Bsr<f16>, Matrix<f16>, Matrix<f32>) {
+    let a: Bsr<f16> = sparsek::format::generate_int(pattern, m, k, bs, density, seed, 4).unwrap();
+    let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1).unwrap();
+    let ld = n.next_multiple_of(4);
+    let c0 = if beta == 0.0 {
+        Matrix::<f32>::filled(m, n, ld, f32::NAN).unwrap()
+    } else {
+        Matrix::<f32>::random_int(m, n, 4, seed ^ 2).unwrap().with_ld(ld, f32::NAN).unwrap()
+    };
+    (a, b, c0)
 }

@@ -7,10 +7,10 @@
 
 use proptest::prelude::*;
 use sparsek::check::{Expected, RowSample, compare_exact};
-use sparsek::format::{Pattern, generate, generate_int};
+use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{Gpu, InType, OutType, OutputElement, RowSplit};
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
-use sparsek_tests::{gpu_cases, launch_from_threads, own_gpu};
+use sparsek_tests::{exact_operands, gpu_cases, own_gpu, threads_match_one_launch};
 
 /// A Gpu whose few-column launches take the narrow kernels (decode off), rows split as `split` says.
 fn narrow_gpu(test: &str, split: RowSplit) -> Option<Gpu> {
@@ -124,13 +124,7 @@ fn split_rows_are_exact_and_deterministic() {
         for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, 1.0), (Pattern::Dense, -1.0)] {
             let (m, k) = (rows * bs, cols * bs);
             let seed = (bs * 1000 + n) as u64;
-            let a: Bsr<f16> = generate_int(pattern, m, k, bs, 0.6, seed, 4).unwrap();
-            let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1).unwrap();
-            let c0 = if beta == 0.0 {
-                Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap()
-            } else {
-                Matrix::<f32>::random_int(m, n, 4, seed ^ 2).unwrap().with_ld(n.next_multiple_of(4), f32::NAN).unwrap()
-            };
+            let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, 0.6, beta, seed);
             let ep = Epilogue::new(1.0, beta);
             let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
             let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} beta={beta} nnzb={}", a.nnzb());
@@ -176,11 +170,5 @@ fn split_launches_on_many_streams_are_ordered() {
     let b = Matrix::<f16>::random(k, n, 32).unwrap();
     let c0 = Matrix::<f32>::random(m, n, 33).unwrap();
     let ep = Epilogue::new(0.5, -1.0);
-    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
-    let mut c_d = gpu.upload_matrix(&c0).unwrap();
-    gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
-    let want = c_d.to_host().unwrap();
-    let report = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap().check(&want);
-    assert!(report.passed(), "single-threaded reference: {report}");
-    launch_from_threads(&gpu, &a_d, &b_d, &c0, ep, &want, 8);
+    threads_match_one_launch(&gpu, &a, &b, &c0, ep, 8);
 }

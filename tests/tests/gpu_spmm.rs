@@ -6,11 +6,11 @@
 
 use proptest::prelude::*;
 use sparsek::check::{Expected, RowSample, compare_exact};
-use sparsek::format::{Pattern, generate, generate_int};
+use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, InType, OutType, OutputElement, TuneOptions, TuneProblem};
 use sparsek::tune::{Plan, PlanCache, PlanSource};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Scalar, f16};
-use sparsek_tests::{gpu, gpu_cases, launch_from_threads};
+use sparsek_tests::{exact_operands, gpu, gpu_cases, threads_match_one_launch};
 
 /// One random case.
 #[derive(Clone, Debug)]
@@ -415,13 +415,7 @@ fn tuning_variants_match_oracle() {
 fn exact_case(gpu: &Gpu, bs: usize, block_rows: usize, block_cols: usize, n: usize, density: f64, seed: u64) {
     let (m, k) = (block_rows * bs, block_cols * bs);
     for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, 1.0), (Pattern::Dense, -1.0)] {
-        let a: Bsr<f16> = generate_int(pattern, m, k, bs, density, seed, 4).unwrap();
-        let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1).unwrap();
-        let c0 = if beta == 0.0 {
-            Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap()
-        } else {
-            Matrix::<f32>::random_int(m, n, 4, seed ^ 2).unwrap().with_ld(n.next_multiple_of(4), f32::NAN).unwrap()
-        };
+        let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, density, beta, seed);
         let ep = Epilogue::new(1.0, beta);
         let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
         assert!(a.nnzb() == 0 || expected.as_slice().iter().any(|v| *v != 0.0), "vacuous exact case");
@@ -559,13 +553,7 @@ fn threads_and_streams_give_identical_results() {
     let b = Matrix::<f16>::random(k, n, 22).unwrap();
     let c0 = Matrix::<f32>::random(m, n, 23).unwrap();
     let ep = Epilogue::new(0.5, -1.0);
-    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
-    let mut c_d = gpu.upload_matrix(&c0).unwrap();
-    gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
-    let want = c_d.to_host().unwrap();
-    let report = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap().check(&want);
-    assert!(report.passed(), "single-threaded reference: {report}");
-    launch_from_threads(gpu, &a_d, &b_d, &c0, ep, &want, 5);
+    threads_match_one_launch(gpu, &a, &b, &c0, ep, 5);
 }
 
 /// Empty is valid on the GPU too: 0 rows, 0 columns of A (K = 0), N = 0, no blocks; uploads, the launch (or no
