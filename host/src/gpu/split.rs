@@ -242,7 +242,8 @@ impl Gpu {
         self.split.is_some()
     }
 
-    /// The split a launch of `cfg` would get on a stream that is not being captured (`sparsek run` prints it).
+    /// The split a launch of `cfg` gets on a stream that is not being captured: the launcher's one decision, which
+    /// `sparsek run` prints and the tests assert on.
     pub fn split_for(
         &self,
         cfg: &KernelConfig,

@@ -14,7 +14,7 @@ use crate::gpu::Gpu;
 use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
-use crate::gpu::split::{RowSplit, SplitLimits, capturing, split_choice};
+use crate::gpu::split::capturing;
 use crate::gpu::tma;
 use crate::gpu::views::{BsrView, DenseView, DenseViewMut, IndexType, VectorView, span};
 use crate::tune::Plan;
@@ -379,17 +379,10 @@ impl Gpu {
         let n_tiles = n.div_ceil(cfg.bn as usize);
         // Split rows (the narrow kernels): long block rows spread over several CTAs, never while the stream is
         // being captured into a graph (gpu/split.rs).
-        let split =
-            self.split.as_ref().filter(|_| cfg.splits_rows() && self.row_split != RowSplit::Off).and_then(|ws| {
-                let choice = split_choice(
-                    &cfg,
-                    self.row_split,
-                    (a.nnzb, block_rows as usize, n_tiles),
-                    max_row_blocks,
-                    SplitLimits::with_sms(self.info().sm_count as usize),
-                )?;
-                (!capturing(stream)).then_some((ws, choice))
-            });
+        let split = self.split.as_ref().and_then(|ws| {
+            let choice = self.split_for(&cfg, (a.nnzb, block_rows as usize, n), max_row_blocks)?;
+            (!capturing(stream)).then_some((ws, choice))
+        });
         let chunks = split.map_or(1, |(_, c)| c.chunks as usize);
         // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
         let ctas = limit(
