@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use sparsek::gpu::{Gpu, RowSplit};
+use sparsek::gpu::{Gpu, RowSplit, TileSchedule};
 use sparsek_bench::compare::DEFAULT_THRESHOLD_PCT;
 use sparsek_bench::side::{MIN_ITERS, SideConfig};
 use sparsek_bench::{Case, CusparseChoice, CusparseKind, Results, Source};
@@ -61,6 +61,27 @@ pub fn parse_split(s: &str) -> Result<RowSplit, String> {
     }
 }
 
+/// How the sm_90a kernels take their tiles (`--schedule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScheduleArg {
+    /// The library's choice: a persistent grid taking tiles from a counter.
+    Auto,
+    /// One CTA per output tile.
+    PerTile,
+    /// A persistent grid walking the tiles with a static stride.
+    Static,
+}
+
+impl From<ScheduleArg> for TileSchedule {
+    fn from(s: ScheduleArg) -> TileSchedule {
+        match s {
+            ScheduleArg::Auto => TileSchedule::Auto,
+            ScheduleArg::PerTile => TileSchedule::PerTile,
+            ScheduleArg::Static => TileSchedule::Static,
+        }
+    }
+}
+
 /// The kernels a run may launch (`--module`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModuleChoice {
@@ -83,11 +104,17 @@ impl ModuleChoice {
         self != ModuleChoice::NoDecode
     }
 
-    /// Opens GPU `device` with the kernels this choice allows and rows split as `split` says, or says why there
-    /// is none (the line starts with `what`, the command) and returns `None`.
-    pub fn open(self, split: RowSplit, device: usize, what: &str) -> Option<Gpu> {
+    /// Opens GPU `device` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles
+    /// scheduled as `schedule` says, or says why there is none (the line starts with `what`, the command) and
+    /// returns `None`.
+    pub fn open(self, (split, schedule): (RowSplit, TileSchedule), device: usize, what: &str) -> Option<Gpu> {
         match Gpu::new(device) {
-            Ok(g) => Some(g.with_hopper(self.hopper()).with_decode(self.decode()).with_row_split(split)),
+            Ok(g) => Some(
+                g.with_hopper(self.hopper())
+                    .with_decode(self.decode())
+                    .with_row_split(split)
+                    .with_tile_schedule(schedule),
+            ),
             Err(e) => {
                 eprintln!("{what}: no usable GPU ({e}); it needs an NVIDIA GPU (sm_80 or newer)");
                 None
@@ -149,6 +176,11 @@ pub struct BenchArgs {
     /// `off` (one CTA per block row) or a number of blocks per part, for comparisons.
     #[arg(long, value_name = "auto|off|BLOCKS", default_value = "auto", value_parser = parse_split)]
     split: RowSplit,
+    /// How the sm_90a kernels (bs 64 and 128 on an H100/H200) take their tiles: `auto` (a persistent grid whose
+    /// CTAs take the next tile from a counter), `per-tile` (one CTA per output tile) or `static` (a persistent
+    /// grid walking the tiles with a static stride), for comparisons.
+    #[arg(long, value_enum, default_value_t = ScheduleArg::Auto)]
+    schedule: ScheduleArg,
     /// Compare with an earlier run's results (e.g. docs/bench/latest.json): run the same cases (or those of
     /// --quick / --case / --matrix, comparing the cases both have), then print per case the old and new
     /// sparsek times and ratios to cuBLAS and the change. Exits non-zero when a case regressed beyond
@@ -212,7 +244,7 @@ fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
         args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
     };
     let cfg = side_config(args, cases, "--reach", REACH_OUT_DIR);
-    let Some(gpu) = args.module.open(args.split, args.device, "sparsek bench --reach") else {
+    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --reach") else {
         return Ok(ExitCode::FAILURE);
     };
     let summary = sparsek_bench::reach::run(&gpu, &cfg)?;
@@ -260,7 +292,7 @@ const DECODE_OUT_DIR: &str = "target/bench-decode";
 fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     let cases = side_cases(args, sparsek_bench::decode::default_cases, sparsek_bench::decode::quick_cases)?;
     let cfg = side_config(args, cases, "--decode", DECODE_OUT_DIR);
-    let Some(gpu) = args.module.open(args.split, args.device, "sparsek bench --decode") else {
+    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --decode") else {
         return Ok(ExitCode::FAILURE);
     };
     let summary = sparsek_bench::decode::run(&gpu, &cfg)?;
@@ -274,7 +306,7 @@ const TUNED_OUT_DIR: &str = "target/bench-tuned";
 fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     let cases = side_cases(args, sparsek_bench::plans::default_cases, sparsek_bench::plans::quick_cases)?;
     let cfg = side_config(args, cases, "--tuned", TUNED_OUT_DIR);
-    let Some(gpu) = args.module.open(args.split, args.device, "sparsek bench --tuned") else {
+    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --tuned") else {
         return Ok(ExitCode::FAILURE);
     };
     // Plans tuned here serve nothing else, and the user's cache must not decide the heuristic's side.
@@ -348,7 +380,7 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
         cusparse: args.cusparse.into(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
-    let Some(gpu) = args.module.open(args.split, args.device, "sparsek bench") else {
+    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench") else {
         if old.is_some() {
             eprintln!("sparsek bench: to compare two results files without a GPU, add --against NEW.json");
         }

@@ -100,7 +100,8 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     for k in reports {
         let c = k.config;
         let schedule = match c.pipeline {
-            sparsek::gpu::Pipeline::TmaWgmma => " tma",
+            sparsek::gpu::Pipeline::TmaWgmma { pingpong: true } => " tma ping-pong",
+            sparsek::gpu::Pipeline::TmaWgmma { pingpong: false } => " tma",
             sparsek::gpu::Pipeline::CpAsync if c.frag_db => " db",
             sparsek::gpu::Pipeline::CpAsync => "",
             sparsek::gpu::Pipeline::Direct => " direct",

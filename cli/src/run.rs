@@ -83,6 +83,11 @@ pub struct RunArgs {
     /// `off` (one CTA per block row) or a number of blocks per part.
     #[arg(long, value_name = "auto|off|BLOCKS", default_value = "auto", value_parser = crate::bench::parse_split)]
     split: sparsek::gpu::RowSplit,
+    /// How the sm_90a kernels take their tiles: `auto` (a persistent grid taking tiles from a counter),
+    /// `per-tile` (one CTA per output tile) or `static` (a persistent grid walking the tiles with a static
+    /// stride).
+    #[arg(long, value_enum, default_value_t = crate::bench::ScheduleArg::Auto)]
+    schedule: crate::bench::ScheduleArg,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -183,9 +188,12 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     let gpu = if args.cpu {
         None
     } else {
-        match Gpu::new(args.device)
-            .map(|g| g.with_hopper(args.module.hopper()).with_decode(args.module.decode()).with_row_split(args.split))
-        {
+        match Gpu::new(args.device).map(|g| {
+            g.with_hopper(args.module.hopper())
+                .with_decode(args.module.decode())
+                .with_row_split(args.split)
+                .with_tile_schedule(args.schedule.into())
+        }) {
             Ok(g) => {
                 // Device buffers: A, B and C with their leading dimensions rounded up to 16 bytes.
                 let ld = |cols: usize, size: usize| (cols.max(1).div_ceil(16 / size) * (16 / size)) as u128;
@@ -230,7 +238,12 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
                         .map_or(String::new(), |s| {
                             format!(", rows split into up to {} parts of ~{} blocks", s.chunks, s.blocks)
                         });
-                    format!("{} ({}: {}{split})", c.kernel, source, c.plan)
+                    let a_tiles = a.block_rows() * n.div_ceil(c.config.bn as usize);
+                    let persistent = gpu.tile_grid(&c.config, c.ctas_per_sm, a_tiles).map_or(String::new(), |g| {
+                        let how = if g.counter { "taking tiles from a counter" } else { "static stride" };
+                        format!(", {} CTAs over {a_tiles} tiles, {how}", g.ctas)
+                    });
+                    format!("{} ({}: {}{split}{persistent})", c.kernel, source, c.plan)
                 });
             (got, times, format!("GPU {name} (sm_{major}{minor}), kernel {kernel}"))
         }

@@ -5,31 +5,38 @@
 //! `layout::BsrSpmmParams`).
 //!
 //! Output tiles are the sm_80 kernels' (one block row of A by BN columns of C), ordered the same way (grouped
-//! rasterization over `row_order`, longest rows first). The kernel takes any grid: CTA `c` takes tiles `c, c +
-//! grid, c + 2 grid, ...` with one continuous ring (a persistent grid); the host launches one CTA per tile, which
-//! the hardware schedules as CTAs finish (measured faster than one wave with that static stride, which leaves SMs
-//! idle behind long rows; a persistent grid needs a dynamic tile counter). A CTA is one producer warpgroup and
-//! `warps_m * warps_n / 4` consumer warpgroups (`layout::Pipeline::TmaWgmma`):
-//! - PRODUCER (one thread; its warpgroup gives its registers back with `setmaxnreg.dec`): for every k-tile of its
-//!   tiles, waits for the ring slot to be empty, announces the slot's bytes on the slot's full barrier and issues
-//!   the TMA copies: A's (BS, 64) slice of block `blk` (rows `blk * BS ..` of the `(nnzb * BS) x BS` map, column
-//!   `kk`) and B's 64 rows `col_idx[blk] * BS + kk ..` for the tile's BN columns (row-major B: BN / 64 boxes of
-//!   64 x 64; column-major B: one box of BN x 64). TMA zero-fills columns past n, so the N tail needs no code.
-//!   It runs ahead into the next tile while the consumers finish the last one (the ring is continuous).
-//! - CONSUMERS (`setmaxnreg.inc`): for every k-tile, wait for the slot to be full, issue 4 k16 steps of one
-//!   wgmma over the columns they own (`m64n128k16`, or `m64n256k16` for two pieces: A read once), commit, wait
-//!   until only this group is in flight (`wait_group 1`) and release the previous k-tile's slot, so one wgmma
-//!   group is always in flight. After the
-//!   tile's last k-tile: `wait_group 0`, release, and the shared epilogue (kernels-gpu/src/epilogue.rs) straight
-//!   from the accumulators, whose per-warp layout is the `mma.sync` C fragment's.
+//! rasterization over `row_order`, longest rows first). The kernel takes any grid. With `tile_counter` set, the
+//! host launches a persistent grid (one CTA per SM) and each CTA's producer takes the next tile with an atomic
+//! add, so CTAs that finish early take more (the last CTA out resets the counters); without it, CTA `c` takes
+//! tiles `c, c + grid, ...` and the host launches one CTA per tile. Either way one CTA's tiles share one
+//! continuous ring. A CTA is one producer warpgroup and `warps_m * warps_n / 4` consumer warpgroups per set, one
+//! set or two (`layout::Pipeline::TmaWgmma { pingpong }`):
+//! - PRODUCER (one thread; its warpgroup gives its registers back with `setmaxnreg.dec`): takes a tile, publishes
+//!   it with the ring position of its first k-tile in the tile queue (`layout::TILE_QUEUE` entries, each with a
+//!   full and an empty mbarrier), then for every k-tile waits for the ring slot to be empty, announces the slot's
+//!   bytes on the slot's full barrier and issues the TMA copies: A's (BS, 64) slice of block `blk` (rows
+//!   `blk * BS ..` of the `(nnzb * BS) x BS` map, column `kk`) and B's 64 rows `col_idx[blk] * BS + kk ..` for
+//!   the tile's BN columns (row-major B: BN / 64 boxes of 64 x 64; column-major B: one box of BN x 64). TMA
+//!   zero-fills columns past n, so the N tail needs no code. It runs ahead into the next tile while the consumers
+//!   finish the last one. Past the last tile it publishes an end entry for each set.
+//! - CONSUMERS (`setmaxnreg.inc`): a set reads the queue's entries in turn (in ping-pong, set `w` reads entries
+//!   `w, w + 2, ...`); for every k-tile, wait for the slot to be full, issue 4 k16 steps of one wgmma over the
+//!   columns they own (`m64n128k16`, or `m64n256k16` for two pieces: A read once), commit, wait until only this
+//!   group is in flight (`wait_group 1`) and release the previous k-tile's slot, so one wgmma group is always in
+//!   flight. After the tile's last k-tile: `wait_group 0`, release, and the shared epilogue
+//!   (kernels-gpu/src/epilogue.rs) straight from the accumulators, whose per-warp layout is the `mma.sync` C
+//!   fragment's. In ping-pong, a set starts a main loop only after the other set has passed every full barrier of
+//!   its previous tile (a turn barrier per set), so one set's epilogue runs under the other's wgmmas.
 //!
 //! Ring: STAGES slots of (A: BS x 64, B: 64 x BN) 16-bit elements, 1024-byte aligned (128-byte swizzle atoms);
-//! slot `s` has a full barrier (1 arrival + the TMA bytes) and an empty barrier (one arrival per consumer thread).
+//! slot `s` has a full barrier (1 arrival + the TMA bytes) and an empty barrier (one arrival per thread of a set).
 //! Both sides count k-tiles with one running counter `it`: slot `it % STAGES`, phase parity `(it / STAGES) % 2`;
-//! the producer waits for the empty barrier's previous phase (parity ^ 1: a fresh barrier counts as released).
+//! the producer waits for the empty barrier's previous phase (parity ^ 1: a fresh barrier counts as released). A
+//! parity names the phase meant only if the slot's previous phase has completed: the set's own previous k-tile,
+//! or, at a tile's start, the other set's, which the turn barrier guarantees.
 
 use crate::epilogue::{Bf16, Bf16In, Epilogue, F16In, Input, Output, WarpCoord, load_index, store_epilogue};
-use crate::layout::{BsrSpmmParams, HopperSpmmParams, KernelConfig, WARPGROUP_WARPS, WGMMA_N, raster};
+use crate::layout::{BsrSpmmParams, HopperSpmmParams, KernelConfig, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N, raster};
 use crate::ptx;
 use crate::ptx::WgmmaAcc;
 
@@ -102,8 +109,8 @@ unsafe fn row_at(p: &BsrSpmmParams, pos: u32, index_shift: u32) -> (u32, u32, u3
 ///
 /// # Safety
 /// `p` satisfies `layout::HopperSpmmParams`'s preconditions, `tmaps` is the generic address of the kernel's
-/// parameter (tensor map of A at +0, of B at +128), and the launch has `CFG.threads()` threads and
-/// `CFG.smem_bytes()` bytes of dynamic shared memory.
+/// parameter (tensor map of A at +0, of B at +128), `tile_counter` is the parameter's `tile_counter`, and the
+/// launch has `CFG.threads()` threads and `CFG.smem_bytes()` bytes of dynamic shared memory.
 #[inline(always)]
 unsafe fn hopper_spmm<
     const BS: u32,
@@ -113,11 +120,13 @@ unsafe fn hopper_spmm<
     const STAGES: u32,
     const PIECES: usize,
     const TRANS_B: u32,
+    const PINGPONG: bool,
     I: WgmmaInput,
     O: Output,
 >(
     p: &BsrSpmmParams,
     tmaps: u64,
+    tile_counter: u64,
 ) {
     // B's order: TRANS_B = 0 for a column-major B (staged N x K, K-major), 1 for a row-major B (K x N).
     let b_col = TRANS_B == 0;
@@ -129,22 +138,44 @@ unsafe fn hopper_spmm<
     let a_bytes = BS * BK * 2;
     let b_bytes = BK * BN * 2;
     let stage_bytes = a_bytes + b_bytes;
-    let consumers = WG_THREADS * (WARPS_M / WARPGROUP_WARPS) * WARPS_N;
+    // Consumer threads of one tile, and the sets of them that take turns (two in ping-pong).
+    let tile_threads = WG_THREADS * (WARPS_M / WARPGROUP_WARPS) * WARPS_N;
+    let sets = if PINGPONG { 2 } else { 1 };
     // The ring starts at the first 1024-byte boundary of the window (the host adds 1024 bytes for it).
     let ring = (ptx::dynamic_smem_base() + 1023) & !1023;
     let a_slot = |s: u32| ring + s * stage_bytes;
     let b_slot = |s: u32| ring + s * stage_bytes + a_bytes;
     let full = |s: u32| ring + STAGES * stage_bytes + 8 * s;
     let empty = |s: u32| ring + STAGES * stage_bytes + 8 * (STAGES + s);
+    // The tile queue (layout::KernelConfig::tile_queue_offset): entry j of the CTA's tiles sits in slot j % TILE_QUEUE.
+    let queue = ring + STAGES * stage_bytes + 16 * STAGES;
+    let q_full = |q: u32| queue + 8 * q;
+    let q_empty = |q: u32| queue + 8 * (TILE_QUEUE + q);
+    let q_entry = |q: u32| queue + 16 * TILE_QUEUE + 16 * q;
+    // Ping-pong: set `w` may start a tile's main loop once the other set has passed the full barriers of every
+    // k-tile of its previous tile (it arrives on `turn(w)` then): the ring's earlier phases have all completed,
+    // so each full-barrier parity names the phase meant, and the two main loops take the tensor cores in turn.
+    let turn = |w: u32| queue + 32 * TILE_QUEUE + 8 * w;
 
     let tid = ptx::thread_idx_x();
     if tid == 0 {
+        // SAFETY (whole block): the barriers lie past the ring, inside the dynamic shared memory; nobody uses them
+        // before the CTA barrier below.
         for s in 0..STAGES {
-            // SAFETY: the barriers lie past the ring, inside the dynamic shared memory; nobody uses them before the
-            // CTA barrier below.
             unsafe {
                 ptx::mbarrier_init(full(s), 1);
-                ptx::mbarrier_init(empty(s), consumers);
+                ptx::mbarrier_init(empty(s), tile_threads);
+            }
+        }
+        for q in 0..TILE_QUEUE {
+            unsafe {
+                ptx::mbarrier_init(q_full(q), 1);
+                ptx::mbarrier_init(q_empty(q), tile_threads);
+            }
+        }
+        if PINGPONG {
+            for w in 0..2 {
+                unsafe { ptx::mbarrier_init(turn(w), tile_threads) };
             }
         }
         ptx::fence_mbarrier_init();
@@ -159,16 +190,41 @@ unsafe fn hopper_spmm<
     let (tmap_a, tmap_b) = (tmaps, tmaps + 128);
 
     if tid < WG_THREADS {
-        // PRODUCER warpgroup: one thread issues every copy; the others only return their registers.
+        // PRODUCER warpgroup: one thread takes the tiles and issues every copy; the others only return their
+        // registers.
         ptx::setmaxnreg_dec::<PRODUCER_REGS>();
         if tid != 0 {
             return;
         }
+        let counter = tile_counter as *mut u32;
+        // Entry j of the queue: tile `t` (>= tiles: no more) whose first k-tile is ring position `it`.
+        let publish = |j: u32, t: u32, it: u32| {
+            let q = j % TILE_QUEUE;
+            // SAFETY: initialised barriers and an entry of the queue; the entry's last reader released it.
+            unsafe {
+                ptx::mbarrier_wait(q_empty(q), ((j / TILE_QUEUE) & 1) ^ 1);
+                ptx::st_shared_v4(q_entry(q), [t, it, 0, 0]);
+                ptx::mbarrier_arrive(q_full(q));
+            }
+        };
         let mut it = 0u32;
-        let mut t = ptx::block_idx_x();
-        while t < tiles {
+        let mut j = 0u32;
+        let mut next = ptx::block_idx_x();
+        loop {
+            let t = if counter.is_null() {
+                next += grid;
+                next - grid
+            } else {
+                // SAFETY: the launch's own zeroed counter (HopperSpmmParams::tile_counter).
+                unsafe { ptx::atom_global_add_u32(counter, 1) }
+            };
+            publish(j, t, it);
+            j += 1;
+            if t >= tiles {
+                break;
+            }
             let (pos, n_tile) = raster(t, p.block_rows, n_tiles, p.group_rows);
-            // SAFETY (whole loop): pos < block_rows; blocks begin..end of a valid structure; every TMA box lies in
+            // SAFETY (whole tile): pos < block_rows; blocks begin..end of a valid structure; every TMA box lies in
             // the tensor maps the host encoded for these operands (out-of-bounds columns of B read as zero), and
             // every slot and barrier lies in the ring.
             let (_, begin, end) = unsafe { row_at(p, pos, index_shift) };
@@ -184,11 +240,11 @@ unsafe fn hopper_spmm<
                         if b_col {
                             ptx::tma_load_2d(b_slot(s), tmap_b, k_row0 + kk * BK, n0, full(s));
                         } else {
-                            for j in 0..BN / 64 {
+                            for jb in 0..BN / 64 {
                                 ptx::tma_load_2d(
-                                    b_slot(s) + j * 64 * BK * 2,
+                                    b_slot(s) + jb * 64 * BK * 2,
                                     tmap_b,
-                                    n0 + 64 * j,
+                                    n0 + 64 * jb,
                                     k_row0 + kk * BK,
                                     full(s),
                                 );
@@ -198,15 +254,33 @@ unsafe fn hopper_spmm<
                     it += 1;
                 }
             }
-            t += grid;
+        }
+        // In ping-pong the other set reads the next entry: it gets the end too.
+        for _ in 1..sets {
+            publish(j, tiles, it);
+            j += 1;
+        }
+        if !counter.is_null() {
+            // Count this CTA out after its last take (fenced: the take happens before); the last CTA out sets the
+            // counters back to zero for the next launch (fenced: every CTA's takes happen before).
+            ptx::fence_acq_rel_gpu();
+            // SAFETY: the counters of the launch (two u32).
+            unsafe {
+                if ptx::atom_global_add_u32(counter.add(1), 1) == grid - 1 {
+                    ptx::fence_acq_rel_gpu();
+                    ptx::st_global_u32(counter, 0);
+                    ptx::st_global_u32(counter.add(1), 0);
+                }
+            }
         }
         return;
     }
 
-    // CONSUMER warpgroups.
+    // CONSUMER warpgroups: set `set` takes entries set, set + sets, ... of the queue.
     ptx::setmaxnreg_inc::<CONSUMER_REGS>();
     let ct = tid - WG_THREADS;
-    let wg = ct / WG_THREADS;
+    let set = ct / tile_threads;
+    let wg = (ct % tile_threads) / WG_THREADS;
     let wgs_m = WARPS_M / WARPGROUP_WARPS;
     let (wg_m, wg_n) = (wg % wgs_m, wg / wgs_m);
     // The epilogue places each 128-column piece itself (warp_n 0, its own first column).
@@ -215,16 +289,34 @@ unsafe fn hopper_spmm<
     let a_off = wg_m * 64 * BK * 2;
     let piece0 = wg_n * PIECES as u32;
     let epi = Epilogue::<O>::from_params(p);
-    let mut it = 0u32;
-    let mut t = ptx::block_idx_x();
-    while t < tiles {
+    let mut j = set;
+    loop {
+        let q = j % TILE_QUEUE;
+        // SAFETY: initialised barriers and an entry of the queue, published by the producer before its phase
+        // completes; this set is the entry's only reader until it releases it.
+        let [t, it0, _, _] = unsafe {
+            ptx::mbarrier_wait(q_full(q), (j / TILE_QUEUE) & 1);
+            let entry = ptx::ld_shared_v4(q_entry(q));
+            ptx::mbarrier_arrive(q_empty(q));
+            entry
+        };
+        if t >= tiles {
+            break;
+        }
+        if PINGPONG && j > 0 {
+            // The m-th tile of set 1 (j = 2m + 1) follows the other set's m-th, that of set 0 (j = 2m) its
+            // (m - 1)-th: phase j / 2 - 1 + set of turn(set). Strict alternation keeps the phases from aliasing.
+            // SAFETY: an initialised barrier; the other set arrives on it after each of its main loops.
+            unsafe { ptx::mbarrier_wait(turn(set), (j.div_ceil(2) - 1) & 1) };
+        }
+        j += sets;
         let (pos, n_tile) = raster(t, p.block_rows, n_tiles, p.group_rows);
         // SAFETY: pos < block_rows.
         let (row, begin, end) = unsafe { row_at(p, pos, index_shift) };
         let k_tiles = (end - begin) * (BS / BK);
         let mut acc: [WgmmaAcc; PIECES] = [[[0.0; 4]; 16]; PIECES];
         let mut prev = 0u32;
-        for i in 0..k_tiles {
+        for it in it0..it0 + k_tiles {
             let s = it % STAGES;
             // SAFETY (whole k-tile): the slot's full barrier completes when its TMA bytes have landed; the
             // descriptors address this warpgroup's rows of A and its columns of B in that slot.
@@ -256,12 +348,16 @@ unsafe fn hopper_spmm<
             ptx::wgmma_commit_group();
             // Keep this k-tile's group in flight; the previous one is done, so its slot can be refilled.
             ptx::wgmma_wait_group::<1>();
-            if i > 0 {
+            if it > it0 {
                 // SAFETY: an initialised barrier of the ring.
                 unsafe { ptx::mbarrier_arrive(empty(prev)) };
             }
             prev = s;
-            it += 1;
+        }
+        if PINGPONG {
+            // This set has passed every full barrier of its tile: the other set's next main loop may start.
+            // SAFETY: an initialised barrier.
+            unsafe { ptx::mbarrier_arrive(turn(1 - set)) };
         }
         ptx::wgmma_wait_group::<0>();
         ptx::wgmma_fence_operand(&mut acc[0]);
@@ -287,7 +383,6 @@ unsafe fn hopper_spmm<
                 store_epilogue::<1, 16, O, I>(&epi, core::array::from_mut(&mut acc[PIECES - 1]), row0, col, warp);
             }
         }
-        t += grid;
     }
 }
 
@@ -302,7 +397,7 @@ macro_rules! hopper_kernel {
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(params: HopperSpmmParams) {
             const CFG: KernelConfig =
-                variant_config!($name, crate::layout::Pipeline::TmaWgmma, $in_type, $b_layout, $out_type);
+                variant_config!($name, crate::layout::Pipeline::TmaWgmma { .. }, $in_type, $b_layout, $out_type);
             let tmaps = crate::param0_address!($name);
             // SAFETY: forwarded preconditions; the tensor maps are the parameter's first 256 bytes.
             unsafe {
@@ -314,9 +409,10 @@ macro_rules! hopper_kernel {
                     { CFG.stages },
                     { (CFG.bn / CFG.warps_n / WGMMA_N) as usize },
                     { if $b_col { 0 } else { 1 } },
+                    { CFG.pingpong() },
                     $input,
                     $out,
-                >(&params.spmm, tmaps)
+                >(&params.spmm, tmaps, params.tile_counter)
             }
         }
     };

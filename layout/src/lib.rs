@@ -73,7 +73,14 @@ pub enum Pipeline {
     /// `wgmma.m64n128k16` or `m64n256k16`. Warp `w` of the consumers is warp `w % 4` of warpgroup `w / 4`;
     /// warpgroups are laid out along M first (`warps_m / 4` of them), so each warp owns 16 rows (`mi() == 1`) and
     /// `bn / warps_n` columns, like the sm_80 warp grid. BK is 64: one 128-byte swizzle row of 16-bit elements.
-    TmaWgmma,
+    ///
+    /// `pingpong`: two such sets of consumer warpgroups, each taking every other tile of the CTA (CUTLASS's
+    /// "ping-pong" schedule): one set's epilogue runs while the other's wgmmas keep the tensor cores busy. The
+    /// CTA then has `2 * warps_m * warps_n / 4` consumer warpgroups.
+    TmaWgmma {
+        /// Two sets of consumer warpgroups alternating tiles (see above); `false`: one set, every tile.
+        pingpong: bool,
+    },
     /// sm_80, for few columns (kernels-gpu/src/decode.rs): no shared-memory ring. A CTA owns 16 rows (a slice) of
     /// one block row and `bn` columns; its `warps_m` warps split the block row's blocks between them (warp `w`
     /// takes blocks `w`, `w + warps_m`, ...), each loading A's 16 x 32 chunks straight into `mma.sync` fragments
@@ -92,12 +99,19 @@ pub const WARPGROUP_WARPS: u32 = 4;
 /// of two pieces multiplies both with one `m64n256k16`).
 pub const WGMMA_N: u32 = 128;
 
+/// Entries of the sm_90a kernels' tile queue: the producer thread publishes each tile it takes (from the launch's
+/// tile counter or the static stride) with the ring position of its first k-tile, and the consumer warpgroups read
+/// them in turn, so the producer can run up to this many tiles ahead.
+pub const TILE_QUEUE: u32 = 4;
+
 impl KernelConfig {
     /// Threads per CTA (with the producer warpgroup of [`Pipeline::TmaWgmma`]).
     pub const fn threads(&self) -> u32 {
         match self.pipeline {
             Pipeline::CpAsync | Pipeline::Direct => 32 * self.warps_m * self.warps_n,
-            Pipeline::TmaWgmma => 32 * (self.warps_m * self.warps_n + WARPGROUP_WARPS),
+            Pipeline::TmaWgmma { pingpong } => {
+                32 * (self.warps_m * self.warps_n * (1 + pingpong as u32) + WARPGROUP_WARPS)
+            }
         }
     }
     /// Threads that multiply (all of them for [`Pipeline::CpAsync`], the consumer warpgroups for
@@ -109,6 +123,16 @@ impl KernelConfig {
     /// stages (full barriers, then empty barriers, 8 bytes each).
     pub const fn barrier_offset(&self) -> u32 {
         self.stages * (self.a_stage_bytes() + self.b_stage_bytes())
+    }
+    /// Shared-memory offset of the tile queue of [`Pipeline::TmaWgmma`] from the ring: after the mbarriers,
+    /// [`TILE_QUEUE`] full barriers, then as many empty barriers (8 bytes each), then the entries (16 bytes each),
+    /// then the ping-pong kernels' two turn barriers.
+    pub const fn tile_queue_offset(&self) -> u32 {
+        self.barrier_offset() + 16 * self.stages
+    }
+    /// Whether the kernel is the ping-pong form of [`Pipeline::TmaWgmma`].
+    pub const fn pingpong(&self) -> bool {
+        matches!(self.pipeline, Pipeline::TmaWgmma { pingpong: true })
     }
     /// m16 tiles per warp.
     pub const fn mi(&self) -> u32 {
@@ -127,13 +151,14 @@ impl KernelConfig {
         self.bk * self.bn * 2
     }
     /// Dynamic shared memory of one CTA. [`Pipeline::TmaWgmma`] adds 1024 bytes to round the ring's start up to
-    /// the 1024-byte alignment of 128-byte swizzled TMA tiles, and two mbarriers per stage; [`Pipeline::Direct`]
+    /// the 1024-byte alignment of 128-byte swizzled TMA tiles, two mbarriers per stage and the tile queue
+    /// ([`KernelConfig::tile_queue_offset`]); [`Pipeline::Direct`]
     /// has no ring, only every warp's f32 partial sums of the CTA's (16, bn) tile.
     pub const fn smem_bytes(&self) -> u32 {
         match self.pipeline {
             Pipeline::CpAsync => self.stages * (self.a_stage_bytes() + self.b_stage_bytes()),
             Pipeline::Direct => self.warps_m * self.warps_n * 16 * self.bn * 4,
-            Pipeline::TmaWgmma => 1024 + self.barrier_offset() + 16 * self.stages,
+            Pipeline::TmaWgmma { .. } => 1024 + self.tile_queue_offset() + 32 * TILE_QUEUE + 16,
         }
     }
     /// `mma.sync` instructions the kernel's PTX must hold: one k-tile's worth (MI x NI per k16 step), written
@@ -143,7 +168,7 @@ impl KernelConfig {
             Pipeline::CpAsync => self.mi() * self.ni() * (self.bk / 16),
             // The main loop is unrolled over the `stages` chunks in flight, each two k16 steps of NI mma.
             Pipeline::Direct => self.stages * (self.bk / 16) * (self.bn / 8),
-            Pipeline::TmaWgmma => 0,
+            Pipeline::TmaWgmma { .. } => 0,
         }
     }
     /// `wgmma.mma_async` instructions the kernel's PTX must hold: one k-tile (BK / 16 k16 steps) of one wgmma per
@@ -151,7 +176,7 @@ impl KernelConfig {
     pub const fn expected_wgmma(&self) -> u32 {
         match self.pipeline {
             Pipeline::CpAsync | Pipeline::Direct => 0,
-            Pipeline::TmaWgmma => self.bk / 16,
+            Pipeline::TmaWgmma { .. } => self.bk / 16,
         }
     }
     /// `bar.sync` / `barrier.sync` instructions the kernel's PTX must hold: the main loop's one (and the second
@@ -162,7 +187,7 @@ impl KernelConfig {
         match self.pipeline {
             Pipeline::CpAsync if self.frag_db => 2 + split,
             Pipeline::CpAsync => 1 + split,
-            Pipeline::TmaWgmma => 1,
+            Pipeline::TmaWgmma { .. } => 1,
             // The one barrier between the warps' partial sums and their sum.
             Pipeline::Direct => 1,
         }
@@ -182,7 +207,7 @@ impl KernelConfig {
         if !matches!(self.bs, 16 | 32 | 64 | 128) {
             return Err("bs must be 16, 32, 64 or 128");
         }
-        if matches!(self.pipeline, Pipeline::TmaWgmma) {
+        if matches!(self.pipeline, Pipeline::TmaWgmma { .. }) {
             return self.check_tma_wgmma();
         }
         if matches!(self.pipeline, Pipeline::Direct) {
@@ -281,7 +306,7 @@ impl KernelConfig {
     pub const fn slices(&self) -> u32 {
         match self.pipeline {
             Pipeline::Direct => self.bs / 16,
-            Pipeline::CpAsync | Pipeline::TmaWgmma => 1,
+            Pipeline::CpAsync | Pipeline::TmaWgmma { .. } => 1,
         }
     }
 
@@ -735,18 +760,19 @@ pub const MID64_MIN_N: usize = 33;
 
 /// Configurations of the sm_90a kernels ([`Pipeline::TmaWgmma`], [`Module::Hopper`]), one per block size they
 /// serve (64 and 128; the small blocks keep the sm_80 kernels): a 256-column N tile, BK 64, two consumer
-/// warpgroups (bs 64: side by side along N, 128 columns each; bs 128: stacked along M, 256 columns each) and as
-/// many ring stages as fit in the 227 KB of shared memory.
+/// warpgroups and as many ring stages as fit in the 227 KB of shared memory. bs 64: ping-pong, each warpgroup a
+/// whole 64 x 256 tile (one `m64n256k16` per k16 step), the two alternating tiles; bs 128: both warpgroups on
+/// one tile, stacked along M (64 x 256 each).
 pub const HOPPER_CONFIGS: [KernelConfig; 2] = [
     KernelConfig {
         bs: 64,
         bn: 256,
         bk: 64,
         warps_m: 4,
-        warps_n: 2,
+        warps_n: 1,
         stages: 5,
         frag_db: false,
-        pipeline: Pipeline::TmaWgmma,
+        pipeline: Pipeline::TmaWgmma { pingpong: true },
     },
     KernelConfig {
         bs: 128,
@@ -756,7 +782,7 @@ pub const HOPPER_CONFIGS: [KernelConfig; 2] = [
         warps_n: 1,
         stages: 4,
         frag_db: false,
-        pipeline: Pipeline::TmaWgmma,
+        pipeline: Pipeline::TmaWgmma { pingpong: false },
     },
 ];
 
@@ -1042,7 +1068,7 @@ const fn spmm(
 ) -> Variant {
     let arch = match config.pipeline {
         Pipeline::CpAsync | Pipeline::Direct => Arch::Sm80,
-        Pipeline::TmaWgmma => Arch::Sm90a,
+        Pipeline::TmaWgmma { .. } => Arch::Sm90a,
     };
     Variant { name, arch, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config, tile }
 }
@@ -1403,10 +1429,10 @@ pub const fn split_slots(nnzb: u64, block_rows: u64, split_blocks: u64, n_tiles:
 pub struct TensorMap(pub [u64; 16]);
 
 /// The parameters of the sm_90a kernels ([`Module::Hopper`]), passed by value as the kernel's one argument:
-/// two tensor maps first (at offsets 0 and 128 of a 64-byte aligned parameter) and then the parameters every
-/// BSR SpMM kernel takes, with the same preconditions. Any number of CTAs up to the `block_rows * ceil(n / BN)`
-/// output tiles, each walking the tiles `blockIdx.x, blockIdx.x + gridDim.x, ...` (the host launches one per
-/// tile).
+/// two tensor maps first (at offsets 0 and 128 of a 64-byte aligned parameter), then the parameters every
+/// BSR SpMM kernel takes, with the same preconditions, then the tile scheduler. Any number of CTAs from 1 to the
+/// `block_rows * ceil(n / BN)` output tiles: with `tile_counter` 0 each walks the tiles `blockIdx.x, blockIdx.x +
+/// gridDim.x, ...`; with counters, they share the tiles in the order they ask for them.
 ///
 /// - `tmap_a`: A's values viewed as a row-major `(nnzb * bs) x bs` matrix of the input type, box `bs x 64`
 ///   (rows x columns), 128-byte swizzle.
@@ -1421,6 +1447,11 @@ pub struct HopperSpmmParams {
     pub tmap_b: TensorMap,
     /// Everything else, as for the sm_80 kernels.
     pub spmm: BsrSpmmParams,
+    /// The tile scheduler: 0 for the static stride (CTA `c` takes tiles `c, c + gridDim.x, ...`), or the device
+    /// address of two u32 counters, zero before the launch and only this launch's while it runs: the next tile,
+    /// which each CTA's producer takes with an atomic add until it passes the last tile (a persistent grid whose
+    /// CTAs take the next tile as they free up), and the CTAs done with that; the last CTA sets both back to zero.
+    pub tile_counter: u64,
 }
 
 /// The device-side structure check (`sparsek_bsr_check`): one thread per block row checks that `row_ptr` starts
@@ -1670,5 +1701,19 @@ mod tests {
         assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 9 * 8 + 12 * 4);
         assert_eq!(core::mem::align_of::<BsrSpmmParams>(), 8);
         assert_eq!(core::mem::size_of::<BsrCheckParams>(), 4 * 8 + 4 * 4);
+        // Two tensor maps, the 120 bytes of BsrSpmmParams and the tile counter's address.
+        assert_eq!(core::mem::size_of::<HopperSpmmParams>(), 2 * 128 + 120 + 8);
+        assert_eq!(core::mem::offset_of!(HopperSpmmParams, tile_counter), 2 * 128 + 120);
+    }
+
+    #[test]
+    fn hopper_shared_memory_fits() {
+        for c in HOPPER_CONFIGS {
+            assert!(c.smem_bytes() <= 227 * 1024, "{c:?}: {} bytes", c.smem_bytes());
+            // The queue's entries are 16-byte aligned (st.shared.v4) and its barriers 8-byte aligned.
+            assert_eq!(c.tile_queue_offset() % 16, 0);
+        }
+        assert!(HOPPER_CONFIGS[0].pingpong() && HOPPER_CONFIGS[0].threads() == 384);
+        assert!(!HOPPER_CONFIGS[1].pingpong() && HOPPER_CONFIGS[1].threads() == 384);
     }
 }

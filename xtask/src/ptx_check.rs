@@ -37,7 +37,7 @@ fn count(body: &str, op: &str) -> u32 {
 /// What a kernel's PTX must hold: (bar.sync, mma.sync, wgmma.mma_async, setmaxnreg).
 fn expected(v: &Variant) -> (u32, u32, u32, u32) {
     let c = v.config;
-    let setmaxnreg = if c.pipeline == Pipeline::TmaWgmma { 2 } else { 0 };
+    let setmaxnreg = if matches!(c.pipeline, Pipeline::TmaWgmma { .. }) { 2 } else { 0 };
     (c.expected_barriers(), c.expected_mma_sync(), c.expected_wgmma(), setmaxnreg)
 }
 

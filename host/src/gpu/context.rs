@@ -10,6 +10,7 @@ use sparsek_layout::{InType, Layout, Op, OutType, Tile};
 
 use super::driver::{cuda, device_count, driver_version, guard};
 use super::registry::{self, Kernel, KernelReport, Registry};
+use super::schedule::TileSchedule;
 use super::split::{RowSplit, SplitWorkspace};
 use crate::error::{Error, Result};
 use crate::tune::{CachedPlan, DeviceKey, KernelFamily, Plan, PlanCache, PlanKey, PlanSource};
@@ -83,6 +84,8 @@ pub struct Gpu {
     pub(crate) row_split: RowSplit,
     /// The split-row workspace, allocated when the GPU opened (`None` if the memory could not be spared).
     pub(crate) split: Option<SplitWorkspace>,
+    /// How the sm_90a kernels take their tiles ([`Gpu::with_tile_schedule`]).
+    pub(crate) tile_schedule: TileSchedule,
 }
 
 /// The tuned plans of one [`Gpu`]: where they are kept, and those for this device and build, by key.
@@ -186,6 +189,7 @@ impl Gpu {
             plans,
             row_split: RowSplit::Auto,
             split,
+            tile_schedule: TileSchedule::Auto,
         })
     }
 
@@ -391,6 +395,7 @@ impl Gpu {
             source,
             kernel: kernel.variant.name,
             config: kernel.config(),
+            ctas_per_sm: kernel.ctas_per_sm,
         })
     }
 
@@ -478,6 +483,8 @@ pub struct PlanChoice {
     pub kernel: &'static str,
     /// Its tile shape and pipeline.
     pub config: sparsek_layout::KernelConfig,
+    /// CTAs of it that fit on one SM (the driver's occupancy answer).
+    pub ctas_per_sm: u32,
 }
 
 /// A kernel of the tuning module ([`Gpu::tuning_variants`]), launched with [`Gpu::spmm_variant`].

@@ -15,6 +15,8 @@
 //!   remembering the fastest as a plan ([`crate::tune`]);
 //! - `split`: the split-row workspace and choice ([`Gpu::with_row_split`]): long block rows spread over several
 //!   CTAs of the narrow kernels, their partial tiles added in order by the row's last CTA;
+//! - `schedule`: the sm_90a kernels' tile scheduler ([`Gpu::with_tile_schedule`]): a persistent grid taking
+//!   tiles from a counter in the same workspace;
 //! - [`timing`]: CUDA-event timing for the CLI, the benchmark and the tuner (not product API).
 
 mod buffers;
@@ -22,6 +24,7 @@ mod context;
 mod driver;
 mod launch;
 mod registry;
+mod schedule;
 mod split;
 #[doc(hidden)]
 pub mod timing;
@@ -37,6 +40,7 @@ pub use context::{DeviceInfo, Gpu, PlanChoice};
 pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};
 pub use registry::KernelReport;
+pub use schedule::{TileGrid, TileSchedule};
 pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline};
 pub use split::{
     RowSplit, SPLIT_COUNTERS, SPLIT_PART_BYTES, SPLIT_PARTIALS_BYTES, SplitChoice, SplitLimits, split_choice,

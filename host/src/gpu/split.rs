@@ -10,6 +10,9 @@
 //! the device, `cuStreamWaitEvent`) for the event recorded after that launch, so split launches never overlap.
 //! A stream being captured into a CUDA graph gets no split (an event recorded outside the capture cannot be
 //! waited on inside it, and a replayed graph would reuse the workspace unordered).
+//!
+//! The workspace also holds the sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs), ordered the same
+//! way.
 
 use std::sync::{Arc, Mutex};
 
@@ -143,6 +146,8 @@ pub(crate) struct SplitWorkspace {
     /// Device addresses of the partial tiles and the counters (owned by `_partials` and `_counters`).
     pub(crate) partials: u64,
     pub(crate) counters: u64,
+    /// The sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs), past the split counters.
+    pub(crate) scheduler: u64,
     state: Mutex<Order>,
     _partials: CudaSlice<u8>,
     _counters: CudaSlice<u32>,
@@ -161,7 +166,7 @@ impl SplitWorkspace {
     /// any stream finds zeros). `None` when the GPU cannot spare the memory: launches then keep whole rows.
     pub(crate) fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Option<SplitWorkspace> {
         let partials = stream.alloc_zeros::<u8>(SPLIT_PARTIALS_BYTES).ok()?;
-        let counters = stream.alloc_zeros::<u32>(SPLIT_COUNTERS).ok()?;
+        let counters = stream.alloc_zeros::<u32>(SPLIT_COUNTERS + 2).ok()?;
         stream.synchronize().ok()?;
         let done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).ok()?;
         let (p, c) = {
@@ -172,6 +177,7 @@ impl SplitWorkspace {
         Some(SplitWorkspace {
             partials: p,
             counters: c,
+            scheduler: c + 4 * SPLIT_COUNTERS as u64,
             state: Mutex::new(Order { done, last: None }),
             _partials: partials,
             _counters: counters,

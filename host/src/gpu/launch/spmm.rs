@@ -384,12 +384,22 @@ impl Gpu {
             (!capturing(stream)).then_some((ws, choice))
         });
         let chunks = split.map_or(1, |(_, c)| c.chunks as usize);
+        // The sm_90a kernels' grid: persistent, taking tiles from the workspace's counter (gpu/schedule.rs), or
+        // walking them with a static stride.
+        let tile_grid = match cfg.pipeline {
+            Pipeline::TmaWgmma { .. } => {
+                self.tile_grid_on(&cfg, kernel.ctas_per_sm, block_rows as usize * n_tiles, capturing(stream))
+            }
+            Pipeline::CpAsync | Pipeline::Direct => None,
+        };
+        let counter = self.split.as_ref().filter(|_| tile_grid.is_some_and(|g| g.counter));
         // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
         let ctas = limit(
             "CTAs (M / bs * slices * split parts * N / BN)",
             block_rows as usize * cfg.slices() as usize * chunks * n_tiles,
             i32::MAX as usize,
         )?;
+        let ctas = tile_grid.map_or(ctas, |g| g.ctas);
         let group_rows = group_rows.unwrap_or_else(|| {
             // Grouping measured +5% (bs 128) and +13% (bs 64, skewed rows) but -2% (bs 32) and up to -11%
             // (bs 16) on an H100 (docs/perf-notes.md, step 3), so small blocks keep the plain order.
@@ -430,15 +440,16 @@ impl Gpu {
             params.split_partials = ws.partials;
             params.split_counters = ws.counters;
         }
-        // The sm_90a kernels take tensor maps of A's values and B, then the same parameters. They take any grid
-        // (CTA c walks tiles c, c + grid, ...); one CTA per tile, scheduled by the hardware as CTAs finish,
-        // measured 4-30% faster than a persistent grid of one wave with that static stride, which leaves SMs idle
-        // behind long rows (docs/perf-notes.md, "Hopper").
+        // The sm_90a kernels take tensor maps of A's values and B, then the same parameters, then the tile
+        // scheduler: the workspace's counters for a persistent grid, or none for one CTA per tile (CTA c walks
+        // tiles c, c + grid, ...). A persistent grid with that static stride instead of the counter was measured
+        // 4-30% slower than one CTA per tile: it leaves SMs idle behind long rows (docs/perf-notes.md, "Hopper").
         let mut hopper = match cfg.pipeline {
-            Pipeline::TmaWgmma => Some(HopperSpmmParams {
+            Pipeline::TmaWgmma { .. } => Some(HopperSpmmParams {
                 tmap_a: tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?,
                 tmap_b: tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?,
                 spmm: params,
+                tile_counter: counter.map_or(0, |ws| ws.scheduler),
             }),
             Pipeline::CpAsync | Pipeline::Direct => None,
         };
@@ -465,7 +476,8 @@ impl Gpu {
             // B's K x N span in its layout (a nonempty A: Gpu::kernel picks those kernels only with blocks), so every
             // TMA box lies in memory the views cover or reads as zero. `args` and the parameters it points to outlive
             // the call, which copies them. With split rows, the workspace holds the launch's partial tiles and
-            // counters (split_choice) and no other launch uses them meanwhile (SplitWorkspace::ordered).
+            // counters (split_choice), and a persistent sm_90a launch the two scheduler counters, zero before it
+            // (the kernel's last CTA resets them), and no other launch uses them meanwhile (SplitWorkspace::ordered).
             unsafe {
                 cudarc::driver::result::launch_kernel(
                     kernel.func.cu_function(),
@@ -478,9 +490,9 @@ impl Gpu {
             }
             .map_err(cuda("cuLaunchKernel (sparsek_bsr)"))
         };
-        match split {
-            Some((ws, _)) => ws.ordered(stream, launch),
-            None => launch(),
+        match (split, counter) {
+            (Some((ws, _)), _) | (None, Some(ws)) => ws.ordered(stream, launch),
+            (None, None) => launch(),
         }
     }
 

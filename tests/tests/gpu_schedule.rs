@@ -1,0 +1,201 @@
+//! The sm_90a kernels' tile scheduler (`Gpu::with_tile_schedule`, host/src/gpu/schedule.rs): a persistent grid
+//! whose CTAs take tiles from a counter in the Gpu's workspace (the last CTA resets it), and at bs 64 the
+//! ping-pong kernel, whose two consumer warpgroups alternate tiles. Exact integer-valued cases bit-equal to the
+//! oracle and to one CTA per tile, over few and many tiles per CTA, N tails, skewed and empty rows, beta and f16
+//! C; random values giving the same bits on every launch; and persistent launches from several threads on
+//! several streams, which share the counter, each giving the single-threaded result. The tests need the sm_90a
+//! module (a Hopper GPU, `SPARSEK_TEST_MODULE` unset or `auto`); elsewhere they print a skip line.
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use sparsek::check::compare_exact;
+use sparsek::format::{Pattern, generate};
+use sparsek::gpu::{Gpu, InType, OutType, Pipeline, TileGrid, TileSchedule};
+use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
+use sparsek_tests::{exact_operands, gpu_required, hopper_enabled, own_gpu, threads_match_one_launch};
+
+/// A Gpu with the given schedule, or `None` (after a skip line) without a GPU or without the sm_90a module.
+fn hopper_gpu(test: &str, schedule: TileSchedule) -> Option<Gpu> {
+    let gpu = own_gpu(test, |g| g.with_tile_schedule(schedule))?;
+    let hopper = hopper_enabled() && gpu.serving_kernel(64, TYPES_3, 256, 64).is_some_and(|(_, sm90)| sm90);
+    if !hopper {
+        use std::io::Write;
+        let why = if hopper_enabled() { "the GPU has no sm_90a module" } else { "SPARSEK_TEST_MODULE=sm80" };
+        if gpu_required() && hopper_enabled() && gpu.info().compute_capability == (9, 0) {
+            panic!("{test}: a compute capability 9.0 GPU without the sm_90a module");
+        }
+        let _ = writeln!(std::io::stderr(), "SKIP {test}: {why}");
+        return None;
+    }
+    Some(gpu)
+}
+
+const TYPES_3: (InType, Layout, OutType) = (InType::F16, Layout::RowMajor, OutType::F32);
+
+/// The grid a launch of `a` with `n` columns gets on `gpu`, after checking that an sm_90a kernel serves it
+/// (ping-pong at bs 64).
+fn grid_of(gpu: &Gpu, a: &Bsr<f16>, n: usize, ctx: &str) -> TileGrid {
+    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
+    let choice = gpu.plan_kernel(a.block_size(), types, (a.rows(), a.cols(), n), a.nnzb(), None).unwrap();
+    assert!(matches!(choice.config.pipeline, Pipeline::TmaWgmma { .. }), "{ctx}: {} is not sm_90a", choice.kernel);
+    assert_eq!(choice.config.pingpong(), a.block_size() == 64, "{ctx}: {}", choice.kernel);
+    let tiles = a.rows() / a.block_size() * n.div_ceil(choice.config.bn as usize);
+    gpu.tile_grid(&choice.config, choice.ctas_per_sm, tiles).unwrap()
+}
+
+fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
+    x.as_slice().iter().zip(y.as_slice()).all(|(a, b)| a.to_bits() == b.to_bits())
+}
+
+/// Integer-valued A, B and C (every sum exact in f32): the persistent grid with the counter, with the static
+/// stride, one CTA per tile and the oracle agree bit for bit, from one tile to many tiles per CTA, with N tails,
+/// skewed rows, empty rows (and an A without blocks, which the sm_80 kernels serve) and beta.
+#[test]
+fn persistent_grid_is_exact() {
+    let test = "persistent_grid_is_exact";
+    let Some(counter) = hopper_gpu(test, TileSchedule::Auto) else { return };
+    let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
+    let stride = hopper_gpu(test, TileSchedule::Static).unwrap();
+    let sms = counter.info().sm_count as usize;
+    // (bs, block rows, block columns, N): one tile; fewer tiles than SMs; several tiles per CTA (N tiles of
+    // 256 and a tail); many short rows.
+    let shapes = [(64usize, 1usize, 3usize, 100usize), (128, 5, 7, 300), (64, 2 * sms, 20, 520), (128, sms, 9, 777)];
+    for (bs, rows, cols, n) in shapes {
+        for (pattern, density, beta) in
+            [(Pattern::Uniform, 0.5, 0.0f32), (Pattern::Skewed, 0.4, 1.0), (Pattern::Uniform, 0.05, -1.0)]
+        {
+            let (m, k) = (rows * bs, cols * bs);
+            let seed = (bs * 7919 + rows * 31 + n) as u64;
+            let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, density, beta, seed);
+            let ep = Epilogue::new(1.0, beta);
+            let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} {density} beta={beta} nnzb={}", a.nnzb());
+            if a.nnzb() > 0 {
+                let g = grid_of(&counter, &a, n, &ctx);
+                assert!(g.counter && g.ctas as usize <= sms, "{ctx}: {g:?}");
+                let g = grid_of(&stride, &a, n, &ctx);
+                assert!(!g.counter && g.ctas as usize <= sms, "{ctx}: {g:?}");
+                let tiles = rows * n.div_ceil(256);
+                assert_eq!(grid_of(&per_tile, &a, n, &ctx), TileGrid { ctas: tiles as u32, counter: false }, "{ctx}");
+            }
+            let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
+            let run = |gpu: &Gpu| {
+                let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+                let mut c_d = gpu.upload_matrix(&c0).unwrap();
+                gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+                c_d.to_host().unwrap()
+            };
+            for (what, gpu) in [("counter", &counter), ("static stride", &stride), ("one CTA per tile", &per_tile)] {
+                let report = compare_exact(&run(gpu), &expected);
+                assert!(report.passed(), "{ctx}: {what}: {report}");
+            }
+        }
+    }
+}
+
+/// Random values: the persistent grid gives the bits of one CTA per tile on every launch (each tile is summed in
+/// the same order whichever CTA and warpgroup takes it), with f32 and f16 C, across launches that reuse the
+/// counter (a counter left non-zero would skip tiles, which the poisoned C shows).
+#[test]
+fn persistent_grid_is_deterministic() {
+    let test = "persistent_grid_is_deterministic";
+    let Some(persistent) = hopper_gpu(test, TileSchedule::Auto) else { return };
+    let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
+    for (bs, m, k, n, density) in [(64usize, 4096usize, 4096usize, 1000usize, 0.12), (128, 2048, 8192, 600, 0.22)] {
+        for pattern in [Pattern::Uniform, Pattern::Skewed] {
+            let a: Bsr<f16> = generate(pattern, m, k, bs, density, (bs + n) as u64).unwrap();
+            let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} {density}");
+            assert!(grid_of(&persistent, &a, n, &ctx).counter, "{ctx}: no counter");
+            let b = Matrix::<f16>::random(k, n, 5).unwrap();
+            let poisoned = Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap();
+            let ep = Epilogue::new(1.0, 0.0);
+            let run = |gpu: &Gpu| {
+                let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+                let mut c_d = gpu.upload_matrix(&poisoned).unwrap();
+                gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+                c_d.to_host().unwrap()
+            };
+            let want = run(&per_tile);
+            let expected = sparsek::check::Expected::compute(
+                &a,
+                &b,
+                &poisoned,
+                ep,
+                sparsek::check::RowSample::Random { count: 64, seed: 7 },
+                |_, _| {},
+            )
+            .unwrap();
+            let report = expected.check(&want);
+            assert!(report.passed(), "{ctx}: one CTA per tile against the oracle: {report}");
+            for i in 0..4 {
+                let got = run(&persistent);
+                assert!(same_bits(&got, &want), "{ctx}: persistent launch {i} differs from one CTA per tile");
+            }
+            // f16 C, beta = 1: the same check through the 16-bit epilogue.
+            let c16 = Matrix::<f16>::random(m, n, 9).unwrap();
+            let run16 = |gpu: &Gpu| {
+                let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+                let mut c_d = gpu.upload_matrix(&c16).unwrap();
+                gpu.spmm(&a_d, &b_d, &mut c_d, Epilogue::new(0.5, 1.0)).unwrap();
+                c_d.to_host().unwrap()
+            };
+            let (x, y) = (run16(&per_tile), run16(&persistent));
+            let same = x.as_slice().iter().zip(y.as_slice()).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(same, "{ctx}: f16 C differs between the schedules");
+        }
+    }
+}
+
+/// Persistent launches from six threads, half on the default stream and half on streams of their own, all
+/// sharing the Gpu's tile counter: each result is bit-identical to the single-threaded one (unordered launches
+/// would take each other's tiles).
+#[test]
+fn persistent_launches_on_many_streams_are_ordered() {
+    let test = "persistent_launches_on_many_streams_are_ordered";
+    let Some(gpu) = hopper_gpu(test, TileSchedule::Auto) else { return };
+    let (m, k, n) = (4096, 4096, 768);
+    let a: Bsr<f16> = generate(Pattern::Skewed, m, k, 64, 0.15, 41).unwrap();
+    assert!(grid_of(&gpu, &a, n, "many streams").counter, "no counter");
+    let b = Matrix::<f16>::random(k, n, 42).unwrap();
+    let c0 = Matrix::<f32>::random(m, n, 43).unwrap();
+    threads_match_one_launch(&gpu, &a, &b, &c0, Epilogue::new(0.5, -1.0), 6);
+}
+
+/// Launches captured into a CUDA graph touch no counter (a replayed graph is not ordered with other launches):
+/// bs 64 (ping-pong) replays a persistent grid with a static stride, bs 128 one CTA per tile. Each replay gives
+/// the bits of one CTA per tile outside the capture, the first into a poisoned C.
+#[test]
+fn captured_launches_replay_exactly() {
+    let test = "captured_launches_replay_exactly";
+    let Some(gpu) = hopper_gpu(test, TileSchedule::Auto) else { return };
+    let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
+    for (bs, m, k, n) in [(64usize, 4096usize, 2048usize, 600usize), (128, 2048, 2048, 300)] {
+        let ctx = format!("bs{bs} {m}x{k}x{n}");
+        let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, 0.2, 61).unwrap();
+        let b = Matrix::<f16>::random(k, n, 62).unwrap();
+        let poisoned = Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap();
+        let ep = Epilogue::new(1.0, 0.0);
+        let want = {
+            let (a_d, b_d) = (per_tile.upload(&a).unwrap(), per_tile.upload_matrix(&b).unwrap());
+            let mut c_d = per_tile.upload_matrix(&poisoned).unwrap();
+            per_tile.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+            c_d.to_host().unwrap()
+        };
+        let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+        let mut c_d = gpu.upload_matrix(&poisoned).unwrap();
+        gpu.synchronize().unwrap();
+        let stream = gpu.stream();
+        let (a_v, b_v) = (a_d.view(), b_d.view());
+        let mut c_v = c_d.view_mut();
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+        // SAFETY: the views are of live buffers of this Gpu, used only on its stream.
+        let r = unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, None, ep) };
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+        r.unwrap_or_else(|e| panic!("{ctx}: launch during capture: {e}"));
+        let graph = graph.expect("end capture").expect("a graph");
+        for i in 0..3 {
+            graph.launch().unwrap();
+            stream.synchronize().unwrap();
+            let got = c_d.to_host().unwrap();
+            assert!(same_bits(&got, &want), "{ctx}: replay {i} differs from one CTA per tile");
+        }
+    }
+}
