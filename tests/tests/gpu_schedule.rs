@@ -7,9 +7,12 @@
 //! module (a Hopper GPU, `SPARSEK_TEST_MODULE` unset or `auto`); elsewhere they print a skip line.
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaSlice, DevicePtr};
 use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{Gpu, InType, OutType, Pipeline, TileGrid, TileSchedule};
+use sparsek::gpu::{
+    BsrArrays, BsrView, DenseView, DenseViewMut, Gpu, InType, IndexType, OutType, Pipeline, TileGrid, TileSchedule,
+};
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
 use sparsek_tests::{exact_operands, gpu_required, hopper_enabled, own_gpu, threads_match_one_launch};
 
@@ -47,7 +50,7 @@ fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
 }
 
 /// Integer-valued A, B and C (every sum exact in f32): the persistent grid with the counter, with the static
-/// stride, one CTA per tile and the oracle agree bit for bit, from one tile to many tiles per CTA, with N tails,
+/// stride, one tile per consumer set and the oracle agree bit for bit, from one tile to many tiles per CTA, with N tails,
 /// skewed rows, empty rows (and an A without blocks, which the sm_80 kernels serve) and beta.
 #[test]
 fn persistent_grid_is_exact() {
@@ -73,8 +76,10 @@ fn persistent_grid_is_exact() {
                 assert!(g.counter && g.ctas as usize <= sms, "{ctx}: {g:?}");
                 let g = grid_of(&stride, &a, n, &ctx);
                 assert!(!g.counter && g.ctas as usize <= sms, "{ctx}: {g:?}");
+                // One tile per consumer set: the ping-pong kernels (bs 64) take two per CTA.
                 let tiles = rows * n.div_ceil(256);
-                assert_eq!(grid_of(&per_tile, &a, n, &ctx), TileGrid { ctas: tiles as u32, counter: false }, "{ctx}");
+                let ctas = if bs == 64 { tiles.div_ceil(2) } else { tiles } as u32;
+                assert_eq!(grid_of(&per_tile, &a, n, &ctx), TileGrid { ctas, counter: false }, "{ctx}");
             }
             let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
             let run = |gpu: &Gpu| {
@@ -83,7 +88,7 @@ fn persistent_grid_is_exact() {
                 gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
                 c_d.to_host().unwrap()
             };
-            for (what, gpu) in [("counter", &counter), ("static stride", &stride), ("one CTA per tile", &per_tile)] {
+            for (what, gpu) in [("counter", &counter), ("static stride", &stride), ("one tile per set", &per_tile)] {
                 let report = compare_exact(&run(gpu), &expected);
                 assert!(report.passed(), "{ctx}: {what}: {report}");
             }
@@ -145,8 +150,9 @@ fn persistent_grid_is_deterministic() {
 }
 
 /// Persistent launches from six threads, half on the default stream and half on streams of their own, all
-/// sharing the Gpu's tile counter: each result is bit-identical to the single-threaded one (unordered launches
-/// would take each other's tiles).
+/// sharing the Gpu's tile counter: a launch takes it only when it is free or its stream used it last (else it
+/// gets one tile per consumer set), so each result is bit-identical to the single-threaded one (launches sharing
+/// the counter unordered would take each other's tiles).
 #[test]
 fn persistent_launches_on_many_streams_are_ordered() {
     let test = "persistent_launches_on_many_streams_are_ordered";
@@ -160,42 +166,63 @@ fn persistent_launches_on_many_streams_are_ordered() {
 }
 
 /// Launches captured into a CUDA graph touch no counter (a replayed graph is not ordered with other launches):
-/// bs 64 (ping-pong) replays a persistent grid with a static stride, bs 128 one CTA per tile. Each replay gives
-/// the bits of one CTA per tile outside the capture, the first into a poisoned C.
+/// they get one tile per consumer set. Captured on a stream of the test's own, over views of memory uploaded on
+/// it (as PyTorch's graphs launch): each replay gives the bits of the per-tile launch outside the capture, the
+/// first into a poisoned C.
 #[test]
 fn captured_launches_replay_exactly() {
     let test = "captured_launches_replay_exactly";
     let Some(gpu) = hopper_gpu(test, TileSchedule::Auto) else { return };
     let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
-    for (bs, m, k, n) in [(64usize, 4096usize, 2048usize, 600usize), (128, 2048, 2048, 300)] {
+    let stream = gpu.new_stream().unwrap();
+    let addr = |s: &CudaSlice<u16>| s.device_ptr(&stream).0;
+    for (bs, m, k, n) in [(64usize, 4096usize, 2048usize, 600usize), (128, 2048, 2048, 296)] {
         let ctx = format!("bs{bs} {m}x{k}x{n}");
         let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, 0.2, 61).unwrap();
         let b = Matrix::<f16>::random(k, n, 62).unwrap();
-        let poisoned = Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap();
         let ep = Epilogue::new(1.0, 0.0);
         let want = {
             let (a_d, b_d) = (per_tile.upload(&a).unwrap(), per_tile.upload_matrix(&b).unwrap());
-            let mut c_d = per_tile.upload_matrix(&poisoned).unwrap();
+            let mut c_d = per_tile.upload_matrix(&Matrix::<f32>::filled(m, n, n, f32::NAN).unwrap()).unwrap();
             per_tile.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
             c_d.to_host().unwrap()
         };
-        let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
-        let mut c_d = gpu.upload_matrix(&poisoned).unwrap();
-        gpu.synchronize().unwrap();
-        let stream = gpu.stream();
-        let (a_v, b_v) = (a_d.view(), b_d.view());
-        let mut c_v = c_d.view_mut();
+        let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
+        let values = stream.clone_htod(&bits(a.values())).unwrap();
+        let row_ptr = stream.clone_htod(a.row_ptr()).unwrap();
+        let col_idx = stream.clone_htod(a.col_idx()).unwrap();
+        let b_dev = stream.clone_htod(&bits(b.as_slice())).unwrap();
+        let c_dev = stream.clone_htod(&vec![f32::NAN; m * n]).unwrap();
+        stream.synchronize().unwrap();
+        let arrays = BsrArrays {
+            values: addr(&values),
+            row_ptr: row_ptr.device_ptr(&stream).0,
+            col_idx: col_idx.device_ptr(&stream).0,
+            index: IndexType::U32,
+        };
+        let c_addr = c_dev.device_ptr(&stream).0;
+        // SAFETY: a valid structure and live buffers of these shapes, used only on `stream`.
+        let (a_v, b_v) = unsafe {
+            (
+                BsrView::<f16>::from_raw(arrays, m, k, bs, a.nnzb()).unwrap(),
+                DenseView::<f16>::from_raw(addr(&b_dev), k, n, n, Layout::RowMajor).unwrap(),
+            )
+        };
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
-        // SAFETY: the views are of live buffers of this Gpu, used only on its stream.
-        let r = unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, None, ep) };
-        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
-        r.unwrap_or_else(|e| panic!("{ctx}: launch during capture: {e}"));
-        let graph = graph.expect("end capture").expect("a graph");
-        for i in 0..3 {
-            graph.launch().unwrap();
-            stream.synchronize().unwrap();
-            let got = c_d.to_host().unwrap();
-            assert!(same_bits(&got, &want), "{ctx}: replay {i} differs from one CTA per tile");
+        {
+            // SAFETY: as above; C is written only by this launch.
+            let mut c_v = unsafe { DenseViewMut::<f32>::from_raw(c_addr, m, n, n, Layout::RowMajor) }.unwrap();
+            let r = unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, None, ep) };
+            let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+            r.unwrap_or_else(|e| panic!("{ctx}: launch during capture: {e}"));
+            let graph = graph.expect("end capture").expect("a graph");
+            for i in 0..3 {
+                graph.launch().unwrap();
+                let got = stream.clone_dtoh(&c_dev).unwrap();
+                stream.synchronize().unwrap();
+                let same = got.iter().zip(want.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{ctx}: replay {i} differs from the per-tile launch");
+            }
         }
     }
 }

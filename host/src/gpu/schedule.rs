@@ -6,11 +6,12 @@
 //! epilogue overlaps the other's main loop.
 //!
 //! The two counters live in the split-row workspace (gpu/split.rs), which every [`Gpu`] allocates once: they
-//! are zero before a launch and the launch's last CTA sets them back to zero. Launches that use them are
-//! ordered one after the other across streams like split-row launches. A stream being captured into a CUDA
-//! graph gets a grid that touches no counter: the kernel then walks tiles with a static stride, over a
-//! persistent grid (the ping-pong kernels, whose second consumer set would idle with one tile per CTA) or one
-//! CTA per tile.
+//! are zero before a launch and the launch's last CTA sets them back to zero. A launch takes them only when
+//! they are free or its own stream used them last, so no stream ever waits for another: a launch on another
+//! stream while they are busy gets the grid of a captured stream. A stream being captured into a CUDA
+//! graph gets a grid that touches no counter: one tile per consumer set (one CTA per tile, or per two tiles for
+//! the ping-pong kernels), the kernel walking its tiles with a static stride. A persistent grid with that
+//! stride was measured 7-10% faster on uniform rows but 36% slower on skewed ones (docs/perf-notes.md).
 
 use sparsek_layout::{KernelConfig, Pipeline};
 
@@ -20,11 +21,11 @@ use crate::gpu::Gpu;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TileSchedule {
     /// A persistent grid taking tiles from the counter wherever it can be used (the stream is not being
-    /// captured and the workspace exists); elsewhere the ping-pong kernels (bs 64) get a persistent grid with a
-    /// static stride and the others one CTA per tile (each measured the faster of the two for its kernel).
+    /// captured and the workspace exists), else [`TileSchedule::PerTile`].
     #[default]
     Auto,
-    /// One CTA per output tile, handed out by the hardware (for comparisons and tests of that path).
+    /// One tile per consumer set, CTAs handed out by the hardware as SMs free up: one CTA per tile, or per two
+    /// tiles for the ping-pong kernels (bs 64), whose two sets take one each.
     PerTile,
     /// A persistent grid, CTA `c` taking tiles `c, c + grid, ...` (for comparisons and tests of that path).
     Static,
@@ -71,12 +72,12 @@ impl Gpu {
         }
         let wave = ctas_per_sm.max(1) as usize * self.info().sm_count.max(1) as usize;
         let persistent = |counter: bool| TileGrid { ctas: tiles.clamp(1, wave) as u32, counter };
-        let per_tile = TileGrid { ctas: tiles.clamp(1, u32::MAX as usize) as u32, counter: false };
+        let sets = if cfg.pingpong() { 2 } else { 1 };
+        let per_tile = TileGrid { ctas: tiles.div_ceil(sets).clamp(1, u32::MAX as usize) as u32, counter: false };
         Some(match self.tile_schedule {
             TileSchedule::PerTile => per_tile,
             TileSchedule::Static => persistent(false),
             TileSchedule::Auto if self.split.is_some() && !capturing => persistent(true),
-            TileSchedule::Auto if cfg.pingpong() => persistent(false),
             TileSchedule::Auto => per_tile,
         })
     }

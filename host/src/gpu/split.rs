@@ -11,8 +11,9 @@
 //! A stream being captured into a CUDA graph gets no split (an event recorded outside the capture cannot be
 //! waited on inside it, and a replayed graph would reuse the workspace unordered).
 //!
-//! The workspace also holds the sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs), ordered the same
-//! way.
+//! The workspace also holds the sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs). Those are
+//! never waited for across streams: a launch takes them only when they are free or its stream used them last
+//! ([`SplitWorkspace::claim_scheduler`]).
 
 use std::sync::{Arc, Mutex};
 
@@ -149,8 +150,36 @@ pub(crate) struct SplitWorkspace {
     /// The sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs), past the split counters.
     pub(crate) scheduler: u64,
     state: Mutex<Order>,
+    scheduler_owner: Mutex<Owner>,
     _partials: CudaSlice<u8>,
     _counters: CudaSlice<u32>,
+}
+
+/// Which stream may use the tile-scheduler counters ([`SplitWorkspace::claim_scheduler`]).
+struct Owner {
+    /// The stream of the last launch that used them, if any.
+    stream: Option<usize>,
+    /// Recorded after that launch.
+    done: CudaEvent,
+    /// Whether `done` was recorded after that launch (a failed record leaves the counters to its stream).
+    recorded: bool,
+}
+
+/// The tile-scheduler counters claimed for one launch on `stream`: [`SchedulerClaim::launched`] after the launch
+/// hands them to that stream. Holds the lock until then, so claims from several threads are ordered.
+pub(crate) struct SchedulerClaim<'a> {
+    owner: std::sync::MutexGuard<'a, Owner>,
+    stream: CUstream,
+}
+
+impl SchedulerClaim<'_> {
+    /// The launch is queued: the counters belong to its stream until the event recorded now completes.
+    pub(crate) fn launched(mut self) {
+        self.owner.stream = Some(self.stream as usize);
+        // SAFETY: `stream` is a live stream of this context (checked by the caller) and the event is ours.
+        self.owner.recorded =
+            unsafe { cudarc::driver::result::event::record(self.owner.done.cu_event(), self.stream) }.is_ok();
+    }
 }
 
 /// What orders split launches on different streams.
@@ -169,6 +198,7 @@ impl SplitWorkspace {
         let counters = stream.alloc_zeros::<u32>(SPLIT_COUNTERS + 2).ok()?;
         stream.synchronize().ok()?;
         let done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).ok()?;
+        let scheduler_done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).ok()?;
         let (p, c) = {
             let (p, _g) = partials.device_ptr(stream);
             let (c, _h) = counters.device_ptr(stream);
@@ -179,6 +209,7 @@ impl SplitWorkspace {
             counters: c,
             scheduler: c + 4 * SPLIT_COUNTERS as u64,
             state: Mutex::new(Order { done, last: None }),
+            scheduler_owner: Mutex::new(Owner { stream: None, done: scheduler_done, recorded: true }),
             _partials: partials,
             _counters: counters,
         })
@@ -209,12 +240,45 @@ impl SplitWorkspace {
     }
 }
 
+impl SplitWorkspace {
+    /// The tile-scheduler counters for a launch on `stream`, if it can have them without waiting for another
+    /// stream: they are free (never used, or the last launch that used them has finished) or `stream` used
+    /// them last. `None` otherwise (the launch then takes no counter), so independent streams stay independent.
+    /// A launch on the owning stream still waits (on the device) for the event recorded after the last one, a
+    /// no-op on the same stream that orders it correctly should a new stream have been given a destroyed
+    /// stream's handle. Any failed driver call (e.g. another thread capturing a graph in global mode) means no
+    /// counter.
+    pub(crate) fn claim_scheduler(&self, stream: CUstream) -> Option<SchedulerClaim<'_>> {
+        let owner = self.scheduler_owner.lock().unwrap_or_else(|e| e.into_inner());
+        match owner.stream {
+            Some(s) if s == stream as usize => {
+                // SAFETY: `stream` is a live stream of this context (checked by the caller) and the event ours.
+                unsafe {
+                    cudarc::driver::result::stream::wait_event(
+                        stream,
+                        owner.done.cu_event(),
+                        CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                    )
+                }
+                .ok()?;
+            }
+            Some(_) if !owner.recorded || owner.done.try_is_complete() != Ok(true) => return None,
+            Some(_) | None => {}
+        }
+        Some(SchedulerClaim { owner, stream })
+    }
+}
+
 impl Drop for SplitWorkspace {
     fn drop(&mut self) {
         // The last split launch may still be running on a caller's stream: its memory is freed after it.
         let order = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         if order.last.is_some() {
             let _ = order.done.synchronize();
+        }
+        let owner = self.scheduler_owner.get_mut().unwrap_or_else(|e| e.into_inner());
+        if owner.stream.is_some() {
+            let _ = owner.done.synchronize();
         }
     }
 }

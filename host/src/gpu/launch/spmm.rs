@@ -392,7 +392,18 @@ impl Gpu {
             }
             Pipeline::CpAsync | Pipeline::Direct => None,
         };
-        let counter = self.split.as_ref().filter(|_| tile_grid.is_some_and(|g| g.counter));
+        // The counter only when this stream can have it without waiting for another stream; else one tile per
+        // consumer set (the grid of a captured stream).
+        let claim = self.split.as_ref().filter(|_| tile_grid.is_some_and(|g| g.counter)).and_then(|ws| {
+            let claim = ws.claim_scheduler(stream)?;
+            Some((ws.scheduler, claim))
+        });
+        let tile_grid = match (tile_grid, &claim) {
+            (Some(g), None) if g.counter => {
+                self.tile_grid_on(&cfg, kernel.ctas_per_sm, block_rows as usize * n_tiles, true)
+            }
+            (g, _) => g,
+        };
         // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
         let ctas = limit(
             "CTAs (M / bs * slices * split parts * N / BN)",
@@ -449,7 +460,7 @@ impl Gpu {
                 tmap_a: tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?,
                 tmap_b: tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?,
                 spmm: params,
-                tile_counter: counter.map_or(0, |ws| ws.scheduler),
+                tile_counter: claim.as_ref().map_or(0, |(counters, _)| *counters),
             }),
             Pipeline::CpAsync | Pipeline::Direct => None,
         };
@@ -476,8 +487,9 @@ impl Gpu {
             // B's K x N span in its layout (a nonempty A: Gpu::kernel picks those kernels only with blocks), so every
             // TMA box lies in memory the views cover or reads as zero. `args` and the parameters it points to outlive
             // the call, which copies them. With split rows, the workspace holds the launch's partial tiles and
-            // counters (split_choice), and a persistent sm_90a launch the two scheduler counters, zero before it
-            // (the kernel's last CTA resets them), and no other launch uses them meanwhile (SplitWorkspace::ordered).
+            // counters (split_choice), and no other launch uses them meanwhile (SplitWorkspace::ordered); a persistent
+            // sm_90a launch holds the two scheduler counters, zero before it (the kernel's last CTA resets them),
+            // claimed for this stream only when free or last used on it (SplitWorkspace::claim_scheduler).
             unsafe {
                 cudarc::driver::result::launch_kernel(
                     kernel.func.cu_function(),
@@ -490,8 +502,13 @@ impl Gpu {
             }
             .map_err(cuda("cuLaunchKernel (sparsek_bsr)"))
         };
-        match (split, counter) {
-            (Some((ws, _)), _) | (None, Some(ws)) => ws.ordered(stream, launch),
+        match (split, claim) {
+            (Some((ws, _)), _) => ws.ordered(stream, launch),
+            (None, Some((_, claim))) => {
+                launch()?;
+                claim.launched();
+                Ok(())
+            }
             (None, None) => launch(),
         }
     }
