@@ -1,6 +1,6 @@
 //! Shared helpers for the integration tests: GPU-or-skip, case counts, failure descriptions.
 
-use std::sync::OnceLock;
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use sparsek::check::{Expected, RowSample};
 use sparsek::gpu::Gpu;
@@ -119,4 +119,21 @@ pub fn exact_operands(
         Matrix::<f32>::random_int(m, n, 4, seed ^ 2).unwrap().with_ld(ld, f32::NAN).unwrap()
     };
     (a, b, c0)
+}
+
+/// Tests of one binary that use the GPU concurrently hold this lock shared ([`gpu_shared`]); a test that must run
+/// alone holds it exclusively ([`gpu_alone`]): a CUDA-graph capture in global mode (while it lasts, other threads'
+/// allocations, frees, synchronisations and legacy-stream launches fail with "operation not permitted when stream
+/// is capturing", which crashed gpu_reach's parallel runs), or a test timing one stream against the default
+/// stream (other tests' work on the default stream and the CPU time their oracles take made it flaky).
+static GPU_USE: RwLock<()> = RwLock::new(());
+
+/// Shared use of the GPU by a test ([`GPU_USE`]); a test that panicked while holding the lock does not poison it.
+pub fn gpu_shared() -> RwLockReadGuard<'static, ()> {
+    GPU_USE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Exclusive use of the GPU by a test: no other test of the binary that holds [`gpu_shared`] runs meanwhile.
+pub fn gpu_alone() -> RwLockWriteGuard<'static, ()> {
+    GPU_USE.write().unwrap_or_else(|e| e.into_inner())
 }

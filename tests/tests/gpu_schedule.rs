@@ -54,6 +54,7 @@ fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
 /// skewed rows, empty rows (and an A without blocks, which the sm_80 kernels serve) and beta.
 #[test]
 fn persistent_grid_is_exact() {
+    let _shared = sparsek_tests::gpu_shared();
     let test = "persistent_grid_is_exact";
     let Some(counter) = hopper_gpu(test, TileSchedule::Auto) else { return };
     let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
@@ -101,6 +102,7 @@ fn persistent_grid_is_exact() {
 /// counter (a counter left non-zero would skip tiles, which the poisoned C shows).
 #[test]
 fn persistent_grid_is_deterministic() {
+    let _shared = sparsek_tests::gpu_shared();
     let test = "persistent_grid_is_deterministic";
     let Some(persistent) = hopper_gpu(test, TileSchedule::Auto) else { return };
     let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
@@ -155,6 +157,7 @@ fn persistent_grid_is_deterministic() {
 /// the counter unordered would take each other's tiles).
 #[test]
 fn persistent_launches_on_many_streams_are_ordered() {
+    let _shared = sparsek_tests::gpu_shared();
     let test = "persistent_launches_on_many_streams_are_ordered";
     let Some(gpu) = hopper_gpu(test, TileSchedule::Auto) else { return };
     let (m, k, n) = (4096, 4096, 768);
@@ -171,6 +174,7 @@ fn persistent_launches_on_many_streams_are_ordered() {
 /// first into a poisoned C.
 #[test]
 fn captured_launches_replay_exactly() {
+    let _alone = sparsek_tests::gpu_alone();
     let test = "captured_launches_replay_exactly";
     let Some(gpu) = hopper_gpu(test, TileSchedule::Auto) else { return };
     let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
