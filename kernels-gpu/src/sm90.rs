@@ -8,7 +8,8 @@
 //! rasterization over `row_order`, longest rows first). The kernel takes any grid. With `tile_counter` set, the
 //! host launches a persistent grid (one CTA per SM) and each CTA's producer takes the next tile with an atomic
 //! add, so CTAs that finish early take more (the last CTA out resets the counters); without it, CTA `c` takes
-//! tiles `c, c + grid, ...` and the host launches one CTA per tile. Either way one CTA's tiles share one
+//! tiles `c, c + grid, ...` and the host launches one tile per consumer set (one CTA per tile, or per two in
+//! ping-pong). Either way one CTA's tiles share one
 //! continuous ring. A CTA is one producer warpgroup and `warps_m * warps_n / 4` consumer warpgroups per set, one
 //! set or two (`layout::Pipeline::TmaWgmma { pingpong }`):
 //! - PRODUCER (one thread; its warpgroup gives its registers back with `setmaxnreg.dec`): takes a tile, publishes

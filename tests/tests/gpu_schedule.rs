@@ -1,10 +1,11 @@
 //! The sm_90a kernels' tile scheduler (`Gpu::with_tile_schedule`, host/src/gpu/schedule.rs): a persistent grid
 //! whose CTAs take tiles from a counter in the Gpu's workspace (the last CTA resets it), and at bs 64 the
 //! ping-pong kernel, whose two consumer warpgroups alternate tiles. Exact integer-valued cases bit-equal to the
-//! oracle and to one CTA per tile, over few and many tiles per CTA, N tails, skewed and empty rows, beta and f16
-//! C; random values giving the same bits on every launch; and persistent launches from several threads on
-//! several streams, which share the counter, each giving the single-threaded result. The tests need the sm_90a
-//! module (a Hopper GPU, `SPARSEK_TEST_MODULE` unset or `auto`); elsewhere they print a skip line.
+//! oracle, to a persistent grid with a static stride and to one tile per consumer set, over few and many tiles
+//! per CTA, N tails, skewed and empty rows, beta and f16 C; random values giving the same bits on every launch;
+//! persistent launches from several threads on several streams, which share the counter, each giving the
+//! single-threaded result; and a graph-captured launch replayed. The tests need the sm_90a module (a Hopper GPU,
+//! `SPARSEK_TEST_MODULE` unset or `auto`); elsewhere they print a skip line.
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaSlice, DevicePtr};
@@ -97,7 +98,7 @@ fn persistent_grid_is_exact() {
     }
 }
 
-/// Random values: the persistent grid gives the bits of one CTA per tile on every launch (each tile is summed in
+/// Random values: the persistent grid gives the bits of the per-tile grid on every launch (each tile is summed in
 /// the same order whichever CTA and warpgroup takes it), with f32 and f16 C, across launches that reuse the
 /// counter (a counter left non-zero would skip tiles, which the poisoned C shows).
 #[test]
@@ -131,10 +132,10 @@ fn persistent_grid_is_deterministic() {
             )
             .unwrap();
             let report = expected.check(&want);
-            assert!(report.passed(), "{ctx}: one CTA per tile against the oracle: {report}");
+            assert!(report.passed(), "{ctx}: the per-tile grid against the oracle: {report}");
             for i in 0..4 {
                 let got = run(&persistent);
-                assert!(same_bits(&got, &want), "{ctx}: persistent launch {i} differs from one CTA per tile");
+                assert!(same_bits(&got, &want), "{ctx}: persistent launch {i} differs from the per-tile grid");
             }
             // f16 C, beta = 1: the same check through the 16-bit epilogue.
             let c16 = Matrix::<f16>::random(m, n, 9).unwrap();

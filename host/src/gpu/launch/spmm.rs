@@ -452,9 +452,9 @@ impl Gpu {
             params.split_counters = ws.counters;
         }
         // The sm_90a kernels take tensor maps of A's values and B, then the same parameters, then the tile
-        // scheduler: the workspace's counters for a persistent grid, or none for one CTA per tile (CTA c walks
-        // tiles c, c + grid, ...). A persistent grid with that static stride instead of the counter was measured
-        // 4-30% slower than one CTA per tile: it leaves SMs idle behind long rows (docs/perf-notes.md, "Hopper").
+        // scheduler: the workspace's counters for a persistent grid, or none (CTA c walks tiles c, c + grid, ...)
+        // for one tile per consumer set (gpu/schedule.rs). A persistent grid with that static stride instead of
+        // the counter leaves SMs idle behind long rows (docs/perf-notes.md, "Hopper").
         let mut hopper = match cfg.pipeline {
             Pipeline::TmaWgmma { .. } => Some(HopperSpmmParams {
                 tmap_a: tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?,
