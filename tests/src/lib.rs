@@ -121,19 +121,21 @@ pub fn exact_operands(
     (a, b, c0)
 }
 
-/// Tests of one binary that use the GPU concurrently hold this lock shared ([`gpu_shared`]); a test that must run
-/// alone holds it exclusively ([`gpu_alone`]): a CUDA-graph capture in global mode (while it lasts, other threads'
-/// allocations, frees, synchronisations and legacy-stream launches fail with "operation not permitted when stream
-/// is capturing", which crashed gpu_reach's parallel runs), or a test timing one stream against the default
-/// stream (other tests' work on the default stream and the CPU time their oracles take made it flaky).
+// Tests of one binary that use the GPU concurrently hold this lock shared; a test that must run alone holds it
+// exclusively (see gpu_alone).
 static GPU_USE: RwLock<()> = RwLock::new(());
 
-/// Shared use of the GPU by a test ([`GPU_USE`]); a test that panicked while holding the lock does not poison it.
+/// Shared use of the GPU by a test: other tests holding it run alongside, none holding [`gpu_alone`] does. A test
+/// that panicked while holding the lock does not poison it.
 pub fn gpu_shared() -> RwLockReadGuard<'static, ()> {
     GPU_USE.read().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Exclusive use of the GPU by a test: no other test of the binary that holds [`gpu_shared`] runs meanwhile.
+/// Exclusive use of the GPU by a test: no other test of the binary that holds [`gpu_shared`] runs meanwhile. For
+/// a CUDA-graph capture in global mode (while it lasts, other threads' allocations, frees, synchronisations and
+/// legacy-stream launches fail with "operation not permitted when stream is capturing", which crashed
+/// gpu_reach's parallel runs), and for a test timing one stream against the default stream (other tests' work on
+/// the default stream and the CPU time their oracles take made it flaky).
 pub fn gpu_alone() -> RwLockWriteGuard<'static, ()> {
     GPU_USE.write().unwrap_or_else(|e| e.into_inner())
 }
