@@ -306,7 +306,7 @@ unsafe fn hopper_spmm<
         }
         if PINGPONG && j > 0 {
             // The m-th tile of set 1 (j = 2m + 1) follows the other set's m-th, that of set 0 (j = 2m) its
-            // (m - 1)-th: phase j / 2 - 1 + set of turn(set). Strict alternation keeps the phases from aliasing.
+            // (m - 1)-th: phase ceil(j / 2) - 1 of turn(set). Strict alternation keeps the phases from aliasing.
             // SAFETY: an initialised barrier; the other set arrives on it after each of its main loops.
             unsafe { ptx::mbarrier_wait(turn(set), (j.div_ceil(2) - 1) & 1) };
         }

@@ -3,7 +3,7 @@
 use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use sparsek::check::{Expected, RowSample};
-use sparsek::gpu::Gpu;
+use sparsek::gpu::{Gpu, OutputElement};
 use sparsek::tune::PlanCache;
 use sparsek::{Bsr, Epilogue, Matrix, f16};
 
@@ -59,6 +59,21 @@ pub fn own_gpu(test: &str, configure: impl FnOnce(Gpu) -> Gpu) -> Option<Gpu> {
 /// Number of proptest cases for GPU property tests: `SPARSEK_GPU_CASES` or `default`.
 pub fn gpu_cases(default: u32) -> u32 {
     std::env::var("SPARSEK_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// One product on `gpu`'s default stream from host operands: A, B and C (starting as `c0`) uploaded, `Gpu::spmm`
+/// with epilogue `ep`, and C downloaded (panics on any error).
+pub fn spmm_once<TC: OutputElement>(
+    gpu: &Gpu,
+    a: &Bsr<f16>,
+    b: &Matrix<f16>,
+    c0: &Matrix<TC>,
+    ep: Epilogue,
+) -> Matrix<TC> {
+    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
+    let mut c_d = gpu.upload_matrix(c0).unwrap();
+    gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+    c_d.to_host().unwrap()
 }
 
 /// A product of `a` and `b` (C starting as `c0`, epilogue `ep`) launched once on `gpu`'s default stream and

@@ -15,7 +15,7 @@ use sparsek::gpu::{
     BsrArrays, BsrView, DenseView, DenseViewMut, Gpu, InType, IndexType, OutType, Pipeline, TileGrid, TileSchedule,
 };
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
-use sparsek_tests::{exact_operands, gpu_required, hopper_enabled, own_gpu, threads_match_one_launch};
+use sparsek_tests::{exact_operands, gpu_required, hopper_enabled, own_gpu, spmm_once, threads_match_one_launch};
 
 /// A Gpu with the given schedule, or `None` (after a skip line) without a GPU or without the sm_90a module.
 fn hopper_gpu(test: &str, schedule: TileSchedule) -> Option<Gpu> {
@@ -84,14 +84,8 @@ fn persistent_grid_is_exact() {
                 assert_eq!(grid_of(&per_tile, &a, n, &ctx), TileGrid { ctas, counter: false }, "{ctx}");
             }
             let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
-            let run = |gpu: &Gpu| {
-                let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
-                let mut c_d = gpu.upload_matrix(&c0).unwrap();
-                gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
-                c_d.to_host().unwrap()
-            };
             for (what, gpu) in [("counter", &counter), ("static stride", &stride), ("one tile per set", &per_tile)] {
-                let report = compare_exact(&run(gpu), &expected);
+                let report = compare_exact(&spmm_once(gpu, &a, &b, &c0, ep), &expected);
                 assert!(report.passed(), "{ctx}: {what}: {report}");
             }
         }
@@ -115,12 +109,7 @@ fn persistent_grid_is_deterministic() {
             let b = Matrix::<f16>::random(k, n, 5).unwrap();
             let poisoned = Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap();
             let ep = Epilogue::new(1.0, 0.0);
-            let run = |gpu: &Gpu| {
-                let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
-                let mut c_d = gpu.upload_matrix(&poisoned).unwrap();
-                gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
-                c_d.to_host().unwrap()
-            };
+            let run = |gpu: &Gpu| spmm_once(gpu, &a, &b, &poisoned, ep);
             let want = run(&per_tile);
             let expected = sparsek::check::Expected::compute(
                 &a,
@@ -139,12 +128,7 @@ fn persistent_grid_is_deterministic() {
             }
             // f16 C, beta = 1: the same check through the 16-bit epilogue.
             let c16 = Matrix::<f16>::random(m, n, 9).unwrap();
-            let run16 = |gpu: &Gpu| {
-                let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
-                let mut c_d = gpu.upload_matrix(&c16).unwrap();
-                gpu.spmm(&a_d, &b_d, &mut c_d, Epilogue::new(0.5, 1.0)).unwrap();
-                c_d.to_host().unwrap()
-            };
+            let run16 = |gpu: &Gpu| spmm_once(gpu, &a, &b, &c16, Epilogue::new(0.5, 1.0));
             let (x, y) = (run16(&per_tile), run16(&persistent));
             let same = x.as_slice().iter().zip(y.as_slice()).all(|(p, q)| p.to_bits() == q.to_bits());
             assert!(same, "{ctx}: f16 C differs between the schedules");
@@ -186,12 +170,7 @@ fn captured_launches_replay_exactly() {
         let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, 0.2, 61).unwrap();
         let b = Matrix::<f16>::random(k, n, 62).unwrap();
         let ep = Epilogue::new(1.0, 0.0);
-        let want = {
-            let (a_d, b_d) = (per_tile.upload(&a).unwrap(), per_tile.upload_matrix(&b).unwrap());
-            let mut c_d = per_tile.upload_matrix(&Matrix::<f32>::filled(m, n, n, f32::NAN).unwrap()).unwrap();
-            per_tile.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
-            c_d.to_host().unwrap()
-        };
+        let want = spmm_once(&per_tile, &a, &b, &Matrix::<f32>::filled(m, n, n, f32::NAN).unwrap(), ep);
         let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
         let values = stream.clone_htod(&bits(a.values())).unwrap();
         let row_ptr = stream.clone_htod(a.row_ptr()).unwrap();

@@ -10,7 +10,7 @@ use sparsek::check::{Expected, RowSample, compare_exact};
 use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{Gpu, InType, OutType, OutputElement, RowSplit};
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
-use sparsek_tests::{exact_operands, gpu_cases, own_gpu, threads_match_one_launch};
+use sparsek_tests::{exact_operands, gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
 
 /// A Gpu whose few-column launches take the narrow kernels (decode off), rows split as `split` says.
 fn narrow_gpu(test: &str, split: RowSplit) -> Option<Gpu> {
@@ -129,12 +129,7 @@ fn split_rows_are_exact_and_deterministic() {
             let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
             let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} beta={beta} nnzb={}", a.nnzb());
             assert!(split_of(&split, &a, n).1.is_some(), "{ctx}: not split");
-            let run = |gpu: &Gpu| {
-                let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
-                let mut c_d = gpu.upload_matrix(&c0).unwrap();
-                gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
-                c_d.to_host().unwrap()
-            };
+            let run = |gpu: &Gpu| spmm_once(gpu, &a, &b, &c0, ep);
             let got = run(&split);
             let report = compare_exact(&got, &expected);
             assert!(report.passed(), "{ctx}: split rows: {report}");

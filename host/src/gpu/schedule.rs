@@ -54,18 +54,20 @@ impl Gpu {
     }
 
     /// The grid a launch of `cfg` (of which `ctas_per_sm` fit on an SM) over `tiles` output tiles gets on a
-    /// stream that is not being captured: `None` for the sm_80 kernels, whose grid is their tiles.
+    /// stream that is not being captured and finds the counter free: `None` for the sm_80 kernels, whose grid
+    /// is their tiles.
     pub fn tile_grid(&self, cfg: &KernelConfig, ctas_per_sm: u32, tiles: usize) -> Option<TileGrid> {
-        self.tile_grid_on(cfg, ctas_per_sm, tiles, false)
+        self.tile_grid_on(cfg, ctas_per_sm, tiles, self.split.is_some())
     }
 
-    /// [`Gpu::tile_grid`] on a stream that is (`capturing`) or is not being captured into a CUDA graph.
+    /// [`Gpu::tile_grid`] for a launch that has (`counter`) or has not got the tile counter (the launcher claims
+    /// it only for [`TileSchedule::Auto`]).
     pub(crate) fn tile_grid_on(
         &self,
         cfg: &KernelConfig,
         ctas_per_sm: u32,
         tiles: usize,
-        capturing: bool,
+        counter: bool,
     ) -> Option<TileGrid> {
         if !matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) {
             return None;
@@ -77,7 +79,7 @@ impl Gpu {
         Some(match self.tile_schedule {
             TileSchedule::PerTile => per_tile,
             TileSchedule::Static => persistent(false),
-            TileSchedule::Auto if self.split.is_some() && !capturing => persistent(true),
+            TileSchedule::Auto if counter => persistent(true),
             TileSchedule::Auto => per_tile,
         })
     }

@@ -238,9 +238,7 @@ impl SplitWorkspace {
         unsafe { cudarc::driver::result::event::record(order.done.cu_event(), stream) }
             .map_err(cuda("cuEventRecord (split-row workspace)"))
     }
-}
 
-impl SplitWorkspace {
     /// The tile-scheduler counters for a launch on `stream`, if it can have them without waiting for another
     /// stream: they are free (never used, or the last launch that used them has finished) or `stream` used
     /// them last. `None` otherwise (the launch then takes no counter), so independent streams stay independent.

@@ -10,13 +10,13 @@ use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, Layout, Op, Pipeline};
 
 use crate::Epilogue;
 use crate::error::{BsrError, Error, Result};
-use crate::gpu::Gpu;
 use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
 use crate::gpu::split::capturing;
 use crate::gpu::tma;
 use crate::gpu::views::{BsrView, DenseView, DenseViewMut, IndexType, VectorView, span};
+use crate::gpu::{Gpu, TileSchedule};
 use crate::tune::Plan;
 
 /// A's shape as the kernel choice sees it.
@@ -384,26 +384,16 @@ impl Gpu {
             (!capturing(stream)).then_some((ws, choice))
         });
         let chunks = split.map_or(1, |(_, c)| c.chunks as usize);
-        // The sm_90a kernels' grid: persistent, taking tiles from the workspace's counter (gpu/schedule.rs), or
-        // walking them with a static stride.
-        let tile_grid = match cfg.pipeline {
-            Pipeline::TmaWgmma { .. } => {
-                self.tile_grid_on(&cfg, kernel.ctas_per_sm, block_rows as usize * n_tiles, capturing(stream))
+        // The sm_90a kernels' grid (gpu/schedule.rs): persistent on the workspace's tile counter when the schedule
+        // wants it, the stream is not being captured and can have the counter without waiting for another stream;
+        // else without it.
+        let claim = match (cfg.pipeline, &self.split) {
+            (Pipeline::TmaWgmma { .. }, Some(ws)) if self.tile_schedule == TileSchedule::Auto && !capturing(stream) => {
+                ws.claim_scheduler(stream).map(|claim| (ws.scheduler, claim))
             }
-            Pipeline::CpAsync | Pipeline::Direct => None,
+            _ => None,
         };
-        // The counter only when this stream can have it without waiting for another stream; else one tile per
-        // consumer set (the grid of a captured stream).
-        let claim = self.split.as_ref().filter(|_| tile_grid.is_some_and(|g| g.counter)).and_then(|ws| {
-            let claim = ws.claim_scheduler(stream)?;
-            Some((ws.scheduler, claim))
-        });
-        let tile_grid = match (tile_grid, &claim) {
-            (Some(g), None) if g.counter => {
-                self.tile_grid_on(&cfg, kernel.ctas_per_sm, block_rows as usize * n_tiles, true)
-            }
-            (g, _) => g,
-        };
+        let tile_grid = self.tile_grid_on(&cfg, kernel.ctas_per_sm, block_rows as usize * n_tiles, claim.is_some());
         // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
         let ctas = limit(
             "CTAs (M / bs * slices * split parts * N / BN)",
