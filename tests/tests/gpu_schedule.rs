@@ -51,8 +51,8 @@ fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
 }
 
 /// Integer-valued A, B and C (every sum exact in f32): the persistent grid with the counter, with the static
-/// stride, one tile per consumer set and the oracle agree bit for bit, from one tile to many tiles per CTA, with N tails,
-/// skewed rows, empty rows (and an A without blocks, which the sm_80 kernels serve) and beta.
+/// stride, one tile per consumer set and the oracle agree bit for bit, from one tile to many tiles per CTA, with
+/// N tails, skewed rows, empty rows (and an A without blocks, which the sm_80 kernels serve) and beta.
 #[test]
 fn persistent_grid_is_exact() {
     let _shared = sparsek_tests::gpu_shared();
