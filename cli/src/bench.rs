@@ -104,22 +104,16 @@ impl ModuleChoice {
         self != ModuleChoice::NoDecode
     }
 
-    /// Opens GPU `device` with the kernels this choice allows, rows split as `split` says, the sm_90a tiles
-    /// scheduled as `schedule` says and their clusters multicasting A when `multicast`, or says why there is none
-    /// (the line starts with `what`, the command) and returns `None`.
-    pub fn open(
-        self,
-        (split, schedule, multicast): (RowSplit, TileSchedule, bool),
-        device: usize,
-        what: &str,
-    ) -> Option<Gpu> {
+    /// Opens GPU `device` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles
+    /// scheduled as `schedule` says, or says why there is none (the line starts with `what`, the command) and
+    /// returns `None`.
+    pub fn open(self, (split, schedule): (RowSplit, TileSchedule), device: usize, what: &str) -> Option<Gpu> {
         match Gpu::new(device) {
             Ok(g) => Some(
                 g.with_hopper(self.hopper())
                     .with_decode(self.decode())
                     .with_row_split(split)
-                    .with_tile_schedule(schedule)
-                    .with_multicast(multicast),
+                    .with_tile_schedule(schedule),
             ),
             Err(e) => {
                 eprintln!("{what}: no usable GPU ({e}); it needs an NVIDIA GPU (sm_80 or newer)");
@@ -187,10 +181,6 @@ pub struct BenchArgs {
     /// grid walking the tiles with a static stride), for comparisons.
     #[arg(long, value_enum, default_value_t = ScheduleArg::Auto)]
     schedule: ScheduleArg,
-    /// Whether the sm_90a kernels may run in 2-CTA clusters that load each A slice once for two N tiles
-    /// (multicast): `true` (the library's default) or `false`, for comparisons.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
-    multicast: bool,
     /// Compare with an earlier run's results (e.g. docs/bench/latest.json): run the same cases (or those of
     /// --quick / --case / --matrix, comparing the cases both have), then print per case the old and new
     /// sparsek times and ratios to cuBLAS and the change. Exits non-zero when a case regressed beyond
@@ -254,9 +244,7 @@ fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
         args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
     };
     let cfg = side_config(args, cases, "--reach", REACH_OUT_DIR);
-    let Some(gpu) =
-        args.module.open((args.split, args.schedule.into(), args.multicast), args.device, "sparsek bench --reach")
-    else {
+    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --reach") else {
         return Ok(ExitCode::FAILURE);
     };
     let summary = sparsek_bench::reach::run(&gpu, &cfg)?;
@@ -304,9 +292,7 @@ const DECODE_OUT_DIR: &str = "target/bench-decode";
 fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     let cases = side_cases(args, sparsek_bench::decode::default_cases, sparsek_bench::decode::quick_cases)?;
     let cfg = side_config(args, cases, "--decode", DECODE_OUT_DIR);
-    let Some(gpu) =
-        args.module.open((args.split, args.schedule.into(), args.multicast), args.device, "sparsek bench --decode")
-    else {
+    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --decode") else {
         return Ok(ExitCode::FAILURE);
     };
     let summary = sparsek_bench::decode::run(&gpu, &cfg)?;
@@ -320,9 +306,7 @@ const TUNED_OUT_DIR: &str = "target/bench-tuned";
 fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     let cases = side_cases(args, sparsek_bench::plans::default_cases, sparsek_bench::plans::quick_cases)?;
     let cfg = side_config(args, cases, "--tuned", TUNED_OUT_DIR);
-    let Some(gpu) =
-        args.module.open((args.split, args.schedule.into(), args.multicast), args.device, "sparsek bench --tuned")
-    else {
+    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --tuned") else {
         return Ok(ExitCode::FAILURE);
     };
     // Plans tuned here serve nothing else, and the user's cache must not decide the heuristic's side.
@@ -396,8 +380,7 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
         cusparse: args.cusparse.into(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
-    let Some(gpu) = args.module.open((args.split, args.schedule.into(), args.multicast), args.device, "sparsek bench")
-    else {
+    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench") else {
         if old.is_some() {
             eprintln!("sparsek bench: to compare two results files without a GPU, add --against NEW.json");
         }

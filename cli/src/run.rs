@@ -88,10 +88,6 @@ pub struct RunArgs {
     /// stride).
     #[arg(long, value_enum, default_value_t = crate::bench::ScheduleArg::Auto)]
     schedule: crate::bench::ScheduleArg,
-    /// Whether the sm_90a kernels may run in 2-CTA clusters that load each A slice once for two N tiles
-    /// (multicast): `true` (the default) or `false`.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
-    multicast: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -197,7 +193,6 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
                 .with_decode(args.module.decode())
                 .with_row_split(args.split)
                 .with_tile_schedule(args.schedule.into())
-                .with_multicast(args.multicast)
         }) {
             Ok(g) => {
                 // Device buffers: A, B and C with their leading dimensions rounded up to 16 bytes.
@@ -244,10 +239,9 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
                             format!(", rows split into up to {} parts of ~{} blocks", s.chunks, s.blocks)
                         });
                     let a_tiles = a.block_rows() * n.div_ceil(c.config.bn as usize);
-                    let persistent = gpu.tile_grid(&c, a.block_rows(), n).map_or(String::new(), |g| {
+                    let persistent = gpu.tile_grid(&c.config, c.ctas_per_sm, a_tiles).map_or(String::new(), |g| {
                         let how = if g.counter { "taking tiles from a counter" } else { "static stride" };
-                        let pairs = if g.cluster > 1 { " in 2-CTA clusters multicasting A" } else { "" };
-                        format!(", {} CTAs over {a_tiles} tiles{pairs}, {how}", g.ctas)
+                        format!(", {} CTAs over {a_tiles} tiles, {how}", g.ctas)
                     });
                     format!("{} ({}: {}{split}{persistent})", c.kernel, source, c.plan)
                 });

@@ -157,18 +157,6 @@ unsafe fn hopper_spmm<
     // k-tile of its previous tile (it arrives on `turn(w)` then): the ring's earlier phases have all completed,
     // so each full-barrier parity names the phase meant, and the two main loops take the tensor cores in turn.
     let turn = |w: u32| queue + 32 * TILE_QUEUE + 8 * w;
-    // The cluster mailbox, laid out as the queue: entry j of the leader's takes, for the other CTA's producer.
-    let mailbox = queue + 32 * TILE_QUEUE + 16;
-    let mb_full = |q: u32| mailbox + 8 * q;
-    let mb_empty = |q: u32| mailbox + 8 * (TILE_QUEUE + q);
-    let mb_entry = |q: u32| mailbox + 16 * TILE_QUEUE + 16 * q;
-    // A 2-CTA cluster (the host's choice, 1 without one) takes N tiles 2u and 2u + 1 of a block row together:
-    // each CTA loads one half of every A slice and multicasts it to both, and each CTA's consumers release a
-    // slot in both CTAs (the next multicast into it must wait for both). Rank 0 takes the units.
-    let csize = ptx::cluster_nctarank();
-    let rank = ptx::cluster_ctarank();
-    let peer = rank ^ 1;
-    let a_half = BS / 2 * BK * 2;
 
     let tid = ptx::thread_idx_x();
     if tid == 0 {
@@ -177,7 +165,7 @@ unsafe fn hopper_spmm<
         for s in 0..STAGES {
             unsafe {
                 ptx::mbarrier_init(full(s), 1);
-                ptx::mbarrier_init(empty(s), tile_threads + tile_threads / 32 * (csize - 1));
+                ptx::mbarrier_init(empty(s), tile_threads);
             }
         }
         for q in 0..TILE_QUEUE {
@@ -191,29 +179,15 @@ unsafe fn hopper_spmm<
                 unsafe { ptx::mbarrier_init(turn(w), tile_threads) };
             }
         }
-        if csize > 1 {
-            for q in 0..TILE_QUEUE {
-                unsafe {
-                    ptx::mbarrier_init(mb_full(q), 1);
-                    ptx::mbarrier_init(mb_empty(q), 1);
-                }
-            }
-        }
         ptx::fence_mbarrier_init();
     }
     ptx::bar_sync();
-    if csize > 1 {
-        // The other CTA's barriers are initialised before anyone reaches them.
-        ptx::cluster_sync();
-    }
 
     let n = p.n;
     let n_tiles = n.div_ceil(BN);
-    // Work units: one N tile per CTA of a cluster (the last unit's second tile may lie past n: its CTA then
-    // multiplies zeros and stores nothing, but still loads its half of A for the other).
-    let units = n_tiles.div_ceil(csize);
-    let tiles = p.block_rows * units;
+    let tiles = p.block_rows * n_tiles;
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
+    let grid = ptx::grid_dim_x();
     let (tmap_a, tmap_b) = (tmaps, tmaps + 128);
 
     if tid < WG_THREADS {
@@ -236,44 +210,21 @@ unsafe fn hopper_spmm<
         };
         let mut it = 0u32;
         let mut j = 0u32;
-        let clusters = ptx::cluster_count_x();
-        let mut next = ptx::cluster_id_x();
+        let mut next = ptx::block_idx_x();
         loop {
             let t = if counter.is_null() {
-                next += clusters;
-                next - clusters
-            } else if rank == 0 {
-                // SAFETY: the launch's own zeroed counter (HopperSpmmParams::tile_counter).
-                let t = unsafe { ptx::atom_global_add_u32(counter, 1) };
-                if csize > 1 {
-                    // Pass the unit on: entry j of the mailbox, once the other producer has read entry j - 4.
-                    let q = j % TILE_QUEUE;
-                    // SAFETY: initialised barriers of both CTAs (the cluster barrier above), and the other CTA
-                    // waits for this entry before it exits.
-                    unsafe {
-                        ptx::mbarrier_wait(mb_empty(q), ((j / TILE_QUEUE) & 1) ^ 1);
-                        ptx::st_shared_cluster_u32(ptx::mapa_shared(mb_entry(q), peer), t);
-                        ptx::mbarrier_arrive_cluster(ptx::mapa_shared(mb_full(q), peer));
-                    }
-                }
-                t
+                next += grid;
+                next - grid
             } else {
-                let q = j % TILE_QUEUE;
-                // SAFETY: as above; the leader waits for this release before it exits.
-                unsafe {
-                    ptx::mbarrier_wait_cluster(mb_full(q), (j / TILE_QUEUE) & 1);
-                    let [t, _, _, _] = ptx::ld_shared_v4(mb_entry(q));
-                    ptx::mbarrier_arrive_cluster(ptx::mapa_shared(mb_empty(q), peer));
-                    t
-                }
+                // SAFETY: the launch's own zeroed counter (HopperSpmmParams::tile_counter).
+                unsafe { ptx::atom_global_add_u32(counter, 1) }
             };
             publish(j, t, it);
             j += 1;
             if t >= tiles {
                 break;
             }
-            let (pos, unit) = raster(t, p.block_rows, units, p.group_rows);
-            let n_tile = unit * csize + rank;
+            let (pos, n_tile) = raster(t, p.block_rows, n_tiles, p.group_rows);
             // SAFETY (whole tile): pos < block_rows; blocks begin..end of a valid structure; every TMA box lies in
             // the tensor maps the host encoded for these operands (out-of-bounds columns of B read as zero), and
             // every slot and barrier lies in the ring.
@@ -286,14 +237,7 @@ unsafe fn hopper_spmm<
                     unsafe {
                         ptx::mbarrier_wait(empty(s), ((it / STAGES) & 1) ^ 1);
                         ptx::mbarrier_arrive_expect_tx(full(s), stage_bytes);
-                        if csize > 1 {
-                            let a_row = blk * BS + rank * (BS / 2);
-                            let a_dst = a_slot(s) + rank * a_half;
-                            ptx::tma_load_2d_multicast(a_dst, tmap_a, kk * BK, a_row, full(s), 0b11);
-                        } else {
-                            ptx::tma_load_2d(a_slot(s), tmap_a, kk * BK, blk * BS, full(s));
-                            ptx::tma_load_2d(a_slot(s) + a_half, tmap_a, kk * BK, blk * BS + BS / 2, full(s));
-                        }
+                        ptx::tma_load_2d(a_slot(s), tmap_a, kk * BK, blk * BS, full(s));
                         if b_col {
                             ptx::tma_load_2d(b_slot(s), tmap_b, k_row0 + kk * BK, n0, full(s));
                         } else {
@@ -317,28 +261,13 @@ unsafe fn hopper_spmm<
             publish(j, tiles, it);
             j += 1;
         }
-        if csize > 1 {
-            // Stay until nothing of the other CTA can reach this one's shared memory: its consumers have released
-            // the ring's last STAGES k-tiles here (the waits the next loads would make), and its producer has
-            // read the last mailbox entry.
-            // SAFETY: initialised barriers; the phases waited for complete once both CTAs' consumers are done.
-            unsafe {
-                for i in it..it + STAGES {
-                    ptx::mbarrier_wait(empty(i % STAGES), ((i / STAGES) & 1) ^ 1);
-                }
-                if rank == 0 && !counter.is_null() {
-                    let last = j - sets;
-                    ptx::mbarrier_wait(mb_empty(last % TILE_QUEUE), (last / TILE_QUEUE) & 1);
-                }
-            }
-        }
-        if !counter.is_null() && rank == 0 {
-            // Count this cluster out after its last take (fenced: the take happens before); the last one out sets
-            // the counters back to zero for the next launch (fenced: every cluster's takes happen before).
+        if !counter.is_null() {
+            // Count this CTA out after its last take (fenced: the take happens before); the last CTA out sets the
+            // counters back to zero for the next launch (fenced: every CTA's takes happen before).
             ptx::fence_acq_rel_gpu();
             // SAFETY: the counters of the launch (two u32).
             unsafe {
-                if ptx::atom_global_add_u32(counter.add(1), 1) == clusters - 1 {
+                if ptx::atom_global_add_u32(counter.add(1), 1) == grid - 1 {
                     ptx::fence_acq_rel_gpu();
                     ptx::st_global_u32(counter, 0);
                     ptx::st_global_u32(counter.add(1), 0);
@@ -361,19 +290,6 @@ unsafe fn hopper_spmm<
     let a_off = wg_m * 64 * BK * 2;
     let piece0 = wg_n * PIECES as u32;
     let epi = Epilogue::<O>::from_params(p);
-    // Frees ring slot `s` for the next loads into it: this CTA's and, in a cluster, the other's (whose producer
-    // multicasts into both).
-    let release = |s: u32| {
-        // SAFETY: `s` is a slot of the ring, whose barriers are initialised in both CTAs; the other CTA's producer
-        // waits for these arrivals before it exits.
-        unsafe {
-            ptx::mbarrier_arrive(empty(s));
-            // One remote arrival per warp: its lanes passed the `wgmma.wait_group` (warp-aligned) together.
-            if csize > 1 && warp.lane == 0 {
-                ptx::mbarrier_arrive_remote(ptx::mapa_shared(empty(s), peer));
-            }
-        }
-    };
     let mut j = set;
     loop {
         let q = j % TILE_QUEUE;
@@ -395,8 +311,7 @@ unsafe fn hopper_spmm<
             unsafe { ptx::mbarrier_wait(turn(set), (j.div_ceil(2) - 1) & 1) };
         }
         j += sets;
-        let (pos, unit) = raster(t, p.block_rows, units, p.group_rows);
-        let n_tile = unit * csize + rank;
+        let (pos, n_tile) = raster(t, p.block_rows, n_tiles, p.group_rows);
         // SAFETY: pos < block_rows.
         let (row, begin, end) = unsafe { row_at(p, pos, index_shift) };
         let k_tiles = (end - begin) * (BS / BK);
@@ -435,7 +350,8 @@ unsafe fn hopper_spmm<
             // Keep this k-tile's group in flight; the previous one is done, so its slot can be refilled.
             ptx::wgmma_wait_group::<1>();
             if it > it0 {
-                release(prev);
+                // SAFETY: an initialised barrier of the ring.
+                unsafe { ptx::mbarrier_arrive(empty(prev)) };
             }
             prev = s;
         }
@@ -450,7 +366,8 @@ unsafe fn hopper_spmm<
             ptx::wgmma_fence_operand(&mut acc[PIECES - 1]);
         }
         if k_tiles > 0 {
-            release(prev);
+            // SAFETY: as above.
+            unsafe { ptx::mbarrier_arrive(empty(prev)) };
         }
         let (row0, col0) = (row * BS, n_tile * BN);
         // SAFETY: the tile's rows exist in C and the bias; columns >= n are skipped.

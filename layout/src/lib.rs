@@ -126,8 +126,7 @@ impl KernelConfig {
     }
     /// Shared-memory offset of the tile queue of [`Pipeline::TmaWgmma`] from the ring: after the mbarriers,
     /// [`TILE_QUEUE`] full barriers, then as many empty barriers (8 bytes each), then the entries (16 bytes each),
-    /// then the ping-pong kernels' two turn barriers (16 bytes), then the cluster mailbox through which a 2-CTA
-    /// cluster's leader passes the tiles it takes to the other CTA (laid out as the queue: 32 bytes per entry).
+    /// then the ping-pong kernels' two turn barriers.
     pub const fn tile_queue_offset(&self) -> u32 {
         self.barrier_offset() + 16 * self.stages
     }
@@ -159,7 +158,7 @@ impl KernelConfig {
         match self.pipeline {
             Pipeline::CpAsync => self.stages * (self.a_stage_bytes() + self.b_stage_bytes()),
             Pipeline::Direct => self.warps_m * self.warps_n * 16 * self.bn * 4,
-            Pipeline::TmaWgmma { .. } => 1024 + self.tile_queue_offset() + 64 * TILE_QUEUE + 16,
+            Pipeline::TmaWgmma { .. } => 1024 + self.tile_queue_offset() + 32 * TILE_QUEUE + 16,
         }
     }
     /// `mma.sync` instructions the kernel's PTX must hold: one k-tile's worth (MI x NI per k16 step), written
@@ -1431,16 +1430,12 @@ pub struct TensorMap(pub [u64; 16]);
 
 /// The parameters of the sm_90a kernels ([`Module::Hopper`]), passed by value as the kernel's one argument:
 /// two tensor maps first (at offsets 0 and 128 of a 64-byte aligned parameter), then the parameters every
-/// BSR SpMM kernel takes, with the same preconditions, then the tile scheduler. The launch has clusters of one
-/// CTA or of two: a 2-CTA cluster takes N tiles `2u` and `2u + 1` of one block row together (its work unit `u`),
-/// each CTA loading half of every A slice and multicasting it to both. Any number of clusters from 1 to the
-/// `block_rows * ceil(n / BN / cluster size)` units: with `tile_counter` 0 cluster `c` walks the units `c, c +
-/// clusters, ...`; with counters, they share the units in the order they ask for them (each cluster's rank 0
-/// takes them).
+/// BSR SpMM kernel takes, with the same preconditions, then the tile scheduler. Any number of CTAs from 1 to the
+/// `block_rows * ceil(n / BN)` output tiles: with `tile_counter` 0 each walks the tiles `blockIdx.x, blockIdx.x +
+/// gridDim.x, ...`; with counters, they share the tiles in the order they ask for them.
 ///
-/// - `tmap_a`: A's values viewed as a row-major `(nnzb * bs) x bs` matrix of the input type, box `bs / 2 x 64`
-///   (rows x columns: the two halves of a stage's A slice are two boxes, which a 2-CTA cluster's CTAs load one
-///   each and multicast to both), 128-byte swizzle.
+/// - `tmap_a`: A's values viewed as a row-major `(nnzb * bs) x bs` matrix of the input type, box `bs x 64`
+///   (rows x columns), 128-byte swizzle.
 /// - `tmap_b`: B as stored: row-major B is `K x n` with row stride `ldb`, box `64 x 64`; column-major B is
 ///   `n x K` with row stride `ldb`, box `BN x 64`; 128-byte swizzle, out-of-bounds elements read as zero.
 #[repr(C, align(16))]
@@ -1452,11 +1447,10 @@ pub struct HopperSpmmParams {
     pub tmap_b: TensorMap,
     /// Everything else, as for the sm_80 kernels.
     pub spmm: BsrSpmmParams,
-    /// The tile scheduler: 0 for the static stride (cluster `c` takes units `c, c + clusters, ...`), or the
-    /// device address of two u32 counters, zero before the launch and only this launch's while it runs: the next
-    /// unit, which each cluster's rank-0 producer takes with an atomic add until it passes the last (a persistent
-    /// grid whose clusters take the next unit as they free up), and the clusters done with that; the last
-    /// cluster sets both back to zero.
+    /// The tile scheduler: 0 for the static stride (CTA `c` takes tiles `c, c + gridDim.x, ...`), or the device
+    /// address of two u32 counters, zero before the launch and only this launch's while it runs: the next tile,
+    /// which each CTA's producer takes with an atomic add until it passes the last tile (a persistent grid whose
+    /// CTAs take the next tile as they free up), and the CTAs done with that; the last CTA sets both back to zero.
     pub tile_counter: u64,
 }
 

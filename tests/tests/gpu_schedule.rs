@@ -17,15 +17,9 @@ use sparsek::gpu::{
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
 use sparsek_tests::{exact_operands, gpu_required, hopper_enabled, own_gpu, spmm_once, threads_match_one_launch};
 
-/// A Gpu with the given schedule (and clusters multicasting A), or `None` (after a skip line) without a GPU or
-/// without the sm_90a module.
+/// A Gpu with the given schedule, or `None` (after a skip line) without a GPU or without the sm_90a module.
 fn hopper_gpu(test: &str, schedule: TileSchedule) -> Option<Gpu> {
-    hopper_gpu_with(test, schedule, true)
-}
-
-/// [`hopper_gpu`] with multicast on or off.
-fn hopper_gpu_with(test: &str, schedule: TileSchedule, multicast: bool) -> Option<Gpu> {
-    let gpu = own_gpu(test, |g| g.with_tile_schedule(schedule).with_multicast(multicast))?;
+    let gpu = own_gpu(test, |g| g.with_tile_schedule(schedule))?;
     let hopper = hopper_enabled() && gpu.serving_kernel(64, TYPES_3, 256, 64).is_some_and(|(_, sm90)| sm90);
     if !hopper {
         use std::io::Write;
@@ -48,7 +42,8 @@ fn grid_of(gpu: &Gpu, a: &Bsr<f16>, n: usize, ctx: &str) -> TileGrid {
     let choice = gpu.plan_kernel(a.block_size(), types, (a.rows(), a.cols(), n), a.nnzb(), None).unwrap();
     assert!(matches!(choice.config.pipeline, Pipeline::TmaWgmma { .. }), "{ctx}: {} is not sm_90a", choice.kernel);
     assert_eq!(choice.config.pingpong(), a.block_size() == 64, "{ctx}: {}", choice.kernel);
-    gpu.tile_grid(&choice, a.rows() / a.block_size(), n).unwrap()
+    let tiles = a.rows() / a.block_size() * n.div_ceil(choice.config.bn as usize);
+    gpu.tile_grid(&choice.config, choice.ctas_per_sm, tiles).unwrap()
 }
 
 fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
@@ -56,9 +51,8 @@ fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
 }
 
 /// Integer-valued A, B and C (every sum exact in f32): the persistent grid with the counter, with the static
-/// stride, one tile per consumer set, each in 2-CTA clusters multicasting A and without, and the oracle agree bit
-/// for bit, from one tile to many tiles per CTA, with N tails (an odd number of N tiles leaves a cluster's second
-/// CTA past n), skewed rows, empty rows (and an A without blocks, which the sm_80 kernels serve) and beta.
+/// stride, one tile per consumer set and the oracle agree bit for bit, from one tile to many tiles per CTA, with
+/// N tails, skewed rows, empty rows (and an A without blocks, which the sm_80 kernels serve) and beta.
 #[test]
 fn persistent_grid_is_exact() {
     let _shared = sparsek_tests::gpu_shared();
@@ -66,20 +60,10 @@ fn persistent_grid_is_exact() {
     let Some(counter) = hopper_gpu(test, TileSchedule::Auto) else { return };
     let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
     let stride = hopper_gpu(test, TileSchedule::Static).unwrap();
-    let counter_own_a = hopper_gpu_with(test, TileSchedule::Auto, false).unwrap();
-    let per_tile_own_a = hopper_gpu_with(test, TileSchedule::PerTile, false).unwrap();
     let sms = counter.info().sm_count as usize;
     // (bs, block rows, block columns, N): one tile; fewer tiles than SMs; several tiles per CTA (N tiles of
-    // 256 and a tail: 3 tiles run without clusters, 4 in pairs); many short rows; 9 N tiles (pairs, the last
-    // one's second tile past n).
-    let shapes = [
-        (64usize, 1usize, 3usize, 100usize),
-        (128, 5, 7, 300),
-        (64, 2 * sms, 20, 520),
-        (128, sms, 9, 777),
-        (64, 3, 5, 9 * 256 - 10),
-        (128, 2, 4, 9 * 256 - 250),
-    ];
+    // 256 and a tail); many short rows.
+    let shapes = [(64usize, 1usize, 3usize, 100usize), (128, 5, 7, 300), (64, 2 * sms, 20, 520), (128, sms, 9, 777)];
     for (bs, rows, cols, n) in shapes {
         for (pattern, density, beta) in
             [(Pattern::Uniform, 0.5, 0.0f32), (Pattern::Skewed, 0.4, 1.0), (Pattern::Uniform, 0.05, -1.0)]
@@ -94,25 +78,13 @@ fn persistent_grid_is_exact() {
                 assert!(g.counter && g.ctas as usize <= sms, "{ctx}: {g:?}");
                 let g = grid_of(&stride, &a, n, &ctx);
                 assert!(!g.counter && g.ctas as usize <= sms, "{ctx}: {g:?}");
-                // One tile per consumer set (the ping-pong kernels, bs 64, take two per CTA), in pairs of N tiles
-                // from 2 tiles (an even number) or 8.
-                let n_tiles = n.div_ceil(256);
-                let cluster = if n_tiles >= 2 && (n_tiles % 2 == 0 || n_tiles >= 8) { 2 } else { 1 };
-                let units = rows * n_tiles.div_ceil(cluster);
-                let ctas = (if bs == 64 { units.div_ceil(2) } else { units } * cluster) as u32;
-                let cluster = cluster as u32;
-                assert_eq!(grid_of(&per_tile, &a, n, &ctx), TileGrid { ctas, counter: false, cluster }, "{ctx}");
-                assert_eq!(grid_of(&per_tile_own_a, &a, n, &ctx).cluster, 1, "{ctx}");
+                // One tile per consumer set: the ping-pong kernels (bs 64) take two per CTA.
+                let tiles = rows * n.div_ceil(256);
+                let ctas = if bs == 64 { tiles.div_ceil(2) } else { tiles } as u32;
+                assert_eq!(grid_of(&per_tile, &a, n, &ctx), TileGrid { ctas, counter: false }, "{ctx}");
             }
             let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
-            let gpus = [
-                ("counter", &counter),
-                ("static stride", &stride),
-                ("one tile per set", &per_tile),
-                ("counter, no clusters", &counter_own_a),
-                ("one tile per set, no clusters", &per_tile_own_a),
-            ];
-            for (what, gpu) in gpus {
+            for (what, gpu) in [("counter", &counter), ("static stride", &stride), ("one tile per set", &per_tile)] {
                 let report = compare_exact(&spmm_once(gpu, &a, &b, &c0, ep), &expected);
                 assert!(report.passed(), "{ctx}: {what}: {report}");
             }
@@ -120,18 +92,16 @@ fn persistent_grid_is_exact() {
     }
 }
 
-/// Random values: the persistent grid gives the bits of the per-tile grid on every launch, and both those of
-/// launches without clusters (each tile is summed in the same order whichever CTA and warpgroup takes it, and
-/// whichever CTA loaded its A), with f32 and f16 C, across launches that reuse the counter (a counter left
-/// non-zero would skip tiles, which the poisoned C shows).
+/// Random values: the persistent grid gives the bits of the per-tile grid on every launch (each tile is summed in
+/// the same order whichever CTA and warpgroup takes it), with f32 and f16 C, across launches that reuse the
+/// counter (a counter left non-zero would skip tiles, which the poisoned C shows).
 #[test]
 fn persistent_grid_is_deterministic() {
     let _shared = sparsek_tests::gpu_shared();
     let test = "persistent_grid_is_deterministic";
     let Some(persistent) = hopper_gpu(test, TileSchedule::Auto) else { return };
     let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
-    let own_a = hopper_gpu_with(test, TileSchedule::Auto, false).unwrap();
-    for (bs, m, k, n, density) in [(64usize, 4096usize, 4096usize, 1000usize, 0.12), (128, 2048, 8192, 2100, 0.22)] {
+    for (bs, m, k, n, density) in [(64usize, 4096usize, 4096usize, 1000usize, 0.12), (128, 2048, 8192, 600, 0.22)] {
         for pattern in [Pattern::Uniform, Pattern::Skewed] {
             let a: Bsr<f16> = generate(pattern, m, k, bs, density, (bs + n) as u64).unwrap();
             let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} {density}");
@@ -156,9 +126,6 @@ fn persistent_grid_is_deterministic() {
                 let got = run(&persistent);
                 assert!(same_bits(&got, &want), "{ctx}: persistent launch {i} differs from the per-tile grid");
             }
-            assert_eq!(grid_of(&persistent, &a, n, &ctx).cluster, 2, "{ctx}: not in clusters");
-            assert_eq!(grid_of(&own_a, &a, n, &ctx).cluster, 1, "{ctx}: in clusters");
-            assert!(same_bits(&run(&own_a), &want), "{ctx}: the launch without clusters differs");
             // f16 C, beta = 1: the same check through the 16-bit epilogue.
             let c16 = Matrix::<f16>::random(m, n, 9).unwrap();
             let run16 = |gpu: &Gpu| spmm_once(gpu, &a, &b, &c16, Epilogue::new(0.5, 1.0));

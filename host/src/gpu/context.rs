@@ -86,8 +86,6 @@ pub struct Gpu {
     pub(crate) split: Option<SplitWorkspace>,
     /// How the sm_90a kernels take their tiles ([`Gpu::with_tile_schedule`]).
     pub(crate) tile_schedule: TileSchedule,
-    /// Whether the sm_90a kernels may run in 2-CTA clusters multicasting A ([`Gpu::with_multicast`]).
-    pub(crate) multicast: bool,
 }
 
 /// The tuned plans of one [`Gpu`]: where they are kept, and those for this device and build, by key.
@@ -192,7 +190,6 @@ impl Gpu {
             row_split: RowSplit::Auto,
             split,
             tile_schedule: TileSchedule::Auto,
-            multicast: true,
         })
     }
 
@@ -399,7 +396,6 @@ impl Gpu {
             kernel: kernel.variant.name,
             config: kernel.config(),
             ctas_per_sm: kernel.ctas_per_sm,
-            pair_clusters: kernel.pair_clusters,
         })
     }
 
@@ -489,8 +485,6 @@ pub struct PlanChoice {
     pub config: sparsek_layout::KernelConfig,
     /// CTAs of it that fit on one SM (the driver's occupancy answer).
     pub ctas_per_sm: u32,
-    /// 2-CTA clusters of it that the GPU holds at once (the driver's occupancy answer; 0 for the sm_80 kernels).
-    pub pair_clusters: u32,
 }
 
 /// A kernel of the tuning module ([`Gpu::tuning_variants`]), launched with [`Gpu::spmm_variant`].

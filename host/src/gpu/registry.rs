@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use sparsek_layout::{
-    Arch, BSR_CHECK_KERNEL, InType, KernelConfig, Layout, Module, Op, OutType, Pipeline, Tile, VARIANTS, Variant,
+    Arch, BSR_CHECK_KERNEL, InType, KernelConfig, Layout, Module, Op, OutType, Tile, VARIANTS, Variant,
 };
 
 use super::DeviceInfo;
@@ -121,9 +121,6 @@ pub(crate) struct Kernel {
     pub(crate) func: CudaFunction,
     /// CTAs of this kernel resident on one SM (occupancy API), for sizing the rasterization groups.
     pub(crate) ctas_per_sm: u32,
-    /// 2-CTA clusters of this kernel resident on the whole GPU at once (occupancy API; 0 for the sm_80 kernels
-    /// and where the driver says none fit): the persistent grid of a launch in clusters (gpu/schedule.rs).
-    pub(crate) pair_clusters: u32,
 }
 
 impl Kernel {
@@ -246,11 +243,7 @@ fn load_kernel(module: &Arc<CudaModule>, module_name: &'static str, v: &Variant,
     let ctas_per_sm = func
         .occupancy_max_active_blocks_per_multiprocessor(config.threads(), smem as usize, None)
         .map_err(cuda("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
-    let pair_clusters = match config.pipeline {
-        Pipeline::TmaWgmma { .. } => crate::gpu::schedule::max_pair_clusters(&func, &config),
-        Pipeline::CpAsync | Pipeline::Direct => 0,
-    };
-    Ok(Kernel { variant: *v, func, ctas_per_sm, pair_clusters })
+    Ok(Kernel { variant: *v, func, ctas_per_sm })
 }
 
 /// What the driver reports for one kernel (`sparsek info`).

@@ -66,11 +66,10 @@ fn encode(
 }
 
 /// The tensor map of A's values for a kernel of configuration `cfg`: the `nnzb` blocks as one row-major
-/// `(nnzb * bs) x bs` matrix, boxes of `bs / 2 x 64` (the halves of a stage's A slice, which the two CTAs of a
-/// cluster load one each).
+/// `(nnzb * bs) x bs` matrix, boxes of `bs x 64`.
 pub(crate) fn a_values_map(input: InType, values: u64, nnzb: usize, cfg: &KernelConfig) -> Result<TensorMap> {
     let bs = u64::from(cfg.bs);
-    encode("A's values", input, values, ((nnzb as u64) * bs, bs, bs), (cfg.bs / 2, BK as u32))
+    encode("A's values", input, values, ((nnzb as u64) * bs, bs, bs), (cfg.bs, BK as u32))
 }
 
 /// The tensor map of B (`k x n`): row-major, boxes of 64 k-rows x 64 columns; column-major (stored `n x k`),

@@ -50,13 +50,9 @@ pub use memory::{
 pub use mma::{mma_m16n8k16_f32_bf16, mma_m16n8k16_f32_f16};
 #[cfg(feature = "sm90")]
 pub use sm90::{
-    cluster::{
-        cluster_count_x, cluster_ctarank, cluster_id_x, cluster_nctarank, cluster_sync, mapa_shared,
-        mbarrier_arrive_cluster, mbarrier_arrive_remote, mbarrier_wait_cluster, st_shared_cluster_u32,
-    },
     mbarrier::{fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait},
     setmaxnreg::{setmaxnreg_dec, setmaxnreg_inc},
-    tma::{tma_load_2d, tma_load_2d_multicast},
+    tma::tma_load_2d,
     wgmma::{
         WgmmaAcc, smem_desc_128b, wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_m64n128k16,
         wgmma_m64n256k16, wgmma_wait_group,

@@ -13,7 +13,6 @@ use crate::error::{BsrError, Error, Result};
 use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
-use crate::gpu::schedule::launch_in_clusters;
 use crate::gpu::split::capturing;
 use crate::gpu::tma;
 use crate::gpu::views::{BsrView, DenseView, DenseViewMut, IndexType, VectorView, span};
@@ -394,9 +393,7 @@ impl Gpu {
             }
             _ => None,
         };
-        let occupancy = (kernel.ctas_per_sm, kernel.pair_clusters);
-        let tile_grid = self.tile_grid_on(&cfg, occupancy, (block_rows as usize, n_tiles), claim.is_some());
-        let cluster = tile_grid.map_or(1, |g| g.cluster as usize);
+        let tile_grid = self.tile_grid_on(&cfg, kernel.ctas_per_sm, block_rows as usize * n_tiles, claim.is_some());
         // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
         let ctas = limit(
             "CTAs (M / bs * slices * split parts * N / BN)",
@@ -410,12 +407,10 @@ impl Gpu {
             if a.bs < 64 {
                 return block_rows;
             }
-            // Counted in work units: an N tile, or in 2-CTA clusters a pair of them.
-            let wave = (kernel.ctas_per_sm.max(1) * self.info().sm_count) as usize / cluster;
+            let wave = (kernel.ctas_per_sm.max(1) * self.info().sm_count) as usize;
             let a_row_bytes = a.nnzb * a.bs * a.bs * 2 / (block_rows as usize).max(1);
-            let b_unit_bytes = k * cfg.bn as usize * 2 * cluster;
-            let units = n_tiles.div_ceil(cluster);
-            raster_group_rows(block_rows as usize, units, a_row_bytes, b_unit_bytes, wave, self.info().l2_bytes)
+            let b_tile_bytes = k * cfg.bn as usize * 2;
+            raster_group_rows(block_rows as usize, n_tiles, a_row_bytes, b_tile_bytes, wave, self.info().l2_bytes)
         });
         let mut params = BsrSpmmParams {
             a_values: a.values,
@@ -485,24 +480,17 @@ impl Gpu {
             // counters (split_choice), and no other launch uses them meanwhile (SplitWorkspace::ordered); a persistent
             // sm_90a launch holds the two scheduler counters, zero before it (the kernel's last CTA resets them),
             // claimed for this stream only when free or last used on it (SplitWorkspace::claim_scheduler).
-            // In 2-CTA clusters (gpu/schedule.rs), `ctas` is a multiple of 2 (TileGrid).
             unsafe {
-                if cluster > 1 {
-                    let (grid, block) = ((ctas, 1, 1), (cfg.threads(), 1, 1));
-                    launch_in_clusters(&kernel.func, grid, block, cfg.smem_bytes(), stream, 2, &mut args)
-                        .map_err(cuda("cuLaunchKernelEx (sparsek_bsr, clusters of 2)"))
-                } else {
-                    cudarc::driver::result::launch_kernel(
-                        kernel.func.cu_function(),
-                        (ctas, 1, 1),
-                        (cfg.threads(), 1, 1),
-                        cfg.smem_bytes(),
-                        stream,
-                        &mut args,
-                    )
-                    .map_err(cuda("cuLaunchKernel (sparsek_bsr)"))
-                }
+                cudarc::driver::result::launch_kernel(
+                    kernel.func.cu_function(),
+                    (ctas, 1, 1),
+                    (cfg.threads(), 1, 1),
+                    cfg.smem_bytes(),
+                    stream,
+                    &mut args,
+                )
             }
+            .map_err(cuda("cuLaunchKernel (sparsek_bsr)"))
         };
         match (split, claim) {
             (Some((ws, _)), _) => ws.ordered(stream, launch),

@@ -1,10 +1,8 @@
 //! The sm_90a-only instruction families, compiled only into the sm_90a module (feature `sm90`, built with
 //! `-C target-cpu=sm_90a -C target-feature=+ptx83`):
-//! - [`cluster`] — cluster ranks, `mapa`, `barrier.cluster`, and the `.shared::cluster` store and mbarrier
-//!   arrive that reach another CTA of the cluster;
 //! - [`mbarrier`] — `mbarrier.init`, `arrive`, `arrive.expect_tx`, `try_wait.parity`, `fence.mbarrier_init`;
 //! - [`tma`] — `cp.async.bulk.tensor.2d` (global -> shared through a tensor map, completing on an mbarrier) and
-//!   its `.multicast::cluster` form, and the generic address of a tensor map held in the kernel's parameters;
+//!   the generic address of a tensor map held in the kernel's parameters;
 //! - [`wgmma`] — `wgmma.fence`, `wgmma.mma_async.m64n{128,256}k16` (f16 / bf16, B K-major or MN-major),
 //!   `commit_group`, `wait_group`, and the shared-memory matrix descriptor;
 //! - [`setmaxnreg`] — `setmaxnreg.inc` / `.dec` (registers moved between warpgroups).
@@ -13,7 +11,6 @@
 //! mark `convergent`: they are called only in warpgroup-uniform control flow, and build-ptx counts them per
 //! kernel against the variant table (`KernelConfig::expected_wgmma`), so a copy LLVM made fails the build.
 
-pub mod cluster;
 pub mod mbarrier;
 pub mod setmaxnreg;
 pub mod tma;

@@ -27,30 +27,6 @@ pub unsafe fn tma_load_2d(dst: u32, tmap: u64, x: u32, y: u32, bar: u32) {
     };
 }
 
-/// [`tma_load_2d`] with `.multicast::cluster`: the box lands at offset `dst` of the shared memory of every CTA
-/// of the cluster whose rank's bit is set in `mask`, and its bytes count against the barrier at offset `bar` of
-/// each of them.
-///
-/// # Safety
-/// As [`tma_load_2d`], for every CTA of `mask`: each has the room at `dst` and an initialised barrier at `bar`
-/// whose current phase expects these bytes, and has not exited.
-#[inline(always)]
-pub unsafe fn tma_load_2d_multicast(dst: u32, tmap: u64, x: u32, y: u32, bar: u32, mask: u16) {
-    // SAFETY: the caller guarantees the addresses.
-    unsafe {
-        asm!(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [{d}], [{m}, {{{x}, {y}}}], [{b}], {k};",
-            d = in(reg32) dst,
-            m = in(reg64) tmap,
-            x = in(reg32) x,
-            y = in(reg32) y,
-            b = in(reg32) bar,
-            k = in(reg16) mask,
-            options(nostack)
-        )
-    };
-}
-
 /// The generic address of the kernel's first parameter (`<kernel>_param_0`, as LLVM names it), where the sm_90a
 /// kernels keep their tensor maps. Taking `&param` in Rust would copy the parameter to local memory, which TMA
 /// cannot read (../shared/HOPPER.md); `cvta.param` gives the address of the parameter itself.
