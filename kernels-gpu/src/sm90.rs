@@ -211,27 +211,51 @@ unsafe fn hopper_spmm<
         let mut it = 0u32;
         let mut j = 0u32;
         let mut next = ptx::block_idx_x();
-        loop {
-            let t = if counter.is_null() {
+        let mut take = || {
+            if counter.is_null() {
                 next += grid;
                 next - grid
             } else {
                 // SAFETY: the launch's own zeroed counter (HopperSpmmParams::tile_counter).
                 unsafe { ptx::atom_global_add_u32(counter, 1) }
-            };
+            }
+        };
+        // Tile `t`'s N tile and blocks (none past the last tile).
+        let locate = |t: u32| {
+            if t >= tiles {
+                return (0, 0, 0);
+            }
+            let (pos, n_tile) = raster(t, p.block_rows, n_tiles, p.group_rows);
+            // SAFETY: pos < block_rows.
+            let (_, begin, end) = unsafe { row_at(p, pos, index_shift) };
+            (n_tile, begin, end)
+        };
+        // The next tile is taken before the last block of this one is issued, and its row read after: the
+        // counter's atomic and the index loads then run while the ring holds STAGES k-tiles, not between tiles;
+        // each block's column index is loaded while the block before it is issued.
+        let mut t = take();
+        let mut here = locate(t);
+        loop {
             publish(j, t, it);
             j += 1;
             if t >= tiles {
                 break;
             }
-            let (pos, n_tile) = raster(t, p.block_rows, n_tiles, p.group_rows);
-            // SAFETY (whole tile): pos < block_rows; blocks begin..end of a valid structure; every TMA box lies in
-            // the tensor maps the host encoded for these operands (out-of-bounds columns of B read as zero), and
-            // every slot and barrier lies in the ring.
-            let (_, begin, end) = unsafe { row_at(p, pos, index_shift) };
+            let (n_tile, begin, end) = here;
             let n0 = n_tile * BN;
+            let mut t_next = if begin == end { take() } else { tiles };
+            // SAFETY (whole tile): blocks begin..end of a valid structure; every TMA box lies in the tensor maps the
+            // host encoded for these operands (out-of-bounds columns of B read as zero), and every slot and barrier
+            // lies in the ring.
+            let mut col = if begin < end { unsafe { load_index(p.col_idx, begin, index_shift) } } else { 0 };
             for blk in begin..end {
-                let k_row0 = unsafe { load_index(p.col_idx, blk, index_shift) } * BS;
+                let k_row0 = col * BS;
+                if blk + 1 < end {
+                    // SAFETY: blk + 1 is a block of the row.
+                    col = unsafe { load_index(p.col_idx, blk + 1, index_shift) };
+                } else {
+                    t_next = take();
+                }
                 for kk in 0..BS / BK {
                     let s = it % STAGES;
                     unsafe {
@@ -255,6 +279,8 @@ unsafe fn hopper_spmm<
                     it += 1;
                 }
             }
+            t = t_next;
+            here = locate(t);
         }
         // In ping-pong the other set reads the next entry: it gets the end too.
         for _ in 1..sets {
