@@ -21,7 +21,10 @@
 //! - an empty kernel launch: a PTX kernel whose body is `ret`, 1 CTA of 32 threads, timed like the contenders.
 //!   When a launch is shorter than the host's time to queue the next, the stream idles between the start event
 //!   and the kernel, so the event time includes the host's queuing; the empty launch and the contenders are
-//!   measured alike, which is what makes their ratio meaningful.
+//!   measured alike, which is what makes their ratio meaningful;
+//! - the same empty launch **queued** ([`queued`]): [`queued::BATCH`] launches behind a kernel that holds the
+//!   stream while the host queues them, timed between one pair of events; per launch, this is the GPU's own
+//!   time, without the host's.
 //!
 //! Per case, a third item is timed in the same interleaved loop: the **same-size copy**, `cuMemcpyDtoDAsync`
 //! of half the case's bytes moved (so that read + written equals them), over its own rotated buffer pairs. A
@@ -39,6 +42,9 @@
 //! - **achieved bandwidth**: bytes moved / sparsek's median time, and its **fraction of the copy bandwidth**;
 //! - **speedup over cuBLAS**: cuBLAS's median time / sparsek's;
 //! - **launch ratio**: sparsek's median time / the empty launch's;
+//! - **queued**: sparsek's time per launch queued behind the hold like the empty launch, and its ratio to the
+//!   queued empty launch (what the GPU spends per product, without the host: for the small shapes, what bounds
+//!   the launch ratio);
 //! - the **targets** of issue 12 that apply to the case ([`targets`]) and whether each is met. A missed target
 //!   is reported, not an error; a failed sparsek check (or sparsek not running) fails the run.
 //!
@@ -57,6 +63,7 @@ use crate::cublas::{self, Cublas};
 use crate::grid::{Case, Source, percent};
 use crate::json::round_sig;
 use crate::poison;
+use crate::queued::{self, Hold, Queued};
 use crate::report::{Check, Header, Timing};
 use crate::runner::{Contender, time_interleaved};
 use sparsek::Epilogue;
@@ -295,6 +302,8 @@ pub struct References {
     pub copy: CopyBandwidth,
     /// The empty launch.
     pub empty_launch: EmptyLaunch,
+    /// The empty launch queued behind the hold ([`queued`]): the GPU's own time per launch.
+    pub queued_empty_launch: Queued,
 }
 
 impl References {
@@ -413,6 +422,10 @@ pub struct DecodeRecord {
     pub speedup_vs_cublas: Option<f64>,
     /// sparsek's median / the empty launch's.
     pub launch_ratio: Option<f64>,
+    /// sparsek queued behind the hold ([`queued`]): the GPU's own time per launch.
+    pub sparsek_queued: Queued,
+    /// sparsek's queued time / the queued empty launch's.
+    pub queued_launch_ratio: Option<f64>,
     /// The targets that apply ([`targets`]) and their verdicts.
     pub goals: Vec<Goal>,
     /// SM clock read by nvidia-smi right after the timed loop.
@@ -439,6 +452,8 @@ impl DecodeRecord {
             same_size_copy_fraction: None,
             speedup_vs_cublas: None,
             launch_ratio: None,
+            sparsek_queued: Queued::default(),
+            queued_launch_ratio: None,
             goals: Vec::new(),
             sm_clock_mhz: None,
             error: None,
@@ -472,6 +487,8 @@ impl DecodeRecord {
         self.same_size_copy_fraction = ratio(self.achieved_gbps, self.same_size_copy.gbps);
         self.speedup_vs_cublas = ratio(self.cublas.trusted_us(), sparsek);
         self.launch_ratio = ratio(sparsek, refs.empty_us());
+        let queued = self.sparsek_queued.median_us().filter(|_| self.sparsek.passed());
+        self.queued_launch_ratio = ratio(queued, refs.queued_empty_launch.median_us());
         self.goals = targets(case)
             .into_iter()
             .map(|(figure, bound)| Goal { figure, bound, met: self.figure(figure).map(|v| figure.meets(v, bound)) })
@@ -504,17 +521,20 @@ pub fn run(gpu: &Gpu, cfg: &DecodeConfig) -> Result<DecodeSummary> {
     let crate::side::Opened { header, cublas: lib, iters } = crate::side::open(gpu, cfg, "decode")?;
     let json_path = cfg.out_dir.join("decode.json");
 
+    let hold = Hold::load(gpu);
     let references = References {
         copy: measure_copy(gpu, cfg.warmup, iters),
         empty_launch: measure_empty_launch(gpu, cfg.warmup, iters),
+        queued_empty_launch: measure_queued_empty_launch(gpu, &hold),
     };
     eprintln!("  copy bandwidth: {}", copy_text(&references.copy));
     eprintln!("  empty launch: {}", empty_text(&references.empty_launch));
+    eprintln!("  empty launch, queued: {}", queued_text(&references.queued_empty_launch));
     let mut records = Vec::with_capacity(cfg.cases.len());
     crate::side::write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
     for (i, case) in cfg.cases.iter().enumerate() {
         let tag = format!("case {}/{}", i + 1, cfg.cases.len());
-        let rec = run_case(gpu, &lib, cfg, iters, case, &references, &tag);
+        let rec = run_case(gpu, &lib, &hold, cfg, iters, case, &references, &tag);
         eprintln!("{tag} {}", progress_line(&rec));
         records.push(rec);
         crate::side::write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
@@ -633,6 +653,36 @@ fn measure_empty_launch(gpu: &Gpu, warmup: usize, iters: usize) -> EmptyLaunch {
     result
 }
 
+/// The empty kernel as a contender of the queued measurement.
+struct EmptyKernel(CudaFunction);
+
+impl Contender for EmptyKernel {
+    fn launch(&mut self, gpu: &Gpu, _set: usize) -> std::result::Result<(), String> {
+        let shape = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: as in `measure_empty_launch`.
+        unsafe { gpu.stream().launch_builder(&self.0).launch(shape) }
+            .map(drop)
+            .map_err(|e| format!("cuLaunchKernel ({EMPTY_KERNEL}): {e}"))
+    }
+
+    fn sets(&self) -> usize {
+        1
+    }
+}
+
+/// The empty kernel queued behind the hold ([`queued::measure`]).
+fn measure_queued_empty_launch(gpu: &Gpu, hold: &std::result::Result<Hold, String>) -> Queued {
+    let not = |error: String| Queued { batch: queued::BATCH, error: Some(error), ..Queued::default() };
+    let hold = match hold {
+        Ok(h) => h,
+        Err(e) => return not(e.clone()),
+    };
+    match load_empty_kernel(gpu) {
+        Ok(func) => queued::measure(gpu, hold, &mut EmptyKernel(func), queued::BATCH),
+        Err(e) => not(e),
+    }
+}
+
 /// The host operands of one case and their oracle.
 struct Operands {
     a: Bsr<f16>,
@@ -643,9 +693,11 @@ struct Operands {
 
 /// Runs one case: operands and oracle, then each contender set up and checked, then both timed interleaved;
 /// then the figures and verdicts.
+#[allow(clippy::too_many_arguments)]
 fn run_case(
     gpu: &Gpu,
     lib: &std::result::Result<Cublas, String>,
+    hold: &std::result::Result<Hold, String>,
     cfg: &DecodeConfig,
     iters: usize,
     case: &Case,
@@ -655,7 +707,7 @@ fn run_case(
     let mut case = case.clone();
     let seed = case.seed(cfg.seed);
     let mut rec = DecodeRecord::new(&case, seed);
-    if let Err(e) = measure(gpu, lib, cfg, iters, &mut case, &mut rec, tag) {
+    if let Err(e) = measure(gpu, lib, hold, cfg, iters, &mut case, &mut rec, tag) {
         rec.error = Some(e);
     }
     rec.evaluate(&case, refs);
@@ -663,10 +715,12 @@ fn run_case(
 }
 
 /// Builds the operands of `case`, sets up and checks each contender, and times them; the contenders' failures
-/// are recorded in their results, the case's returned.
+/// are recorded in their results, the case's returned. Then sparsek is timed queued ([`queued`]).
+#[allow(clippy::too_many_arguments)]
 fn measure(
     gpu: &Gpu,
     lib: &std::result::Result<Cublas, String>,
+    hold: &std::result::Result<Hold, String>,
     cfg: &DecodeConfig,
     iters: usize,
     case: &mut Case,
@@ -740,6 +794,13 @@ fn measure(
             Some(form) => rec.contender_mut(form).time = Times::from_ms(t),
             None => rec.same_size_copy.time = Times::from_ms(t),
         }
+    }
+    if let Some((_, s)) = sets.iter_mut().find(|(f, _)| *f == Form::Sparsek) {
+        eprintln!("{tag}   timing sparsek queued ({} launches per batch)", queued::BATCH);
+        rec.sparsek_queued = match hold {
+            Ok(h) => queued::measure(gpu, h, s, queued::BATCH),
+            Err(e) => Queued { batch: queued::BATCH, error: Some(e.clone()), ..Queued::default() },
+        };
     }
     Ok(())
 }
@@ -914,11 +975,32 @@ fn empty_text(e: &EmptyLaunch) -> String {
     }
 }
 
+/// `1.84 µs per launch, median of 5 batches of 32 (behind a 2000 µs hold)`, or why it was not measured.
+fn queued_text(q: &Queued) -> String {
+    match (&q.time, &q.error) {
+        (Some(t), None) => format!(
+            "{:.2} µs per launch, median of {} batches of {} (behind a {:.0} µs hold)",
+            t.median_us,
+            t.samples,
+            q.batch,
+            q.hold_us.unwrap_or(0.0)
+        ),
+        (_, Some(err)) => format!("not measured ({err})"),
+        _ => "not measured".into(),
+    }
+}
+
 /// Microseconds with precision that suits their size, `!` appended when the output failed its check.
 fn us_cell(c: &ContenderResult) -> String {
     let Some(t) = c.time.as_ref().map(|t| t.median_us) else { return "-".into() };
     let s = if t < 100.0 { format!("{t:.2}") } else { format!("{t:.1}") };
     if c.passed() { s } else { format!("{s}!") }
+}
+
+/// sparsek's queued time per launch (`!` when its output failed its check), or `-`.
+fn queued_cell(r: &DecodeRecord) -> String {
+    let Some(t) = r.sparsek_queued.median_us() else { return "-".into() };
+    if r.sparsek.passed() { format!("{t:.2}") } else { format!("{t:.2}!") }
 }
 
 fn opt_cell(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
@@ -991,23 +1073,29 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
          f32 C; cuBLAS: {} (`cublasGemmEx`, dense f16 A, f32 C). MB moved: A's values and u32 indices, B read, \
          C written (1e6 bytes); GB/s: MB moved / sparsek's time; of copy: that over the copy bandwidth; of \
          same-size copy: that over the bandwidth of a copy moving the same bytes, timed in the same loop; speedup: \
-         cuBLAS time / sparsek time; × empty: sparsek time / the empty launch's. `!` marks a time whose output \
-         failed its check; figures come only from checked times.",
-        header.iters, header.warmup, header.cublas
+         cuBLAS time / sparsek time; × empty: sparsek time / the empty launch's; queued µs and × queued empty: \
+         sparsek's time per launch with {} launches queued back to back behind a kernel holding the stream (the \
+         GPU's own time, without the host's), and its ratio to the empty launch queued alike. `!` marks a time \
+         whose output failed its check; figures come only from checked times.",
+        header.iters,
+        header.warmup,
+        header.cublas,
+        queued::BATCH
     );
     s.push('\n');
     let _ = writeln!(s, "- Copy bandwidth (`cuMemcpyDtoDAsync`): {}.", copy_text(&references.copy));
     let _ = writeln!(s, "- Empty launch: {}.", empty_text(&references.empty_launch));
+    let _ = writeln!(s, "- Empty launch, queued: {}.", queued_text(&references.queued_empty_launch));
     s.push('\n');
     s.push_str(
         "| M×K | N | bs | density | nnzb | MB moved | sparsek µs | GB/s | of copy | of same-size copy | cuBLAS µs \
-         | speedup | × empty | targets | SM MHz | checks |\n",
+         | speedup | × empty | queued µs | × queued empty | targets | SM MHz | checks |\n",
     );
-    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
+    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
     for r in records {
         let _ = writeln!(
             s,
-            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.facts.m,
             r.facts.k,
             r.facts.n,
@@ -1022,6 +1110,8 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
             us_cell(&r.cublas),
             opt_cell(r.speedup_vs_cublas, |v| Figure::SpeedupVsCublas.value_text(v)),
             opt_cell(r.launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
+            queued_cell(r),
+            opt_cell(r.queued_launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
             goals_cell(r),
             r.sm_clock_mhz.map_or_else(|| "-".into(), |m| m.to_string()),
             checks_cell(r),
@@ -1043,7 +1133,7 @@ fn progress_line(r: &DecodeRecord) -> String {
     let text = |f: Figure| opt_cell(r.figure(f), |v| f.value_text(v));
     s.push_str(&format!(
         "sparsek {} µs ({} GB/s, {} of copy, {} of a same-size copy), cuBLAS {} µs ({}), {} empty launch; \
-         targets: {}; checks {}",
+         queued {} µs ({} the queued empty launch); targets: {}; checks {}",
         us_cell(&r.sparsek),
         opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
         text(Figure::CopyFraction),
@@ -1051,6 +1141,8 @@ fn progress_line(r: &DecodeRecord) -> String {
         us_cell(&r.cublas),
         text(Figure::SpeedupVsCublas),
         text(Figure::LaunchRatio),
+        queued_cell(r),
+        opt_cell(r.queued_launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
         goals_cell(r),
         checks_cell(r),
     ));
@@ -1078,6 +1170,7 @@ mod tests {
                 error: None,
             },
             empty_launch: EmptyLaunch { kernel: "empty".into(), time: empty_us.map(times), error: None },
+            queued_empty_launch: Queued { batch: 32, time: empty_us.map(|_| times(1.5)), ..Queued::default() },
         }
     }
 
@@ -1284,7 +1377,16 @@ mod tests {
         missing.cublas = ContenderResult::new(Form::Cublas);
         missing.cublas.error = Some("cuBLAS unavailable: no | library".into());
         missing.evaluate(&small, &refs);
-        let records = vec![record(&large, 3604, 12.0, 48.0, true, &refs), missing];
+        // Queued: 9 µs per launch against the queued empty launch's 1.5 (no figure when the check failed).
+        let mut queued = record(&large, 3604, 12.0, 48.0, true, &refs);
+        queued.sparsek_queued = Queued { batch: 32, time: Some(times(9.0)), hold_us: Some(2000.0), error: None };
+        queued.evaluate(&large, &refs);
+        assert_eq!(queued.queued_launch_ratio, Some(6.0));
+        let mut failed = record(&large, 3604, 12.0, 48.0, false, &refs);
+        failed.sparsek_queued = queued.sparsek_queued.clone();
+        failed.evaluate(&large, &refs);
+        assert_eq!(failed.queued_launch_ratio, None);
+        let records = vec![queued, missing];
 
         let t = markdown(&header, &refs, &records);
         let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("| 8192") || l.starts_with("| 1536")).collect();
@@ -1293,7 +1395,13 @@ mod tests {
         for row in &rows {
             assert_eq!(Some(row.matches('|').count()), header_cols, "{row}");
         }
-        assert!(rows[0].contains("| 4.00x | 4.80x | copy ≥ 80% met; speedup ≥ 3.64x met |"), "{}", rows[0]);
+        assert!(
+            rows[0].contains("| 4.00x | 4.80x | 9.00 | 6.00x | copy ≥ 80% met; speedup ≥ 3.64x met |"),
+            "{}",
+            rows[0]
+        );
+        assert!(rows[1].contains("| 2.40x | - | - | ≤ 2x empty launch MISSED |"), "{}", rows[1]);
+        assert!(t.contains("- Empty launch, queued: 1.50 µs per launch, median of 30 batches of 32"), "{t}");
         assert!(rows[0].ends_with("| pass |"));
         assert!(rows[1].contains("| ≤ 2x empty launch MISSED |"), "{}", rows[1]);
         assert!(rows[1].contains("cublas-gemmex-f16-f32 n/a"), "{}", rows[1]);
@@ -1305,6 +1413,9 @@ mod tests {
         assert_eq!(v["complete"], true);
         assert_eq!(v["header"]["gpu"], "Test GPU");
         assert_eq!(v["references"]["copy"]["gbps"], 3000.0);
+        assert_eq!(v["references"]["queued_empty_launch"]["time"]["median_us"], 1.5);
+        assert_eq!(v["records"][0]["sparsek_queued"]["time"]["median_us"], 9.0);
+        assert_eq!(v["records"][0]["queued_launch_ratio"], 6.0);
         assert_eq!(v["references"]["empty_launch"]["time"]["median_us"], 2.5);
         let r0 = &v["records"][0];
         assert_eq!(r0["case"], "8192x16x8192 bs64 22% uniform");

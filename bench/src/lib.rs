@@ -34,6 +34,7 @@ pub mod json;
 pub mod plans;
 pub mod plot;
 pub mod png;
+pub mod queued;
 pub mod reach;
 pub mod report;
 mod runner;
