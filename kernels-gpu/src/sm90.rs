@@ -131,6 +131,9 @@ unsafe fn hopper_spmm<
 ) {
     // B's order: TRANS_B = 0 for a column-major B (staged N x K, K-major), 1 for a row-major B (K x N).
     let b_col = TRANS_B == 0;
+    // A row-major B whose columns are a whole number of 64-column chunks has a rank-3 tensor map (64 columns x K x
+    // chunks; layout::HopperSpmmParams): one copy loads a stage's BN / 64 chunks.
+    let b_chunked = !b_col && p.n.is_multiple_of(64);
     const {
         assert!(PIECES as u32 * WGMMA_N * WARPS_N == BN, "each consumer warpgroup owns PIECES x 128 columns");
         assert!(PIECES == 1 || PIECES == 2, "one or two m64n128 pieces per consumer warpgroup");
@@ -264,6 +267,8 @@ unsafe fn hopper_spmm<
                         ptx::tma_load_2d(a_slot(s), tmap_a, kk * BK, blk * BS, full(s));
                         if b_col {
                             ptx::tma_load_2d(b_slot(s), tmap_b, k_row0 + kk * BK, n0, full(s));
+                        } else if b_chunked {
+                            ptx::tma_load_3d(b_slot(s), tmap_b, (0, k_row0 + kk * BK, n0 / 64), full(s));
                         } else {
                             for jb in 0..BN / 64 {
                                 ptx::tma_load_2d(

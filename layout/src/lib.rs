@@ -1443,7 +1443,9 @@ pub struct TensorMap(pub [u64; 16]);
 pub struct HopperSpmmParams {
     /// The tensor map of A's values.
     pub tmap_a: TensorMap,
-    /// The tensor map of B.
+    /// The tensor map of B: row-major with `n` a multiple of 64, rank 3 (64 columns x K rows x `n / 64` chunks,
+    /// boxes of 64 x 64 x BN / 64: a stage's B in one copy); other row-major B rank 2 (boxes of 64 x 64);
+    /// column-major B rank 2 (boxes of 64 k x BN).
     pub tmap_b: TensorMap,
     /// Everything else, as for the sm_80 kernels.
     pub spmm: BsrSpmmParams,

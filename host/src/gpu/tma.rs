@@ -2,9 +2,9 @@
 //! `cuTensorMapEncodeTiled` for each launch (a map embeds the operand's address; encoding is a host-only call of
 //! about a microsecond, no allocation, no synchronisation, so the launch stays graph-capturable).
 //!
-//! Facts (../shared/HOPPER.md): rank 2, innermost dimension first, strides in bytes (multiples of 16), 128-byte
-//! swizzle (a box row is at most 128 bytes: 64 16-bit elements), boxes of at most 256 rows, elements outside the
-//! tensor read as zero.
+//! Facts (../shared/HOPPER.md): rank 2 (3 for B in 64-column chunks), innermost dimension first, strides in bytes
+//! (multiples of 16), 128-byte swizzle (a box row is at most 128 bytes: 64 16-bit elements), boxes of at most 256
+//! rows, elements outside the tensor read as zero.
 
 use cudarc::driver::sys::{
     CUresult, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion,
@@ -26,26 +26,40 @@ fn encode(
     (rows, cols, ld): (u64, u64, u64),
     (box_rows, box_cols): (u32, u32),
 ) -> Result<TensorMap> {
+    encode_nd(what, input, ptr, [cols, rows, 1], [ld * 2, 0], [box_cols, box_rows, 1], 2)
+}
+
+/// A tensor of 16-bit elements of rank `rank` (2 or 3; the arrays' entries past it are unused): `dims` elements
+/// per dimension and `strides` bytes between the steps of dimensions 1.., innermost first, read in boxes of
+/// `boxes`.
+fn encode_nd(
+    what: &'static str,
+    input: InType,
+    ptr: u64,
+    dims: [u64; 3],
+    strides: [u64; 2],
+    boxes: [u32; 3],
+    rank: u32,
+) -> Result<TensorMap> {
     let invalid = |reason: String| Error::InvalidArgument { name: what, reason };
-    if rows == 0 || cols == 0 || rows > 1 << 32 || cols > 1 << 32 {
-        return Err(invalid(format!("a {rows} x {cols} tensor is outside what a TMA tensor map describes")));
+    if dims.iter().any(|&d| d == 0 || d > 1 << 32) {
+        let shape = dims[..rank as usize].iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
+        return Err(invalid(format!("a tensor of {shape} elements is outside what a TMA tensor map describes")));
     }
     let data_type = match input {
         InType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         InType::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
     };
-    let global_dim = [cols, rows];
-    let global_strides = [ld * 2];
-    let box_dim = [box_cols, box_rows];
-    let element_strides = [1u32, 1];
+    let (global_dim, global_strides, box_dim) = (dims, strides, boxes);
+    let element_strides = [1u32, 1, 1];
     let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
-    // SAFETY: every array has the rank's length (2, and 1 for the strides); the driver only reads them and writes
-    // the 128-byte map. The address is not dereferenced here.
+    // SAFETY: every array has at least the rank's length (and rank - 1 for the strides); the driver only reads
+    // them and writes the 128-byte map. The address is not dereferenced here.
     let r = unsafe {
         cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
             data_type,
-            2,
+            rank,
             ptr as *mut std::ffi::c_void,
             global_dim.as_ptr(),
             global_strides.as_ptr(),
@@ -72,16 +86,22 @@ pub(crate) fn a_values_map(input: InType, values: u64, nnzb: usize, cfg: &Kernel
     encode("A's values", input, values, ((nnzb as u64) * bs, bs, bs), (cfg.bs, BK as u32))
 }
 
-/// The tensor map of B (`k x n`): row-major, boxes of 64 k-rows x 64 columns; column-major (stored `n x k`),
-/// boxes of BN columns x 64 k.
+/// The tensor map of B (`k x n`): row-major with `n` a multiple of 64, rank 3 (64 columns x `k` rows x `n / 64`
+/// chunks of 64 columns), boxes of 64 x 64 k-rows x BN / 64 chunks, one copy per stage; other row-major B, boxes
+/// of 64 k-rows x 64 columns; column-major (stored `n x k`), boxes of BN columns x 64 k. The kernel applies the
+/// same rule (`layout::HopperSpmmParams::tmap_b`).
 pub(crate) fn b_map(
     input: InType,
     (ptr, layout, ld): (u64, Layout, usize),
     (k, n): (usize, usize),
     cfg: &KernelConfig,
 ) -> Result<TensorMap> {
+    let (k, n, ld) = (k as u64, n as u64, ld as u64);
     match layout {
-        Layout::RowMajor => encode("B", input, ptr, (k as u64, n as u64, ld as u64), (BK as u32, 64)),
-        Layout::ColMajor => encode("B", input, ptr, (n as u64, k as u64, ld as u64), (cfg.bn, BK as u32)),
+        Layout::RowMajor if n.is_multiple_of(64) => {
+            encode_nd("B", input, ptr, [64, k, n / 64], [ld * 2, 128], [64, BK as u32, cfg.bn / 64], 3)
+        }
+        Layout::RowMajor => encode("B", input, ptr, (k, n, ld), (BK as u32, 64)),
+        Layout::ColMajor => encode("B", input, ptr, (n, k, ld), (cfg.bn, BK as u32)),
     }
 }

@@ -53,6 +53,7 @@ pub use sm90::{
     mbarrier::{fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait},
     setmaxnreg::{setmaxnreg_dec, setmaxnreg_inc},
     tma::tma_load_2d,
+    tma::tma_load_3d,
     wgmma::{
         WgmmaAcc, smem_desc_128b, wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_m64n128k16,
         wgmma_m64n256k16, wgmma_wait_group,

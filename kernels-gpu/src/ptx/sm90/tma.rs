@@ -27,6 +27,27 @@ pub unsafe fn tma_load_2d(dst: u32, tmap: u64, x: u32, y: u32, bar: u32) {
     };
 }
 
+/// The rank-3 form of [`tma_load_2d`]: the box whose first element is at coordinates `(x, y, z)`, innermost first.
+///
+/// # Safety
+/// As [`tma_load_2d`], for a rank-3 tensor map.
+#[inline(always)]
+pub unsafe fn tma_load_3d(dst: u32, tmap: u64, (x, y, z): (u32, u32, u32), bar: u32) {
+    // SAFETY: the caller guarantees the addresses.
+    unsafe {
+        asm!(
+            "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{m}, {{{x}, {y}, {z}}}], [{b}];",
+            d = in(reg32) dst,
+            m = in(reg64) tmap,
+            x = in(reg32) x,
+            y = in(reg32) y,
+            z = in(reg32) z,
+            b = in(reg32) bar,
+            options(nostack)
+        )
+    };
+}
+
 /// The generic address of the kernel's first parameter (`<kernel>_param_0`, as LLVM names it), where the sm_90a
 /// kernels keep their tensor maps. Taking `&param` in Rust would copy the parameter to local memory, which TMA
 /// cannot read (../shared/HOPPER.md); `cvta.param` gives the address of the parameter itself.
