@@ -637,20 +637,21 @@ fn measure_empty_launch(gpu: &Gpu, warmup: usize, iters: usize) -> EmptyLaunch {
             return result;
         }
     };
-    let stream = gpu.stream();
-    let shape = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
-    let launch = || {
-        // SAFETY: the kernel takes no parameters and touches no memory; the stream is the Gpu's, in the context
-        // the module was loaded into.
-        unsafe { stream.launch_builder(&func).launch(shape) }
-            .map(drop)
-            .map_err(|source| Error::Cuda { op: "cuLaunchKernel (sparsek_empty)", source })
-    };
-    match EventTimer::new(stream).time(warmup, iters, launch) {
+    let launch =
+        || launch_empty(gpu, &func).map_err(|source| Error::Cuda { op: "cuLaunchKernel (sparsek_empty)", source });
+    match EventTimer::new(gpu.stream()).time(warmup, iters, launch) {
         Ok(ms) => result.time = Times::from_ms(&ms),
         Err(e) => result.error = Some(e.to_string()),
     }
     result
+}
+
+/// Queues one launch of the empty kernel, 1 CTA of 32 threads, on the GPU's stream.
+fn launch_empty(gpu: &Gpu, func: &CudaFunction) -> std::result::Result<(), DriverError> {
+    let shape = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: the kernel takes no parameters and touches no memory; the stream is the Gpu's, in the context the
+    // module was loaded into.
+    unsafe { gpu.stream().launch_builder(func).launch(shape) }.map(drop)
 }
 
 /// The empty kernel as a contender of the queued measurement.
@@ -658,11 +659,7 @@ struct EmptyKernel(CudaFunction);
 
 impl Contender for EmptyKernel {
     fn launch(&mut self, gpu: &Gpu, _set: usize) -> std::result::Result<(), String> {
-        let shape = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: as in `measure_empty_launch`.
-        unsafe { gpu.stream().launch_builder(&self.0).launch(shape) }
-            .map(drop)
-            .map_err(|e| format!("cuLaunchKernel ({EMPTY_KERNEL}): {e}"))
+        launch_empty(gpu, &self.0).map_err(|e| format!("cuLaunchKernel ({EMPTY_KERNEL}): {e}"))
     }
 
     fn sets(&self) -> usize {
@@ -672,14 +669,13 @@ impl Contender for EmptyKernel {
 
 /// The empty kernel queued behind the hold ([`queued::measure`]).
 fn measure_queued_empty_launch(gpu: &Gpu, hold: &std::result::Result<Hold, String>) -> Queued {
-    let not = |error: String| Queued { batch: queued::BATCH, error: Some(error), ..Queued::default() };
     let hold = match hold {
         Ok(h) => h,
-        Err(e) => return not(e.clone()),
+        Err(e) => return Queued::failed(e.clone()),
     };
     match load_empty_kernel(gpu) {
         Ok(func) => queued::measure(gpu, hold, &mut EmptyKernel(func), queued::BATCH),
-        Err(e) => not(e),
+        Err(e) => Queued::failed(e),
     }
 }
 
@@ -799,7 +795,7 @@ fn measure(
         eprintln!("{tag}   timing sparsek queued ({} launches per batch)", queued::BATCH);
         rec.sparsek_queued = match hold {
             Ok(h) => queued::measure(gpu, h, s, queued::BATCH),
-            Err(e) => Queued { batch: queued::BATCH, error: Some(e.clone()), ..Queued::default() },
+            Err(e) => Queued::failed(e.clone()),
         };
     }
     Ok(())

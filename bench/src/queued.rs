@@ -68,6 +68,11 @@ pub struct Queued {
 }
 
 impl Queued {
+    /// Not measured, because of `error`.
+    pub fn failed(error: String) -> Queued {
+        Queued { batch: BATCH, error: Some(error), ..Queued::default() }
+    }
+
     /// The median per-launch time in microseconds, if measured.
     pub fn median_us(&self) -> Option<f64> {
         self.time.as_ref().map(|t| t.median_us).filter(|&t| t > 0.0)
