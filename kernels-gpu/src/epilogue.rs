@@ -59,6 +59,16 @@ pub(crate) trait Output: Copy {
     /// # Safety
     /// `p` and `p + 1` are writable elements of C, `p` aligned to two elements.
     unsafe fn store_pair(p: *mut Self, v0: f32, v1: f32);
+    /// Bytes of one element.
+    #[cfg_attr(not(feature = "sm90"), allow(dead_code))]
+    const BYTES: u32;
+    /// Writes columns (col, col + 1) of a row of a shared-memory staging tile at `addr` (the sm_90a kernels'
+    /// stores through C's tensor map).
+    ///
+    /// # Safety
+    /// `addr` is a shared address of two elements, aligned to two elements.
+    #[cfg_attr(not(feature = "sm90"), allow(dead_code))]
+    unsafe fn stage_pair(addr: u32, v0: f32, v1: f32);
 }
 
 impl Output for f32 {
@@ -76,6 +86,12 @@ impl Output for f32 {
     unsafe fn store_pair(p: *mut f32, v0: f32, v1: f32) {
         // SAFETY: the caller guarantees the elements are writable and 8-byte aligned.
         unsafe { ptx::st_global_v2_f32(p, v0, v1) }
+    }
+    const BYTES: u32 = 4;
+    #[inline(always)]
+    unsafe fn stage_pair(addr: u32, v0: f32, v1: f32) {
+        // SAFETY: the caller guarantees the address.
+        unsafe { ptx::st_shared_v2(addr, v0.to_bits(), v1.to_bits()) }
     }
 }
 
@@ -95,6 +111,12 @@ impl Output for u16 {
     unsafe fn store_pair(p: *mut u16, v0: f32, v1: f32) {
         // SAFETY: the caller guarantees the elements are writable and 4-byte aligned.
         unsafe { ptx::st_global_u32(p as *mut u32, ptx::cvt_f16x2_f32(v0, v1)) }
+    }
+    const BYTES: u32 = 2;
+    #[inline(always)]
+    unsafe fn stage_pair(addr: u32, v0: f32, v1: f32) {
+        // SAFETY: the caller guarantees the address.
+        unsafe { ptx::st_shared_u32(addr, ptx::cvt_f16x2_f32(v0, v1)) }
     }
 }
 
@@ -119,6 +141,12 @@ impl Output for Bf16 {
     unsafe fn store_pair(p: *mut Bf16, v0: f32, v1: f32) {
         // SAFETY: the caller guarantees the elements are writable and 4-byte aligned.
         unsafe { ptx::st_global_u32(p as *mut u32, ptx::cvt_bf16x2_f32(v0, v1)) }
+    }
+    const BYTES: u32 = 2;
+    #[inline(always)]
+    unsafe fn stage_pair(addr: u32, v0: f32, v1: f32) {
+        // SAFETY: the caller guarantees the address.
+        unsafe { ptx::st_shared_u32(addr, ptx::cvt_bf16x2_f32(v0, v1)) }
     }
 }
 
@@ -214,7 +242,7 @@ fn activate(x: f32, activation: u32) -> f32 {
 /// # Safety
 /// `bias` is null or holds every row of the tile.
 #[inline(always)]
-unsafe fn scale_bias_activate<const MI: usize, const NI: usize, I: Input>(
+pub(crate) unsafe fn scale_bias_activate<const MI: usize, const NI: usize, I: Input>(
     acc: &mut AccTile<MI, NI>,
     alpha: f32,
     bias: *const u16,

@@ -36,8 +36,12 @@
 //! parity names the phase meant only if the slot's previous phase has completed: the set's own previous k-tile,
 //! or, at a tile's start, the other set's, which the turn barrier guarantees.
 
-use crate::epilogue::{Bf16, Bf16In, Epilogue, F16In, Input, Output, WarpCoord, load_index, store_epilogue};
-use crate::layout::{BsrSpmmParams, HopperSpmmParams, KernelConfig, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N, raster};
+use crate::epilogue::{
+    Bf16, Bf16In, Epilogue, F16In, Input, Output, WarpCoord, load_index, scale_bias_activate, store_epilogue,
+};
+use crate::layout::{
+    BsrSpmmParams, HopperSpmmParams, KernelConfig, OUT_STAGE_BYTES, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N, raster,
+};
 use crate::ptx;
 use crate::ptx::WgmmaAcc;
 
@@ -110,8 +114,9 @@ unsafe fn row_at(p: &BsrSpmmParams, pos: u32, index_shift: u32) -> (u32, u32, u3
 ///
 /// # Safety
 /// `p` satisfies `layout::HopperSpmmParams`'s preconditions, `tmaps` is the generic address of the kernel's
-/// parameter (tensor map of A at +0, of B at +128), `tile_counter` is the parameter's `tile_counter`, and the
-/// launch has `CFG.threads()` threads and `CFG.smem_bytes()` bytes of dynamic shared memory.
+/// parameter (tensor map of A at +0, of B at +128, of C at +256), `tile_counter` and `c_tma` are the parameter's
+/// (`c_tma`: C's map is valid, C row-major, beta 0), and the launch has `CFG.threads()` threads and
+/// `CFG.smem_bytes()` bytes of dynamic shared memory, where `OUT_BUFS` is `CFG.out_buffers()`.
 #[inline(always)]
 unsafe fn hopper_spmm<
     const BS: u32,
@@ -122,12 +127,14 @@ unsafe fn hopper_spmm<
     const PIECES: usize,
     const TRANS_B: u32,
     const PINGPONG: bool,
+    const OUT_BUFS: u32,
     I: WgmmaInput,
     O: Output,
 >(
     p: &BsrSpmmParams,
     tmaps: u64,
     tile_counter: u64,
+    c_tma: bool,
 ) {
     // B's order: TRANS_B = 0 for a column-major B (staged N x K, K-major), 1 for a row-major B (K x N).
     let b_col = TRANS_B == 0;
@@ -138,6 +145,7 @@ unsafe fn hopper_spmm<
         assert!(PIECES as u32 * WGMMA_N * WARPS_N == BN, "each consumer warpgroup owns PIECES x 128 columns");
         assert!(PIECES == 1 || PIECES == 2, "one or two m64n128 pieces per consumer warpgroup");
         assert!(WARPS_M * 16 == BS && WARPS_M.is_multiple_of(WARPGROUP_WARPS), "16 rows per warp, whole warpgroups");
+        assert!(OUT_BUFS == 1 || OUT_BUFS == 2, "one or two output staging buffers per consumer warpgroup");
     }
     let a_bytes = BS * BK * 2;
     let b_bytes = BK * BN * 2;
@@ -145,14 +153,19 @@ unsafe fn hopper_spmm<
     // Consumer threads of one tile, and the sets of them that take turns (two in ping-pong).
     let tile_threads = WG_THREADS * (WARPS_M / WARPGROUP_WARPS) * WARPS_N;
     let sets = if PINGPONG { 2 } else { 1 };
+    let consumer_wgs = tile_threads * sets / WG_THREADS;
     // The ring starts at the first 1024-byte boundary of the window (the host adds 1024 bytes for it).
     let ring = (ptx::dynamic_smem_base() + 1023) & !1023;
     let a_slot = |s: u32| ring + s * stage_bytes;
     let b_slot = |s: u32| ring + s * stage_bytes + a_bytes;
-    let full = |s: u32| ring + STAGES * stage_bytes + 8 * s;
-    let empty = |s: u32| ring + STAGES * stage_bytes + 8 * (STAGES + s);
+    // After the ring, each consumer warpgroup's output staging buffers (layout::KernelConfig::out_stage_offset), then
+    // the ring's barriers (barrier_offset).
+    let out_stage = |cw: u32, b: u32| ring + STAGES * stage_bytes + (cw * OUT_BUFS + b) * OUT_STAGE_BYTES;
+    let bars = ring + STAGES * stage_bytes + consumer_wgs * OUT_BUFS * OUT_STAGE_BYTES;
+    let full = |s: u32| bars + 8 * s;
+    let empty = |s: u32| bars + 8 * (STAGES + s);
     // The tile queue (layout::KernelConfig::tile_queue_offset): entry j of the CTA's tiles sits in slot j % TILE_QUEUE.
-    let queue = ring + STAGES * stage_bytes + 16 * STAGES;
+    let queue = bars + 16 * STAGES;
     let q_full = |q: u32| queue + 8 * q;
     let q_empty = |q: u32| queue + 8 * (TILE_QUEUE + q);
     let q_entry = |q: u32| queue + 16 * TILE_QUEUE + 16 * q;
@@ -160,6 +173,10 @@ unsafe fn hopper_spmm<
     // k-tile of its previous tile (it arrives on `turn(w)` then): the ring's earlier phases have all completed,
     // so each full-barrier parity names the phase meant, and the two main loops take the tensor cores in turn.
     let turn = |w: u32| queue + 32 * TILE_QUEUE + 8 * w;
+    // A staging buffer's `full` barrier (its warpgroup's 128 threads have written it) and `free` barrier (the TMA
+    // store has read it), after the turn barriers (out_barrier_offset).
+    let out_full = |cw: u32, b: u32| queue + 32 * TILE_QUEUE + 16 + 16 * (cw * OUT_BUFS + b);
+    let out_free = |cw: u32, b: u32| out_full(cw, b) + 8;
 
     let tid = ptx::thread_idx_x();
     if tid == 0 {
@@ -182,6 +199,14 @@ unsafe fn hopper_spmm<
                 unsafe { ptx::mbarrier_init(turn(w), tile_threads) };
             }
         }
+        for cw in 0..consumer_wgs {
+            for b in 0..OUT_BUFS {
+                unsafe {
+                    ptx::mbarrier_init(out_full(cw, b), WG_THREADS);
+                    ptx::mbarrier_init(out_free(cw, b), 1);
+                }
+            }
+        }
         ptx::fence_mbarrier_init();
     }
     ptx::bar_sync();
@@ -191,7 +216,7 @@ unsafe fn hopper_spmm<
     let tiles = p.block_rows * n_tiles;
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let grid = ptx::grid_dim_x();
-    let (tmap_a, tmap_b) = (tmaps, tmaps + 128);
+    let (tmap_a, tmap_b, tmap_c) = (tmaps, tmaps + 128, tmaps + 256);
 
     if tid < WG_THREADS {
         // PRODUCER warpgroup: one thread takes the tiles and issues every copy; the others only return their
@@ -321,6 +346,10 @@ unsafe fn hopper_spmm<
     let a_off = wg_m * 64 * BK * 2;
     let piece0 = wg_n * PIECES as u32;
     let epi = Epilogue::<O>::from_params(p);
+    // This warpgroup's staging buffers, its thread that issues their stores, and the buffers it has filled so far.
+    let cw = ct / WG_THREADS;
+    let issuer = ct.is_multiple_of(WG_THREADS);
+    let mut staged = 0u32;
     let mut j = set;
     loop {
         let q = j % TILE_QUEUE;
@@ -401,6 +430,22 @@ unsafe fn hopper_spmm<
             unsafe { ptx::mbarrier_arrive(empty(prev)) };
         }
         let (row0, col0) = (row * BS, n_tile * BN);
+        if c_tma {
+            // SAFETY: the tile's rows exist in C and the bias; the staging buffers and their barriers are this
+            // warpgroup's; C's map covers C (columns >= n are not written).
+            unsafe {
+                staged = store_staged::<PIECES, OUT_BUFS, O, I>(
+                    &epi,
+                    &mut acc,
+                    (row0, col0 + piece0 * WGMMA_N),
+                    (warp, wg_m),
+                    tmap_c,
+                    (out_stage(cw, 0), out_full(cw, 0), out_free(cw, 0)),
+                    (issuer, staged),
+                );
+            }
+            continue;
+        }
         // SAFETY: the tile's rows exist in C and the bias; columns >= n are skipped.
         unsafe {
             store_epilogue::<1, 16, O, I>(
@@ -416,6 +461,198 @@ unsafe fn hopper_spmm<
             }
         }
     }
+    if c_tma && issuer {
+        // Every store of this warpgroup done before the CTA (and its shared memory) goes.
+        ptx::bulk_wait_group::<0>();
+    }
+}
+
+/// Stages a consumer warpgroup's 64 x (PIECES x 128) tile of C (accumulators `acc`; the CTA tile's first row
+/// `row0`, the warpgroup's first column `col0`, its 64 rows the `wg_m`-th of the tile) in its staging buffers and
+/// stores them through C's tensor map, 64 rows x 128 bytes at a time ([`stage_chunk`]): `act(alpha * acc + bias)` in registers (beta is 0), each thread's pairs of columns written to the
+/// 128-byte swizzled buffer (`buffers.0`, then `OUT_BUFS - 1` more of `OUT_STAGE_BYTES` each, with their `full`
+/// and `free` barriers at `buffers.1 + 16 b` and `buffers.2 + 16 b`), and the warpgroup's `issuer` thread issuing
+/// the store once all 128 threads have arrived on `full`, then releasing the buffer of the store before (two
+/// buffers) or of this one (one buffer) on `free` once the TMA has read it. `staged` counts the buffers this
+/// warpgroup filled before (phases of the barriers); returns the new count.
+///
+/// # Safety
+/// As the kernel's: the rows exist in C and the bias, `tmap_c` is C's map, the buffers and barriers are this
+/// warpgroup's (initialised: `full` for 128 arrivals, `free` for one), and every thread of the warpgroup calls
+/// this with the same tile and count.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_staged<const PIECES: usize, const OUT_BUFS: u32, O: Output, I: Input>(
+    epi: &Epilogue<O>,
+    acc: &mut [WgmmaAcc; PIECES],
+    (row0, col0): (u32, u32),
+    (warp, wg_m): (WarpCoord, u32),
+    tmap_c: u64,
+    (buf0, full0, free0): (u32, u32, u32),
+    (issuer, mut staged): (bool, u32),
+) -> u32 {
+    let lane = warp.lane;
+    if epi.alpha != 1.0 || !epi.bias.is_null() || epi.activation != 0 {
+        let row_base = row0 + warp.warp_m * 16;
+        let (alpha, bias, activation) = (epi.alpha, epi.bias, epi.activation);
+        // SAFETY: the bias holds the tile's rows.
+        unsafe {
+            scale_bias_activate::<1, 16, I>(
+                core::array::from_mut(&mut acc[0]),
+                alpha,
+                bias,
+                activation,
+                row_base,
+                lane,
+            );
+            if PIECES == 2 {
+                let last = core::array::from_mut(&mut acc[PIECES - 1]);
+                scale_bias_activate::<1, 16, I>(last, alpha, bias, activation, row_base, lane);
+            }
+        }
+    }
+    // The pieces and their chunks written out (4 of 32 f32 columns, or 2 of 64 16-bit columns), so that every
+    // accumulator index is a constant: a loop that LLVM leaves rolled would put the accumulators in local memory.
+    let warp_row = (warp.warp_m % WARPGROUP_WARPS) * 16;
+    let ctx = StageCtx { c: epi.c, ldc: epi.ldc, n: epi.n, row: row0 + wg_m * 64, lane, warp_row };
+    let bufs = (tmap_c, buf0, full0, free0, issuer);
+    // SAFETY: forwarded.
+    unsafe {
+        staged = stage_piece::<OUT_BUFS, O>(&acc[0], col0, &ctx, bufs, staged);
+        if PIECES == 2 {
+            staged = stage_piece::<OUT_BUFS, O>(&acc[PIECES - 1], col0 + WGMMA_N, &ctx, bufs, staged);
+        }
+    }
+    staged
+}
+
+/// Stages and stores one 128-column piece (first column `col`) chunk by chunk ([`stage_chunk`]).
+///
+/// # Safety
+/// As [`stage_chunk`].
+#[inline(always)]
+unsafe fn stage_piece<const OUT_BUFS: u32, O: Output>(
+    piece: &WgmmaAcc,
+    col: u32,
+    ctx: &StageCtx<O>,
+    bufs: (u64, u32, u32, u32, bool),
+    mut staged: u32,
+) -> u32 {
+    // SAFETY: forwarded.
+    unsafe {
+        staged = stage_chunk::<0, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
+        staged = stage_chunk::<1, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
+        if O::BYTES == 4 {
+            staged = stage_chunk::<2, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
+            staged = stage_chunk::<3, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
+        }
+    }
+    staged
+}
+
+/// The columns of C its tensor map covers for the staged stores: `n` rounded down to whole 16 bytes
+/// (`layout::HopperSpmmParams::tmap_c`; the host applies the same rule).
+#[inline(always)]
+fn tma_columns<O: Output>(n: u32) -> u32 {
+    n & !(16 / O::BYTES - 1)
+}
+
+/// What [`stage_chunk`] needs of the warpgroup's tile: C (for the columns past C's map), its columns, the tile's
+/// first row in C, the thread's lane and its warp's first row in the warpgroup's 64.
+struct StageCtx<O> {
+    c: *mut O,
+    ldc: u32,
+    n: u32,
+    row: u32,
+    lane: u32,
+    warp_row: u32,
+}
+
+/// Stages chunk `CI` (128 bytes of each of the warpgroup's 64 rows: columns `CI * 128 / O::BYTES ..` of `piece`,
+/// whose first column is C's `col`) in the next staging buffer and has the issuer store it (see
+/// [`store_staged`]); nothing when the chunk lies wholly past C's last column. Returns the new count of filled
+/// buffers.
+///
+/// # Safety
+/// As [`store_staged`]; `bufs` is (C's map, the first buffer, its `full` and `free` barriers, whether this thread
+/// issues the stores).
+#[inline(always)]
+unsafe fn stage_chunk<const CI: u32, const OUT_BUFS: u32, O: Output>(
+    piece: &WgmmaAcc,
+    col: u32,
+    ctx: &StageCtx<O>,
+    (tmap_c, buf0, full0, free0, issuer): (u64, u32, u32, u32, bool),
+    staged: u32,
+) -> u32 {
+    // A buffer row is 128 bytes: `cols` columns of C, `tiles` n8 accumulator tiles; each thread holds two rows of
+    // every n8 tile (g and g + 8 of its warp's 16) and two adjacent columns (2t, 2t + 1) of it.
+    let cols = 128 / O::BYTES;
+    let tiles = cols / 8;
+    let col = col + CI * cols;
+    let (g, t) = (ctx.lane / 4, ctx.lane % 4);
+    // C's map ends at the last whole 16 bytes of a row (a TMA store writes whole 16-byte units: one ending past C's
+    // last column would write the padding after it); the columns past that, fewer than 16 bytes, are stored from
+    // the registers. (The same for the whole warpgroup.)
+    let n_map = tma_columns::<O>(ctx.n);
+    if col + cols > n_map {
+        for i in 0..tiles {
+            let d = &piece[(CI * tiles + i) as usize];
+            for half in 0..2 {
+                let row = ctx.row + ctx.warp_row + g + 8 * half;
+                for j in 0..2 {
+                    let c = col + i * 8 + 2 * t + j;
+                    if c >= n_map && c < ctx.n {
+                        // SAFETY: (row, c) is an element of C.
+                        unsafe {
+                            O::store(
+                                ctx.c.add(row as usize * ctx.ldc as usize + c as usize),
+                                d[2 * half as usize + j as usize],
+                            )
+                        };
+                    }
+                }
+            }
+        }
+        if col >= n_map {
+            // Nothing of this chunk is in C's map.
+            return staged;
+        }
+    }
+    let b = staged % OUT_BUFS;
+    let (buf, full, free) = (buf0 + b * OUT_STAGE_BYTES, full0 + 16 * b, free0 + 16 * b);
+    // SAFETY (whole chunk): this warpgroup's buffer and barriers; the `free` wait says the store that last read the
+    // buffer has read it (a fresh barrier counts as released).
+    unsafe { ptx::mbarrier_wait(free, ((staged / OUT_BUFS) & 1) ^ 1) };
+    for i in 0..tiles {
+        let d = &piece[(CI * tiles + i) as usize];
+        for half in 0..2 {
+            let r = ctx.warp_row + g + 8 * half;
+            let x = (i * 8 + 2 * t) * O::BYTES;
+            // 128-byte swizzle: the 16-byte unit of a row is XORed with the row's index mod 8.
+            let addr = buf + r * 128 + ((x / 16) ^ (r % 8)) * 16 + x % 16;
+            unsafe { O::stage_pair(addr, d[2 * half as usize], d[2 * half as usize + 1]) };
+        }
+    }
+    ptx::fence_proxy_async_shared();
+    unsafe { ptx::mbarrier_arrive(full) };
+    if issuer {
+        unsafe {
+            ptx::mbarrier_wait(full, (staged / OUT_BUFS) & 1);
+            ptx::tma_store_2d(tmap_c, col, ctx.row, buf);
+        }
+        ptx::bulk_commit_group();
+        if OUT_BUFS == 2 {
+            // The store before this one has read its buffer: the other buffer is free.
+            ptx::bulk_wait_group_read::<1>();
+            if staged > 0 {
+                unsafe { ptx::mbarrier_arrive(free0 + 16 * ((staged - 1) % 2)) };
+            }
+        } else {
+            ptx::bulk_wait_group_read::<0>();
+            unsafe { ptx::mbarrier_arrive(free) };
+        }
+    }
+    staged + 1
 }
 
 /// Defines the sm_90a entry point `$name` from its `layout::VARIANTS` entry (which must exist, be a
@@ -442,9 +679,10 @@ macro_rules! hopper_kernel {
                     { (CFG.bn / CFG.warps_n / WGMMA_N) as usize },
                     { if $b_col { 0 } else { 1 } },
                     { CFG.pingpong() },
+                    { CFG.out_buffers() },
                     $input,
                     $out,
-                >(&params.spmm, tmaps, params.tile_counter)
+                >(&params.spmm, tmaps, params.tile_counter, params.c_tma != 0)
             }
         }
     };

@@ -99,6 +99,13 @@ pub const WARPGROUP_WARPS: u32 = 4;
 /// of two pieces multiplies both with one `m64n256k16`).
 pub const WGMMA_N: u32 = 128;
 
+/// Bytes of one output staging buffer of the sm_90a kernels: 64 rows of 128 bytes (32 f32 or 64 16-bit columns
+/// of C), the box of C's tensor map ([`HopperSpmmParams::tmap_c`]), 128-byte swizzled.
+pub const OUT_STAGE_BYTES: u32 = 64 * 128;
+
+/// Dynamic shared memory one CTA may have on sm_90 (227 KB).
+pub const SMEM_LIMIT: u32 = 227 * 1024;
+
 /// Entries of the sm_90a kernels' tile queue: the producer thread publishes each tile it takes (from the launch's
 /// tile counter or the static stride) with the ring position of its first k-tile, and the consumer warpgroups read
 /// them in turn, so the producer can run up to this many tiles ahead.
@@ -119,10 +126,37 @@ impl KernelConfig {
     pub const fn mma_threads(&self) -> u32 {
         32 * self.warps_m * self.warps_n
     }
-    /// Shared-memory offset of the mbarriers of [`Pipeline::TmaWgmma`] from the 1024-byte aligned ring: after the
-    /// stages (full barriers, then empty barriers, 8 bytes each).
-    pub const fn barrier_offset(&self) -> u32 {
+    /// Consumer warpgroups of a [`Pipeline::TmaWgmma`] CTA (both sets in ping-pong); 0 for the other pipelines.
+    pub const fn consumer_warpgroups(&self) -> u32 {
+        match self.pipeline {
+            Pipeline::TmaWgmma { pingpong } => self.warps_m * self.warps_n * (1 + pingpong as u32) / WARPGROUP_WARPS,
+            Pipeline::CpAsync | Pipeline::Direct => 0,
+        }
+    }
+    /// Shared-memory offset of the output staging buffers of [`Pipeline::TmaWgmma`] from the 1024-byte aligned
+    /// ring: right after the stages (so 1024-byte aligned, as their 128-byte swizzle needs). Each consumer
+    /// warpgroup has [`KernelConfig::out_buffers`] buffers of [`OUT_STAGE_BYTES`] (64 rows of 128 bytes), from
+    /// which one thread stores C through a tensor map.
+    pub const fn out_stage_offset(&self) -> u32 {
         self.stages * (self.a_stage_bytes() + self.b_stage_bytes())
+    }
+    /// Output staging buffers per consumer warpgroup of [`Pipeline::TmaWgmma`]: two (one filled while the other is
+    /// stored) where they fit in [`SMEM_LIMIT`] next to the ring, else one.
+    pub const fn out_buffers(&self) -> u32 {
+        let wgs = self.consumer_warpgroups();
+        let without = 1024 + self.out_stage_offset() + 16 * self.stages + 32 * TILE_QUEUE + 16;
+        if without + wgs * 2 * (OUT_STAGE_BYTES + 16) <= SMEM_LIMIT { 2 } else { 1 }
+    }
+    /// Shared-memory offset of the mbarriers of [`Pipeline::TmaWgmma`] from the 1024-byte aligned ring: after the
+    /// stages and the output staging buffers (full barriers, then empty barriers, 8 bytes each).
+    pub const fn barrier_offset(&self) -> u32 {
+        self.out_stage_offset() + self.consumer_warpgroups() * self.out_buffers() * OUT_STAGE_BYTES
+    }
+    /// Shared-memory offset of the output staging buffers' mbarriers of [`Pipeline::TmaWgmma`] from the ring: after
+    /// the tile queue and the turn barriers; per consumer warpgroup and buffer a `full` barrier (its 128 threads
+    /// have written the buffer) and a `free` barrier (the store has read it), 8 bytes each.
+    pub const fn out_barrier_offset(&self) -> u32 {
+        self.tile_queue_offset() + 32 * TILE_QUEUE + 16
     }
     /// Shared-memory offset of the tile queue of [`Pipeline::TmaWgmma`] from the ring: after the mbarriers,
     /// [`TILE_QUEUE`] full barriers, then as many empty barriers (8 bytes each), then the entries (16 bytes each),
@@ -151,14 +185,16 @@ impl KernelConfig {
         self.bk * self.bn * 2
     }
     /// Dynamic shared memory of one CTA. [`Pipeline::TmaWgmma`] adds 1024 bytes to round the ring's start up to
-    /// the 1024-byte alignment of 128-byte swizzled TMA tiles, two mbarriers per stage and the tile queue
-    /// ([`KernelConfig::tile_queue_offset`]); [`Pipeline::Direct`]
+    /// the 1024-byte alignment of 128-byte swizzled TMA tiles, the output staging buffers, two mbarriers per stage,
+    /// the tile queue ([`KernelConfig::tile_queue_offset`]) and the staging buffers' barriers; [`Pipeline::Direct`]
     /// has no ring, only every warp's f32 partial sums of the CTA's (16, bn) tile.
     pub const fn smem_bytes(&self) -> u32 {
         match self.pipeline {
             Pipeline::CpAsync => self.stages * (self.a_stage_bytes() + self.b_stage_bytes()),
             Pipeline::Direct => self.warps_m * self.warps_n * 16 * self.bn * 4,
-            Pipeline::TmaWgmma { .. } => 1024 + self.tile_queue_offset() + 32 * TILE_QUEUE + 16,
+            Pipeline::TmaWgmma { .. } => {
+                1024 + self.out_barrier_offset() + 16 * self.consumer_warpgroups() * self.out_buffers()
+            }
         }
     }
     /// `mma.sync` instructions the kernel's PTX must hold: one k-tile's worth (MI x NI per k16 step), written
@@ -1429,7 +1465,7 @@ pub const fn split_slots(nnzb: u64, block_rows: u64, split_blocks: u64, n_tiles:
 pub struct TensorMap(pub [u64; 16]);
 
 /// The parameters of the sm_90a kernels ([`Module::Hopper`]), passed by value as the kernel's one argument:
-/// two tensor maps first (at offsets 0 and 128 of a 64-byte aligned parameter), then the parameters every
+/// three tensor maps first (at offsets 0, 128 and 256 of a 64-byte aligned parameter), then the parameters every
 /// BSR SpMM kernel takes, with the same preconditions, then the tile scheduler. Any number of CTAs from 1 to the
 /// `block_rows * ceil(n / BN)` output tiles: with `tile_counter` 0 each walks the tiles `blockIdx.x, blockIdx.x +
 /// gridDim.x, ...`; with counters, they share the tiles in the order they ask for them.
@@ -1447,6 +1483,12 @@ pub struct HopperSpmmParams {
     /// boxes of 64 x 64 x BN / 64: a stage's B in one copy); other row-major B rank 2 (boxes of 64 x 64);
     /// column-major B rank 2 (boxes of 64 k x BN).
     pub tmap_b: TensorMap,
+    /// The tensor map of C when `c_tma` is 1: row-major C's first `n` columns rounded down to whole 16 bytes (a
+    /// TMA store writes whole 16-byte units, so a map ending mid-unit would write the padding after each row; the
+    /// kernel stores the few columns past it from its registers) as an `m x` that matrix of the output type with
+    /// row stride `ldc`, boxes of 64 rows x 128 bytes (32 f32 or 64 16-bit columns), 128-byte swizzle; elements
+    /// outside the map are not written. Unused (any bytes) when `c_tma` is 0.
+    pub tmap_c: TensorMap,
     /// Everything else, as for the sm_80 kernels.
     pub spmm: BsrSpmmParams,
     /// The tile scheduler: 0 for the static stride (CTA `c` takes tiles `c, c + gridDim.x, ...`), or the device
@@ -1454,6 +1496,12 @@ pub struct HopperSpmmParams {
     /// which each CTA's producer takes with an atomic add until it passes the last tile (a persistent grid whose
     /// CTAs take the next tile as they free up), and the CTAs done with that; the last CTA sets both back to zero.
     pub tile_counter: u64,
+    /// 1: the consumers stage each tile of C in shared memory and store it through `tmap_c` (row-major C, beta
+    /// 0, at least 16 bytes in a row); 0: they store C from their registers (column-major C, beta != 0, which
+    /// reads C, or fewer than 16 bytes in a row).
+    pub c_tma: u32,
+    /// Zero (the struct's size, a multiple of its 16-byte alignment, without implicit padding).
+    pub reserved: [u32; 3],
 }
 
 /// The device-side structure check (`sparsek_bsr_check`): one thread per block row checks that `row_ptr` starts
@@ -1703,18 +1751,25 @@ mod tests {
         assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 9 * 8 + 12 * 4);
         assert_eq!(core::mem::align_of::<BsrSpmmParams>(), 8);
         assert_eq!(core::mem::size_of::<BsrCheckParams>(), 4 * 8 + 4 * 4);
-        // Two tensor maps, the 120 bytes of BsrSpmmParams and the tile counter's address.
-        assert_eq!(core::mem::size_of::<HopperSpmmParams>(), 2 * 128 + 120 + 8);
-        assert_eq!(core::mem::offset_of!(HopperSpmmParams, tile_counter), 2 * 128 + 120);
+        // Three tensor maps, the 120 bytes of BsrSpmmParams, the tile counter's address and four u32.
+        assert_eq!(core::mem::size_of::<HopperSpmmParams>(), 3 * 128 + 120 + 8 + 16);
+        assert_eq!(core::mem::offset_of!(HopperSpmmParams, tmap_c), 2 * 128);
+        assert_eq!(core::mem::offset_of!(HopperSpmmParams, tile_counter), 3 * 128 + 120);
     }
 
     #[test]
     fn hopper_shared_memory_fits() {
         for c in HOPPER_CONFIGS {
-            assert!(c.smem_bytes() <= 227 * 1024, "{c:?}: {} bytes", c.smem_bytes());
-            // The queue's entries are 16-byte aligned (st.shared.v4) and its barriers 8-byte aligned.
+            assert!(c.smem_bytes() <= SMEM_LIMIT, "{c:?}: {} bytes", c.smem_bytes());
+            // The queue's entries are 16-byte aligned (st.shared.v4) and its barriers 8-byte aligned; the staging
+            // buffers 1024-byte aligned (128-byte swizzle).
             assert_eq!(c.tile_queue_offset() % 16, 0);
+            assert_eq!(c.out_barrier_offset() % 8, 0);
+            assert_eq!(c.out_stage_offset() % 1024, 0);
+            assert_eq!(c.consumer_warpgroups(), 2);
         }
+        // bs 128 (4 stages of 48 KB) has room for two staging buffers per warpgroup, bs 64 (5 of 40 KB) for one.
+        assert_eq!((HOPPER_CONFIGS[0].out_buffers(), HOPPER_CONFIGS[1].out_buffers()), (1, 2));
         assert!(HOPPER_CONFIGS[0].pingpong() && HOPPER_CONFIGS[0].threads() == 384);
         assert!(!HOPPER_CONFIGS[1].pingpong() && HOPPER_CONFIGS[1].threads() == 384);
     }

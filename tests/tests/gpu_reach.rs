@@ -16,7 +16,7 @@ use sparsek::gpu::{
     BsrArrays, BsrView, DenseView, DenseViewMut, DeviceElement, Gpu, IndexType, InputElement, OutputElement, VectorView,
 };
 use sparsek::{Activation, Bsr, BsrError, Epilogue, Error, Layout, Matrix, Scalar, bf16, f16};
-use sparsek_tests::{gpu, gpu_cases};
+use sparsek_tests::{gpu, gpu_cases, hopper_enabled};
 
 /// One random case.
 #[derive(Clone, Debug)]
@@ -358,6 +358,64 @@ fn exact_integer_results_in_every_layout() {
                             let i = if c_layout == Layout::RowMajor { r * ldc + c } else { c * ldc + r };
                             assert_eq!(runs[0][i] as f64, want.get(r, c), "{what}: ({r}, {c})");
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A row-major B whose N is a whole number of 64-column chunks: the sm_90a kernels load it through a rank-3 tensor
+/// map (64 columns x K rows x N / 64 chunks, one TMA copy per stage; host/src/gpu/tma.rs), whose row stride is the
+/// leading dimension and whose chunk stride is 128 bytes. N = 320 ends in a partial N tile of one chunk (the map's
+/// out-of-bounds chunks must read as zero), N = 512 is two whole tiles; each with B's leading dimension N, N + 8
+/// and N + 64 (NaN padding the map must step over). Integer-valued operands: the f32 results must equal the oracle
+/// bit for bit, and C's own padding (poisoned with NaN) must stay as it was. On a GPU without the sm_90a module
+/// (or with SPARSEK_TEST_MODULE=sm80) the same layouts run through the sm_80 kernels.
+#[test]
+fn row_major_b_in_64_column_chunks() {
+    let _shared = sparsek_tests::gpu_shared();
+    let Some(gpu) = gpu("row_major_b_in_64_column_chunks") else { return };
+    let stream = gpu.stream();
+    let types = (sparsek::gpu::InType::F16, Layout::RowMajor, sparsek::gpu::OutType::F32);
+    for bs in [64usize, 128] {
+        let (m, k) = (3 * bs, 5 * bs);
+        let a: Bsr<f16> = generate_int(Pattern::Skewed, m, k, bs, 0.6, 0x3c ^ bs as u64, 4).unwrap();
+        for n in [320usize, 512] {
+            let sm90 = gpu.serving_kernel(bs as u32, types, n, m / bs).is_some_and(|(_, sm90)| sm90);
+            if gpu.info().compute_capability == (9, 0) && gpu.hopper_module().is_some() && hopper_enabled() {
+                assert!(sm90, "bs {bs} n {n}: expected an sm_90a kernel to serve this product");
+            }
+            let b_int: Matrix<f16> =
+                Matrix::from_fn(k, n, |r, c| f16::from_f32(((r * 5 + c * 11) % 7) as f32 - 3.0)).unwrap();
+            let c0 = Matrix::<f32>::zeros(m, n).unwrap();
+            let ep = Epilogue::new(1.0, 0.0);
+            let want = sparsek::cpu::reference(&a, &b_int, &c0, ep).unwrap();
+            let values_d = htod(stream, a.values());
+            let structure = DeviceStructure::upload(stream, a.row_ptr(), a.col_idx(), IndexType::U32);
+            for pad in [0usize, 8, 64] {
+                let (ldb, ldc) = (n + pad, n + 4);
+                let what = format!("bs {bs} n {n} ldb {ldb} (sm_90a: {sm90})");
+                let b_d = htod(stream, &lay_out(&b_int, Layout::RowMajor, ldb, 0, f16::NAN));
+                // C poisoned whole, with a guard region after it.
+                let c_host = vec![f32::NAN; m * ldc + 16];
+                let mut c_d = htod(stream, &c_host);
+                let arrays = structure.arrays(stream, addr(stream, &values_d));
+                // SAFETY: valid structure from a Bsr; the buffers live until the end of the iteration.
+                let a_v = unsafe { BsrView::<f16>::from_raw(arrays, m, k, bs, a.nnzb()) }.unwrap();
+                let b_v = DenseView::from_cuda_slice(&b_d, k, n, ldb, Layout::RowMajor).unwrap();
+                {
+                    let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m, n, ldc, Layout::RowMajor).unwrap();
+                    // SAFETY: this Gpu's default stream; nothing else uses the buffers.
+                    unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, None, ep) }.unwrap();
+                }
+                let got = dtoh(stream, &c_d);
+                for (i, (&g, &before)) in got.iter().zip(&c_host).enumerate() {
+                    let (r, c) = (i / ldc, i % ldc);
+                    if r < m && c < n {
+                        assert_eq!(g as f64, want.get(r, c), "{what}: C({r}, {c})");
+                    } else {
+                        assert_eq!(g.to_bits(), before.to_bits(), "{what}: C's padding written at element {i}");
                     }
                 }
             }

@@ -4,13 +4,13 @@
 //!
 //! Facts (../shared/HOPPER.md): rank 2 (3 for B in 64-column chunks), innermost dimension first, strides in bytes
 //! (multiples of 16), 128-byte swizzle (a box row is at most 128 bytes: 64 16-bit elements), boxes of at most 256
-//! rows, elements outside the tensor read as zero.
+//! rows, elements outside the tensor read as zero (loads) or not written (stores).
 
 use cudarc::driver::sys::{
     CUresult, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion,
     CUtensorMapSwizzle, cuTensorMapEncodeTiled,
 };
-use sparsek_layout::{InType, KernelConfig, Layout, TensorMap};
+use sparsek_layout::{InType, KernelConfig, Layout, OUT_STAGE_BYTES, OutType, TensorMap};
 
 use crate::error::{Error, Result};
 
@@ -26,15 +26,22 @@ fn encode(
     (rows, cols, ld): (u64, u64, u64),
     (box_rows, box_cols): (u32, u32),
 ) -> Result<TensorMap> {
-    encode_nd(what, input, ptr, [cols, rows, 1], [ld * 2, 0], [box_cols, box_rows, 1], 2)
+    encode_nd(what, Element::In(input), ptr, [cols, rows, 1], [ld * 2, 0], [box_cols, box_rows, 1], 2)
 }
 
-/// A tensor of 16-bit elements of rank `rank` (2 or 3; the arrays' entries past it are unused): `dims` elements
+/// The element type of a tensor map.
+#[derive(Clone, Copy)]
+enum Element {
+    In(InType),
+    Out(OutType),
+}
+
+/// A tensor of `element`s of rank `rank` (2 or 3; the arrays' entries past it are unused): `dims` elements
 /// per dimension and `strides` bytes between the steps of dimensions 1.., innermost first, read in boxes of
 /// `boxes`.
 fn encode_nd(
     what: &'static str,
-    input: InType,
+    element: Element,
     ptr: u64,
     dims: [u64; 3],
     strides: [u64; 2],
@@ -46,9 +53,12 @@ fn encode_nd(
         let shape = dims[..rank as usize].iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
         return Err(invalid(format!("a tensor of {shape} elements is outside what a TMA tensor map describes")));
     }
-    let data_type = match input {
-        InType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        InType::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    let data_type = match element {
+        Element::In(InType::F16) | Element::Out(OutType::F16) => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        Element::In(InType::Bf16) | Element::Out(OutType::Bf16) => {
+            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+        }
+        Element::Out(OutType::F32) => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
     };
     let (global_dim, global_strides, box_dim) = (dims, strides, boxes);
     let element_strides = [1u32, 1, 1];
@@ -99,9 +109,37 @@ pub(crate) fn b_map(
     let (k, n, ld) = (k as u64, n as u64, ld as u64);
     match layout {
         Layout::RowMajor if n.is_multiple_of(64) => {
-            encode_nd("B", input, ptr, [64, k, n / 64], [ld * 2, 128], [64, BK as u32, cfg.bn / 64], 3)
+            encode_nd("B", Element::In(input), ptr, [64, k, n / 64], [ld * 2, 128], [64, BK as u32, cfg.bn / 64], 3)
         }
         Layout::RowMajor => encode("B", input, ptr, (k, n, ld), (BK as u32, 64)),
         Layout::ColMajor => encode("B", input, ptr, (n, k, ld), (cfg.bn, BK as u32)),
     }
+}
+
+/// The tensor map of a row-major C (`m x n`, `ld` elements between rows) of `out` elements for the sm_90a kernels'
+/// stores (`layout::HopperSpmmParams::tmap_c`), or `None` when C has no whole 16 bytes in a row: the map covers
+/// [`c_map_columns`] columns (a TMA store writes whole 16-byte units, so a map ending mid-unit would let it write
+/// the padding after a row; the kernels store the last few columns from their registers), boxes of 64 rows x 128
+/// bytes (one staging buffer of `OUT_STAGE_BYTES`), 128-byte swizzle; elements of a box outside the map are not
+/// written.
+pub(crate) fn c_map(out: OutType, ptr: u64, (m, n, ld): (usize, usize, usize)) -> Result<Option<TensorMap>> {
+    let cols = c_map_columns(out, n) as u64;
+    if cols == 0 {
+        return Ok(None);
+    }
+    let bytes = out_bytes(out);
+    let box_cols = (128 / bytes) as u32;
+    debug_assert_eq!(OUT_STAGE_BYTES, 64 * 128);
+    encode_nd("C", Element::Out(out), ptr, [cols, m as u64, 1], [ld as u64 * bytes, 0], [box_cols, 64, 1], 2).map(Some)
+}
+
+/// Bytes of one `out` element.
+fn out_bytes(out: OutType) -> u64 {
+    if out == OutType::F32 { 4 } else { 2 }
+}
+
+/// The columns of C its tensor map covers: `n` rounded down to whole 16 bytes (the kernels apply the same rule).
+pub(crate) fn c_map_columns(out: OutType, n: usize) -> usize {
+    let per_unit = 16 / out_bytes(out) as usize;
+    n / per_unit * per_unit
 }

@@ -61,6 +61,28 @@ pub unsafe fn st_shared_v4(addr: u32, v: [u32; 4]) {
     };
 }
 
+/// `st.shared.v2.u32`: 8 bytes to shared memory.
+///
+/// # Safety
+/// `addr` is an 8-byte aligned shared address inside the CTA's shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_v2(addr: u32, v0: u32, v1: u32) {
+    // SAFETY: the caller guarantees `addr` is valid and aligned.
+    unsafe {
+        asm!("st.shared.v2.u32 [{0}], {{{1}, {2}}};", in(reg32) addr, in(reg32) v0, in(reg32) v1, options(nostack))
+    };
+}
+
+/// `st.shared.u32`: 4 bytes to shared memory.
+///
+/// # Safety
+/// `addr` is a 4-byte aligned shared address inside the CTA's shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_u32(addr: u32, v: u32) {
+    // SAFETY: the caller guarantees `addr` is valid and aligned.
+    unsafe { asm!("st.shared.u32 [{0}], {1};", in(reg32) addr, in(reg32) v, options(nostack)) };
+}
+
 /// `st.global.v2.f32`: 8 bytes (two f32) to global memory.
 ///
 /// # Safety

@@ -45,15 +45,18 @@ pub use ldmatrix::{ldmatrix_x1, ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_tran
 pub use memory::{
     atom_global_add_u32, atom_global_min_u64, fence_acq_rel_gpu, l2_evict_first_policy, ld_global_cg_v4, ld_global_f32,
     ld_global_nc_u16, ld_global_nc_v4, ld_global_stream_v4, ld_global_u16, ld_global_u32, ld_global_u64, ld_global_v4,
-    ld_shared_v4, st_global_f32, st_global_u16, st_global_u32, st_global_v2_f32, st_global_v4, st_shared_v4,
+    ld_shared_v4, st_global_f32, st_global_u16, st_global_u32, st_global_v2_f32, st_global_v4, st_shared_u32,
+    st_shared_v2, st_shared_v4,
 };
 pub use mma::{mma_m16n8k16_f32_bf16, mma_m16n8k16_f32_f16};
 #[cfg(feature = "sm90")]
 pub use sm90::{
     mbarrier::{fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait},
     setmaxnreg::{setmaxnreg_dec, setmaxnreg_inc},
-    tma::tma_load_2d,
-    tma::tma_load_3d,
+    tma::{
+        bulk_commit_group, bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared, tma_load_2d, tma_load_3d,
+        tma_store_2d,
+    },
     wgmma::{
         WgmmaAcc, smem_desc_128b, wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_m64n128k16,
         wgmma_m64n256k16, wgmma_wait_group,

@@ -446,12 +446,26 @@ impl Gpu {
         // for one tile per consumer set (gpu/schedule.rs). A persistent grid with that static stride instead of
         // the counter leaves SMs idle behind long rows (docs/perf-notes.md, "Hopper").
         let mut hopper = match cfg.pipeline {
-            Pipeline::TmaWgmma { .. } => Some(HopperSpmmParams {
-                tmap_a: tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?,
-                tmap_b: tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?,
-                spmm: params,
-                tile_counter: claim.as_ref().map_or(0, |(counters, _)| *counters),
-            }),
+            Pipeline::TmaWgmma { .. } => {
+                // A row-major C written without reading it (beta 0) is stored through a tensor map from shared
+                // memory, whole 128-byte rows at a time: stored from the registers, each warp's store wrote 8 rows of
+                // 32 bytes and took 17-48% of the time at 5-22% density (docs/perf-notes.md, Hopper step 11).
+                let tmap_c = if c.layout == Layout::RowMajor && ep.beta == 0.0 {
+                    tma::c_map(TC::OUT_TYPE, c.ptr, (c.rows, n, c.ld))?
+                } else {
+                    None
+                };
+                let c_tma = tmap_c.is_some();
+                Some(HopperSpmmParams {
+                    tmap_a: tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?,
+                    tmap_b: tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?,
+                    tmap_c: tmap_c.unwrap_or(sparsek_layout::TensorMap([0; 16])),
+                    spmm: params,
+                    tile_counter: claim.as_ref().map_or(0, |(counters, _)| *counters),
+                    c_tma: u32::from(c_tma),
+                    reserved: [0; 3],
+                })
+            }
             Pipeline::CpAsync | Pipeline::Direct => None,
         };
         let arg = match hopper.as_mut() {
@@ -473,9 +487,9 @@ impl Gpu {
             // elements; every pointer is memory of this context (owned: checked by the caller; raw:
             // cuPointerGetAttribute) and the stream is this context's (owned: checked; raw: cuStreamGetCtx); grid,
             // block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared memory
-            // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values and
-            // B's K x N span in its layout (a nonempty A: Gpu::kernel picks those kernels only with blocks), so every
-            // TMA box lies in memory the views cover or reads as zero. `args` and the parameters it points to outlive
+            // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values,
+            // B's K x N span in its layout and (c_tma) C's M x N span (a nonempty A: Gpu::kernel picks those kernels
+            // only with blocks), so every TMA box lies in memory the views cover, reads as zero or is not written. `args` and the parameters it points to outlive
             // the call, which copies them. With split rows, the workspace holds the launch's partial tiles and
             // counters (split_choice), and no other launch uses them meanwhile (SplitWorkspace::ordered); a persistent
             // sm_90a launch holds the two scheduler counters, zero before it (the kernel's last CTA resets them),

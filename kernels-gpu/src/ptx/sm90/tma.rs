@@ -48,6 +48,63 @@ pub unsafe fn tma_load_3d(dst: u32, tmap: u64, (x, y, z): (u32, u32, u32), bar: 
     };
 }
 
+/// `cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [tmap, {x, y}], [src]`: stores the box at `src` (laid
+/// out and swizzled as the map says) to the tensor of the map at `tmap`, its first element at column `x`, row
+/// `y`; elements outside the tensor are not written. Asynchronous: it joins this thread's current bulk async-group
+/// ([`bulk_commit_group`]); [`bulk_wait_group_read`] says when `src` may be written again.
+///
+/// # Safety
+/// `tmap` is the generic address of a valid 64-byte aligned tensor map in the parameter, constant or global
+/// space over memory this kernel may write; `src` is a shared address aligned as the map's swizzle needs (1024
+/// bytes for 128-byte swizzle) holding a whole box, whose writes by other threads were made visible to the async
+/// proxy ([`fence_proxy_async_shared`] by each writer, then a barrier).
+#[inline(always)]
+pub unsafe fn tma_store_2d(tmap: u64, x: u32, y: u32, src: u32) {
+    // SAFETY: the caller guarantees the addresses and the visibility of the box.
+    unsafe {
+        asm!(
+            "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [{m}, {{{x}, {y}}}], [{s}];",
+            m = in(reg64) tmap,
+            x = in(reg32) x,
+            y = in(reg32) y,
+            s = in(reg32) src,
+            options(nostack)
+        )
+    };
+}
+
+/// `cp.async.bulk.commit_group`: closes this thread's current bulk async-group (the stores issued since the last
+/// commit).
+#[inline(always)]
+pub fn bulk_commit_group() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.bulk.commit_group;", options(nostack)) };
+}
+
+/// `cp.async.bulk.wait_group.read N`: waits until at most `N` of this thread's committed bulk async-groups are
+/// still reading their shared-memory sources (their global writes may still be under way).
+#[inline(always)]
+pub fn bulk_wait_group_read<const N: u32>() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack)) };
+}
+
+/// `cp.async.bulk.wait_group N`: waits until at most `N` of this thread's committed bulk async-groups are
+/// incomplete (for 0: every store issued is done, its writes performed).
+#[inline(always)]
+pub fn bulk_wait_group<const N: u32>() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.bulk.wait_group {n};", n = const N, options(nostack)) };
+}
+
+/// `fence.proxy.async.shared::cta`: orders this thread's earlier shared-memory accesses (generic proxy) before
+/// later accesses of the async proxy (a TMA store reading them).
+#[inline(always)]
+pub fn fence_proxy_async_shared() {
+    // SAFETY: no operands.
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+}
+
 /// The generic address of the kernel's first parameter (`<kernel>_param_0`, as LLVM names it), where the sm_90a
 /// kernels keep their tensor maps. Taking `&param` in Rust would copy the parameter to local memory, which TMA
 /// cannot read (../shared/HOPPER.md); `cvta.param` gives the address of the parameter itself.
