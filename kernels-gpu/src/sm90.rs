@@ -24,12 +24,20 @@
 //!   `w, w + 2, ...`); for every k-tile, wait for the slot to be full, issue 4 k16 steps of one wgmma over the
 //!   columns they own (`m64n128k16`, or `m64n256k16` for two pieces: A read once), commit, wait until only this
 //!   group is in flight (`wait_group 1`) and release the previous k-tile's slot, so one wgmma group is always in
-//!   flight. After the tile's last k-tile: `wait_group 0`, release, and the shared epilogue
-//!   (kernels-gpu/src/epilogue.rs) straight from the accumulators, whose per-warp layout is the `mma.sync` C
-//!   fragment's. In ping-pong, a set starts a main loop only after the other set has passed every full barrier of
-//!   its previous tile (a turn barrier per set), so one set's epilogue runs under the other's wgmmas.
+//!   flight. After the tile's last k-tile: `wait_group 0`, release, and the epilogue. A row-major C with beta 0
+//!   (`HopperSpmmParams::c_tma`) goes through shared memory: each warpgroup writes 128 bytes of each of its 64
+//!   rows at a time into a 128-byte swizzled staging buffer, and one of its threads stores the buffer through C's
+//!   tensor map (`cp.async.bulk.tensor`, whole 128-byte rows; a warp's register stores write 8 rows of 32 bytes
+//!   each, which cost up to half the time at short rows: docs/perf-notes.md, "Hopper", step 11). The columns past
+//!   C's last whole 16 bytes are stored from the registers too (`stage_chunk`), and every other C goes through the
+//!   shared epilogue (kernels-gpu/src/epilogue.rs) straight from the accumulators, whose per-warp layout is the
+//!   `mma.sync` C fragment's. In ping-pong, a set starts a main loop only after the
+//!   other set has passed every full barrier of its previous tile (a turn barrier per set), so one set's epilogue
+//!   runs under the other's wgmmas.
 //!
-//! Ring: STAGES slots of (A: BS x 64, B: 64 x BN) 16-bit elements, 1024-byte aligned (128-byte swizzle atoms);
+//! Ring: STAGES slots of (A: BS x 64, B: 64 x BN) 16-bit elements, 1024-byte aligned (128-byte swizzle atoms),
+//! followed by `OUT_BUFS` staging buffers of 64 x 128 bytes per consumer warpgroup (each with a `full` barrier,
+//! 128 arrivals, and a `free` barrier, one arrival by the issuing thread once the TMA has read it);
 //! slot `s` has a full barrier (1 arrival + the TMA bytes) and an empty barrier (one arrival per thread of a set).
 //! Both sides count k-tiles with one running counter `it`: slot `it % STAGES`, phase parity `(it / STAGES) % 2`;
 //! the producer waits for the empty barrier's previous phase (parity ^ 1: a fresh barrier counts as released). A
@@ -469,19 +477,19 @@ unsafe fn hopper_spmm<
 
 /// Stages a consumer warpgroup's 64 x (PIECES x 128) tile of C (accumulators `acc`; the CTA tile's first row
 /// `row0`, the warpgroup's first column `col0`, its 64 rows the `wg_m`-th of the tile) in its staging buffers and
-/// stores them through C's tensor map, 64 rows x 128 bytes at a time ([`stage_chunk`]): `act(alpha * acc + bias)` in registers (beta is 0), each thread's pairs of columns written to the
-/// 128-byte swizzled buffer (`buffers.0`, then `OUT_BUFS - 1` more of `OUT_STAGE_BYTES` each, with their `full`
-/// and `free` barriers at `buffers.1 + 16 b` and `buffers.2 + 16 b`), and the warpgroup's `issuer` thread issuing
-/// the store once all 128 threads have arrived on `full`, then releasing the buffer of the store before (two
-/// buffers) or of this one (one buffer) on `free` once the TMA has read it. `staged` counts the buffers this
-/// warpgroup filled before (phases of the barriers); returns the new count.
+/// stores them through C's tensor map, 64 rows x 128 bytes at a time ([`stage_chunk`]): `act(alpha * acc + bias)`
+/// in registers (beta is 0), each thread's pairs of columns written to the 128-byte swizzled buffer (the first at
+/// `buffers.0`, then `OUT_BUFS - 1` more of `OUT_STAGE_BYTES` each, their `full` and `free` barriers at
+/// `buffers.1 + 16 b` and `buffers.2 + 16 b`), and the warpgroup's `issuer` thread issuing the store once all
+/// 128 threads have arrived on `full`, then releasing the buffer of the store before (two buffers) or of this one
+/// (one buffer) on `free` once the TMA has read it. `staged` counts the buffers this warpgroup filled before
+/// (phases of the barriers); returns the new count.
 ///
 /// # Safety
 /// As the kernel's: the rows exist in C and the bias, `tmap_c` is C's map, the buffers and barriers are this
 /// warpgroup's (initialised: `full` for 128 arrivals, `free` for one), and every thread of the warpgroup calls
 /// this with the same tile and count.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn store_staged<const PIECES: usize, const OUT_BUFS: u32, O: Output, I: Input>(
     epi: &Epilogue<O>,
     acc: &mut [WgmmaAcc; PIECES],
