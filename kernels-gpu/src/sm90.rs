@@ -635,9 +635,13 @@ unsafe fn stage_chunk<const CI: u32, const OUT_BUFS: u32, O: Output>(
         let d = &piece[(CI * tiles + i) as usize];
         for half in 0..2 {
             let r = ctx.warp_row + g + 8 * half;
+            // C's map lays each group of 8 rows out as rows 0, 4, 1, 5, 2, 6, 3, 7 (host/src/gpu/tma.rs `c_map`):
+            // row r is line (r & !7) | 2 (r & 3) | (r & 7) >> 2, so the rows 0-3 (or 4-7) of a half-warp's 64-bit
+            // stores get swizzle patterns 0, 2, 4, 6 (1, 3, 5, 7) and reach all eight 16-byte units of a line.
+            let line = (r & !7) | ((r & 3) << 1) | ((r & 7) >> 2);
             let x = (i * 8 + 2 * t) * O::BYTES;
-            // 128-byte swizzle: the 16-byte unit of a row is XORed with the row's index mod 8.
-            let addr = buf + r * 128 + ((x / 16) ^ (r % 8)) * 16 + x % 16;
+            // 128-byte swizzle: the 16-byte unit of a line is XORed with the line's index mod 8.
+            let addr = buf + line * 128 + ((x / 16) ^ (line % 8)) * 16 + x % 16;
             unsafe { O::stage_pair(addr, d[2 * half as usize], d[2 * half as usize + 1]) };
         }
     }
@@ -646,7 +650,7 @@ unsafe fn stage_chunk<const CI: u32, const OUT_BUFS: u32, O: Output>(
     if issuer {
         unsafe {
             ptx::mbarrier_wait(full, (staged / OUT_BUFS) & 1);
-            ptx::tma_store_2d(tmap_c, col, ctx.row, buf);
+            ptx::tma_store_4d(tmap_c, (col, 0, 0, ctx.row / 8), buf);
         }
         ptx::bulk_commit_group();
         if OUT_BUFS == 2 {

@@ -1486,8 +1486,9 @@ pub struct HopperSpmmParams {
     /// The tensor map of C when `c_tma` is 1: row-major C's first `n` columns rounded down to whole 16 bytes (a
     /// TMA store writes whole 16-byte units, so a map ending mid-unit would write the padding after each row; the
     /// kernel stores the few columns past it from its registers) as an `m x` that matrix of the output type with
-    /// row stride `ldc`, boxes of 64 rows x 128 bytes (32 f32 or 64 16-bit columns), 128-byte swizzle; elements
-    /// outside the map are not written. Unused (any bytes) when `c_tma` is 0.
+    /// row stride `ldc`, rank 4 (columns, row bit 2, row bits 0-1, row / 8: a box's rows lie in shared memory as
+    /// rows 0, 4, 1, 5, 2, 6, 3, 7 of each group of 8), boxes of 64 rows x 128 bytes (32 f32 or 64 16-bit
+    /// columns), 128-byte swizzle; elements outside the map are not written. Unused (any bytes) when `c_tma` is 0.
     pub tmap_c: TensorMap,
     /// Everything else, as for the sm_80 kernels.
     pub spmm: BsrSpmmParams,

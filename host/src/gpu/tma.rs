@@ -2,7 +2,7 @@
 //! `cuTensorMapEncodeTiled` for each launch (a map embeds the operand's address; encoding is a host-only call of
 //! about a microsecond, no allocation, no synchronisation, so the launch stays graph-capturable).
 //!
-//! Facts (../shared/HOPPER.md): rank 2 (3 for B in 64-column chunks), innermost dimension first, strides in bytes
+//! Facts (../shared/HOPPER.md): rank 2 (3 for B in 64-column chunks, 4 for C), innermost dimension first, strides in bytes
 //! (multiples of 16), 128-byte swizzle (a box row is at most 128 bytes: 64 16-bit elements), boxes of at most 256
 //! rows, elements outside the tensor read as zero (loads) or not written (stores).
 
@@ -26,7 +26,7 @@ fn encode(
     (rows, cols, ld): (u64, u64, u64),
     (box_rows, box_cols): (u32, u32),
 ) -> Result<TensorMap> {
-    encode_nd(what, Element::In(input), ptr, [cols, rows, 1], [ld * 2, 0], [box_cols, box_rows, 1], 2)
+    encode_nd(what, Element::In(input), ptr, [cols, rows, 1, 1], [ld * 2, 0, 0], [box_cols, box_rows, 1, 1], 2)
 }
 
 /// The element type of a tensor map.
@@ -36,16 +36,16 @@ enum Element {
     Out(OutType),
 }
 
-/// A tensor of `element`s of rank `rank` (2 or 3; the arrays' entries past it are unused): `dims` elements
-/// per dimension and `strides` bytes between the steps of dimensions 1.., innermost first, read in boxes of
-/// `boxes`.
+/// A tensor of `element`s of rank `rank` (2 to 4; the arrays' entries past it are unused): `dims` elements
+/// per dimension and `strides` bytes between the steps of dimensions 1.., innermost first, read or written in
+/// boxes of `boxes`.
 fn encode_nd(
     what: &'static str,
     element: Element,
     ptr: u64,
-    dims: [u64; 3],
-    strides: [u64; 2],
-    boxes: [u32; 3],
+    dims: [u64; 4],
+    strides: [u64; 3],
+    boxes: [u32; 4],
     rank: u32,
 ) -> Result<TensorMap> {
     let invalid = |reason: String| Error::InvalidArgument { name: what, reason };
@@ -61,7 +61,7 @@ fn encode_nd(
         Element::Out(OutType::F32) => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
     };
     let (global_dim, global_strides, box_dim) = (dims, strides, boxes);
-    let element_strides = [1u32, 1, 1];
+    let element_strides = [1u32, 1, 1, 1];
     let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
     // SAFETY: every array has at least the rank's length (and rank - 1 for the strides); the driver only reads
     // them and writes the 128-byte map. The address is not dereferenced here.
@@ -109,7 +109,8 @@ pub(crate) fn b_map(
     let (k, n, ld) = (k as u64, n as u64, ld as u64);
     match layout {
         Layout::RowMajor if n.is_multiple_of(64) => {
-            encode_nd("B", Element::In(input), ptr, [64, k, n / 64], [ld * 2, 128], [64, BK as u32, cfg.bn / 64], 3)
+            let (dims, boxes) = ([64, k, n / 64, 1], [64, BK as u32, cfg.bn / 64, 1]);
+            encode_nd("B", Element::In(input), ptr, dims, [ld * 2, 128, 0], boxes, 3)
         }
         Layout::RowMajor => encode("B", input, ptr, (k, n, ld), (BK as u32, 64)),
         Layout::ColMajor => encode("B", input, ptr, (n, k, ld), (cfg.bn, BK as u32)),
@@ -122,15 +123,25 @@ pub(crate) fn b_map(
 /// the padding after a row; the kernels store the last few columns from their registers), boxes of 64 rows x 128
 /// bytes (one staging buffer of `OUT_STAGE_BYTES`), 128-byte swizzle; elements of a box outside the map are not
 /// written.
+///
+/// Rank 4, so that a box's rows lie in shared memory in the order 0, 4, 1, 5, 2, 6, 3, 7 within each group of 8:
+/// (columns, row bit 2, row bits 0-1, row / 8), strides 4 rows, 1 row, 8 rows. The kernels' 64-bit staging stores
+/// are served per half-warp, whose lanes hold rows 0-3 (or 4-7) of a group; in this order those rows' swizzle
+/// patterns (line mod 8: 0, 2, 4, 6 or 1, 3, 5, 7) spread each half-warp over all eight 16-byte units of a line, where
+/// plain row order reached only four (two wavefronts per store instead of one: docs/perf-notes.md, "Hopper",
+/// step 14).
 pub(crate) fn c_map(out: OutType, ptr: u64, (m, n, ld): (usize, usize, usize)) -> Result<Option<TensorMap>> {
     let cols = c_map_columns(out, n) as u64;
     if cols == 0 {
         return Ok(None);
     }
     let bytes = out_bytes(out);
+    let row = ld as u64 * bytes;
     let box_cols = (128 / bytes) as u32;
     debug_assert_eq!(OUT_STAGE_BYTES, 64 * 128);
-    encode_nd("C", Element::Out(out), ptr, [cols, m as u64, 1], [ld as u64 * bytes, 0], [box_cols, 64, 1], 2).map(Some)
+    debug_assert!(m.is_multiple_of(8), "C's rows are whole blocks");
+    let (dims, strides) = ([cols, 2, 4, m as u64 / 8], [4 * row, row, 8 * row]);
+    encode_nd("C", Element::Out(out), ptr, dims, strides, [box_cols, 2, 4, 8], 4).map(Some)
 }
 
 /// Bytes of one `out` element.

@@ -55,7 +55,7 @@ pub use sm90::{
     setmaxnreg::{setmaxnreg_dec, setmaxnreg_inc},
     tma::{
         bulk_commit_group, bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared, tma_load_2d, tma_load_3d,
-        tma_store_2d,
+        tma_store_4d,
     },
     wgmma::{
         WgmmaAcc, smem_desc_128b, wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_m64n128k16,

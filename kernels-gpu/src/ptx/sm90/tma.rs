@@ -48,25 +48,28 @@ pub unsafe fn tma_load_3d(dst: u32, tmap: u64, (x, y, z): (u32, u32, u32), bar: 
     };
 }
 
-/// `cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [tmap, {x, y}], [src]`: stores the box at `src` (laid
-/// out and swizzled as the map says) to the tensor of the map at `tmap`, its first element at column `x`, row
-/// `y`; elements outside the tensor are not written. Asynchronous: it joins this thread's current bulk async-group
+/// `cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [tmap, {x, y, z, w}], [src]`: stores the box at `src`
+/// (laid out and swizzled as the map says) to the tensor of the rank-4 map at `tmap`, its first element at
+/// coordinates `(x, y, z, w)`, innermost first; elements outside the tensor are not written (a row's last 16-byte
+/// unit is written whole: see host/src/gpu/tma.rs). Asynchronous: it joins this thread's current bulk async-group
 /// ([`bulk_commit_group`]); [`bulk_wait_group_read`] says when `src` may be written again.
 ///
 /// # Safety
-/// `tmap` is the generic address of a valid 64-byte aligned tensor map in the parameter, constant or global
-/// space over memory this kernel may write; `src` is a shared address aligned as the map's swizzle needs (1024
-/// bytes for 128-byte swizzle) holding a whole box, whose writes by other threads were made visible to the async
-/// proxy ([`fence_proxy_async_shared`] by each writer, then a barrier).
+/// `tmap` is the generic address of a valid 64-byte aligned rank-4 tensor map in the parameter, constant or
+/// global space over memory this kernel may write; `src` is a shared address aligned as the map's swizzle needs
+/// (1024 bytes for 128-byte swizzle) holding a whole box, whose writes by other threads were made visible to the
+/// async proxy ([`fence_proxy_async_shared`] by each writer, then a barrier).
 #[inline(always)]
-pub unsafe fn tma_store_2d(tmap: u64, x: u32, y: u32, src: u32) {
+pub unsafe fn tma_store_4d(tmap: u64, (x, y, z, w): (u32, u32, u32, u32), src: u32) {
     // SAFETY: the caller guarantees the addresses and the visibility of the box.
     unsafe {
         asm!(
-            "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [{m}, {{{x}, {y}}}], [{s}];",
+            "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [{m}, {{{x}, {y}, {z}, {w}}}], [{s}];",
             m = in(reg64) tmap,
             x = in(reg32) x,
             y = in(reg32) y,
+            z = in(reg32) z,
+            w = in(reg32) w,
             s = in(reg32) src,
             options(nostack)
         )
