@@ -48,7 +48,8 @@ use crate::epilogue::{
     Bf16, Bf16In, Epilogue, F16In, Input, Output, WarpCoord, load_index, scale_bias_activate, store_epilogue,
 };
 use crate::layout::{
-    BsrSpmmParams, HopperSpmmParams, KernelConfig, OUT_STAGE_BYTES, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N, raster,
+    BsrSpmmParams, HopperSpmmParams, KernelConfig, OUT_STAGE_BYTES, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N,
+    c_map_columns, raster,
 };
 use crate::ptx;
 use crate::ptx::WgmmaAcc;
@@ -558,13 +559,6 @@ unsafe fn stage_piece<const OUT_BUFS: u32, O: Output>(
     staged
 }
 
-/// The columns of C its tensor map covers for the staged stores: `n` rounded down to whole 16 bytes
-/// (`layout::HopperSpmmParams::tmap_c`; the host applies the same rule).
-#[inline(always)]
-fn tma_columns<O: Output>(n: u32) -> u32 {
-    n & !(16 / O::BYTES - 1)
-}
-
 /// What [`stage_chunk`] needs of the warpgroup's tile: C (for the columns past C's map), its columns, the tile's
 /// first row in C, the thread's lane and its warp's first row in the warpgroup's 64.
 struct StageCtx<O> {
@@ -601,7 +595,7 @@ unsafe fn stage_chunk<const CI: u32, const OUT_BUFS: u32, O: Output>(
     // C's map ends at the last whole 16 bytes of a row (a TMA store writes whole 16-byte units: one ending past C's
     // last column would write the padding after it); the columns past that, fewer than 16 bytes, are stored from
     // the registers. (The same for the whole warpgroup.)
-    let n_map = tma_columns::<O>(ctx.n);
+    let n_map = c_map_columns(ctx.n, O::BYTES);
     if col + cols > n_map {
         for i in 0..tiles {
             let d = &piece[(CI * tiles + i) as usize];

@@ -103,6 +103,14 @@ pub const WGMMA_N: u32 = 128;
 /// of C), the box of C's tensor map ([`HopperSpmmParams::tmap_c`]), 128-byte swizzled.
 pub const OUT_STAGE_BYTES: u32 = 64 * 128;
 
+/// The columns of a row-major C of `n` columns and `elem_bytes`-byte elements that its tensor map covers for the
+/// sm_90a kernels' staged stores ([`HopperSpmmParams::tmap_c`]): `n` rounded down to whole 16 bytes (a TMA store
+/// writes whole 16-byte units, so a map ending mid-unit would write the padding after each row). The host encodes
+/// the map with it and the kernels store the columns past it from their registers.
+pub const fn c_map_columns(n: u32, elem_bytes: u32) -> u32 {
+    n & !(16 / elem_bytes - 1)
+}
+
 /// Dynamic shared memory one CTA may have on sm_90 (227 KB).
 pub const SMEM_LIMIT: u32 = 227 * 1024;
 
@@ -1771,6 +1779,11 @@ mod tests {
         }
         // bs 128 (4 stages of 48 KB) has room for two staging buffers per warpgroup, bs 64 (5 of 40 KB) for one.
         assert_eq!((HOPPER_CONFIGS[0].out_buffers(), HOPPER_CONFIGS[1].out_buffers()), (1, 2));
+        // C's map ends at whole 16 bytes: 4 f32 or 8 16-bit columns.
+        assert_eq!(
+            (c_map_columns(65, 4), c_map_columns(3, 4), c_map_columns(129, 2), c_map_columns(8, 2)),
+            (64, 0, 128, 8)
+        );
         assert!(HOPPER_CONFIGS[0].pingpong() && HOPPER_CONFIGS[0].threads() == 384);
         assert!(!HOPPER_CONFIGS[1].pingpong() && HOPPER_CONFIGS[1].threads() == 384);
     }

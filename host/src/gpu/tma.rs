@@ -2,15 +2,16 @@
 //! `cuTensorMapEncodeTiled` for each launch (a map embeds the operand's address; encoding is a host-only call of
 //! about a microsecond, no allocation, no synchronisation, so the launch stays graph-capturable).
 //!
-//! Facts (../shared/HOPPER.md): rank 2 (3 for B in 64-column chunks, 4 for C), innermost dimension first, strides in bytes
-//! (multiples of 16), 128-byte swizzle (a box row is at most 128 bytes: 64 16-bit elements), boxes of at most 256
-//! rows, elements outside the tensor read as zero (loads) or not written (stores).
+//! Facts (../shared/HOPPER.md): rank 2 (3 for B in 64-column chunks, 4 for C), innermost dimension first, strides
+//! in bytes (multiples of 16), 128-byte swizzle (a box row is at most 128 bytes: 64 16-bit elements), boxes of at
+//! most 256 rows, elements outside the tensor read as zero (loads) or not written (stores; but a store writes a
+//! row's last 16-byte unit whole: `layout::c_map_columns`).
 
 use cudarc::driver::sys::{
     CUresult, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion,
     CUtensorMapSwizzle, cuTensorMapEncodeTiled,
 };
-use sparsek_layout::{InType, KernelConfig, Layout, OUT_STAGE_BYTES, OutType, TensorMap};
+use sparsek_layout::{InType, KernelConfig, Layout, OUT_STAGE_BYTES, OutType, TensorMap, c_map_columns};
 
 use crate::error::{Error, Result};
 
@@ -119,38 +120,27 @@ pub(crate) fn b_map(
 
 /// The tensor map of a row-major C (`m x n`, `ld` elements between rows) of `out` elements for the sm_90a kernels'
 /// stores (`layout::HopperSpmmParams::tmap_c`), or `None` when C has no whole 16 bytes in a row: the map covers
-/// [`c_map_columns`] columns (a TMA store writes whole 16-byte units, so a map ending mid-unit would let it write
-/// the padding after a row; the kernels store the last few columns from their registers), boxes of 64 rows x 128
-/// bytes (one staging buffer of `OUT_STAGE_BYTES`), 128-byte swizzle; elements of a box outside the map are not
-/// written.
+/// `layout::c_map_columns` columns (a TMA store writes whole 16-byte units, so a map ending mid-unit would let it
+/// write the padding after a row; the kernels store the last few columns from their registers), boxes of 64 rows x
+/// 128 bytes (one staging buffer of `OUT_STAGE_BYTES`), 128-byte swizzle; elements of a box outside the map are
+/// not written.
 ///
 /// Rank 4, so that a box's rows lie in shared memory in the order 0, 4, 1, 5, 2, 6, 3, 7 within each group of 8:
 /// (columns, row bit 2, row bits 0-1, row / 8), strides 4 rows, 1 row, 8 rows. The kernels' 64-bit staging stores
 /// are served per half-warp, whose lanes hold rows 0-3 (or 4-7) of a group; in this order those rows' swizzle
-/// patterns (line mod 8: 0, 2, 4, 6 or 1, 3, 5, 7) spread each half-warp over all eight 16-byte units of a line, where
-/// plain row order reached only four (two wavefronts per store instead of one: docs/perf-notes.md, "Hopper",
-/// step 14).
-pub(crate) fn c_map(out: OutType, ptr: u64, (m, n, ld): (usize, usize, usize)) -> Result<Option<TensorMap>> {
-    let cols = c_map_columns(out, n) as u64;
+/// patterns (line mod 8: 0, 2, 4, 6 or 1, 3, 5, 7) spread each half-warp over all eight 16-byte units of a line,
+/// where plain row order reached only four (two wavefronts per store instead of one: docs/perf-notes.md,
+/// "Hopper", step 14).
+pub(crate) fn c_map(out: OutType, ptr: u64, (m, n, ld): (usize, u32, usize)) -> Result<Option<TensorMap>> {
+    let bytes: u64 = if out == OutType::F32 { 4 } else { 2 };
+    let cols = u64::from(c_map_columns(n, bytes as u32));
     if cols == 0 {
         return Ok(None);
     }
-    let bytes = out_bytes(out);
     let row = ld as u64 * bytes;
     let box_cols = (128 / bytes) as u32;
     debug_assert_eq!(OUT_STAGE_BYTES, 64 * 128);
     debug_assert!(m.is_multiple_of(8), "C's rows are whole blocks");
     let (dims, strides) = ([cols, 2, 4, m as u64 / 8], [4 * row, row, 8 * row]);
     encode_nd("C", Element::Out(out), ptr, dims, strides, [box_cols, 2, 4, 8], 4).map(Some)
-}
-
-/// Bytes of one `out` element.
-fn out_bytes(out: OutType) -> u64 {
-    if out == OutType::F32 { 4 } else { 2 }
-}
-
-/// The columns of C its tensor map covers: `n` rounded down to whole 16 bytes (the kernels apply the same rule).
-pub(crate) fn c_map_columns(out: OutType, n: usize) -> usize {
-    let per_unit = 16 / out_bytes(out) as usize;
-    n / per_unit * per_unit
 }

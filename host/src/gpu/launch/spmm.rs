@@ -451,7 +451,7 @@ impl Gpu {
                 // memory, whole 128-byte rows at a time: stored from the registers, each warp's store wrote 8 rows of
                 // 32 bytes and took 17-48% of the time at 5-22% density (docs/perf-notes.md, Hopper step 11).
                 let tmap_c = if c.layout == Layout::RowMajor && ep.beta == 0.0 {
-                    tma::c_map(TC::OUT_TYPE, c.ptr, (c.rows, n, c.ld))?
+                    tma::c_map(TC::OUT_TYPE, c.ptr, (c.rows, n32, c.ld))?
                 } else {
                     None
                 };
@@ -489,11 +489,12 @@ impl Gpu {
             // block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared memory
             // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values,
             // B's K x N span in its layout and (c_tma) C's M x N span (a nonempty A: Gpu::kernel picks those kernels
-            // only with blocks), so every TMA box lies in memory the views cover, reads as zero or is not written. `args` and the parameters it points to outlive
-            // the call, which copies them. With split rows, the workspace holds the launch's partial tiles and
-            // counters (split_choice), and no other launch uses them meanwhile (SplitWorkspace::ordered); a persistent
-            // sm_90a launch holds the two scheduler counters, zero before it (the kernel's last CTA resets them),
-            // claimed for this stream only when free or last used on it (SplitWorkspace::claim_scheduler).
+            // only with blocks), so every TMA box lies in memory the views cover, reads as zero or is not written.
+            // `args` and the parameters it points to outlive the call, which copies them. With split rows, the
+            // workspace holds the launch's partial tiles and counters (split_choice), and no other launch uses them
+            // meanwhile (SplitWorkspace::ordered); a persistent sm_90a launch holds the two scheduler counters, zero
+            // before it (the kernel's last CTA resets them), claimed for this stream only when free or last used on
+            // it (SplitWorkspace::claim_scheduler).
             unsafe {
                 cudarc::driver::result::launch_kernel(
                     kernel.func.cu_function(),
