@@ -11,7 +11,8 @@
 //!
 //! Grid: 1-D, `block_rows * ceil(n / BN)` CTAs, mapped to (position in `row_order`, N tile) by
 //! `layout::raster` in groups of `group_rows` row positions (the host sizes the group so a wave's A rows and B
-//! strips fit in L2). `row_order` lists block rows longest first, so long rows start early.
+//! strips fit in L2). `row_order` lists block rows longest first, so long rows start early (the host passes none,
+//! the natural order, when the grid fits in one wave and every CTA starts at once).
 //!
 //! The kernel reads as its pipeline stages (CuTe `sgemm_sm80`, ThunderKittens), one function each:
 //! - [`load_k_tile`] (global -> shared, the producer): the cp.async copies of one k-tile, A's (BS, BK) slice and

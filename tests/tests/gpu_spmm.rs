@@ -10,7 +10,7 @@ use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, InType, OutType, OutputElement, TuneOptions, TuneProblem};
 use sparsek::tune::{Plan, PlanCache, PlanSource};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Scalar, f16};
-use sparsek_tests::{exact_operands, gpu, gpu_cases, threads_match_one_launch};
+use sparsek_tests::{exact_operands, gpu, gpu_cases, spmm_once, threads_match_one_launch};
 
 /// One random case.
 #[derive(Clone, Debug)]
@@ -452,6 +452,22 @@ exact_tests! {
     exact_bs64_m512_n40_k1024: 64, 8, 16, 40, 0.5;
     exact_bs64_m512_n24_k1024: 64, 8, 16, 24, 0.5;
     exact_bs128_m512_n33_k1024: 128, 4, 8, 33, 0.6;
+}
+
+/// A grid of several waves: bs 16 (the wide tile, about four CTAs per SM), 1024 block rows and two N tiles, so
+/// the launcher keeps the longest-rows-first order (one-wave grids take the natural order), bit-exact against the
+/// oracle on skewed and uniform rows.
+#[test]
+fn many_wave_grids_are_exact() {
+    let Some(gpu) = gpu("many_wave_grids_are_exact") else { return };
+    let (bs, m, k, n) = (16, 16384, 512, 512);
+    for (pattern, beta) in [(Pattern::Skewed, 1.0f32), (Pattern::Uniform, 0.0)] {
+        let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, 0.3, beta, 4242);
+        let ep = Epilogue::new(1.0, beta);
+        let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
+        let report = compare_exact(&spmm_once(gpu, &a, &b, &c0, ep), &expected);
+        assert!(report.passed(), "bs{bs} {m}x{k}x{n} {pattern} beta={beta}: {report}");
+    }
 }
 
 /// Larger shapes with long, skewed rows (deep pipelines, many CTAs, row reordering), f32 and f16 out.

@@ -401,6 +401,15 @@ impl Gpu {
             i32::MAX as usize,
         )?;
         let ctas = tile_grid.map_or(ctas, |g| g.ctas);
+        // Longest rows first matters only when CTAs wait for a free SM. A grid of one CTA per tile that fits in
+        // one wave starts every CTA at once, so it takes the rows in their natural order and saves each CTA its
+        // first dependent load (row_order, then row_ptr, then col_idx: a DRAM round trip each on a cold matrix;
+        // docs/perf-notes.md, issue 12 step 7). The sm_90a kernels walk their tiles in that order: they keep it.
+        let wave = kernel.ctas_per_sm as usize * self.info().sm_count as usize;
+        let row_order = match cfg.pipeline {
+            Pipeline::CpAsync | Pipeline::Direct if ctas as usize <= wave => 0,
+            _ => a.row_order,
+        };
         let group_rows = group_rows.unwrap_or_else(|| {
             // Grouping measured +5% (bs 128) and +13% (bs 64, skewed rows) but -2% (bs 32) and up to -11%
             // (bs 16) on an H100 (docs/perf-notes.md, step 3), so small blocks keep the plain order.
@@ -416,7 +425,7 @@ impl Gpu {
             a_values: a.values,
             row_ptr: a.row_ptr,
             col_idx: a.col_idx,
-            row_order: a.row_order,
+            row_order,
             b: b.ptr,
             c: c.ptr,
             bias: bias.map_or(0, |v| v.ptr),
