@@ -28,8 +28,12 @@ pub fn hopper_enabled() -> bool {
 pub fn gpu(test: &str) -> Option<&'static Gpu> {
     static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
     // Plans off: the tests launch exactly the kernels the built-in heuristic picks, whatever a tuned plan cache
-    // on the machine says (the plan tests open their own Gpu with their own cache).
-    let open = || Gpu::new(0).map(|g| g.with_hopper(hopper_enabled()).with_plan_cache(PlanCache::off()));
+    // on the machine says (the plan tests open their own Gpu with their own cache). Small grids stay on the wide
+    // and sm_90a kernels (`Gpu::with_small_grids`): most test shapes are small, and those kernels are what they
+    // test; `small_grids_take_the_narrow_and_mid_tiles` tests the rule.
+    let open = || {
+        Gpu::new(0).map(|g| g.with_hopper(hopper_enabled()).with_plan_cache(PlanCache::off()).with_small_grids(false))
+    };
     match GPU.get_or_init(|| open().map_err(|e| e.to_string())) {
         Ok(g) => Some(g),
         Err(reason) => {
@@ -48,12 +52,13 @@ pub fn gpu(test: &str) -> Option<&'static Gpu> {
     }
 }
 
-/// A GPU of the test's own, configured by `configure` (after [`gpu`]'s settings: the module choice, plans off), for
-/// tests that need other settings than the shared one; `None` (after the skip line) as for [`gpu`].
+/// A GPU of the test's own, configured by `configure` (after [`gpu`]'s settings: the module choice, plans off, small
+/// grids on the wide and sm_90a kernels), for tests that need other settings than the shared one; `None` (after the
+/// skip line) as for [`gpu`].
 pub fn own_gpu(test: &str, configure: impl FnOnce(Gpu) -> Gpu) -> Option<Gpu> {
     gpu(test)?;
     let g = Gpu::new(0).unwrap_or_else(|e| panic!("{test}: opening a second Gpu: {e}"));
-    Some(configure(g.with_hopper(hopper_enabled()).with_plan_cache(PlanCache::off())))
+    Some(configure(g.with_hopper(hopper_enabled()).with_plan_cache(PlanCache::off()).with_small_grids(false)))
 }
 
 /// Number of proptest cases for GPU property tests: `SPARSEK_GPU_CASES` or `default`.

@@ -10,7 +10,7 @@ use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, InType, OutType, OutputElement, TuneOptions, TuneProblem};
 use sparsek::tune::{Plan, PlanCache, PlanSource};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Scalar, f16};
-use sparsek_tests::{exact_operands, gpu, gpu_cases, spmm_once, threads_match_one_launch};
+use sparsek_tests::{exact_operands, gpu, gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
 
 /// One random case.
 #[derive(Clone, Debug)]
@@ -452,6 +452,61 @@ exact_tests! {
     exact_bs64_m512_n40_k1024: 64, 8, 16, 40, 0.5;
     exact_bs64_m512_n24_k1024: 64, 8, 16, 24, 0.5;
     exact_bs128_m512_n33_k1024: 128, 4, 8, 33, 0.6;
+}
+
+/// The small-grid rule (`Gpu::small_grid_serves`, on by default; the other tests turn it off to keep testing the
+/// wide and sm_90a kernels on small shapes): a launch of 65 to `SMALL_GRID_MAX_N` columns whose wide or sm_90a
+/// grid has at most three tiles for every four SMs takes the mid tile where its grid has at least half as many
+/// CTAs as SMs, else the narrow tile; any other launch keeps its kernel. Every case bit-exact against the oracle with the
+/// rule on and off (integer-valued operands, skewed rows).
+#[test]
+fn small_grids_take_the_narrow_and_mid_tiles() {
+    let test = "small_grids_take_the_narrow_and_mid_tiles";
+    let Some(rule) = own_gpu(test, |g| g.with_small_grids(true)) else { return };
+    let off = gpu(test).unwrap();
+    let sms = rule.info().sm_count as usize;
+    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
+    let types3 = (types.0, types.1, types.2);
+    let cases = [
+        (16usize, 24usize, 24usize, 512usize),
+        (32, 12, 48, 512),
+        (32, 48, 12, 65),
+        (64, 6, 24, 512),
+        (64, 24, 6, 128),
+        (64, 32, 32, 512),
+        (64, 24, 8, 513),
+        (64, 60, 8, 512),
+        (128, 3, 12, 512),
+        (128, 8, 8, 300),
+        (128, 160, 2, 256),
+    ];
+    for (i, &(bs, block_rows, block_cols, n)) in cases.iter().enumerate() {
+        let (m, k) = (block_rows * bs, block_cols * bs);
+        let (a, b, c0) = exact_operands(Pattern::Skewed, (m, k, n), bs, 0.5, 0.0, 900 + i as u64);
+        let ctx = format!("bs{bs} {m}x{k}x{n} ({block_rows} block rows)");
+        let with = rule.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
+        let without = off.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
+        let tiles = block_rows * n.div_ceil(without.config.bn as usize);
+        let small = n > sparsek_layout::NARROW_MAX_N && n <= sparsek::gpu::SMALL_GRID_MAX_N && 4 * tiles <= 3 * sms;
+        assert_eq!(rule.small_grid_serves(bs as u32, types3, n, block_rows), small, "{ctx}: {tiles} tiles");
+        assert!(!off.small_grid_serves(bs as u32, types3, n, block_rows), "{ctx}: the rule is off");
+        if small {
+            // The mid tile where it has one and its grid fills half the SMs, else the narrow tile.
+            let mid =
+                if bs == 64 { sparsek_layout::mid64_config_for(64) } else { sparsek_layout::mid_config_for(bs as u32) };
+            let mid_fills = mid.is_some_and(|c| 2 * block_rows * n.div_ceil(c.bn as usize) >= sms);
+            let suffix = if mid_fills { if bs == 64 { "_n64" } else { "_n32" } } else { "_n16" };
+            assert!(with.kernel.ends_with(suffix), "{ctx}: {tiles} tiles of {}: got {}", without.kernel, with.kernel);
+        } else {
+            assert_eq!(with.kernel, without.kernel, "{ctx}: {tiles} tiles");
+        }
+        let ep = Epilogue::new(1.0, 0.0);
+        let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
+        for (g, what) in [(&rule, with.kernel), (off, without.kernel)] {
+            let report = compare_exact(&spmm_once(g, &a, &b, &c0, ep), &expected);
+            assert!(report.passed(), "{ctx} on {what}: {report}");
+        }
+    }
 }
 
 /// A grid of several waves: bs 16 (the wide tile, about four CTAs per SM), 1024 block rows and two N tiles, so

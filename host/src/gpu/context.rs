@@ -64,6 +64,10 @@ impl DeviceInfo {
     }
 }
 
+/// The most columns for which [`Gpu::small_grid_serves`] moves a launch to the mid or narrow tile: the widest
+/// shape measured (docs/perf-notes.md, issue 12 step 8), and the widest the tuner offers those tiles for.
+pub const SMALL_GRID_MAX_N: usize = 512;
+
 /// A GPU ready to run sparsek's kernels: a CUDA context (the device's primary context), a default stream, and
 /// the product PTX module for its architecture, loaded once with every kernel looked up and configured.
 ///
@@ -78,6 +82,8 @@ pub struct Gpu {
     use_hopper: bool,
     /// Whether launches of few columns may use the decode kernels ([`Gpu::with_decode`]).
     use_decode: bool,
+    /// Whether small grids take the narrow and mid tiles ([`Gpu::with_small_grids`]).
+    use_small_grids: bool,
     info: DeviceInfo,
     plans: Plans,
     /// How the narrow kernels split long block rows ([`Gpu::with_row_split`]).
@@ -185,6 +191,7 @@ impl Gpu {
             hopper,
             use_hopper: true,
             use_decode: true,
+            use_small_grids: true,
             info,
             plans,
             row_split: RowSplit::Auto,
@@ -245,6 +252,14 @@ impl Gpu {
     /// of those.
     pub fn with_decode(mut self, enabled: bool) -> Self {
         self.use_decode = enabled;
+        self
+    }
+
+    /// Whether the built-in heuristic gives launches whose wide or sm_90a grid would leave SMs idle
+    /// ([`Gpu::small_grid_serves`]) the mid or narrow tile instead (the default: yes). `false` keeps them on the
+    /// wide and sm_90a kernels: for comparisons and tests of those kernels on small shapes.
+    pub fn with_small_grids(mut self, enabled: bool) -> Self {
+        self.use_small_grids = enabled;
         self
     }
 
@@ -327,11 +342,12 @@ impl Gpu {
         }
     }
 
-    /// The built-in heuristic: the decode kernels where [`Gpu::decode_serves`] says so; else the sm_90a ones
-    /// above [`sparsek_layout::NARROW_MAX_N`] columns where [`Gpu::family_kernel`] has them; else the mid tile
-    /// from [`sparsek_layout::MID_MIN_N`] to `NARROW_MAX_N` columns and the narrow tile up to `NARROW_MAX_N`, where
-    /// the block size has one; else the wide tile. Rasterization groups: the
-    /// launcher's.
+    /// The built-in heuristic: the decode kernels where [`Gpu::decode_serves`] says so; for a small grid
+    /// ([`Gpu::small_grid_serves`]) the mid tile where its grid has at least half as many CTAs as the GPU has SMs,
+    /// else the narrow tile; else the sm_90a ones above [`sparsek_layout::NARROW_MAX_N`] columns where
+    /// [`Gpu::family_kernel`] has them; else the mid tile from [`sparsek_layout::MID_MIN_N`] to `NARROW_MAX_N`
+    /// columns and the narrow tile up to `NARROW_MAX_N`, where the block size has one; else the wide tile.
+    /// Rasterization groups: the launcher's.
     pub(crate) fn heuristic_plan(
         &self,
         op: Op,
@@ -342,8 +358,16 @@ impl Gpu {
         block_rows: usize,
     ) -> Option<(Plan, &Kernel)> {
         let narrow = n <= sparsek_layout::NARROW_MAX_N;
+        let small = self.small_grid_serves(bs, types, n, block_rows);
+        let half_the_sms = (self.info.sm_count as usize).div_ceil(2);
+        let mid_fills = small
+            && self
+                .family_kernel(KernelFamily::Mid, op, bs, types, (nnzb, n))
+                .is_some_and(|k| block_rows.saturating_mul(n.div_ceil(k.config().bn as usize)) >= half_the_sms);
         let order = [
             (KernelFamily::Decode, self.decode_serves(bs, n, block_rows)),
+            (KernelFamily::Mid, mid_fills),
+            (KernelFamily::Narrow, small),
             (KernelFamily::Hopper, !narrow),
             (KernelFamily::Mid, narrow && n >= sparsek_layout::MID_MIN_N),
             (KernelFamily::Narrow, narrow),
@@ -414,11 +438,34 @@ impl Gpu {
             .into_iter()
             .filter(|f| match f {
                 KernelFamily::Decode => n <= 64,
-                KernelFamily::Narrow | KernelFamily::Mid => n <= 512,
+                KernelFamily::Narrow | KernelFamily::Mid => n <= SMALL_GRID_MAX_N,
                 KernelFamily::Wide | KernelFamily::Hopper => true,
             })
             .filter_map(|f| self.family_kernel(f, Op::BsrSpmm, bs, types, (nnzb, n)).map(|k| (f, k)))
             .collect()
+    }
+
+    /// Whether the built-in heuristic gives a launch of `n` columns over `block_rows` block rows of `bs` the mid or
+    /// narrow tile although it has more than [`sparsek_layout::NARROW_MAX_N`] columns (unless
+    /// [`Gpu::with_small_grids`] turned that off): at most [`SMALL_GRID_MAX_N`] columns, and at most three tiles
+    /// of the kernel that would serve it otherwise (sm_90a, else the wide tile) for every four SMs. Such a grid
+    /// leaves SMs idle while each CTA walks its whole block row; the narrow and mid tiles cut every row into more
+    /// CTAs of fewer columns. Measured on an H200 (132 SMs; `sparsek bench --tuned` on 31 shapes, docs/perf-notes.md,
+    /// issue 12 step 8): at 6 to 96 such tiles and N = 96 to 512 the narrow or mid tile was 1.13-1.75x faster in 19
+    /// of 20 cases (level in the last); at 128 tiles the sm_90a kernel was 1.3-1.6x faster than the mid tile, and
+    /// at N of 1024 and 2048 the tuner kept the sm_90a kernel.
+    pub fn small_grid_serves(&self, bs: u32, types: (InType, Layout, OutType), n: usize, block_rows: usize) -> bool {
+        if !self.use_small_grids || n <= sparsek_layout::NARROW_MAX_N || n > SMALL_GRID_MAX_N {
+            return false;
+        }
+        let op = Op::BsrSpmm;
+        let serving = self
+            .family_kernel(KernelFamily::Hopper, op, bs, types, (1, n))
+            .or_else(|| self.family_kernel(KernelFamily::Wide, op, bs, types, (1, n)));
+        serving.is_some_and(|k| {
+            let tiles = block_rows.saturating_mul(n.div_ceil(k.config().bn as usize));
+            tiles.saturating_mul(4) <= 3 * self.info.sm_count as usize
+        })
     }
 
     /// Whether the built-in heuristic gives a launch of `n` columns over `block_rows` block rows of `bs` the decode
