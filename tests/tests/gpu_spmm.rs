@@ -457,8 +457,8 @@ exact_tests! {
 /// The small-grid rule (`Gpu::small_grid_serves`, on by default; the other tests turn it off to keep testing the
 /// wide and sm_90a kernels on small shapes): a launch of 65 to `SMALL_GRID_MAX_N` columns whose wide or sm_90a
 /// grid has at most three tiles for every four SMs takes the mid tile where its grid has at least half as many
-/// CTAs as SMs, else the narrow tile; any other launch keeps its kernel. Every case bit-exact against the oracle with the
-/// rule on and off (integer-valued operands, skewed rows).
+/// CTAs as SMs, else the narrow tile; any other launch keeps its kernel. Every case bit-exact against the oracle
+/// with the rule on and off (integer-valued operands, skewed rows).
 #[test]
 fn small_grids_take_the_narrow_and_mid_tiles() {
     let test = "small_grids_take_the_narrow_and_mid_tiles";
