@@ -451,7 +451,7 @@ impl Gpu {
     /// of the kernel that would serve it otherwise (sm_90a, else the wide tile) for every four SMs. Such a grid
     /// leaves SMs idle while each CTA walks its whole block row; the narrow and mid tiles cut every row into more
     /// CTAs of fewer columns. Measured on an H200 (132 SMs; `sparsek bench --tuned` on 31 shapes, docs/perf-notes.md,
-    /// issue 12 step 8): at 6 to 96 such tiles and N = 96 to 512 the narrow or mid tile was 1.13-1.75x faster in 19
+    /// issue 12 step 8): at 6 to 96 such tiles and N = 96 to 512 the narrow or mid tile was 1.12-1.75x faster in 19
     /// of 20 cases (level in the last); at 128 tiles the sm_90a kernel was 1.3-1.6x faster than the mid tile, and
     /// at N of 1024 and 2048 the tuner kept the sm_90a kernel.
     pub fn small_grid_serves(&self, bs: u32, types: (InType, Layout, OutType), n: usize, block_rows: usize) -> bool {
