@@ -509,15 +509,21 @@ fn small_grids_take_the_narrow_and_mid_tiles() {
     }
 }
 
-/// A grid of several waves: bs 16 (the wide tile, about four CTAs per SM), 1024 block rows and two N tiles, so
+/// A grid of more than one wave (asserted): bs 16 (the wide tile), 1024 block rows and two N tiles, so
 /// the launcher keeps the longest-rows-first order (one-wave grids take the natural order), bit-exact against the
 /// oracle on skewed and uniform rows.
 #[test]
 fn many_wave_grids_are_exact() {
     let Some(gpu) = gpu("many_wave_grids_are_exact") else { return };
     let (bs, m, k, n) = (16, 16384, 512, 512);
+    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
     for (pattern, beta) in [(Pattern::Skewed, 1.0f32), (Pattern::Uniform, 0.0)] {
         let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, 0.3, beta, 4242);
+        // The grid must need more than one wave, or this tests the one-wave path again.
+        let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
+        let ctas = m / bs * n.div_ceil(choice.config.bn as usize);
+        let wave = choice.ctas_per_sm as usize * gpu.info().sm_count as usize;
+        assert!(ctas > wave, "{}: {ctas} CTAs fit in one wave of {wave}", choice.kernel);
         let ep = Epilogue::new(1.0, beta);
         let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
         let report = compare_exact(&spmm_once(gpu, &a, &b, &c0, ep), &expected);
