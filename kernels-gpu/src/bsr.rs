@@ -59,19 +59,21 @@ struct CtaOperands {
 /// PRODUCER (global -> shared): issues this thread's cp.async copies of k-tile `k_tile` of the CTA's block row
 /// into one ring slot (`s_a`, `s_b`), as part of the thread's current commit group. With `kb = BS / BK` k-tiles per
 /// block, k-tile `k_tile` is the (BS, BK) slice at column `kk = (k_tile % kb) * BK` of block
-/// `blk = blk_begin + k_tile / kb`, and the (BK, BN) strip of B at rows `col_idx[blk] * BS + kk`, columns
-/// `n0 .. n0 + BN`; B's chunks at or past column n are zero-filled (cp.async src-size). A column-major B is
-/// staged as the (BN, BK) tile of its columns `n0 .. n0 + BN` (`B_COL`: rows of the tile are columns of B, 16-byte
-/// chunks run along k), whole rows past column n zero-filled. The CTA's `threads` threads (a constant) share the
-/// chunks; this is thread `tid`.
+/// `blk = blk_begin + k_tile / kb`, and the (BK, BN) strip of B at rows `col * BS + kk`, columns `n0 .. n0 + BN`
+/// (`col = col_idx[blk]`: the narrow and mid tiles pass it, loaded a k-tile ahead by [`bsr_spmm`]; the wide tiles
+/// load it here and ignore `col`); B's chunks at or past column n are zero-filled (cp.async src-size). A
+/// column-major B is staged as the (BN, BK) tile of its columns `n0 .. n0 + BN` (`B_COL`: rows of the tile are
+/// columns of B, 16-byte chunks run along k), whole rows past column n zero-filled. The CTA's `threads` threads (a
+/// constant) share the chunks; this is thread `tid`.
 ///
 /// # Safety
-/// `g` and `k_tile` satisfy the kernel's preconditions (`k_tile` < the block row's k-tiles); `s_a` and `s_b` lie in
-/// the CTA's shared memory.
+/// `g` and `k_tile` satisfy the kernel's preconditions (`k_tile` < the block row's k-tiles), `col` is
+/// `col_idx[blk]` when `BN <= INDEX_AHEAD_MAX_BN`; `s_a` and `s_b` lie in the CTA's shared memory.
 #[inline(always)]
 unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
     g: &CtaOperands,
     k_tile: u32,
+    col: u32,
     s_a: SmemTile<BS, BK>,
     s_b: SmemTile<BK, BN>,
     tid: u32,
@@ -94,8 +96,10 @@ unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: 
         }
         i += 1;
     }
-    // B: rows [col_idx[blk] * BS + kk, + BK), columns [n0, n0 + BN); columns >= n are zero-filled.
-    let k_row0 = unsafe { load_index(g.col_idx, blk, g.index_shift) } * BS + kk;
+    // B: rows [col * BS + kk, + BK), columns [n0, n0 + BN); columns >= n are zero-filled. The wide tiles load the
+    // index here, after A's copies are issued.
+    let col = if BN <= INDEX_AHEAD_MAX_BN { col } else { unsafe { load_index(g.col_idx, blk, g.index_shift) } };
+    let k_row0 = col * BS + kk;
     if B_COL {
         // (BN, BK) tile: row j is column n0 + j of B, its BK elements from k_row0 contiguous in global memory.
         // This thread copies chunk `tid % cpr` of rows `tid / cpr + i * rows_per_pass`: one source pointer stepped
@@ -196,6 +200,13 @@ fn mma_warp_tile<const MI: usize, const NI: usize, I: Input>(
         }
     }
 }
+
+/// The deepest ring of any configuration (the prefetch's array of column indices).
+const MAX_STAGES: u32 = 8;
+
+/// The widest tile that loads each block's column index a k-tile ahead of its copies ([`bsr_spmm`]): the narrow
+/// and mid tiles (BN 16 to 64), not the wide ones (BN 128 and 256).
+const INDEX_AHEAD_MAX_BN: u32 = 64;
 
 /// The next slot of a STAGES-deep ring.
 #[inline(always)]
@@ -379,15 +390,39 @@ unsafe fn bsr_spmm<
 
     let mut acc: AccTile<MI, NI> = [[[0.0; 4]; NI]; MI]; // (MI, NI, 4): the warp's (WM, WN) f32 tile
 
-    // PREFETCH: the first STAGES - 1 k-tiles, one commit group each (empty groups keep the count uniform).
+    // The block-column index of k-tile `t` (< num_k_tiles): B's rows for it start at `col * BS`.
+    // SAFETY: t < num_k_tiles, so the block lies in this CTA's part of the row.
+    let col_of = |t: u32| unsafe { load_index(g.col_idx, g.blk_begin + t / k_tiles_per_block, g.index_shift) };
+    // The narrow and mid tiles load it a k-tile before the copies that need it, so that its global round trip runs
+    // under a k-tile of work instead of stalling every thread between the barrier and the copies (Nsight Compute,
+    // 16384^2 bs 64 N = 8: 18% of the warps' time). A wide tile's k-tile of mma already hides it, and there the
+    // look-ahead made the kernels 2-5% slower: they load it in load_k_tile, after A's copies (docs/perf-notes.md,
+    // issue 12 step 9).
+    let ahead = BN <= INDEX_AHEAD_MAX_BN;
+
+    // PREFETCH: the first STAGES - 1 k-tiles, one commit group each (empty groups keep the count uniform). With the
+    // look-ahead their column indices are all requested before the first copy waits on one.
+    const { assert!(STAGES <= MAX_STAGES, "the prefetch's index array holds MAX_STAGES entries") };
+    let mut cols = [0u32; MAX_STAGES as usize];
+    let mut s = 0;
+    while ahead && s < STAGES {
+        if s < num_k_tiles {
+            cols[s as usize] = col_of(s);
+        }
+        s += 1;
+    }
     let mut s = 0;
     while s < STAGES - 1 {
         if s < num_k_tiles {
-            unsafe { load_k_tile::<BS, BN, BK, B_COL>(&g, s, s_a.stage(s), s_b.stage(s), tid, threads) };
+            let col = cols[s as usize]; // 0 (unused) without the look-ahead
+            unsafe { load_k_tile::<BS, BN, BK, B_COL>(&g, s, col, s_a.stage(s), s_b.stage(s), tid, threads) };
         }
         ptx::cp_async_commit();
         s += 1;
     }
+    // With the look-ahead, the column index of the next k-tile the main loop issues (STAGES - 1), requested above
+    // (without it 0, and load_k_tile loads each index itself).
+    let mut col_next = cols[(STAGES - 1) as usize];
 
     if FRAG_DB {
         // MAIN LOOP, fragments double-buffered in registers (the CUTLASS sm80 multistage order): the fragments of
@@ -430,8 +465,19 @@ unsafe fn bsr_spmm<
                     if k_tile_next < num_k_tiles {
                         let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
                         unsafe {
-                            load_k_tile::<BS, BN, BK, B_COL>(&g, k_tile_next, s_a_write, s_b_write, tid, threads)
+                            load_k_tile::<BS, BN, BK, B_COL>(
+                                &g,
+                                k_tile_next,
+                                col_next,
+                                s_a_write,
+                                s_b_write,
+                                tid,
+                                threads,
+                            )
                         };
+                        if ahead && k_tile_next + 1 < num_k_tiles {
+                            col_next = col_of(k_tile_next + 1);
+                        }
                     }
                     ptx::cp_async_commit();
                     smem_pipe_write = next_stage::<STAGES>(smem_pipe_write);
@@ -453,7 +499,12 @@ unsafe fn bsr_spmm<
             if k_tile_next < num_k_tiles {
                 let smem_pipe_write = k_tile_next % STAGES;
                 let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
-                unsafe { load_k_tile::<BS, BN, BK, B_COL>(&g, k_tile_next, s_a_write, s_b_write, tid, threads) };
+                unsafe {
+                    load_k_tile::<BS, BN, BK, B_COL>(&g, k_tile_next, col_next, s_a_write, s_b_write, tid, threads)
+                };
+                if ahead && k_tile_next + 1 < num_k_tiles {
+                    col_next = col_of(k_tile_next + 1);
+                }
             }
             ptx::cp_async_commit();
             let smem_pipe_read = k_tile % STAGES;
