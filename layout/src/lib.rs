@@ -708,7 +708,10 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
 
 /// Narrow-tile configurations of the product (issue 12), for the launches with few columns (decode): the
 /// fastest of the decode candidates of [`TUNE_CONFIGS`] at N = 1, 16 and 64 on an H100 (bs 64 and 128: its
-/// entries 15 and 18; bs 16 and 32: entries 21 and 22; docs/perf-notes.md "Decode", docs/tune/).
+/// entries 15 and 18; bs 16 and 32: entries 21 and 22; docs/perf-notes.md "Decode", docs/tune/). bs 64 has since
+/// a fifth stage: once each block's column index was loaded a k-tile ahead, its CTAs waited on the copies, and
+/// five stages measured 1.5-5% faster at 8192^2 and 16384^2 on an H200, six up to 2% slower on the 8192^2 split
+/// launches (docs/perf-notes.md, issue 12 step 9).
 pub const NARROW_CONFIGS: [KernelConfig; 4] = [
     KernelConfig {
         bs: 16,
@@ -736,7 +739,7 @@ pub const NARROW_CONFIGS: [KernelConfig; 4] = [
         bk: 64,
         warps_m: 4,
         warps_n: 1,
-        stages: 4,
+        stages: 5,
         frag_db: true,
         pipeline: Pipeline::CpAsync,
     },
