@@ -39,11 +39,19 @@ pub const SPLIT_COUNTERS: usize = 1 << 16;
 /// rows at 16384 x 16384, where whole rows already fill the GPU.
 pub const SPLIT_PART_BYTES: usize = 128 << 10;
 
+/// The k-tiles a part of [`RowSplit::Auto`] may grow to when its [`SPLIT_PART_BYTES`] hold fewer (bs 128: 4
+/// blocks of 2 k-tiles): such parts grow toward one part per SM, up to 16 k-tiles. Short parts pay the ring's
+/// prologue and the split hand-over every few k-tiles; measured on an H200 (docs/perf-notes.md, issue 12 step 10)
+/// bs 128 at 16 columns: 8192 x 8192 22% 3-5% faster with parts of 6 blocks than of 4, 16384 x 16384 2-6% with 8,
+/// 4096 x 4096 (225 blocks, fewer than two per SM) 3% slower with 8. bs 64 parts of 16 blocks are 16 k-tiles.
+pub const SPLIT_PART_MAX_GROWN_K_TILES: u32 = 16;
+
 /// How launches of the narrow kernels split block rows ([`Gpu::with_row_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowSplit {
-    /// Parts of about [`SPLIT_PART_BYTES`] of A's values where whole rows would leave the GPU short of CTAs or a
-    /// row dominates ([`split_choice`]), and the workspace holds them.
+    /// Parts of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
+    /// [`SPLIT_PART_MAX_GROWN_K_TILES`]) where whole rows would leave the GPU short of CTAs or a row dominates
+    /// ([`split_choice`]), and the workspace holds them.
     #[default]
     Auto,
     /// Never: one CTA per block row and N tile.
@@ -93,6 +101,9 @@ pub struct SplitChoice {
 /// (level on the H200); with two or more N tiles mixed to worse (the narrow tile at 32 columns 0.91-1.22x, the mid
 /// tile at 48 and 64 columns 0.86-0.93x, the narrow tile at 64 columns 0.79-1.08x).
 ///
+/// Parts hold [`SPLIT_PART_BYTES`] of A's values, or where that is fewer than [`SPLIT_PART_MAX_GROWN_K_TILES`]
+/// k-tiles (bs 128), about `nnzb / SMs` blocks, from 128 KiB up to 16 k-tiles.
+///
 /// Rows of up to `blocks` blocks stay whole; a longer row gets `ceil(len / blocks)` parts, at most `chunks`. The
 /// grid has `block_rows * chunks * n_tiles` CTAs, those beyond a row's parts exiting at once; `chunks` is sized
 /// from the longest row (when unknown, twice the mean plus a part) and capped at 8x the parts the average row
@@ -114,7 +125,13 @@ pub fn split_choice(
         RowSplit::Off => return None,
         RowSplit::Blocks(b) => (b as usize).max(1),
         RowSplit::Auto if n_tiles > 1 || (block_rows > limits.sm_count && !skewed) => return None,
-        RowSplit::Auto => (SPLIT_PART_BYTES / block_bytes).max(1),
+        RowSplit::Auto => {
+            let base = (SPLIT_PART_BYTES / block_bytes).max(1);
+            // A part of fewer than SPLIT_PART_MAX_GROWN_K_TILES k-tiles grows toward one part per SM.
+            let k_tiles_per_block = (cfg.bs / cfg.bk).max(1);
+            let grown_max = SPLIT_PART_MAX_GROWN_K_TILES.div_ceil(k_tiles_per_block) as usize;
+            base.max((nnzb / limits.sm_count.max(1)).min(grown_max))
+        }
     };
     let SplitLimits { partials_bytes, counters, .. } = limits;
     // The workspace: one counter per (row, N tile); partial slots shrink as parts grow.
@@ -350,9 +367,9 @@ mod tests {
         // Unknown longest row: twice the mean plus a part.
         let c = split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 1), None, WS).unwrap();
         assert_eq!(c, SplitChoice { chunks: 5, blocks: 16 });
-        // bs 128: parts of 4 blocks (128 KiB).
+        // bs 128: parts of 4 blocks (128 KiB, 8 k-tiles) grown toward one per SM: 896 / 132 -> 6 blocks.
         let c = split_choice(&narrow(128), RowSplit::Auto, (896, 64, 1), Some(20), WS).unwrap();
-        assert_eq!(c, SplitChoice { chunks: 5, blocks: 4 });
+        assert_eq!(c, SplitChoice { chunks: 4, blocks: 6 });
         // Two N tiles: whole rows, unless parts are asked for.
         assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 2), Some(40), WS), None);
         assert!(split_choice(&narrow(64), RowSplit::Blocks(16), (3584, 128, 2), Some(40), WS).is_some());
@@ -361,6 +378,24 @@ mod tests {
         assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (14336, 256, 1), Some(80), WS), None);
         // ... unless a row holds more than four times the mean.
         assert!(split_choice(&narrow(64), RowSplit::Auto, (14336, 256, 1), Some(400), WS).is_some());
+    }
+
+    #[test]
+    fn short_parts_grow_toward_one_per_sm() {
+        let blocks = |bs, nnzb, rows, longest| {
+            split_choice(&narrow(bs), RowSplit::Auto, (nnzb, rows, 1), Some(longest), WS).map(|c| c.blocks)
+        };
+        // bs 128, 2 k-tiles a block: 16384 x 16384 22% grows to 16 k-tiles (8 blocks), not to 3604 / 132 = 27 ...
+        assert_eq!(blocks(128, 3604, 128, 40), Some(8));
+        // ... 8192 x 8192 10% (410 / 132 = 3) and 4096 x 4096 22% (225 / 132 = 1) keep 128 KiB.
+        assert_eq!(blocks(128, 410, 64, 12), Some(4));
+        assert_eq!(blocks(128, 225, 32, 12), Some(4));
+        // bs 64's 16 blocks are 16 k-tiles already: unchanged however many blocks.
+        assert_eq!(blocks(64, 3604, 128, 40), Some(16));
+        assert_eq!(blocks(64, 6000, 128, 60), Some(16));
+        // An explicit part size is not grown.
+        let c = split_choice(&narrow(128), RowSplit::Blocks(4), (3604, 128, 1), Some(40), WS).unwrap();
+        assert_eq!(c.blocks, 4);
     }
 
     #[test]
