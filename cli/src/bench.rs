@@ -172,7 +172,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = ModuleChoice::Auto)]
     module: ModuleChoice,
     /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice:
-    /// parts of about 128 KiB of A for launches of one N tile where whole rows leave the GPU short of CTAs),
+    /// parts of about 128 KiB of A, more at bs 128, for launches of one N tile where whole rows leave the GPU
+    /// short of CTAs),
     /// `off` (one CTA per block row) or a number of blocks per part, for comparisons.
     #[arg(long, value_name = "auto|off|BLOCKS", default_value = "auto", value_parser = parse_split)]
     split: RowSplit,
