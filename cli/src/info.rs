@@ -44,10 +44,11 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     if gpu.has_split_workspace() {
         println!(
             "  split rows           launches of one N tile (narrow/mid kernels) on at most {} block rows or with one \
-             row over 4x the mean: parts of ~{} KiB of A (parts under {} k-tiles grow toward one per SM); \
-             workspace {} MiB + {} counters",
+             row over 4x the mean: parts of ~{} KiB of A (parts under {} k-tiles grow toward one per SM, up \
+             to {}); workspace {} MiB + {} counters",
             gpu.info().sm_count,
             sparsek::gpu::SPLIT_PART_BYTES >> 10,
+            sparsek::gpu::SPLIT_PART_SHORT_K_TILES,
             sparsek::gpu::SPLIT_PART_MAX_GROWN_K_TILES,
             sparsek::gpu::SPLIT_PARTIALS_BYTES >> 20,
             sparsek::gpu::SPLIT_COUNTERS

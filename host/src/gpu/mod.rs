@@ -43,8 +43,8 @@ pub use registry::KernelReport;
 pub use schedule::{TileGrid, TileSchedule};
 pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline};
 pub use split::{
-    RowSplit, SPLIT_COUNTERS, SPLIT_PART_BYTES, SPLIT_PART_MAX_GROWN_K_TILES, SPLIT_PARTIALS_BYTES, SplitChoice,
-    SplitLimits, split_choice,
+    RowSplit, SPLIT_COUNTERS, SPLIT_PART_BYTES, SPLIT_PART_MAX_GROWN_K_TILES, SPLIT_PART_SHORT_K_TILES,
+    SPLIT_PARTIALS_BYTES, SplitChoice, SplitLimits, split_choice,
 };
 pub use tune::{Candidate, TuneOptions, TuneProblem, TuneReport};
 pub use views::{BsrArrays, BsrView, DenseView, DenseViewMut, IndexType, VectorView};

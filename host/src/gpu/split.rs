@@ -39,18 +39,23 @@ pub const SPLIT_COUNTERS: usize = 1 << 16;
 /// rows at 16384 x 16384, where whole rows already fill the GPU.
 pub const SPLIT_PART_BYTES: usize = 128 << 10;
 
-/// The k-tiles a part of [`RowSplit::Auto`] may grow to when its [`SPLIT_PART_BYTES`] hold fewer (bs 128: 4
-/// blocks of 2 k-tiles): such parts grow toward one part per SM, up to 16 k-tiles. Short parts pay the ring's
-/// prologue and the split hand-over every few k-tiles; measured on an H200 (docs/perf-notes.md, issue 12 step 10)
-/// bs 128 at 16 columns: 8192 x 8192 22% 3-5% faster with parts of 6 blocks than of 4, 16384 x 16384 2-6% with 8,
-/// 4096 x 4096 (225 blocks, fewer than two per SM) 3% slower with 8. bs 64 parts of 16 blocks are 16 k-tiles.
-pub const SPLIT_PART_MAX_GROWN_K_TILES: u32 = 16;
+/// A part of [`RowSplit::Auto`] whose [`SPLIT_PART_BYTES`] hold fewer k-tiles than this (bs 128: 4 blocks of 2
+/// k-tiles) grows toward one part per SM, up to [`SPLIT_PART_MAX_GROWN_K_TILES`]: short parts pay the ring's
+/// prologue and the split hand-over every few k-tiles. bs 64 parts (16 blocks of 1 k-tile) do not grow: there
+/// 27-block parts measured mixed (8192^2 22%: N = 1 -1.2%, the mid tile at N = 32 +1.8%, skewed +8%).
+pub const SPLIT_PART_SHORT_K_TILES: u32 = 16;
+
+/// The most k-tiles a grown part holds ([`SPLIT_PART_SHORT_K_TILES`]): 24 blocks at bs 128. Measured on an H200
+/// (docs/perf-notes.md, issue 12 step 10) at bs 128: 8192 x 8192 22% 3-4% faster with parts of 6 blocks than of 4,
+/// 16384 x 16384 22% 5% with 24 rather than 8 (which had been level to -2% against 4), 16384 x 16384 10% 2-9% with
+/// 8 and -2.5% to +2% with 12; 4096 x 4096 (225 blocks, fewer than two per SM) 3% slower with 8.
+pub const SPLIT_PART_MAX_GROWN_K_TILES: u32 = 48;
 
 /// How launches of the narrow kernels split block rows ([`Gpu::with_row_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowSplit {
     /// Parts of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
-    /// [`SPLIT_PART_MAX_GROWN_K_TILES`]) where whole rows would leave the GPU short of CTAs or a row dominates
+    /// [`SPLIT_PART_SHORT_K_TILES`]) where whole rows would leave the GPU short of CTAs or a row dominates
     /// ([`split_choice`]), and the workspace holds them.
     #[default]
     Auto,
@@ -101,8 +106,8 @@ pub struct SplitChoice {
 /// (level on the H200); with two or more N tiles mixed to worse (the narrow tile at 32 columns 0.91-1.22x, the mid
 /// tile at 48 and 64 columns 0.86-0.93x, the narrow tile at 64 columns 0.79-1.08x).
 ///
-/// Parts hold [`SPLIT_PART_BYTES`] of A's values, or where that is fewer than [`SPLIT_PART_MAX_GROWN_K_TILES`]
-/// k-tiles (bs 128), about `nnzb / SMs` blocks, from 128 KiB up to 16 k-tiles.
+/// Parts hold [`SPLIT_PART_BYTES`] of A's values, or where that is fewer than [`SPLIT_PART_SHORT_K_TILES`]
+/// k-tiles (bs 128), about `nnzb / SMs` blocks, from 128 KiB up to [`SPLIT_PART_MAX_GROWN_K_TILES`].
 ///
 /// Rows of up to `blocks` blocks stay whole; a longer row gets `ceil(len / blocks)` parts, at most `chunks`. The
 /// grid has `block_rows * chunks * n_tiles` CTAs, those beyond a row's parts exiting at once; `chunks` is sized
@@ -127,10 +132,14 @@ pub fn split_choice(
         RowSplit::Auto if n_tiles > 1 || (block_rows > limits.sm_count && !skewed) => return None,
         RowSplit::Auto => {
             let base = (SPLIT_PART_BYTES / block_bytes).max(1);
-            // A part of fewer than SPLIT_PART_MAX_GROWN_K_TILES k-tiles grows toward one part per SM.
-            let k_tiles_per_block = (cfg.bs / cfg.bk).max(1);
-            let grown_max = SPLIT_PART_MAX_GROWN_K_TILES.div_ceil(k_tiles_per_block) as usize;
-            base.max((nnzb / limits.sm_count.max(1)).min(grown_max))
+            // A short part grows toward one part per SM, up to SPLIT_PART_MAX_GROWN_K_TILES.
+            let k_tiles_per_block = (cfg.bs / cfg.bk).max(1) as usize;
+            if base * k_tiles_per_block >= SPLIT_PART_SHORT_K_TILES as usize {
+                base
+            } else {
+                let grown_max = (SPLIT_PART_MAX_GROWN_K_TILES as usize).div_ceil(k_tiles_per_block);
+                base.max((nnzb / limits.sm_count.max(1)).min(grown_max))
+            }
         }
     };
     let SplitLimits { partials_bytes, counters, .. } = limits;
@@ -385,8 +394,10 @@ mod tests {
         let blocks = |bs, nnzb, rows, longest| {
             split_choice(&narrow(bs), RowSplit::Auto, (nnzb, rows, 1), Some(longest), WS).map(|c| c.blocks)
         };
-        // bs 128, 2 k-tiles a block: 16384 x 16384 22% grows to 16 k-tiles (8 blocks), not to 3604 / 132 = 27 ...
-        assert_eq!(blocks(128, 3604, 128, 40), Some(8));
+        // bs 128, 2 k-tiles a block: 16384 x 16384 22% grows to 48 k-tiles (24 blocks), not to 3604 / 132 = 27,
+        // 10% to 1638 / 132 = 12 blocks ...
+        assert_eq!(blocks(128, 3604, 128, 40), Some(24));
+        assert_eq!(blocks(128, 1638, 128, 20), Some(12));
         // ... 8192 x 8192 10% (410 / 132 = 3) and 4096 x 4096 22% (225 / 132 = 1) keep 128 KiB.
         assert_eq!(blocks(128, 410, 64, 12), Some(4));
         assert_eq!(blocks(128, 225, 32, 12), Some(4));
