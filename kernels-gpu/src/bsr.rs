@@ -68,7 +68,7 @@ struct CtaOperands {
 ///
 /// # Safety
 /// `g` and `k_tile` satisfy the kernel's preconditions (`k_tile` < the block row's k-tiles), `col` is
-/// `col_idx[blk]` when `BN <= INDEX_AHEAD_MAX_BN`; `s_a` and `s_b` lie in the CTA's shared memory.
+/// `col_idx[blk]` when `loads_index_ahead(BN)`; `s_a` and `s_b` lie in the CTA's shared memory.
 #[inline(always)]
 unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
     g: &CtaOperands,
@@ -98,7 +98,7 @@ unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: 
     }
     // B: rows [col * BS + kk, + BK), columns [n0, n0 + BN); columns >= n are zero-filled. The wide tiles load the
     // index here, after A's copies are issued.
-    let col = if BN <= INDEX_AHEAD_MAX_BN { col } else { unsafe { load_index(g.col_idx, blk, g.index_shift) } };
+    let col = if loads_index_ahead(BN) { col } else { unsafe { load_index(g.col_idx, blk, g.index_shift) } };
     let k_row0 = col * BS + kk;
     if B_COL {
         // (BN, BK) tile: row j is column n0 + j of B, its BK elements from k_row0 contiguous in global memory.
@@ -204,9 +204,12 @@ fn mma_warp_tile<const MI: usize, const NI: usize, I: Input>(
 /// The deepest ring of any configuration (the prefetch's array of column indices).
 const MAX_STAGES: u32 = 8;
 
-/// The widest tile that loads each block's column index a k-tile ahead of its copies ([`bsr_spmm`]): the narrow
-/// and mid tiles (BN 16 to 64), not the wide ones (BN 128 and 256).
-const INDEX_AHEAD_MAX_BN: u32 = 64;
+/// Whether a tile of `bn` columns loads each block's column index a k-tile ahead of its copies ([`bsr_spmm`]),
+/// passing it to [`load_k_tile`]: the narrow and mid tiles (BN 16 to 64), not the wide ones (BN 128 and 256),
+/// which load it in [`load_k_tile`].
+const fn loads_index_ahead(bn: u32) -> bool {
+    bn <= 64
+}
 
 /// The next slot of a STAGES-deep ring.
 #[inline(always)]
@@ -398,7 +401,7 @@ unsafe fn bsr_spmm<
     // 16384^2 bs 64 N = 8: 18% of the warps' time). A wide tile's k-tile of mma already hides it, and there the
     // look-ahead made the kernels 2-5% slower: they load it in load_k_tile, after A's copies (docs/perf-notes.md,
     // issue 12 step 9).
-    let ahead = BN <= INDEX_AHEAD_MAX_BN;
+    let ahead = loads_index_ahead(BN);
 
     // PREFETCH: the first STAGES - 1 k-tiles, one commit group each (empty groups keep the count uniform). With the
     // look-ahead their column indices are all requested before the first copy waits on one.
