@@ -31,9 +31,7 @@ pub fn gpu(test: &str) -> Option<&'static Gpu> {
     // on the machine says (the plan tests open their own Gpu with their own cache). Small grids stay on the wide
     // and sm_90a kernels (`Gpu::with_small_grids`): most test shapes are small, and those kernels are what they
     // test; `small_grids_take_the_narrow_and_mid_tiles` tests the rule.
-    let open = || {
-        Gpu::new(0).map(|g| g.with_hopper(hopper_enabled()).with_plan_cache(PlanCache::off()).with_small_grids(false))
-    };
+    let open = || Gpu::new(0).map(test_settings);
     match GPU.get_or_init(|| open().map_err(|e| e.to_string())) {
         Ok(g) => Some(g),
         Err(reason) => {
@@ -58,7 +56,13 @@ pub fn gpu(test: &str) -> Option<&'static Gpu> {
 pub fn own_gpu(test: &str, configure: impl FnOnce(Gpu) -> Gpu) -> Option<Gpu> {
     gpu(test)?;
     let g = Gpu::new(0).unwrap_or_else(|e| panic!("{test}: opening a second Gpu: {e}"));
-    Some(configure(g.with_hopper(hopper_enabled()).with_plan_cache(PlanCache::off()).with_small_grids(false)))
+    Some(configure(test_settings(g)))
+}
+
+/// The settings of every test's Gpu ([`gpu`], [`own_gpu`]): the module choice, plans off, small grids on the wide
+/// and sm_90a kernels.
+fn test_settings(g: Gpu) -> Gpu {
+    g.with_hopper(hopper_enabled()).with_plan_cache(PlanCache::off()).with_small_grids(false)
 }
 
 /// Number of proptest cases for GPU property tests: `SPARSEK_GPU_CASES` or `default`.
