@@ -91,6 +91,9 @@ pub enum ModuleChoice {
     Sm80,
     /// The library's choice without the decode kernels: N <= 16 takes the narrow tile (for comparisons).
     NoDecode,
+    /// The library's choice without the sm_90a short-row kernels: bs 64 rows of every length take the
+    /// five-stage sm_90a kernel (for comparisons).
+    NoShortRows,
 }
 
 impl ModuleChoice {
@@ -112,6 +115,7 @@ impl ModuleChoice {
             Ok(g) => Some(
                 g.with_hopper(self.hopper())
                     .with_decode(self.decode())
+                    .with_short_rows(self != ModuleChoice::NoShortRows)
                     .with_row_split(split)
                     .with_tile_schedule(schedule),
             ),
@@ -167,8 +171,9 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     device: usize,
     /// Which kernels sparsek launches: `auto` (the library's choice: the sm_90a kernels for bs 64 and 128 on an
-    /// H100/H200, the decode kernels at N <= 16), `sm80` (the portable module everywhere) or `no-decode` (the
-    /// narrow tile at N <= 16 too), for comparisons.
+    /// H100/H200, the decode kernels at N <= 16), `sm80` (the portable module everywhere), `no-decode` (the
+    /// narrow tile at N <= 16 too) or `no-short-rows` (the five-stage sm_90a kernel for short bs-64 rows too),
+    /// for comparisons.
     #[arg(long, value_enum, default_value_t = ModuleChoice::Auto)]
     module: ModuleChoice,
     /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice:

@@ -61,27 +61,39 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     println!("`sparsek tune --show`; f16 inputs, row-major B, f32 C; the other types follow the same rule):");
     let types = (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, sparsek::gpu::OutType::F32);
     // Few block rows: the most for which the heuristic takes the decode kernels at N <= 16 (Gpu::decode_row_limit,
-    // per block size); many: twice as many as the GPU has SMs, beyond every limit.
+    // per block size); many: twice as many as the GPU has SMs, beyond every limit. Rows of 32 blocks, and for the
+    // last column rows of SHORT_ROW_MAX_K_TILES k-tiles.
     let many = 4 * i.sm_count as usize;
-    println!("  columns: N <= 16 on few block rows (the decode limit) | N <= 16 on {many} | N = 32 | N = 64 | N > 64");
+    let short = sparsek::gpu::SHORT_ROW_MAX_K_TILES;
+    println!(
+        "  columns: N <= 16 on few block rows (the decode limit) | N <= 16 on {many} | N = 32 | N = 64 | N > 64 | \
+         N > 64, rows of {short} k-tiles of 64 columns"
+    );
     for bs in [16u32, 32, 64, 128] {
         let limit = gpu.decode_row_limit(bs);
         let few = limit.max(1);
-        let serving = |n: usize, rows: usize| match gpu.serving_kernel(bs, types, n, rows) {
+        let serving = |n: usize, rows: usize, row_blocks: usize| match gpu.serving_kernel(
+            bs,
+            types,
+            n,
+            (rows, rows * row_blocks),
+        ) {
             Some((name, hopper)) => format!("{name} ({})", if hopper { "sm_90a" } else { "sm_80" }),
             None => "none".into(),
         };
+        let short_blocks = (short * 64 / bs as usize).max(1);
         println!(
-            "  bs {bs:>3}: {:<52} {:<44} {:<44} {:<44} {}",
+            "  bs {bs:>3}: {:<52} {:<44} {:<44} {:<44} {:<44} {}",
             if limit == 0 {
-                format!("{} (no decode)", serving(1, few))
+                format!("{} (no decode)", serving(1, few, 32))
             } else {
-                format!("{} (<= {limit})", serving(1, few))
+                format!("{} (<= {limit})", serving(1, few, 32))
             },
-            serving(1, many),
-            serving(32, many),
-            serving(64, many),
-            serving(65, many)
+            serving(1, many, 32),
+            serving(32, many, 32),
+            serving(64, many, 32),
+            serving(65, many, 32),
+            serving(65, many, short_blocks)
         );
     }
     println!();

@@ -43,6 +43,9 @@
 //! the producer waits for the empty barrier's previous phase (parity ^ 1: a fresh barrier counts as released). A
 //! parity names the phase meant only if the slot's previous phase has completed: the set's own previous k-tile,
 //! or, at a tile's start, the other set's, which the turn barrier guarantees.
+//!
+//! bs 64 has two kernels per type: five stages and one staging buffer per warpgroup, and for short rows
+//! (`_short`, `layout::HOPPER_SHORT_CONFIGS`) four stages and two buffers; the template is the same.
 
 use crate::epilogue::{
     Bf16, Bf16In, Epilogue, F16In, Input, Output, WarpCoord, load_index, scale_bias_activate, store_epilogue,
@@ -711,7 +714,7 @@ mod product {
         false,
         f32,
         OutType::F32,
-        [sparsek_sm90_bs64_f16_brow_f32, sparsek_sm90_bs128_f16_brow_f32]
+        [sparsek_sm90_bs64_f16_brow_f32, sparsek_sm90_bs128_f16_brow_f32, sparsek_sm90_bs64_f16_brow_f32_short]
     );
     hopper_kernels!(
         F16In,
@@ -720,7 +723,7 @@ mod product {
         false,
         u16,
         OutType::F16,
-        [sparsek_sm90_bs64_f16_brow_f16, sparsek_sm90_bs128_f16_brow_f16]
+        [sparsek_sm90_bs64_f16_brow_f16, sparsek_sm90_bs128_f16_brow_f16, sparsek_sm90_bs64_f16_brow_f16_short]
     );
     hopper_kernels!(
         F16In,
@@ -729,7 +732,7 @@ mod product {
         true,
         f32,
         OutType::F32,
-        [sparsek_sm90_bs64_f16_bcol_f32, sparsek_sm90_bs128_f16_bcol_f32]
+        [sparsek_sm90_bs64_f16_bcol_f32, sparsek_sm90_bs128_f16_bcol_f32, sparsek_sm90_bs64_f16_bcol_f32_short]
     );
     hopper_kernels!(
         F16In,
@@ -738,7 +741,7 @@ mod product {
         true,
         u16,
         OutType::F16,
-        [sparsek_sm90_bs64_f16_bcol_f16, sparsek_sm90_bs128_f16_bcol_f16]
+        [sparsek_sm90_bs64_f16_bcol_f16, sparsek_sm90_bs128_f16_bcol_f16, sparsek_sm90_bs64_f16_bcol_f16_short]
     );
     hopper_kernels!(
         Bf16In,
@@ -747,7 +750,7 @@ mod product {
         false,
         f32,
         OutType::F32,
-        [sparsek_sm90_bs64_bf16_brow_f32, sparsek_sm90_bs128_bf16_brow_f32]
+        [sparsek_sm90_bs64_bf16_brow_f32, sparsek_sm90_bs128_bf16_brow_f32, sparsek_sm90_bs64_bf16_brow_f32_short]
     );
     hopper_kernels!(
         Bf16In,
@@ -756,7 +759,7 @@ mod product {
         false,
         Bf16,
         OutType::Bf16,
-        [sparsek_sm90_bs64_bf16_brow_bf16, sparsek_sm90_bs128_bf16_brow_bf16]
+        [sparsek_sm90_bs64_bf16_brow_bf16, sparsek_sm90_bs128_bf16_brow_bf16, sparsek_sm90_bs64_bf16_brow_bf16_short]
     );
     hopper_kernels!(
         Bf16In,
@@ -765,7 +768,7 @@ mod product {
         true,
         f32,
         OutType::F32,
-        [sparsek_sm90_bs64_bf16_bcol_f32, sparsek_sm90_bs128_bf16_bcol_f32]
+        [sparsek_sm90_bs64_bf16_bcol_f32, sparsek_sm90_bs128_bf16_bcol_f32, sparsek_sm90_bs64_bf16_bcol_f32_short]
     );
     hopper_kernels!(
         Bf16In,
@@ -774,6 +777,6 @@ mod product {
         true,
         Bf16,
         OutType::Bf16,
-        [sparsek_sm90_bs64_bf16_bcol_bf16, sparsek_sm90_bs128_bf16_bcol_bf16]
+        [sparsek_sm90_bs64_bf16_bcol_bf16, sparsek_sm90_bs128_bf16_bcol_bf16, sparsek_sm90_bs64_bf16_bcol_bf16_short]
     );
 }

@@ -838,6 +838,23 @@ pub const fn hopper_config_for(bs: u32) -> Option<KernelConfig> {
     find_config(&HOPPER_CONFIGS, bs)
 }
 
+/// Configurations of the sm_90a kernels for short rows ([`Tile::ShortRows`]): bs 64's [`HOPPER_CONFIGS`] entry
+/// with four ring stages instead of five, which leaves room for a second output staging buffer per consumer
+/// warpgroup. A tile of few k-tiles spends much of its time in the epilogue, where each of its 8 staging chunks
+/// otherwise waits for the TMA to have read the one before. Measured on an H200 (docs/perf-notes.md, Hopper steps 12
+/// and 17): faster on rows of up to [`SHORT_ROW_MAX_K_TILES`] k-tiles, slower on longer ones, where the fifth
+/// stage is worth more. bs 128 has two buffers already (step 13: more cost it a stage and were slower).
+pub const HOPPER_SHORT_CONFIGS: [KernelConfig; 1] = [KernelConfig { stages: 4, ..HOPPER_CONFIGS[0] }];
+
+/// The [`HOPPER_SHORT_CONFIGS`] entry for block size `bs`.
+pub const fn hopper_short_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&HOPPER_SHORT_CONFIGS, bs)
+}
+
+/// The most k-tiles (of BK columns of A) per block row, on average over the block rows, for which the built-in
+/// heuristic takes a [`Tile::ShortRows`] kernel where the block size has one.
+pub const SHORT_ROW_MAX_K_TILES: usize = 8;
+
 /// Columns of A that one [`Pipeline::Direct`] load covers per row: 16 bytes per lane, four lanes per row.
 pub const DIRECT_CHUNK: u32 = 32;
 
@@ -905,6 +922,9 @@ pub enum Tile {
     /// The wide mid tile of [`MID64_CONFIGS`] (BN 64): [`MID64_MIN_N`] to [`NARROW_MAX_N`] columns, where the block
     /// size has one (bs 64), instead of the mid tile.
     Mid64,
+    /// The sm_90a product tile for short rows ([`HOPPER_SHORT_CONFIGS`], bs 64): every N, taken instead of the
+    /// [`Tile::Wide`] sm_90a kernel for rows of at most [`SHORT_ROW_MAX_K_TILES`] k-tiles on average.
+    ShortRows,
 }
 
 impl Tile {
@@ -1125,6 +1145,12 @@ const fn hopper(name: &'static str, input: InType, b_layout: Layout, out: OutTyp
         None => panic!("no sm_90a configuration for this block size"),
     }
 }
+const fn hopper_short(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match hopper_short_config_for(bs) {
+        Some(config) => spmm(name, Module::Hopper, (input, b_layout, out), (config, Tile::ShortRows)),
+        None => panic!("no sm_90a short-row configuration for this block size"),
+    }
+}
 const fn product(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
     match config_for(bs) {
         Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Wide)),
@@ -1166,8 +1192,9 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
 /// output type (f32, or the input's own 16-bit type); the narrow-tile kernels (block sizes with a
 /// [`NARROW_CONFIGS`] entry) add the suffix `_n16`, the mid-tile kernels ([`MID_CONFIGS`]) `_n32`, the wide
-/// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels are named `sparsek_sm90_bs<bs>_...` the same way.
-pub const VARIANTS: [Variant; 156] = [
+/// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels are named
+/// `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`]) with the suffix `_short`.
+pub const VARIANTS: [Variant; 164] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -1324,6 +1351,14 @@ pub const VARIANTS: [Variant; 156] = [
     hopper("sparsek_sm90_bs128_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
     hopper("sparsek_sm90_bs64_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     hopper("sparsek_sm90_bs128_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    hopper_short("sparsek_sm90_bs64_f16_brow_f32_short", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    hopper_short("sparsek_sm90_bs64_f16_brow_f16_short", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    hopper_short("sparsek_sm90_bs64_f16_bcol_f32_short", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    hopper_short("sparsek_sm90_bs64_f16_bcol_f16_short", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    hopper_short("sparsek_sm90_bs64_bf16_brow_f32_short", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    hopper_short("sparsek_sm90_bs64_bf16_brow_bf16_short", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    hopper_short("sparsek_sm90_bs64_bf16_bcol_f32_short", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    hopper_short("sparsek_sm90_bs64_bf16_bcol_bf16_short", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
 ];
 
 /// The variant named `name` (a compile-time lookup for the kernels' entry points).
@@ -1723,14 +1758,19 @@ mod tests {
                 + MID64_CONFIGS.len()
                 + DECODE_CONFIGS.len())
         );
-        for v in VARIANTS.iter().filter(|v| v.module == Module::Product) {
-            // Each product kernel runs its tile's configuration for its block size.
-            let config = match v.tile {
-                Tile::Wide => config_for(v.bs),
-                Tile::Narrow => narrow_config_for(v.bs),
-                Tile::Mid => mid_config_for(v.bs),
-                Tile::Mid64 => mid64_config_for(v.bs),
-                Tile::Decode => decode_config_for(v.bs),
+        let hopper = VARIANTS.iter().filter(|v| v.module == Module::Hopper);
+        assert_eq!(hopper.count(), 8 * (HOPPER_CONFIGS.len() + HOPPER_SHORT_CONFIGS.len()));
+        for v in VARIANTS.iter().filter(|v| v.module != Module::Tuning) {
+            // Each product and sm_90a kernel runs its tile's configuration for its block size.
+            let config = match (v.module, v.tile) {
+                (Module::Hopper, Tile::Wide) => hopper_config_for(v.bs),
+                (Module::Hopper, Tile::ShortRows) => hopper_short_config_for(v.bs),
+                (Module::Hopper, _) | (_, Tile::ShortRows) => None,
+                (_, Tile::Wide) => config_for(v.bs),
+                (_, Tile::Narrow) => narrow_config_for(v.bs),
+                (_, Tile::Mid) => mid_config_for(v.bs),
+                (_, Tile::Mid64) => mid64_config_for(v.bs),
+                (_, Tile::Decode) => decode_config_for(v.bs),
             };
             assert_eq!(Some(v.config), config, "{} runs another configuration than its tile's", v.name);
             // The 16-bit output is the input's own type.
@@ -1744,6 +1784,7 @@ mod tests {
                 Tile::Mid => "_n32",
                 Tile::Mid64 => "_n64",
                 Tile::Decode => "_dec",
+                Tile::ShortRows => "_short",
             };
             let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name(), suffix];
             let mut tail = [0u8; 32];
@@ -1771,7 +1812,7 @@ mod tests {
 
     #[test]
     fn hopper_shared_memory_fits() {
-        for c in HOPPER_CONFIGS {
+        for c in HOPPER_CONFIGS.into_iter().chain(HOPPER_SHORT_CONFIGS) {
             assert!(c.smem_bytes() <= SMEM_LIMIT, "{c:?}: {} bytes", c.smem_bytes());
             // The queue's entries are 16-byte aligned (st.shared.v4) and its barriers 8-byte aligned; the staging
             // buffers 1024-byte aligned (128-byte swizzle).
@@ -1782,6 +1823,9 @@ mod tests {
         }
         // bs 128 (4 stages of 48 KB) has room for two staging buffers per warpgroup, bs 64 (5 of 40 KB) for one.
         assert_eq!((HOPPER_CONFIGS[0].out_buffers(), HOPPER_CONFIGS[1].out_buffers()), (1, 2));
+        // The short-row bs 64 kernel gives a stage for the second buffer.
+        assert_eq!((HOPPER_SHORT_CONFIGS[0].bs, HOPPER_SHORT_CONFIGS[0].stages), (64, 4));
+        assert_eq!(HOPPER_SHORT_CONFIGS[0].out_buffers(), 2);
         // C's map ends at whole 16 bytes: 4 f32 or 8 16-bit columns.
         assert_eq!(
             (c_map_columns(65, 4), c_map_columns(3, 4), c_map_columns(129, 2), c_map_columns(8, 2)),

@@ -382,7 +382,7 @@ fn row_major_b_in_64_column_chunks() {
         let (m, k) = (3 * bs, 5 * bs);
         let a: Bsr<f16> = generate_int(Pattern::Skewed, m, k, bs, 0.6, 0x3c ^ bs as u64, 4).unwrap();
         for n in [320usize, 512] {
-            let sm90 = gpu.serving_kernel(bs as u32, types, n, m / bs).is_some_and(|(_, sm90)| sm90);
+            let sm90 = gpu.serving_kernel(bs as u32, types, n, (m / bs, a.nnzb())).is_some_and(|(_, sm90)| sm90);
             if gpu.info().compute_capability == (9, 0) && gpu.hopper_module().is_some() && hopper_enabled() {
                 assert!(sm90, "bs {bs} n {n}: expected an sm_90a kernel to serve this product");
             }

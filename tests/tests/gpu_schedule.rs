@@ -20,7 +20,7 @@ use sparsek_tests::{exact_operands, gpu_required, hopper_enabled, own_gpu, spmm_
 /// A Gpu with the given schedule, or `None` (after a skip line) without a GPU or without the sm_90a module.
 fn hopper_gpu(test: &str, schedule: TileSchedule) -> Option<Gpu> {
     let gpu = own_gpu(test, |g| g.with_tile_schedule(schedule))?;
-    let hopper = hopper_enabled() && gpu.serving_kernel(64, TYPES_3, 256, 64).is_some_and(|(_, sm90)| sm90);
+    let hopper = hopper_enabled() && gpu.serving_kernel(64, TYPES_3, 256, (64, 64)).is_some_and(|(_, sm90)| sm90);
     if !hopper {
         use std::io::Write;
         let why = if hopper_enabled() { "the GPU has no sm_90a module" } else { "SPARSEK_TEST_MODULE=sm80" };

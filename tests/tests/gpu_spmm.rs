@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use sparsek::check::{Expected, RowSample, compare_exact};
 use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, InType, OutType, OutputElement, TuneOptions, TuneProblem};
-use sparsek::tune::{Plan, PlanCache, PlanSource};
+use sparsek::tune::{KernelFamily, Plan, PlanCache, PlanSource};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Scalar, f16};
 use sparsek_tests::{exact_operands, gpu, gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
 
@@ -80,8 +80,25 @@ fn padding_untouched<TC: Scalar>(got: &Matrix<TC>, before: &Matrix<TC>) -> Resul
 
 /// Runs one case on the GPU with the product kernels and compares with the oracle; Err describes the failure
 /// with everything needed to reproduce it.
+/// Where the built-in heuristic takes the sm_90a short-row kernel, the five-stage sm_90a kernel runs the same case
+/// too: the random shapes have short rows, and both kernels must stay tested on them.
 fn run_case<TC: OutputElement>(gpu: &Gpu, case: &Case) -> Result<(), String> {
-    run_case_with::<TC>(gpu, case, |a, b, c, ep| gpu.spmm(a, b, c, ep))
+    let short = std::cell::Cell::new(false);
+    run_case_with::<TC>(gpu, case, |a, b, c, ep| {
+        short.set(takes_short_rows::<TC>(gpu, a, b.cols()));
+        gpu.spmm(a, b, c, ep)
+    })?;
+    if short.get() {
+        run_plan::<TC>(gpu, case, &Plan::new(KernelFamily::Hopper)).map_err(|e| format!("five-stage sm_90a: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Whether the built-in heuristic serves `a` times `n` columns (row-major B and C) with the sm_90a short-row kernel.
+fn takes_short_rows<TC: OutputElement>(gpu: &Gpu, a: &DeviceBsr, n: usize) -> bool {
+    let types = (InType::F16, Layout::RowMajor, TC::OUT_TYPE, Layout::RowMajor);
+    gpu.plan_kernel(a.block_size(), types, (a.rows(), a.cols(), n), a.nnzb(), Some(a.max_row_blocks()))
+        .is_some_and(|c| c.plan.family == KernelFamily::HopperShort)
 }
 
 /// [`run_case`] with any launch (a tuning variant, for instance).
@@ -306,10 +323,10 @@ fn every_tuner_candidate_matches_oracle() {
         };
         check(&case).unwrap_or_else(|e| panic!("{test}: {e}"));
     }
-    // Every family this GPU has was measured (decode: bs 32-128; mid: bs 64 and 128; sm90a: on an H100/H200 with
-    // the module on).
+    // Every family this GPU has was measured (decode: bs 32-128; mid: bs 64 and 128; sm90a and sm90a-short: on an
+    // H100/H200 with the module on).
     let all = sparsek::tune::KernelFamily::ALL.len();
-    let expected = if gpu.hopper_module().is_some() { all } else { all - 1 };
+    let expected = if gpu.hopper_module().is_some() { all } else { all - 2 };
     let families = families.into_inner();
     assert_eq!(families.len(), expected, "{test}: families measured: {families:?}");
     // On the raw stderr handle (libtest captures eprintln! of passing tests): what the test covered.
@@ -420,14 +437,25 @@ fn exact_case(gpu: &Gpu, bs: usize, block_rows: usize, block_cols: usize, n: usi
         let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
         assert!(a.nnzb() == 0 || expected.as_slice().iter().any(|v| *v != 0.0), "vacuous exact case");
         let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
-        let mut c_d = gpu.upload_matrix(&c0).unwrap();
-        gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
-        let got = c_d.to_host().unwrap();
-        let report = compare_exact(&got, &expected);
-        assert!(
-            report.passed(),
-            "exact bs{bs}::m{m}_n{n}_k{k} pattern={pattern} beta={beta} density={density} seed={seed}: {report}"
-        );
+        // The heuristic's kernel, and the five-stage sm_90a one where the heuristic takes the short-row kernel.
+        let mut plans = vec![None];
+        if takes_short_rows::<f32>(gpu, &a_d, n) {
+            plans.push(Some(Plan::new(KernelFamily::Hopper)));
+        }
+        for plan in plans {
+            let mut c_d = gpu.upload_matrix(&c0).unwrap();
+            match &plan {
+                None => gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap(),
+                Some(p) => gpu.spmm_with_plan(p, &a_d, &b_d, &mut c_d, ep).unwrap(),
+            }
+            let got = c_d.to_host().unwrap();
+            let report = compare_exact(&got, &expected);
+            assert!(
+                report.passed(),
+                "exact bs{bs}::m{m}_n{n}_k{k} pattern={pattern} beta={beta} density={density} seed={seed} \
+                 plan={plan:?}: {report}"
+            );
+        }
     }
 }
 
@@ -509,6 +537,54 @@ fn small_grids_take_the_narrow_and_mid_tiles() {
     }
 }
 
+/// The short-row rule: on an H100/H200 with the sm_90a module, a bs-64 launch of more than
+/// `sparsek_layout::NARROW_MAX_N` columns whose rows hold at most `sparsek_layout::SHORT_ROW_MAX_K_TILES` k-tiles
+/// (blocks) on average takes the `_short` kernel (family sm90a-short), any other launch keeps its kernel, and
+/// `Gpu::with_short_rows(false)` gives the five-stage one. Every case bit-exact against the oracle on both.
+#[test]
+fn short_rows_take_the_short_row_kernel() {
+    let test = "short_rows_take_the_short_row_kernel";
+    let Some(off) = own_gpu(test, |g| g.with_short_rows(false)) else { return };
+    let on = gpu(test).unwrap();
+    let hopper = on.hopper_module().is_some();
+    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
+    let limit = sparsek_layout::SHORT_ROW_MAX_K_TILES;
+    // (bs, block rows, block columns, n, pattern, density): dense rows of exactly `block columns` blocks, and
+    // skewed rows whose mean is below the limit although one row is long.
+    let cases = [
+        (64usize, 16usize, limit, 256usize, Pattern::Dense, 1.0f64),
+        (64, 16, limit + 1, 256, Pattern::Dense, 1.0),
+        (64, 16, limit, 65, Pattern::Dense, 1.0),
+        (64, 16, limit, 64, Pattern::Dense, 1.0),
+        (64, 40, 16, 300, Pattern::Skewed, 0.3),
+        (64, 3, 2, 1000, Pattern::Uniform, 0.7),
+        (128, 8, limit / 2, 256, Pattern::Dense, 1.0),
+    ];
+    for (i, &(bs, block_rows, block_cols, n, pattern, density)) in cases.iter().enumerate() {
+        let (m, k) = (block_rows * bs, block_cols * bs);
+        let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, density, 0.0, 700 + i as u64);
+        let ctx = format!("bs{bs} {m}x{k}x{n} {pattern}: {} blocks in {block_rows} block rows", a.nnzb());
+        let with = on.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
+        let without = off.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
+        let short = hopper && bs == 64 && n > sparsek_layout::NARROW_MAX_N && a.nnzb() <= limit * block_rows;
+        assert_eq!(with.plan.family == KernelFamily::HopperShort, short, "{ctx}: got {}", with.kernel);
+        assert_eq!(with.kernel.ends_with("_short"), short, "{ctx}: got {}", with.kernel);
+        assert_ne!(without.plan.family, KernelFamily::HopperShort, "{ctx}: short rows are off");
+        if short {
+            assert_eq!(without.plan.family, KernelFamily::Hopper, "{ctx}");
+            assert_eq!((with.config.stages, without.config.stages), (4, 5), "{ctx}");
+        } else {
+            assert_eq!(with.kernel, without.kernel, "{ctx}");
+        }
+        let ep = Epilogue::new(1.0, 0.0);
+        let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
+        for (g, what) in [(on, with.kernel), (&off, without.kernel)] {
+            let report = compare_exact(&spmm_once(g, &a, &b, &c0, ep), &expected);
+            assert!(report.passed(), "{ctx} on {what}: {report}");
+        }
+    }
+}
+
 /// A grid of more than one wave (asserted): bs 16 (the wide tile), 1024 block rows and two N tiles, so
 /// the launcher keeps the longest-rows-first order (one-wave grids take the natural order), bit-exact against the
 /// oracle on skewed and uniform rows.
@@ -583,8 +659,17 @@ fn back_to_back_random_launches_all_match() {
         let expected = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap();
         let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
         let mut c_d = gpu.upload_matrix(&c0).unwrap();
-        gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
-        let ctx = format!("launch {i}: m={m} k={k} n={n} bs={bs} nnzb={} {pattern} beta={beta} seed={seed}", a.nnzb());
+        // Every other launch the heuristic gives the sm_90a short-row kernel takes the five-stage one instead.
+        let five_stage = i % 2 == 1 && takes_short_rows::<f32>(gpu, &a_d, n);
+        if five_stage {
+            gpu.spmm_with_plan(&Plan::new(KernelFamily::Hopper), &a_d, &b_d, &mut c_d, ep).unwrap();
+        } else {
+            gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+        }
+        let ctx = format!(
+            "launch {i}: m={m} k={k} n={n} bs={bs} nnzb={} {pattern} beta={beta} seed={seed} five-stage={five_stage}",
+            a.nnzb()
+        );
         queued.push((a_d, b_d, c_d, expected, ctx));
     }
     for (_, _, c_d, expected, ctx) in &queued {

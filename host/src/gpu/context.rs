@@ -84,6 +84,8 @@ pub struct Gpu {
     use_decode: bool,
     /// Whether small grids take the narrow and mid tiles ([`Gpu::with_small_grids`]).
     use_small_grids: bool,
+    /// Whether launches may use the sm_90a short-row kernels ([`Gpu::with_short_rows`]).
+    use_short_rows: bool,
     info: DeviceInfo,
     plans: Plans,
     /// How the narrow kernels split long block rows ([`Gpu::with_row_split`]).
@@ -192,6 +194,7 @@ impl Gpu {
             use_hopper: true,
             use_decode: true,
             use_small_grids: true,
+            use_short_rows: true,
             info,
             plans,
             row_split: RowSplit::Auto,
@@ -263,6 +266,14 @@ impl Gpu {
         self
     }
 
+    /// Whether launches may use the sm_90a kernels for short rows (bs 64, [`sparsek_layout::HOPPER_SHORT_CONFIGS`];
+    /// the default: yes). `false` gives rows of every length the [`KernelFamily::Hopper`] kernel, and the tuner
+    /// does not measure them: for comparisons and tests of that kernel on short rows.
+    pub fn with_short_rows(mut self, enabled: bool) -> Self {
+        self.use_short_rows = enabled;
+        self
+    }
+
     /// The sm_90a module's name and description, when it is loaded and enabled ([`Gpu::with_hopper`]).
     pub fn hopper_module(&self) -> Option<(&'static str, &'static str)> {
         self.active_hopper().map(|r| (r.name, r.description))
@@ -317,7 +328,8 @@ impl Gpu {
     /// The kernel of `family` for blocks of `bs` with `types` (inputs, B's order, output), when this GPU has it
     /// and may use it on `nnzb` blocks and `n` columns: the decode kernels unless [`Gpu::with_decode`] turned them
     /// off; the mid family's tile of 64 columns from [`sparsek_layout::MID64_MIN_N`] columns where the block size
-    /// has one, else its tile of 32; the sm_90a ones where that module is loaded and enabled, with at least one
+    /// has one, else its tile of 32; the sm_90a ones where that module is loaded and enabled (the short-row ones
+    /// unless [`Gpu::with_short_rows`] turned them off), with at least one
     /// block (a tensor map cannot describe none) and `nnzb * bs` below 2^32 (their row coordinates are 32-bit).
     pub(crate) fn family_kernel(
         &self,
@@ -335,9 +347,13 @@ impl Gpu {
                 .flatten()
                 .or_else(|| self.product.find(op, bs, types, Tile::Mid)),
             KernelFamily::Wide => self.product.find(op, bs, types, Tile::Wide),
-            KernelFamily::Hopper => {
+            KernelFamily::Hopper | KernelFamily::HopperShort => {
                 let fits = (nnzb as u64).saturating_mul(u64::from(bs)) <= u64::from(u32::MAX);
-                self.active_hopper().filter(|_| nnzb > 0 && fits)?.find(op, bs, types, Tile::Wide)
+                let (tile, allowed) = match family {
+                    KernelFamily::Hopper => (Tile::Wide, true),
+                    _ => (Tile::ShortRows, self.use_short_rows),
+                };
+                self.active_hopper().filter(|_| allowed && nnzb > 0 && fits)?.find(op, bs, types, tile)
             }
         }
     }
@@ -345,7 +361,8 @@ impl Gpu {
     /// The built-in heuristic: the decode kernels where [`Gpu::decode_serves`] says so; for a small grid
     /// ([`Gpu::small_grid_serves`]) the mid tile where its grid has at least half as many CTAs as the GPU has SMs,
     /// else the narrow tile; else the sm_90a ones above [`sparsek_layout::NARROW_MAX_N`] columns where
-    /// [`Gpu::family_kernel`] has them; else the mid tile from [`sparsek_layout::MID_MIN_N`] to `NARROW_MAX_N`
+    /// [`Gpu::family_kernel`] has them (the short-row kernel where the block size has one and the rows hold at most
+    /// [`sparsek_layout::SHORT_ROW_MAX_K_TILES`] k-tiles on average: `nnzb` over `block_rows`); else the mid tile from [`sparsek_layout::MID_MIN_N`] to `NARROW_MAX_N`
     /// columns and the narrow tile up to `NARROW_MAX_N`, where the block size has one; else the wide tile.
     /// Rasterization groups: the launcher's.
     pub(crate) fn heuristic_plan(
@@ -364,10 +381,15 @@ impl Gpu {
             && self
                 .family_kernel(KernelFamily::Mid, op, bs, types, (nnzb, n))
                 .is_some_and(|k| block_rows.saturating_mul(n.div_ceil(k.config().bn as usize)) >= half_the_sms);
+        let short_rows = self.family_kernel(KernelFamily::HopperShort, op, bs, types, (nnzb, n)).is_some_and(|k| {
+            let k_tiles_per_block = (bs / k.config().bk.max(1)).max(1) as usize;
+            nnzb.saturating_mul(k_tiles_per_block) <= sparsek_layout::SHORT_ROW_MAX_K_TILES.saturating_mul(block_rows)
+        });
         let order = [
             (KernelFamily::Decode, self.decode_serves(bs, n, block_rows)),
             (KernelFamily::Mid, mid_fills),
             (KernelFamily::Narrow, small),
+            (KernelFamily::HopperShort, !narrow && short_rows),
             (KernelFamily::Hopper, !narrow),
             (KernelFamily::Mid, narrow && n >= sparsek_layout::MID_MIN_N),
             (KernelFamily::Narrow, narrow),
@@ -439,7 +461,7 @@ impl Gpu {
             .filter(|f| match f {
                 KernelFamily::Decode => n <= 64,
                 KernelFamily::Narrow | KernelFamily::Mid => n <= SMALL_GRID_MAX_N,
-                KernelFamily::Wide | KernelFamily::Hopper => true,
+                KernelFamily::Wide | KernelFamily::Hopper | KernelFamily::HopperShort => true,
             })
             .filter_map(|f| self.family_kernel(f, Op::BsrSpmm, bs, types, (nnzb, n)).map(|k| (f, k)))
             .collect()
@@ -492,16 +514,17 @@ impl Gpu {
     }
 
     /// The entry point that serves a product of blocks of `bs` with `types` (inputs, B's order, output) at `n`
-    /// columns over a nonempty A of `block_rows` block rows by the built-in heuristic (`sparsek info`, benchmark
-    /// records; a tuned plan may choose another: [`Gpu::plan_kernel`]), and whether it is an sm_90a kernel.
+    /// columns over an A of `block_rows` block rows holding `nnzb` blocks (at least one) by the built-in heuristic
+    /// (`sparsek info`, benchmark records; a tuned plan may choose another: [`Gpu::plan_kernel`]), and whether it
+    /// is an sm_90a kernel.
     pub fn serving_kernel(
         &self,
         bs: u32,
         types: (InType, Layout, OutType),
         n: usize,
-        block_rows: usize,
+        (block_rows, nnzb): (usize, usize),
     ) -> Option<(&'static str, bool)> {
-        self.heuristic_plan(Op::BsrSpmm, bs, types, n, 1, block_rows)
+        self.heuristic_plan(Op::BsrSpmm, bs, types, n, nnzb.max(1), block_rows)
             .map(|(_, k)| (k.variant.name, k.variant.arch == sparsek_layout::Arch::Sm90a))
     }
 

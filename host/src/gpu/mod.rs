@@ -41,7 +41,7 @@ pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};
 pub use registry::KernelReport;
 pub use schedule::{TileGrid, TileSchedule};
-pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline};
+pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline, SHORT_ROW_MAX_K_TILES};
 pub use split::{
     RowSplit, SPLIT_COUNTERS, SPLIT_PART_BYTES, SPLIT_PART_MAX_GROWN_K_TILES, SPLIT_PART_SHORT_K_TILES,
     SPLIT_PARTIALS_BYTES, SplitChoice, SplitLimits, split_choice,

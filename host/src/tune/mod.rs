@@ -34,14 +34,24 @@ pub enum KernelFamily {
     Wide,
     /// The sm_90a module's TMA + wgmma kernels (bs 64 and 128 on H100 / H200, at least one block).
     Hopper,
+    /// The sm_90a module's kernel for short rows (bs 64): the [`KernelFamily::Hopper`] kernel with one ring stage
+    /// fewer and two output staging buffers per consumer warpgroup. Made for rows of few k-tiles
+    /// ([`sparsek_layout::SHORT_ROW_MAX_K_TILES`] on average); any shape works.
+    HopperShort,
 }
 
 impl KernelFamily {
     /// Every family, in the order the tuner measures them.
-    pub const ALL: [KernelFamily; 5] =
-        [KernelFamily::Decode, KernelFamily::Narrow, KernelFamily::Mid, KernelFamily::Wide, KernelFamily::Hopper];
+    pub const ALL: [KernelFamily; 6] = [
+        KernelFamily::Decode,
+        KernelFamily::Narrow,
+        KernelFamily::Mid,
+        KernelFamily::Wide,
+        KernelFamily::Hopper,
+        KernelFamily::HopperShort,
+    ];
 
-    /// "decode", "narrow", "mid", "wide" or "sm90a" (the cache file's spelling).
+    /// "decode", "narrow", "mid", "wide", "sm90a" or "sm90a-short" (the cache file's spelling).
     pub const fn name(self) -> &'static str {
         match self {
             KernelFamily::Decode => "decode",
@@ -49,6 +59,7 @@ impl KernelFamily {
             KernelFamily::Mid => "mid",
             KernelFamily::Wide => "wide",
             KernelFamily::Hopper => "sm90a",
+            KernelFamily::HopperShort => "sm90a-short",
         }
     }
 
