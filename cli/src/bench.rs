@@ -107,6 +107,11 @@ impl ModuleChoice {
         self != ModuleChoice::NoDecode
     }
 
+    /// Whether short bs-64 rows may use the sm_90a short-row kernels (`Gpu::with_short_rows`).
+    pub fn short_rows(self) -> bool {
+        self != ModuleChoice::NoShortRows
+    }
+
     /// Opens GPU `device` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles
     /// scheduled as `schedule` says, or says why there is none (the line starts with `what`, the command) and
     /// returns `None`.
@@ -115,7 +120,7 @@ impl ModuleChoice {
             Ok(g) => Some(
                 g.with_hopper(self.hopper())
                     .with_decode(self.decode())
-                    .with_short_rows(self != ModuleChoice::NoShortRows)
+                    .with_short_rows(self.short_rows())
                     .with_row_split(split)
                     .with_tile_schedule(schedule),
             ),

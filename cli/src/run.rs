@@ -75,8 +75,8 @@ pub struct RunArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
-    /// Which kernels run: `auto` (the library's choice), `sm80` (the portable module only) or `no-decode` (the
-    /// library's choice without the decode kernels).
+    /// Which kernels run: `auto` (the library's choice), `sm80` (the portable module only), `no-decode` (the
+    /// library's choice without the decode kernels) or `no-short-rows` (without the sm_90a short-row kernels).
     #[arg(long, value_enum, default_value_t = crate::bench::ModuleChoice::Auto)]
     module: crate::bench::ModuleChoice,
     /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice),
@@ -191,6 +191,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
         match Gpu::new(args.device).map(|g| {
             g.with_hopper(args.module.hopper())
                 .with_decode(args.module.decode())
+                .with_short_rows(args.module.short_rows())
                 .with_row_split(args.split)
                 .with_tile_schedule(args.schedule.into())
         }) {

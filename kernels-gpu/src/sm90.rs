@@ -44,7 +44,7 @@
 //! parity names the phase meant only if the slot's previous phase has completed: the set's own previous k-tile,
 //! or, at a tile's start, the other set's, which the turn barrier guarantees.
 //!
-//! bs 64 has two kernels per type: five stages and one staging buffer per warpgroup, and for short rows
+//! bs 64 with f32 C has two kernels per type: five stages and one staging buffer per warpgroup, and for short rows
 //! (`_short`, `layout::HOPPER_SHORT_CONFIGS`) four stages and two buffers; the template is the same.
 
 use crate::epilogue::{
@@ -723,7 +723,7 @@ mod product {
         false,
         u16,
         OutType::F16,
-        [sparsek_sm90_bs64_f16_brow_f16, sparsek_sm90_bs128_f16_brow_f16, sparsek_sm90_bs64_f16_brow_f16_short]
+        [sparsek_sm90_bs64_f16_brow_f16, sparsek_sm90_bs128_f16_brow_f16]
     );
     hopper_kernels!(
         F16In,
@@ -741,7 +741,7 @@ mod product {
         true,
         u16,
         OutType::F16,
-        [sparsek_sm90_bs64_f16_bcol_f16, sparsek_sm90_bs128_f16_bcol_f16, sparsek_sm90_bs64_f16_bcol_f16_short]
+        [sparsek_sm90_bs64_f16_bcol_f16, sparsek_sm90_bs128_f16_bcol_f16]
     );
     hopper_kernels!(
         Bf16In,
@@ -759,7 +759,7 @@ mod product {
         false,
         Bf16,
         OutType::Bf16,
-        [sparsek_sm90_bs64_bf16_brow_bf16, sparsek_sm90_bs128_bf16_brow_bf16, sparsek_sm90_bs64_bf16_brow_bf16_short]
+        [sparsek_sm90_bs64_bf16_brow_bf16, sparsek_sm90_bs128_bf16_brow_bf16]
     );
     hopper_kernels!(
         Bf16In,
@@ -777,6 +777,6 @@ mod product {
         true,
         Bf16,
         OutType::Bf16,
-        [sparsek_sm90_bs64_bf16_bcol_bf16, sparsek_sm90_bs128_bf16_bcol_bf16, sparsek_sm90_bs64_bf16_bcol_bf16_short]
+        [sparsek_sm90_bs64_bf16_bcol_bf16, sparsek_sm90_bs128_bf16_bcol_bf16]
     );
 }

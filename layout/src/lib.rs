@@ -840,9 +840,10 @@ pub const fn hopper_config_for(bs: u32) -> Option<KernelConfig> {
 
 /// Configurations of the sm_90a kernels for short rows ([`Tile::ShortRows`]): bs 64's [`HOPPER_CONFIGS`] entry
 /// with four ring stages instead of five, which leaves room for a second output staging buffer per consumer
-/// warpgroup. A tile of few k-tiles spends much of its time in the epilogue, where each of its 8 staging chunks
-/// otherwise waits for the TMA to have read the one before. Measured on an H200 (docs/perf-notes.md, Hopper steps 12
-/// and 17): faster on rows of up to [`SHORT_ROW_MAX_K_TILES`] k-tiles, slower on longer ones, where the fifth
+/// warpgroup. A tile of few k-tiles spends much of its time in the epilogue, where each of its 8 f32 staging
+/// chunks otherwise waits for the TMA to have read the one before. Compiled for f32 C only: a 16-bit C has half
+/// the chunks, and there the second buffer measured level. Measured on an H200 (docs/perf-notes.md, Hopper steps
+/// 12 and 17): faster on rows of up to [`SHORT_ROW_MAX_K_TILES`] k-tiles, slower on longer ones, where the fifth
 /// stage is worth more. bs 128 has two buffers already (step 13: more cost it a stage and were slower).
 pub const HOPPER_SHORT_CONFIGS: [KernelConfig; 1] = [KernelConfig { stages: 4, ..HOPPER_CONFIGS[0] }];
 
@@ -922,8 +923,8 @@ pub enum Tile {
     /// The wide mid tile of [`MID64_CONFIGS`] (BN 64): [`MID64_MIN_N`] to [`NARROW_MAX_N`] columns, where the block
     /// size has one (bs 64), instead of the mid tile.
     Mid64,
-    /// The sm_90a product tile for short rows ([`HOPPER_SHORT_CONFIGS`], bs 64): every N, taken instead of the
-    /// [`Tile::Wide`] sm_90a kernel for rows of at most [`SHORT_ROW_MAX_K_TILES`] k-tiles on average.
+    /// The sm_90a product tile for short rows ([`HOPPER_SHORT_CONFIGS`], bs 64, f32 C): every N, taken instead of
+    /// the [`Tile::Wide`] sm_90a kernel for rows of at most [`SHORT_ROW_MAX_K_TILES`] k-tiles on average.
     ShortRows,
 }
 
@@ -1193,8 +1194,8 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// output type (f32, or the input's own 16-bit type); the narrow-tile kernels (block sizes with a
 /// [`NARROW_CONFIGS`] entry) add the suffix `_n16`, the mid-tile kernels ([`MID_CONFIGS`]) `_n32`, the wide
 /// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels are named
-/// `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`]) with the suffix `_short`.
-pub const VARIANTS: [Variant; 164] = [
+/// `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with the suffix `_short`.
+pub const VARIANTS: [Variant; 160] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -1352,13 +1353,9 @@ pub const VARIANTS: [Variant; 164] = [
     hopper("sparsek_sm90_bs64_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     hopper("sparsek_sm90_bs128_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
     hopper_short("sparsek_sm90_bs64_f16_brow_f32_short", InType::F16, Layout::RowMajor, OutType::F32, 64),
-    hopper_short("sparsek_sm90_bs64_f16_brow_f16_short", InType::F16, Layout::RowMajor, OutType::F16, 64),
     hopper_short("sparsek_sm90_bs64_f16_bcol_f32_short", InType::F16, Layout::ColMajor, OutType::F32, 64),
-    hopper_short("sparsek_sm90_bs64_f16_bcol_f16_short", InType::F16, Layout::ColMajor, OutType::F16, 64),
     hopper_short("sparsek_sm90_bs64_bf16_brow_f32_short", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
-    hopper_short("sparsek_sm90_bs64_bf16_brow_bf16_short", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
     hopper_short("sparsek_sm90_bs64_bf16_bcol_f32_short", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
-    hopper_short("sparsek_sm90_bs64_bf16_bcol_bf16_short", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
 ];
 
 /// The variant named `name` (a compile-time lookup for the kernels' entry points).
@@ -1759,7 +1756,9 @@ mod tests {
                 + DECODE_CONFIGS.len())
         );
         let hopper = VARIANTS.iter().filter(|v| v.module == Module::Hopper);
-        assert_eq!(hopper.count(), 8 * (HOPPER_CONFIGS.len() + HOPPER_SHORT_CONFIGS.len()));
+        // The short-row kernels: f32 C only.
+        assert_eq!(hopper.count(), 8 * HOPPER_CONFIGS.len() + 4 * HOPPER_SHORT_CONFIGS.len());
+        assert!(VARIANTS.iter().all(|v| v.tile != Tile::ShortRows || v.out == OutType::F32));
         for v in VARIANTS.iter().filter(|v| v.module != Module::Tuning) {
             // Each product and sm_90a kernel runs its tile's configuration for its block size.
             let config = match (v.module, v.tile) {

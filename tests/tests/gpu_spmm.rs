@@ -539,7 +539,8 @@ fn small_grids_take_the_narrow_and_mid_tiles() {
 
 /// The short-row rule: on an H100/H200 with the sm_90a module, a bs-64 launch of more than
 /// `sparsek_layout::NARROW_MAX_N` columns whose rows hold at most `sparsek_layout::SHORT_ROW_MAX_K_TILES` k-tiles
-/// (blocks) on average takes the `_short` kernel (family sm90a-short), any other launch keeps its kernel, and
+/// (blocks) on average and an f32 C takes the `_short` kernel (family sm90a-short), any other launch keeps its
+/// kernel, and
 /// `Gpu::with_short_rows(false)` gives the five-stage one. Every case bit-exact against the oracle on both.
 #[test]
 fn short_rows_take_the_short_row_kernel() {
@@ -570,6 +571,9 @@ fn short_rows_take_the_short_row_kernel() {
         assert_eq!(with.plan.family == KernelFamily::HopperShort, short, "{ctx}: got {}", with.kernel);
         assert_eq!(with.kernel.ends_with("_short"), short, "{ctx}: got {}", with.kernel);
         assert_ne!(without.plan.family, KernelFamily::HopperShort, "{ctx}: short rows are off");
+        // A 16-bit C keeps the five-stage kernel (the short-row kernels are f32 C only).
+        let f16_out = on.plan_kernel(bs, (types.0, types.1, OutType::F16, types.3), (m, k, n), a.nnzb(), None);
+        assert_ne!(f16_out.map(|c| c.plan.family), Some(KernelFamily::HopperShort), "{ctx}: f16 C");
         if short {
             assert_eq!(without.plan.family, KernelFamily::Hopper, "{ctx}");
             assert_eq!((with.config.stages, without.config.stages), (4, 5), "{ctx}");

@@ -34,8 +34,8 @@ pub enum KernelFamily {
     Wide,
     /// The sm_90a module's TMA + wgmma kernels (bs 64 and 128 on H100 / H200, at least one block).
     Hopper,
-    /// The sm_90a module's kernel for short rows (bs 64): the [`KernelFamily::Hopper`] kernel with one ring stage
-    /// fewer and two output staging buffers per consumer warpgroup. Made for rows of few k-tiles
+    /// The sm_90a module's kernel for short rows (bs 64, f32 C): the [`KernelFamily::Hopper`] kernel with one ring
+    /// stage fewer and two output staging buffers per consumer warpgroup. Made for rows of few k-tiles
     /// ([`sparsek_layout::SHORT_ROW_MAX_K_TILES`] on average); any shape works.
     HopperShort,
 }
