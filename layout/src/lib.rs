@@ -1193,8 +1193,9 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
 /// output type (f32, or the input's own 16-bit type); the narrow-tile kernels (block sizes with a
 /// [`NARROW_CONFIGS`] entry) add the suffix `_n16`, the mid-tile kernels ([`MID_CONFIGS`]) `_n32`, the wide
-/// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels are named
-/// `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with the suffix `_short`.
+/// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels
+/// are named `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with
+/// the suffix `_short`.
 pub const VARIANTS: [Variant; 160] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),

@@ -362,8 +362,9 @@ impl Gpu {
     /// ([`Gpu::small_grid_serves`]) the mid tile where its grid has at least half as many CTAs as the GPU has SMs,
     /// else the narrow tile; else the sm_90a ones above [`sparsek_layout::NARROW_MAX_N`] columns where
     /// [`Gpu::family_kernel`] has them (the short-row kernel where the block size has one and the rows hold at most
-    /// [`sparsek_layout::SHORT_ROW_MAX_K_TILES`] k-tiles on average: `nnzb` over `block_rows`); else the mid tile from [`sparsek_layout::MID_MIN_N`] to `NARROW_MAX_N`
-    /// columns and the narrow tile up to `NARROW_MAX_N`, where the block size has one; else the wide tile.
+    /// [`sparsek_layout::SHORT_ROW_MAX_K_TILES`] k-tiles on average: `nnzb` over `block_rows`); else the mid tile
+    /// from [`sparsek_layout::MID_MIN_N`] to `NARROW_MAX_N` columns and the narrow tile up to `NARROW_MAX_N`, where
+    /// the block size has one; else the wide tile.
     /// Rasterization groups: the launcher's.
     pub(crate) fn heuristic_plan(
         &self,
