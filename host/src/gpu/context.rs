@@ -382,15 +382,19 @@ impl Gpu {
             && self
                 .family_kernel(KernelFamily::Mid, op, bs, types, (nnzb, n))
                 .is_some_and(|k| block_rows.saturating_mul(n.div_ceil(k.config().bn as usize)) >= half_the_sms);
-        let short_rows = self.family_kernel(KernelFamily::HopperShort, op, bs, types, (nnzb, n)).is_some_and(|k| {
-            let k_tiles_per_block = (bs / k.config().bk.max(1)).max(1) as usize;
-            nnzb.saturating_mul(k_tiles_per_block) <= sparsek_layout::SHORT_ROW_MAX_K_TILES.saturating_mul(block_rows)
-        });
+        // Looked up only above NARROW_MAX_N columns, where it can serve (the decode launches skip it). A loaded
+        // kernel's BK divides its bs (KernelConfig::check).
+        let short_rows = !narrow
+            && self.family_kernel(KernelFamily::HopperShort, op, bs, types, (nnzb, n)).is_some_and(|k| {
+                let k_tiles_per_block = (bs / k.config().bk) as usize;
+                nnzb.saturating_mul(k_tiles_per_block)
+                    <= sparsek_layout::SHORT_ROW_MAX_K_TILES.saturating_mul(block_rows)
+            });
         let order = [
             (KernelFamily::Decode, self.decode_serves(bs, n, block_rows)),
             (KernelFamily::Mid, mid_fills),
             (KernelFamily::Narrow, small),
-            (KernelFamily::HopperShort, !narrow && short_rows),
+            (KernelFamily::HopperShort, short_rows),
             (KernelFamily::Hopper, !narrow),
             (KernelFamily::Mid, narrow && n >= sparsek_layout::MID_MIN_N),
             (KernelFamily::Narrow, narrow),
