@@ -94,6 +94,8 @@ pub enum ModuleChoice {
     /// The library's choice without the sm_90a short-row kernels: bs 64 rows of every length take the
     /// five-stage sm_90a kernel (for comparisons).
     NoShortRows,
+    /// The library's choice without marking A evict-first in L2 when a launch reads it once (for comparisons).
+    NoEvictFirst,
 }
 
 impl ModuleChoice {
@@ -112,6 +114,11 @@ impl ModuleChoice {
         self != ModuleChoice::NoShortRows
     }
 
+    /// Whether launches that read A once mark it evict-first in L2 (`Gpu::with_a_evict_first`).
+    pub fn a_evict_first(self) -> bool {
+        self != ModuleChoice::NoEvictFirst
+    }
+
     /// Opens GPU `device` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles
     /// scheduled as `schedule` says, or says why there is none (the line starts with `what`, the command) and
     /// returns `None`.
@@ -121,6 +128,7 @@ impl ModuleChoice {
                 g.with_hopper(self.hopper())
                     .with_decode(self.decode())
                     .with_short_rows(self.short_rows())
+                    .with_a_evict_first(self.a_evict_first())
                     .with_row_split(split)
                     .with_tile_schedule(schedule),
             ),
@@ -177,8 +185,8 @@ pub struct BenchArgs {
     device: usize,
     /// Which kernels sparsek launches: `auto` (the library's choice: the sm_90a kernels for bs 64 and 128 on an
     /// H100/H200, the decode kernels at N <= 16), `sm80` (the portable module everywhere), `no-decode` (the
-    /// narrow tile at N <= 16 too) or `no-short-rows` (the five-stage sm_90a kernel for short bs-64 rows too),
-    /// for comparisons.
+    /// narrow tile at N <= 16 too), `no-short-rows` (the five-stage sm_90a kernel for short bs-64 rows too) or
+    /// `no-evict-first` (A not marked evict-first in L2 when a launch reads it once), for comparisons.
     #[arg(long, value_enum, default_value_t = ModuleChoice::Auto)]
     module: ModuleChoice,
     /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice:

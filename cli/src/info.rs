@@ -19,6 +19,13 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     println!("  SMs                  {}", i.sm_count);
     println!("  SM clock (max)       {} MHz", i.sm_clock_khz / 1000);
     println!("  L2 cache             {:.1} MiB", i.l2_bytes as f64 / (1 << 20) as f64);
+    match i.max_access_policy_window {
+        0 => println!("  L2 policy windows    none (decode launches do not mark A evict-first)"),
+        w => println!(
+            "  L2 policy windows    up to {:.0} MiB (decode launches mark up to that much of A evict-first)",
+            w as f64 / (1 << 20) as f64
+        ),
+    }
     println!("  shared mem / block   {} KiB (opt-in)", i.smem_per_block_optin / 1024);
     println!("  shared mem / SM      {} KiB", i.smem_per_sm / 1024);
     println!("  memory               {:.1} GiB", i.total_mem as f64 / (1u64 << 30) as f64);

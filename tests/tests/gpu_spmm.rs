@@ -707,6 +707,33 @@ fn repeated_launches_are_bit_identical() {
     }
 }
 
+/// A decode launch that reads A once (at most 64 columns in one N tile: the narrow, mid and decode kernels)
+/// carries an L2 access policy window marking A's values evict-first (`Gpu::with_a_evict_first`); launches of
+/// several N tiles and wide ones go without it. Every result passes the oracle and equals a plain launch's bit for
+/// bit: the window decides which lines L2 evicts first, never a value.
+#[test]
+fn a_evict_first_launches_match_plain_launches() {
+    let test = "a_evict_first_launches_match_plain_launches";
+    let Some(gpu) = gpu(test) else { return };
+    let Some(plain) = own_gpu(test, |g| g.with_a_evict_first(false)) else { return };
+    let (m, k) = (4096, 1024);
+    for bs in [16, 32, 64, 128] {
+        let a: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 0.3, 40 + bs as u64).unwrap();
+        for n in [1, 16, 40, 64, 200, 300] {
+            let b = Matrix::<f16>::random(k, n, 41 + n as u64).unwrap();
+            let c0 = Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap();
+            let ep = Epilogue::default();
+            let expected = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap();
+            let marked = spmm_once(gpu, &a, &b, &c0, ep);
+            let report = expected.check(&marked);
+            assert!(report.passed(), "bs{bs} n={n}, A evict-first: {report}");
+            let unmarked = spmm_once(&plain, &a, &b, &c0, ep);
+            let same = marked.as_slice().iter().zip(unmarked.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "bs{bs} n={n}: A evict-first and plain launches differ");
+        }
+    }
+}
+
 /// `Gpu`, `DeviceBsr` and `DeviceMatrix` are `Send + Sync`: several threads launch on one `Gpu`, half of them on
 /// the default stream and half on streams of their own, each into its own C, and every result is bit-identical to
 /// a single-threaded launch (which passes the oracle). cudarc's event tracking orders each download after the

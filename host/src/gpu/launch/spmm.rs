@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, Layout, Op, Pipeline};
+use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, Layout, NARROW_MAX_N, Op, Pipeline};
 
 use crate::Epilogue;
 use crate::error::{BsrError, Error, Result};
@@ -482,6 +482,10 @@ impl Gpu {
             None => (&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>(),
         };
         let mut args = [arg];
+        // A decode launch of one N tile reads each block of A once: its values are marked evict-first in L2
+        // (Gpu::with_a_evict_first).
+        let a_bytes = a.nnzb.saturating_mul(a.bs * a.bs * std::mem::size_of::<TA>());
+        let window = a_window(self.a_evict_first, (n, n_tiles), a_bytes, self.info().max_access_policy_window);
         // With split rows, the workspace's partial tiles (split_slots of them, checked by split_choice against its
         // size) and zeroed counters (block_rows * n_tiles of them, likewise) are this launch's alone: `ordered`
         // makes it wait for every earlier split launch.
@@ -504,15 +508,25 @@ impl Gpu {
             // meanwhile (SplitWorkspace::ordered); a persistent sm_90a launch holds the two scheduler counters, zero
             // before it (the kernel's last CTA resets them), claimed for this stream only when free or last used on
             // it (SplitWorkspace::claim_scheduler).
+            // The window only names A's values (an address range; nothing is read through it).
             unsafe {
-                cudarc::driver::result::launch_kernel(
-                    kernel.func.cu_function(),
-                    (ctas, 1, 1),
-                    (cfg.threads(), 1, 1),
-                    cfg.smem_bytes(),
-                    stream,
-                    &mut args,
-                )
+                match window {
+                    None => cudarc::driver::result::launch_kernel(
+                        kernel.func.cu_function(),
+                        (ctas, 1, 1),
+                        (cfg.threads(), 1, 1),
+                        cfg.smem_bytes(),
+                        stream,
+                        &mut args,
+                    ),
+                    Some(bytes) => launch_streaming(
+                        kernel.func.cu_function(),
+                        (ctas, cfg.threads(), cfg.smem_bytes()),
+                        stream,
+                        &mut args,
+                        (a.values, bytes),
+                    ),
+                }
             }
             .map_err(cuda("cuLaunchKernel (sparsek_bsr)"))
         };
@@ -582,9 +596,71 @@ pub(crate) fn raster_group_rows(
     r.clamp(1, block_rows).min(u32::MAX as usize) as u32
 }
 
+/// The bytes of A's values that a launch of `n` columns in `n_tiles` N tiles marks evict-first in L2 (an access
+/// policy window from A's first value), or `None` for a plain launch. Only when `enabled`
+/// ([`Gpu::with_a_evict_first`]), for the decode launches (at most [`NARROW_MAX_N`] columns: the narrow, mid and
+/// decode kernels) of one N tile (each block of A is read once: by one CTA, or one part of a split row), with
+/// values in A, on a GPU that takes windows (`max_window` bytes at most: a longer A is marked up to that). Measured
+/// on an H200, the decode launches were 1-6% faster with it and wide launches of one N tile level or 1.3% slower
+/// (docs/perf-notes.md, issue 12 step 13).
+pub(crate) fn a_window(
+    enabled: bool,
+    (n, n_tiles): (usize, usize),
+    a_bytes: usize,
+    max_window: usize,
+) -> Option<usize> {
+    let read_once = n <= NARROW_MAX_N && n_tiles == 1;
+    (enabled && read_once && a_bytes > 0 && max_window > 0).then(|| a_bytes.min(max_window))
+}
+
+/// `cuLaunchKernelEx` of `f` with `ctas` CTAs of `threads` threads and `smem` bytes of dynamic shared memory on
+/// `stream`, carrying an L2 access policy window over `window.1` bytes from `window.0` whose hits and misses are
+/// streaming (evict-first): the lines the kernel brings into L2 from there are the first to go.
+///
+/// # Safety
+/// As `cuLaunchKernel`: `f` is a loaded kernel whose parameters `args` point to, valid for its grid, block and
+/// shared memory, on a stream of its context. The window is an address range only; it need not be readable.
+unsafe fn launch_streaming(
+    f: cudarc::driver::sys::CUfunction,
+    (ctas, threads, smem): (u32, u32, u32),
+    stream: CUstream,
+    args: &mut [*mut std::ffi::c_void],
+    window: (CUdeviceptr, usize),
+) -> std::result::Result<(), cudarc::driver::DriverError> {
+    use cudarc::driver::sys::{
+        CUaccessPolicyWindow, CUaccessProperty, CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue,
+        CUlaunchConfig,
+    };
+    // SAFETY: an all-zero union of plain C data is a valid value; its window member is set next.
+    let mut value: CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.accessPolicyWindow = CUaccessPolicyWindow {
+        base_ptr: window.0 as *mut std::ffi::c_void,
+        num_bytes: window.1,
+        hitRatio: 1.0,
+        hitProp: CUaccessProperty::CU_ACCESS_PROPERTY_STREAMING,
+        missProp: CUaccessProperty::CU_ACCESS_PROPERTY_STREAMING,
+    };
+    let mut attr =
+        CUlaunchAttribute { id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, pad: [0; 4], value };
+    let config = CUlaunchConfig {
+        gridDimX: ctas,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: smem,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `config` and `attr` outlive the call, which copies them; the caller guarantees the rest.
+    unsafe { cudarc::driver::sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) }.result()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::raster_group_rows;
+    use super::{a_window, raster_group_rows};
 
     #[test]
     fn group_rows_balance_a_and_b() {
@@ -595,5 +671,21 @@ mod tests {
         assert_eq!(raster_group_rows(16, 4, 64 * 1024, 1 << 20, 264, 50 << 20), 16);
         // No blocks at all: plain order.
         assert_eq!(raster_group_rows(64, 64, 0, 1 << 21, 264, 50 << 20), 64);
+    }
+
+    #[test]
+    fn a_is_marked_evict_first_only_when_read_once() {
+        const MAX: usize = 128 << 20;
+        // A decode launch of one N tile: the whole of A, up to the window's limit.
+        assert_eq!(a_window(true, (1, 1), 29_523_968, MAX), Some(29_523_968));
+        assert_eq!(a_window(true, (64, 1), 29_523_968, MAX), Some(29_523_968));
+        assert_eq!(a_window(true, (16, 1), 200 << 20, MAX), Some(MAX));
+        // Read again by another N tile, a wide launch, switched off, no values, or a GPU without windows: plain.
+        assert_eq!(a_window(true, (40, 2), 1 << 20, MAX), None);
+        assert_eq!(a_window(true, (65, 1), 1 << 20, MAX), None);
+        assert_eq!(a_window(true, (256, 1), 1 << 20, MAX), None);
+        assert_eq!(a_window(false, (8, 1), 1 << 20, MAX), None);
+        assert_eq!(a_window(true, (8, 1), 0, MAX), None);
+        assert_eq!(a_window(true, (8, 1), 1 << 20, 0), None);
     }
 }
