@@ -707,27 +707,40 @@ fn repeated_launches_are_bit_identical() {
     }
 }
 
-/// A decode launch that reads A once (at most 64 columns in one N tile: the narrow, mid and decode kernels)
-/// carries an L2 access policy window marking A's values evict-first (`Gpu::with_a_evict_first`); launches of
-/// several N tiles and wide ones go without it. Every result passes the oracle and equals a plain launch's bit for
-/// bit: the window decides which lines L2 evicts first, never a value.
+/// A decode launch that reads A once (at most 64 columns in one N tile: the narrow, mid and decode kernels) with
+/// at least an eighth of L2 in A carries an L2 access policy window marking A's values evict-first
+/// (`Gpu::with_a_evict_first`); launches of several N tiles and wide ones go without it. Every result passes the
+/// oracle (256 random rows, the first and the last) and equals a plain launch's bit for bit: the window decides
+/// which lines L2 evicts first, never a value.
 #[test]
 fn a_evict_first_launches_match_plain_launches() {
     let test = "a_evict_first_launches_match_plain_launches";
     let Some(gpu) = gpu(test) else { return };
     let Some(plain) = own_gpu(test, |g| g.with_a_evict_first(false)) else { return };
-    let (m, k) = (4096, 1024);
+    let (m, k) = (4096, 8192);
     for bs in [16, 32, 64, 128] {
         let a: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 0.3, 40 + bs as u64).unwrap();
-        for n in [1, 16, 40, 64, 200, 300] {
+        let a_bytes = (a.nnzb() * bs * bs * 2) as u64;
+        assert!(
+            a_bytes >= gpu.info().l2_bytes / 8,
+            "test setup: A ({a_bytes} bytes) must be large enough for the window"
+        );
+        let (a_d, a_plain) = (gpu.upload(&a).unwrap(), plain.upload(&a).unwrap());
+        for n in [1, 16, 40, 64, 300] {
             let b = Matrix::<f16>::random(k, n, 41 + n as u64).unwrap();
             let c0 = Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap();
             let ep = Epilogue::default();
-            let expected = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap();
-            let marked = spmm_once(gpu, &a, &b, &c0, ep);
+            let rows = RowSample::Random { count: 256, seed: n as u64 };
+            let expected = Expected::compute(&a, &b, &c0, ep, rows, |_, _| {}).unwrap();
+            let run = |g: &Gpu, a: &DeviceBsr| {
+                let (b_d, mut c_d) = (g.upload_matrix(&b).unwrap(), g.upload_matrix(&c0).unwrap());
+                g.spmm(a, &b_d, &mut c_d, ep).unwrap();
+                c_d.to_host().unwrap()
+            };
+            let marked = run(gpu, &a_d);
             let report = expected.check(&marked);
             assert!(report.passed(), "bs{bs} n={n}, A evict-first: {report}");
-            let unmarked = spmm_once(&plain, &a, &b, &c0, ep);
+            let unmarked = run(&plain, &a_plain);
             let same = marked.as_slice().iter().zip(unmarked.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "bs{bs} n={n}: A evict-first and plain launches differ");
         }

@@ -284,13 +284,14 @@ impl Gpu {
 
     /// Whether a decode launch that reads each block of A once marks A's values evict-first in L2 (the default:
     /// yes): at most [`sparsek_layout::NARROW_MAX_N`] columns in one N tile of its kernel (every launch of N <= 16,
-    /// for instance). Streaming a weight through L2 then pushes out neither what the launch itself reads again (B,
-    /// the indices) nor what the next kernels read (activations, a KV cache). It is an L2 access policy window on
-    /// the launch (`CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW`, streaming hits and misses) over A's values, up to
-    /// [`DeviceInfo::max_access_policy_window`] bytes of them; a GPU without such windows launches without it.
-    /// The results are the same either way. On an H200 it made the decode launches 1-6% faster and kept a 30 MB
-    /// working set in L2 through a 118 MB weight (docs/perf-notes.md, issue 12 step 13). `false`: plain
-    /// launches, for comparisons.
+    /// for instance), with at least an eighth of L2 in A. Streaming a weight through L2 then pushes out neither
+    /// what the launch itself reads again (B, the indices) nor what the next kernels read (activations, a KV
+    /// cache). It is an L2 access policy window on the launch (`CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW`,
+    /// streaming hits and misses) over A's values, up to [`DeviceInfo::max_access_policy_window`] bytes of them;
+    /// a GPU without such windows launches without it. The results are the same either way. On an H200 it made
+    /// the decode launches' own time 3-11% shorter and kept a 30 MB working set in L2 through a 118 MB weight;
+    /// below an eighth of L2 it only added 0.1-0.2 us per launch (docs/perf-notes.md, issue 12 step 13).
+    /// `false`: plain launches, for comparisons.
     pub fn with_a_evict_first(mut self, enabled: bool) -> Self {
         self.a_evict_first = enabled;
         self

@@ -485,7 +485,9 @@ impl Gpu {
         // A decode launch of one N tile reads each block of A once: its values are marked evict-first in L2
         // (Gpu::with_a_evict_first).
         let a_bytes = a.nnzb.saturating_mul(a.bs * a.bs * std::mem::size_of::<TA>());
-        let window = a_window(self.a_evict_first, (n, n_tiles), a_bytes, self.info().max_access_policy_window);
+        let info = self.info();
+        let window =
+            a_window(self.a_evict_first, (n, n_tiles), a_bytes, (info.l2_bytes, info.max_access_policy_window));
         // With split rows, the workspace's partial tiles (split_slots of them, checked by split_choice against its
         // size) and zeroed counters (block_rows * n_tiles of them, likewise) are this launch's alone: `ordered`
         // makes it wait for every earlier split launch.
@@ -599,18 +601,20 @@ pub(crate) fn raster_group_rows(
 /// The bytes of A's values that a launch of `n` columns in `n_tiles` N tiles marks evict-first in L2 (an access
 /// policy window from A's first value), or `None` for a plain launch. Only when `enabled`
 /// ([`Gpu::with_a_evict_first`]), for the decode launches (at most [`NARROW_MAX_N`] columns: the narrow, mid and
-/// decode kernels) of one N tile (each block of A is read once: by one CTA, or one part of a split row), with
-/// values in A, on a GPU that takes windows (`max_window` bytes at most: a longer A is marked up to that). Measured
-/// on an H200, the decode launches were 1-6% faster with it and wide launches of one N tile level or 1.3% slower
-/// (docs/perf-notes.md, issue 12 step 13).
+/// decode kernels) of one N tile (each block of A is read once: by one CTA, or one part of a split row), with at
+/// least an eighth of L2 (`l2_bytes`) in A, on a GPU that takes windows (`max_window` bytes at most: a longer A is
+/// marked up to that). Measured on an H200 (docs/perf-notes.md, issue 12 step 13): the decode launches' own time
+/// 3-11% shorter from 13.5 MB of A on; on layers of under 1 MB, 0.1-0.2 us longer (the window's cost per
+/// launch, with nothing to gain); wide launches of one N tile level or 1.3% slower.
 pub(crate) fn a_window(
     enabled: bool,
     (n, n_tiles): (usize, usize),
     a_bytes: usize,
-    max_window: usize,
+    (l2_bytes, max_window): (u64, usize),
 ) -> Option<usize> {
     let read_once = n <= NARROW_MAX_N && n_tiles == 1;
-    (enabled && read_once && a_bytes > 0 && max_window > 0).then(|| a_bytes.min(max_window))
+    let large = a_bytes as u64 >= l2_bytes / 8 && a_bytes > 0;
+    (enabled && read_once && large && max_window > 0).then(|| a_bytes.min(max_window))
 }
 
 /// `cuLaunchKernelEx` of `f` with `ctas` CTAs of `threads` threads and `smem` bytes of dynamic shared memory on
@@ -675,17 +679,22 @@ mod tests {
 
     #[test]
     fn a_is_marked_evict_first_only_when_read_once() {
-        const MAX: usize = 128 << 20;
+        // An H200: 60 MiB of L2, windows up to 128 MiB.
+        const L2: (u64, usize) = (60 << 20, 128 << 20);
+        let a = 29_523_968; // 8192^2 bs 64 22%
         // A decode launch of one N tile: the whole of A, up to the window's limit.
-        assert_eq!(a_window(true, (1, 1), 29_523_968, MAX), Some(29_523_968));
-        assert_eq!(a_window(true, (64, 1), 29_523_968, MAX), Some(29_523_968));
-        assert_eq!(a_window(true, (16, 1), 200 << 20, MAX), Some(MAX));
+        assert_eq!(a_window(true, (1, 1), a, L2), Some(a));
+        assert_eq!(a_window(true, (64, 1), a, L2), Some(a));
+        assert_eq!(a_window(true, (16, 1), 200 << 20, L2), Some(128 << 20));
+        // From an eighth of L2 on.
+        assert_eq!(a_window(true, (16, 1), (60 << 20) / 8, L2), Some((60 << 20) / 8));
+        assert_eq!(a_window(true, (16, 1), (60 << 20) / 8 - 1, L2), None);
         // Read again by another N tile, a wide launch, switched off, no values, or a GPU without windows: plain.
-        assert_eq!(a_window(true, (40, 2), 1 << 20, MAX), None);
-        assert_eq!(a_window(true, (65, 1), 1 << 20, MAX), None);
-        assert_eq!(a_window(true, (256, 1), 1 << 20, MAX), None);
-        assert_eq!(a_window(false, (8, 1), 1 << 20, MAX), None);
-        assert_eq!(a_window(true, (8, 1), 0, MAX), None);
-        assert_eq!(a_window(true, (8, 1), 1 << 20, 0), None);
+        assert_eq!(a_window(true, (40, 2), a, L2), None);
+        assert_eq!(a_window(true, (65, 1), a, L2), None);
+        assert_eq!(a_window(true, (256, 1), a, L2), None);
+        assert_eq!(a_window(false, (8, 1), a, L2), None);
+        assert_eq!(a_window(true, (8, 1), 0, (0, 128 << 20)), None);
+        assert_eq!(a_window(true, (8, 1), a, (60 << 20, 0)), None);
     }
 }
