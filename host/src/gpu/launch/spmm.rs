@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUdeviceptr, CUstream};
+use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, Layout, NARROW_MAX_N, Op, Pipeline};
 
@@ -530,7 +530,11 @@ impl Gpu {
                     ),
                 }
             }
-            .map_err(cuda("cuLaunchKernel (sparsek_bsr)"))
+            .map_err(cuda(if window.is_some() {
+                "cuLaunchKernelEx (sparsek_bsr)"
+            } else {
+                "cuLaunchKernel (sparsek_bsr)"
+            }))
         };
         match (split, claim) {
             (Some((ws, _)), _) => ws.ordered(stream, launch),
@@ -619,7 +623,9 @@ pub(crate) fn a_window(
 
 /// `cuLaunchKernelEx` of `f` with `ctas` CTAs of `threads` threads and `smem` bytes of dynamic shared memory on
 /// `stream`, carrying an L2 access policy window over `window.1` bytes from `window.0` whose hits and misses are
-/// streaming (evict-first): the lines the kernel brings into L2 from there are the first to go.
+/// streaming (evict-first): the lines the kernel brings into L2 from there are the first to go. A driver that
+/// refuses the window (`CUDA_ERROR_INVALID_VALUE` or `NOT_SUPPORTED`: nothing was launched) gets a plain
+/// `cuLaunchKernel` instead.
 ///
 /// # Safety
 /// As `cuLaunchKernel`: `f` is a loaded kernel whose parameters `args` point to, valid for its grid, block and
@@ -659,7 +665,14 @@ unsafe fn launch_streaming(
         numAttrs: 1,
     };
     // SAFETY: `config` and `attr` outlive the call, which copies them; the caller guarantees the rest.
-    unsafe { cudarc::driver::sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) }.result()
+    let ex = unsafe { cudarc::driver::sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) };
+    match ex.result() {
+        Err(e) if matches!(e.0, CUresult::CUDA_ERROR_INVALID_VALUE | CUresult::CUDA_ERROR_NOT_SUPPORTED) => {
+            // SAFETY: the caller guarantees the launch (the same kernel, grid, arguments and stream).
+            unsafe { cudarc::driver::result::launch_kernel(f, (ctas, 1, 1), (threads, 1, 1), smem, stream, args) }
+        }
+        r => r,
+    }
 }
 
 #[cfg(test)]
