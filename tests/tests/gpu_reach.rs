@@ -614,14 +614,27 @@ fn caller_stream_is_independent_and_ordered() {
 }
 
 /// A launch captured in a CUDA graph (global capture mode, as `torch.cuda.graph` uses) and replayed: each replay
-/// computes with the current contents of B, into a poisoned C.
+/// computes with the current contents of B, into a poisoned C. Two launches: a small layer, and a decode launch
+/// whose A (20 MB) takes the L2 access policy window marking it evict-first (`Gpu::with_a_evict_first`), which
+/// the graph's kernel node must carry.
 #[test]
 fn graph_capture_and_replay() {
     let _alone = sparsek_tests::gpu_alone();
     let Some(gpu) = gpu("graph_capture_and_replay") else { return };
+    // (bs, m, k, n tokens, density, pattern)
+    capture_and_replay(gpu, (32, 128, 256, 48), 0.4, Pattern::Skewed);
+    let big = (64, 4096, 8192, 8);
+    assert!(
+        (big.1 as f64 * big.2 as f64 * 0.3 * 2.0) as u64 >= gpu.info().l2_bytes / 8,
+        "test setup: A must be large enough for the window"
+    );
+    capture_and_replay(gpu, big, 0.3, Pattern::Uniform);
+}
+
+/// [`graph_capture_and_replay`] for one shape: the linear form `y = gelu(x @ A^T + bias)` of `n` tokens.
+fn capture_and_replay(gpu: &Gpu, (bs, m, k, n): (usize, usize, usize, usize), density: f64, pattern: Pattern) {
     let stream = gpu.new_stream().unwrap();
-    let (bs, m, k, n) = (32usize, 128usize, 256usize, 48usize);
-    let a: Bsr<bf16> = generate(Pattern::Skewed, m, k, bs, 0.4, 11).unwrap();
+    let a: Bsr<bf16> = generate(pattern, m, k, bs, density, 11).unwrap();
     let bias: Vec<bf16> = Matrix::<bf16>::random(1, m, 12).unwrap().row(0).to_vec();
     let values_d = htod(&stream, a.values());
     let structure = DeviceStructure::upload(&stream, a.row_ptr(), a.col_idx(), IndexType::I64);
@@ -642,29 +655,27 @@ fn graph_capture_and_replay() {
         )
     };
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
-    {
-        // SAFETY: as above; y is written only by this launch.
-        let y_v = unsafe { DenseViewMut::<f32>::from_raw(y_addr, n, m, m, Layout::RowMajor) }.unwrap();
-        // The linear form: y = gelu(x @ A^T + bias), i.e. C = y^T (column-major) = A @ x^T.
-        let r = unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &x_v.t(), &mut y_v.t(), Some(&bias_v), ep) };
-        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
-        r.expect("launch during capture");
-        let graph = graph.expect("end capture").expect("a graph");
-        for seed in [21u64, 22, 23] {
-            let x = Matrix::<bf16>::random(n, k, seed).unwrap();
-            stream.memcpy_htod(x.as_slice(), &mut x_d).unwrap();
-            stream.memcpy_htod(&vec![f32::NAN; n * m], &mut y_d).unwrap();
-            graph.launch().unwrap();
-            let y = stream.clone_dtoh(&y_d).unwrap();
-            stream.synchronize().unwrap();
-            // Oracle in the A @ B form: B = x^T (k x n), C = y^T.
-            let b = Matrix::<bf16>::from_fn(k, n, |r, c| x.get(c, r)).unwrap();
-            let c0 = Matrix::<f32>::zeros(m, n).unwrap();
-            let expected =
-                Expected::compute_with_bias(&a, &b, &c0, ep, Some(&bias), RowSample::All, |_, _| {}).unwrap();
-            let report = expected.check_with(n, |r, c| y[c * m + r] as f64);
-            assert!(report.passed(), "replay with x seed {seed}: {report}");
-        }
+    // SAFETY: as above; y is written only by this launch.
+    let y_v = unsafe { DenseViewMut::<f32>::from_raw(y_addr, n, m, m, Layout::RowMajor) }.unwrap();
+    // The linear form: y = gelu(x @ A^T + bias), i.e. C = y^T (column-major) = A @ x^T.
+    let r = unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &x_v.t(), &mut y_v.t(), Some(&bias_v), ep) };
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    r.expect("launch during capture");
+    let graph = graph.expect("end capture").expect("a graph");
+    for seed in [21u64, 22, 23] {
+        let x = Matrix::<bf16>::random(n, k, seed).unwrap();
+        stream.memcpy_htod(x.as_slice(), &mut x_d).unwrap();
+        stream.memcpy_htod(&vec![f32::NAN; n * m], &mut y_d).unwrap();
+        graph.launch().unwrap();
+        let y = stream.clone_dtoh(&y_d).unwrap();
+        stream.synchronize().unwrap();
+        // Oracle in the A @ B form: B = x^T (k x n), C = y^T.
+        let b = Matrix::<bf16>::from_fn(k, n, |r, c| x.get(c, r)).unwrap();
+        let c0 = Matrix::<f32>::zeros(m, n).unwrap();
+        let rows = if m <= 1024 { RowSample::All } else { RowSample::Random { count: 256, seed } };
+        let expected = Expected::compute_with_bias(&a, &b, &c0, ep, Some(&bias), rows, |_, _| {}).unwrap();
+        let report = expected.check_with(n, |r, c| y[c * m + r] as f64);
+        assert!(report.passed(), "bs{bs} {m}x{n}x{k}, replay with x seed {seed}: {report}");
     }
 }
 
