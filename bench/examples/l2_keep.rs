@@ -17,6 +17,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use sparsek::format::{Pattern, generate};
+use sparsek::gpu::timing::median;
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::{Epilogue, Matrix, f16};
 
@@ -72,11 +73,6 @@ impl Side {
     }
 }
 
-fn median(v: &mut [f32]) -> f64 {
-    v.sort_by(f32::total_cmp);
-    f64::from(v[v.len() / 2])
-}
-
 fn main() -> Result<(), Box<dyn Error>> {
     let iters: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(30).max(1);
     let info = Gpu::new(0)?.info().clone();
@@ -127,16 +123,16 @@ fn main() -> Result<(), Box<dyn Error>> {
             }
         }
         let identical = sides[0].c.to_host()?.as_slice() == sides[1].c.to_host()?.as_slice();
-        let us = |v: &mut Vec<f32>| median(v) * 1e3;
+        let us = |v: &[f32]| f64::from(median(v).unwrap_or(f32::NAN)) * 1e3;
         println!(
             "| {m}x{n}x{k} bs {bs} {:.0}% | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
             density * 100.0,
             a_bytes as f64 / 1e6,
-            us(&mut copy[0]),
-            us(&mut copy[1]),
-            us(&mut copy[2]),
-            us(&mut product[0]),
-            us(&mut product[1]),
+            us(&copy[0]),
+            us(&copy[1]),
+            us(&copy[2]),
+            us(&product[0]),
+            us(&product[1]),
             if identical { "yes" } else { "NO" }
         );
     }
