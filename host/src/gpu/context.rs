@@ -289,7 +289,7 @@ impl Gpu {
     /// cache). It is an L2 access policy window on the launch (`CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW`,
     /// streaming hits and misses) over A's values, up to [`DeviceInfo::max_access_policy_window`] bytes of them;
     /// a GPU without such windows launches without it. The results are the same either way. On an H200 it made
-    /// the decode launches' own time 3-11% shorter and kept a 30 MB working set in L2 through a 118 MB weight;
+    /// the decode launches' own time 5-12% shorter and kept a 30 MB working set in L2 through a 118 MB weight;
     /// below an eighth of L2 it only added 0.1-0.2 us per launch (docs/perf-notes.md, issue 12 step 13).
     /// `false`: plain launches, for comparisons.
     pub fn with_a_evict_first(mut self, enabled: bool) -> Self {

@@ -608,7 +608,7 @@ pub(crate) fn raster_group_rows(
 /// decode kernels) of one N tile (each block of A is read once: by one CTA, or one part of a split row), with at
 /// least an eighth of L2 (`l2_bytes`) in A, on a GPU that takes windows (`max_window` bytes at most: a longer A is
 /// marked up to that). Measured on an H200 (docs/perf-notes.md, issue 12 step 13): the decode launches' own time
-/// 3-11% shorter from 13.5 MB of A on; on layers of under 1 MB, 0.1-0.2 us longer (the window's cost per
+/// 5-12% shorter from 13.5 MB of A on; on layers of under 1 MB, 0.1-0.2 us longer (the window's cost per
 /// launch, with nothing to gain); wide launches of one N tile level or 1.3% slower.
 pub(crate) fn a_window(
     enabled: bool,
