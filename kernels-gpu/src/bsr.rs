@@ -610,7 +610,8 @@ mod product {
             sparsek_bsr_bs128_f16_brow_f32_n16,
             sparsek_bsr_bs64_f16_brow_f32_n32,
             sparsek_bsr_bs128_f16_brow_f32_n32,
-            sparsek_bsr_bs64_f16_brow_f32_n64
+            sparsek_bsr_bs64_f16_brow_f32_n64,
+            sparsek_bsr_bs128_f16_brow_f32_n64
         ]
     );
     product_kernels!(
@@ -631,7 +632,8 @@ mod product {
             sparsek_bsr_bs128_f16_brow_f16_n16,
             sparsek_bsr_bs64_f16_brow_f16_n32,
             sparsek_bsr_bs128_f16_brow_f16_n32,
-            sparsek_bsr_bs64_f16_brow_f16_n64
+            sparsek_bsr_bs64_f16_brow_f16_n64,
+            sparsek_bsr_bs128_f16_brow_f16_n64
         ]
     );
     product_kernels!(
@@ -652,7 +654,8 @@ mod product {
             sparsek_bsr_bs128_f16_bcol_f32_n16,
             sparsek_bsr_bs64_f16_bcol_f32_n32,
             sparsek_bsr_bs128_f16_bcol_f32_n32,
-            sparsek_bsr_bs64_f16_bcol_f32_n64
+            sparsek_bsr_bs64_f16_bcol_f32_n64,
+            sparsek_bsr_bs128_f16_bcol_f32_n64
         ]
     );
     product_kernels!(
@@ -673,7 +676,8 @@ mod product {
             sparsek_bsr_bs128_f16_bcol_f16_n16,
             sparsek_bsr_bs64_f16_bcol_f16_n32,
             sparsek_bsr_bs128_f16_bcol_f16_n32,
-            sparsek_bsr_bs64_f16_bcol_f16_n64
+            sparsek_bsr_bs64_f16_bcol_f16_n64,
+            sparsek_bsr_bs128_f16_bcol_f16_n64
         ]
     );
     product_kernels!(
@@ -694,7 +698,8 @@ mod product {
             sparsek_bsr_bs128_bf16_brow_f32_n16,
             sparsek_bsr_bs64_bf16_brow_f32_n32,
             sparsek_bsr_bs128_bf16_brow_f32_n32,
-            sparsek_bsr_bs64_bf16_brow_f32_n64
+            sparsek_bsr_bs64_bf16_brow_f32_n64,
+            sparsek_bsr_bs128_bf16_brow_f32_n64
         ]
     );
     product_kernels!(
@@ -715,7 +720,8 @@ mod product {
             sparsek_bsr_bs128_bf16_brow_bf16_n16,
             sparsek_bsr_bs64_bf16_brow_bf16_n32,
             sparsek_bsr_bs128_bf16_brow_bf16_n32,
-            sparsek_bsr_bs64_bf16_brow_bf16_n64
+            sparsek_bsr_bs64_bf16_brow_bf16_n64,
+            sparsek_bsr_bs128_bf16_brow_bf16_n64
         ]
     );
     product_kernels!(
@@ -736,7 +742,8 @@ mod product {
             sparsek_bsr_bs128_bf16_bcol_f32_n16,
             sparsek_bsr_bs64_bf16_bcol_f32_n32,
             sparsek_bsr_bs128_bf16_bcol_f32_n32,
-            sparsek_bsr_bs64_bf16_bcol_f32_n64
+            sparsek_bsr_bs64_bf16_bcol_f32_n64,
+            sparsek_bsr_bs128_bf16_bcol_f32_n64
         ]
     );
     product_kernels!(
@@ -757,7 +764,8 @@ mod product {
             sparsek_bsr_bs128_bf16_bcol_bf16_n16,
             sparsek_bsr_bs64_bf16_bcol_bf16_n32,
             sparsek_bsr_bs128_bf16_bcol_bf16_n32,
-            sparsek_bsr_bs64_bf16_bcol_bf16_n64
+            sparsek_bsr_bs64_bf16_bcol_bf16_n64,
+            sparsek_bsr_bs128_bf16_bcol_bf16_n64
         ]
     );
 }

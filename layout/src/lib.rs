@@ -237,9 +237,14 @@ impl KernelConfig {
         }
     }
     /// Whether the kernel can split block rows over several CTAs ([`BsrSpmmParams::split_chunks`]): the
-    /// cp.async template with a narrow N tile (at most [`SPLIT_MAX_BN`] columns), whose partial tiles are small.
+    /// cp.async template with a narrow N tile (at most [`SPLIT_MAX_BN`] columns), whose partial tiles are small,
+    /// and the bs-128 mid tile of 64 columns ([`MID64_CONFIGS`]), whose 128 block rows of a 16384-row weight
+    /// are one CTA per SM when whole. Measured on an H200 (docs/perf-notes.md, issue 12 step 19): split, that tile
+    /// was 1.1-1.3x faster than whole rows at 64 columns and 2.6x on skewed rows; the bs-64 tile of 64 columns
+    /// does not split, because compiling the split path in made its whole-row launches 3-4% slower and its splits
+    /// were 5-10% slower to level.
     pub const fn splits_rows(&self) -> bool {
-        matches!(self.pipeline, Pipeline::CpAsync) && self.bn <= SPLIT_MAX_BN
+        matches!(self.pipeline, Pipeline::CpAsync) && (self.bn <= SPLIT_MAX_BN || (self.bs >= 128 && self.bn <= 64))
     }
     /// Bytes of one partial tile of a split row: the CTA's (bs, bn) f32 accumulators.
     pub const fn split_slot_bytes(&self) -> u32 {
@@ -787,20 +792,35 @@ pub const MID_CONFIGS: [KernelConfig; 2] = [
 pub const MID_MIN_N: usize = 17;
 
 /// Wide mid-tile configurations (issue 12): an N tile of 64 for launches of [`MID64_MIN_N`] to [`NARROW_MAX_N`]
-/// columns at bs 64, where one tile of 64 columns reads A once instead of twice. [`TUNE_CONFIGS`] entry 24, the
-/// fastest candidate at N = 64 on an H200: 16384 x 16384 bs 64 22% 45.9 µs against 53.6 for the mid tile of 32
-/// (entry 25) and 78.3 for the narrow tile; 8192 x 8192 19.3 against 22.0 (docs/perf-notes.md "Step 5"). At 32
-/// columns it was 1.16x slower than the mid tile, and at bs 128 it won only at 16384 x 16384 (1.04x).
-pub const MID64_CONFIGS: [KernelConfig; 1] = [KernelConfig {
-    bs: 64,
-    bn: 64,
-    bk: 64,
-    warps_m: 4,
-    warps_n: 1,
-    stages: 4,
-    frag_db: true,
-    pipeline: Pipeline::CpAsync,
-}];
+/// columns at bs 64 and 128, where one tile of 64 columns reads A once instead of twice. bs 64: [`TUNE_CONFIGS`]
+/// entry 24, the fastest candidate at N = 64 on an H200: 16384 x 16384 bs 64 22% 45.9 µs against 53.6 for the mid
+/// tile of 32 (entry 25) and 78.3 for the narrow tile; 8192 x 8192 19.3 against 22.0 (docs/perf-notes.md "Step
+/// 5"); at 32 columns it was 1.16x slower than the mid tile. bs 128 (entry 26), whole rows, won only 1.04x at
+/// 16384 x 16384; it splits rows ([`KernelConfig::splits_rows`]), and split it measured 1.09-1.15x faster than the
+/// mid tile of 32 at 64 columns where A has at least 4 blocks per SM, 2x on skewed rows (issue 12 step 19; the
+/// host takes it only there).
+pub const MID64_CONFIGS: [KernelConfig; 2] = [
+    KernelConfig {
+        bs: 64,
+        bn: 64,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+    KernelConfig {
+        bs: 128,
+        bn: 64,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 4,
+        frag_db: true,
+        pipeline: Pipeline::CpAsync,
+    },
+];
 
 /// The fewest columns a [`Tile::Mid64`] kernel is chosen for (up to 32, one tile of 32 columns suffices).
 pub const MID64_MIN_N: usize = 33;
@@ -921,7 +941,7 @@ pub enum Tile {
     /// one.
     Mid,
     /// The wide mid tile of [`MID64_CONFIGS`] (BN 64): [`MID64_MIN_N`] to [`NARROW_MAX_N`] columns, where the block
-    /// size has one (bs 64), instead of the mid tile.
+    /// size has one (bs 64 and 128), instead of the mid tile.
     Mid64,
     /// The sm_90a product tile for short rows ([`HOPPER_SHORT_CONFIGS`], bs 64, f32 C): every N, taken instead of
     /// the [`Tile::Wide`] sm_90a kernel for rows of at most [`SHORT_ROW_MAX_K_TILES`] k-tiles on average.
@@ -1196,7 +1216,7 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels
 /// are named `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with
 /// the suffix `_short`.
-pub const VARIANTS: [Variant; 160] = [
+pub const VARIANTS: [Variant; 168] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -1285,6 +1305,14 @@ pub const VARIANTS: [Variant; 160] = [
     mid64("sparsek_bsr_bs64_bf16_brow_bf16_n64", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
     mid64("sparsek_bsr_bs64_bf16_bcol_f32_n64", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
     mid64("sparsek_bsr_bs64_bf16_bcol_bf16_n64", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    mid64("sparsek_bsr_bs128_f16_brow_f32_n64", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    mid64("sparsek_bsr_bs128_f16_brow_f16_n64", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    mid64("sparsek_bsr_bs128_f16_bcol_f32_n64", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    mid64("sparsek_bsr_bs128_f16_bcol_f16_n64", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    mid64("sparsek_bsr_bs128_bf16_brow_f32_n64", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    mid64("sparsek_bsr_bs128_bf16_brow_bf16_n64", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    mid64("sparsek_bsr_bs128_bf16_bcol_f32_n64", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    mid64("sparsek_bsr_bs128_bf16_bcol_bf16_n64", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
     tuning("sparsek_tune_0", 0),
     tuning("sparsek_tune_1", 1),
     tuning("sparsek_tune_2", 2),

@@ -365,6 +365,63 @@ fn exact_integer_results_in_every_layout() {
     }
 }
 
+/// The bs-128 mid tile of 64 columns (`_n64`, split rows; only on many blocks: `MID64_BS128_MIN_BLOCKS_PER_SM`)
+/// in every input and output type and every B and C layout, with 64-bit indices, bias, an activation and beta,
+/// against every row of the oracle through the caller's memory (`run_case`: padding poisoned and checked).
+#[test]
+fn bs128_tile_of_64_in_every_layout() {
+    let _shared = sparsek_tests::gpu_shared();
+    let Some(gpu) = gpu("bs128_tile_of_64_in_every_layout") else { return };
+    let min_blocks = sparsek::gpu::MID64_BS128_MIN_BLOCKS_PER_SM * gpu.info().sm_count as usize;
+    let (block_rows, density) = (6usize, 0.75);
+    let block_cols = (min_blocks * 6 / 5).div_ceil(block_rows) * 4 / 3 + 1;
+    let mut seed = 0x6400;
+    for (i, (b_layout, c_layout)) in [Layout::RowMajor, Layout::ColMajor]
+        .into_iter()
+        .flat_map(|b| [Layout::RowMajor, Layout::ColMajor].map(|c| (b, c)))
+        .enumerate()
+    {
+        for n in [64usize, 41] {
+            seed += 1;
+            let case = Case {
+                bs: 128,
+                block_rows,
+                block_cols,
+                n,
+                pad: 8 * (i % 2),
+                density,
+                pattern: if n == 64 { Pattern::Uniform } else { Pattern::Skewed },
+                b_layout,
+                c_layout,
+                index: if i % 2 == 0 { IndexType::U32 } else { IndexType::I64 },
+                bias: true,
+                activation: Activation::ALL[i % Activation::ALL.len()],
+                alpha: 1.0,
+                beta: if n == 64 { 0.0 } else { -0.5 },
+                checked_structure: false,
+                seed,
+            };
+            let (m, k) = (block_rows * 128, block_cols * 128);
+            let nnzb = (density * (block_rows * block_cols) as f64).round() as usize;
+            assert!(nnzb >= min_blocks, "{case:?}: {nnzb} blocks, the tile of 64 needs {min_blocks}");
+            for (input, out) in [
+                (sparsek::gpu::InType::F16, sparsek::gpu::OutType::F32),
+                (sparsek::gpu::InType::F16, sparsek::gpu::OutType::F16),
+                (sparsek::gpu::InType::Bf16, sparsek::gpu::OutType::F32),
+                (sparsek::gpu::InType::Bf16, sparsek::gpu::OutType::Bf16),
+            ] {
+                let types = (input, b_layout, out, c_layout);
+                let kernel = gpu.plan_kernel(128, types, (m, k, n), nnzb, None).unwrap().kernel;
+                assert!(kernel.ends_with("_n64"), "{case:?} {input:?} -> {out:?}: got {kernel}");
+            }
+            run_case::<f16, f32>(gpu, &case).unwrap();
+            run_case::<f16, f16>(gpu, &case).unwrap();
+            run_case::<bf16, f32>(gpu, &case).unwrap();
+            run_case::<bf16, bf16>(gpu, &case).unwrap();
+        }
+    }
+}
+
 /// A row-major B whose N is a whole number of 64-column chunks: the sm_90a kernels load it through a rank-3 tensor
 /// map (64 columns x K rows x N / 64 chunks, one TMA copy per stage; host/src/gpu/tma.rs), whose row stride is the
 /// leading dimension and whose chunk stride is 128 bytes. N = 320 ends in a partial N tile of one chunk (the map's

@@ -23,7 +23,7 @@ fn longest(a: &Bsr<f16>) -> usize {
 }
 
 /// Whether the kernel `gpu` launches for a product of `a` with `n` columns can split rows (the narrow and mid
-/// tiles of up to 32 columns), and the split it gives (None: whole rows).
+/// tiles of up to 32 columns and bs 128's of 64), and the split it gives (None: whole rows).
 fn split_of(gpu: &Gpu, a: &Bsr<f16>, n: usize) -> (bool, Option<sparsek::gpu::SplitChoice>) {
     let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
     let shape = (a.rows(), a.cols(), n);
@@ -98,7 +98,7 @@ fn split_rows_match_oracle() {
             longest(&a)
         );
         // An explicit part size splits every row longer than a part, where the kernel can split (not the BN 64
-        // tile at bs 64 from 33 columns).
+        // tile at bs 64 from 33 columns; bs 128 takes its BN 64 tile only on many blocks).
         let (capable, split) = split_of(gpu, &a, n);
         let long_enough = *blocks > 0 && longest(&a) > *blocks as usize;
         prop_assert!(!(capable && long_enough) || split.is_some(), "{ctx}: expected a split, got none");
@@ -149,6 +149,54 @@ fn split_rows_are_exact_and_deterministic() {
         let again = check_case::<f32>(&split, &a, 16, 1.0, 0.0, 4, "skewed random").unwrap();
         let same = again.as_slice().iter().zip(first.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
         assert!(same, "skewed random: launch {i} differs from the first (race in the hand-over?)");
+    }
+}
+
+/// The bs-128 mid tile of 64 columns (`_n64`, 33 to 64 columns, at least `MID64_BS128_MIN_BLOCKS_PER_SM` blocks
+/// per SM) splits rows: random uniform and skewed A against every row of the oracle (f32 C poisoned, f16 C with
+/// beta), integer-valued ones bit-equal to the oracle and to whole rows, and the same bits on every launch. Below
+/// the blocks per SM the launch takes the tile of 32.
+#[test]
+fn bs128_tile_of_64_splits_rows() {
+    let test = "bs128_tile_of_64_splits_rows";
+    let Some(gpu) = narrow_gpu(test, RowSplit::Auto) else { return };
+    let whole = narrow_gpu(test, RowSplit::Off).unwrap();
+    let sms = gpu.info().sm_count as usize;
+    let min_blocks = sparsek::gpu::MID64_BS128_MIN_BLOCKS_PER_SM * sms;
+    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
+    // Few blocks: the tile of 32.
+    let few = gpu.plan_kernel(128, types, (1024, 4096, 64), min_blocks - 1, Some(40)).unwrap();
+    assert!(few.kernel.ends_with("_n32"), "{} blocks: got {}", min_blocks - 1, few.kernel);
+    // Eight block rows, enough block columns for 1.5x the blocks the tile of 64 needs at density 0.7.
+    let (bs, rows, density) = (128usize, 8usize, 0.7);
+    let cols = (3 * min_blocks).div_ceil(2 * rows).max(8) * 10 / 7 + 1;
+    let (m, k) = (rows * bs, cols * bs);
+    for (i, n) in [33usize, 48, 64].into_iter().enumerate() {
+        for (j, pattern) in [Pattern::Uniform, Pattern::Skewed].into_iter().enumerate() {
+            let seed = 7000 + (i * 2 + j) as u64;
+            let a: Bsr<f16> = generate(pattern, m, k, bs, density, seed).unwrap();
+            let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} nnzb={}", a.nnzb());
+            assert!(a.nnzb() >= min_blocks, "{ctx}: fewer than {min_blocks} blocks");
+            let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), Some(longest(&a))).unwrap();
+            assert!(choice.kernel.ends_with("_n64"), "{ctx}: got {}", choice.kernel);
+            assert!(split_of(&gpu, &a, n).1.is_some(), "{ctx}: not split");
+            check_case::<f32>(&gpu, &a, n, 1.25, 0.0, seed, &ctx).unwrap();
+            check_case::<f16>(&gpu, &a, n, 0.75, -0.5, seed, &ctx).unwrap();
+            // Integer-valued: split, whole rows and the oracle bit for bit, and every split launch alike.
+            let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, density, 1.0, seed);
+            let ep = Epilogue::new(1.0, 1.0);
+            let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
+            let run = |g: &Gpu| spmm_once(g, &a, &b, &c0, ep);
+            let got = run(&gpu);
+            assert!(compare_exact(&got, &expected).passed(), "{ctx}: split rows: {}", compare_exact(&got, &expected));
+            let report = compare_exact(&run(&whole), &expected);
+            assert!(report.passed(), "{ctx}: whole rows: {report}");
+            for r in 0..3 {
+                let again = run(&gpu);
+                let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{ctx}: split launch {r} differs from the first");
+            }
+        }
     }
 }
 

@@ -69,6 +69,12 @@ impl DeviceInfo {
     }
 }
 
+/// At bs 128 and up to 64 columns, the fewest nonzero blocks per SM for which the mid family takes its tile of 64
+/// columns (one N tile, rows split) rather than two tiles of 32 ([`Gpu::family_kernel`]). Measured on an H200
+/// (docs/perf-notes.md, issue 12 step 19): at 64 columns the tile of 64 was 1.15x faster on 16384 x 16384 at 22%
+/// (27 blocks per SM), 1.12x at 10% (12) and 1.09x on 8192 x 8192 at 22% (6.8), but 1.10x slower at 10% (3.1).
+pub const MID64_BS128_MIN_BLOCKS_PER_SM: usize = 4;
+
 /// The most columns for which [`Gpu::small_grid_serves`] moves a launch to the mid or narrow tile: the widest
 /// shape measured (docs/perf-notes.md, issue 12 step 8), and the widest the tuner offers those tiles for.
 pub const SMALL_GRID_MAX_N: usize = 512;
@@ -351,7 +357,8 @@ impl Gpu {
     /// The kernel of `family` for blocks of `bs` with `types` (inputs, B's order, output), when this GPU has it
     /// and may use it on `nnzb` blocks and `n` columns: the decode kernels unless [`Gpu::with_decode`] turned them
     /// off; the mid family's tile of 64 columns from [`sparsek_layout::MID64_MIN_N`] columns where the block size
-    /// has one, else its tile of 32; the sm_90a ones where that module is loaded and enabled (the short-row ones
+    /// has one (at bs 128 and up to [`sparsek_layout::NARROW_MAX_N`] columns only with at least
+    /// [`MID64_BS128_MIN_BLOCKS_PER_SM`] blocks per SM), else its tile of 32; the sm_90a ones where that module is loaded and enabled (the short-row ones
     /// unless [`Gpu::with_short_rows`] turned them off), with at least one
     /// block (a tensor map cannot describe none) and `nnzb * bs` below 2^32 (their row coordinates are 32-bit).
     pub(crate) fn family_kernel(
@@ -365,7 +372,7 @@ impl Gpu {
         match family {
             KernelFamily::Decode => self.product.find(op, bs, types, Tile::Decode).filter(|_| self.use_decode),
             KernelFamily::Narrow => self.product.find(op, bs, types, Tile::Narrow),
-            KernelFamily::Mid => (n >= sparsek_layout::MID64_MIN_N)
+            KernelFamily::Mid => (n >= sparsek_layout::MID64_MIN_N && self.mid64_serves(bs, n, nnzb))
                 .then(|| self.product.find(op, bs, types, Tile::Mid64))
                 .flatten()
                 .or_else(|| self.product.find(op, bs, types, Tile::Mid)),
@@ -379,6 +386,15 @@ impl Gpu {
                 self.active_hopper().filter(|_| allowed && nnzb > 0 && fits)?.find(op, bs, types, tile)
             }
         }
+    }
+
+    /// Whether the mid family may take its tile of 64 columns for `n` columns over `nnzb` blocks of `bs`: always
+    /// at bs 64, and at bs 128 above [`sparsek_layout::NARROW_MAX_N`] columns or with at least
+    /// [`MID64_BS128_MIN_BLOCKS_PER_SM`] blocks per SM ([`Gpu::family_kernel`]).
+    fn mid64_serves(&self, bs: u32, n: usize, nnzb: usize) -> bool {
+        bs != 128
+            || n > sparsek_layout::NARROW_MAX_N
+            || nnzb >= MID64_BS128_MIN_BLOCKS_PER_SM.saturating_mul(self.info.sm_count as usize)
     }
 
     /// The built-in heuristic: the decode kernels where [`Gpu::decode_serves`] says so; for a small grid
