@@ -70,9 +70,10 @@ impl DeviceInfo {
 }
 
 /// At bs 128 and up to 64 columns, the fewest nonzero blocks per SM for which the mid family takes its tile of 64
-/// columns (one N tile, rows split) rather than two tiles of 32 ([`Gpu::family_kernel`]). Measured on an H200
-/// (docs/perf-notes.md, issue 12 step 19): at 64 columns the tile of 64 was 1.15x faster on 16384 x 16384 at 22%
-/// (27 blocks per SM), 1.12x at 10% (12) and 1.09x on 8192 x 8192 at 22% (6.8), but 1.10x slower at 10% (3.1).
+/// columns (one N tile, rows split) rather than two tiles of 32 ([`Gpu::plan_kernel`] shows the choice). Measured
+/// on an H200 (docs/perf-notes.md, issue 12 step 19): at 64 columns the tile of 64 was 1.15x faster on 16384 x
+/// 16384 at 22% (27 blocks per SM), 1.12x at 10% (12) and 1.09x on 8192 x 8192 at 22% (6.8), but 1.10x slower at
+/// 10% (3.1).
 pub const MID64_BS128_MIN_BLOCKS_PER_SM: usize = 4;
 
 /// The most columns for which [`Gpu::small_grid_serves`] moves a launch to the mid or narrow tile: the widest
