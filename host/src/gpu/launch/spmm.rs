@@ -520,7 +520,8 @@ impl Gpu {
                         cfg.smem_bytes(),
                         stream,
                         &mut args,
-                    ),
+                    )
+                    .map_err(cuda("cuLaunchKernel (sparsek_bsr)")),
                     Some(bytes) => launch_streaming(
                         kernel.func.cu_function(),
                         (ctas, cfg.threads(), cfg.smem_bytes()),
@@ -530,11 +531,6 @@ impl Gpu {
                     ),
                 }
             }
-            .map_err(cuda(if window.is_some() {
-                "cuLaunchKernelEx (sparsek_bsr)"
-            } else {
-                "cuLaunchKernel (sparsek_bsr)"
-            }))
         };
         match (split, claim) {
             (Some((ws, _)), _) => ws.ordered(stream, launch),
@@ -625,7 +621,7 @@ pub(crate) fn a_window(
 /// `stream`, carrying an L2 access policy window over `window.1` bytes from `window.0` whose hits and misses are
 /// streaming (evict-first): the lines the kernel brings into L2 from there are the first to go. A driver that
 /// refuses the window (`CUDA_ERROR_INVALID_VALUE` or `NOT_SUPPORTED`: nothing was launched) gets a plain
-/// `cuLaunchKernel` instead.
+/// `cuLaunchKernel` instead. An error names the call that failed ([`WINDOW_LAUNCH`] or [`FALLBACK_LAUNCH`]).
 ///
 /// # Safety
 /// As `cuLaunchKernel`: `f` is a loaded kernel whose parameters `args` point to, valid for its grid, block and
@@ -636,7 +632,7 @@ unsafe fn launch_streaming(
     stream: CUstream,
     args: &mut [*mut std::ffi::c_void],
     window: (CUdeviceptr, usize),
-) -> std::result::Result<(), cudarc::driver::DriverError> {
+) -> Result<()> {
     use cudarc::driver::sys::{
         CUaccessPolicyWindow, CUaccessProperty, CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue,
         CUlaunchConfig,
@@ -670,10 +666,18 @@ unsafe fn launch_streaming(
         Err(e) if matches!(e.0, CUresult::CUDA_ERROR_INVALID_VALUE | CUresult::CUDA_ERROR_NOT_SUPPORTED) => {
             // SAFETY: the caller guarantees the launch (the same kernel, grid, arguments and stream).
             unsafe { cudarc::driver::result::launch_kernel(f, (ctas, 1, 1), (threads, 1, 1), smem, stream, args) }
+                .map_err(cuda(FALLBACK_LAUNCH))
         }
-        r => r,
+        r => r.map_err(cuda(WINDOW_LAUNCH)),
     }
 }
+
+/// The operation an error of [`launch_streaming`] names when `cuLaunchKernelEx` with the window fails.
+const WINDOW_LAUNCH: &str = "cuLaunchKernelEx (sparsek_bsr, A's L2 window)";
+
+/// The operation an error of [`launch_streaming`] names when the driver refused the window and the plain
+/// `cuLaunchKernel` that replaced it failed.
+const FALLBACK_LAUNCH: &str = "cuLaunchKernel (sparsek_bsr, after the driver refused A's L2 window)";
 
 #[cfg(test)]
 mod tests {
