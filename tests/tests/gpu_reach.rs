@@ -365,6 +365,19 @@ fn exact_integer_results_in_every_layout() {
     }
 }
 
+/// Every pair of B and C layouts.
+fn b_and_c_layouts() -> impl Iterator<Item = (Layout, Layout)> {
+    [Layout::RowMajor, Layout::ColMajor].into_iter().flat_map(|b| [Layout::RowMajor, Layout::ColMajor].map(|c| (b, c)))
+}
+
+/// Runs `case` with each input and output type: f16 and bf16 in, f32 and the input's 16-bit type out.
+fn run_every_type(gpu: &Gpu, case: &Case) {
+    run_case::<f16, f32>(gpu, case).unwrap();
+    run_case::<f16, f16>(gpu, case).unwrap();
+    run_case::<bf16, f32>(gpu, case).unwrap();
+    run_case::<bf16, bf16>(gpu, case).unwrap();
+}
+
 /// The bs-128 mid tile of 64 columns (`_n64`, split rows; only on many blocks: `MID64_BS128_MIN_BLOCKS_PER_SM`)
 /// in every input and output type and every B and C layout, with 64-bit indices, bias, an activation and beta,
 /// against every row of the oracle through the caller's memory (`run_case`: padding poisoned and checked).
@@ -376,11 +389,7 @@ fn bs128_tile_of_64_in_every_layout() {
     let (block_rows, density) = (6usize, 0.75);
     let block_cols = (min_blocks * 6 / 5).div_ceil(block_rows) * 4 / 3 + 1;
     let mut seed = 0x6400;
-    for (i, (b_layout, c_layout)) in [Layout::RowMajor, Layout::ColMajor]
-        .into_iter()
-        .flat_map(|b| [Layout::RowMajor, Layout::ColMajor].map(|c| (b, c)))
-        .enumerate()
-    {
+    for (i, (b_layout, c_layout)) in b_and_c_layouts().enumerate() {
         for n in [64usize, 41] {
             seed += 1;
             let case = Case {
@@ -414,10 +423,7 @@ fn bs128_tile_of_64_in_every_layout() {
                 let kernel = gpu.plan_kernel(128, types, (m, k, n), nnzb, None).unwrap().kernel;
                 assert!(kernel.ends_with("_n64"), "{case:?} {input:?} -> {out:?}: got {kernel}");
             }
-            run_case::<f16, f32>(gpu, &case).unwrap();
-            run_case::<f16, f16>(gpu, &case).unwrap();
-            run_case::<bf16, f32>(gpu, &case).unwrap();
-            run_case::<bf16, bf16>(gpu, &case).unwrap();
+            run_every_type(gpu, &case);
         }
     }
 }
@@ -436,11 +442,7 @@ fn bs32_mid_tile_in_every_layout() {
     let narrow = gpu.plan_kernel(32, types, (few, 256, 32), few / 32 * 4, None).unwrap().kernel;
     assert!(narrow.ends_with("_n16"), "{} block rows: got {narrow}", few / 32);
     let mut seed = 0x3200;
-    for (i, (b_layout, c_layout)) in [Layout::RowMajor, Layout::ColMajor]
-        .into_iter()
-        .flat_map(|b| [Layout::RowMajor, Layout::ColMajor].map(|c| (b, c)))
-        .enumerate()
-    {
+    for (i, (b_layout, c_layout)) in b_and_c_layouts().enumerate() {
         for (n, pattern) in [(32usize, Pattern::Uniform), (17, Pattern::Skewed), (64, Pattern::Skewed)] {
             seed += 1;
             // Skewed: a long first row needs many block columns (at density 0.1, rows of 10 blocks on average).
@@ -475,10 +477,7 @@ fn bs32_mid_tile_in_every_layout() {
                 let expect = pattern == Pattern::Skewed && n <= 32;
                 assert_eq!(split.is_some(), expect, "{case:?}: longest {longest}, split {split:?}");
             }
-            run_case::<f16, f32>(gpu, &case).unwrap();
-            run_case::<f16, f16>(gpu, &case).unwrap();
-            run_case::<bf16, f32>(gpu, &case).unwrap();
-            run_case::<bf16, bf16>(gpu, &case).unwrap();
+            run_every_type(gpu, &case);
         }
     }
 }

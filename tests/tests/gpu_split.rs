@@ -66,6 +66,28 @@ fn check_case<TC: OutputElement>(
     Ok(got)
 }
 
+/// Integer-valued operands (every sum exact in f32): the launch on `split` and on `whole` (whole rows) both equal
+/// the oracle bit for bit, and three more launches on `split` give the first one's bits.
+fn assert_exact_and_repeatable(
+    (split, whole): (&Gpu, &Gpu),
+    (a, b, c0): (&Bsr<f16>, &Matrix<f16>, &Matrix<f32>),
+    ep: Epilogue,
+    ctx: &str,
+) {
+    let expected = sparsek::cpu::reference(a, b, c0, ep).unwrap();
+    let run = |gpu: &Gpu| spmm_once(gpu, a, b, c0, ep);
+    let got = run(split);
+    let report = compare_exact(&got, &expected);
+    assert!(report.passed(), "{ctx}: split rows: {report}");
+    let report = compare_exact(&run(whole), &expected);
+    assert!(report.passed(), "{ctx}: whole rows: {report}");
+    for i in 0..3 {
+        let again = run(split);
+        let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{ctx}: split launch {i} differs from the first");
+    }
+}
+
 /// Random long-row cases (16-200 block columns, few block rows, uniform or skewed) with parts of 1-9 blocks,
 /// every one split (asserted), against the oracle.
 #[test]
@@ -125,21 +147,9 @@ fn split_rows_are_exact_and_deterministic() {
             let (m, k) = (rows * bs, cols * bs);
             let seed = (bs * 1000 + n) as u64;
             let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, 0.6, beta, seed);
-            let ep = Epilogue::new(1.0, beta);
-            let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
             let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} beta={beta} nnzb={}", a.nnzb());
             assert!(split_of(&split, &a, n).1.is_some(), "{ctx}: not split");
-            let run = |gpu: &Gpu| spmm_once(gpu, &a, &b, &c0, ep);
-            let got = run(&split);
-            let report = compare_exact(&got, &expected);
-            assert!(report.passed(), "{ctx}: split rows: {report}");
-            let report = compare_exact(&run(&whole), &expected);
-            assert!(report.passed(), "{ctx}: whole rows: {report}");
-            for i in 0..3 {
-                let again = run(&split);
-                let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
-                assert!(same, "{ctx}: split launch {i} differs from the first");
-            }
+            assert_exact_and_repeatable((&split, &whole), (&a, &b, &c0), Epilogue::new(1.0, beta), &ctx);
         }
     }
     // Random values: the same bits on every launch (the parts are added in part order, whichever CTA is last).
@@ -184,18 +194,7 @@ fn bs128_tile_of_64_splits_rows() {
             check_case::<f16>(&gpu, &a, n, 0.75, -0.5, seed, &ctx).unwrap();
             // Integer-valued: split, whole rows and the oracle bit for bit, and every split launch alike.
             let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, density, 1.0, seed);
-            let ep = Epilogue::new(1.0, 1.0);
-            let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
-            let run = |g: &Gpu| spmm_once(g, &a, &b, &c0, ep);
-            let got = run(&gpu);
-            assert!(compare_exact(&got, &expected).passed(), "{ctx}: split rows: {}", compare_exact(&got, &expected));
-            let report = compare_exact(&run(&whole), &expected);
-            assert!(report.passed(), "{ctx}: whole rows: {report}");
-            for r in 0..3 {
-                let again = run(&gpu);
-                let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
-                assert!(same, "{ctx}: split launch {r} differs from the first");
-            }
+            assert_exact_and_repeatable((&gpu, &whole), (&a, &b, &c0), Epilogue::new(1.0, 1.0), &ctx);
         }
     }
 }
