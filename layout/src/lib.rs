@@ -240,9 +240,9 @@ impl KernelConfig {
     /// cp.async template with a narrow N tile (at most [`SPLIT_MAX_BN`] columns), whose partial tiles are small,
     /// and the bs-128 mid tile of 64 columns ([`MID64_CONFIGS`]), whose 128 block rows of a 16384-row weight
     /// are one CTA per SM when whole. Measured on an H200 (docs/perf-notes.md, issue 12 step 19): split, that tile
-    /// was 1.1-1.3x faster than whole rows at 64 columns and 2.6x on skewed rows; the bs-64 tile of 64 columns
+    /// was 1.06-1.3x faster than whole rows at 64 columns and 2.6x on skewed rows; the bs-64 tile of 64 columns
     /// does not split, because compiling the split path in made its whole-row launches 3-4% slower and its splits
-    /// were 5-10% slower to level.
+    /// were level to 10% slower.
     pub const fn splits_rows(&self) -> bool {
         matches!(self.pipeline, Pipeline::CpAsync) && (self.bn <= SPLIT_MAX_BN || (self.bs >= 128 && self.bn <= 64))
     }
@@ -809,9 +809,9 @@ pub const MID_MIN_N: usize = 17;
 /// entry 24, the fastest candidate at N = 64 on an H200: 16384 x 16384 bs 64 22% 45.9 µs against 53.6 for the mid
 /// tile of 32 (entry 25) and 78.3 for the narrow tile; 8192 x 8192 19.3 against 22.0 (docs/perf-notes.md "Step
 /// 5"); at 32 columns it was 1.16x slower than the mid tile. bs 128 (entry 26), whole rows, won only 1.04x at
-/// 16384 x 16384; it splits rows ([`KernelConfig::splits_rows`]), and split it measured 1.09-1.15x faster than the
-/// mid tile of 32 at 64 columns where A has at least 4 blocks per SM, 2x on skewed rows (issue 12 step 19; the
-/// host takes it only there).
+/// 16384 x 16384; it splits rows ([`KernelConfig::splits_rows`]), and split it measured 1.04-1.37x faster than the
+/// mid tile of 32 at 33 to 64 columns where A has at least 4 blocks per SM, 2x on skewed rows (issue 12 step 19;
+/// the host takes it only there).
 pub const MID64_CONFIGS: [KernelConfig; 2] = [
     KernelConfig {
         bs: 64,

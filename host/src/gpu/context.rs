@@ -73,7 +73,7 @@ impl DeviceInfo {
 /// columns (one N tile, rows split) rather than two tiles of 32 ([`Gpu::plan_kernel`] shows the choice). Measured
 /// on an H200 (docs/perf-notes.md, issue 12 step 19): at 64 columns the tile of 64 was 1.15x faster on 16384 x
 /// 16384 at 22% (27 blocks per SM), 1.12x at 10% (12) and 1.09x on 8192 x 8192 at 22% (6.8), but 1.10x slower at
-/// 10% (3.1).
+/// 10% (3.1); on eight more shapes from 4.3 to 27 blocks per SM 1.04-1.37x faster.
 pub const MID64_BS128_MIN_BLOCKS_PER_SM: usize = 4;
 
 /// At bs 32, the fewest block rows per SM for which the built-in heuristic takes the mid tile (BN 32) for 17 to 64
@@ -366,8 +366,8 @@ impl Gpu {
     /// and may use it on `nnzb` blocks and `n` columns: the decode kernels unless [`Gpu::with_decode`] turned them
     /// off; the mid family's tile of 64 columns from [`sparsek_layout::MID64_MIN_N`] columns where the block size
     /// has one (at bs 128 and up to [`sparsek_layout::NARROW_MAX_N`] columns only with at least
-    /// [`MID64_BS128_MIN_BLOCKS_PER_SM`] blocks per SM), else its tile of 32; the sm_90a ones where that module is loaded and enabled (the short-row ones
-    /// unless [`Gpu::with_short_rows`] turned them off), with at least one
+    /// [`MID64_BS128_MIN_BLOCKS_PER_SM`] blocks per SM), else its tile of 32; the sm_90a ones where that module is
+    /// loaded and enabled (the short-row ones unless [`Gpu::with_short_rows`] turned them off), with at least one
     /// block (a tensor map cannot describe none) and `nnzb * bs` below 2^32 (their row coordinates are 32-bit).
     pub(crate) fn family_kernel(
         &self,
