@@ -577,8 +577,8 @@ macro_rules! bsr_kernel {
 
 /// The product kernels: one per block size, input type, B order and output type (`layout::Module::Product`),
 /// for the block sizes with a narrow tile (`layout::NARROW_CONFIGS`) a second one, `_n16`, for few columns, and
-/// for those with a mid tile (`layout::MID_CONFIGS`) a third, `_n32`, for 17 to 64 columns, and at bs 64 a fourth,
-/// `_n64` (`layout::MID64_CONFIGS`), for 33 to 64.
+/// for those with a mid tile (`layout::MID_CONFIGS`) a third, `_n32`, for 17 to 64 columns, and at bs 64 and 128 a
+/// fourth, `_n64` (`layout::MID64_CONFIGS`), for 33 to 64.
 #[cfg(not(feature = "tune-kernels"))]
 mod product {
     use super::*;
