@@ -761,14 +761,24 @@ pub const NARROW_CONFIGS: [KernelConfig; 4] = [
 ];
 
 /// Mid-tile configurations (issue 12): an N tile of 32 for launches of [`MID_MIN_N`] to [`NARROW_MAX_N`] columns
-/// at bs 32, 64 and 128, where the narrow tile's 16 columns multiply each block of A once per 16 columns. bs 32's
-/// (the narrow tile's shape with 32 columns; not a tuning candidate) measured 1.29-1.78x faster than the narrow
-/// tile on 16384 x 16384 at 32 and 64 columns on an H200, and slower on fewer block rows: the host takes it only
-/// on many (docs/perf-notes.md, issue 12 step 21). bs 64 and 128: the fastest at N = 32 of the candidates of 16,
+/// at every block size, where the narrow tile's 16 columns multiply each block of A once per 16 columns. bs 16's
+/// and 32's (the narrow tiles' shapes with 32 columns; not tuning candidates) measured 1.06-2.05x faster than the
+/// narrow tile on 16384 x 16384 at 32 to 64 columns on an H200, and slower on fewer block rows: the host takes
+/// them only on many (docs/perf-notes.md, issue 12 step 21). bs 64 and 128: the fastest at N = 32 of the candidates of 16,
 /// 32 and 64 columns ([`TUNE_CONFIGS`] entries 15-19 and 24-27) on an H200, 16384 x 16384 bs 64 22%: 39.9 µs
 /// against 49.1 for the narrow tile (entry 25); bs 128 41.3 against 49.5 (entry 27); at N = 64 1.27-1.46x faster
 /// than the narrow tile (docs/perf-notes.md "Step 5").
-pub const MID_CONFIGS: [KernelConfig; 3] = [
+pub const MID_CONFIGS: [KernelConfig; 4] = [
+    KernelConfig {
+        bs: 16,
+        bn: 32,
+        bk: 16,
+        warps_m: 1,
+        warps_n: 1,
+        stages: 8,
+        frag_db: false,
+        pipeline: Pipeline::CpAsync,
+    },
     KernelConfig {
         bs: 32,
         bn: 32,
@@ -1229,7 +1239,7 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels
 /// are named `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with
 /// the suffix `_short`.
-pub const VARIANTS: [Variant; 176] = [
+pub const VARIANTS: [Variant; 184] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -1294,6 +1304,14 @@ pub const VARIANTS: [Variant; 176] = [
     narrow("sparsek_bsr_bs32_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
     narrow("sparsek_bsr_bs64_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     narrow("sparsek_bsr_bs128_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    mid("sparsek_bsr_bs16_f16_brow_f32_n32", InType::F16, Layout::RowMajor, OutType::F32, 16),
+    mid("sparsek_bsr_bs16_f16_brow_f16_n32", InType::F16, Layout::RowMajor, OutType::F16, 16),
+    mid("sparsek_bsr_bs16_f16_bcol_f32_n32", InType::F16, Layout::ColMajor, OutType::F32, 16),
+    mid("sparsek_bsr_bs16_f16_bcol_f16_n32", InType::F16, Layout::ColMajor, OutType::F16, 16),
+    mid("sparsek_bsr_bs16_bf16_brow_f32_n32", InType::Bf16, Layout::RowMajor, OutType::F32, 16),
+    mid("sparsek_bsr_bs16_bf16_brow_bf16_n32", InType::Bf16, Layout::RowMajor, OutType::Bf16, 16),
+    mid("sparsek_bsr_bs16_bf16_bcol_f32_n32", InType::Bf16, Layout::ColMajor, OutType::F32, 16),
+    mid("sparsek_bsr_bs16_bf16_bcol_bf16_n32", InType::Bf16, Layout::ColMajor, OutType::Bf16, 16),
     mid("sparsek_bsr_bs32_f16_brow_f32_n32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     mid("sparsek_bsr_bs32_f16_brow_f16_n32", InType::F16, Layout::RowMajor, OutType::F16, 32),
     mid("sparsek_bsr_bs32_f16_bcol_f32_n32", InType::F16, Layout::ColMajor, OutType::F32, 32),

@@ -428,56 +428,60 @@ fn bs128_tile_of_64_in_every_layout() {
     }
 }
 
-/// The bs-32 mid tile (`_n32`, 17 to 64 columns, only on `MID_BS32_MIN_ROWS_PER_SM` block rows per SM) in every
-/// input and output type and every B and C layout, with u32 and i64 indices, bias, activations and beta, skewed
-/// rows too (split: one row over 4x the mean), against every row of the oracle through the caller's memory; on
-/// fewer rows the launch takes the narrow tile.
+/// The bs-16 and bs-32 mid tiles (`_n32`, 17 to 64 columns, only on `MID_SMALL_BS_MIN_ROWS_PER_SM` block rows per SM)
+/// in every input and output type and every B and C layout, with u32 and i64 indices, bias, activations and beta,
+/// skewed rows too (split: one row over 4x the mean), against every row of the oracle through the caller's memory;
+/// on fewer rows the launch takes the narrow tile.
 #[test]
-fn bs32_mid_tile_in_every_layout() {
+fn small_block_mid_tiles_in_every_layout() {
     let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("bs32_mid_tile_in_every_layout") else { return };
-    let block_rows = sparsek::gpu::MID_BS32_MIN_ROWS_PER_SM * gpu.info().sm_count as usize;
-    let few = (block_rows - 1) * 32;
-    let types = (sparsek::gpu::InType::F16, Layout::RowMajor, sparsek::gpu::OutType::F32, Layout::RowMajor);
-    let narrow = gpu.plan_kernel(32, types, (few, 256, 32), few / 32 * 4, None).unwrap().kernel;
-    assert!(narrow.ends_with("_n16"), "{} block rows: got {narrow}", few / 32);
+    let Some(gpu) = gpu("small_block_mid_tiles_in_every_layout") else { return };
+    let block_rows = sparsek::gpu::MID_SMALL_BS_MIN_ROWS_PER_SM * gpu.info().sm_count as usize;
     let mut seed = 0x3200;
-    for (i, (b_layout, c_layout)) in b_and_c_layouts().enumerate() {
-        for (n, pattern) in [(32usize, Pattern::Uniform), (17, Pattern::Skewed), (64, Pattern::Skewed)] {
-            seed += 1;
-            // Skewed: a long first row needs many block columns (at density 0.1, rows of 10 blocks on average).
-            let (block_cols, density) = if pattern == Pattern::Skewed { (100usize, 0.1) } else { (6, 0.5) };
-            let case = Case {
-                bs: 32,
-                block_rows,
-                block_cols,
-                n,
-                pad: 8 * (i % 2),
-                density,
-                pattern,
-                b_layout,
-                c_layout,
-                index: if i % 2 == 0 { IndexType::U32 } else { IndexType::I64 },
-                bias: i != 1,
-                activation: Activation::ALL[(i + n) % Activation::ALL.len()],
-                alpha: 1.5,
-                beta: if pattern == Pattern::Uniform { 0.0 } else { -0.5 },
-                checked_structure: i == 3,
-                seed,
-            };
-            let (m, k) = (block_rows * 32, block_cols * 32);
-            let a: Bsr<f16> = generate(pattern, m, k, 32, density, seed).unwrap();
-            let longest = a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
-            for input in [sparsek::gpu::InType::F16, sparsek::gpu::InType::Bf16] {
-                let types = (input, b_layout, sparsek::gpu::OutType::F32, c_layout);
-                let choice = gpu.plan_kernel(32, types, (m, k, n), a.nnzb(), Some(longest)).unwrap();
-                assert!(choice.kernel.ends_with("_n32"), "{case:?} {input:?}: got {}", choice.kernel);
-                let split = gpu.split_for(&choice.config, (a.nnzb(), block_rows, n), Some(longest));
-                // The auto split: launches of one N tile with one row over 4x the mean.
-                let expect = pattern == Pattern::Skewed && n <= 32;
-                assert_eq!(split.is_some(), expect, "{case:?}: longest {longest}, split {split:?}");
+    for bs in [16usize, 32] {
+        let few = block_rows - 1;
+        let types = (sparsek::gpu::InType::F16, Layout::RowMajor, sparsek::gpu::OutType::F32, Layout::RowMajor);
+        let narrow = gpu.plan_kernel(bs, types, (few * bs, 8 * bs, 32), few * 4, None).unwrap().kernel;
+        assert!(narrow.ends_with("_n16"), "bs {bs}, {few} block rows: got {narrow}");
+        for (i, (b_layout, c_layout)) in b_and_c_layouts().enumerate() {
+            for (n, pattern) in [(32usize, Pattern::Uniform), (17, Pattern::Skewed), (64, Pattern::Skewed)] {
+                seed += 1;
+                // Skewed: a long first row needs many block columns (at density 0.1, rows of 10 blocks on average).
+                let (block_cols, density) = if pattern == Pattern::Skewed { (100usize, 0.1) } else { (6, 0.5) };
+                let case = Case {
+                    bs,
+                    block_rows,
+                    block_cols,
+                    n,
+                    pad: 8 * (i % 2),
+                    density,
+                    pattern,
+                    b_layout,
+                    c_layout,
+                    index: if i % 2 == 0 { IndexType::U32 } else { IndexType::I64 },
+                    bias: i != 1,
+                    activation: Activation::ALL[(i + n) % Activation::ALL.len()],
+                    alpha: 1.5,
+                    beta: if pattern == Pattern::Uniform { 0.0 } else { -0.5 },
+                    checked_structure: i == 3,
+                    seed,
+                };
+                let (m, k) = (block_rows * bs, block_cols * bs);
+                let a: Bsr<f16> = generate(pattern, m, k, bs, density, seed).unwrap();
+                let longest = a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
+                for input in [sparsek::gpu::InType::F16, sparsek::gpu::InType::Bf16] {
+                    let types = (input, b_layout, sparsek::gpu::OutType::F32, c_layout);
+                    let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), Some(longest)).unwrap();
+                    assert!(choice.kernel.ends_with("_n32"), "{case:?} {input:?}: got {}", choice.kernel);
+                    let split = gpu.split_for(&choice.config, (a.nnzb(), block_rows, n), Some(longest));
+                    // The auto split: launches of one N tile with one row over 4x the mean and longer than a
+                    // part (SPLIT_PART_BYTES of A: 64 blocks at bs 32, 256 at bs 16).
+                    let part_blocks = sparsek::gpu::SPLIT_PART_BYTES / (bs * bs * 2);
+                    let expect = pattern == Pattern::Skewed && n <= 32 && longest > part_blocks;
+                    assert_eq!(split.is_some(), expect, "{case:?}: longest {longest}, split {split:?}");
+                }
+                run_every_type(gpu, &case);
             }
-            run_every_type(gpu, &case);
         }
     }
 }

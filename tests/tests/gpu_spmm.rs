@@ -521,7 +521,7 @@ fn small_grids_take_the_narrow_and_mid_tiles() {
         if small {
             // The mid tile where it has one and its grid fills half the SMs, else the narrow tile.
             let mid = sparsek_layout::mid64_config_for(bs as u32).or(sparsek_layout::mid_config_for(bs as u32));
-            let mid_rows = bs != 32 || block_rows >= sparsek::gpu::MID_BS32_MIN_ROWS_PER_SM * sms;
+            let mid_rows = bs > 32 || block_rows >= sparsek::gpu::MID_SMALL_BS_MIN_ROWS_PER_SM * sms;
             let mid_fills = mid_rows && mid.is_some_and(|c| 2 * block_rows * n.div_ceil(c.bn as usize) >= sms);
             let suffix =
                 if mid_fills { mid.map_or("_n16", |c| if c.bn == 64 { "_n64" } else { "_n32" }) } else { "_n16" };

@@ -76,12 +76,14 @@ impl DeviceInfo {
 /// 10% (3.1); on eight more shapes from 4.3 to 27 blocks per SM 1.04-1.37x faster.
 pub const MID64_BS128_MIN_BLOCKS_PER_SM: usize = 4;
 
-/// At bs 32, the fewest block rows per SM for which the built-in heuristic takes the mid tile (BN 32) for 17 to 64
-/// columns instead of the narrow tile (BN 16), and for small grids. Measured on an H200 (docs/perf-notes.md, issue 12
-/// step 21): on 16384 x 16384 (512 block rows, 3.9 per SM) the mid tile was 1.29x faster at 32 columns and 1.52-1.78x
-/// at 64; on 8192 x 8192 (256 rows) 1.08-1.10x faster at 64 columns but 1.5% slower at 32 and 6% at 48, on 4096 x
-/// 4096 3% slower at 64, and on small grids of 12 block rows at 512 columns 5-6% slower.
-pub const MID_BS32_MIN_ROWS_PER_SM: usize = 3;
+/// At bs 16 and 32, the fewest block rows per SM for which the built-in heuristic takes the mid tile (BN 32) for 17
+/// to 64 columns instead of the narrow tile (BN 16), and for small grids. Measured on an H200 (docs/perf-notes.md,
+/// issue 12 step 21): at bs 32 on 16384 x 16384 (512 block rows, 3.9 per SM) the mid tile was 1.10-1.78x faster at
+/// 32 to 64 columns; on 8192 x 8192 (256 rows) 1.08-1.10x faster at 64 columns but 1.5% slower at 32 and 6% at 48,
+/// on 4096 x 4096 3% slower at 64, and on small grids of 12 block rows at 512 columns 5-6% slower. At bs 16 on 16384
+/// x 16384 (1024 rows) 1.06-2.05x faster at 32 to 64 columns; on 8192 x 8192 (512 rows) level to 1.19x faster at 32
+/// and 64 columns, 6.5% slower at 48.
+pub const MID_SMALL_BS_MIN_ROWS_PER_SM: usize = 3;
 
 /// The most columns for which [`Gpu::small_grid_serves`] moves a launch to the mid or narrow tile: the widest
 /// shape measured (docs/perf-notes.md, issue 12 step 8), and the widest the tuner offers those tiles for.
@@ -406,15 +408,15 @@ impl Gpu {
     }
 
     /// Whether `block_rows` block rows of `bs` are enough for the built-in heuristic to take the mid tile: always,
-    /// except at bs 32, where it needs at least [`MID_BS32_MIN_ROWS_PER_SM`] block rows per SM.
+    /// except at bs 16 and 32, where it needs at least [`MID_SMALL_BS_MIN_ROWS_PER_SM`] block rows per SM.
     fn mid_rows_suffice(&self, bs: u32, block_rows: usize) -> bool {
-        bs != 32 || block_rows >= MID_BS32_MIN_ROWS_PER_SM.saturating_mul(self.info.sm_count as usize)
+        bs > 32 || block_rows >= MID_SMALL_BS_MIN_ROWS_PER_SM.saturating_mul(self.info.sm_count as usize)
     }
 
     /// The built-in heuristic: the decode kernels where [`Gpu::decode_serves`] says so; for a small grid
     /// ([`Gpu::small_grid_serves`]) the mid tile where its grid has at least half as many CTAs as the GPU has SMs,
-    /// else the narrow tile (at bs 32, in both places, the mid tile only on [`MID_BS32_MIN_ROWS_PER_SM`] block rows
-    /// per SM); else the sm_90a ones above [`sparsek_layout::NARROW_MAX_N`] columns where
+    /// else the narrow tile (at bs 16 and 32, in both places, the mid tile only on [`MID_SMALL_BS_MIN_ROWS_PER_SM`]
+    /// block rows per SM); else the sm_90a ones above [`sparsek_layout::NARROW_MAX_N`] columns where
     /// [`Gpu::family_kernel`] has them (the short-row kernel where the block size has one and the rows hold at most
     /// [`sparsek_layout::SHORT_ROW_MAX_K_TILES`] k-tiles on average: `nnzb` over `block_rows`); else the mid tile
     /// from [`sparsek_layout::MID_MIN_N`] to `NARROW_MAX_N` columns and the narrow tile up to `NARROW_MAX_N`, where
