@@ -26,6 +26,11 @@
 //! [`bsr_spmm`] strings them together: PREFETCH, MAIN LOOP (one of two schedules, per `KernelConfig::frag_db`),
 //! EPILOGUE. The shared tiles ([`SmemTile`], in a [`SmemRing`] of STAGES slots) own their swizzle.
 //!
+//! Programmatic dependent launch (ptx/griddep.rs): the prefetch issues A's slice of the first k-tile (and, in the
+//! narrow and mid tiles, the first column indices), then waits for the grid ahead of it on the stream before any
+//! copy of B, any use of the split workspace and the epilogue; after the main loop's last copies it lets the next
+//! grid start.
+//!
 //! Parameters and preconditions: `layout::BsrSpmmParams` (checked by the host launcher before every launch).
 
 use crate::epilogue::{Epilogue, F16In, Input, Output, WarpCoord, load_index, store_epilogue};
@@ -57,18 +62,11 @@ struct CtaOperands {
 }
 
 /// PRODUCER (global -> shared): issues this thread's cp.async copies of k-tile `k_tile` of the CTA's block row
-/// into one ring slot (`s_a`, `s_b`), as part of the thread's current commit group. With `kb = BS / BK` k-tiles per
-/// block, k-tile `k_tile` is the (BS, BK) slice at column `kk = (k_tile % kb) * BK` of block
-/// `blk = blk_begin + k_tile / kb`, and the (BK, BN) strip of B at rows `col * BS + kk`, columns `n0 .. n0 + BN`
-/// (`col = col_idx[blk]`: the narrow and mid tiles pass it, loaded a k-tile ahead by [`bsr_spmm`]; the wide tiles
-/// load it here and ignore `col`); B's chunks at or past column n are zero-filled (cp.async src-size). A
-/// column-major B is staged as the (BN, BK) tile of its columns `n0 .. n0 + BN` (`B_COL`: rows of the tile are
-/// columns of B, 16-byte chunks run along k), whole rows past column n zero-filled. The CTA's `threads` threads (a
-/// constant) share the chunks; this is thread `tid`.
+/// into one ring slot (`s_a`, `s_b`), as part of the thread's current commit group: A's slice
+/// ([`load_a_slice`]), then B's strip ([`load_b_strip`]).
 ///
 /// # Safety
-/// `g` and `k_tile` satisfy the kernel's preconditions (`k_tile` < the block row's k-tiles), `col` is
-/// `col_idx[blk]` when `loads_index_ahead(BN)`; `s_a` and `s_b` lie in the CTA's shared memory.
+/// As [`load_a_slice`] and [`load_b_strip`].
 #[inline(always)]
 unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
     g: &CtaOperands,
@@ -76,6 +74,28 @@ unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: 
     col: u32,
     s_a: SmemTile<BS, BK>,
     s_b: SmemTile<BK, BN>,
+    tid: u32,
+    threads: u32,
+) {
+    unsafe {
+        load_a_slice::<BS, BK>(g, k_tile, s_a, tid, threads);
+        load_b_strip::<BS, BN, BK, B_COL>(g, k_tile, col, s_b, tid, threads);
+    }
+}
+
+/// PRODUCER, A's half: this thread's cp.async copies of A's (BS, BK) slice of k-tile `k_tile` into `s_a`. With
+/// `kb = BS / BK` k-tiles per block, k-tile `k_tile` is the slice at column `kk = (k_tile % kb) * BK` of block
+/// `blk = blk_begin + k_tile / kb`. It reads only A's values: the weights, which a kernel may read before
+/// [`ptx::griddep_wait`].
+///
+/// # Safety
+/// `g` and `k_tile` satisfy the kernel's preconditions (`k_tile` < the CTA's k-tiles); `s_a` lies in the CTA's
+/// shared memory.
+#[inline(always)]
+unsafe fn load_a_slice<const BS: u32, const BK: u32>(
+    g: &CtaOperands,
+    k_tile: u32,
+    s_a: SmemTile<BS, BK>,
     tid: u32,
     threads: u32,
 ) {
@@ -96,6 +116,30 @@ unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: 
         }
         i += 1;
     }
+}
+
+/// PRODUCER, B's half: this thread's cp.async copies of the (BK, BN) strip of B at rows `col * BS + kk`,
+/// columns `n0 .. n0 + BN` for k-tile `k_tile` into `s_b` (`col = col_idx[blk]`: the narrow and mid tiles pass
+/// it, loaded a k-tile ahead by [`bsr_spmm`]; the wide tiles load it here and ignore `col`); B's chunks at or past
+/// column n are zero-filled (cp.async src-size). A column-major B is staged as the (BN, BK) tile of its columns
+/// `n0 .. n0 + BN` (`B_COL`: rows of the tile are columns of B, 16-byte chunks run along k), whole rows past
+/// column n zero-filled. The CTA's `threads` threads (a constant) share the chunks; this is thread `tid`.
+///
+/// # Safety
+/// As [`load_a_slice`], and `col` is `col_idx[blk]` when `loads_index_ahead(BN)`; `s_b` lies in the CTA's shared
+/// memory; after [`ptx::griddep_wait`].
+#[inline(always)]
+unsafe fn load_b_strip<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
+    g: &CtaOperands,
+    k_tile: u32,
+    col: u32,
+    s_b: SmemTile<BK, BN>,
+    tid: u32,
+    threads: u32,
+) {
+    let k_tiles_per_block = BS / BK;
+    let blk = g.blk_begin + k_tile / k_tiles_per_block;
+    let kk = (k_tile % k_tiles_per_block) * BK;
     // B: rows [col * BS + kk, + BK), columns [n0, n0 + BN); columns >= n are zero-filled. The wide tiles load the
     // index here, after A's copies are issued.
     let col = if loads_index_ahead(BN) { col } else { unsafe { load_index(g.col_idx, blk, g.index_shift) } };
@@ -414,11 +458,22 @@ unsafe fn bsr_spmm<
         }
         s += 1;
     }
+    // A's slice of k-tile 0 first: A, its indices and `row_order` are the weights, which the grid before this one
+    // on the stream does not write, so a launch with programmatic serialization reads them while that grid
+    // finishes; B, C, the bias and the split-row workspace only after `griddep_wait` (ptx/griddep.rs). Empty rows
+    // wait too: they write C.
+    if num_k_tiles > 0 {
+        unsafe { load_a_slice::<BS, BK>(&g, 0, s_a.stage(0), tid, threads) };
+    }
+    ptx::griddep_wait();
     let mut s = 0;
     while s < STAGES - 1 {
         if s < num_k_tiles {
             let col = cols[s as usize]; // 0 (unused) without the look-ahead
-            unsafe { load_k_tile::<BS, BN, BK, B_COL>(&g, s, col, s_a.stage(s), s_b.stage(s), tid, threads) };
+            if s > 0 {
+                unsafe { load_a_slice::<BS, BK>(&g, s, s_a.stage(s), tid, threads) };
+            }
+            unsafe { load_b_strip::<BS, BN, BK, B_COL>(&g, s, col, s_b.stage(s), tid, threads) };
         }
         ptx::cp_async_commit();
         s += 1;
@@ -523,6 +578,9 @@ unsafe fn bsr_spmm<
             k_tile += 1;
         }
     }
+    // Every copy of A is issued: the next grid on the stream may start its own (ptx/griddep.rs), under this one's
+    // last k-tiles, hand-over and epilogue.
+    ptx::griddep_launch_dependents();
     ptx::cp_async_wait::<0>();
 
     // SPLIT ROWS: the row's last CTA to finish adds the parts' tiles in part order; the others leave.

@@ -24,6 +24,12 @@
 //! same bits run to run (no atomics), then applies the shared epilogue (`C = act(alpha * acc + bias) + beta * C`,
 //! f32 or 16-bit C, either layout; an empty block row gives `act(bias) + beta * C`).
 //!
+//! Programmatic dependent launch (ptx/griddep.rs): a CTA reads its block row's extent (`row_ptr`), then waits for
+//! the grid ahead of it on the stream before any load of A's values, B or C, and lets the next grid start once its
+//! last loads of A are issued. Loading the first chunks of A before the wait (all A, then all B) was measured
+//! faster under programmatic launch and 0.4-1.1 us slower on every plain one (docs/perf-notes.md, issue 12 step
+//! 22).
+//!
 //! Grid: 1-D, `block_rows * (BS / 16) * ceil(n / BN)` CTAs, N tile fastest (the CTAs re-reading a slice of A for
 //! another N tile run side by side and find it in L2), then slice, then block row. Parameters and
 //! preconditions: `layout::BsrSpmmParams` (`row_order` and `group_rows` are not used).
@@ -222,6 +228,9 @@ unsafe fn bsr_decode<
         policy: ptx::l2_evict_first_policy(),
     };
 
+    // B and C only after the grid before this one on the stream is done (ptx/griddep.rs); the block row's
+    // extent (A's structure) is read before.
+    ptx::griddep_wait();
     let chunks = BS / DIRECT_CHUNK;
     let mut cols = ColWindow { held: 0, base: 0, end: 0 };
     // Chunk `item` of the warp's walk: chunk `item % chunks` of the warp's block `item / chunks`, A's and B's
@@ -259,6 +268,8 @@ unsafe fn bsr_decode<
         }
         i += STAGES as u32;
     }
+    // Every load of A is issued: the next grid on the stream may start its own (ptx/griddep.rs).
+    ptx::griddep_launch_dependents();
 
     // REDUCE: every warp's partial sums to shared memory (lane-major, 16 bytes per lane and n8 tile), then warp 0
     // adds them in warp order.

@@ -89,6 +89,15 @@ pub enum Pipeline {
     Direct,
 }
 
+/// The PTX comment the product module's kernels emit where the grid-dependency wait goes
+/// (kernels-gpu/src/ptx/griddep.rs): a no-op in the sm_80 PTX, `griddepcontrol.wait;` in the module's sm_90a
+/// cubin (`cargo xtask build-ptx`). Every `Pipeline::CpAsync` and `Pipeline::Direct` kernel of the product module
+/// holds one before it reads B or touches C, and the build checks that it does.
+pub const GRIDDEP_WAIT_MARKER: &str = "// sparsek.griddepcontrol.wait";
+
+/// The PTX comment for `griddepcontrol.launch_dependents;`, likewise.
+pub const GRIDDEP_LAUNCH_DEPENDENTS_MARKER: &str = "// sparsek.griddepcontrol.launch_dependents";
+
 /// The widest N tile whose kernels split block rows ([`KernelConfig::splits_rows`]).
 pub const SPLIT_MAX_BN: u32 = 32;
 

@@ -14,6 +14,9 @@ struct Module {
     /// with a manifest (`<dest stem>.cubins.txt`: the PTX's FNV-1a 64 hash), so the host loads prebuilt SASS on
     /// those GPUs instead of JIT-compiling the PTX (20 s for the product module on an H100, measured 2026-11-22).
     cubins: bool,
+    /// Whether its sm_90 cubins are assembled from the PTX with the grid-dependency markers made instructions
+    /// (`ptx_check::programmatic_sm90`), so that its kernels can be launched with programmatic serialization there.
+    programmatic: bool,
     /// The target: `-C target-cpu`, the PTX ISA feature, and the architectures ptxas assembles (and checks) it for.
     target: Target,
 }
@@ -33,12 +36,20 @@ const SM80: Target = Target { cpu: "sm_80", ptx_feature: "+ptx80", ptxas_archs: 
 const SM90A: Target = Target { cpu: "sm_90a", ptx_feature: "+ptx83", ptxas_archs: &["sm_90a"] };
 
 const MODULES: &[Module] = &[
-    Module { name: "sparsek_sm80", features: "", dest: "host/ptx/sparsek_sm80.ptx", cubins: true, target: SM80 },
+    Module {
+        name: "sparsek_sm80",
+        features: "",
+        dest: "host/ptx/sparsek_sm80.ptx",
+        cubins: true,
+        programmatic: true,
+        target: SM80,
+    },
     Module {
         name: "primitives_sm80",
         features: "test-kernels",
         dest: "tests/ptx/primitives_sm80.ptx",
         cubins: false,
+        programmatic: false,
         target: SM80,
     },
     Module {
@@ -46,9 +57,17 @@ const MODULES: &[Module] = &[
         features: "tune-kernels",
         dest: "host/ptx/sparsek_sm80_tune.ptx",
         cubins: false,
+        programmatic: false,
         target: SM80,
     },
-    Module { name: "sparsek_sm90a", features: "sm90", dest: "host/ptx/sparsek_sm90a.ptx", cubins: true, target: SM90A },
+    Module {
+        name: "sparsek_sm90a",
+        features: "sm90",
+        dest: "host/ptx/sparsek_sm90a.ptx",
+        cubins: true,
+        programmatic: false,
+        target: SM90A,
+    },
 ];
 
 /// FNV-1a, 64 bits: the PTX a set of committed cubins was assembled from (tests/tests/ptx_content.rs computes the
@@ -272,9 +291,19 @@ fn validate_with_ptxas(root: &Path, built: &[(&Module, String)]) -> Result<Optio
         std::fs::write(&file, ptx).map_err(|e| format!("{}: {e}", file.display()))?;
         for arch in m.target.ptxas_archs {
             let cubin = tmp.join(format!("{}.{arch}.cubin", m.name));
+            // On sm_90 the product module's cubin comes from its PTX with the grid-dependency markers made
+            // instructions (ptx_check::programmatic_sm90).
+            let source = if m.programmatic && arch.starts_with("sm_90") {
+                let patched = tmp.join(format!("{}.{arch}.programmatic.ptx", m.name));
+                let text = crate::ptx_check::programmatic_sm90(ptx)?;
+                std::fs::write(&patched, text).map_err(|e| format!("{}: {e}", patched.display()))?;
+                patched
+            } else {
+                file.clone()
+            };
             let out = Command::new(&ptxas)
                 .args([&format!("-arch={arch}"), "-v", "-warn-spills", "-warn-lmem-usage"])
-                .arg(&file)
+                .arg(&source)
                 .arg("-o")
                 .arg(&cubin)
                 .output()

@@ -8,8 +8,10 @@
 //!   allocates registers for the CTA size and `setmaxnreg` can move them between warpgroups) and the 64-byte
 //!   alignment of the parameter that holds the tensor maps (rustc refuses a by-value kernel parameter aligned
 //!   above 16; TMA needs 64).
+//! - [`programmatic_sm90`]: the product module's PTX as its sm_90a cubin is assembled from it: `.target sm_90`
+//!   and the grid-dependency markers (kernels-gpu/src/ptx/griddep.rs) made `griddepcontrol` instructions.
 
-use sparsek_layout::{Module, Pipeline, VARIANTS, Variant};
+use sparsek_layout::{GRIDDEP_LAUNCH_DEPENDENTS_MARKER, GRIDDEP_WAIT_MARKER, Module, Pipeline, VARIANTS, Variant};
 
 /// The entry points of a PTX text: (name, the text from `.entry` up to the next entry).
 fn entries(ptx: &str) -> Vec<(&str, &str)> {
@@ -97,6 +99,46 @@ pub fn finish_sm90a(ptx: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// The product module's PTX for its sm_90a cubin: `.target sm_80` becomes `.target sm_90` (the PTX ISA 8.0 of the
+/// module has `griddepcontrol`, which needs sm_90) and every line that is exactly a grid-dependency marker
+/// becomes its instruction. Fails unless every `Pipeline::CpAsync` and `Pipeline::Direct` kernel of the product
+/// module holds at least one wait and one trigger: the host launches exactly those kernels with programmatic
+/// serialization, and one without the wait would read B before the preceding grid had written it.
+pub fn programmatic_sm90(ptx: &str) -> Result<String, String> {
+    if ptx.lines().filter(|l| l.trim() == ".target sm_80").count() != 1 {
+        return Err("programmatic sm_90 PTX: the module has no single `.target sm_80` line".into());
+    }
+    let mut problems = Vec::new();
+    for (name, body) in entries(ptx) {
+        let Some(v) = VARIANTS.iter().find(|v| v.name == name) else { continue };
+        if v.module != Module::Product || !matches!(v.config.pipeline, Pipeline::CpAsync | Pipeline::Direct) {
+            continue;
+        }
+        let markers = |m: &str| body.lines().filter(|l| l.trim() == m).count();
+        let (waits, triggers) = (markers(GRIDDEP_WAIT_MARKER), markers(GRIDDEP_LAUNCH_DEPENDENTS_MARKER));
+        if waits == 0 || triggers == 0 {
+            problems.push(format!("{name}: {waits} grid-dependency waits, {triggers} triggers (at least 1 each)"));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(format!("programmatic sm_90 PTX:\n  {}", problems.join("\n  ")));
+    }
+    let mut out = String::with_capacity(ptx.len());
+    for line in ptx.split_inclusive('\n') {
+        let (text, eol) = line.strip_suffix('\n').map_or((line, ""), |t| (t, "\n"));
+        let indent = &text[..text.len() - text.trim_start().len()];
+        match text.trim() {
+            ".target sm_80" => out.push_str(&format!("{indent}.target sm_90{eol}")),
+            t if t == GRIDDEP_WAIT_MARKER => out.push_str(&format!("{indent}griddepcontrol.wait;{eol}")),
+            t if t == GRIDDEP_LAUNCH_DEPENDENTS_MARKER => {
+                out.push_str(&format!("{indent}griddepcontrol.launch_dependents;{eol}"))
+            }
+            _ => out.push_str(line),
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +160,31 @@ mod tests {
         assert!(done.contains(&format!(".param .align 64 .b8 {name}_param_0[352]")), "{done}");
         assert!(done.contains(")\n.maxntid 384, 1, 1\n{"), "{done}");
         assert!(finish_sm90a(".visible .entry other(\n\t.param .u64 other_param_0\n)\n{\n}\n").is_err());
+    }
+
+    #[test]
+    fn programmatic_ptx_turns_markers_into_instructions() {
+        let kernel = |name: &str, markers: &str| {
+            format!(".visible .entry {name}(\n\t.param .align 8 .b8 {name}_param_0[160]\n)\n{{\n{markers}\tret;\n}}\n")
+        };
+        let both = format!(
+            "\t// begin inline asm\n\t{GRIDDEP_WAIT_MARKER}\n\t// end inline asm\n\t{GRIDDEP_LAUNCH_DEPENDENTS_MARKER}\n"
+        );
+        let product = sparsek_layout::VARIANTS
+            .iter()
+            .filter(|v| v.module == Module::Product && matches!(v.config.pipeline, Pipeline::CpAsync))
+            .map(|v| v.name)
+            .next()
+            .unwrap();
+        let ptx = format!(".version 8.0\n.target sm_80\n.address_size 64\n\n{}", kernel(product, &both));
+        let done = programmatic_sm90(&ptx).unwrap();
+        assert!(done.contains("\n.target sm_90\n") && !done.contains("sm_80"), "{done}");
+        assert!(done.contains("\n\tgriddepcontrol.wait;\n\t// end inline asm\n\tgriddepcontrol.launch_dependents;\n"));
+        assert!(!done.contains("sparsek.griddepcontrol"), "{done}");
+        // A product kernel without its wait (or trigger) fails the build; kernels outside the table pass as they are.
+        let no_wait = format!(".target sm_80\n{}", kernel(product, &format!("\t{GRIDDEP_LAUNCH_DEPENDENTS_MARKER}\n")));
+        assert!(programmatic_sm90(&no_wait).unwrap_err().contains("0 grid-dependency waits"));
+        assert!(programmatic_sm90(&format!(".target sm_80\n{}", kernel("sparsek_bsr_check", ""))).is_ok());
+        assert!(programmatic_sm90(&kernel(product, &both)).is_err(), "no .target line");
     }
 }

@@ -22,7 +22,9 @@
 //! - [`cp_async`] — 16-byte `cp.async.cg` with zero-fill, `commit_group`, `wait_group`;
 //! - [`ldmatrix`] — `ldmatrix` x1/x2/x4, with and without `.trans`;
 //! - [`mma`] — `mma.sync.m16n8k16` f32 += f16 x f16 and f32 += bf16 x bf16;
-//! - [`cvt`] — f32 <-> f16 / bf16, `ex2.approx` (the epilogue's activations).
+//! - [`cvt`] — f32 <-> f16 / bf16, `ex2.approx` (the epilogue's activations);
+//! - [`griddep`] — `griddepcontrol.wait` / `.launch_dependents` (programmatic dependent launch), as markers that
+//!   only the product module's sm_90a cubin turns into instructions.
 //!
 //! The sm_90a-only families (mbarrier, TMA `cp.async.bulk.tensor`, `wgmma`, `setmaxnreg`) are in [`sm90`],
 //! compiled only into the sm_90a module (feature `sm90`).
@@ -30,6 +32,7 @@
 pub mod barrier;
 pub mod cp_async;
 pub mod cvt;
+pub mod griddep;
 pub mod ldmatrix;
 pub mod memory;
 pub mod mma;
@@ -41,6 +44,7 @@ pub mod special;
 pub use barrier::bar_sync;
 pub use cp_async::{cp_async_cg_16, cp_async_commit, cp_async_wait, cp_async_wait_n};
 pub use cvt::{bf16_bits_to_f32, cvt_bf16x2_f32, cvt_f16x2_f32, cvt_f32_f16, div_full, ex2_approx};
+pub use griddep::{griddep_launch_dependents, griddep_wait};
 pub use ldmatrix::{ldmatrix_x1, ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4, ldmatrix_x4_trans};
 pub use memory::{
     atom_global_add_u32, atom_global_min_u64, fence_acq_rel_gpu, l2_evict_first_policy, ld_global_cg_v4, ld_global_f32,
