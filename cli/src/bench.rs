@@ -96,6 +96,10 @@ pub enum ModuleChoice {
     NoShortRows,
     /// The library's choice without marking A evict-first in L2 when a launch reads it once (for comparisons).
     NoEvictFirst,
+    /// The library's choice, with programmatic dependent launch where the GPU has it (H100, H200): a product
+    /// may start before the kernel ahead of it ends, reading A meanwhile (`Gpu::with_programmatic_launch`; the
+    /// benchmarks' kernels never write A).
+    Programmatic,
 }
 
 impl ModuleChoice {
@@ -119,6 +123,11 @@ impl ModuleChoice {
         self != ModuleChoice::NoEvictFirst
     }
 
+    /// Whether product launches may start before the kernel ahead of them ends (`Gpu::with_programmatic_launch`).
+    pub fn programmatic(self) -> bool {
+        self == ModuleChoice::Programmatic
+    }
+
     /// Opens GPU `device` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles
     /// scheduled as `schedule` says, or says why there is none (the line starts with `what`, the command) and
     /// returns `None`.
@@ -129,6 +138,7 @@ impl ModuleChoice {
                     .with_decode(self.decode())
                     .with_short_rows(self.short_rows())
                     .with_a_evict_first(self.a_evict_first())
+                    .with_programmatic_launch(self.programmatic())
                     .with_row_split(split)
                     .with_tile_schedule(schedule),
             ),
@@ -186,7 +196,9 @@ pub struct BenchArgs {
     /// Which kernels sparsek launches: `auto` (the library's choice: the sm_90a kernels for bs 64 and 128 on an
     /// H100/H200, the decode kernels at N <= 16), `sm80` (the portable module everywhere), `no-decode` (the
     /// narrow tile at N <= 16 too), `no-short-rows` (the five-stage sm_90a kernel for short bs-64 rows too) or
-    /// `no-evict-first` (A not marked evict-first in L2 when a launch reads it once), for comparisons.
+    /// `no-evict-first` (A not marked evict-first in L2 when a launch reads it once), for comparisons; or
+    /// `programmatic` (the library's choice, launched with programmatic dependent launch on an H100/H200: a product
+    /// may start before the kernel ahead of it ends; the queued times show what that is worth back to back).
     #[arg(long, value_enum, default_value_t = ModuleChoice::Auto)]
     module: ModuleChoice,
     /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice:

@@ -32,6 +32,14 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     let (module, description) = gpu.module();
     println!("  kernel module        {module} ({description})");
     println!("  loaded as            {}", gpu.module_loaded_from());
+    println!(
+        "  programmatic launch  {}",
+        if gpu.programmatic_launch_available() {
+            "available: its kernels wait for the kernel ahead of them (Gpu::with_programmatic_launch, off by default)"
+        } else {
+            "not on this GPU (needs the product module's sm_90a cubin: H100, H200)"
+        }
+    );
     match (gpu.hopper_module(), gpu.hopper_loaded_from()) {
         (Some((name, description)), Some(from)) => {
             println!("  sm_90a module        {name} ({description})");

@@ -76,8 +76,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0)]
     device: usize,
     /// Which kernels run: `auto` (the library's choice), `sm80` (the portable module only), `no-decode` (the
-    /// library's choice without the decode kernels), `no-short-rows` (without the sm_90a short-row kernels) or
-    /// `no-evict-first` (A not marked evict-first in L2 when a launch reads it once).
+    /// library's choice without the decode kernels), `no-short-rows` (without the sm_90a short-row kernels),
+    /// `no-evict-first` (A not marked evict-first in L2 when a launch reads it once) or `programmatic` (the
+    /// library's choice with programmatic dependent launch: a product may start before the kernel ahead of it ends).
     #[arg(long, value_enum, default_value_t = crate::bench::ModuleChoice::Auto)]
     module: crate::bench::ModuleChoice,
     /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice),
@@ -194,6 +195,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
                 .with_decode(args.module.decode())
                 .with_short_rows(args.module.short_rows())
                 .with_a_evict_first(args.module.a_evict_first())
+                .with_programmatic_launch(args.module.programmatic())
                 .with_row_split(args.split)
                 .with_tile_schedule(args.schedule.into())
         }) {

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
-use sparsek_layout::{InType, Layout, Op, OutType, Tile};
+use sparsek_layout::{InType, Layout, Module, Op, OutType, Pipeline, Tile};
 
 use super::driver::{cuda, device_count, driver_version, guard};
 use super::registry::{self, Kernel, KernelReport, Registry};
@@ -109,6 +109,8 @@ pub struct Gpu {
     use_short_rows: bool,
     /// Whether launches that read A once mark its values evict-first in L2 ([`Gpu::with_a_evict_first`]).
     pub(crate) a_evict_first: bool,
+    /// Whether decode launches may start before the grid ahead of them finishes ([`Gpu::with_programmatic_launch`]).
+    programmatic_launch: bool,
     info: DeviceInfo,
     plans: Plans,
     /// How the narrow kernels split long block rows ([`Gpu::with_row_split`]).
@@ -219,6 +221,7 @@ impl Gpu {
             use_small_grids: true,
             use_short_rows: true,
             a_evict_first: true,
+            programmatic_launch: false,
             info,
             plans,
             row_split: RowSplit::Auto,
@@ -311,6 +314,50 @@ impl Gpu {
     pub fn with_a_evict_first(mut self, enabled: bool) -> Self {
         self.a_evict_first = enabled;
         self
+    }
+
+    /// Whether launches of the product module's kernels (the decode, narrow and mid tiles at up to
+    /// [`sparsek_layout::NARROW_MAX_N`] columns, and the portable wide tile) may start before the kernel ahead of
+    /// them on the stream has finished (programmatic dependent launch, `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
+    /// SERIALIZATION`; the default: no). Such a launch reads A's values and structure (`row_ptr`, `col_idx`, the
+    /// row order) while that kernel still runs, then waits for it (`griddepcontrol.wait`: its writes are all
+    /// visible) before it reads B or the bias or touches C. So it hides its own launch and the first round trips
+    /// of A under the kernel before it, and lets the kernel after it do the same.
+    ///
+    /// **Enable it only when the kernel before each product does not write A** (its values or indices): weights
+    /// in inference do not change between layers; an optimizer step that updates them in place, right before the
+    /// product on the same stream, does. B, the bias and C may be produced and consumed by neighbouring kernels as
+    /// usual.
+    ///
+    /// Only on GPUs where the product module loads from its sm_90a cubin (H100, H200: [`Gpu::programmatic_launch`]
+    /// says whether launches use it); elsewhere, and for the sm_90a module's kernels, launches stay plain. A
+    /// driver that refuses the attribute gets a plain launch instead. The results are the same either way.
+    pub fn with_programmatic_launch(mut self, enabled: bool) -> Self {
+        self.programmatic_launch = enabled;
+        self
+    }
+
+    /// Whether product-module launches carry programmatic serialization: enabled
+    /// ([`Gpu::with_programmatic_launch`]) and possible on this GPU (the product module was loaded from its sm_90a
+    /// cubin, whose kernels wait for the grid before them).
+    pub fn programmatic_launch(&self) -> bool {
+        self.programmatic_launch && self.product.programmatic
+    }
+
+    /// Whether this GPU can launch the product module's kernels with programmatic serialization (whether or not
+    /// [`Gpu::with_programmatic_launch`] enabled it): the module was loaded from its sm_90a cubin.
+    pub fn programmatic_launch_available(&self) -> bool {
+        self.product.programmatic
+    }
+
+    /// Whether a launch of `kernel` carries programmatic serialization: [`Gpu::programmatic_launch`], and the
+    /// kernel is one of the product module's (`Pipeline::CpAsync` or `Pipeline::Direct`, every one of which holds
+    /// the wait: `cargo xtask build-ptx` checks it).
+    pub(crate) fn launches_programmatic(&self, kernel: &Kernel) -> bool {
+        let v = &kernel.variant;
+        self.programmatic_launch()
+            && v.module == Module::Product
+            && matches!(v.config.pipeline, Pipeline::CpAsync | Pipeline::Direct)
     }
 
     /// The sm_90a module's name and description, when it is loaded and enabled ([`Gpu::with_hopper`]).

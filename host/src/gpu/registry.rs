@@ -50,6 +50,10 @@ pub(crate) struct Cubin {
     pub(crate) minor: Option<i32>,
     pub(crate) arch: &'static str,
     pub(crate) bytes: &'static [u8],
+    /// Whether its kernels execute their `griddepcontrol` markers (kernels-gpu/src/ptx/griddep.rs; `cargo xtask
+    /// build-ptx` assembled it from the PTX with the markers made instructions), so that they may be launched
+    /// with programmatic serialization.
+    pub(crate) programmatic: bool,
 }
 
 /// The product module: PTX ISA 8.0 for sm_80, JIT-compiled by the driver for any sm_80+ GPU, and prebuilt for
@@ -61,12 +65,19 @@ pub(crate) const SM80: EmbeddedPtx = EmbeddedPtx {
     description: "PTX ISA 8.0, sm_80 (cp.async + ldmatrix + mma.sync)",
     ptx: include_str!("../../ptx/sparsek_sm80.ptx"),
     cubins: &[
-        Cubin { major: 8, minor: None, arch: "sm_80", bytes: include_bytes!("../../ptx/sparsek_sm80.sm_80.cubin") },
+        Cubin {
+            major: 8,
+            minor: None,
+            arch: "sm_80",
+            bytes: include_bytes!("../../ptx/sparsek_sm80.sm_80.cubin"),
+            programmatic: false,
+        },
         Cubin {
             major: 9,
             minor: Some(0),
             arch: "sm_90a",
             bytes: include_bytes!("../../ptx/sparsek_sm80.sm_90a.cubin"),
+            programmatic: true,
         },
     ],
     manifest: include_str!("../../ptx/sparsek_sm80.cubins.txt"),
@@ -97,6 +108,7 @@ pub(crate) const SM90A: EmbeddedPtx = EmbeddedPtx {
         minor: Some(0),
         arch: "sm_90a",
         bytes: include_bytes!("../../ptx/sparsek_sm90a.sm_90a.cubin"),
+        programmatic: false,
     }],
     manifest: include_str!("../../ptx/sparsek_sm90a.cubins.txt"),
 };
@@ -138,6 +150,10 @@ pub(crate) struct Registry {
     pub(crate) build_hash: &'static str,
     /// What was loaded: "sm_90a SASS (prebuilt)" or "PTX, JIT-compiled by the driver" (with the reason).
     pub(crate) loaded_from: String,
+    /// Whether the loaded code executes the kernels' grid-dependency markers ([`Cubin::programmatic`]): the
+    /// module's kernels of `Pipeline::CpAsync` and `Pipeline::Direct` may then be launched with programmatic
+    /// serialization. Never for JIT-compiled PTX, where the markers are comments.
+    pub(crate) programmatic: bool,
     /// Kept alive for the functions.
     _module: Arc<CudaModule>,
     kernels: Vec<Kernel>,
@@ -155,11 +171,13 @@ impl Registry {
         // The cubin first (no JIT); a driver too old for ptxas's output refuses it, and the PTX serves instead.
         let mut loaded_from = "PTX, JIT-compiled by the driver (no prebuilt SASS for this GPU)".to_string();
         let mut module = None;
+        let mut programmatic = false;
         if let Some(c) = cubin {
             match ctx.load_module(cudarc::nvrtc::Ptx::from_binary(c.bytes.to_vec())) {
                 Ok(m) => {
                     loaded_from = format!("{} SASS (prebuilt by ptxas)", c.arch);
                     module = Some(m);
+                    programmatic = c.programmatic;
                 }
                 Err(e) => {
                     loaded_from =
@@ -192,6 +210,7 @@ impl Registry {
             description: ptx.description,
             build_hash: ptx.build_hash(),
             loaded_from,
+            programmatic,
             _module: module,
             kernels,
             check,

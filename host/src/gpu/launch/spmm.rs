@@ -488,6 +488,10 @@ impl Gpu {
         let info = self.info();
         let window =
             a_window(self.a_evict_first, (n, n_tiles), a_bytes, (info.l2_bytes, info.max_access_policy_window));
+        let attributes = LaunchAttributes {
+            window: window.map(|bytes| (a.values, bytes)),
+            programmatic: self.launches_programmatic(kernel),
+        };
         // With split rows, the workspace's partial tiles (split_slots of them, checked by split_choice against its
         // size) and zeroed counters (block_rows * n_tiles of them, likewise) are this launch's alone: `ordered`
         // makes it wait for every earlier split launch.
@@ -510,26 +514,18 @@ impl Gpu {
             // meanwhile (SplitWorkspace::ordered); a persistent sm_90a launch holds the two scheduler counters, zero
             // before it (the kernel's last CTA resets them), claimed for this stream only when free or last used on
             // it (SplitWorkspace::claim_scheduler).
-            // The window only names A's values (an address range; nothing is read through it).
+            // The window only names A's values (an address range; nothing is read through it). A programmatic
+            // launch is one of the product module's sm_90a kernels, which wait for the grid before them ahead of
+            // every read of B, the bias or C and every use of the split workspace (Gpu::launches_programmatic); the
+            // caller promised that A is not written by that grid (Gpu::with_programmatic_launch).
             unsafe {
-                match window {
-                    None => cudarc::driver::result::launch_kernel(
-                        kernel.func.cu_function(),
-                        (ctas, 1, 1),
-                        (cfg.threads(), 1, 1),
-                        cfg.smem_bytes(),
-                        stream,
-                        &mut args,
-                    )
-                    .map_err(cuda("cuLaunchKernel (sparsek_bsr)")),
-                    Some(bytes) => launch_streaming(
-                        kernel.func.cu_function(),
-                        (ctas, cfg.threads(), cfg.smem_bytes()),
-                        stream,
-                        &mut args,
-                        (a.values, bytes),
-                    ),
-                }
+                launch_with(
+                    kernel.func.cu_function(),
+                    (ctas, cfg.threads(), cfg.smem_bytes()),
+                    stream,
+                    &mut args,
+                    attributes,
+                )
             }
         };
         match (split, claim) {
@@ -617,37 +613,76 @@ pub(crate) fn a_window(
     (enabled && read_once && large && max_window > 0).then(|| a_bytes.min(max_window))
 }
 
-/// `cuLaunchKernelEx` of `f` with `ctas` CTAs of `threads` threads and `smem` bytes of dynamic shared memory on
-/// `stream`, carrying an L2 access policy window over `window.1` bytes from `window.0` whose hits and misses are
-/// streaming (evict-first): the lines the kernel brings into L2 from there are the first to go. A driver that
-/// refuses the window (`CUDA_ERROR_INVALID_VALUE` or `NOT_SUPPORTED`: nothing was launched) gets a plain
-/// `cuLaunchKernel` instead. An error names the call that failed ([`WINDOW_LAUNCH`] or [`FALLBACK_LAUNCH`]).
+/// What a launch carries beyond grid, block and shared memory ([`launch_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct LaunchAttributes {
+    /// An L2 access policy window over `.1` bytes from `.0` whose hits and misses are streaming (evict-first): the
+    /// lines the kernel brings into L2 from there are the first to go ([`a_window`]).
+    pub(crate) window: Option<(CUdeviceptr, usize)>,
+    /// Programmatic stream serialization: the kernel may start before the grid ahead of it on the stream has
+    /// finished, and waits for it (`griddepcontrol.wait`) before it reads B or touches C
+    /// ([`Gpu::with_programmatic_launch`]).
+    pub(crate) programmatic: bool,
+}
+
+/// Launches `f` with `ctas` CTAs of `threads` threads and `smem` bytes of dynamic shared memory on `stream`: a
+/// plain `cuLaunchKernel` without attributes, else `cuLaunchKernelEx` with them. A driver that refuses the
+/// attributes (`CUDA_ERROR_INVALID_VALUE` or `NOT_SUPPORTED`: nothing was launched) gets a plain `cuLaunchKernel`
+/// instead: the same results, since the window only steers L2 and `griddepcontrol.wait` returns at once in a grid
+/// launched without programmatic serialization. An error names the call that failed ([`PLAIN_LAUNCH`],
+/// [`EX_LAUNCH`] or [`FALLBACK_LAUNCH`]).
 ///
 /// # Safety
 /// As `cuLaunchKernel`: `f` is a loaded kernel whose parameters `args` point to, valid for its grid, block and
-/// shared memory, on a stream of its context. The window is an address range only; it need not be readable.
-unsafe fn launch_streaming(
+/// shared memory, on a stream of its context. The window is an address range only; it need not be readable. With
+/// `programmatic`, `f` executes `griddepcontrol.wait` before it reads anything the preceding grid may write.
+pub(crate) unsafe fn launch_with(
     f: cudarc::driver::sys::CUfunction,
     (ctas, threads, smem): (u32, u32, u32),
     stream: CUstream,
     args: &mut [*mut std::ffi::c_void],
-    window: (CUdeviceptr, usize),
+    attributes: LaunchAttributes,
 ) -> Result<()> {
     use cudarc::driver::sys::{
         CUaccessPolicyWindow, CUaccessProperty, CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue,
         CUlaunchConfig,
     };
-    // SAFETY: an all-zero union of plain C data is a valid value; its window member is set next.
-    let mut value: CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-    value.accessPolicyWindow = CUaccessPolicyWindow {
-        base_ptr: window.0 as *mut std::ffi::c_void,
-        num_bytes: window.1,
-        hitRatio: 1.0,
-        hitProp: CUaccessProperty::CU_ACCESS_PROPERTY_STREAMING,
-        missProp: CUaccessProperty::CU_ACCESS_PROPERTY_STREAMING,
+    let plain = |args: &mut [*mut std::ffi::c_void]| {
+        // SAFETY: the caller guarantees the launch.
+        unsafe { cudarc::driver::result::launch_kernel(f, (ctas, 1, 1), (threads, 1, 1), smem, stream, args) }
     };
-    let mut attr =
-        CUlaunchAttribute { id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, pad: [0; 4], value };
+    // At most two attributes, in a fixed array: the launch path allocates nothing.
+    // SAFETY: all-zero plain C data (an attribute id of 0 is CU_LAUNCH_ATTRIBUTE_IGNORE); the used ones are set next.
+    let mut attrs: [CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+    let mut count = 0;
+    if let Some((base, bytes)) = attributes.window {
+        // SAFETY: an all-zero union of plain C data is a valid value; its window member is set next.
+        let mut value: CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.accessPolicyWindow = CUaccessPolicyWindow {
+            base_ptr: base as *mut std::ffi::c_void,
+            num_bytes: bytes,
+            hitRatio: 1.0,
+            hitProp: CUaccessProperty::CU_ACCESS_PROPERTY_STREAMING,
+            missProp: CUaccessProperty::CU_ACCESS_PROPERTY_STREAMING,
+        };
+        attrs[count] =
+            CUlaunchAttribute { id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, pad: [0; 4], value };
+        count += 1;
+    }
+    if attributes.programmatic {
+        // SAFETY: as above; the flag member is set next.
+        let mut value: CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.programmaticStreamSerializationAllowed = 1;
+        attrs[count] = CUlaunchAttribute {
+            id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        };
+        count += 1;
+    }
+    if count == 0 {
+        return plain(args).map_err(cuda(PLAIN_LAUNCH));
+    }
     let config = CUlaunchConfig {
         gridDimX: ctas,
         gridDimY: 1,
@@ -657,27 +692,28 @@ unsafe fn launch_streaming(
         blockDimZ: 1,
         sharedMemBytes: smem,
         hStream: stream,
-        attrs: &mut attr,
-        numAttrs: 1,
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: count as u32,
     };
-    // SAFETY: `config` and `attr` outlive the call, which copies them; the caller guarantees the rest.
+    // SAFETY: `config` and `attrs` outlive the call, which copies them; the caller guarantees the rest.
     let ex = unsafe { cudarc::driver::sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) };
     match ex.result() {
         Err(e) if matches!(e.0, CUresult::CUDA_ERROR_INVALID_VALUE | CUresult::CUDA_ERROR_NOT_SUPPORTED) => {
-            // SAFETY: the caller guarantees the launch (the same kernel, grid, arguments and stream).
-            unsafe { cudarc::driver::result::launch_kernel(f, (ctas, 1, 1), (threads, 1, 1), smem, stream, args) }
-                .map_err(cuda(FALLBACK_LAUNCH))
+            plain(args).map_err(cuda(FALLBACK_LAUNCH))
         }
-        r => r.map_err(cuda(WINDOW_LAUNCH)),
+        r => r.map_err(cuda(EX_LAUNCH)),
     }
 }
 
-/// The operation an error of [`launch_streaming`] names when `cuLaunchKernelEx` with the window fails.
-const WINDOW_LAUNCH: &str = "cuLaunchKernelEx (sparsek_bsr, A's L2 window)";
+/// The operation an error of [`launch_with`] names when a launch without attributes fails.
+const PLAIN_LAUNCH: &str = "cuLaunchKernel (sparsek_bsr)";
 
-/// The operation an error of [`launch_streaming`] names when the driver refused the window and the plain
+/// The operation an error of [`launch_with`] names when `cuLaunchKernelEx` with attributes fails.
+const EX_LAUNCH: &str = "cuLaunchKernelEx (sparsek_bsr, with A's L2 window or programmatic serialization)";
+
+/// The operation an error of [`launch_with`] names when the driver refused the attributes and the plain
 /// `cuLaunchKernel` that replaced it failed.
-const FALLBACK_LAUNCH: &str = "cuLaunchKernel (sparsek_bsr, after the driver refused A's L2 window)";
+const FALLBACK_LAUNCH: &str = "cuLaunchKernel (sparsek_bsr, after the driver refused the launch attributes)";
 
 #[cfg(test)]
 mod tests {
