@@ -6,14 +6,15 @@
 //! last product against the f64 oracle from that product's input. The shapes cover the decode kernel, the narrow
 //! tile with split rows (the split workspace and A's L2 window), the mid tiles and a wider launch (the sm_90a or
 //! the wide sm_80 kernel: a programmatic launch after a plain one and before one). On a GPU without programmatic
-//! launch (only the product module's sm_90a cubin has it) the chains run plainly and the test says so. Without a
-//! GPU every test prints a skip line.
+//! launch (only the product module's sm_90a cubin has it) the chains run plainly and the test says so. A chain
+//! captured into a CUDA graph (global mode, as `torch.cuda.graph` captures) must hold programmatic edges and replay
+//! to the synchronised chain's bits. Without a GPU every test prints a skip line.
 
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, RowSplit};
 use sparsek::{Bsr, Epilogue, Matrix, f16};
-use sparsek_tests::{gpu_shared, own_gpu};
+use sparsek_tests::{gpu_alone, gpu_shared, own_gpu};
 
 /// Products per chain.
 const LAYERS: usize = 6;
@@ -109,6 +110,86 @@ fn chains_of_programmatic_launches_match_synchronised_ones() {
             assert!(
                 same_bits(&got_in, &want_in) && same_bits(&got_out, &want_out),
                 "{ctx}, round {round}: the programmatic chain differs from the synchronised one"
+            );
+        }
+    }
+}
+
+/// The number of programmatic dependencies (`CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`) among a graph's edges.
+fn programmatic_edges(graph: cudarc::driver::sys::CUgraph) -> usize {
+    use cudarc::driver::sys::{CUgraphDependencyType, CUgraphEdgeData, cuGraphGetEdges_v2};
+    let mut count = 0usize;
+    // SAFETY: a live graph; first the count, then arrays of that many entries.
+    unsafe { cuGraphGetEdges_v2(graph, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut count) }
+        .result()
+        .unwrap();
+    let mut from = vec![std::ptr::null_mut(); count];
+    let mut to = vec![std::ptr::null_mut(); count];
+    // SAFETY: plain C data; the driver fills `count` entries.
+    let mut data: Vec<CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; count];
+    // SAFETY: as above.
+    unsafe { cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut count) }
+        .result()
+        .unwrap();
+    data.iter().filter(|e| e.type_ == CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8).count()
+}
+
+#[test]
+fn captured_programmatic_chains_replay_like_synchronised_ones() {
+    const TEST: &str = "captured_programmatic_chains_replay_like_synchronised_ones";
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    // Global capture mode: other threads' synchronising calls would fail meanwhile.
+    let _alone = gpu_alone();
+    // Launches under capture never split rows (gpu/split.rs), so neither does the reference: split rows add
+    // their parts in another order than whole rows, which changes the bits.
+    let Some(plain) = own_gpu(TEST, |g| g.with_programmatic_launch(false).with_row_split(RowSplit::Off)) else {
+        return;
+    };
+    let gpu = own_gpu(TEST, |g| g.with_programmatic_launch(true)).unwrap();
+    // The decode kernel, and the narrow tile.
+    for (i, &(shape, n)) in [((1536, 32, 0.5), 1), ((8192, 64, 0.22), 8)].iter().enumerate() {
+        let chain = Chain::new(shape, n, 0x6a7 + i as u64);
+        let ctx = format!("{shape:?} N = {n}");
+        let (want_in, want_out) = chain.run(&plain, true);
+        let stream = gpu.new_stream().unwrap();
+        let a = [gpu.upload(&chain.a[0]).unwrap(), gpu.upload(&chain.a[1]).unwrap()];
+        let poison = Matrix::<f16>::filled(chain.x0.rows(), chain.x0.cols(), chain.x0.ld(), f16::NAN).unwrap();
+        let mut x = [gpu.upload_matrix(&chain.x0).unwrap(), gpu.upload_matrix(&poison).unwrap()];
+        gpu.synchronize().unwrap();
+        let ep = Epilogue::new(chain.alpha, 0.0);
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+        let mut launched = Ok(());
+        for layer in 0..LAYERS {
+            let [x0, x1] = &mut x;
+            let (b, c) = if layer % 2 == 0 { (&*x0, x1) } else { (&*x1, x0) };
+            // SAFETY: views of live buffers of this Gpu, used only on `stream` while the graph exists.
+            let r = unsafe {
+                gpu.spmm_raw(stream.cu_stream(), &a[layer % 2].view(), &b.view(), &mut c.view_mut(), None, ep)
+            };
+            if r.is_err() {
+                launched = r;
+                break;
+            }
+        }
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+        launched.unwrap_or_else(|e| panic!("{ctx}: launch during capture: {e}"));
+        let graph = graph.unwrap().expect("a graph");
+        if gpu.programmatic_launch() {
+            let edges = programmatic_edges(graph.cu_graph());
+            assert_eq!(edges, LAYERS - 1, "{ctx}: each product after the first depends programmatically");
+        }
+        for replay in 0..3 {
+            // The first input again and the other buffer poisoned, on the Gpu's stream, finished before the replay.
+            x[0].copy_from_host(&chain.x0).unwrap();
+            x[1].copy_from_host(&poison).unwrap();
+            gpu.synchronize().unwrap();
+            graph.launch().unwrap();
+            stream.synchronize().unwrap();
+            let got_in = x[(LAYERS - 1) % 2].to_host().unwrap();
+            let got_out = x[LAYERS % 2].to_host().unwrap();
+            assert!(
+                same_bits(&got_in, &want_in) && same_bits(&got_out, &want_out),
+                "{ctx}, replay {replay}: the captured chain differs from the synchronised one"
             );
         }
     }
