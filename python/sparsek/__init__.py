@@ -24,7 +24,17 @@ from ._ops import ACTIVATIONS, activation_code
 
 __version__ = _native.__version__
 
-__all__ = ["bsr_mm", "linear", "nn", "cuda_available", "device_info", "ACTIVATIONS", "__version__"]
+__all__ = [
+    "bsr_mm",
+    "linear",
+    "nn",
+    "cuda_available",
+    "device_info",
+    "set_programmatic_launch",
+    "programmatic_launch",
+    "ACTIVATIONS",
+    "__version__",
+]
 
 
 def _bsr_components(a: torch.Tensor, what: str):
@@ -116,12 +126,38 @@ def cuda_available() -> bool:
 
 
 def device_info(device: int | torch.device | None = None) -> dict:
-    """The GPU's name, compute capability, the kernel module sparsek loaded for it (embedded SASS or PTX) and, on
-    an H100/H200, the sm_90a module that serves block sizes 64 and 128 above 64 columns (else None)."""
+    """The GPU's name, compute capability, the kernel module sparsek loaded for it (embedded SASS or PTX), on an
+    H100/H200 the sm_90a module that serves block sizes 64 and 128 above 64 columns (else None), and whether
+    products can start before the kernel ahead of them ends there (``programmatic_launch``: see
+    :func:`set_programmatic_launch`)."""
     index = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
     index = index.index if index.index is not None else torch.cuda.current_device()
-    name, cc, module, loaded_from, hopper = _native.device_info(index)
-    return {"name": name, "compute_capability": cc, "module": module, "loaded_from": loaded_from, "hopper_module": hopper}
+    name, cc, module, loaded_from, hopper, programmatic = _native.device_info(index)
+    return {
+        "name": name,
+        "compute_capability": cc,
+        "module": module,
+        "loaded_from": loaded_from,
+        "hopper_module": hopper,
+        "programmatic_launch": programmatic,
+    }
+
+
+def set_programmatic_launch(enabled: bool) -> None:
+    """Lets later CUDA products start before the kernel ahead of them on the stream has finished (programmatic
+    dependent launch; H100/H200, elsewhere a no-op; off by default, process-wide).
+
+    The product then reads its weight (``a``'s values and indices, or ``w``'s) while that kernel still runs, and
+    waits for it before it reads ``b``/``x`` or the bias or writes the output. So **enable it only when no kernel
+    writes a weight right before a product that uses it** (inference; not an optimizer step updating the weights
+    in place just before). Back to back on an H200 a decode-sized product took 17-34% less GPU time on layer-sized
+    weights and 9-24% at 8192 x 8192; it also holds inside CUDA graphs. Results are the same either way."""
+    _native.set_programmatic_launch(bool(enabled))
+
+
+def programmatic_launch() -> bool:
+    """The setting of :func:`set_programmatic_launch`."""
+    return _native.programmatic_launch()
 
 
 from . import nn  # noqa: E402  (nn uses the ops registered above)

@@ -10,6 +10,7 @@
 //! memory) or `RuntimeError` (driver, device, module), carrying the library's message.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
@@ -36,16 +37,23 @@ fn to_py(e: Error) -> PyErr {
     }
 }
 
-/// One `Gpu` per device ordinal, opened on first use (the module load takes about 0.4 s) and kept for the life
-/// of the process. It holds the device's primary context, the one PyTorch uses.
+/// Whether launches may start before the kernel ahead of them on the stream ends (`set_programmatic_launch`;
+/// `Gpu::with_programmatic_launch`). Process-wide, off until the caller says otherwise.
+static PROGRAMMATIC: AtomicBool = AtomicBool::new(false);
+
+/// One `Gpu` per device ordinal and programmatic-launch setting, opened on first use (the module load takes about
+/// 0.4 s) and kept for the life of the process. It holds the device's primary context, the one PyTorch uses.
 fn gpu(py: Python<'_>, ordinal: usize) -> PyResult<Arc<Gpu>> {
-    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+    /// Keyed by (device ordinal, programmatic launch).
+    type Gpus = Mutex<HashMap<(usize, bool), Arc<Gpu>>>;
+    static GPUS: OnceLock<Gpus> = OnceLock::new();
     let gpus = GPUS.get_or_init(Default::default);
-    if let Some(g) = gpus.lock().unwrap_or_else(PoisonError::into_inner).get(&ordinal) {
+    let key = (ordinal, PROGRAMMATIC.load(Ordering::Relaxed));
+    if let Some(g) = gpus.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
         return Ok(g.clone());
     }
-    let opened = Arc::new(py.detach(|| Gpu::new(ordinal)).map_err(to_py)?);
-    Ok(gpus.lock().unwrap_or_else(PoisonError::into_inner).entry(ordinal).or_insert(opened).clone())
+    let opened = Arc::new(py.detach(|| Gpu::new(ordinal).map(|g| g.with_programmatic_launch(key.1))).map_err(to_py)?);
+    Ok(gpus.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_insert(opened).clone())
 }
 
 fn activation(code: u32) -> PyResult<Activation> {
@@ -318,12 +326,13 @@ fn cuda_available() -> bool {
 }
 
 /// What `device_info` returns: the GPU's name, compute capability, the product module's name, how it was loaded,
-/// and the sm_90a module's name where it is loaded.
-type DeviceInfoTuple = (String, (i32, i32), String, String, Option<String>);
+/// the sm_90a module's name where it is loaded, and whether the GPU can launch programmatically.
+type DeviceInfoTuple = (String, (i32, i32), String, String, Option<String>, bool);
 
-/// `(name, (major, minor), module, loaded_from, hopper_module)` for GPU `device`: the kernels' module, whether it
-/// came from the embedded SASS or the driver's PTX JIT, and the sm_90a module on an H100/H200 (else `None`).
-/// Opens the device like a first product would.
+/// `(name, (major, minor), module, loaded_from, hopper_module, programmatic_available)` for GPU `device`: the
+/// kernels' module, whether it came from the embedded SASS or the driver's PTX JIT, the sm_90a module on an
+/// H100/H200 (else `None`), and whether products can start before the kernel ahead of them ends there
+/// (`set_programmatic_launch`). Opens the device like a first product would.
 #[pyfunction]
 fn device_info(py: Python<'_>, device: usize) -> PyResult<DeviceInfoTuple> {
     let gpu = gpu(py, device)?;
@@ -334,7 +343,22 @@ fn device_info(py: Python<'_>, device: usize) -> PyResult<DeviceInfoTuple> {
         gpu.module().0.to_owned(),
         gpu.module_loaded_from().to_owned(),
         gpu.hopper_module().map(|(name, _)| name.to_owned()),
+        gpu.programmatic_launch_available(),
     ))
+}
+
+/// Sets whether later products may start before the kernel ahead of them on the stream ends
+/// (`Gpu::with_programmatic_launch`, on GPUs that have it): process-wide, for every device. The caller
+/// guarantees that the kernel just before each product does not write its weight (values or indices).
+#[pyfunction]
+fn set_programmatic_launch(enabled: bool) {
+    PROGRAMMATIC.store(enabled, Ordering::Relaxed);
+}
+
+/// The setting of `set_programmatic_launch`.
+#[pyfunction]
+fn programmatic_launch() -> bool {
+    PROGRAMMATIC.load(Ordering::Relaxed)
 }
 
 #[pymodule]
@@ -344,6 +368,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu_spmm, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
+    m.add_function(wrap_pyfunction!(set_programmatic_launch, m)?)?;
+    m.add_function(wrap_pyfunction!(programmatic_launch, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -191,3 +191,48 @@ def test_remembered_checks_are_bounded_by_bytes(monkeypatch):
         sparsek.bsr_mm(w, b)
     assert len(calls) == 3  # w1, w2 (drops w1), w1 again
     assert len(_ops._CHECKED) == 1 and _ops._checked_bytes == one
+
+
+def test_programmatic_launch_chains_match_plain_ones():
+    """With set_programmatic_launch(True) a chain of layers queued back to back (each reading the last one's
+    output), eagerly and captured in a CUDA graph, gives the bits of the same chain launched plainly with a
+    synchronisation after every layer. On a GPU without programmatic launch the setting changes nothing."""
+    torch.manual_seed(seed_for("programmatic"))
+    layers = [layer(1024, 1024, bs, 0.3, 40 + i) for i, bs in enumerate([64, 32, 64, 128, 64, 32])]
+    x = torch.randn(8, 1024, device="cuda", dtype=torch.float16)
+
+    def chain(sync_each):
+        h = x
+        with torch.no_grad():
+            for lay in layers:
+                h = lay(h)
+                if sync_each:
+                    torch.cuda.synchronize()
+        return h
+
+    assert not sparsek.programmatic_launch()
+    want = chain(True)
+    assert torch.isfinite(want).all()
+    try:
+        sparsek.set_programmatic_launch(True)
+        assert sparsek.programmatic_launch()
+        print(f"programmatic launch available: {sparsek.device_info()['programmatic_launch']}")
+        for _ in range(3):
+            got = chain(False)
+            torch.cuda.synchronize()
+            assert torch.equal(got, want)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            chain(False)  # warm-up on the capture stream
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static = chain(False)
+        for _ in range(3):
+            static.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(static, want)
+    finally:
+        sparsek.set_programmatic_launch(False)

@@ -229,3 +229,20 @@ def test_ops_are_registered_with_fake_kernels():
     col = torch.empty(4, dtype=torch.int64, device="meta")
     y = torch.ops.sparsek.linear(x, v, crow, col, 64, None, 1)  # meta tensors: the fake kernel
     assert y.shape == (2, 3, 64) and y.dtype == torch.float16
+
+
+def test_programmatic_launch_setting():
+    """The setting round-trips and is off by default; without a GPU (or on CPU tensors) it changes nothing."""
+    assert sparsek.programmatic_launch() is False
+    try:
+        sparsek.set_programmatic_launch(True)
+        assert sparsek.programmatic_launch() is True
+        gen = torch.Generator().manual_seed(seed_for("programmatic-cpu"))
+        a, dense = random_bsr(64, 32, 16, 0.5, torch.float16, torch.int64, "cpu", gen)
+        b = randn(32, 5, dtype=torch.float16, device="cpu", gen=gen)
+        got = sparsek.bsr_mm(a, b, out_dtype=torch.float32)
+        ref = dense.double() @ b.double()
+        assert_close(got, ref, dense.double().abs() @ b.double().abs(), 32)
+    finally:
+        sparsek.set_programmatic_launch(False)
+    assert sparsek.programmatic_launch() is False
