@@ -527,6 +527,7 @@ impl Gpu {
                     attributes,
                 )
             }
+            .map(drop)
         };
         match (split, claim) {
             (Some((ws, _)), _) => ws.ordered(stream, launch),
@@ -625,6 +626,17 @@ pub(crate) struct LaunchAttributes {
     pub(crate) programmatic: bool,
 }
 
+/// Which launch call [`launch_with`] made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LaunchPath {
+    /// `cuLaunchKernel`: no attributes.
+    Plain,
+    /// `cuLaunchKernelEx` with the attributes.
+    WithAttributes,
+    /// `cuLaunchKernel` after the driver refused the attributes.
+    Fallback,
+}
+
 /// Launches `f` with `ctas` CTAs of `threads` threads and `smem` bytes of dynamic shared memory on `stream`: a
 /// plain `cuLaunchKernel` without attributes, else `cuLaunchKernelEx` with them. A driver that refuses the
 /// attributes (`CUDA_ERROR_INVALID_VALUE` or `NOT_SUPPORTED`: nothing was launched) gets a plain `cuLaunchKernel`
@@ -642,7 +654,7 @@ pub(crate) unsafe fn launch_with(
     stream: CUstream,
     args: &mut [*mut std::ffi::c_void],
     attributes: LaunchAttributes,
-) -> Result<()> {
+) -> Result<LaunchPath> {
     use cudarc::driver::sys::{
         CUaccessPolicyWindow, CUaccessProperty, CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue,
         CUlaunchConfig,
@@ -681,7 +693,7 @@ pub(crate) unsafe fn launch_with(
         count += 1;
     }
     if count == 0 {
-        return plain(args).map_err(cuda(PLAIN_LAUNCH));
+        return plain(args).map(|_| LaunchPath::Plain).map_err(cuda(PLAIN_LAUNCH));
     }
     let config = CUlaunchConfig {
         gridDimX: ctas,
@@ -699,9 +711,9 @@ pub(crate) unsafe fn launch_with(
     let ex = unsafe { cudarc::driver::sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) };
     match ex.result() {
         Err(e) if matches!(e.0, CUresult::CUDA_ERROR_INVALID_VALUE | CUresult::CUDA_ERROR_NOT_SUPPORTED) => {
-            plain(args).map_err(cuda(FALLBACK_LAUNCH))
+            plain(args).map(|_| LaunchPath::Fallback).map_err(cuda(FALLBACK_LAUNCH))
         }
-        r => r.map_err(cuda(EX_LAUNCH)),
+        r => r.map(|_| LaunchPath::WithAttributes).map_err(cuda(EX_LAUNCH)),
     }
 }
 
@@ -717,7 +729,81 @@ const FALLBACK_LAUNCH: &str = "cuLaunchKernel (sparsek_bsr, after the driver ref
 
 #[cfg(test)]
 mod tests {
-    use super::{a_window, raster_group_rows};
+    use super::{LaunchAttributes, LaunchPath, a_window, launch_with, raster_group_rows};
+    use crate::gpu::Gpu;
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    use sparsek_layout::{BSR_CHECK_THREADS, BsrCheckParams, check_code};
+
+    /// [`launch_with`] on a GPU, through the structure check kernel on a structure with a known flaw (row 0's
+    /// columns decrease): the kernel ran exactly when the result names it. Plain, with a valid window, with
+    /// programmatic serialization where the GPU has it, and with a window the driver must refuse (longer than
+    /// the device allows), which has to fall back to a plain launch. Skips without a GPU (fails with
+    /// SPARSEK_REQUIRE_GPU=1).
+    #[test]
+    fn launches_with_and_without_attributes_and_the_fallback() {
+        let gpu = match Gpu::new(0) {
+            Ok(g) => g,
+            Err(e) if std::env::var("SPARSEK_REQUIRE_GPU").is_ok_and(|v| v == "1") => panic!("no GPU: {e}"),
+            Err(e) => {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "SKIP launches_with_and_without_attributes_and_the_fallback: {e}");
+                return;
+            }
+        };
+        let (stream, func) = (gpu.stream().clone(), gpu.check_kernel().expect("the check kernel").clone());
+        let row_ptr = stream.clone_htod(&[0u32, 2, 2]).unwrap();
+        let col_idx = stream.clone_htod(&[1u32, 0]).unwrap();
+        let max_window = gpu.info().max_access_policy_window;
+        let mut cases = vec![
+            (LaunchAttributes::default(), LaunchPath::Plain),
+            (LaunchAttributes { window: None, programmatic: true }, LaunchPath::WithAttributes),
+            (LaunchAttributes { window: Some((0, usize::MAX / 2)), programmatic: false }, LaunchPath::Fallback),
+        ];
+        if max_window > 0 {
+            cases.push((LaunchAttributes { window: Some((0, 4096)), programmatic: false }, LaunchPath::WithAttributes));
+        }
+        for (mut attributes, want) in cases {
+            if attributes.programmatic && !gpu.programmatic_launch_available() {
+                continue;
+            }
+            let mut result = stream.clone_htod(&[u64::MAX]).unwrap();
+            let (rp, _r1) = row_ptr.device_ptr(&stream);
+            let (ci, _r2) = col_idx.device_ptr(&stream);
+            if let Some((base, _)) = attributes.window.as_mut() {
+                *base = ci;
+            }
+            let path = {
+                let (res, _r3) = result.device_ptr_mut(&stream);
+                let mut params = BsrCheckParams {
+                    row_ptr: rp,
+                    col_idx: ci,
+                    result: res,
+                    nnzb: 2,
+                    block_rows: 2,
+                    block_cols: 2,
+                    index64: 0,
+                    _pad: 0,
+                };
+                let mut args = [(&mut params as *mut BsrCheckParams).cast::<std::ffi::c_void>()];
+                // SAFETY: the check kernel takes one BsrCheckParams; 3 row pointers and 2 column indices, one u64
+                // result, all of this context; one CTA of BSR_CHECK_THREADS covers the 2 block rows.
+                unsafe {
+                    launch_with(
+                        func.cu_function(),
+                        (1, BSR_CHECK_THREADS, 0),
+                        stream.cu_stream(),
+                        &mut args,
+                        attributes,
+                    )
+                }
+                .unwrap_or_else(|e| panic!("{attributes:?}: {e}"))
+            };
+            let found = stream.clone_dtoh(&result).unwrap();
+            stream.synchronize().unwrap();
+            assert_eq!(path, want, "{attributes:?}");
+            assert_eq!(found[0], check_code::COL_NOT_INCREASING, "{attributes:?}: the kernel did not run");
+        }
+    }
 
     #[test]
     fn group_rows_balance_a_and_b() {
