@@ -61,6 +61,16 @@ struct CtaOperands {
     n0: u32,
 }
 
+impl CtaOperands {
+    /// Where k-tile `k_tile` of the CTA's blocks lies: its block `blk = blk_begin + k_tile / kb` and its first
+    /// column `kk = (k_tile % kb) * BK` inside the block, with `kb = BS / BK` k-tiles per block.
+    #[inline(always)]
+    fn k_tile_at<const BS: u32, const BK: u32>(&self, k_tile: u32) -> (u32, u32) {
+        let k_tiles_per_block = BS / BK;
+        (self.blk_begin + k_tile / k_tiles_per_block, (k_tile % k_tiles_per_block) * BK)
+    }
+}
+
 /// PRODUCER (global -> shared): issues this thread's cp.async copies of k-tile `k_tile` of the CTA's block row
 /// into one ring slot (`s_a`, `s_b`), as part of the thread's current commit group: A's slice
 /// ([`load_a_slice`]), then B's strip ([`load_b_strip`]).
@@ -83,9 +93,8 @@ unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: 
     }
 }
 
-/// PRODUCER, A's half: this thread's cp.async copies of A's (BS, BK) slice of k-tile `k_tile` into `s_a`. With
-/// `kb = BS / BK` k-tiles per block, k-tile `k_tile` is the slice at column `kk = (k_tile % kb) * BK` of block
-/// `blk = blk_begin + k_tile / kb`. It reads only A's values: the weights, which a kernel may read before
+/// PRODUCER, A's half: this thread's cp.async copies of A's (BS, BK) slice of k-tile `k_tile` into `s_a`: the
+/// slice at column `kk` of block `blk` ([`CtaOperands::k_tile_at`]). It reads only A's values: the weights, which a kernel may read before
 /// [`ptx::griddep_wait`].
 ///
 /// # Safety
@@ -99,9 +108,7 @@ unsafe fn load_a_slice<const BS: u32, const BK: u32>(
     tid: u32,
     threads: u32,
 ) {
-    let k_tiles_per_block = BS / BK;
-    let blk = g.blk_begin + k_tile / k_tiles_per_block;
-    let kk = (k_tile % k_tiles_per_block) * BK;
+    let (blk, kk) = g.k_tile_at::<BS, BK>(k_tile);
     // A: (BS, BK) slice of block `blk`, which is (BS, BS) row-major. A's chunks may not divide evenly among the
     // threads (bs 16: 32 chunks for 128 threads); B's do (asserted in bsr_spmm).
     let (a_chunks, a_cpr) = (SmemTile::<BS, BK>::CHUNKS, SmemTile::<BS, BK>::CHUNKS_PER_ROW);
@@ -137,9 +144,7 @@ unsafe fn load_b_strip<const BS: u32, const BN: u32, const BK: u32, const B_COL:
     tid: u32,
     threads: u32,
 ) {
-    let k_tiles_per_block = BS / BK;
-    let blk = g.blk_begin + k_tile / k_tiles_per_block;
-    let kk = (k_tile % k_tiles_per_block) * BK;
+    let (blk, kk) = g.k_tile_at::<BS, BK>(k_tile);
     // B: rows [col * BS + kk, + BK), columns [n0, n0 + BN); columns >= n are zero-filled. The wide tiles load the
     // index here, after A's copies are issued.
     let col = if loads_index_ahead(BN) { col } else { unsafe { load_index(g.col_idx, blk, g.index_shift) } };

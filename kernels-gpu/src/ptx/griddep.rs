@@ -18,6 +18,8 @@
 
 use core::arch::asm;
 
+use crate::layout::str_eq;
+
 /// The wait's marker, as a literal for `asm!` (the same text as [`crate::layout::GRIDDEP_WAIT_MARKER`], which the
 /// xtask's patch looks for).
 macro_rules! wait_marker {
@@ -33,26 +35,10 @@ macro_rules! launch_dependents_marker {
     };
 }
 
-/// Byte equality of two strings in a const context.
-const fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
-
 const _: () = {
-    assert!(same(wait_marker!(), crate::layout::GRIDDEP_WAIT_MARKER), "the wait's marker is layout's");
+    assert!(str_eq(wait_marker!(), crate::layout::GRIDDEP_WAIT_MARKER), "the wait's marker is layout's");
     assert!(
-        same(launch_dependents_marker!(), crate::layout::GRIDDEP_LAUNCH_DEPENDENTS_MARKER),
+        str_eq(launch_dependents_marker!(), crate::layout::GRIDDEP_LAUNCH_DEPENDENTS_MARKER),
         "the trigger's marker is layout's"
     );
 };
