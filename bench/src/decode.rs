@@ -45,6 +45,9 @@
 //! - **queued**: sparsek's time per launch queued behind the hold like the empty launch, and its ratio to the
 //!   queued empty launch (what the GPU spends per product, without the host: for the small shapes, what bounds
 //!   the launch ratio);
+//! - **queued, programmatic** (where the GPU has programmatic dependent launch and the run's own launches are
+//!   plain): the same through a second `Gpu` whose launches may start under the one before
+//!   (`Gpu::with_programmatic_launch`), its output checked bit for bit against the plain launches';
 //! - the **targets** of issue 12 that apply to the case ([`targets`]) and whether each is met. A missed target
 //!   is reported, not an error; a failed sparsek check (or sparsek not running) fails the run.
 //!
@@ -426,6 +429,11 @@ pub struct DecodeRecord {
     pub sparsek_queued: Queued,
     /// sparsek's queued time / the queued empty launch's.
     pub queued_launch_ratio: Option<f64>,
+    /// sparsek queued as [`DecodeRecord::sparsek_queued`], launched with programmatic dependent launch
+    /// (`Gpu::with_programmatic_launch`): each launch may start under the one before it. Its output must have the
+    /// plain launches' bits, else this is a failure. `None` when not measured (a GPU without it, or a run whose
+    /// launches are all programmatic).
+    pub sparsek_queued_programmatic: Option<Queued>,
     /// The targets that apply ([`targets`]) and their verdicts.
     pub goals: Vec<Goal>,
     /// SM clock read by nvidia-smi right after the timed loop.
@@ -454,6 +462,7 @@ impl DecodeRecord {
             launch_ratio: None,
             sparsek_queued: Queued::default(),
             queued_launch_ratio: None,
+            sparsek_queued_programmatic: None,
             goals: Vec::new(),
             sm_clock_mhz: None,
             error: None,
@@ -517,7 +526,10 @@ pub struct DecodeSummary {
 /// Measures the references, then runs every case of `cfg` on `gpu`, printing progress on stderr and the table on
 /// stdout, and writes `decode.json` and `decode.md` into `cfg.out_dir`. Errors only when an output cannot be
 /// written; a case that fails is recorded with its error.
-pub fn run(gpu: &Gpu, cfg: &DecodeConfig) -> Result<DecodeSummary> {
+///
+/// With `programmatic` (a second `Gpu` of the same device and settings whose launches are programmatic), sparsek
+/// is also timed queued through it ([`DecodeRecord::sparsek_queued_programmatic`]).
+pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<DecodeSummary> {
     let crate::side::Opened { header, cublas: lib, iters } = crate::side::open(gpu, cfg, "decode")?;
     let json_path = cfg.out_dir.join("decode.json");
 
@@ -534,7 +546,7 @@ pub fn run(gpu: &Gpu, cfg: &DecodeConfig) -> Result<DecodeSummary> {
     crate::side::write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
     for (i, case) in cfg.cases.iter().enumerate() {
         let tag = format!("case {}/{}", i + 1, cfg.cases.len());
-        let rec = run_case(gpu, &lib, &hold, cfg, iters, case, &references, &tag);
+        let rec = run_case((gpu, programmatic), &lib, &hold, cfg, iters, case, &references, &tag);
         eprintln!("{tag} {}", progress_line(&rec));
         records.push(rec);
         crate::side::write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
@@ -691,7 +703,7 @@ struct Operands {
 /// then the figures and verdicts.
 #[allow(clippy::too_many_arguments)]
 fn run_case(
-    gpu: &Gpu,
+    (gpu, programmatic): (&Gpu, Option<&Gpu>),
     lib: &std::result::Result<Cublas, String>,
     hold: &std::result::Result<Hold, String>,
     cfg: &DecodeConfig,
@@ -703,7 +715,7 @@ fn run_case(
     let mut case = case.clone();
     let seed = case.seed(cfg.seed);
     let mut rec = DecodeRecord::new(&case, seed);
-    if let Err(e) = measure(gpu, lib, hold, cfg, iters, &mut case, &mut rec, tag) {
+    if let Err(e) = measure((gpu, programmatic), lib, hold, cfg, iters, &mut case, &mut rec, tag) {
         rec.error = Some(e);
     }
     rec.evaluate(&case, refs);
@@ -714,7 +726,7 @@ fn run_case(
 /// are recorded in their results, the case's returned. Then sparsek is timed queued ([`queued`]).
 #[allow(clippy::too_many_arguments)]
 fn measure(
-    gpu: &Gpu,
+    (gpu, programmatic): (&Gpu, Option<&Gpu>),
     lib: &std::result::Result<Cublas, String>,
     hold: &std::result::Result<Hold, String>,
     cfg: &DecodeConfig,
@@ -797,8 +809,37 @@ fn measure(
             Ok(h) => queued::measure(gpu, h, s, queued::BATCH),
             Err(e) => Queued::failed(e.clone()),
         };
+        if let Some(pg) = programmatic {
+            eprintln!("{tag}   timing sparsek queued, programmatic launches");
+            rec.sparsek_queued_programmatic = Some(match hold {
+                Ok(h) => queued_programmatic(gpu, pg, h, s),
+                Err(e) => Queued::failed(e.clone()),
+            });
+        }
     }
     Ok(())
+}
+
+/// sparsek's `sets` queued behind the hold through `programmatic`, a `Gpu` of the same device whose launches are
+/// programmatic. Checked: C of set 0 (what the plain launches left, deterministic) is poisoned first and must have
+/// the same bits after the batches.
+fn queued_programmatic(gpu: &Gpu, programmatic: &Gpu, hold: &Hold, sets: &mut Sets<'_>) -> Queued {
+    let output = |sets: &mut Sets<'_>| -> std::result::Result<Matrix<f32>, String> {
+        sets.output().ok_or("no input set")?.to_host().map_err(|e| e.to_string())
+    };
+    let before = match output(sets) {
+        Ok(c) => c,
+        Err(e) => return Queued::failed(e),
+    };
+    if let Err(e) = sets.output().ok_or("no input set".to_string()).and_then(|c| poison(gpu, c.as_view_mut())) {
+        return Queued::failed(e);
+    }
+    let q = queued::measure(programmatic, hold, sets, queued::BATCH);
+    match output(sets) {
+        Ok(after) if after.as_slice().iter().zip(before.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits()) => q,
+        Ok(_) => Queued::failed("the programmatic launches' output differs from the plain launches'".into()),
+        Err(e) => Queued::failed(e),
+    }
 }
 
 /// What [`time_with_copy`] timed, in order (`None` for the same-size copy), each one's times, and the SM clock.
@@ -999,6 +1040,19 @@ fn queued_cell(r: &DecodeRecord) -> String {
     if r.sparsek.passed() { format!("{t:.2}") } else { format!("{t:.2}!") }
 }
 
+/// sparsek's queued time per launch with programmatic launches, `failed` when it could not be measured or its
+/// output differed from the plain launches', or `-` when not measured.
+fn queued_programmatic_cell(r: &DecodeRecord) -> String {
+    match &r.sparsek_queued_programmatic {
+        None => "-".into(),
+        Some(q) => match (q.median_us(), &q.error) {
+            (Some(t), None) if r.sparsek.passed() => format!("{t:.2}"),
+            (Some(t), None) => format!("{t:.2}!"),
+            _ => "failed".into(),
+        },
+    }
+}
+
 fn opt_cell(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map_or_else(|| "-".into(), f)
 }
@@ -1071,8 +1125,10 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
          same-size copy: that over the bandwidth of a copy moving the same bytes, timed in the same loop; speedup: \
          cuBLAS time / sparsek time; × empty: sparsek time / the empty launch's; queued µs and × queued empty: \
          sparsek's time per launch with {} launches queued back to back behind a kernel holding the stream (the \
-         GPU's own time, without the host's), and its ratio to the empty launch queued alike. `!` marks a time \
-         whose output failed its check; figures come only from checked times.",
+         GPU's own time, without the host's), and its ratio to the empty launch queued alike; queued, programmatic: \
+         the same with programmatic dependent launch (`Gpu::with_programmatic_launch`: each launch may start under \
+         the one before it; its output must have the plain launches' bits; `-` where the GPU has none). `!` marks a \
+         time whose output failed its check; figures come only from checked times.",
         header.iters,
         header.warmup,
         header.cublas,
@@ -1085,13 +1141,13 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
     s.push('\n');
     s.push_str(
         "| M×K | N | bs | density | nnzb | MB moved | sparsek µs | GB/s | of copy | of same-size copy | cuBLAS µs \
-         | speedup | × empty | queued µs | × queued empty | targets | SM MHz | checks |\n",
+         | speedup | × empty | queued µs | × queued empty | queued, programmatic | targets | SM MHz | checks |\n",
     );
-    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
+    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
     for r in records {
         let _ = writeln!(
             s,
-            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.facts.m,
             r.facts.k,
             r.facts.n,
@@ -1108,6 +1164,7 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
             opt_cell(r.launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
             queued_cell(r),
             opt_cell(r.queued_launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
+            queued_programmatic_cell(r),
             goals_cell(r),
             r.sm_clock_mhz.map_or_else(|| "-".into(), |m| m.to_string()),
             checks_cell(r),
@@ -1129,7 +1186,7 @@ fn progress_line(r: &DecodeRecord) -> String {
     let text = |f: Figure| opt_cell(r.figure(f), |v| f.value_text(v));
     s.push_str(&format!(
         "sparsek {} µs ({} GB/s, {} of copy, {} of a same-size copy), cuBLAS {} µs ({}), {} empty launch; \
-         queued {} µs ({} the queued empty launch); targets: {}; checks {}",
+         queued {} µs ({} the queued empty launch; programmatic {} µs); targets: {}; checks {}",
         us_cell(&r.sparsek),
         opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
         text(Figure::CopyFraction),
@@ -1139,6 +1196,7 @@ fn progress_line(r: &DecodeRecord) -> String {
         text(Figure::LaunchRatio),
         queued_cell(r),
         opt_cell(r.queued_launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
+        queued_programmatic_cell(r),
         goals_cell(r),
         checks_cell(r),
     ));
@@ -1376,6 +1434,8 @@ mod tests {
         // Queued: 9 µs per launch against the queued empty launch's 1.5 (no figure when the check failed).
         let mut queued = record(&large, 3604, 12.0, 48.0, true, &refs);
         queued.sparsek_queued = Queued { batch: 32, time: Some(times(9.0)), hold_us: Some(2000.0), error: None };
+        queued.sparsek_queued_programmatic =
+            Some(Queued { batch: 32, time: Some(times(7.5)), hold_us: Some(2000.0), error: None });
         queued.evaluate(&large, &refs);
         assert_eq!(queued.queued_launch_ratio, Some(6.0));
         let mut failed = record(&large, 3604, 12.0, 48.0, false, &refs);
@@ -1392,11 +1452,11 @@ mod tests {
             assert_eq!(Some(row.matches('|').count()), header_cols, "{row}");
         }
         assert!(
-            rows[0].contains("| 4.00x | 4.80x | 9.00 | 6.00x | copy ≥ 80% met; speedup ≥ 3.64x met |"),
+            rows[0].contains("| 4.00x | 4.80x | 9.00 | 6.00x | 7.50 | copy ≥ 80% met; speedup ≥ 3.64x met |"),
             "{}",
             rows[0]
         );
-        assert!(rows[1].contains("| 2.40x | - | - | ≤ 2x empty launch MISSED |"), "{}", rows[1]);
+        assert!(rows[1].contains("| 2.40x | - | - | - | ≤ 2x empty launch MISSED |"), "{}", rows[1]);
         assert!(t.contains("- Empty launch, queued: 1.50 µs per launch, median of 30 batches of 32"), "{t}");
         assert!(rows[0].ends_with("| pass |"));
         assert!(rows[1].contains("| ≤ 2x empty launch MISSED |"), "{}", rows[1]);
@@ -1412,6 +1472,8 @@ mod tests {
         assert_eq!(v["references"]["queued_empty_launch"]["time"]["median_us"], 1.5);
         assert_eq!(v["records"][0]["sparsek_queued"]["time"]["median_us"], 9.0);
         assert_eq!(v["records"][0]["queued_launch_ratio"], 6.0);
+        assert_eq!(v["records"][0]["sparsek_queued_programmatic"]["time"]["median_us"], 7.5);
+        assert!(v["records"][1]["sparsek_queued_programmatic"].is_null());
         assert_eq!(v["references"]["empty_launch"]["time"]["median_us"], 2.5);
         let r0 = &v["records"][0];
         assert_eq!(r0["case"], "8192x16x8192 bs64 22% uniform");

@@ -327,7 +327,16 @@ fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --decode") else {
         return Ok(ExitCode::FAILURE);
     };
-    let summary = sparsek_bench::decode::run(&gpu, &cfg)?;
+    // A second Gpu of the same device and settings with programmatic launches, for the queued column of that name,
+    // when the GPU has it and the run's own launches are not programmatic already.
+    let programmatic = if args.module.programmatic() || !gpu.programmatic_launch_available() {
+        None
+    } else {
+        args.module
+            .open((args.split, args.schedule.into()), args.device, "sparsek bench --decode")
+            .map(|g| g.with_programmatic_launch(true))
+    };
+    let summary = sparsek_bench::decode::run(&gpu, programmatic.as_ref(), &cfg)?;
     Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
