@@ -527,7 +527,7 @@ pub struct DecodeSummary {
 /// stdout, and writes `decode.json` and `decode.md` into `cfg.out_dir`. Errors only when an output cannot be
 /// written; a case that fails is recorded with its error.
 ///
-/// With `programmatic` (a second `Gpu` of the same device and settings whose launches are programmatic), sparsek
+/// With `programmatic` (a second `Gpu` on the same context, with the same settings and programmatic launches), sparsek
 /// is also timed queued through it ([`DecodeRecord::sparsek_queued_programmatic`]).
 pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<DecodeSummary> {
     let crate::side::Opened { header, cublas: lib, iters } = crate::side::open(gpu, cfg, "decode")?;
@@ -820,8 +820,8 @@ fn measure(
     Ok(())
 }
 
-/// sparsek's `sets` queued behind the hold through `programmatic`, a `Gpu` of the same device whose launches are
-/// programmatic. Checked: C of set 0 (what the plain launches left, deterministic) is poisoned first and must have
+/// sparsek's `sets` queued behind the hold through `programmatic`, a `Gpu` on the same context (`Gpu::from_context`)
+/// whose launches are programmatic. Checked: C of set 0 (what the plain launches left, deterministic) is poisoned first and must have
 /// the same bits after the batches.
 fn queued_programmatic(gpu: &Gpu, programmatic: &Gpu, hold: &Hold, sets: &mut Sets<'_>) -> Queued {
     let output = |sets: &mut Sets<'_>| -> std::result::Result<Matrix<f32>, String> {
@@ -835,6 +835,9 @@ fn queued_programmatic(gpu: &Gpu, programmatic: &Gpu, hold: &Hold, sets: &mut Se
         return Queued::failed(e);
     }
     let q = queued::measure(programmatic, hold, sets, queued::BATCH);
+    if q.error.is_some() {
+        return q;
+    }
     match output(sets) {
         Ok(after) if after.as_slice().iter().zip(before.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits()) => q,
         Ok(_) => Queued::failed("the programmatic launches' output differs from the plain launches'".into()),

@@ -128,20 +128,24 @@ impl ModuleChoice {
         self == ModuleChoice::Programmatic
     }
 
+    /// `g` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles scheduled as
+    /// `schedule` says.
+    pub fn configure(self, g: Gpu, (split, schedule): (RowSplit, TileSchedule)) -> Gpu {
+        g.with_hopper(self.hopper())
+            .with_decode(self.decode())
+            .with_short_rows(self.short_rows())
+            .with_a_evict_first(self.a_evict_first())
+            .with_programmatic_launch(self.programmatic())
+            .with_row_split(split)
+            .with_tile_schedule(schedule)
+    }
+
     /// Opens GPU `device` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles
     /// scheduled as `schedule` says, or says why there is none (the line starts with `what`, the command) and
     /// returns `None`.
     pub fn open(self, (split, schedule): (RowSplit, TileSchedule), device: usize, what: &str) -> Option<Gpu> {
         match Gpu::new(device) {
-            Ok(g) => Some(
-                g.with_hopper(self.hopper())
-                    .with_decode(self.decode())
-                    .with_short_rows(self.short_rows())
-                    .with_a_evict_first(self.a_evict_first())
-                    .with_programmatic_launch(self.programmatic())
-                    .with_row_split(split)
-                    .with_tile_schedule(schedule),
-            ),
+            Ok(g) => Some(self.configure(g, (split, schedule))),
             Err(e) => {
                 eprintln!("{what}: no usable GPU ({e}); it needs an NVIDIA GPU (sm_80 or newer)");
                 None
@@ -327,14 +331,18 @@ fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --decode") else {
         return Ok(ExitCode::FAILURE);
     };
-    // A second Gpu of the same device and settings with programmatic launches, for the queued column of that name,
-    // when the GPU has it and the run's own launches are not programmatic already.
+    // A second Gpu on the same context (the buffers are the first one's) and settings, with programmatic launches,
+    // for the queued column of that name, when the GPU has it and the run's own launches are not programmatic.
     let programmatic = if args.module.programmatic() || !gpu.programmatic_launch_available() {
         None
     } else {
-        args.module
-            .open((args.split, args.schedule.into()), args.device, "sparsek bench --decode")
-            .map(|g| g.with_programmatic_launch(true))
+        match Gpu::from_context(gpu.context().clone()) {
+            Ok(g) => Some(args.module.configure(g, (args.split, args.schedule.into())).with_programmatic_launch(true)),
+            Err(e) => {
+                eprintln!("sparsek bench --decode: no second Gpu for the programmatic column ({e})");
+                None
+            }
+        }
     };
     let summary = sparsek_bench::decode::run(&gpu, programmatic.as_ref(), &cfg)?;
     Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
