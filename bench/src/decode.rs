@@ -820,9 +820,14 @@ fn measure(
     Ok(())
 }
 
-/// sparsek's `sets` queued behind the hold through `programmatic`, a `Gpu` on the same context (`Gpu::from_context`)
-/// whose launches are programmatic. Checked: C of set 0 (what the plain launches left, deterministic) is poisoned first and must have
-/// the same bits after the batches.
+/// Whether two outputs of the same shape hold the same bits in every element (their padding aside).
+fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
+    (0..x.rows()).all(|r| x.row(r).iter().zip(y.row(r)).all(|(p, q)| p.to_bits() == q.to_bits()))
+}
+
+/// sparsek's `sets` queued behind the hold through `programmatic`, a `Gpu` on the same context
+/// (`Gpu::from_context`) whose launches are programmatic. Checked: C of set 0 (what the plain launches left,
+/// deterministic) is poisoned first and must have the same bits in every element after the batches.
 fn queued_programmatic(gpu: &Gpu, programmatic: &Gpu, hold: &Hold, sets: &mut Sets<'_>) -> Queued {
     let output = |sets: &mut Sets<'_>| -> std::result::Result<Matrix<f32>, String> {
         sets.output().ok_or("no input set")?.to_host().map_err(|e| e.to_string())
@@ -839,7 +844,7 @@ fn queued_programmatic(gpu: &Gpu, programmatic: &Gpu, hold: &Hold, sets: &mut Se
         return q;
     }
     match output(sets) {
-        Ok(after) if after.as_slice().iter().zip(before.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits()) => q,
+        Ok(after) if same_bits(&after, &before) => q,
         Ok(_) => Queued::failed("the programmatic launches' output differs from the plain launches'".into()),
         Err(e) => Queued::failed(e),
     }

@@ -94,8 +94,8 @@ unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: 
 }
 
 /// PRODUCER, A's half: this thread's cp.async copies of A's (BS, BK) slice of k-tile `k_tile` into `s_a`: the
-/// slice at column `kk` of block `blk` ([`CtaOperands::k_tile_at`]). It reads only A's values: the weights, which a kernel may read before
-/// [`ptx::griddep_wait`].
+/// slice at column `kk` of block `blk` ([`CtaOperands::k_tile_at`]). It reads only A's values: the weights, which
+/// a kernel may read before [`ptx::griddep_wait`].
 ///
 /// # Safety
 /// `g` and `k_tile` satisfy the kernel's preconditions (`k_tile` < the CTA's k-tiles); `s_a` lies in the CTA's

@@ -109,7 +109,7 @@ pub struct Gpu {
     use_short_rows: bool,
     /// Whether launches that read A once mark its values evict-first in L2 ([`Gpu::with_a_evict_first`]).
     pub(crate) a_evict_first: bool,
-    /// Whether decode launches may start before the grid ahead of them finishes ([`Gpu::with_programmatic_launch`]).
+    /// Whether product launches may start before the grid ahead of them finishes ([`Gpu::with_programmatic_launch`]).
     programmatic_launch: bool,
     info: DeviceInfo,
     plans: Plans,

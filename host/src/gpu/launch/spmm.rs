@@ -737,8 +737,9 @@ mod tests {
     /// [`launch_with`] on a GPU, through the structure check kernel on a structure with a known flaw (row 0's
     /// columns decrease): the kernel ran exactly when the result names it. Plain, with a valid window, with
     /// programmatic serialization where the GPU has it, and with a window the driver must refuse (longer than
-    /// the device allows), which has to fall back to a plain launch. Skips without a GPU (fails with
-    /// SPARSEK_REQUIRE_GPU=1).
+    /// the device allows), which has to fall back to a plain launch. The check kernel has no grid-dependency wait
+    /// and follows a copy, not a kernel, so the programmatic case tests the launch call only (the kernels' waits:
+    /// tests/gpu_programmatic.rs). Skips without a GPU (fails with SPARSEK_REQUIRE_GPU=1).
     #[test]
     fn launches_with_and_without_attributes_and_the_fallback() {
         let gpu = match Gpu::new(0) {
