@@ -49,14 +49,26 @@ impl From<CusparseArg> for CusparseChoice {
     }
 }
 
-/// Parses `--split`: `auto`, `off` or a positive number of blocks per part.
+/// Parses `--split`: `auto`, `off`, `flat`, `flat:K` (K CTAs per SM) or a positive number of blocks per part.
 pub fn parse_split(s: &str) -> Result<RowSplit, String> {
+    let bad = || {
+        format!(
+            "expected auto, off, flat, flat:K (K >= 1 CTAs per SM) or a positive number of blocks per part, got {s:?}"
+        )
+    };
     match s {
         "auto" => Ok(RowSplit::Auto),
         "off" => Ok(RowSplit::Off),
-        _ => match s.parse::<u32>() {
-            Ok(b) if b > 0 => Ok(RowSplit::Blocks(b)),
-            _ => Err(format!("expected auto, off or a positive number of blocks per part, got {s:?}")),
+        "flat" => Ok(RowSplit::Flat(0)),
+        _ => match s.strip_prefix("flat:") {
+            Some(k) => match k.parse::<u32>() {
+                Ok(k) if k > 0 => Ok(RowSplit::Flat(k)),
+                _ => Err(bad()),
+            },
+            None => match s.parse::<u32>() {
+                Ok(b) if b > 0 => Ok(RowSplit::Blocks(b)),
+                _ => Err(bad()),
+            },
         },
     }
 }
@@ -208,8 +220,10 @@ pub struct BenchArgs {
     /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice:
     /// parts of about 128 KiB of A, more at bs 128, for launches of one N tile where whole rows leave the GPU
     /// short of CTAs),
-    /// `off` (one CTA per block row) or a number of blocks per part, for comparisons.
-    #[arg(long, value_name = "auto|off|BLOCKS", default_value = "auto", value_parser = parse_split)]
+    /// `off` (one CTA per block row), `flat` or `flat:K` (bs 64 and 128, f16 in, f32 out: the flat block-list
+    /// kernel, CTAs each taking an equal share of A's blocks across row boundaries, a wave of them or K per SM)
+    /// or a number of blocks per part, for comparisons.
+    #[arg(long, value_name = "auto|off|flat[:K]|BLOCKS", default_value = "auto", value_parser = parse_split)]
     split: RowSplit,
     /// How the sm_90a kernels (bs 64 and 128 on an H100/H200) take their tiles: `auto` (a persistent grid whose
     /// CTAs take the next tile from a counter), `per-tile` (one CTA per output tile) or `static` (a persistent

@@ -82,8 +82,9 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = crate::bench::ModuleChoice::Auto)]
     module: crate::bench::ModuleChoice,
     /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice),
-    /// `off` (one CTA per block row) or a number of blocks per part.
-    #[arg(long, value_name = "auto|off|BLOCKS", default_value = "auto", value_parser = crate::bench::parse_split)]
+    /// `off` (one CTA per block row), `flat` or `flat:K` (bs 64 and 128, f16 in, f32 out: the flat block-list
+    /// kernel in place of the narrow one, a wave of CTAs or K per SM) or a number of blocks per part.
+    #[arg(long, value_name = "auto|off|flat[:K]|BLOCKS", default_value = "auto", value_parser = crate::bench::parse_split)]
     split: sparsek::gpu::RowSplit,
     /// How the sm_90a kernels take their tiles: `auto` (a persistent grid taking tiles from a counter),
     /// `per-tile` (one CTA per output tile) or `static` (a persistent grid walking the tiles with a static
@@ -238,11 +239,15 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
                         sparsek::tune::PlanSource::Tuned => "tuned plan",
                         sparsek::tune::PlanSource::Heuristic => "heuristic",
                     };
-                    let split = gpu
-                        .split_for(&c.config, (a.nnzb(), a.block_rows(), n), Some(a_d.max_row_blocks()))
-                        .map_or(String::new(), |s| {
-                            format!(", rows split into up to {} parts of ~{} blocks", s.chunks, s.blocks)
-                        });
+                    let split = match gpu.flat_for(c.kernel, (a.nnzb(), a.block_rows(), n), Some(a_d.max_row_blocks()))
+                    {
+                        Some((flat, g)) => format!(", taken by {flat}: a flat block list over {g} CTAs per N tile"),
+                        None => gpu
+                            .split_for(&c.config, (a.nnzb(), a.block_rows(), n), Some(a_d.max_row_blocks()))
+                            .map_or(String::new(), |s| {
+                                format!(", rows split into up to {} parts of ~{} blocks", s.chunks, s.blocks)
+                            }),
+                    };
                     let a_tiles = a.block_rows() * n.div_ceil(c.config.bn as usize);
                     let persistent = gpu.tile_grid(&c.config, c.ctas_per_sm, a_tiles).map_or(String::new(), |g| {
                         let how = if g.counter { "taking tiles from a counter" } else { "static stride" };

@@ -42,23 +42,23 @@ use crate::tile::{AccTile, FragA, FragB, SmemRing, SmemTile, WarpTile};
 
 /// The global operands of one CTA's k-tiles: its block row of A and the columns of B of its N tile.
 #[derive(Clone, Copy)]
-struct CtaOperands {
+pub(crate) struct CtaOperands {
     /// A's values: `nnzb` blocks of (BS, BS) 16-bit elements, each row-major.
-    a_values: *const u16,
+    pub(crate) a_values: *const u16,
     /// A's block-column indices (device address of u32 or u64 entries).
-    col_idx: u64,
+    pub(crate) col_idx: u64,
     /// log2 of the index entries' bytes (2: u32, 3: u64).
-    index_shift: u32,
+    pub(crate) index_shift: u32,
     /// The CTA's first nonzero block, `row_ptr[block_row]`.
-    blk_begin: u32,
+    pub(crate) blk_begin: u32,
     /// B: (K, ldb) row-major or (n, ldb) column-major, 16-bit elements.
-    b: *const u16,
+    pub(crate) b: *const u16,
     /// B's leading dimension in elements.
-    ldb: u32,
+    pub(crate) ldb: u32,
     /// Columns of B: chunks at or past column n are zero-filled.
-    n: u32,
+    pub(crate) n: u32,
     /// First column of the CTA's N tile.
-    n0: u32,
+    pub(crate) n0: u32,
 }
 
 impl CtaOperands {
@@ -78,7 +78,7 @@ impl CtaOperands {
 /// # Safety
 /// As [`load_a_slice`] and [`load_b_strip`].
 #[inline(always)]
-unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
+pub(crate) unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
     g: &CtaOperands,
     k_tile: u32,
     col: u32,
@@ -101,7 +101,7 @@ unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: 
 /// `g` and `k_tile` satisfy the kernel's preconditions (`k_tile` < the CTA's k-tiles); `s_a` lies in the CTA's
 /// shared memory.
 #[inline(always)]
-unsafe fn load_a_slice<const BS: u32, const BK: u32>(
+pub(crate) unsafe fn load_a_slice<const BS: u32, const BK: u32>(
     g: &CtaOperands,
     k_tile: u32,
     s_a: SmemTile<BS, BK>,
@@ -136,7 +136,7 @@ unsafe fn load_a_slice<const BS: u32, const BK: u32>(
 /// As [`load_a_slice`], and `col` is `col_idx[blk]` when `loads_index_ahead(BN)`; `s_b` lies in the CTA's shared
 /// memory; after [`ptx::griddep_wait`].
 #[inline(always)]
-unsafe fn load_b_strip<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
+pub(crate) unsafe fn load_b_strip<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
     g: &CtaOperands,
     k_tile: u32,
     col: u32,
@@ -195,7 +195,7 @@ unsafe fn load_b_strip<const BS: u32, const BN: u32, const BK: u32, const B_COL:
 /// Warp-collective: all 32 lanes of the warp call it, in warp-uniform control flow; `s_a` and `s_b` lie in the
 /// CTA's shared memory and hold a landed k-tile.
 #[inline(always)]
-unsafe fn load_fragments<
+pub(crate) unsafe fn load_fragments<
     const BS: u32,
     const BN: u32,
     const BK: u32,
@@ -238,7 +238,7 @@ unsafe fn load_fragments<
 /// MMA: the warp's MI x NI `mma.sync.m16n8k16` (of the input type `I`) of one k16 step, `acc += a_frag x
 /// b_frag`. Warp-collective: all 32 lanes of the warp call it, in warp-uniform control flow.
 #[inline(always)]
-fn mma_warp_tile<const MI: usize, const NI: usize, I: Input>(
+pub(crate) fn mma_warp_tile<const MI: usize, const NI: usize, I: Input>(
     acc: &mut AccTile<MI, NI>,
     a_frag: &FragA<MI>,
     b_frag: &FragB<NI>,
@@ -251,7 +251,7 @@ fn mma_warp_tile<const MI: usize, const NI: usize, I: Input>(
 }
 
 /// The deepest ring of any configuration (the prefetch's array of column indices).
-const MAX_STAGES: u32 = 8;
+pub(crate) const MAX_STAGES: u32 = 8;
 
 /// Whether a tile of `bn` columns loads each block's column index a k-tile ahead of its copies ([`bsr_spmm`]),
 /// passing it to [`load_k_tile`]: the narrow and mid tiles (BN 16 to 64), not the wide ones (BN 128 and 256),
@@ -262,7 +262,7 @@ const fn loads_index_ahead(bn: u32) -> bool {
 
 /// The next slot of a STAGES-deep ring.
 #[inline(always)]
-fn next_stage<const STAGES: u32>(stage: u32) -> u32 {
+pub(crate) fn next_stage<const STAGES: u32>(stage: u32) -> u32 {
     if stage + 1 == STAGES { 0 } else { stage + 1 }
 }
 

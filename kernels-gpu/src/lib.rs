@@ -49,6 +49,8 @@ mod check;
 mod decode;
 #[cfg(not(feature = "test-kernels"))]
 mod epilogue;
+#[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
+mod flat;
 #[cfg(feature = "sm90")]
 mod sm90;
 #[cfg(feature = "test-kernels")]

@@ -769,6 +769,16 @@ pub const NARROW_CONFIGS: [KernelConfig; 4] = [
     },
 ];
 
+/// The flat block-list kernels' configurations ([`Tile::Flat`]): the narrow tiles of bs 64 and 128, whose block
+/// rows are long enough that an equal share of the blocks per CTA holds about a row (docs/perf-notes.md, issue 12
+/// step 24).
+pub const FLAT_CONFIGS: [KernelConfig; 2] = [NARROW_CONFIGS[2], NARROW_CONFIGS[3]];
+
+/// The [`FLAT_CONFIGS`] entry for `bs`, if it has one.
+pub const fn flat_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&FLAT_CONFIGS, bs)
+}
+
 /// Mid-tile configurations (issue 12): an N tile of 32 for launches of [`MID_MIN_N`] to [`NARROW_MAX_N`] columns
 /// at every block size, where the narrow tile's 16 columns multiply each block of A once per 16 columns. bs 16's
 /// and 32's (the narrow tiles' shapes with 32 columns; not tuning candidates) measured 1.06-2.05x faster than the
@@ -978,6 +988,11 @@ pub enum Tile {
     /// The sm_90a product tile for short rows ([`HOPPER_SHORT_CONFIGS`], bs 64, f32 C): every N, taken instead of
     /// the [`Tile::Wide`] sm_90a kernel for rows of at most [`SHORT_ROW_MAX_K_TILES`] k-tiles on average.
     ShortRows,
+    /// The narrow tile walking a flat block list ([`FLAT_CONFIGS`]: the [`NARROW_CONFIGS`] entries of bs 64 and
+    /// 128; f16 inputs, row-major B, f32 C): up to 16 columns, one N tile, CTAs taking equal shares of A's blocks
+    /// across row boundaries ([`BsrSpmmParams::flat_ctas`]). The launcher takes it in place of the narrow kernel
+    /// when the plan asks for a flat list.
+    Flat,
 }
 
 impl Tile {
@@ -1228,6 +1243,14 @@ const fn mid64(name: &'static str, input: InType, b_layout: Layout, out: OutType
         None => panic!("no wide mid product configuration for this block size"),
     }
 }
+const fn flat(name: &'static str, bs: u32) -> Variant {
+    match flat_config_for(bs) {
+        Some(config) => {
+            spmm(name, Module::Product, (InType::F16, Layout::RowMajor, OutType::F32), (config, Tile::Flat))
+        }
+        None => panic!("no flat block-list configuration for this block size"),
+    }
+}
 const fn decode(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
     match decode_config_for(bs) {
         Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Decode)),
@@ -1248,7 +1271,7 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels
 /// are named `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with
 /// the suffix `_short`.
-pub const VARIANTS: [Variant; 184] = [
+pub const VARIANTS: [Variant; 186] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -1413,6 +1436,8 @@ pub const VARIANTS: [Variant; 184] = [
     decode("sparsek_bsr_bs32_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
     decode("sparsek_bsr_bs64_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     decode("sparsek_bsr_bs128_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    flat("sparsek_bsr_bs64_f16_brow_f32_flat", 64),
+    flat("sparsek_bsr_bs128_f16_brow_f32_flat", 128),
     hopper("sparsek_sm90_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
     hopper("sparsek_sm90_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
     hopper("sparsek_sm90_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),
@@ -1527,6 +1552,44 @@ pub struct BsrSpmmParams {
     /// Split rows: one u32 counter per (block row, N tile), `block_rows * n_tiles`, zero before the launch; the
     /// CTA that finishes a row's tile last adds the parts in order, writes C and sets the counter back to zero.
     pub split_counters: u64,
+    /// The flat block list ([`Tile::Flat`] kernels only; 0 everywhere else): `G`, the CTAs per N tile. The grid
+    /// has `G * n_tiles` CTAs; CTA `c` of N tile `t` (`blockIdx.x = t * G + c`) multiplies the blocks
+    /// [`flat_range`]`(c)` of A's flat block list, across row boundaries, with one ring. A row cut by a range
+    /// boundary is summed from its pieces through the split workspace (`split_partials`: two
+    /// [`KernelConfig::split_slot_bytes`] slots per CTA and N tile, [`flat_slot`]; `split_counters`: one per CTA and
+    /// N tile, [`flat_counter`], zero before the launch). Needs `1 <= G <= nnzb`, so every CTA holds a block.
+    pub flat_ctas: u32,
+    /// A's nonzero blocks, `row_ptr[block_rows]` (the flat block list cuts it without a load).
+    pub nnzb: u32,
+}
+
+/// The flat block list: the blocks `[c * nnzb / ctas, (c + 1) * nnzb / ctas)` of CTA `c` of `ctas`.
+#[inline(always)]
+pub const fn flat_range(c: u32, ctas: u32, nnzb: u32) -> (u32, u32) {
+    let (nnzb, ctas) = (nnzb as u64, ctas as u64);
+    ((c as u64 * nnzb / ctas) as u32, ((c as u64 + 1) * nnzb / ctas) as u32)
+}
+
+/// The flat block list: the CTA of `ctas` whose [`flat_range`] holds block `blk` (< `nnzb`, `1 <= ctas <=
+/// nnzb`): the largest `c` with `c * nnzb / ctas <= blk`, which is `ceil((blk + 1) * ctas / nnzb) - 1`.
+#[inline(always)]
+pub const fn flat_cta_of(blk: u32, ctas: u32, nnzb: u32) -> u32 {
+    ((blk as u64 + 1) * ctas as u64).div_ceil(nnzb as u64) as u32 - 1
+}
+
+/// The flat block list: the partial-tile slot of CTA `cta`'s piece of a cut row in N tile `n_tile` of `n_tiles`:
+/// `tail` for the piece that starts a row (piece 0, in the row's first CTA), else the piece that continues a row
+/// begun by an earlier CTA (every CTA has at most one of each). Below `2 * ctas * n_tiles`.
+#[inline(always)]
+pub const fn flat_slot(cta: u32, tail: bool, n_tile: u32, n_tiles: u32) -> u64 {
+    (cta as u64 * 2 + tail as u64) * n_tiles as u64 + n_tile as u64
+}
+
+/// The flat block list: the counter of the cut row whose first piece CTA `cta` holds (each CTA starts at most
+/// one cut row), in N tile `n_tile` of `n_tiles`. Below `ctas * n_tiles`.
+#[inline(always)]
+pub const fn flat_counter(cta: u32, n_tile: u32, n_tiles: u32) -> u64 {
+    cta as u64 * n_tiles as u64 + n_tile as u64
 }
 
 /// Split rows: the parts of a block row of `len` blocks, `ceil(len / split_blocks)` clamped to
@@ -1622,7 +1685,7 @@ pub struct HopperSpmmParams {
     /// reads C, or fewer than 16 bytes in a row).
     pub c_tma: u32,
     /// Zero (the struct's size, a multiple of its 16-byte alignment, without implicit padding).
-    pub reserved: [u32; 3],
+    pub reserved: [u32; 1],
 }
 
 /// The device-side structure check (`sparsek_bsr_check`): one thread per block row checks that `row_ptr` starts
@@ -1831,11 +1894,19 @@ mod tests {
                 + MID_CONFIGS.len()
                 + MID64_CONFIGS.len()
                 + DECODE_CONFIGS.len())
+                + FLAT_CONFIGS.len()
         );
         let hopper = VARIANTS.iter().filter(|v| v.module == Module::Hopper);
         // The short-row kernels: f32 C only.
         assert_eq!(hopper.count(), 8 * HOPPER_CONFIGS.len() + 4 * HOPPER_SHORT_CONFIGS.len());
         assert!(VARIANTS.iter().all(|v| v.tile != Tile::ShortRows || v.out == OutType::F32));
+        // The flat block-list kernels: f16 inputs, row-major B, f32 C only.
+        assert!(
+            VARIANTS
+                .iter()
+                .filter(|v| v.tile == Tile::Flat)
+                .all(|v| (v.input, v.b_layout, v.out) == (InType::F16, Layout::RowMajor, OutType::F32))
+        );
         for v in VARIANTS.iter().filter(|v| v.module != Module::Tuning) {
             // Each product and sm_90a kernel runs its tile's configuration for its block size.
             let config = match (v.module, v.tile) {
@@ -1847,6 +1918,7 @@ mod tests {
                 (_, Tile::Mid) => mid_config_for(v.bs),
                 (_, Tile::Mid64) => mid64_config_for(v.bs),
                 (_, Tile::Decode) => decode_config_for(v.bs),
+                (_, Tile::Flat) => flat_config_for(v.bs),
             };
             assert_eq!(Some(v.config), config, "{} runs another configuration than its tile's", v.name);
             // The 16-bit output is the input's own type.
@@ -1861,6 +1933,7 @@ mod tests {
                 Tile::Mid64 => "_n64",
                 Tile::Decode => "_dec",
                 Tile::ShortRows => "_short",
+                Tile::Flat => "_flat",
             };
             let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name(), suffix];
             let mut tail = [0u8; 32];
@@ -1876,14 +1949,34 @@ mod tests {
     }
 
     #[test]
+    fn flat_ranges_cover_the_blocks_and_find_their_cta() {
+        for nnzb in [1u32, 2, 3, 7, 64, 100, 1000, 14418] {
+            for ctas in [1u32, 2, 3, 5, 132, 264, 396, 528].into_iter().filter(|&g| g <= nnzb) {
+                let mut next = 0;
+                for c in 0..ctas {
+                    let (b0, b1) = flat_range(c, ctas, nnzb);
+                    assert_eq!(b0, next, "nnzb {nnzb}, ctas {ctas}: ranges are contiguous");
+                    assert!(b1 > b0, "nnzb {nnzb}, ctas {ctas}: CTA {c} holds a block");
+                    for blk in b0..b1 {
+                        assert_eq!(flat_cta_of(blk, ctas, nnzb), c, "nnzb {nnzb}, ctas {ctas}, block {blk}");
+                    }
+                    assert!(flat_slot(c, true, 0, 1) < 2 * ctas as u64 && flat_counter(c, 0, 1) < ctas as u64);
+                    next = b1;
+                }
+                assert_eq!(next, nnzb);
+            }
+        }
+    }
+
+    #[test]
     fn params_have_no_implicit_padding() {
-        assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 9 * 8 + 12 * 4);
+        assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 9 * 8 + 14 * 4);
         assert_eq!(core::mem::align_of::<BsrSpmmParams>(), 8);
         assert_eq!(core::mem::size_of::<BsrCheckParams>(), 4 * 8 + 4 * 4);
-        // Three tensor maps, the 120 bytes of BsrSpmmParams, the tile counter's address and four u32.
-        assert_eq!(core::mem::size_of::<HopperSpmmParams>(), 3 * 128 + 120 + 8 + 16);
+        // Three tensor maps, the 128 bytes of BsrSpmmParams, the tile counter's address and two u32.
+        assert_eq!(core::mem::size_of::<HopperSpmmParams>(), 3 * 128 + 128 + 8 + 8);
         assert_eq!(core::mem::offset_of!(HopperSpmmParams, tmap_c), 2 * 128);
-        assert_eq!(core::mem::offset_of!(HopperSpmmParams, tile_counter), 3 * 128 + 120);
+        assert_eq!(core::mem::offset_of!(HopperSpmmParams, tile_counter), 3 * 128 + 128);
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub const SMALL_GRID_MAX_N: usize = 512;
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    product: Registry,
+    pub(crate) product: Registry,
     /// The sm_90a module on H100/H200 (bs 64 and 128 at N above `layout::NARROW_MAX_N`).
     hopper: Option<Registry>,
     /// Whether launches may use `hopper` ([`Gpu::with_hopper`]).

@@ -24,6 +24,7 @@ use sparsek_layout::{KernelConfig, split_slots};
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::gpu::driver::cuda;
+use crate::gpu::registry::Kernel;
 
 /// Bytes of partial tiles a [`Gpu`] allocates for split rows: enough for 8192 x 8192 at bs 64 and 64 columns
 /// (four N tiles) with parts of 8 blocks (9.4 MB), or 16384 x 16384 at 16 columns (8.4 MB); a launch that needs
@@ -54,7 +55,8 @@ pub const SPLIT_PART_MAX_GROWN_K_TILES: u32 = 48;
 /// How launches of the narrow kernels split block rows ([`Gpu::with_row_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowSplit {
-    /// Parts of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
+    /// The flat block list where [`flat_auto_serves`] (bs 64, one N tile, many blocks, rows of unequal length),
+    /// else parts of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
     /// [`SPLIT_PART_SHORT_K_TILES`]) where whole rows would leave the GPU short of CTAs or a row dominates
     /// ([`split_choice`]), and the workspace holds them.
     #[default]
@@ -63,6 +65,12 @@ pub enum RowSplit {
     Off,
     /// Parts of about this many blocks (at least 1), where the workspace holds them: for measurements.
     Blocks(u32),
+    /// The flat block list ([`sparsek_layout::Tile::Flat`]: bs 64 and 128, f16 inputs, row-major B, f32 C) in
+    /// place of the narrow kernel, where [`flat_ctas`] allows it: `G` CTAs per N tile, `G` this many per SM (0:
+    /// the kernel's whole wave), CTA `c` taking the `c`-th of `G` equal ranges of A's blocks across row
+    /// boundaries; a row cut by a range boundary is summed from its pieces in piece order (the same bits run to
+    /// run). Elsewhere as [`RowSplit::Auto`].
+    Flat(u32),
 }
 
 /// What bounds a launch's split: the workspace ([`SPLIT_PARTIALS_BYTES`] of partial tiles, [`SPLIT_COUNTERS`]
@@ -129,8 +137,8 @@ pub fn split_choice(
     let mut blocks = match setting {
         RowSplit::Off => return None,
         RowSplit::Blocks(b) => (b as usize).max(1),
-        RowSplit::Auto if n_tiles > 1 || (block_rows > limits.sm_count && !skewed) => return None,
-        RowSplit::Auto => {
+        RowSplit::Auto | RowSplit::Flat(_) if n_tiles > 1 || (block_rows > limits.sm_count && !skewed) => return None,
+        RowSplit::Auto | RowSplit::Flat(_) => {
             let base = (SPLIT_PART_BYTES / block_bytes).max(1);
             // A short part grows toward one part per SM, up to SPLIT_PART_MAX_GROWN_K_TILES.
             let k_tiles_per_block = (cfg.bs / cfg.bk).max(1) as usize;
@@ -166,6 +174,55 @@ pub fn split_choice(
         return None;
     }
     Some(SplitChoice { chunks: u32::try_from(chunks).ok()?, blocks: u32::try_from(blocks).ok()? })
+}
+
+/// The CTAs per SM of a flat block-list launch that [`RowSplit::Auto`] takes ([`flat_auto_serves`]): 264 on an
+/// H200, about one block row of 16384 x 16384 at bs 64 each. Measured on an H200 (docs/perf-notes.md, issue 12
+/// step 24): 16384 x 8 x 16384 bs 64 22% 35.4 µs with 2 per SM, 36.0-36.3 with the kernel's wave of 3, 40.6-41.1
+/// with 1.
+pub const FLAT_AUTO_CTAS_PER_SM: u32 = 2;
+
+/// The fewest blocks per CTA for which [`RowSplit::Auto`] takes the flat block list. Measured on an H200
+/// (docs/perf-notes.md, issue 12 step 24): 16384 x 16384 bs 64 at 22% (55 blocks a CTA) 1-3% faster than whole
+/// rows at 1 to 16 columns; at 10% (25) 1-2% faster at 8 columns but 5% slower at 1; 8192 x 8192 at 22% (14) 7%
+/// slower than its split rows.
+pub const FLAT_AUTO_MIN_BLOCKS_PER_CTA: usize = 32;
+
+/// Whether [`RowSplit::Auto`] takes the flat block list for a launch of the flat kernel `cfg` over `nnzb` blocks
+/// in `block_rows` block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs: at
+/// bs 64, one N tile, at least [`FLAT_AUTO_MIN_BLOCKS_PER_CTA`] blocks per CTA of [`FLAT_AUTO_CTAS_PER_SM`] per
+/// SM, and rows of unequal length (the longest at least 15% over the mean: on rows of equal length, where every
+/// row is cut in two, the flat list measured 6% slower than whole rows; the longest row is unknown for a caller's
+/// raw view, and then it is not taken). At bs 128 it measured level to 3% slower than the committed launches.
+pub fn flat_auto_serves(
+    cfg: &KernelConfig,
+    (nnzb, block_rows, n_tiles): (usize, usize, usize),
+    max_row_blocks: Option<usize>,
+    sm_count: usize,
+) -> bool {
+    let Some(longest) = max_row_blocks else { return false };
+    let ctas = FLAT_AUTO_CTAS_PER_SM as usize * sm_count;
+    cfg.bs == 64
+        && n_tiles == 1
+        && block_rows > 0
+        && nnzb >= FLAT_AUTO_MIN_BLOCKS_PER_CTA.saturating_mul(ctas)
+        && longest.saturating_mul(20 * block_rows) >= nnzb.saturating_mul(23)
+}
+
+/// The CTAs per N tile of a flat block-list launch ([`RowSplit::Flat`]) over `nnzb` blocks in `n_tiles` N tiles
+/// of a kernel of `cfg`, `ctas` CTAs wanted (a number of waves' worth): at most `nnzb` (every CTA holds a block),
+/// or `None` where the workspace cannot hold the launch's two partial tiles per CTA and N tile and its counter per
+/// CTA and N tile, or the grid does not fit.
+pub fn flat_ctas(cfg: &KernelConfig, (nnzb, n_tiles): (usize, usize), ctas: usize, limits: SplitLimits) -> Option<u32> {
+    let g = ctas.min(nnzb);
+    if g == 0 || n_tiles == 0 || nnzb > u32::MAX as usize {
+        return None;
+    }
+    let slots = g.checked_mul(2)?.checked_mul(n_tiles)?;
+    let fits = slots.checked_mul(cfg.split_slot_bytes() as usize)? <= limits.partials_bytes
+        && g.checked_mul(n_tiles)? <= limits.counters
+        && g.checked_mul(n_tiles)? <= i32::MAX as usize;
+    fits.then_some(u32::try_from(g).ok()?)
 }
 
 /// The split-row workspace of one [`Gpu`] (see the module docs).
@@ -336,6 +393,52 @@ impl Gpu {
         self.split.is_some()
     }
 
+    /// The flat block-list kernel and its CTAs per N tile that a launch of `kernel` over `nnzb` blocks in
+    /// `block_rows` block rows (the longest holding `max_row_blocks`, when known) and `n` columns gets on a stream
+    /// that is not being captured, or `None`: only in place of a narrow kernel ([`sparsek_layout::Tile::Narrow`])
+    /// whose block size and types have a flat one ([`sparsek_layout::Tile::Flat`]), as [`RowSplit::Flat`] asks or,
+    /// under [`RowSplit::Auto`], where [`flat_auto_serves`]; and where [`flat_ctas`] allows it. The launcher's
+    /// decision, which `sparsek run` prints and the tests assert on.
+    pub(crate) fn flat_for_kernel(
+        &self,
+        kernel: &Kernel,
+        (nnzb, block_rows, n): (usize, usize, usize),
+        max_row_blocks: Option<usize>,
+    ) -> Option<(&Kernel, u32)> {
+        self.split.as_ref()?;
+        let v = &kernel.variant;
+        if v.tile != sparsek_layout::Tile::Narrow || matches!(self.row_split, RowSplit::Off | RowSplit::Blocks(_)) {
+            return None;
+        }
+        let flat = self.product.find(v.op, v.bs, (v.input, v.b_layout, v.out), sparsek_layout::Tile::Flat)?;
+        let cfg = flat.config();
+        let sm_count = self.info().sm_count as usize;
+        let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
+        let per_sm = match self.row_split {
+            RowSplit::Flat(0) => flat.ctas_per_sm,
+            RowSplit::Flat(k) => k.min(flat.ctas_per_sm),
+            _ if flat_auto_serves(&cfg, (nnzb, block_rows, n_tiles), max_row_blocks, sm_count) => {
+                FLAT_AUTO_CTAS_PER_SM.min(flat.ctas_per_sm)
+            }
+            _ => return None,
+        };
+        let g = flat_ctas(&cfg, (nnzb, n_tiles), per_sm as usize * sm_count, SplitLimits::with_sms(sm_count))?;
+        Some((flat, g))
+    }
+
+    /// The flat block-list kernel's name and CTAs per N tile for a launch of the narrow kernel `narrow_name` over
+    /// `nnzb` blocks in `block_rows` block rows (the longest holding `max_row_blocks`, when known) and `n`
+    /// columns, or `None` where it would not take one ([`Gpu::with_row_split`]).
+    pub fn flat_for(
+        &self,
+        narrow_name: &str,
+        (nnzb, block_rows, n): (usize, usize, usize),
+        max_row_blocks: Option<usize>,
+    ) -> Option<(&'static str, u32)> {
+        let kernel = self.product.kernels().iter().find(|k| k.variant.name == narrow_name)?;
+        self.flat_for_kernel(kernel, (nnzb, block_rows, n), max_row_blocks).map(|(k, g)| (k.variant.name, g))
+    }
+
     /// The split a launch of `cfg` gets on a stream that is not being captured: the launcher's one decision, which
     /// `sparsek run` prints and the tests assert on.
     pub fn split_for(
@@ -363,6 +466,31 @@ mod tests {
 
     fn narrow(bs: u32) -> KernelConfig {
         narrow_config_for(bs).unwrap()
+    }
+
+    #[test]
+    fn flat_auto_rule_takes_unequal_long_rows_at_bs64_only() {
+        let cfg = |bs| sparsek_layout::flat_config_for(bs).unwrap();
+        // 16384 x 16384 bs 64 22%: 14418 blocks in 256 rows, the longest of binomial rows ~75, of banded ones 57.
+        assert!(flat_auto_serves(&cfg(64), (14418, 256, 1), Some(75), 132));
+        assert!(!flat_auto_serves(&cfg(64), (14418, 256, 1), Some(57), 132), "equal rows");
+        assert!(!flat_auto_serves(&cfg(64), (14418, 256, 1), None, 132), "longest unknown");
+        assert!(!flat_auto_serves(&cfg(64), (14418, 256, 2), Some(75), 132), "two N tiles");
+        assert!(!flat_auto_serves(&cfg(128), (3604, 128, 1), Some(40), 132), "bs 128");
+        // 10%: 6554 blocks (25 per CTA) and 8192 x 8192 22%: 3604 blocks (14 per CTA) out.
+        assert!(!flat_auto_serves(&cfg(64), (6554, 256, 1), Some(39), 132), "25 blocks per CTA");
+        assert!(!flat_auto_serves(&cfg(64), (3604, 128, 1), Some(40), 132), "few blocks per CTA");
+    }
+
+    #[test]
+    fn flat_ctas_fit_the_workspace_and_the_blocks() {
+        let cfg = sparsek_layout::flat_config_for(64).unwrap();
+        assert_eq!(flat_ctas(&cfg, (14418, 1), 264, WS), Some(264));
+        assert_eq!(flat_ctas(&cfg, (100, 1), 264, WS), Some(100), "one block per CTA at most");
+        assert_eq!(flat_ctas(&cfg, (0, 1), 264, WS), None, "no blocks");
+        // Two 4 KiB slots per CTA and N tile: 16 MiB hold 2048 CTA-tiles.
+        assert_eq!(flat_ctas(&cfg, (1 << 20, 4), 512, WS), Some(512));
+        assert_eq!(flat_ctas(&cfg, (1 << 20, 5), 512, WS), None, "the partials do not fit");
     }
 
     /// An H100's or H200's 132 SMs.

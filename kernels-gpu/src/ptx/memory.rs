@@ -234,6 +234,29 @@ pub unsafe fn atom_global_add_u32(ptr: *mut u32, v: u32) -> u32 {
     old
 }
 
+/// `ld.relaxed.gpu.global.u32`: a u32 that other CTAs update atomically during this launch, read from L2 (a
+/// strong load: never a stale L1 line). Polling it and then [`fence_acq_rel_gpu`] once it shows what another CTA
+/// published with a release pattern (a fence at GPU scope before a relaxed atomic) is an acquire pattern: this
+/// thread's loads after the fence see what was written before that CTA's fence. The value is used only when
+/// read, so the load's round trip runs under the work in between.
+///
+/// # Safety
+/// `ptr` is a 4-byte aligned global address of a readable u32.
+#[inline(always)]
+pub unsafe fn ld_relaxed_gpu_u32(ptr: *const u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees `ptr` is valid and aligned. Not `pure`: it is a fresh read each time.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.relaxed.gpu.global.u32 {v}, [g]; }}",
+            p = in(reg64) ptr,
+            v = out(reg32) v,
+            options(readonly, nostack)
+        )
+    };
+    v
+}
+
 /// `ld.global.cg.v4.u32`: 16 bytes from L2, not cached in L1 (data other CTAs wrote during this launch).
 ///
 /// # Safety

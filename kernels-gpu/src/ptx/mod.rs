@@ -49,8 +49,8 @@ pub use ldmatrix::{ldmatrix_x1, ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_tran
 pub use memory::{
     atom_global_add_u32, atom_global_min_u64, fence_acq_rel_gpu, l2_evict_first_policy, ld_global_cg_v4, ld_global_f32,
     ld_global_nc_u16, ld_global_nc_v4, ld_global_stream_v4, ld_global_u16, ld_global_u32, ld_global_u64, ld_global_v4,
-    ld_shared_v4, st_global_f32, st_global_u16, st_global_u32, st_global_v2_f32, st_global_v4, st_shared_u32,
-    st_shared_v2, st_shared_v4,
+    ld_relaxed_gpu_u32, ld_shared_v4, st_global_f32, st_global_u16, st_global_u32, st_global_v2_f32, st_global_v4,
+    st_shared_u32, st_shared_v2, st_shared_v4,
 };
 pub use mma::{mma_m16n8k16_f32_bf16, mma_m16n8k16_f32_f16};
 #[cfg(feature = "sm90")]
@@ -67,4 +67,6 @@ pub use sm90::{
     },
 };
 pub use smem::{Align128, dynamic_smem_base};
-pub use special::{block_dim_x, block_idx_x, block_idx_y, grid_dim_x, lane_id, shfl_idx, thread_idx_x, warp_idx};
+pub use special::{
+    ballot, block_dim_x, block_idx_x, block_idx_y, grid_dim_x, lane_id, shfl_idx, thread_idx_x, warp_idx,
+};

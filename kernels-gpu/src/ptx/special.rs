@@ -66,3 +66,17 @@ pub fn shfl_idx(v: u32, src: u32) -> u32 {
     };
     d
 }
+
+/// `vote.sync.ballot.b32 d, p, 0xffffffff` (PTX ISA §9.7.12.2): bit `i` set when lane `i`'s `pred` holds, for
+/// every lane of the warp. Every lane must execute it with the full mask (warp-uniform control flow; not
+/// `.aligned`, like [`shfl_idx`]).
+#[inline(always)]
+pub fn ballot(pred: bool) -> u32 {
+    let d: u32;
+    // SAFETY: a register-only warp vote; convergence is the caller's contract (documented above).
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.u32 p, {1}, 0; vote.sync.ballot.b32 {0}, p, 0xffffffff; }}", out(reg32) d,
+             in(reg32) pred as u32, options(nomem, nostack))
+    };
+    d
+}

@@ -374,12 +374,21 @@ impl Gpu {
         if m == 0 || n == 0 {
             return Ok(());
         }
+        // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one, one share of A's blocks per
+        // CTA, on the split workspace; like split rows never while the stream is being captured (gpu/split.rs).
+        let flat = match &self.split {
+            Some(ws) if !capturing(stream) => {
+                self.flat_for_kernel(kernel, (a.nnzb, (m / a.bs), n), max_row_blocks).map(|(k, g)| (ws, k, g))
+            }
+            _ => None,
+        };
+        let kernel = flat.map_or(kernel, |(_, k, _)| k);
         let cfg = kernel.config();
         let block_rows = (m / a.bs) as u32;
         let n_tiles = n.div_ceil(cfg.bn as usize);
         // Split rows (the narrow kernels): long block rows spread over several CTAs, never while the stream is
         // being captured into a graph (gpu/split.rs).
-        let split = self.split.as_ref().and_then(|ws| {
+        let split = self.split.as_ref().filter(|_| flat.is_none()).and_then(|ws| {
             let choice = self.split_for(&cfg, (a.nnzb, block_rows as usize, n), max_row_blocks)?;
             (!capturing(stream)).then_some((ws, choice))
         });
@@ -401,6 +410,7 @@ impl Gpu {
             i32::MAX as usize,
         )?;
         let ctas = tile_grid.map_or(ctas, |g| g.ctas);
+        let ctas = flat.map_or(ctas, |(_, _, g)| g * n_tiles as u32);
         // Longest rows first matters only when CTAs wait for a free SM. A grid of one CTA per tile that fits in
         // one wave starts every CTA at once, so it takes the rows in their natural order and saves each CTA its
         // first dependent load (row_order, then row_ptr, then col_idx: a DRAM round trip each on a cold matrix;
@@ -443,7 +453,14 @@ impl Gpu {
             split_blocks: 1,
             split_partials: 0,
             split_counters: 0,
+            flat_ctas: 0,
+            nnzb: a.nnzb as u32,
         };
+        if let Some((ws, _, g)) = flat {
+            params.flat_ctas = g;
+            params.split_partials = ws.partials;
+            params.split_counters = ws.counters;
+        }
         if let Some((ws, choice)) = split {
             params.split_chunks = choice.chunks;
             params.split_blocks = choice.blocks;
@@ -472,7 +489,7 @@ impl Gpu {
                     spmm: params,
                     tile_counter: claim.as_ref().map_or(0, |(counters, _)| *counters),
                     c_tma: u32::from(c_tma),
-                    reserved: [0; 3],
+                    reserved: [0; 1],
                 })
             }
             Pipeline::CpAsync | Pipeline::Direct => None,
@@ -529,8 +546,8 @@ impl Gpu {
             }
             .map(drop)
         };
-        match (split, claim) {
-            (Some((ws, _)), _) => ws.ordered(stream, launch),
+        match (split.map(|(ws, _)| ws).or(flat.map(|(ws, _, _)| ws)), claim) {
+            (Some(ws), _) => ws.ordered(stream, launch),
             (None, Some((_, claim))) => {
                 launch()?;
                 claim.launched();
