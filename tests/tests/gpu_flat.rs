@@ -221,9 +221,9 @@ fn flat_launches_on_many_streams_are_ordered() {
     threads_match_one_launch(&gpu, &a, &b, &c0, Epilogue::new(0.5, -1.0), 8);
 }
 
-/// `RowSplit::Auto` takes the flat list (two CTAs per SM) for bs 64, one N tile, many blocks and rows of unequal
-/// length, and keeps whole rows on rows of equal length (banded), at bs 128, for f16 C and without the longest
-/// row; the auto launch matches the oracle.
+/// `RowSplit::Auto` takes the flat list (two CTAs per SM) for one N tile, many k-tiles per CTA and rows of
+/// unequal length, and keeps whole rows on rows of equal length (banded), on few k-tiles per CTA, for f16 C and
+/// without the longest row; the auto launches match the oracle.
 #[test]
 fn auto_takes_the_flat_list_where_it_measured_faster() {
     let test = "auto_takes_the_flat_list_where_it_measured_faster";
@@ -238,14 +238,17 @@ fn auto_takes_the_flat_list_where_it_measured_faster() {
     let banded: Bsr<f16> = generate(Pattern::Banded, 16384, 16384, 64, 0.22, 23).unwrap();
     assert_eq!(flat_of(&gpu, &banded, 8, OutType::F32), None, "rows of equal length");
     let bs128: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.22, 24).unwrap();
-    assert_eq!(flat_of(&gpu, &bs128, 8, OutType::F32), None, "bs 128");
+    assert_eq!(flat_of(&gpu, &bs128, 8, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms), "bs 128");
+    let bs128_sparse: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.1, 26).unwrap();
+    assert_eq!(flat_of(&gpu, &bs128_sparse, 1, OutType::F32), None, "bs 128 at 10%: too few k-tiles per CTA");
     let small: Bsr<f16> = generate(Pattern::Uniform, 8192, 8192, 64, 0.22, 25).unwrap();
-    assert_eq!(flat_of(&gpu, &small, 8, OutType::F32), None, "8192 x 8192: too few blocks per CTA");
+    assert_eq!(flat_of(&gpu, &small, 8, OutType::F32), None, "8192 x 8192: too few k-tiles per CTA");
     let narrow = uniform_narrow_kernel(&gpu, &uniform);
     let dims = (uniform.nnzb(), uniform.rows() / 64, 8);
     assert_eq!(gpu.flat_for(narrow, dims, None), None, "longest row unknown");
     check_case::<f32>(&gpu, &uniform, 8, (1.0, 0.0), 21, "auto, uniform").unwrap();
     check_case::<f32>(&gpu, &skewed, 1, (-2.0, 0.5), 22, "auto, skewed").unwrap();
+    check_case::<f32>(&gpu, &bs128, 16, (1.0, 0.0), 24, "auto, bs 128").unwrap();
 }
 
 /// The narrow kernel the launch of `a` (bs 64) times 8 columns into f32 C takes on `gpu`.

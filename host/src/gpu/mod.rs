@@ -45,7 +45,7 @@ pub use registry::KernelReport;
 pub use schedule::{TileGrid, TileSchedule};
 pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline, SHORT_ROW_MAX_K_TILES};
 pub use split::{
-    FLAT_AUTO_CTAS_PER_SM, FLAT_AUTO_MIN_BLOCKS_PER_CTA, RowSplit, SPLIT_COUNTERS, SPLIT_PART_BYTES,
+    FLAT_AUTO_CTAS_PER_SM, FLAT_AUTO_MIN_K_TILES_PER_CTA, RowSplit, SPLIT_COUNTERS, SPLIT_PART_BYTES,
     SPLIT_PART_MAX_GROWN_K_TILES, SPLIT_PART_SHORT_K_TILES, SPLIT_PARTIALS_BYTES, SplitChoice, SplitLimits,
     flat_auto_serves, flat_ctas, split_choice,
 };

@@ -182,18 +182,19 @@ pub fn split_choice(
 /// with 1.
 pub const FLAT_AUTO_CTAS_PER_SM: u32 = 2;
 
-/// The fewest blocks per CTA for which [`RowSplit::Auto`] takes the flat block list. Measured on an H200
-/// (docs/perf-notes.md, issue 12 step 24): 16384 x 16384 bs 64 at 22% (55 blocks a CTA) 1-3% faster than whole
-/// rows at 1 to 16 columns; at 10% (25) 1-2% faster at 8 columns but 5% slower at 1; 8192 x 8192 at 22% (14) 7%
+/// The fewest k-tiles per CTA (blocks times `bs / bk`) for which [`RowSplit::Auto`] takes the flat block list.
+/// Measured on an H200 (docs/perf-notes.md, issue 12 step 24) against whole rows, two CTAs per SM: 16384 x 16384
+/// bs 64 22% (55 k-tiles a CTA) 3-7% faster at 1 to 16 columns, 10% (25) 5% faster at 8 columns and level (-1%)
+/// at 1; bs 128 22% (27) 1-2% faster; bs 128 10% (12) 3% slower at 1 column, 8192 x 8192 bs 64 22% (14) 4%
 /// slower than its split rows.
-pub const FLAT_AUTO_MIN_BLOCKS_PER_CTA: usize = 32;
+pub const FLAT_AUTO_MIN_K_TILES_PER_CTA: usize = 20;
 
 /// Whether [`RowSplit::Auto`] takes the flat block list for a launch of the flat kernel `cfg` over `nnzb` blocks
-/// in `block_rows` block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs: at
-/// bs 64, one N tile, at least [`FLAT_AUTO_MIN_BLOCKS_PER_CTA`] blocks per CTA of [`FLAT_AUTO_CTAS_PER_SM`] per
-/// SM, and rows of unequal length (the longest at least 15% over the mean: on rows of equal length, where every
-/// row is cut in two, the flat list measured 6% slower than whole rows; the longest row is unknown for a caller's
-/// raw view, and then it is not taken). At bs 128 it measured level to 3% slower than the committed launches.
+/// in `block_rows` block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs: one
+/// N tile, at least [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA of [`FLAT_AUTO_CTAS_PER_SM`] per SM, and
+/// rows of unequal length (the longest at least 15% over the mean: on rows of equal length, where every row is
+/// cut in two, the flat list measured 4-5% slower than whole rows; the longest row is unknown for a caller's raw
+/// view, and then it is not taken).
 pub fn flat_auto_serves(
     cfg: &KernelConfig,
     (nnzb, block_rows, n_tiles): (usize, usize, usize),
@@ -202,10 +203,10 @@ pub fn flat_auto_serves(
 ) -> bool {
     let Some(longest) = max_row_blocks else { return false };
     let ctas = FLAT_AUTO_CTAS_PER_SM as usize * sm_count;
-    cfg.bs == 64
-        && n_tiles == 1
+    let k_tiles = nnzb.saturating_mul((cfg.bs / cfg.bk.max(1)) as usize);
+    n_tiles == 1
         && block_rows > 0
-        && nnzb >= FLAT_AUTO_MIN_BLOCKS_PER_CTA.saturating_mul(ctas)
+        && k_tiles >= FLAT_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas)
         && longest.saturating_mul(20 * block_rows) >= nnzb.saturating_mul(23)
 }
 
@@ -469,17 +470,19 @@ mod tests {
     }
 
     #[test]
-    fn flat_auto_rule_takes_unequal_long_rows_at_bs64_only() {
+    fn flat_auto_rule_takes_long_unequal_rows() {
         let cfg = |bs| sparsek_layout::flat_config_for(bs).unwrap();
         // 16384 x 16384 bs 64 22%: 14418 blocks in 256 rows, the longest of binomial rows ~75, of banded ones 57.
         assert!(flat_auto_serves(&cfg(64), (14418, 256, 1), Some(75), 132));
         assert!(!flat_auto_serves(&cfg(64), (14418, 256, 1), Some(57), 132), "equal rows");
         assert!(!flat_auto_serves(&cfg(64), (14418, 256, 1), None, 132), "longest unknown");
         assert!(!flat_auto_serves(&cfg(64), (14418, 256, 2), Some(75), 132), "two N tiles");
-        assert!(!flat_auto_serves(&cfg(128), (3604, 128, 1), Some(40), 132), "bs 128");
-        // 10%: 6554 blocks (25 per CTA) and 8192 x 8192 22%: 3604 blocks (14 per CTA) out.
-        assert!(!flat_auto_serves(&cfg(64), (6554, 256, 1), Some(39), 132), "25 blocks per CTA");
-        assert!(!flat_auto_serves(&cfg(64), (3604, 128, 1), Some(40), 132), "few blocks per CTA");
+        // bs 64 10%: 6554 blocks (25 k-tiles per CTA) and bs 128 22%: 3604 blocks of 2 k-tiles (27) in; bs 128
+        // 10%: 1638 blocks (12) and 8192 x 8192 bs 64 22%: 3604 blocks (14) out.
+        assert!(flat_auto_serves(&cfg(64), (6554, 256, 1), Some(39), 132));
+        assert!(flat_auto_serves(&cfg(128), (3604, 128, 1), Some(40), 132));
+        assert!(!flat_auto_serves(&cfg(128), (1638, 128, 1), Some(22), 132), "few k-tiles per CTA");
+        assert!(!flat_auto_serves(&cfg(64), (3604, 128, 1), Some(40), 132), "few k-tiles per CTA");
     }
 
     #[test]
