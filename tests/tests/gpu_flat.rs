@@ -238,9 +238,11 @@ fn auto_takes_the_flat_list_where_it_measured_faster() {
     let banded: Bsr<f16> = generate(Pattern::Banded, 16384, 16384, 64, 0.22, 23).unwrap();
     assert_eq!(flat_of(&gpu, &banded, 8, OutType::F32), None, "rows of equal length");
     let bs128: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.22, 24).unwrap();
-    assert_eq!(flat_of(&gpu, &bs128, 8, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms), "bs 128");
-    let bs128_sparse: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.1, 26).unwrap();
-    assert_eq!(flat_of(&gpu, &bs128_sparse, 1, OutType::F32), None, "bs 128 at 10%: too few k-tiles per CTA");
+    assert_eq!(flat_of(&gpu, &bs128, 8, OutType::F32), None, "bs 128 at 22%: too few k-tiles per CTA");
+    let bs128_dense: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.5, 26).unwrap();
+    assert_eq!(flat_of(&gpu, &bs128_dense, 1, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms), "bs 128");
+    let sparser: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 64, 0.1, 27).unwrap();
+    assert_eq!(flat_of(&gpu, &sparser, 1, OutType::F32), None, "bs 64 at 10%: too few k-tiles per CTA");
     let small: Bsr<f16> = generate(Pattern::Uniform, 8192, 8192, 64, 0.22, 25).unwrap();
     assert_eq!(flat_of(&gpu, &small, 8, OutType::F32), None, "8192 x 8192: too few k-tiles per CTA");
     let narrow = uniform_narrow_kernel(&gpu, &uniform);
@@ -248,7 +250,7 @@ fn auto_takes_the_flat_list_where_it_measured_faster() {
     assert_eq!(gpu.flat_for(narrow, dims, None), None, "longest row unknown");
     check_case::<f32>(&gpu, &uniform, 8, (1.0, 0.0), 21, "auto, uniform").unwrap();
     check_case::<f32>(&gpu, &skewed, 1, (-2.0, 0.5), 22, "auto, skewed").unwrap();
-    check_case::<f32>(&gpu, &bs128, 16, (1.0, 0.0), 24, "auto, bs 128").unwrap();
+    check_case::<f32>(&gpu, &bs128_dense, 16, (1.0, 0.0), 26, "auto, bs 128").unwrap();
 }
 
 /// The narrow kernel the launch of `a` (bs 64) times 8 columns into f32 C takes on `gpu`.

@@ -183,11 +183,11 @@ pub fn split_choice(
 pub const FLAT_AUTO_CTAS_PER_SM: u32 = 2;
 
 /// The fewest k-tiles per CTA (blocks times `bs / bk`) for which [`RowSplit::Auto`] takes the flat block list.
-/// Measured on an H200 (docs/perf-notes.md, issue 12 step 24) against whole rows, two CTAs per SM: 16384 x 16384
-/// bs 64 22% (55 k-tiles a CTA) 3-7% faster at 1 to 16 columns, 10% (25) 5% faster at 8 columns and level (-1%)
-/// at 1; bs 128 22% (27) 1-2% faster; bs 128 10% (12) 3% slower at 1 column, 8192 x 8192 bs 64 22% (14) 4%
-/// slower than its split rows.
-pub const FLAT_AUTO_MIN_K_TILES_PER_CTA: usize = 20;
+/// Measured on an H200 (docs/perf-notes.md, issue 12 step 24) against whole rows, two CTAs per SM, alternated in
+/// two calls: 16384 x 16384 bs 64 22% (55 k-tiles a CTA) 3-7% faster at 1 to 16 columns; below 40 the gains are
+/// small or mixed: bs 64 10% (25) 4-5% faster at 8 columns but 1-3% slower at 1, bs 128 22% (27) 0.4-2% faster,
+/// bs 128 10% (12) 3% slower at 1 column, 8192 x 8192 bs 64 22% (14) 4% slower than its split rows.
+pub const FLAT_AUTO_MIN_K_TILES_PER_CTA: usize = 40;
 
 /// Whether [`RowSplit::Auto`] takes the flat block list for a launch of the flat kernel `cfg` over `nnzb` blocks
 /// in `block_rows` block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs: one
@@ -477,12 +477,14 @@ mod tests {
         assert!(!flat_auto_serves(&cfg(64), (14418, 256, 1), Some(57), 132), "equal rows");
         assert!(!flat_auto_serves(&cfg(64), (14418, 256, 1), None, 132), "longest unknown");
         assert!(!flat_auto_serves(&cfg(64), (14418, 256, 2), Some(75), 132), "two N tiles");
-        // bs 64 10%: 6554 blocks (25 k-tiles per CTA) and bs 128 22%: 3604 blocks of 2 k-tiles (27) in; bs 128
-        // 10%: 1638 blocks (12) and 8192 x 8192 bs 64 22%: 3604 blocks (14) out.
-        assert!(flat_auto_serves(&cfg(64), (6554, 256, 1), Some(39), 132));
-        assert!(flat_auto_serves(&cfg(128), (3604, 128, 1), Some(40), 132));
-        assert!(!flat_auto_serves(&cfg(128), (1638, 128, 1), Some(22), 132), "few k-tiles per CTA");
-        assert!(!flat_auto_serves(&cfg(64), (3604, 128, 1), Some(40), 132), "few k-tiles per CTA");
+        // 16384 x 16384 bs 64 10%: 6554 blocks (25 k-tiles per CTA), bs 128 22%: 3604 blocks of 2 k-tiles (27),
+        // bs 128 10%: 1638 (12) and 8192 x 8192 bs 64 22%: 3604 blocks (14): below 40 k-tiles per CTA.
+        assert!(!flat_auto_serves(&cfg(64), (6554, 256, 1), Some(39), 132), "25 k-tiles per CTA");
+        assert!(!flat_auto_serves(&cfg(128), (3604, 128, 1), Some(40), 132), "27 k-tiles per CTA");
+        assert!(!flat_auto_serves(&cfg(128), (1638, 128, 1), Some(22), 132), "12 k-tiles per CTA");
+        assert!(!flat_auto_serves(&cfg(64), (3604, 128, 1), Some(40), 132), "14 k-tiles per CTA");
+        // bs 128 with twice the blocks (54 k-tiles per CTA): in.
+        assert!(flat_auto_serves(&cfg(128), (7208, 128, 1), Some(75), 132));
     }
 
     #[test]
