@@ -5,9 +5,12 @@
 //!
 //! CTA `c` of `G = flat_ctas` (N tile `blockIdx.x / G`) multiplies blocks `[c * nnzb / G, (c + 1) * nnzb / G)`
 //! (`layout::flat_range`) with one cp.async ring that runs across row boundaries: the copies need only block
-//! indices, so the prefetch and main loop are the narrow tile's ([`crate::bsr`]). The rows the range touches are
-//! found while the prefetch's copies are in flight (a 32-way search of `row_ptr` per warp, then a window of 32
-//! entries read by shuffles). In the order of the blocks a CTA meets:
+//! indices, so the prefetch and main loop are the narrow tile's ([`crate::bsr`]'s stages; the fragment
+//! double-buffered loop is written out again here with the segments' hooks: compiled into `bsr_spmm` itself,
+//! those hooks made the whole-row kernels 3-12% slower, docs/perf-notes.md issue 12 step 23). The rows the range
+//! touches are found while the prefetch's copies are in flight: a window of 32 `row_ptr` entries at the row where
+//! `b0` would fall with rows of equal length, loaded before the prefetch and read by shuffles, and a 32-way search
+//! of `row_ptr` per warp only when the answer lies outside it. In the order of the blocks a CTA meets:
 //! - a **head** piece: the end of a row that an earlier CTA began (or, when the range lies inside one row, a
 //!   middle piece). Its partial tile is stored to the CTA's head slot as it ends and counted in on the row's
 //!   counter by one thread after the next main-loop barrier, early, so that the row's first CTA usually finds it

@@ -123,6 +123,38 @@ pub fn threads_match_one_launch(
     });
 }
 
+/// One product on `gpu` of `a` and a random B of `n` columns against every row of the f64 oracle, with
+/// `C = alpha * A @ B + beta * C`: C poisoned with NaN (beta = 0: it must not be read) or random (its padding
+/// NaN); returns C, or the failure with `ctx`.
+pub fn check_case<TC: OutputElement>(
+    gpu: &Gpu,
+    a: &Bsr<f16>,
+    n: usize,
+    (alpha, beta): (f32, f32),
+    seed: u64,
+    ctx: &str,
+) -> Result<Matrix<TC>, String> {
+    let (m, k) = (a.rows(), a.cols());
+    let b = Matrix::<f16>::random(k, n, seed ^ 0xb).unwrap();
+    let ld = n.next_multiple_of(16 / std::mem::size_of::<TC>());
+    let c0 = if beta == 0.0 {
+        Matrix::<TC>::filled(m, n, ld, TC::from_f64(f64::NAN)).unwrap()
+    } else {
+        Matrix::<TC>::random(m, n, seed ^ 0xc).unwrap().with_ld(ld, TC::from_f64(f64::NAN)).unwrap()
+    };
+    let ep = Epilogue::new(alpha, beta);
+    let expected = Expected::compute(a, &b, &c0, ep, RowSample::All, |_, _| {}).map_err(|e| e.to_string())?;
+    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(&b).unwrap());
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    gpu.spmm(&a_d, &b_d, &mut c_d, ep).map_err(|e| format!("{ctx}: {e}"))?;
+    let got = c_d.to_host().unwrap();
+    let report = expected.check(&got);
+    if !report.passed() {
+        return Err(format!("{ctx} {} out: {report}", TC::NAME));
+    }
+    Ok(got)
+}
+
 /// An exact-integer case's operands (every product and sum exact in f32): A of `pattern` with blocks of `bs` and
 /// values in -4..=4, B (`k x n`) likewise, and C: NaN when `beta == 0` (it must not be read, and every element
 /// must be written), else integers in -4..=4; C's leading dimension is rounded up to 16 bytes, its padding NaN.
@@ -135,6 +167,13 @@ pub fn exact_operands(
     seed: u64,
 ) -> (Bsr<f16>, Matrix<f16>, Matrix<f32>) {
     let a: Bsr<f16> = sparsek::format::generate_int(pattern, m, k, bs, density, seed, 4).unwrap();
+    let (b, c0) = exact_b_c((m, k, n), beta, seed);
+    (a, b, c0)
+}
+
+/// The B and C of [`exact_operands`] for an A of `m x k` (one built otherwise): B (`k x n`) integers in -4..=4,
+/// C NaN when `beta == 0`, else integers in -4..=4, its leading dimension rounded up to 16 bytes, padding NaN.
+pub fn exact_b_c((m, k, n): (usize, usize, usize), beta: f32, seed: u64) -> (Matrix<f16>, Matrix<f32>) {
     let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1).unwrap();
     let ld = n.next_multiple_of(4);
     let c0 = if beta == 0.0 {
@@ -142,7 +181,7 @@ pub fn exact_operands(
     } else {
         Matrix::<f32>::random_int(m, n, 4, seed ^ 2).unwrap().with_ld(ld, f32::NAN).unwrap()
     };
-    (a, b, c0)
+    (b, c0)
 }
 
 // Tests of one binary that use the GPU concurrently hold this lock shared; a test that must run alone holds it

@@ -9,11 +9,11 @@
 //! prints a skip line.
 
 use proptest::prelude::*;
-use sparsek::check::{Expected, RowSample, compare_exact};
+use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate, generate_int};
-use sparsek::gpu::{Gpu, InType, OutType, OutputElement, RowSplit};
+use sparsek::gpu::{Gpu, InType, OutType, RowSplit};
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
-use sparsek_tests::{gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
+use sparsek_tests::{check_case, exact_b_c, gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
 
 /// A Gpu whose few-column launches take the narrow kernels (decode off), rows as `split` says.
 fn narrow_gpu(test: &str, split: RowSplit) -> Option<Gpu> {
@@ -44,36 +44,6 @@ fn with_empty_rows(a: &Bsr<f16>, at: &[usize], empty: usize) -> Bsr<f16> {
     }
     let rows = (row_ptr.len() - 1) * bs;
     Bsr::try_new(rows, a.cols(), bs, row_ptr, a.col_idx().to_vec(), a.values().to_vec()).unwrap()
-}
-
-/// One product on `gpu` against every row of the oracle, C poisoned (beta = 0) or random; returns C.
-fn check_case<TC: OutputElement>(
-    gpu: &Gpu,
-    a: &Bsr<f16>,
-    n: usize,
-    (alpha, beta): (f32, f32),
-    seed: u64,
-    ctx: &str,
-) -> Result<Matrix<TC>, String> {
-    let (m, k) = (a.rows(), a.cols());
-    let b = Matrix::<f16>::random(k, n, seed ^ 0xb).unwrap();
-    let ld = n.next_multiple_of(16 / std::mem::size_of::<TC>());
-    let c0 = if beta == 0.0 {
-        Matrix::<TC>::filled(m, n, ld, TC::from_f64(f64::NAN)).unwrap()
-    } else {
-        Matrix::<TC>::random(m, n, seed ^ 0xc).unwrap().with_ld(ld, TC::from_f64(f64::NAN)).unwrap()
-    };
-    let ep = Epilogue::new(alpha, beta);
-    let expected = Expected::compute(a, &b, &c0, ep, RowSample::All, |_, _| {}).map_err(|e| e.to_string())?;
-    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(&b).unwrap());
-    let mut c_d = gpu.upload_matrix(&c0).unwrap();
-    gpu.spmm(&a_d, &b_d, &mut c_d, ep).map_err(|e| format!("{ctx}: {e}"))?;
-    let got = c_d.to_host().unwrap();
-    let report = expected.check(&got);
-    if !report.passed() {
-        return Err(format!("{ctx} {} out: {report}", TC::NAME));
-    }
-    Ok(got)
 }
 
 /// Random A (uniform or skewed, some with empty block rows), bs 64 and 128, 1 to 16 columns, a wave of CTAs or
@@ -152,13 +122,7 @@ fn flat_list_is_exact_and_deterministic() {
             let a: Bsr<f16> = generate_int(pattern, rows * bs, cols * bs, bs, density, seed, 4).unwrap();
             let a = with_empty_rows(&a, empty_at, 3);
             let (m, k) = (a.rows(), a.cols());
-            let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1).unwrap();
-            let ld = n.next_multiple_of(4);
-            let c0 = if beta == 0.0 {
-                Matrix::<f32>::filled(m, n, ld, f32::NAN).unwrap()
-            } else {
-                Matrix::<f32>::random_int(m, n, 4, seed ^ 2).unwrap().with_ld(ld, f32::NAN).unwrap()
-            };
+            let (b, c0) = exact_b_c((m, k, n), beta, seed);
             let longest = a.row_ptr().windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
             let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} beta={beta} nnzb={} longest={longest}", a.nnzb());
             assert!(flat_of(&flat, &a, n, OutType::F32).is_some(), "{ctx}: no flat list");

@@ -6,11 +6,11 @@
 //! Gpu's workspace, each giving the single-threaded result. Without a GPU every test prints a skip line.
 
 use proptest::prelude::*;
-use sparsek::check::{Expected, RowSample, compare_exact};
+use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{Gpu, InType, OutType, OutputElement, RowSplit};
+use sparsek::gpu::{Gpu, InType, OutType, RowSplit};
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
-use sparsek_tests::{exact_operands, gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
+use sparsek_tests::{check_case, exact_operands, gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
 
 /// A Gpu whose few-column launches take the narrow kernels (decode off), rows split as `split` says.
 fn narrow_gpu(test: &str, split: RowSplit) -> Option<Gpu> {
@@ -32,38 +32,6 @@ fn split_of(gpu: &Gpu, a: &Bsr<f16>, n: usize) -> (bool, Option<sparsek::gpu::Sp
     };
     let split = gpu.split_for(&choice.config, (a.nnzb(), a.rows() / a.block_size(), n), Some(longest(a)));
     (choice.config.splits_rows(), split)
-}
-
-/// One product on `gpu` against every row of the oracle, C poisoned (beta = 0) or random; returns C.
-#[allow(clippy::too_many_arguments)]
-fn check_case<TC: OutputElement>(
-    gpu: &Gpu,
-    a: &Bsr<f16>,
-    n: usize,
-    alpha: f32,
-    beta: f32,
-    seed: u64,
-    ctx: &str,
-) -> Result<Matrix<TC>, String> {
-    let (m, k) = (a.rows(), a.cols());
-    let b = Matrix::<f16>::random(k, n, seed ^ 0xb).unwrap();
-    let ld = n.next_multiple_of(16 / std::mem::size_of::<TC>());
-    let c0 = if beta == 0.0 {
-        Matrix::<TC>::filled(m, n, ld, TC::from_f64(f64::NAN)).unwrap()
-    } else {
-        Matrix::<TC>::random(m, n, seed ^ 0xc).unwrap().with_ld(ld, TC::from_f64(f64::NAN)).unwrap()
-    };
-    let ep = Epilogue::new(alpha, beta);
-    let expected = Expected::compute(a, &b, &c0, ep, RowSample::All, |_, _| {}).map_err(|e| e.to_string())?;
-    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(&b).unwrap());
-    let mut c_d = gpu.upload_matrix(&c0).unwrap();
-    gpu.spmm(&a_d, &b_d, &mut c_d, ep).map_err(|e| format!("{ctx}: {e}"))?;
-    let got = c_d.to_host().unwrap();
-    let report = expected.check(&got);
-    if !report.passed() {
-        return Err(format!("{ctx} {} out: {report}", TC::NAME));
-    }
-    Ok(got)
 }
 
 /// Integer-valued operands (every sum exact in f32): the launch on `split` and on `whole` (whole rows) both equal
@@ -124,8 +92,8 @@ fn split_rows_match_oracle() {
         let (capable, split) = split_of(gpu, &a, n);
         let long_enough = *blocks > 0 && longest(&a) > *blocks as usize;
         prop_assert!(!(capable && long_enough) || split.is_some(), "{ctx}: expected a split, got none");
-        check_case::<f32>(gpu, &a, n, alpha, beta, seed, &ctx).map_err(TestCaseError::fail)?;
-        check_case::<f16>(gpu, &a, n, alpha, beta, seed, &ctx).map_err(TestCaseError::fail)?;
+        check_case::<f32>(gpu, &a, n, (alpha, beta), seed, &ctx).map_err(TestCaseError::fail)?;
+        check_case::<f16>(gpu, &a, n, (alpha, beta), seed, &ctx).map_err(TestCaseError::fail)?;
         Ok(())
     });
     if let Err(e) = result {
@@ -154,9 +122,9 @@ fn split_rows_are_exact_and_deterministic() {
     }
     // Random values: the same bits on every launch (the parts are added in part order, whichever CTA is last).
     let a: Bsr<f16> = generate(Pattern::Skewed, 512, 8192, 64, 0.4, 3).unwrap();
-    let first = check_case::<f32>(&split, &a, 16, 1.0, 0.0, 4, "skewed random").unwrap();
+    let first = check_case::<f32>(&split, &a, 16, (1.0, 0.0), 4, "skewed random").unwrap();
     for i in 0..5 {
-        let again = check_case::<f32>(&split, &a, 16, 1.0, 0.0, 4, "skewed random").unwrap();
+        let again = check_case::<f32>(&split, &a, 16, (1.0, 0.0), 4, "skewed random").unwrap();
         let same = again.as_slice().iter().zip(first.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
         assert!(same, "skewed random: launch {i} differs from the first (race in the hand-over?)");
     }
@@ -190,8 +158,8 @@ fn bs128_tile_of_64_splits_rows() {
             let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), Some(longest(&a))).unwrap();
             assert!(choice.kernel.ends_with("_n64"), "{ctx}: got {}", choice.kernel);
             assert!(split_of(&gpu, &a, n).1.is_some(), "{ctx}: not split");
-            check_case::<f32>(&gpu, &a, n, 1.25, 0.0, seed, &ctx).unwrap();
-            check_case::<f16>(&gpu, &a, n, 0.75, -0.5, seed, &ctx).unwrap();
+            check_case::<f32>(&gpu, &a, n, (1.25, 0.0), seed, &ctx).unwrap();
+            check_case::<f16>(&gpu, &a, n, (0.75, -0.5), seed, &ctx).unwrap();
             // Integer-valued: split, whole rows and the oracle bit for bit, and every split launch alike.
             let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, density, 1.0, seed);
             assert_exact_and_repeatable((&gpu, &whole), (&a, &b, &c0), Epilogue::new(1.0, 1.0), &ctx);
