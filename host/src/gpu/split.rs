@@ -184,8 +184,8 @@ pub const FLAT_AUTO_CTAS_PER_SM: u32 = 2;
 
 /// The fewest k-tiles per CTA (blocks times `bs / bk`) for which [`RowSplit::Auto`] takes the flat block list.
 /// Measured on an H200 (docs/perf-notes.md, issue 12 step 24) against whole rows, two CTAs per SM, alternated in
-/// two calls: 16384 x 16384 bs 64 22% (55 k-tiles a CTA) 3-7% faster at 1 to 16 columns; below 40 the gains are
-/// small or mixed: bs 64 10% (25) 4-5% faster at 8 columns but 1-3% slower at 1, bs 128 22% (27) 0.4-2% faster,
+/// two calls: 16384 x 16384 bs 64 22% (55 k-tiles a CTA) 2-7% faster at 1 to 16 columns; below 40 the gains are
+/// small or mixed: bs 64 10% (25) 4-6% faster at 8 columns but 1-3% slower at 1, bs 128 22% (27) 0.4-2% faster,
 /// bs 128 10% (12) 3% slower at 1 column, 8192 x 8192 bs 64 22% (14) 4% slower than its split rows.
 pub const FLAT_AUTO_MIN_K_TILES_PER_CTA: usize = 40;
 
