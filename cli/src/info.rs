@@ -69,9 +69,9 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
             sparsek::gpu::SPLIT_COUNTERS
         );
         println!(
-            "  flat block list      instead of whole rows for launches of one N tile (bs 64 and 128 narrow tiles; f16 in, row-major \
-             B, f32 C) with at least {} k-tiles per CTA of {} per SM and the longest row 15% over the mean \
-             (--split flat[:K] asks for it)",
+            "  flat block list      instead of whole rows for launches of one N tile (bs 64 and 128 narrow tiles; f16 \
+             in, row-major B, f32 C) with at least {} k-tiles per CTA of {} per SM and the longest row 15% over \
+             the mean (--split flat[:K] asks for it)",
             sparsek::gpu::FLAT_AUTO_MIN_K_TILES_PER_CTA,
             sparsek::gpu::FLAT_AUTO_CTAS_PER_SM
         );

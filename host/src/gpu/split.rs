@@ -55,8 +55,8 @@ pub const SPLIT_PART_MAX_GROWN_K_TILES: u32 = 48;
 /// How launches of the narrow kernels split block rows ([`Gpu::with_row_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowSplit {
-    /// The flat block list where [`flat_auto_serves`] (bs 64, one N tile, many blocks, rows of unequal length),
-    /// else parts of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
+    /// The flat block list where [`flat_auto_serves`] (bs 64 and 128 narrow tiles, one N tile, at least
+    /// [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, rows of unequal length), else parts of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
     /// [`SPLIT_PART_SHORT_K_TILES`]) where whole rows would leave the GPU short of CTAs or a row dominates
     /// ([`split_choice`]), and the workspace holds them.
     #[default]
@@ -66,8 +66,8 @@ pub enum RowSplit {
     /// Parts of about this many blocks (at least 1), where the workspace holds them: for measurements.
     Blocks(u32),
     /// The flat block list ([`sparsek_layout::Tile::Flat`]: bs 64 and 128, f16 inputs, row-major B, f32 C) in
-    /// place of the narrow kernel, where [`flat_ctas`] allows it: `G` CTAs per N tile, `G` this many per SM (0:
-    /// the kernel's whole wave), CTA `c` taking the `c`-th of `G` equal ranges of A's blocks across row
+    /// place of the narrow kernel, where [`flat_ctas`] allows it: `G` CTAs per N tile, `G` this many per SM (0,
+    /// or more than fit: the kernel's whole wave), CTA `c` taking the `c`-th of `G` equal ranges of A's blocks across row
     /// boundaries; a row cut by a range boundary is summed from its pieces in piece order (the same bits run to
     /// run). Elsewhere as [`RowSplit::Auto`].
     Flat(u32),
@@ -193,7 +193,7 @@ pub const FLAT_AUTO_MIN_K_TILES_PER_CTA: usize = 40;
 /// in `block_rows` block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs: one
 /// N tile, at least [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA of [`FLAT_AUTO_CTAS_PER_SM`] per SM, and
 /// rows of unequal length (the longest at least 15% over the mean: on rows of equal length, where every row is
-/// cut in two, the flat list measured 4-5% slower than whole rows; the longest row is unknown for a caller's raw
+/// cut in two, the flat list measured 4-6% slower than whole rows; the longest row is unknown for a caller's raw
 /// view, and then it is not taken).
 pub fn flat_auto_serves(
     cfg: &KernelConfig,
@@ -408,21 +408,23 @@ impl Gpu {
     ) -> Option<(&Kernel, u32)> {
         self.split.as_ref()?;
         let v = &kernel.variant;
-        if v.tile != sparsek_layout::Tile::Narrow || matches!(self.row_split, RowSplit::Off | RowSplit::Blocks(_)) {
+        if v.tile != sparsek_layout::Tile::Narrow {
             return None;
         }
-        let flat = self.product.find(v.op, v.bs, (v.input, v.b_layout, v.out), sparsek_layout::Tile::Flat)?;
-        let cfg = flat.config();
+        // A flat kernel runs its narrow kernel's configuration (layout::FLAT_CONFIGS), so the rule is decided
+        // before the kernel table is searched: a launch that Auto keeps on whole rows pays no lookup.
+        let cfg = kernel.config();
         let sm_count = self.info().sm_count as usize;
         let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
-        let per_sm = match self.row_split {
-            RowSplit::Flat(0) => flat.ctas_per_sm,
-            RowSplit::Flat(k) => k.min(flat.ctas_per_sm),
-            _ if flat_auto_serves(&cfg, (nnzb, block_rows, n_tiles), max_row_blocks, sm_count) => {
-                FLAT_AUTO_CTAS_PER_SM.min(flat.ctas_per_sm)
+        let wanted = match self.row_split {
+            RowSplit::Flat(k) => k,
+            RowSplit::Auto if flat_auto_serves(&cfg, (nnzb, block_rows, n_tiles), max_row_blocks, sm_count) => {
+                FLAT_AUTO_CTAS_PER_SM
             }
             _ => return None,
         };
+        let flat = self.product.find(v.op, v.bs, (v.input, v.b_layout, v.out), sparsek_layout::Tile::Flat)?;
+        let per_sm = if wanted == 0 { flat.ctas_per_sm } else { wanted.min(flat.ctas_per_sm) };
         let g = flat_ctas(&cfg, (nnzb, n_tiles), per_sm as usize * sm_count, SplitLimits::with_sms(sm_count))?;
         Some((flat, g))
     }

@@ -374,17 +374,18 @@ impl Gpu {
         if m == 0 || n == 0 {
             return Ok(());
         }
-        // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one, one share of A's blocks per
-        // CTA, on the split workspace; like split rows never while the stream is being captured (gpu/split.rs).
+        let block_rows = (m / a.bs) as u32;
+        // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one,
+        // one share of A's blocks per CTA, on the split workspace; like split rows never while the stream is being
+        // captured (gpu/split.rs).
         let flat = match &self.split {
             Some(ws) if !capturing(stream) => {
-                self.flat_for_kernel(kernel, (a.nnzb, (m / a.bs), n), max_row_blocks).map(|(k, g)| (ws, k, g))
+                self.flat_for_kernel(kernel, (a.nnzb, block_rows as usize, n), max_row_blocks).map(|(k, g)| (ws, k, g))
             }
             _ => None,
         };
         let kernel = flat.map_or(kernel, |(_, k, _)| k);
         let cfg = kernel.config();
-        let block_rows = (m / a.bs) as u32;
         let n_tiles = n.div_ceil(cfg.bn as usize);
         // Split rows (the narrow kernels): long block rows spread over several CTAs, never while the stream is
         // being captured into a graph (gpu/split.rs).
