@@ -1,7 +1,8 @@
-//! The flat block list (issue 12): the narrow tile of bs 64 and 128 with every CTA multiplying an equal share of
-//! A's nonzero blocks, whatever the rows' lengths. For decode products (16384 x 16384 at 1 to 16 columns) whose
-//! block rows hold binomial numbers of blocks, one CTA per row waits on the longest rows; equal rows measured
-//! 1.1-1.5 µs (3-4%) faster (docs/perf-notes.md, issue 12 steps 18 and 24).
+//! The flat block list (issue 12): the narrow tile of bs 64 and 128, and bs 64's tile of 64 columns, with every
+//! CTA multiplying an equal share of A's nonzero blocks, whatever the rows' lengths. For decode products (16384 x
+//! 16384 at 1 to 64 columns) whose block rows hold binomial numbers of blocks, one CTA per row waits on the
+//! longest rows; equal rows measured 1.1-1.5 µs (3-4%) faster at 8 columns and 5.6 µs (13%) at 64, and skewed
+//! rows 3x faster at 64 (docs/perf-notes.md, issue 12 steps 18, 24 and 25).
 //!
 //! CTA `c` of `G = flat_ctas` (N tile `blockIdx.x / G`) multiplies blocks `[c * nnzb / G, (c + 1) * nnzb / G)`
 //! (`layout::flat_range`) with one cp.async ring that runs across row boundaries: the copies need only block
@@ -18,7 +19,8 @@
 //! - **whole rows** (empty ones included: `beta * C`), each written to C by the epilogue as it ends;
 //! - a **tail** piece: the start of a row that later CTAs finish. Every thread looks at the row's counter once
 //!   all the CTA's copies are issued (a relaxed load, read a k-tile later) and, once every other piece is in,
-//!   reads their sum under the ring's last k-tiles; at the end the CTA writes the row as `acc + rest` without
+//!   reads their sum under the ring's last k-tiles (the narrow tiles; the tile of 64 columns, short of registers
+//!   for a second tile, looks at the end); at the end the CTA writes the row as `acc + rest` without
 //!   storing its own piece. If the pieces are not all in by the end, the CTA stores its piece and counts in, and
 //!   the row's last piece to count in sums the row. No CTA ever waits on another.
 //!
@@ -26,7 +28,8 @@
 //! whenever the later pieces were read: the same bits run to run.
 //!
 //! Parameters and preconditions: `layout::BsrSpmmParams` (`flat_ctas`, `nnzb`, the split workspace), checked by
-//! the host launcher. f16 inputs, row-major B and f32 C only (`layout::Tile::Flat`).
+//! the host launcher. f16 inputs, row-major B and f32 C only (`layout::Tile::Flat`: the narrow tiles of bs 64
+//! and 128; `layout::Tile::Flat64`: bs 64's tile of 64 columns).
 
 use crate::bsr::{
     CtaOperands, MAX_STAGES, load_a_slice, load_b_strip, load_fragments, load_k_tile, mma_warp_tile, next_stage,
@@ -107,8 +110,11 @@ impl Workspace {
         t
     }
 
-    /// `piece 1 + piece 2 + ... + piece (parts - 1)` of `cut`, added in that order, four pieces' loads in flight
-    /// at a time (a row over many CTAs would otherwise take an L2 round trip per piece). Zero for one part.
+    /// `piece 1 + piece 2 + ... + piece (parts - 1)` of `cut`, added in that order, several pieces' loads in
+    /// flight at a time (a row over many CTAs would otherwise take an L2 round trip per piece): four for tiles of
+    /// up to 16 accumulators a thread; one for larger ones (the tile of 64 columns, 32 accumulators: with its
+    /// pieces read under the last k-tiles, two in flight took the kernel to 255 registers and a spill; read at the
+    /// end one at a time, it holds 238-240). Zero for one part.
     ///
     /// # Safety
     /// As [`Workspace::load`], for every piece but piece 0.
@@ -116,19 +122,21 @@ impl Workspace {
     unsafe fn rest<const MI: usize, const NI: usize>(&self, cut: CutRow) -> AccTile<MI, NI> {
         let mut sum: AccTile<MI, NI> = [[[0.0; 4]; NI]; MI];
         let mut i = 1;
-        while i + 4 <= cut.parts {
-            let t: [AccTile<MI, NI>; 4] = unsafe {
-                [
-                    self.load(self.piece(cut, i)),
-                    self.load(self.piece(cut, i + 1)),
-                    self.load(self.piece(cut, i + 2)),
-                    self.load(self.piece(cut, i + 3)),
-                ]
-            };
-            for (j, tj) in t.iter().enumerate() {
-                add_tile(&mut sum, tj, i == 1 && j == 0);
+        if MI * NI <= 4 {
+            while i + 4 <= cut.parts {
+                let t: [AccTile<MI, NI>; 4] = unsafe {
+                    [
+                        self.load(self.piece(cut, i)),
+                        self.load(self.piece(cut, i + 1)),
+                        self.load(self.piece(cut, i + 2)),
+                        self.load(self.piece(cut, i + 3)),
+                    ]
+                };
+                for (j, tj) in t.iter().enumerate() {
+                    add_tile(&mut sum, tj, i == 1 && j == 0);
+                }
+                i += 4;
             }
-            i += 4;
         }
         while i < cut.parts {
             let t = unsafe { self.load(self.piece(cut, i)) };
@@ -345,6 +353,10 @@ unsafe fn bsr_spmm_flat<
             "the B stage tile's 16-byte chunks must divide evenly among the CTA's threads"
         );
     }
+    // The tail row's other pieces are read under the last k-tiles (into a second tile of accumulators held through
+    // them) only for tiles of up to 16 accumulators a thread; the tile of 64 columns reads them at the end, where
+    // that second tile is not live beside the main loop's (docs/perf-notes.md, issue 12 step 25).
+    let early_rest = MI * NI <= 4;
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let threads: u32 = 32 * WARPS_M * WARPS_N;
     let k_tiles_per_block = BS / BK;
@@ -510,7 +522,7 @@ unsafe fn bsr_spmm_flat<
                 ptx::cp_async_commit();
                 smem_pipe_write = next_stage::<STAGES>(smem_pipe_write);
                 k_tile_next += 1;
-                if walk.kind == TAIL && !ready && k_tile_next >= num_k_tiles {
+                if early_rest && walk.kind == TAIL && !ready && k_tile_next >= num_k_tiles {
                     // Every copy is issued: the tail row's counter, read a k-tile later (the load's round trip
                     // under a k-tile of work). Once the other pieces are all in, their sum under the last k-tiles.
                     let cut = walk.cut(ctas, nnzb);
@@ -639,3 +651,4 @@ macro_rules! flat_kernel {
 
 flat_kernel!(sparsek_bsr_bs64_f16_brow_f32_flat);
 flat_kernel!(sparsek_bsr_bs128_f16_brow_f32_flat);
+flat_kernel!(sparsek_bsr_bs64_f16_brow_f32_flat64);

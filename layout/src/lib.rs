@@ -774,6 +774,15 @@ pub const NARROW_CONFIGS: [KernelConfig; 4] = [
 /// step 24).
 pub const FLAT_CONFIGS: [KernelConfig; 2] = [NARROW_CONFIGS[2], NARROW_CONFIGS[3]];
 
+/// The flat block list on the wide mid tile ([`Tile::Flat64`]): bs 64's [`MID64_CONFIGS`] entry, whose 64
+/// columns take a whole N tile up to 64 columns (docs/perf-notes.md, issue 12 step 25).
+pub const FLAT64_CONFIGS: [KernelConfig; 1] = [MID64_CONFIGS[0]];
+
+/// The [`FLAT64_CONFIGS`] entry for `bs`, if it has one.
+pub const fn flat64_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&FLAT64_CONFIGS, bs)
+}
+
 /// The [`FLAT_CONFIGS`] entry for `bs`, if it has one.
 pub const fn flat_config_for(bs: u32) -> Option<KernelConfig> {
     find_config(&FLAT_CONFIGS, bs)
@@ -993,6 +1002,9 @@ pub enum Tile {
     /// across row boundaries ([`BsrSpmmParams::flat_ctas`]). The launcher takes it in place of the narrow kernel
     /// when the plan asks for a flat list.
     Flat,
+    /// The flat block list on the wide mid tile of 64 columns ([`FLAT64_CONFIGS`]: the [`MID64_CONFIGS`] entry of
+    /// bs 64; f16 inputs, row-major B, f32 C): [`MID64_MIN_N`] to 64 columns, one N tile, in place of that tile.
+    Flat64,
 }
 
 impl Tile {
@@ -1195,6 +1207,18 @@ pub struct Variant {
     pub tile: Tile,
 }
 
+impl Variant {
+    /// `bar.sync` / `barrier.sync` instructions the kernel's PTX must hold: its configuration's
+    /// ([`KernelConfig::expected_barriers`]), except the flat block-list kernels ([`Tile::Flat`],
+    /// [`Tile::Flat64`]): the fragment double-buffered main loop's two and the two of the end's hand-over.
+    pub const fn expected_barriers(&self) -> u32 {
+        match self.tile {
+            Tile::Flat | Tile::Flat64 => 4,
+            _ => self.config.expected_barriers(),
+        }
+    }
+}
+
 const fn spmm(
     name: &'static str,
     module: Module,
@@ -1251,6 +1275,14 @@ const fn flat(name: &'static str, bs: u32) -> Variant {
         None => panic!("no flat block-list configuration for this block size"),
     }
 }
+const fn flat64(name: &'static str, bs: u32) -> Variant {
+    match flat64_config_for(bs) {
+        Some(config) => {
+            spmm(name, Module::Product, (InType::F16, Layout::RowMajor, OutType::F32), (config, Tile::Flat64))
+        }
+        None => panic!("no flat block-list configuration of 64 columns for this block size"),
+    }
+}
 const fn decode(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
     match decode_config_for(bs) {
         Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Decode)),
@@ -1271,7 +1303,7 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels
 /// are named `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with
 /// the suffix `_short`.
-pub const VARIANTS: [Variant; 186] = [
+pub const VARIANTS: [Variant; 187] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -1438,6 +1470,7 @@ pub const VARIANTS: [Variant; 186] = [
     decode("sparsek_bsr_bs128_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
     flat("sparsek_bsr_bs64_f16_brow_f32_flat", 64),
     flat("sparsek_bsr_bs128_f16_brow_f32_flat", 128),
+    flat64("sparsek_bsr_bs64_f16_brow_f32_flat64", 64),
     hopper("sparsek_sm90_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
     hopper("sparsek_sm90_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
     hopper("sparsek_sm90_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),
@@ -1895,18 +1928,20 @@ mod tests {
                 + MID64_CONFIGS.len()
                 + DECODE_CONFIGS.len())
                 + FLAT_CONFIGS.len()
+                + FLAT64_CONFIGS.len()
         );
         let hopper = VARIANTS.iter().filter(|v| v.module == Module::Hopper);
         // The short-row kernels: f32 C only.
         assert_eq!(hopper.count(), 8 * HOPPER_CONFIGS.len() + 4 * HOPPER_SHORT_CONFIGS.len());
         assert!(VARIANTS.iter().all(|v| v.tile != Tile::ShortRows || v.out == OutType::F32));
         // The flat block-list kernels: f16 inputs, row-major B, f32 C only.
-        assert!(
-            VARIANTS
-                .iter()
-                .filter(|v| v.tile == Tile::Flat)
-                .all(|v| (v.input, v.b_layout, v.out) == (InType::F16, Layout::RowMajor, OutType::F32))
-        );
+        assert!(VARIANTS.iter().filter(|v| matches!(v.tile, Tile::Flat | Tile::Flat64)).all(|v| (
+            v.input, v.b_layout, v.out
+        ) == (
+            InType::F16,
+            Layout::RowMajor,
+            OutType::F32
+        )));
         for v in VARIANTS.iter().filter(|v| v.module != Module::Tuning) {
             // Each product and sm_90a kernel runs its tile's configuration for its block size.
             let config = match (v.module, v.tile) {
@@ -1919,6 +1954,7 @@ mod tests {
                 (_, Tile::Mid64) => mid64_config_for(v.bs),
                 (_, Tile::Decode) => decode_config_for(v.bs),
                 (_, Tile::Flat) => flat_config_for(v.bs),
+                (_, Tile::Flat64) => flat64_config_for(v.bs),
             };
             assert_eq!(Some(v.config), config, "{} runs another configuration than its tile's", v.name);
             // The 16-bit output is the input's own type.
@@ -1934,6 +1970,7 @@ mod tests {
                 Tile::Decode => "_dec",
                 Tile::ShortRows => "_short",
                 Tile::Flat => "_flat",
+                Tile::Flat64 => "_flat64",
             };
             let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name(), suffix];
             let mut tail = [0u8; 32];

@@ -40,7 +40,7 @@ fn count(body: &str, op: &str) -> u32 {
 fn expected(v: &Variant) -> (u32, u32, u32, u32) {
     let c = v.config;
     let setmaxnreg = if matches!(c.pipeline, Pipeline::TmaWgmma { .. }) { 2 } else { 0 };
-    (c.expected_barriers(), c.expected_mma_sync(), c.expected_wgmma(), setmaxnreg)
+    (v.expected_barriers(), c.expected_mma_sync(), c.expected_wgmma(), setmaxnreg)
 }
 
 /// Fails when a kernel of the variant table holds other numbers of barriers, `mma.sync`, `wgmma.mma_async` or

@@ -55,8 +55,9 @@ pub const SPLIT_PART_MAX_GROWN_K_TILES: u32 = 48;
 /// How launches of the narrow kernels split block rows ([`Gpu::with_row_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowSplit {
-    /// The flat block list where [`flat_auto_serves`] (bs 64 and 128 narrow tiles, one N tile, at least
-    /// [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, rows of unequal length), else parts of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
+    /// The flat block list where [`flat_auto_serves`] (the bs 64 and 128 narrow tiles and bs 64's tile of 64
+    /// columns, one N tile, at least [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, rows of unequal length),
+    /// else parts of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
     /// [`SPLIT_PART_SHORT_K_TILES`]) where whole rows would leave the GPU short of CTAs or a row dominates
     /// ([`split_choice`]), and the workspace holds them.
     #[default]
@@ -65,8 +66,9 @@ pub enum RowSplit {
     Off,
     /// Parts of about this many blocks (at least 1), where the workspace holds them: for measurements.
     Blocks(u32),
-    /// The flat block list ([`sparsek_layout::Tile::Flat`]: bs 64 and 128, f16 inputs, row-major B, f32 C) in
-    /// place of the narrow kernel, where [`flat_ctas`] allows it: `G` CTAs per N tile, `G` this many per SM (0,
+    /// The flat block list ([`sparsek_layout::Tile::Flat`]: bs 64 and 128, f16 inputs, row-major B, f32 C; and
+    /// [`sparsek_layout::Tile::Flat64`] for bs 64's tile of 64 columns) in place of the narrow kernel (or that
+    /// tile), where [`flat_ctas`] allows it: `G` CTAs per N tile, `G` this many per SM (0,
     /// or more than fit: the kernel's whole wave), CTA `c` taking the `c`-th of `G` equal ranges of A's blocks across row
     /// boundaries; a row cut by a range boundary is summed from its pieces in piece order (the same bits run to
     /// run). Elsewhere as [`RowSplit::Auto`].
@@ -208,6 +210,51 @@ pub fn flat_auto_serves(
         && block_rows > 0
         && k_tiles >= FLAT_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas)
         && longest.saturating_mul(20 * block_rows) >= nnzb.saturating_mul(23)
+}
+
+/// The k-tiles by which the busiest SM's whole rows must exceed its equal share of A's blocks for
+/// [`RowSplit::Auto`] to take the flat block list on bs 64's tile of 64 columns ([`flat64_auto_serves`]): what
+/// the list itself costs (its start, the cut rows' hand-over, twice the CTAs). Measured on an H200
+/// (docs/perf-notes.md, issue 12 step 25), the list against whole rows at 40-64 columns: 8192 x 8192 at 10% (the
+/// busiest SM's row about 22 k-tiles, an equal share 12.4) 5% slower, at 22% (42 against 27) 8% faster; 4096 x
+/// 4096 at 10% (13 against 3.1) 33% slower, at 22% (23 against 6.8) 5% faster.
+pub const FLAT64_AUTO_MARGIN_K_TILES: usize = 12;
+
+/// The fewest k-tiles per CTA (of [`FLAT_AUTO_CTAS_PER_SM`] per SM) for which [`RowSplit::Auto`] takes the flat
+/// block list on bs 64's tile of 64 columns ([`flat64_auto_serves`]): below, every row is cut into pieces of about
+/// one block and the hand-overs cost more than the balance gains (1024 x 64 x 4096 bs 64 25%, one block a CTA:
+/// 11% slower queued).
+pub const FLAT64_AUTO_MIN_K_TILES_PER_CTA: usize = 3;
+
+/// Whether [`RowSplit::Auto`] takes the flat block list on bs 64's tile of 64 columns
+/// ([`sparsek_layout::Tile::Flat64`], kernel configuration `cfg`) for a launch over `nnzb` blocks in `block_rows`
+/// block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs: one N tile, at least
+/// [`FLAT64_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, and whole rows that would keep the busiest SM longer than
+/// an equal share by [`FLAT64_AUTO_MARGIN_K_TILES`]. With whole rows the busiest SM runs the longest row and, where
+/// there are more rows than SMs, rows of mean length beside it (`ceil(block_rows / sm_count) - 1` of them); the
+/// list gives every SM `nnzb / sm_count` blocks. Unknown longest row (a caller's raw view): not taken.
+pub fn flat64_auto_serves(
+    cfg: &KernelConfig,
+    (nnzb, block_rows, n_tiles): (usize, usize, usize),
+    max_row_blocks: Option<usize>,
+    sm_count: usize,
+) -> bool {
+    let Some(longest) = max_row_blocks else { return false };
+    if n_tiles != 1 || block_rows == 0 || sm_count == 0 {
+        return false;
+    }
+    let k_tiles_per_block = (cfg.bs / cfg.bk.max(1)) as usize;
+    let ctas = FLAT_AUTO_CTAS_PER_SM as usize * sm_count;
+    let k_tiles = nnzb.saturating_mul(k_tiles_per_block);
+    // K-tiles the busiest SM runs with whole rows, against an equal share plus the margin; both sides times
+    // block_rows * sm_count, in integers.
+    let beside = block_rows.div_ceil(sm_count) - 1;
+    let whole = longest.saturating_mul(block_rows).saturating_add(beside.saturating_mul(nnzb));
+    let whole = whole.saturating_mul(k_tiles_per_block).saturating_mul(sm_count);
+    let flat = k_tiles
+        .saturating_mul(block_rows)
+        .saturating_add(FLAT64_AUTO_MARGIN_K_TILES.saturating_mul(block_rows).saturating_mul(sm_count));
+    k_tiles >= FLAT64_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas) && whole >= flat
 }
 
 /// The CTAs per N tile of a flat block-list launch ([`RowSplit::Flat`]) over `nnzb` blocks in `n_tiles` N tiles
@@ -397,7 +444,8 @@ impl Gpu {
     /// The flat block-list kernel and its CTAs per N tile that a launch of `kernel` over `nnzb` blocks in
     /// `block_rows` block rows (the longest holding `max_row_blocks`, when known) and `n` columns gets on a stream
     /// that is not being captured, or `None`: only in place of a narrow kernel ([`sparsek_layout::Tile::Narrow`])
-    /// whose block size and types have a flat one ([`sparsek_layout::Tile::Flat`]), as [`RowSplit::Flat`] asks or,
+    /// or a tile of 64 columns ([`sparsek_layout::Tile::Mid64`]) whose block size and types have a flat one
+    /// ([`sparsek_layout::Tile::Flat`], [`sparsek_layout::Tile::Flat64`]), as [`RowSplit::Flat`] asks or,
     /// under [`RowSplit::Auto`], where [`flat_auto_serves`]; and where [`flat_ctas`] allows it. The launcher's
     /// decision, which `sparsek run` prints and the tests assert on.
     pub(crate) fn flat_for_kernel(
@@ -408,22 +456,33 @@ impl Gpu {
     ) -> Option<(&Kernel, u32)> {
         self.split.as_ref()?;
         let v = &kernel.variant;
-        if v.tile != sparsek_layout::Tile::Narrow {
-            return None;
-        }
-        // A flat kernel runs its narrow kernel's configuration (layout::FLAT_CONFIGS), so the rule is decided
-        // before the kernel table is searched: a launch that Auto keeps on whole rows pays no lookup.
+        let tile = match v.tile {
+            sparsek_layout::Tile::Narrow => sparsek_layout::Tile::Flat,
+            sparsek_layout::Tile::Mid64 => sparsek_layout::Tile::Flat64,
+            _ => return None,
+        };
+        // A flat kernel runs its whole-row kernel's configuration (layout::FLAT_CONFIGS, FLAT64_CONFIGS), so the
+        // rule is decided before the kernel table is searched: a launch that Auto keeps on whole rows pays no
+        // lookup.
         let cfg = kernel.config();
         let sm_count = self.info().sm_count as usize;
         let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
         let wanted = match self.row_split {
             RowSplit::Flat(k) => k,
-            RowSplit::Auto if flat_auto_serves(&cfg, (nnzb, block_rows, n_tiles), max_row_blocks, sm_count) => {
+            RowSplit::Auto => {
+                let shape = (nnzb, block_rows, n_tiles);
+                let serves = match tile {
+                    sparsek_layout::Tile::Flat64 => flat64_auto_serves(&cfg, shape, max_row_blocks, sm_count),
+                    _ => flat_auto_serves(&cfg, shape, max_row_blocks, sm_count),
+                };
+                if !serves {
+                    return None;
+                }
                 FLAT_AUTO_CTAS_PER_SM
             }
             _ => return None,
         };
-        let flat = self.product.find(v.op, v.bs, (v.input, v.b_layout, v.out), sparsek_layout::Tile::Flat)?;
+        let flat = self.product.find(v.op, v.bs, (v.input, v.b_layout, v.out), tile)?;
         let per_sm = if wanted == 0 { flat.ctas_per_sm } else { wanted.min(flat.ctas_per_sm) };
         let g = flat_ctas(&cfg, (nnzb, n_tiles), per_sm as usize * sm_count, SplitLimits::with_sms(sm_count))?;
         Some((flat, g))
@@ -487,6 +546,33 @@ mod tests {
         assert!(!flat_auto_serves(&cfg(64), (3604, 128, 1), Some(40), 132), "14 k-tiles per CTA");
         // bs 128 with twice the blocks (54 k-tiles per CTA): in.
         assert!(flat_auto_serves(&cfg(128), (7208, 128, 1), Some(75), 132));
+    }
+
+    #[test]
+    fn flat64_auto_rule_weighs_the_busiest_sm_against_an_equal_share() {
+        let cfg = sparsek_layout::flat64_config_for(64).unwrap();
+        let serves = |nnzb, rows, longest| flat64_auto_serves(&cfg, (nnzb, rows, 1), Some(longest), 132);
+        // Measured faster (issue 12 step 25): 16384^2 at 22% and 10%, 8192^2 at 22% and 30%, skewed rows, few
+        // rows of many blocks.
+        assert!(serves(14418, 256, 75));
+        assert!(serves(6554, 256, 40));
+        assert!(serves(3604, 128, 42));
+        assert!(serves(4915, 128, 54));
+        assert!(serves(1638, 128, 128), "skewed");
+        assert!(serves(901, 32, 39), "32 rows of 28 blocks");
+        // Measured slower: rows of equal length, short rows, a block or less per CTA.
+        assert!(!serves(14418, 256, 57), "banded");
+        assert!(!serves(6554, 256, 26), "banded 10%");
+        assert!(!serves(3604, 128, 29), "banded 8192^2");
+        assert!(!serves(1638, 128, 22), "8192^2 10%");
+        assert!(!serves(819, 128, 14), "8192^2 5%");
+        assert!(!serves(410, 64, 13), "4096^2 10%");
+        assert!(!serves(256, 16, 24), "one block a CTA");
+        assert!(!serves(72, 6, 12), "a layer of 6 block rows");
+        // Neither without the longest row or with two N tiles.
+        assert!(!flat64_auto_serves(&cfg, (14418, 256, 1), None, 132));
+        assert!(!flat64_auto_serves(&cfg, (14418, 256, 2), Some(75), 132));
+        assert!(!flat64_auto_serves(&cfg, (14418, 0, 1), Some(75), 132));
     }
 
     #[test]
