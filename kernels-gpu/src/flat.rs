@@ -19,8 +19,8 @@
 //! - **whole rows** (empty ones included: `beta * C`), each written to C by the epilogue as it ends;
 //! - a **tail** piece: the start of a row that later CTAs finish. Every thread looks at the row's counter once
 //!   all the CTA's copies are issued (a relaxed load, read a k-tile later) and, once every other piece is in,
-//!   reads their sum under the ring's last k-tiles (the narrow tiles; the tile of 64 columns, short of registers
-//!   for a second tile, looks at the end); at the end the CTA writes the row as `acc + rest` without
+//!   reads their sum under the ring's last k-tiles (the narrow tiles; the tiles of 32 and 64 columns, short of
+//!   registers for a second tile, look at the end); at the end the CTA writes the row as `acc + rest` without
 //!   storing its own piece. If the pieces are not all in by the end, the CTA stores its piece and counts in, and
 //!   the row's last piece to count in sums the row. No CTA ever waits on another.
 //!
@@ -354,9 +354,10 @@ unsafe fn bsr_spmm_flat<
         );
     }
     // The tail row's other pieces are read under the last k-tiles (into a second tile of accumulators held through
-    // them) only for tiles of up to 16 accumulators a thread; the tile of 64 columns reads them at the end, where
-    // that second tile is not live beside the main loop's (docs/perf-notes.md, issue 12 step 25).
-    let early_rest = MI * NI <= 4;
+    // them) only by the narrow tiles; the tiles of 32 and 64 columns read them at the end, where that second tile
+    // is not live beside the main loop's (read early, the tile of 32 took 254 registers and the tile of 64 over
+    // 255; at the end 164 and 238: docs/perf-notes.md, issue 12 steps 25 and 26).
+    let early_rest = BN <= 16;
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let threads: u32 = 32 * WARPS_M * WARPS_N;
     let k_tiles_per_block = BS / BK;
@@ -652,3 +653,4 @@ macro_rules! flat_kernel {
 flat_kernel!(sparsek_bsr_bs64_f16_brow_f32_flat);
 flat_kernel!(sparsek_bsr_bs128_f16_brow_f32_flat);
 flat_kernel!(sparsek_bsr_bs64_f16_brow_f32_flat64);
+flat_kernel!(sparsek_bsr_bs64_f16_brow_f32_flat32);

@@ -778,6 +778,15 @@ pub const FLAT_CONFIGS: [KernelConfig; 2] = [NARROW_CONFIGS[2], NARROW_CONFIGS[3
 /// columns take a whole N tile up to 64 columns (docs/perf-notes.md, issue 12 step 25).
 pub const FLAT64_CONFIGS: [KernelConfig; 1] = [MID64_CONFIGS[0]];
 
+/// The flat block list on the mid tile of 32 columns ([`Tile::Flat32`]): bs 64's [`MID_CONFIGS`] entry, whose 32
+/// columns take a whole N tile from [`MID_MIN_N`] to 32 columns (docs/perf-notes.md, issue 12 step 26).
+pub const FLAT32_CONFIGS: [KernelConfig; 1] = [MID_CONFIGS[2]];
+
+/// The [`FLAT32_CONFIGS`] entry for `bs`, if it has one.
+pub const fn flat32_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&FLAT32_CONFIGS, bs)
+}
+
 /// The [`FLAT64_CONFIGS`] entry for `bs`, if it has one.
 pub const fn flat64_config_for(bs: u32) -> Option<KernelConfig> {
     find_config(&FLAT64_CONFIGS, bs)
@@ -1005,6 +1014,9 @@ pub enum Tile {
     /// The flat block list on the wide mid tile of 64 columns ([`FLAT64_CONFIGS`]: the [`MID64_CONFIGS`] entry of
     /// bs 64; f16 inputs, row-major B, f32 C): [`MID64_MIN_N`] to 64 columns, one N tile, in place of that tile.
     Flat64,
+    /// The flat block list on the mid tile of 32 columns ([`FLAT32_CONFIGS`]: the [`MID_CONFIGS`] entry of bs 64;
+    /// f16 inputs, row-major B, f32 C): [`MID_MIN_N`] to 32 columns, one N tile, in place of that tile.
+    Flat32,
 }
 
 impl Tile {
@@ -1213,7 +1225,7 @@ impl Variant {
     /// [`Tile::Flat64`]): the fragment double-buffered main loop's two and the two of the end's hand-over.
     pub const fn expected_barriers(&self) -> u32 {
         match self.tile {
-            Tile::Flat | Tile::Flat64 => 4,
+            Tile::Flat | Tile::Flat64 | Tile::Flat32 => 4,
             _ => self.config.expected_barriers(),
         }
     }
@@ -1275,6 +1287,14 @@ const fn flat(name: &'static str, bs: u32) -> Variant {
         None => panic!("no flat block-list configuration for this block size"),
     }
 }
+const fn flat32(name: &'static str, bs: u32) -> Variant {
+    match flat32_config_for(bs) {
+        Some(config) => {
+            spmm(name, Module::Product, (InType::F16, Layout::RowMajor, OutType::F32), (config, Tile::Flat32))
+        }
+        None => panic!("no flat block-list configuration of 32 columns for this block size"),
+    }
+}
 const fn flat64(name: &'static str, bs: u32) -> Variant {
     match flat64_config_for(bs) {
         Some(config) => {
@@ -1303,7 +1323,7 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels
 /// are named `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with
 /// the suffix `_short`.
-pub const VARIANTS: [Variant; 187] = [
+pub const VARIANTS: [Variant; 188] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -1471,6 +1491,7 @@ pub const VARIANTS: [Variant; 187] = [
     flat("sparsek_bsr_bs64_f16_brow_f32_flat", 64),
     flat("sparsek_bsr_bs128_f16_brow_f32_flat", 128),
     flat64("sparsek_bsr_bs64_f16_brow_f32_flat64", 64),
+    flat32("sparsek_bsr_bs64_f16_brow_f32_flat32", 64),
     hopper("sparsek_sm90_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
     hopper("sparsek_sm90_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
     hopper("sparsek_sm90_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),
@@ -1929,13 +1950,14 @@ mod tests {
                 + DECODE_CONFIGS.len())
                 + FLAT_CONFIGS.len()
                 + FLAT64_CONFIGS.len()
+                + FLAT32_CONFIGS.len()
         );
         let hopper = VARIANTS.iter().filter(|v| v.module == Module::Hopper);
         // The short-row kernels: f32 C only.
         assert_eq!(hopper.count(), 8 * HOPPER_CONFIGS.len() + 4 * HOPPER_SHORT_CONFIGS.len());
         assert!(VARIANTS.iter().all(|v| v.tile != Tile::ShortRows || v.out == OutType::F32));
         // The flat block-list kernels: f16 inputs, row-major B, f32 C only.
-        assert!(VARIANTS.iter().filter(|v| matches!(v.tile, Tile::Flat | Tile::Flat64)).all(|v| (
+        assert!(VARIANTS.iter().filter(|v| matches!(v.tile, Tile::Flat | Tile::Flat64 | Tile::Flat32)).all(|v| (
             v.input, v.b_layout, v.out
         ) == (
             InType::F16,
@@ -1955,6 +1977,7 @@ mod tests {
                 (_, Tile::Decode) => decode_config_for(v.bs),
                 (_, Tile::Flat) => flat_config_for(v.bs),
                 (_, Tile::Flat64) => flat64_config_for(v.bs),
+                (_, Tile::Flat32) => flat32_config_for(v.bs),
             };
             assert_eq!(Some(v.config), config, "{} runs another configuration than its tile's", v.name);
             // The 16-bit output is the input's own type.
@@ -1971,6 +1994,7 @@ mod tests {
                 Tile::ShortRows => "_short",
                 Tile::Flat => "_flat",
                 Tile::Flat64 => "_flat64",
+                Tile::Flat32 => "_flat32",
             };
             let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name(), suffix];
             let mut tail = [0u8; 32];

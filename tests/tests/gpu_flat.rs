@@ -46,8 +46,8 @@ fn with_empty_rows(a: &Bsr<f16>, at: &[usize], empty: usize) -> Bsr<f16> {
     Bsr::try_new(rows, a.cols(), bs, row_ptr, a.col_idx().to_vec(), a.values().to_vec()).unwrap()
 }
 
-/// Random A (uniform or skewed, some with empty block rows), bs 64 and 128, 1 to 16 columns (and at bs 64 33 to
-/// 64: bs 64's tile of 64 columns, or the narrow tile over several N tiles), a wave of CTAs or
+/// Random A (uniform or skewed, some with empty block rows), bs 64 and 128, 1 to 16 columns (and at bs 64 17 to
+/// 32 and 33 to 64: bs 64's tiles of 32 and 64 columns, or the narrow tile over several N tiles), a wave of CTAs or
 /// one per SM (fewer when A has fewer blocks): every launch walks the flat list (asserted) and matches the oracle,
 /// C poisoned (beta 0) or random (beta 0.5).
 #[test]
@@ -58,7 +58,7 @@ fn flat_list_matches_oracle() {
     let strategy = (
         prop::sample::select(vec![64usize, 128]),
         1usize..=40,
-        prop_oneof![Just(1usize), Just(8), Just(16), 1usize..=16, Just(64), 33usize..=64],
+        prop_oneof![Just(1usize), Just(8), Just(16), 1usize..=16, Just(32), 17usize..=32, Just(64), 33usize..=64],
         prop::sample::select(vec![Pattern::Uniform, Pattern::Skewed]),
         0.1f64..=1.0,
         prop::sample::select(vec![(1.0f32, 0.0f32), (-2.0, 0.5)]),
@@ -83,8 +83,8 @@ fn flat_list_matches_oracle() {
         );
         let gpu = if per_sm == 0 { &gpu } else { &fewer };
         let ctas = flat_of(gpu, &a, n, OutType::F32);
-        // Above 16 columns bs 128 has no flat kernel for its tile of 64 columns (small grids may still take the
-        // narrow tile's, over several N tiles).
+        // Above 16 columns bs 128 has no flat kernel for its tiles of 32 and 64 columns (small grids may still take
+        // the narrow tile's, over several N tiles).
         if bs == 64 || n <= 16 {
             prop_assert!(ctas.is_some_and(|g| g as usize <= a.nnzb()), "{ctx}: flat list {ctas:?}");
         }
@@ -122,9 +122,9 @@ fn flat_list_is_exact_and_deterministic() {
         (128, 4, 200, Pattern::Uniform, 0.7, &[2, 4]),
     ];
     for (i, (bs, rows, cols, pattern, density, empty_at)) in cases.into_iter().enumerate() {
-        for (n, beta) in [(1usize, 0.0f32), (16, 1.0), (7, -1.0), (48, 1.0)] {
+        for (n, beta) in [(1usize, 0.0f32), (16, 1.0), (7, -1.0), (24, 0.0), (48, 1.0)] {
             if bs == 128 && n > 16 {
-                continue; // no flat kernel for bs 128's tile of 64 columns
+                continue; // no flat kernel for bs 128's tiles of 32 and 64 columns
             }
             let seed = (i * 100 + n) as u64;
             let a: Bsr<f16> = generate_int(pattern, rows * bs, cols * bs, bs, density, seed, 4).unwrap();
@@ -162,8 +162,8 @@ fn flat_list_is_exact_and_deterministic() {
     }
 }
 
-/// Launches the flat kernels do not serve (f16 C, bs 32, the mid tile of 32 columns) keep the narrow kernels and
-/// still match the oracle.
+/// Launches the flat kernels do not serve (f16 C, bs 32, bs 128's mid tile of 32 columns) keep their whole-row
+/// kernels and still match the oracle.
 #[test]
 fn flat_list_falls_back_where_it_does_not_apply() {
     let test = "flat_list_falls_back_where_it_does_not_apply";
@@ -175,8 +175,9 @@ fn flat_list_falls_back_where_it_does_not_apply() {
     let bs32: Bsr<f16> = generate(Pattern::Uniform, 4096, 4096, 32, 0.2, 10).unwrap();
     assert!(flat_of(&gpu, &bs32, 8, OutType::F32).is_none(), "bs 32: flat list");
     check_case::<f32>(&gpu, &bs32, 8, (1.0, 0.0), 10, "bs 32").unwrap();
-    assert!(flat_of(&gpu, &a, 32, OutType::F32).is_none(), "32 columns: flat list");
-    check_case::<f32>(&gpu, &a, 32, (1.0, 0.0), 11, "mid tile").unwrap();
+    let bs128: Bsr<f16> = generate(Pattern::Uniform, 4096, 4096, 128, 0.2, 11).unwrap();
+    assert!(flat_of(&gpu, &bs128, 32, OutType::F32).is_none(), "bs 128, 32 columns: flat list");
+    check_case::<f32>(&gpu, &bs128, 32, (1.0, 0.0), 11, "bs 128 mid tile").unwrap();
 }
 
 /// Flat launches from eight threads, half on the default stream and half on streams of their own, all sharing
@@ -195,8 +196,8 @@ fn flat_launches_on_many_streams_are_ordered() {
 
 /// `RowSplit::Auto` takes the flat list (two CTAs per SM) for one N tile, many k-tiles per CTA and rows of
 /// unequal length, and keeps whole rows on rows of equal length (banded), on few k-tiles per CTA, for f16 C and
-/// without the longest row; on bs 64's tile of 64 columns where the busiest SM's whole rows exceed an equal
-/// share by enough; the auto launches match the oracle.
+/// without the longest row; on bs 64's tiles of 32 and 64 columns where the busiest SM's whole rows exceed an
+/// equal share by enough; the auto launches match the oracle.
 #[test]
 fn auto_takes_the_flat_list_where_it_measured_faster() {
     let test = "auto_takes_the_flat_list_where_it_measured_faster";
@@ -205,7 +206,7 @@ fn auto_takes_the_flat_list_where_it_measured_faster() {
     let uniform: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 64, 0.22, 21).unwrap();
     assert_eq!(flat_of(&gpu, &uniform, 8, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms));
     assert_eq!(flat_of(&gpu, &uniform, 8, OutType::F16), None, "f16 C");
-    assert_eq!(flat_of(&gpu, &uniform, 32, OutType::F32), None, "32 columns (the mid tile of 32)");
+    assert_eq!(flat_of(&gpu, &uniform, 32, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms), "32");
     assert_eq!(flat_of(&gpu, &uniform, 64, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms), "64");
     let skewed: Bsr<f16> = generate(Pattern::Skewed, 16384, 16384, 64, 0.22, 22).unwrap();
     assert!(flat_of(&gpu, &skewed, 1, OutType::F32).is_some(), "skewed rows");
@@ -221,8 +222,10 @@ fn auto_takes_the_flat_list_where_it_measured_faster() {
     assert_eq!(flat_of(&gpu, &small, 8, OutType::F32), None, "8192 x 8192: too few k-tiles per CTA");
     // bs 64's tile of 64 columns: where the busiest SM's whole rows exceed an equal share by enough.
     assert_eq!(flat_of(&gpu, &banded, 64, OutType::F32), None, "64 columns, rows of equal length");
+    assert_eq!(flat_of(&gpu, &banded, 24, OutType::F32), None, "24 columns, rows of equal length");
     let skewed_small: Bsr<f16> = generate(Pattern::Skewed, 8192, 8192, 64, 0.1, 29).unwrap();
     assert!(flat_of(&gpu, &skewed_small, 48, OutType::F32).is_some(), "48 columns, skewed rows");
+    assert!(flat_of(&gpu, &skewed_small, 20, OutType::F32).is_some(), "20 columns, skewed rows");
     let sparsest: Bsr<f16> = generate(Pattern::Uniform, 8192, 8192, 64, 0.05, 30).unwrap();
     assert_eq!(flat_of(&gpu, &sparsest, 64, OutType::F32), None, "64 columns, rows of about 6 blocks");
     let narrow = uniform_narrow_kernel(&gpu, &uniform);
@@ -233,6 +236,7 @@ fn auto_takes_the_flat_list_where_it_measured_faster() {
     check_case::<f32>(&gpu, &bs128_dense, 16, (1.0, 0.0), 26, "auto, bs 128").unwrap();
     check_case::<f32>(&gpu, &uniform, 64, (1.0, 0.0), 28, "auto, 64 columns").unwrap();
     check_case::<f32>(&gpu, &skewed_small, 48, (-2.0, 0.5), 29, "auto, 48 columns, skewed").unwrap();
+    check_case::<f32>(&gpu, &skewed_small, 20, (1.0, 0.0), 30, "auto, 20 columns, skewed").unwrap();
 }
 
 /// The narrow kernel the launch of `a` (bs 64) times 8 columns into f32 C takes on `gpu`.

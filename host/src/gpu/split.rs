@@ -55,9 +55,10 @@ pub const SPLIT_PART_MAX_GROWN_K_TILES: u32 = 48;
 /// How launches of the narrow kernels split block rows ([`Gpu::with_row_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowSplit {
-    /// The flat block list where [`flat_auto_serves`] (the bs 64 and 128 narrow tiles and bs 64's tile of 64
-    /// columns, one N tile, at least [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, rows of unequal length),
-    /// else parts of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
+    /// The flat block list where [`flat_auto_serves`] (the bs 64 and 128 narrow tiles, one N tile, at least
+    /// [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, rows of unequal length) or [`flat_mid_auto_serves`] (bs
+    /// 64's tiles of 32 and 64 columns: the busiest SM's whole rows exceed an equal share by enough), else parts
+    /// of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
     /// [`SPLIT_PART_SHORT_K_TILES`]) where whole rows would leave the GPU short of CTAs or a row dominates
     /// ([`split_choice`]), and the workspace holds them.
     #[default]
@@ -67,8 +68,8 @@ pub enum RowSplit {
     /// Parts of about this many blocks (at least 1), where the workspace holds them: for measurements.
     Blocks(u32),
     /// The flat block list ([`sparsek_layout::Tile::Flat`]: bs 64 and 128, f16 inputs, row-major B, f32 C; and
-    /// [`sparsek_layout::Tile::Flat64`] for bs 64's tile of 64 columns) in place of the narrow kernel (or that
-    /// tile), where [`flat_ctas`] allows it: `G` CTAs per N tile, `G` this many per SM (0,
+    /// [`sparsek_layout::Tile::Flat32`], [`sparsek_layout::Tile::Flat64`] for bs 64's tiles of 32 and 64 columns)
+    /// in place of the narrow kernel (or those tiles), where [`flat_ctas`] allows it: `G` CTAs per N tile, `G` this many per SM (0,
     /// or more than fit: the kernel's whole wave), CTA `c` taking the `c`-th of `G` equal ranges of A's blocks across row
     /// boundaries; a row cut by a range boundary is summed from its pieces in piece order (the same bits run to
     /// run). Elsewhere as [`RowSplit::Auto`].
@@ -213,27 +214,28 @@ pub fn flat_auto_serves(
 }
 
 /// The k-tiles by which the busiest SM's whole rows must exceed its equal share of A's blocks for
-/// [`RowSplit::Auto`] to take the flat block list on bs 64's tile of 64 columns ([`flat64_auto_serves`]): what
-/// the list itself costs (its start, the cut rows' hand-over, twice the CTAs). Measured on an H200
-/// (docs/perf-notes.md, issue 12 step 25), the list against whole rows at 40-64 columns: 8192 x 8192 at 10% (the
-/// busiest SM's row about 22 k-tiles, an equal share 12.4) 5% slower, at 22% (42 against 27) 8% faster; 4096 x
-/// 4096 at 10% (13 against 3.1) 33% slower, at 22% (23 against 6.8) 5% faster.
-pub const FLAT64_AUTO_MARGIN_K_TILES: usize = 12;
+/// [`RowSplit::Auto`] to take the flat block list on bs 64's tiles of 32 and 64 columns ([`flat_mid_auto_serves`]):
+/// what the list itself costs (its start, the cut rows' hand-over, twice the CTAs). Measured on an H200
+/// (docs/perf-notes.md, issue 12 steps 25 and 26), the list against whole rows at 40-64 columns: 8192 x 8192 at 10%
+/// (the busiest SM's row about 22 k-tiles, an equal share 12.4) 5% slower, at 22% (42 against 27) 8% faster; 4096 x
+/// 4096 at 10% (13 against 3.1) 33% slower, at 22% (23 against 6.8) 5% faster; at 17-32 columns 8192 x 8192 at 10%
+/// 2% slower, at 22% 17% faster.
+pub const FLAT_MID_AUTO_MARGIN_K_TILES: usize = 12;
 
 /// The fewest k-tiles per CTA (of [`FLAT_AUTO_CTAS_PER_SM`] per SM) for which [`RowSplit::Auto`] takes the flat
-/// block list on bs 64's tile of 64 columns ([`flat64_auto_serves`]): below, every row is cut into pieces of about
-/// one block and the hand-overs cost more than the balance gains (1024 x 64 x 4096 bs 64 25%, one block a CTA:
-/// 11% slower queued).
-pub const FLAT64_AUTO_MIN_K_TILES_PER_CTA: usize = 3;
+/// block list on bs 64's tiles of 32 and 64 columns ([`flat_mid_auto_serves`]): below, every row is cut into pieces
+/// of about one block and the hand-overs cost more than the balance gains (1024 x 64 x 4096 bs 64 25%, one block a
+/// CTA: 11% slower queued).
+pub const FLAT_MID_AUTO_MIN_K_TILES_PER_CTA: usize = 3;
 
-/// Whether [`RowSplit::Auto`] takes the flat block list on bs 64's tile of 64 columns
-/// ([`sparsek_layout::Tile::Flat64`], kernel configuration `cfg`) for a launch over `nnzb` blocks in `block_rows`
+/// Whether [`RowSplit::Auto`] takes the flat block list on bs 64's tiles of 32 and 64 columns
+/// ([`sparsek_layout::Tile::Flat32`], [`sparsek_layout::Tile::Flat64`], kernel configuration `cfg`) for a launch over `nnzb` blocks in `block_rows`
 /// block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs: one N tile, at least
-/// [`FLAT64_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, and whole rows that would keep the busiest SM longer than
-/// an equal share by [`FLAT64_AUTO_MARGIN_K_TILES`]. With whole rows the busiest SM runs the longest row and, where
+/// [`FLAT_MID_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, and whole rows that would keep the busiest SM longer than
+/// an equal share by [`FLAT_MID_AUTO_MARGIN_K_TILES`]. With whole rows the busiest SM runs the longest row and, where
 /// there are more rows than SMs, rows of mean length beside it (`ceil(block_rows / sm_count) - 1` of them); the
 /// list gives every SM `nnzb / sm_count` blocks. Unknown longest row (a caller's raw view): not taken.
-pub fn flat64_auto_serves(
+pub fn flat_mid_auto_serves(
     cfg: &KernelConfig,
     (nnzb, block_rows, n_tiles): (usize, usize, usize),
     max_row_blocks: Option<usize>,
@@ -253,8 +255,8 @@ pub fn flat64_auto_serves(
     let whole = whole.saturating_mul(k_tiles_per_block).saturating_mul(sm_count);
     let flat = k_tiles
         .saturating_mul(block_rows)
-        .saturating_add(FLAT64_AUTO_MARGIN_K_TILES.saturating_mul(block_rows).saturating_mul(sm_count));
-    k_tiles >= FLAT64_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas) && whole >= flat
+        .saturating_add(FLAT_MID_AUTO_MARGIN_K_TILES.saturating_mul(block_rows).saturating_mul(sm_count));
+    k_tiles >= FLAT_MID_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas) && whole >= flat
 }
 
 /// The CTAs per N tile of a flat block-list launch ([`RowSplit::Flat`]) over `nnzb` blocks in `n_tiles` N tiles
@@ -444,9 +446,10 @@ impl Gpu {
     /// The flat block-list kernel and its CTAs per N tile that a launch of `kernel` over `nnzb` blocks in
     /// `block_rows` block rows (the longest holding `max_row_blocks`, when known) and `n` columns gets on a stream
     /// that is not being captured, or `None`: only in place of a narrow kernel ([`sparsek_layout::Tile::Narrow`])
-    /// or a tile of 64 columns ([`sparsek_layout::Tile::Mid64`]) whose block size and types have a flat one
-    /// ([`sparsek_layout::Tile::Flat`], [`sparsek_layout::Tile::Flat64`]), as [`RowSplit::Flat`] asks or,
-    /// under [`RowSplit::Auto`], where [`flat_auto_serves`]; and where [`flat_ctas`] allows it. The launcher's
+    /// or a mid tile ([`sparsek_layout::Tile::Mid`], [`sparsek_layout::Tile::Mid64`]) whose block size and
+    /// types have a flat one ([`sparsek_layout::Tile::Flat`], [`sparsek_layout::Tile::Flat32`],
+    /// [`sparsek_layout::Tile::Flat64`]), as [`RowSplit::Flat`] asks or, under [`RowSplit::Auto`], where
+    /// [`flat_auto_serves`] (narrow) or [`flat_mid_auto_serves`] (mid) says so; and where [`flat_ctas`] allows it. The launcher's
     /// decision, which `sparsek run` prints and the tests assert on.
     pub(crate) fn flat_for_kernel(
         &self,
@@ -459,11 +462,12 @@ impl Gpu {
         let tile = match v.tile {
             sparsek_layout::Tile::Narrow => sparsek_layout::Tile::Flat,
             sparsek_layout::Tile::Mid64 => sparsek_layout::Tile::Flat64,
+            sparsek_layout::Tile::Mid => sparsek_layout::Tile::Flat32,
             _ => return None,
         };
-        // A flat kernel runs its whole-row kernel's configuration (layout::FLAT_CONFIGS, FLAT64_CONFIGS), so the
-        // rule is decided before the kernel table is searched: a launch that Auto keeps on whole rows pays no
-        // lookup.
+        // A flat kernel runs its whole-row kernel's configuration (layout::FLAT_CONFIGS, FLAT32_CONFIGS and
+        // FLAT64_CONFIGS), so the rule is decided before the kernel table is searched: a launch that Auto keeps on
+        // whole rows pays no lookup.
         let cfg = kernel.config();
         let sm_count = self.info().sm_count as usize;
         let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
@@ -472,7 +476,9 @@ impl Gpu {
             RowSplit::Auto => {
                 let shape = (nnzb, block_rows, n_tiles);
                 let serves = match tile {
-                    sparsek_layout::Tile::Flat64 => flat64_auto_serves(&cfg, shape, max_row_blocks, sm_count),
+                    sparsek_layout::Tile::Flat32 | sparsek_layout::Tile::Flat64 => {
+                        flat_mid_auto_serves(&cfg, shape, max_row_blocks, sm_count)
+                    }
                     _ => flat_auto_serves(&cfg, shape, max_row_blocks, sm_count),
                 };
                 if !serves {
@@ -549,9 +555,11 @@ mod tests {
     }
 
     #[test]
-    fn flat64_auto_rule_weighs_the_busiest_sm_against_an_equal_share() {
+    fn flat_mid_auto_rule_weighs_the_busiest_sm_against_an_equal_share() {
         let cfg = sparsek_layout::flat64_config_for(64).unwrap();
-        let serves = |nnzb, rows, longest| flat64_auto_serves(&cfg, (nnzb, rows, 1), Some(longest), 132);
+        let cfg32 = sparsek_layout::flat32_config_for(64).unwrap();
+        assert_eq!((cfg.bs, cfg.bk), (cfg32.bs, cfg32.bk), "the rule reads bs and bk only: one test serves both");
+        let serves = |nnzb, rows, longest| flat_mid_auto_serves(&cfg, (nnzb, rows, 1), Some(longest), 132);
         // Measured faster (issue 12 step 25): 16384^2 at 22% and 10%, 8192^2 at 22% and 30%, skewed rows, few
         // rows of many blocks.
         assert!(serves(14418, 256, 75));
@@ -570,9 +578,9 @@ mod tests {
         assert!(!serves(256, 16, 24), "one block a CTA");
         assert!(!serves(72, 6, 12), "a layer of 6 block rows");
         // Neither without the longest row or with two N tiles.
-        assert!(!flat64_auto_serves(&cfg, (14418, 256, 1), None, 132));
-        assert!(!flat64_auto_serves(&cfg, (14418, 256, 2), Some(75), 132));
-        assert!(!flat64_auto_serves(&cfg, (14418, 0, 1), Some(75), 132));
+        assert!(!flat_mid_auto_serves(&cfg, (14418, 256, 1), None, 132));
+        assert!(!flat_mid_auto_serves(&cfg, (14418, 256, 2), Some(75), 132));
+        assert!(!flat_mid_auto_serves(&cfg, (14418, 0, 1), Some(75), 132));
     }
 
     #[test]
