@@ -1279,28 +1279,17 @@ const fn mid64(name: &'static str, input: InType, b_layout: Layout, out: OutType
         None => panic!("no wide mid product configuration for this block size"),
     }
 }
-const fn flat(name: &'static str, bs: u32) -> Variant {
-    match flat_config_for(bs) {
-        Some(config) => {
-            spmm(name, Module::Product, (InType::F16, Layout::RowMajor, OutType::F32), (config, Tile::Flat))
-        }
-        None => panic!("no flat block-list configuration for this block size"),
-    }
-}
-const fn flat32(name: &'static str, bs: u32) -> Variant {
-    match flat32_config_for(bs) {
-        Some(config) => {
-            spmm(name, Module::Product, (InType::F16, Layout::RowMajor, OutType::F32), (config, Tile::Flat32))
-        }
-        None => panic!("no flat block-list configuration of 32 columns for this block size"),
-    }
-}
-const fn flat64(name: &'static str, bs: u32) -> Variant {
-    match flat64_config_for(bs) {
-        Some(config) => {
-            spmm(name, Module::Product, (InType::F16, Layout::RowMajor, OutType::F32), (config, Tile::Flat64))
-        }
-        None => panic!("no flat block-list configuration of 64 columns for this block size"),
+/// A flat block-list kernel ([`Tile::Flat`], [`Tile::Flat32`] or [`Tile::Flat64`]): f16 inputs, row-major B, f32 C.
+const fn flat(name: &'static str, bs: u32, tile: Tile) -> Variant {
+    let config = match tile {
+        Tile::Flat => flat_config_for(bs),
+        Tile::Flat32 => flat32_config_for(bs),
+        Tile::Flat64 => flat64_config_for(bs),
+        _ => None,
+    };
+    match config {
+        Some(config) => spmm(name, Module::Product, (InType::F16, Layout::RowMajor, OutType::F32), (config, tile)),
+        None => panic!("no flat block-list configuration of this tile for this block size"),
     }
 }
 const fn decode(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
@@ -1488,10 +1477,10 @@ pub const VARIANTS: [Variant; 188] = [
     decode("sparsek_bsr_bs32_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
     decode("sparsek_bsr_bs64_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
     decode("sparsek_bsr_bs128_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
-    flat("sparsek_bsr_bs64_f16_brow_f32_flat", 64),
-    flat("sparsek_bsr_bs128_f16_brow_f32_flat", 128),
-    flat64("sparsek_bsr_bs64_f16_brow_f32_flat64", 64),
-    flat32("sparsek_bsr_bs64_f16_brow_f32_flat32", 64),
+    flat("sparsek_bsr_bs64_f16_brow_f32_flat", 64, Tile::Flat),
+    flat("sparsek_bsr_bs128_f16_brow_f32_flat", 128, Tile::Flat),
+    flat("sparsek_bsr_bs64_f16_brow_f32_flat64", 64, Tile::Flat64),
+    flat("sparsek_bsr_bs64_f16_brow_f32_flat32", 64, Tile::Flat32),
     hopper("sparsek_sm90_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
     hopper("sparsek_sm90_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
     hopper("sparsek_sm90_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),

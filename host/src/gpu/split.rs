@@ -55,9 +55,9 @@ pub const SPLIT_PART_MAX_GROWN_K_TILES: u32 = 48;
 /// How launches of the narrow kernels split block rows ([`Gpu::with_row_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowSplit {
-    /// The flat block list where [`flat_auto_serves`] (the bs 64 and 128 narrow tiles, one N tile, at least
-    /// [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, rows of unequal length) or [`flat_mid_auto_serves`] (bs
-    /// 64's tiles of 32 and 64 columns: the busiest SM's whole rows exceed an equal share by enough), else parts
+    /// The flat block list where [`flat_auto_serves`] (the bs 64 and 128 narrow tiles: one N tile, at least
+    /// [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, rows of unequal length; bs 64's tiles of 32 and 64
+    /// columns: the busiest SM's whole rows exceed an equal share by enough), else parts
     /// of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
     /// [`SPLIT_PART_SHORT_K_TILES`]) where whole rows would leave the GPU short of CTAs or a row dominates
     /// ([`split_choice`]), and the workspace holds them.
@@ -192,29 +192,8 @@ pub const FLAT_AUTO_CTAS_PER_SM: u32 = 2;
 /// bs 128 10% (12) 3% slower at 1 column, 8192 x 8192 bs 64 22% (14) 4% slower than its split rows.
 pub const FLAT_AUTO_MIN_K_TILES_PER_CTA: usize = 40;
 
-/// Whether [`RowSplit::Auto`] takes the flat block list for a launch of the flat kernel `cfg` over `nnzb` blocks
-/// in `block_rows` block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs: one
-/// N tile, at least [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA of [`FLAT_AUTO_CTAS_PER_SM`] per SM, and
-/// rows of unequal length (the longest at least 15% over the mean: on rows of equal length, where every row is
-/// cut in two, the flat list measured 4-6% slower than whole rows; the longest row is unknown for a caller's raw
-/// view, and then it is not taken).
-pub fn flat_auto_serves(
-    cfg: &KernelConfig,
-    (nnzb, block_rows, n_tiles): (usize, usize, usize),
-    max_row_blocks: Option<usize>,
-    sm_count: usize,
-) -> bool {
-    let Some(longest) = max_row_blocks else { return false };
-    let ctas = FLAT_AUTO_CTAS_PER_SM as usize * sm_count;
-    let k_tiles = nnzb.saturating_mul((cfg.bs / cfg.bk.max(1)) as usize);
-    n_tiles == 1
-        && block_rows > 0
-        && k_tiles >= FLAT_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas)
-        && longest.saturating_mul(20 * block_rows) >= nnzb.saturating_mul(23)
-}
-
 /// The k-tiles by which the busiest SM's whole rows must exceed its equal share of A's blocks for
-/// [`RowSplit::Auto`] to take the flat block list on bs 64's tiles of 32 and 64 columns ([`flat_mid_auto_serves`]):
+/// [`RowSplit::Auto`] to take the flat block list on bs 64's tiles of 32 and 64 columns ([`flat_auto_serves`]):
 /// what the list itself costs (its start, the cut rows' hand-over, twice the CTAs). Measured on an H200
 /// (docs/perf-notes.md, issue 12 steps 25 and 26), the list against whole rows at 40-64 columns: 8192 x 8192 at 10%
 /// (the busiest SM's row about 22 k-tiles, an equal share 12.4) 5% slower, at 22% (42 against 27) 8% faster; 4096 x
@@ -223,19 +202,24 @@ pub fn flat_auto_serves(
 pub const FLAT_MID_AUTO_MARGIN_K_TILES: usize = 12;
 
 /// The fewest k-tiles per CTA (of [`FLAT_AUTO_CTAS_PER_SM`] per SM) for which [`RowSplit::Auto`] takes the flat
-/// block list on bs 64's tiles of 32 and 64 columns ([`flat_mid_auto_serves`]): below, every row is cut into pieces
+/// block list on bs 64's tiles of 32 and 64 columns ([`flat_auto_serves`]): below, every row is cut into pieces
 /// of about one block and the hand-overs cost more than the balance gains (1024 x 64 x 4096 bs 64 25%, one block a
 /// CTA: 11% slower queued).
 pub const FLAT_MID_AUTO_MIN_K_TILES_PER_CTA: usize = 3;
 
-/// Whether [`RowSplit::Auto`] takes the flat block list on bs 64's tiles of 32 and 64 columns
-/// ([`sparsek_layout::Tile::Flat32`], [`sparsek_layout::Tile::Flat64`], kernel configuration `cfg`) for a launch over `nnzb` blocks in `block_rows`
-/// block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs: one N tile, at least
-/// [`FLAT_MID_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, and whole rows that would keep the busiest SM longer than
-/// an equal share by [`FLAT_MID_AUTO_MARGIN_K_TILES`]. With whole rows the busiest SM runs the longest row and, where
-/// there are more rows than SMs, rows of mean length beside it (`ceil(block_rows / sm_count) - 1` of them); the
-/// list gives every SM `nnzb / sm_count` blocks. Unknown longest row (a caller's raw view): not taken.
-pub fn flat_mid_auto_serves(
+/// Whether [`RowSplit::Auto`] takes the flat block list for a launch of the flat kernel `cfg` over `nnzb` blocks
+/// in `block_rows` block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs, at
+/// [`FLAT_AUTO_CTAS_PER_SM`] CTAs per SM. Never for several N tiles or an unknown longest row (a caller's raw
+/// view). Else:
+/// - the narrow tiles ([`sparsek_layout::Tile::Flat`]): at least [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA
+///   and rows of unequal length (the longest at least 15% over the mean: on rows of equal length, where every row
+///   is cut in two, the flat list measured 4-6% slower than whole rows);
+/// - bs 64's tiles of 32 and 64 columns ([`sparsek_layout::Tile::Flat32`], [`sparsek_layout::Tile::Flat64`]): at
+///   least [`FLAT_MID_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, and whole rows that would keep the busiest SM
+///   longer than an equal share by [`FLAT_MID_AUTO_MARGIN_K_TILES`]. With whole rows the busiest SM runs the
+///   longest row and, where there are more rows than SMs, rows of mean length beside it (`ceil(block_rows /
+///   sm_count) - 1` of them); the list gives every SM `nnzb / sm_count` blocks.
+pub fn flat_auto_serves(
     cfg: &KernelConfig,
     (nnzb, block_rows, n_tiles): (usize, usize, usize),
     max_row_blocks: Option<usize>,
@@ -248,6 +232,10 @@ pub fn flat_mid_auto_serves(
     let k_tiles_per_block = (cfg.bs / cfg.bk.max(1)) as usize;
     let ctas = FLAT_AUTO_CTAS_PER_SM as usize * sm_count;
     let k_tiles = nnzb.saturating_mul(k_tiles_per_block);
+    if cfg.bn <= FLAT_NARROW_MAX_BN {
+        return k_tiles >= FLAT_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas)
+            && longest.saturating_mul(20 * block_rows) >= nnzb.saturating_mul(23);
+    }
     // K-tiles the busiest SM runs with whole rows, against an equal share plus the margin; both sides times
     // block_rows * sm_count, in integers.
     let beside = block_rows.div_ceil(sm_count) - 1;
@@ -258,6 +246,10 @@ pub fn flat_mid_auto_serves(
         .saturating_add(FLAT_MID_AUTO_MARGIN_K_TILES.saturating_mul(block_rows).saturating_mul(sm_count));
     k_tiles >= FLAT_MID_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas) && whole >= flat
 }
+
+/// The widest N tile of the narrow flat kernels ([`sparsek_layout::FLAT_CONFIGS`]); [`flat_auto_serves`] applies
+/// the mid tiles' rule to wider ones.
+const FLAT_NARROW_MAX_BN: u32 = 16;
 
 /// The CTAs per N tile of a flat block-list launch ([`RowSplit::Flat`]) over `nnzb` blocks in `n_tiles` N tiles
 /// of a kernel of `cfg`, `ctas` CTAs wanted (a number of waves' worth): at most `nnzb` (every CTA holds a block),
@@ -449,7 +441,7 @@ impl Gpu {
     /// or a mid tile ([`sparsek_layout::Tile::Mid`], [`sparsek_layout::Tile::Mid64`]) whose block size and
     /// types have a flat one ([`sparsek_layout::Tile::Flat`], [`sparsek_layout::Tile::Flat32`],
     /// [`sparsek_layout::Tile::Flat64`]), as [`RowSplit::Flat`] asks or, under [`RowSplit::Auto`], where
-    /// [`flat_auto_serves`] (narrow) or [`flat_mid_auto_serves`] (mid) says so; and where [`flat_ctas`] allows it. The launcher's
+    /// [`flat_auto_serves`] says so; and where [`flat_ctas`] allows it. The launcher's
     /// decision, which `sparsek run` prints and the tests assert on.
     pub(crate) fn flat_for_kernel(
         &self,
@@ -473,17 +465,7 @@ impl Gpu {
         let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
         let wanted = match self.row_split {
             RowSplit::Flat(k) => k,
-            RowSplit::Auto => {
-                let shape = (nnzb, block_rows, n_tiles);
-                let serves = match tile {
-                    sparsek_layout::Tile::Flat32 | sparsek_layout::Tile::Flat64 => {
-                        flat_mid_auto_serves(&cfg, shape, max_row_blocks, sm_count)
-                    }
-                    _ => flat_auto_serves(&cfg, shape, max_row_blocks, sm_count),
-                };
-                if !serves {
-                    return None;
-                }
+            RowSplit::Auto if flat_auto_serves(&cfg, (nnzb, block_rows, n_tiles), max_row_blocks, sm_count) => {
                 FLAT_AUTO_CTAS_PER_SM
             }
             _ => return None,
@@ -558,8 +540,9 @@ mod tests {
     fn flat_mid_auto_rule_weighs_the_busiest_sm_against_an_equal_share() {
         let cfg = sparsek_layout::flat64_config_for(64).unwrap();
         let cfg32 = sparsek_layout::flat32_config_for(64).unwrap();
-        assert_eq!((cfg.bs, cfg.bk), (cfg32.bs, cfg32.bk), "the rule reads bs and bk only: one test serves both");
-        let serves = |nnzb, rows, longest| flat_mid_auto_serves(&cfg, (nnzb, rows, 1), Some(longest), 132);
+        // The rule reads bs, bk and whether bn is over 16 columns: one test serves both tiles.
+        assert_eq!((cfg.bs, cfg.bk, cfg.bn > 16), (cfg32.bs, cfg32.bk, cfg32.bn > 16));
+        let serves = |nnzb, rows, longest| flat_auto_serves(&cfg, (nnzb, rows, 1), Some(longest), 132);
         // Measured faster (issue 12 step 25): 16384^2 at 22% and 10%, 8192^2 at 22% and 30%, skewed rows, few
         // rows of many blocks.
         assert!(serves(14418, 256, 75));
@@ -578,9 +561,9 @@ mod tests {
         assert!(!serves(256, 16, 24), "one block a CTA");
         assert!(!serves(72, 6, 12), "a layer of 6 block rows");
         // Neither without the longest row or with two N tiles.
-        assert!(!flat_mid_auto_serves(&cfg, (14418, 256, 1), None, 132));
-        assert!(!flat_mid_auto_serves(&cfg, (14418, 256, 2), Some(75), 132));
-        assert!(!flat_mid_auto_serves(&cfg, (14418, 0, 1), Some(75), 132));
+        assert!(!flat_auto_serves(&cfg, (14418, 256, 1), None, 132));
+        assert!(!flat_auto_serves(&cfg, (14418, 256, 2), Some(75), 132));
+        assert!(!flat_auto_serves(&cfg, (14418, 0, 1), Some(75), 132));
     }
 
     #[test]
