@@ -19,8 +19,8 @@
 //! - **whole rows** (empty ones included: `beta * C`), each written to C by the epilogue as it ends;
 //! - a **tail** piece: the start of a row that later CTAs finish. Every thread looks at the row's counter once
 //!   all the CTA's copies are issued (a relaxed load, read a k-tile later) and, once every other piece is in,
-//!   reads their sum under the ring's last k-tiles (the narrow tiles; the tiles of 32 and 64 columns, short of
-//!   registers for a second tile, look at the end); at the end the CTA writes the row as `acc + rest` without
+//!   reads their sum under the ring's last k-tiles (bs 64's narrow tile; the other tiles, short of registers for
+//!   a second tile, look at the end); at the end the CTA writes the row as `acc + rest` without
 //!   storing its own piece. If the pieces are not all in by the end, the CTA stores its piece and counts in, and
 //!   the row's last piece to count in sums the row. No CTA ever waits on another.
 //!
@@ -354,10 +354,11 @@ unsafe fn bsr_spmm_flat<
         );
     }
     // The tail row's other pieces are read under the last k-tiles (into a second tile of accumulators held through
-    // them) only by the narrow tiles; the tiles of 32 and 64 columns read them at the end, where that second tile
-    // is not live beside the main loop's (read early, the tile of 32 took 254 registers and the tile of 64 over
-    // 255; at the end 164 and 238: docs/perf-notes.md, issue 12 steps 25 and 26).
-    let early_rest = BN <= 16;
+    // them) only by bs 64's narrow tile (8 accumulators a thread); the others read them at the end, where that
+    // second tile is not live beside the main loop's: read early, the tile of 32 took 254 registers and the tile
+    // of 64 over 255 (at the end 164 and 238), and bs 128's narrow tile 224 (at the end 156, and 1-4% faster:
+    // docs/perf-notes.md, issue 12 steps 25-27).
+    let early_rest = MI * NI <= 2;
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let threads: u32 = 32 * WARPS_M * WARPS_N;
     let k_tiles_per_block = BS / BK;
