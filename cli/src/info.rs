@@ -70,7 +70,7 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
         );
         println!(
             "  flat block list      instead of whole rows for launches of one N tile (bs 64 and 128 narrow tiles; f16 \
-             in, row-major B, f32 C) with at least {} k-tiles per CTA of {} per SM and the longest row 15% over \
+             in, row-major B, f32 C) with at least {} k-tiles of 64 rows per CTA of {} per SM and the longest row 15% over \
              the mean; on bs 64's tiles of 32 and 64 columns where the busiest SM's whole rows exceed an equal share by \
              {} k-tiles, with at least {} k-tiles per CTA (--split flat[:K] asks for it)",
             sparsek::gpu::FLAT_AUTO_MIN_K_TILES_PER_CTA,

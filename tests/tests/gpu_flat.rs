@@ -213,7 +213,13 @@ fn auto_takes_the_flat_list_where_it_measured_faster() {
     let banded: Bsr<f16> = generate(Pattern::Banded, 16384, 16384, 64, 0.22, 23).unwrap();
     assert_eq!(flat_of(&gpu, &banded, 8, OutType::F32), None, "rows of equal length");
     let bs128: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.22, 24).unwrap();
-    assert_eq!(flat_of(&gpu, &bs128, 8, OutType::F32), None, "bs 128 at 22%: too few k-tiles per CTA");
+    assert_eq!(
+        flat_of(&gpu, &bs128, 8, OutType::F32),
+        Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms),
+        "bs 128 at 22%"
+    );
+    let bs128_sparse: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.1, 31).unwrap();
+    assert_eq!(flat_of(&gpu, &bs128_sparse, 8, OutType::F32), None, "bs 128 at 10%: too few k-tiles per CTA");
     let bs128_dense: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.5, 26).unwrap();
     assert_eq!(flat_of(&gpu, &bs128_dense, 1, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms), "bs 128");
     let sparser: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 64, 0.1, 27).unwrap();

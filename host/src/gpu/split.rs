@@ -185,11 +185,13 @@ pub fn split_choice(
 /// with 1.
 pub const FLAT_AUTO_CTAS_PER_SM: u32 = 2;
 
-/// The fewest k-tiles per CTA (blocks times `bs / bk`) for which [`RowSplit::Auto`] takes the flat block list.
-/// Measured on an H200 (docs/perf-notes.md, issue 12 step 24) against whole rows, two CTAs per SM, alternated in
-/// two calls: 16384 x 16384 bs 64 22% (55 k-tiles a CTA) 2-7% faster at 1 to 16 columns; below 40 the gains are
-/// small or mixed: bs 64 10% (25) 4-6% faster at 8 columns but 1-3% slower at 1, bs 128 22% (27) 0.4-2% faster,
-/// bs 128 10% (12) 3% slower at 1 column, 8192 x 8192 bs 64 22% (14) 4% slower than its split rows.
+/// The fewest k-tiles per CTA (blocks times `bs / bk`) for which [`RowSplit::Auto`] takes the flat block list on
+/// the narrow tiles, counted in k-tiles of 64 rows of A: a bs-128 k-tile, twice the tensor work and bytes of a
+/// bs-64 one, counts two. Measured on an H200 against whole or split rows, two CTAs per SM, alternated: 16384 x
+/// 16384 bs 64 22% (55 k-tiles a CTA) 2-7% faster at 1 to 16 columns; below 40 the gains are small or mixed: bs
+/// 64 10% (25) 4-6% faster at 8 columns but 1-3% slower at 1, 8192 x 8192 bs 64 22% (14) 4% slower than its split
+/// rows (docs/perf-notes.md, issue 12 step 24); bs 128 22% (27 k-tiles, 54 counted) 1.6-4.5% faster, bs 128 10%
+/// (12, 24 counted) level to 1% slower (step 27, with the other pieces read at the end).
 pub const FLAT_AUTO_MIN_K_TILES_PER_CTA: usize = 40;
 
 /// The k-tiles by which the busiest SM's whole rows must exceed its equal share of A's blocks for
@@ -211,8 +213,8 @@ pub const FLAT_MID_AUTO_MIN_K_TILES_PER_CTA: usize = 3;
 /// in `block_rows` block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs, at
 /// [`FLAT_AUTO_CTAS_PER_SM`] CTAs per SM. Never for several N tiles or an unknown longest row (a caller's raw
 /// view). Else:
-/// - the narrow tiles ([`sparsek_layout::Tile::Flat`]): at least [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA
-///   and rows of unequal length (the longest at least 15% over the mean: on rows of equal length, where every row
+/// - the narrow tiles ([`sparsek_layout::Tile::Flat`]): at least [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles of 64
+///   rows per CTA and rows of unequal length (the longest at least 15% over the mean: on rows of equal length, where every row
 ///   is cut in two, the flat list measured 4-6% slower than whole rows);
 /// - bs 64's tiles of 32 and 64 columns ([`sparsek_layout::Tile::Flat32`], [`sparsek_layout::Tile::Flat64`]): at
 ///   least [`FLAT_MID_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, and whole rows that would keep the busiest SM
@@ -233,7 +235,9 @@ pub fn flat_auto_serves(
     let ctas = FLAT_AUTO_CTAS_PER_SM as usize * sm_count;
     let k_tiles = nnzb.saturating_mul(k_tiles_per_block);
     if cfg.bn <= FLAT_NARROW_MAX_BN {
-        return k_tiles >= FLAT_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas)
+        // In k-tiles of 64 rows (FLAT_AUTO_MIN_K_TILES_PER_CTA).
+        let rows_64 = (cfg.bs / 64).max(1) as usize;
+        return k_tiles.saturating_mul(rows_64) >= FLAT_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas)
             && longest.saturating_mul(20 * block_rows) >= nnzb.saturating_mul(23);
     }
     // K-tiles the busiest SM runs with whole rows, against an equal share plus the margin; both sides times
@@ -526,13 +530,14 @@ mod tests {
         assert!(!flat_auto_serves(&cfg(64), (14418, 256, 1), Some(57), 132), "equal rows");
         assert!(!flat_auto_serves(&cfg(64), (14418, 256, 1), None, 132), "longest unknown");
         assert!(!flat_auto_serves(&cfg(64), (14418, 256, 2), Some(75), 132), "two N tiles");
-        // 16384 x 16384 bs 64 10%: 6554 blocks (25 k-tiles per CTA), bs 128 22%: 3604 blocks of 2 k-tiles (27),
-        // bs 128 10%: 1638 (12) and 8192 x 8192 bs 64 22%: 3604 blocks (14): below 40 k-tiles per CTA.
+        // 16384 x 16384 bs 64 10%: 6554 blocks (25 k-tiles per CTA), bs 128 10%: 1638 blocks of 2 k-tiles (12,
+        // counted 24 in k-tiles of 64 rows) and 8192 x 8192 bs 64 22%: 3604 blocks (14): below 40 per CTA.
         assert!(!flat_auto_serves(&cfg(64), (6554, 256, 1), Some(39), 132), "25 k-tiles per CTA");
-        assert!(!flat_auto_serves(&cfg(128), (3604, 128, 1), Some(40), 132), "27 k-tiles per CTA");
         assert!(!flat_auto_serves(&cfg(128), (1638, 128, 1), Some(22), 132), "12 k-tiles per CTA");
         assert!(!flat_auto_serves(&cfg(64), (3604, 128, 1), Some(40), 132), "14 k-tiles per CTA");
-        // bs 128 with twice the blocks (54 k-tiles per CTA): in.
+        // bs 128 22%: 3604 blocks (27 k-tiles per CTA, 54 counted): in, on unequal rows.
+        assert!(flat_auto_serves(&cfg(128), (3604, 128, 1), Some(40), 132), "27 bs-128 k-tiles per CTA");
+        assert!(!flat_auto_serves(&cfg(128), (3604, 128, 1), Some(29), 132), "bs 128, equal rows");
         assert!(flat_auto_serves(&cfg(128), (7208, 128, 1), Some(75), 132));
     }
 
