@@ -220,7 +220,8 @@ pub struct BenchArgs {
     /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice:
     /// parts of about 128 KiB of A, more at bs 128, for launches of one N tile where whole rows leave the GPU
     /// short of CTAs),
-    /// `off` (one CTA per block row), `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16 in, f32 out: the flat block-list
+    /// `off` (one CTA per block row), `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16
+    /// in, f32 out: the flat block-list
     /// kernel, CTAs each taking an equal share of A's blocks across row boundaries, a wave of them or K per SM)
     /// or a number of blocks per part, for comparisons.
     #[arg(long, value_name = "auto|off|flat[:K]|BLOCKS", default_value = "auto", value_parser = parse_split)]

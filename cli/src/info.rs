@@ -69,10 +69,10 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
             sparsek::gpu::SPLIT_COUNTERS
         );
         println!(
-            "  flat block list      instead of whole rows for launches of one N tile (bs 64 and 128 narrow tiles; f16 \
-             in, row-major B, f32 C) with at least {} k-tiles of 64 rows per CTA of {} per SM and the longest row 15% over \
-             the mean; on bs 64's tiles of 32 and 64 columns where the busiest SM's whole rows exceed an equal share by \
-             {} k-tiles, with at least {} k-tiles per CTA (--split flat[:K] asks for it)",
+            "  flat block list      instead of whole rows for launches of one N tile (bs 64 and 128 narrow tiles; \
+             f16 in, row-major B, f32 C) with at least {} k-tiles of 64 rows per CTA of {} per SM and the longest \
+             row 15% over the mean; on bs 64's tiles of 32 and 64 columns where the busiest SM's whole rows exceed \
+             an equal share by {} k-tiles, with at least {} k-tiles per CTA (--split flat[:K] asks for it)",
             sparsek::gpu::FLAT_AUTO_MIN_K_TILES_PER_CTA,
             sparsek::gpu::FLAT_AUTO_CTAS_PER_SM,
             sparsek::gpu::FLAT_MID_AUTO_MARGIN_K_TILES,

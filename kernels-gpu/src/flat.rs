@@ -1,8 +1,8 @@
-//! The flat block list (issue 12): the narrow tile of bs 64 and 128, and bs 64's tile of 64 columns, with every
+//! The flat block list (issue 12): the narrow tile of bs 64 and 128, and bs 64's tiles of 32 and 64 columns, with every
 //! CTA multiplying an equal share of A's nonzero blocks, whatever the rows' lengths. For decode products (16384 x
 //! 16384 at 1 to 64 columns) whose block rows hold binomial numbers of blocks, one CTA per row waits on the
 //! longest rows; equal rows measured 1.1-1.5 µs (3-4%) faster at 8 columns and 5.6 µs (13%) at 64, and skewed
-//! rows 3x faster at 64 (docs/perf-notes.md, issue 12 steps 18, 24 and 25).
+//! rows 2-3x faster at 32 and 64 (docs/perf-notes.md, issue 12 steps 18 and 24-26).
 //!
 //! CTA `c` of `G = flat_ctas` (N tile `blockIdx.x / G`) multiplies blocks `[c * nnzb / G, (c + 1) * nnzb / G)`
 //! (`layout::flat_range`) with one cp.async ring that runs across row boundaries: the copies need only block
@@ -29,7 +29,7 @@
 //!
 //! Parameters and preconditions: `layout::BsrSpmmParams` (`flat_ctas`, `nnzb`, the split workspace), checked by
 //! the host launcher. f16 inputs, row-major B and f32 C only (`layout::Tile::Flat`: the narrow tiles of bs 64
-//! and 128; `layout::Tile::Flat64`: bs 64's tile of 64 columns).
+//! and 128; `layout::Tile::Flat32`, `layout::Tile::Flat64`: bs 64's tiles of 32 and 64 columns).
 
 use crate::bsr::{
     CtaOperands, MAX_STAGES, load_a_slice, load_b_strip, load_fragments, load_k_tile, mma_warp_tile, next_stage,

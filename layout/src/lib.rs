@@ -1221,7 +1221,7 @@ pub struct Variant {
 
 impl Variant {
     /// `bar.sync` / `barrier.sync` instructions the kernel's PTX must hold: its configuration's
-    /// ([`KernelConfig::expected_barriers`]), except the flat block-list kernels ([`Tile::Flat`],
+    /// ([`KernelConfig::expected_barriers`]), except the flat block-list kernels ([`Tile::Flat`], [`Tile::Flat32`],
     /// [`Tile::Flat64`]): the fragment double-buffered main loop's two and the two of the end's hand-over.
     pub const fn expected_barriers(&self) -> u32 {
         match self.tile {
@@ -1279,7 +1279,8 @@ const fn mid64(name: &'static str, input: InType, b_layout: Layout, out: OutType
         None => panic!("no wide mid product configuration for this block size"),
     }
 }
-/// A flat block-list kernel ([`Tile::Flat`], [`Tile::Flat32`] or [`Tile::Flat64`]): f16 inputs, row-major B, f32 C.
+/// A flat block-list kernel ([`Tile::Flat`], [`Tile::Flat32`] or [`Tile::Flat64`]): f16 inputs, row-major B, f32
+/// C.
 const fn flat(name: &'static str, bs: u32, tile: Tile) -> Variant {
     let config = match tile {
         Tile::Flat => flat_config_for(bs),
@@ -1946,13 +1947,10 @@ mod tests {
         assert_eq!(hopper.count(), 8 * HOPPER_CONFIGS.len() + 4 * HOPPER_SHORT_CONFIGS.len());
         assert!(VARIANTS.iter().all(|v| v.tile != Tile::ShortRows || v.out == OutType::F32));
         // The flat block-list kernels: f16 inputs, row-major B, f32 C only.
-        assert!(VARIANTS.iter().filter(|v| matches!(v.tile, Tile::Flat | Tile::Flat64 | Tile::Flat32)).all(|v| (
-            v.input, v.b_layout, v.out
-        ) == (
-            InType::F16,
-            Layout::RowMajor,
-            OutType::F32
-        )));
+        let flat_types = (InType::F16, Layout::RowMajor, OutType::F32);
+        let flat = VARIANTS.iter().filter(|v| matches!(v.tile, Tile::Flat | Tile::Flat64 | Tile::Flat32));
+        assert!(flat.clone().all(|v| (v.input, v.b_layout, v.out) == flat_types));
+        assert_eq!(flat.count(), FLAT_CONFIGS.len() + FLAT32_CONFIGS.len() + FLAT64_CONFIGS.len());
         for v in VARIANTS.iter().filter(|v| v.module != Module::Tuning) {
             // Each product and sm_90a kernel runs its tile's configuration for its block size.
             let config = match (v.module, v.tile) {

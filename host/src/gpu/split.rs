@@ -57,8 +57,8 @@ pub const SPLIT_PART_MAX_GROWN_K_TILES: u32 = 48;
 pub enum RowSplit {
     /// The flat block list where [`flat_auto_serves`] (the bs 64 and 128 narrow tiles: one N tile, at least
     /// [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, rows of unequal length; bs 64's tiles of 32 and 64
-    /// columns: the busiest SM's whole rows exceed an equal share by enough), else parts
-    /// of about [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
+    /// columns: the busiest SM's whole rows exceed an equal share by enough), else parts of about
+    /// [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
     /// [`SPLIT_PART_SHORT_K_TILES`]) where whole rows would leave the GPU short of CTAs or a row dominates
     /// ([`split_choice`]), and the workspace holds them.
     #[default]
@@ -69,10 +69,10 @@ pub enum RowSplit {
     Blocks(u32),
     /// The flat block list ([`sparsek_layout::Tile::Flat`]: bs 64 and 128, f16 inputs, row-major B, f32 C; and
     /// [`sparsek_layout::Tile::Flat32`], [`sparsek_layout::Tile::Flat64`] for bs 64's tiles of 32 and 64 columns)
-    /// in place of the narrow kernel (or those tiles), where [`flat_ctas`] allows it: `G` CTAs per N tile, `G` this many per SM (0,
-    /// or more than fit: the kernel's whole wave), CTA `c` taking the `c`-th of `G` equal ranges of A's blocks across row
-    /// boundaries; a row cut by a range boundary is summed from its pieces in piece order (the same bits run to
-    /// run). Elsewhere as [`RowSplit::Auto`].
+    /// in place of the narrow kernel (or those tiles), where [`flat_ctas`] allows it: `G` CTAs per N tile, `G`
+    /// this many per SM (0, or more than fit: the kernel's whole wave), CTA `c` taking the `c`-th of `G` equal
+    /// ranges of A's blocks across row boundaries; a row cut by a range boundary is summed from its pieces in piece
+    /// order (the same bits run to run). Elsewhere as [`RowSplit::Auto`].
     Flat(u32),
 }
 
@@ -214,8 +214,8 @@ pub const FLAT_MID_AUTO_MIN_K_TILES_PER_CTA: usize = 3;
 /// [`FLAT_AUTO_CTAS_PER_SM`] CTAs per SM. Never for several N tiles or an unknown longest row (a caller's raw
 /// view). Else:
 /// - the narrow tiles ([`sparsek_layout::Tile::Flat`]): at least [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles of 64
-///   rows per CTA and rows of unequal length (the longest at least 15% over the mean: on rows of equal length, where every row
-///   is cut in two, the flat list measured 4-6% slower than whole rows);
+///   rows per CTA and rows of unequal length (the longest at least 15% over the mean: on rows of equal length,
+///   where every row is cut in two, the flat list measured 4-6% slower than whole rows);
 /// - bs 64's tiles of 32 and 64 columns ([`sparsek_layout::Tile::Flat32`], [`sparsek_layout::Tile::Flat64`]): at
 ///   least [`FLAT_MID_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, and whole rows that would keep the busiest SM
 ///   longer than an equal share by [`FLAT_MID_AUTO_MARGIN_K_TILES`]. With whole rows the busiest SM runs the
@@ -251,9 +251,9 @@ pub fn flat_auto_serves(
     k_tiles >= FLAT_MID_AUTO_MIN_K_TILES_PER_CTA.saturating_mul(ctas) && whole >= flat
 }
 
-/// The widest N tile of the narrow flat kernels ([`sparsek_layout::FLAT_CONFIGS`]); [`flat_auto_serves`] applies
-/// the mid tiles' rule to wider ones.
-const FLAT_NARROW_MAX_BN: u32 = 16;
+/// The N tile of the narrow flat kernels ([`sparsek_layout::FLAT_CONFIGS`], all of one width: a unit test checks);
+/// [`flat_auto_serves`] applies the mid tiles' rule to wider ones.
+const FLAT_NARROW_MAX_BN: u32 = sparsek_layout::FLAT_CONFIGS[0].bn;
 
 /// The CTAs per N tile of a flat block-list launch ([`RowSplit::Flat`]) over `nnzb` blocks in `n_tiles` N tiles
 /// of a kernel of `cfg`, `ctas` CTAs wanted (a number of waves' worth): at most `nnzb` (every CTA holds a block),
@@ -542,11 +542,19 @@ mod tests {
     }
 
     #[test]
+    fn the_narrow_flat_tiles_share_one_width_and_the_mid_ones_are_wider() {
+        assert!(sparsek_layout::FLAT_CONFIGS.iter().all(|c| c.bn == FLAT_NARROW_MAX_BN));
+        assert!(sparsek_layout::FLAT32_CONFIGS.iter().all(|c| c.bn > FLAT_NARROW_MAX_BN));
+        assert!(sparsek_layout::FLAT64_CONFIGS.iter().all(|c| c.bn > FLAT_NARROW_MAX_BN));
+    }
+
+    #[test]
     fn flat_mid_auto_rule_weighs_the_busiest_sm_against_an_equal_share() {
         let cfg = sparsek_layout::flat64_config_for(64).unwrap();
         let cfg32 = sparsek_layout::flat32_config_for(64).unwrap();
-        // The rule reads bs, bk and whether bn is over 16 columns: one test serves both tiles.
-        assert_eq!((cfg.bs, cfg.bk, cfg.bn > 16), (cfg32.bs, cfg32.bk, cfg32.bn > 16));
+        // The rule reads bs, bk and whether bn is wider than the narrow tiles': one test serves both tiles.
+        let wide = |c: KernelConfig| c.bn > FLAT_NARROW_MAX_BN;
+        assert_eq!((cfg.bs, cfg.bk, wide(cfg)), (cfg32.bs, cfg32.bk, wide(cfg32)));
         let serves = |nnzb, rows, longest| flat_auto_serves(&cfg, (nnzb, rows, 1), Some(longest), 132);
         // Measured faster (issue 12 step 25): 16384^2 at 22% and 10%, 8192^2 at 22% and 30%, skewed rows, few
         // rows of many blocks.
