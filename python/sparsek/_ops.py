@@ -216,12 +216,12 @@ def _output(t: torch.Tensor, transposed: bool = False):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The structure check on CUDA, remembered per index tensor.
+# The structure check on CUDA, and the block rows' schedule, remembered per index tensor.
 
 # Index tensors whose structure passed the device check, keyed by their addresses, version counters and the
 # sizes checked; the entry holds the tensors themselves, so their memory cannot be freed and reused by another
-# structure while the entry exists. Bounded by entries and by the index bytes it keeps alive (least recently
-# used dropped first): a dropped structure is simply checked again on its next use.
+# structure while the entry exists, and the schedule made of them then. Bounded by entries and by the bytes it
+# keeps alive (least recently used dropped first): a dropped structure is simply checked again on its next use.
 _CHECKED: collections.OrderedDict = collections.OrderedDict()
 _CHECKED_MAX = 256
 _CHECKED_MAX_BYTES = 64 << 20
@@ -237,14 +237,28 @@ def _versions(crow: torch.Tensor, col: torch.Tensor):
         return None, None
 
 
-def _ensure_checked(crow, col, device_index, dtype_name, a_args) -> None:
+def _schedule(crow: torch.Tensor, device_index: int):
+    """The schedule of the structure's block rows (``_native.RowSchedule``: longest rows first, and the most blocks
+    in one row), made by the library from ``crow`` read back to the host, in memory it allocates itself (outside
+    torch's allocator, so a CUDA-graph pool never holds it), or ``None`` without block rows. With it the launcher
+    schedules these rows as it does an uploaded matrix's: long rows start first on the sm_90a kernels' persistent
+    grid, and a skewed row is split over several CTAs (or the work spread by the flat block list) where the rules
+    take it."""
+    if crow.numel() < 2:
+        return None
+    host = crow.detach().to("cpu").contiguous()
+    return _native.cuda_row_schedule(device_index, host.data_ptr(), host.numel(), host.dtype == torch.int64)
+
+
+def _ensure_checked(crow, col, device_index, dtype_name, a_args):
     """Checks the structure described by ``a_args`` (``_launch``'s description of A) on the device, unless these
-    index tensors, unchanged, passed before."""
+    index tensors, unchanged, passed before; returns the schedule of its block rows (``_schedule``)."""
     key = (a_args[1:], _versions(crow, col), device_index)
     with _CHECKED_LOCK:
-        if key in _CHECKED:
+        entry = _CHECKED.get(key)
+        if entry is not None:
             _CHECKED.move_to_end(key)
-            return
+            return entry[3]
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError(
             "sparsek: this BSR structure has not been checked yet, and checking it reads a result back, which a "
@@ -254,14 +268,26 @@ def _ensure_checked(crow, col, device_index, dtype_name, a_args) -> None:
     # The check runs on the library's stream of the device: let the work that wrote the indices finish first.
     torch.cuda.current_stream(device_index).synchronize()
     _native.cuda_check_bsr(device_index, dtype_name, a_args)
+    schedule = _schedule(crow, device_index)
     global _checked_bytes
-    nbytes = crow.nbytes + col.nbytes
+    nbytes = crow.nbytes + col.nbytes + 4 * (crow.numel() - 1)
+    dropped = []
     with _CHECKED_LOCK:
         if key not in _CHECKED:
-            _CHECKED[key] = (crow, col, nbytes)
+            _CHECKED[key] = (crow, col, nbytes, schedule)
             _checked_bytes += nbytes
+        else:
+            schedule = _CHECKED[key][3]
         while len(_CHECKED) > 1 and (len(_CHECKED) > _CHECKED_MAX or _checked_bytes > _CHECKED_MAX_BYTES):
-            _checked_bytes -= _CHECKED.popitem(last=False)[1][2]
+            entry = _CHECKED.popitem(last=False)[1]
+            _checked_bytes -= entry[2]
+            dropped.append(entry)
+    if dropped:
+        # A dropped schedule's memory is freed at once: let every launch that may still read it finish first (a
+        # structure is dropped only here, after a check, which has synchronised already).
+        torch.cuda.synchronize(device_index)
+        del dropped
+    return schedule
 
 
 try:
@@ -288,8 +314,8 @@ def _launch(values, crow, col, rows, cols, bias, b_desc, n, c_desc, out_dtype, a
     args = ((dtype_name, _OUT_TYPES[out_dtype]), a_args, (*b_desc, n), c_desc, (bias_ptr, alpha, beta, activation))
     if values.is_cuda:
         dev = values.get_device()
-        _ensure_checked(crow, col, dev, dtype_name, a_args)
-        _native.cuda_spmm(dev, _raw_stream(dev), args)
+        schedule = _ensure_checked(crow, col, dev, dtype_name, a_args)
+        _native.cuda_spmm(dev, _raw_stream(dev), args, schedule)
     elif values.device.type == "cpu":
         _native.cpu_spmm(args)
     else:

@@ -104,9 +104,20 @@ impl Product {
     /// The addresses are live device memory of `gpu` with the sizes the description states; the structure is
     /// valid (checked on the device by `cuda_check_bsr` or known valid); `stream` is a live stream of `gpu`'s
     /// context (or 0).
-    unsafe fn launch<TA: InputElement, TC: OutputElement>(&self, gpu: &Gpu, stream: CUstream) -> sparsek::Result<()> {
+    ///
+    /// `schedule`, when given: the block rows' schedule made of this structure when it was checked.
+    unsafe fn launch<TA: InputElement, TC: OutputElement>(
+        &self,
+        gpu: &Gpu,
+        stream: CUstream,
+        schedule: Option<&sparsek::gpu::RowSchedule>,
+    ) -> sparsek::Result<()> {
         // SAFETY: the function's contract (the Python layer passes a live tensor's address and sizes for each).
         let a = unsafe { BsrView::<TA>::from_raw(self.arrays(), self.m, self.k, self.bs, self.nnzb)? };
+        let a = match schedule {
+            Some(s) => a.with_schedule(s)?,
+            None => a,
+        };
         // SAFETY: as above.
         let b = unsafe { DenseView::<TA>::from_raw(self.b, self.k, self.n, self.b_ld, layout(self.b_col_major))? };
         // SAFETY: as above; the output tensor is not read or written by anything else during the launch.
@@ -258,21 +269,95 @@ impl Args {
 /// `C = act(alpha * A @ B + bias) + beta * C` on GPU `device`, queued on the raw CUDA stream `stream` (torch's
 /// current stream of that device); no synchronisation, no allocation (CUDA-graph capturable). The structure
 /// must have been checked (`cuda_check_bsr`). Private: called by sparsek/_ops.py with a live tensor's address and
-/// sizes for each operand (`Args`).
+/// sizes for each operand (`Args`), and the block rows' schedule made of the structure when it was checked
+/// (`cuda_row_schedule`), or `None`.
 #[pyfunction]
-fn cuda_spmm(py: Python<'_>, device: usize, stream: usize, args: Args) -> PyResult<()> {
+#[pyo3(signature = (device, stream, args, schedule=None))]
+fn cuda_spmm(
+    py: Python<'_>,
+    device: usize,
+    stream: usize,
+    args: Args,
+    schedule: Option<PyRef<'_, RowSchedule>>,
+) -> PyResult<()> {
     let p = args.product()?;
     let gpu = gpu(py, device)?;
     let stream = stream as CUstream;
     // SAFETY: the Python layer passes live tensors' addresses and sizes on their own device, a structure it has
     // checked on the device, and torch's current stream of that device.
-    unsafe fn go<TA: InputElement, TC: OutputElement>(p: &Product, gpu: &Gpu, s: CUstream) -> sparsek::Result<()> {
+    unsafe fn go<TA: InputElement, TC: OutputElement>(
+        p: &Product,
+        gpu: &Gpu,
+        s: CUstream,
+        schedule: Option<&sparsek::gpu::RowSchedule>,
+    ) -> sparsek::Result<()> {
         // SAFETY: the caller's contract, above.
-        unsafe { p.launch::<TA, TC>(gpu, s) }
+        unsafe { p.launch::<TA, TC>(gpu, s, schedule) }
     }
     let (dtype, out_dtype) = args.types();
+    let schedule = schedule.as_ref().map(|s| &s.0);
     // SAFETY: see `go`.
-    unsafe { by_types!(dtype, out_dtype, go(&p, &gpu, stream)) }.map_err(to_py)
+    unsafe { by_types!(dtype, out_dtype, go(&p, &gpu, stream, schedule)) }.map_err(to_py)
+}
+
+/// The schedule of a checked structure's block rows (`sparsek::gpu::RowSchedule`: longest rows first, in memory
+/// the library allocated outside torch's allocator, and the longest row's blocks), which the Python layer keeps
+/// beside the structure it was made of and passes to every `cuda_spmm` of it. Freed when dropped: the Python
+/// layer synchronises the device before it drops one.
+#[pyclass(frozen, module = "sparsek._native")]
+struct RowSchedule(sparsek::gpu::RowSchedule);
+
+#[pymethods]
+impl RowSchedule {
+    /// Block rows of the structure it was made of.
+    #[getter]
+    fn block_rows(&self) -> usize {
+        self.0.block_rows()
+    }
+    /// Its blocks.
+    #[getter]
+    fn nnzb(&self) -> usize {
+        self.0.nnzb()
+    }
+    /// The most blocks in one block row.
+    #[getter]
+    fn max_row_blocks(&self) -> usize {
+        self.0.max_row_blocks()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "RowSchedule(block_rows={}, nnzb={}, max_row_blocks={})",
+            self.0.block_rows(),
+            self.0.nnzb(),
+            self.0.max_row_blocks()
+        )
+    }
+}
+
+/// The schedule of a structure's block rows on GPU `device` (`Gpu::row_schedule`) from its `row_ptr` in host
+/// memory: `entries` int64 (`index64`) or int32 values at `row_ptr` (a contiguous CPU tensor the caller holds
+/// during the call). Raises `ValueError` for a `row_ptr` that is not one. Private, as `cuda_spmm`.
+#[pyfunction]
+fn cuda_row_schedule(
+    py: Python<'_>,
+    device: usize,
+    row_ptr: u64,
+    entries: usize,
+    index64: bool,
+) -> PyResult<RowSchedule> {
+    let gpu = gpu(py, device)?;
+    if row_ptr == 0 || !row_ptr.is_multiple_of(if index64 { 8 } else { 4 }) {
+        return Err(PyValueError::new_err(format!("sparsek: row_ptr address {row_ptr:#x} is null or misaligned")));
+    }
+    py.detach(|| {
+        // SAFETY: the Python layer passes a live contiguous CPU tensor of `entries` values of the stated width.
+        let schedule = if index64 {
+            gpu.row_schedule(unsafe { std::slice::from_raw_parts(row_ptr as *const i64, entries) })
+        } else {
+            gpu.row_schedule(unsafe { std::slice::from_raw_parts(row_ptr as *const i32, entries) })
+        };
+        schedule.map(RowSchedule).map_err(to_py)
+    })
 }
 
 /// A BSR matrix as `Args` describes it: values, row_ptr and col_idx addresses, 64-bit indices?, M, K, block
@@ -365,6 +450,8 @@ fn programmatic_launch() -> bool {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_spmm, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_check_bsr, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_row_schedule, m)?)?;
+    m.add_class::<RowSchedule>()?;
     m.add_function(wrap_pyfunction!(cpu_spmm, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;

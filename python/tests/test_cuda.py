@@ -182,7 +182,8 @@ def test_remembered_checks_are_bounded_by_bytes(monkeypatch):
     gen = torch.Generator().manual_seed(seed_for("bounded"))
     w1, _ = random_bsr(256, 256, 64, 1.0, torch.float16, torch.int64, "cuda", gen)
     w2, _ = random_bsr(256, 256, 64, 1.0, torch.float16, torch.int64, "cuda", gen)
-    one = w1.crow_indices().nbytes + w1.col_indices().nbytes
+    # The index tensors and the schedule made of them (4 block rows of int32).
+    one = w1.crow_indices().nbytes + w1.col_indices().nbytes + 4 * 4
     monkeypatch.setattr(_ops, "_CHECKED_MAX_BYTES", one)  # room for one structure
     monkeypatch.setattr(_ops, "_CHECKED", type(_ops._CHECKED)())
     monkeypatch.setattr(_ops, "_checked_bytes", 0)
@@ -191,6 +192,39 @@ def test_remembered_checks_are_bounded_by_bytes(monkeypatch):
         sparsek.bsr_mm(w, b)
     assert len(calls) == 3  # w1, w2 (drops w1), w1 again
     assert len(_ops._CHECKED) == 1 and _ops._checked_bytes == one
+
+
+def test_launches_carry_the_schedule_made_at_the_check(monkeypatch):
+    """Every CUDA launch passes the block rows' schedule made when the structure was checked (the library's
+    RowSchedule: longest rows first, the longest row's blocks), the same one while the indices are unchanged, so
+    the library schedules a torch tensor's rows as it does an uploaded matrix's. Skewed rows through bsr_mm (few
+    columns: the split rows) and linear (the sm_90a kernels on an H100/H200) give the float64 result; a structure
+    without block rows gets none."""
+    schedules = []
+    real = _ops._native.cuda_spmm
+    monkeypatch.setattr(_ops._native, "cuda_spmm", lambda *a: (schedules.append(a[3]), real(*a))[1])
+    gen = torch.Generator().manual_seed(seed_for("schedule-carried"))
+    w, w64 = random_bsr(64 * 300, 64 * 40, 64, 0.1, torch.float16, torch.int64, "cuda", gen, skew=True)
+    for n in (8, 8, 200):
+        b = torch.randn(64 * 40, n, device="cuda", dtype=torch.float16)
+        got = sparsek.bsr_mm(w, b)
+        b64 = b.cpu().double()
+        assert_close(got, w64 @ b64, w64.abs() @ b64.abs(), 64 * 40)
+    x = torch.randn(16, 64 * 40, device="cuda", dtype=torch.float16)
+    got = sparsek.linear(x, w)
+    x64 = x.cpu().double()
+    assert_close(got, x64 @ w64.t(), x64.abs() @ w64.abs().t(), 64 * 40)
+    assert len(schedules) == 4 and all(s is schedules[0] for s in schedules), schedules
+    s = schedules[0]
+    crow = w.crow_indices().cpu()
+    assert (s.block_rows, s.nnzb, s.max_row_blocks) == (300, int(crow[-1]), int((crow[1:] - crow[:-1]).max()))
+    assert s.max_row_blocks == 40  # the skewed first row is full
+    # int32 indices give the same schedule; a matrix without block rows gets none.
+    s32 = _ops._schedule(w.crow_indices().to(torch.int32), w.device.index or 0)
+    assert (s32.block_rows, s32.nnzb, s32.max_row_blocks) == (s.block_rows, s.nnzb, s.max_row_blocks)
+    assert _ops._schedule(torch.zeros(1, dtype=torch.int64, device="cuda"), 0) is None
+    with pytest.raises(ValueError, match="row_ptr decreases at block row 1"):
+        _ops._schedule(torch.tensor([0, 3, 2], device="cuda"), 0)
 
 
 def test_programmatic_launch_chains_match_plain_ones():

@@ -1,4 +1,5 @@
-//! Device-resident matrices: dense ([`DeviceMatrix`]) and BSR ([`DeviceBsr`]).
+//! Device-resident matrices: dense ([`DeviceMatrix`]) and BSR ([`DeviceBsr`]), and the block-row schedule of a
+//! BSR matrix in the caller's memory ([`RowSchedule`]).
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use sparsek_layout::{InType, OutType};
 
 use super::Gpu;
 use super::driver::{alloc_err, cuda};
-use crate::error::{Error, Result};
+use crate::error::{BsrError, Error, Result};
 use crate::format::Bsr;
 use crate::matrix::Matrix;
 use crate::scalar::Scalar;
@@ -186,6 +187,87 @@ pub struct DeviceBsr<T = f16> {
     pub(crate) row_order: CudaSlice<u32>,
 }
 
+/// `row_ptr` as u32 entries, checked as [`Gpu::row_schedule`] says: not empty, from 0, never decreasing, every
+/// entry in 0..2^32.
+fn checked_row_ptr<I: Copy + TryInto<u32>>(row_ptr: &[I]) -> Result<Vec<u32>> {
+    let entries = row_ptr
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            v.try_into().map_err(|_| Error::InvalidArgument {
+                name: "row_ptr",
+                reason: format!("entry {i} is negative or not below 2^32"),
+            })
+        })
+        .collect::<Result<Vec<u32>>>()?;
+    match entries.first() {
+        None => Err(Error::InvalidArgument {
+            name: "row_ptr",
+            reason: "is empty: a BSR row_ptr has block_rows + 1 entries".into(),
+        }),
+        Some(&got) if got != 0 => Err(BsrError::RowPtrStart { got }.into()),
+        Some(_) => match entries.windows(2).position(|w| w[1] < w[0]) {
+            Some(block_row) => {
+                Err(BsrError::RowPtrDecreasing { block_row, prev: entries[block_row], next: entries[block_row + 1] }
+                    .into())
+            }
+            None => Ok(entries),
+        },
+    }
+}
+
+/// The block rows of a valid `row_ptr`, longest first (stable: equal lengths keep their order, so neighbours stay
+/// neighbours; one unused entry for a matrix without block rows, never a zero-length device buffer), and the
+/// longest row's length.
+fn longest_first(row_ptr: &[u32]) -> (Vec<u32>, usize) {
+    let lengths: Vec<u32> = row_ptr.windows(2).map(|w| w[1] - w[0]).collect();
+    let mut order: Vec<u32> = (0..lengths.len() as u32).collect();
+    order.sort_by_key(|&r| std::cmp::Reverse(lengths[r as usize]));
+    if order.is_empty() {
+        order.push(0);
+    }
+    (order, lengths.iter().copied().max().unwrap_or(0) as usize)
+}
+
+/// How a BSR matrix's block rows are scheduled, for a [`BsrView`](super::BsrView) of the caller's memory: its
+/// block rows longest first (in this GPU's memory, owned and freed here) and the most blocks in one row. Made by
+/// [`Gpu::row_schedule`] from the matrix's `row_ptr`, attached with
+/// [`BsrView::with_schedule`](super::BsrView::with_schedule). It affects only how the work is spread: a schedule
+/// made from other row lengths of the same shape still gives the right product, only perhaps a slower one.
+pub struct RowSchedule {
+    pub(crate) order: CudaSlice<u32>,
+    pub(crate) block_rows: usize,
+    pub(crate) nnzb: usize,
+    pub(crate) max_row_blocks: usize,
+    pub(crate) ordinal: usize,
+}
+
+impl RowSchedule {
+    /// Block rows of the matrix it was made for.
+    pub fn block_rows(&self) -> usize {
+        self.block_rows
+    }
+    /// Nonzero blocks of the matrix it was made for (the last `row_ptr` entry).
+    pub fn nnzb(&self) -> usize {
+        self.nnzb
+    }
+    /// The most nonzero blocks in one block row.
+    pub fn max_row_blocks(&self) -> usize {
+        self.max_row_blocks
+    }
+}
+
+impl std::fmt::Debug for RowSchedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowSchedule")
+            .field("block_rows", &self.block_rows)
+            .field("nnzb", &self.nnzb)
+            .field("max_row_blocks", &self.max_row_blocks)
+            .field("device", &self.ordinal)
+            .finish()
+    }
+}
+
 impl<T> DeviceBsr<T> {
     /// Rows of A.
     pub fn rows(&self) -> usize {
@@ -218,25 +300,46 @@ impl Gpu {
     /// built.
     pub fn upload<T: InputElement>(&self, a: &Bsr<T>) -> Result<DeviceBsr<T>> {
         let stream = self.stream();
-        let lengths: Vec<u32> = a.row_ptr().windows(2).map(|w| w[1] - w[0]).collect();
-        let mut row_order: Vec<u32> = (0..lengths.len() as u32).collect();
-        // Longest block rows first (stable: equal lengths keep their order, so neighbours stay neighbours).
-        row_order.sort_by_key(|&r| std::cmp::Reverse(lengths[r as usize]));
+        let (order, max_row_blocks) = longest_first(a.row_ptr());
         // Zero-length device buffers are avoided: a matrix with no blocks still gets one (unused) element.
         let col_idx = if a.col_idx().is_empty() { &[0u32][..] } else { a.col_idx() };
         let zero = [T::from_f64(0.0)];
         let values = if a.values().is_empty() { &zero[..] } else { a.values() };
-        let order = if row_order.is_empty() { vec![0] } else { row_order };
         Ok(DeviceBsr {
             rows: a.rows(),
             cols: a.cols(),
             bs: a.block_size(),
             nnzb: a.nnzb(),
-            max_row_blocks: lengths.iter().copied().max().unwrap_or(0) as usize,
+            max_row_blocks,
             row_ptr: Self::htod(stream, "BSR row_ptr", a.row_ptr())?,
             col_idx: Self::htod(stream, "BSR col_idx", col_idx)?,
             values: Self::htod(stream, "BSR values", values)?,
             row_order: Self::htod(stream, "BSR row order", &order)?,
+        })
+    }
+
+    /// The schedule of a BSR matrix's block rows, from its `row_ptr` (`block_rows + 1` entries: PyTorch's
+    /// `crow_indices`, scipy's `indptr`, as i64, i32 or u32) read on the host: the block rows longest first, copied
+    /// to this GPU, and the longest row's length. Made once for a matrix in the caller's memory (a weight, when it is
+    /// loaded) and attached to its [`BsrView`](super::BsrView) with
+    /// [`BsrView::with_schedule`](super::BsrView::with_schedule), it gives [`Gpu::spmm_raw`] what an uploaded
+    /// [`DeviceBsr`] has: long rows start first on the sm_90a kernels' persistent grid and wherever CTAs queue for
+    /// SMs, and the split-row and flat-list rules can see a skewed row and spread it over the GPU.
+    ///
+    /// Checked: `row_ptr` is not empty, starts at 0, never decreases and every entry is below 2^32. The copy is
+    /// synchronous (it runs on this `Gpu`'s stream; a schedule is made once, not per launch).
+    pub fn row_schedule<I: Copy + TryInto<u32>>(&self, row_ptr: &[I]) -> Result<RowSchedule> {
+        let entries = checked_row_ptr(row_ptr)?;
+        let (order, max_row_blocks) = longest_first(&entries);
+        let stream = self.stream();
+        let order = Self::htod(stream, "BSR row order", &order)?;
+        stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        Ok(RowSchedule {
+            order,
+            block_rows: entries.len() - 1,
+            nnzb: entries[entries.len() - 1] as usize,
+            max_row_blocks,
+            ordinal: self.info().ordinal,
         })
     }
 
@@ -272,5 +375,37 @@ impl Gpu {
         let bytes = crate::alloc::bytes_of::<T>("device dense matrix (bytes)", len)?;
         let data = self.stream().alloc_zeros::<T>(len).map_err(alloc_err("device dense matrix", bytes))?;
         DeviceMatrix::from_slice(data, rows, cols, ld)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_first_is_stable_and_finds_the_longest_row() {
+        // Rows of 2, 0, 5, 2, 5 blocks: the two of 5 first (in their order), then the two of 2, then the empty one.
+        let (order, longest) = longest_first(&[0, 2, 2, 7, 9, 14]);
+        assert_eq!((order, longest), (vec![2, 4, 0, 3, 1], 5));
+        // No block rows: one unused entry (never a zero-length device buffer), longest 0.
+        assert_eq!(longest_first(&[0]), (vec![0], 0));
+        // Rows without blocks keep their order.
+        assert_eq!(longest_first(&[0, 0, 0, 0]), (vec![0, 1, 2], 0));
+    }
+
+    #[test]
+    fn row_ptr_of_a_schedule_is_checked() {
+        assert_eq!(checked_row_ptr(&[0i64, 3, 3, 8]).unwrap(), vec![0, 3, 3, 8]);
+        assert_eq!(checked_row_ptr(&[0i32]).unwrap(), vec![0]);
+        let err = |r: Result<Vec<u32>>| r.unwrap_err().to_string();
+        assert!(err(checked_row_ptr::<u32>(&[])).contains("row_ptr: is empty"));
+        assert!(err(checked_row_ptr(&[1u32, 2])).contains("row_ptr[0] = 1, expected 0"));
+        assert!(err(checked_row_ptr(&[0i64, 4, 3])).contains("decreases at block row 1"));
+        assert!(err(checked_row_ptr(&[0i64, -1])).contains("entry 1 is negative"));
+        assert!(err(checked_row_ptr(&[0i64, 1 << 32])).contains("entry 1 is negative or not below 2^32"));
+        assert!(matches!(
+            checked_row_ptr(&[0u32, 2, 1]),
+            Err(Error::InvalidBsr(BsrError::RowPtrDecreasing { block_row: 1, prev: 2, next: 1 }))
+        ));
     }
 }

@@ -6,6 +6,7 @@
 //! - `registry`: the embedded PTX modules, chosen by compute capability and loaded once, and their kernels keyed
 //!   by (op, block size, output type) from the shared variant table (`sparsek_layout::VARIANTS`);
 //! - [`DeviceMatrix`] / [`DeviceBsr`]: device buffers whose shape cannot drift from their allocation;
+//!   [`RowSchedule`]: a BSR matrix's block rows longest first, for a view of the caller's memory;
 //! - `views`: [`DenseView`], [`DenseViewMut`], [`BsrView`], [`VectorView`]: the caller's device memory (any
 //!   layout, 32- or 64-bit indices), launched with [`Gpu::spmm_raw`] on the caller's stream;
 //! - `tma`: the tensor maps of the sm_90a kernels, encoded per launch;
@@ -32,7 +33,7 @@ mod tma;
 mod tune;
 mod views;
 
-pub use buffers::{DeviceBsr, DeviceElement, DeviceMatrix, InputElement, OutputElement};
+pub use buffers::{DeviceBsr, DeviceElement, DeviceMatrix, InputElement, OutputElement, RowSchedule};
 #[cfg(feature = "tuning")]
 #[doc(hidden)]
 pub use context::KernelVariant;

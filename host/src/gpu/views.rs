@@ -21,7 +21,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaView, DevicePtr, DeviceSlice};
 use sparsek_layout::Layout;
 
-use super::buffers::{DeviceBsr, DeviceElement, DeviceMatrix};
+use super::buffers::{DeviceBsr, DeviceElement, DeviceMatrix, RowSchedule};
 use crate::error::{Error, Result};
 
 /// The width of a BSR structure's `row_ptr` and `col_idx` entries on the device.
@@ -141,24 +141,24 @@ impl<'a, T> DenseView<'a, T> {
 }
 
 impl<'a, T> BsrView<'a, T> {
-    /// A view of an uploaded [`DeviceBsr`] at the given device addresses (validated structure, u32 indices).
+    /// A view of an uploaded [`DeviceBsr`] at the given device addresses (validated structure, u32 indices, its
+    /// longest-first row order and longest row).
     pub(crate) fn trusted(
         (values, row_ptr, col_idx, row_order): (CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr),
-        rows: usize,
-        cols: usize,
-        bs: usize,
-        nnzb: usize,
+        a: &DeviceBsr<T>,
     ) -> BsrView<'a, T> {
         BsrView {
             values,
             row_ptr,
             col_idx,
             row_order,
+            max_row_blocks: Some(a.max_row_blocks),
+            schedule_ordinal: None,
             index: IndexType::U32,
-            rows,
-            cols,
-            bs,
-            nnzb,
+            rows: a.rows,
+            cols: a.cols,
+            bs: a.bs,
+            nnzb: a.nnzb,
             raw: false,
             _borrow: PhantomData,
         }
@@ -384,6 +384,11 @@ pub struct BsrView<'a, T> {
     pub(crate) col_idx: CUdeviceptr,
     /// 0, or `rows / bs` u32: the order the block rows are scheduled in (longest first).
     pub(crate) row_order: CUdeviceptr,
+    /// The most blocks in one block row, when known (an uploaded matrix's, or a [`RowSchedule`]'s): the
+    /// launcher's split-row and flat-list rules and the plan key read it.
+    pub(crate) max_row_blocks: Option<usize>,
+    /// The device ordinal of a [`RowSchedule`]'s order, checked against the launch's GPU.
+    pub(crate) schedule_ordinal: Option<usize>,
     pub(crate) index: IndexType,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
@@ -440,6 +445,8 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             row_ptr: arrays.row_ptr,
             col_idx: arrays.col_idx,
             row_order: 0,
+            max_row_blocks: None,
+            schedule_ordinal: None,
             index: arrays.index,
             rows,
             cols,
@@ -447,6 +454,44 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             nnzb,
             raw: true,
             _borrow: PhantomData,
+        })
+    }
+
+    /// This view with `schedule`, the [`RowSchedule`] made from its `row_ptr` by
+    /// [`Gpu::row_schedule`](super::Gpu::row_schedule): [`Gpu::spmm_raw`](super::Gpu::spmm_raw) then schedules
+    /// its block rows as it does an uploaded [`DeviceBsr`]'s (longest first, long rows split or the flat block list
+    /// where the rules take them). Without one, a raw view's rows run in their own order and the launcher, not
+    /// knowing the longest row, splits rows only where there are fewer block rows than SMs.
+    ///
+    /// Checked: the schedule was made for as many block rows and blocks as this view has (at launch: on the
+    /// launch's GPU). Its order is a permutation of the block rows by construction, so the product is right
+    /// whatever lengths it was made from; only the speed depends on them matching the structure's.
+    pub fn with_schedule<'s>(self, schedule: &'s RowSchedule) -> Result<BsrView<'s, T>>
+    where
+        'a: 's,
+    {
+        use crate::error::BsrError;
+        let block_rows = self.rows / self.bs;
+        if schedule.block_rows != block_rows {
+            return Err(Error::InvalidBsr(BsrError::RowPtrLength {
+                expected: block_rows + 1,
+                got: schedule.block_rows + 1,
+            }));
+        }
+        if schedule.nnzb != self.nnzb {
+            return Err(Error::InvalidBsr(BsrError::RowPtrEnd {
+                expected: self.nnzb,
+                got: u32::try_from(schedule.nnzb).unwrap_or(u32::MAX),
+            }));
+        }
+        let stream = schedule.order.stream();
+        let (row_order, _record) = schedule.order.device_ptr(stream);
+        Ok(BsrView {
+            row_order,
+            max_row_blocks: Some(schedule.max_row_blocks),
+            schedule_ordinal: Some(schedule.ordinal),
+            _borrow: PhantomData,
+            ..self
         })
     }
 
@@ -534,6 +579,6 @@ impl<T: DeviceElement> DeviceBsr<T> {
         let (row_ptr, _r1) = self.row_ptr.device_ptr(stream);
         let (col_idx, _r2) = self.col_idx.device_ptr(stream);
         let (row_order, _r3) = self.row_order.device_ptr(stream);
-        BsrView::trusted((values, row_ptr, col_idx, row_order), self.rows, self.cols, self.bs, self.nnzb)
+        BsrView::trusted((values, row_ptr, col_idx, row_order), self)
     }
 }

@@ -149,9 +149,18 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let (kernel, plan) = self.find_kernel::<TA, TC>(a.into(), (b.layout, c.view.layout), b.cols, None)?;
+        let (kernel, plan) =
+            self.find_kernel::<TA, TC>(a.into(), (b.layout, c.view.layout), b.cols, a.max_row_blocks)?;
         self.ctx_current()?;
         self.check_stream(stream)?;
+        if let Some(ordinal) = a.schedule_ordinal
+            && ordinal != self.info().ordinal
+        {
+            return Err(Error::InvalidArgument {
+                name: "A's row schedule",
+                reason: format!("was made on device {ordinal}; this Gpu is device {}", self.info().ordinal),
+            });
+        }
         // Raw pointers are checked where they will be used (an empty operand's address never is).
         let has_blocks = a.nnzb > 0;
         for (what, check, ptr) in [
@@ -166,7 +175,7 @@ impl Gpu {
                 self.check_pointer_of(what, ptr)?;
             }
         }
-        self.launch(stream, kernel, a, b, &c.view, bias, ep, plan.group_rows, None)
+        self.launch(stream, kernel, a, b, &c.view, bias, ep, plan.group_rows)
     }
 
     /// [`Gpu::spmm`] with a kernel of the tuning module ([`Gpu::tuning_variants`]) on the default stream. The
@@ -267,10 +276,10 @@ impl Gpu {
         let (b_ptr, _g4) = b.as_slice().device_ptr(stream);
         let (c_rows, c_cols, c_ld) = (c.rows(), c.cols(), c.ld());
         let (c_ptr, _g5) = c.as_mut_slice().device_ptr_mut(stream);
-        let av = BsrView::<TA>::trusted((values, row_ptr, col_idx, row_order), a.rows, a.cols, a.bs, a.nnzb);
+        let av = BsrView::<TA>::trusted((values, row_ptr, col_idx, row_order), a);
         let bv = DenseView::<TA>::trusted(b_ptr, b.rows(), b.cols(), b.ld()).stored(b_layout);
         let cv = DenseView::<TC>::trusted(c_ptr, c_rows, c_cols, c_ld).stored(c_layout);
-        self.launch(stream.cu_stream(), kernel, &av, &bv, &cv, None, ep, group_rows, Some(a.max_row_blocks))
+        self.launch(stream.cu_stream(), kernel, &av, &bv, &cv, None, ep, group_rows)
     }
 
     /// Makes this `Gpu`'s context current on the calling thread (the raw launch and the driver queries use it).
@@ -343,9 +352,9 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
         group_rows: Option<u32>,
-        max_row_blocks: Option<usize>,
     ) -> Result<()> {
         let (m, k, n) = (a.rows, a.cols, b.cols);
+        let max_row_blocks = a.max_row_blocks;
         if b.rows != k || c.rows != m || c.cols != n {
             return Err(Error::ShapeMismatch { a: (m, k), b: (b.rows, n), c: (c.rows, c.cols) });
         }
