@@ -232,6 +232,15 @@ impl KernelConfig {
             Pipeline::TmaWgmma { .. } => self.bk / 16,
         }
     }
+    /// `wgmma.fence`, `wgmma.commit_group` and `wgmma.wait_group` instructions the kernel's PTX must hold (each
+    /// a `.sync.aligned` warpgroup collective written as inline asm, which LLVM may duplicate): one fence and one
+    /// commit per k-tile of the main loop, a `wait_group 1` in it and a `wait_group 0` after it.
+    pub const fn expected_wgmma_group_ops(&self) -> [u32; 3] {
+        match self.pipeline {
+            Pipeline::CpAsync | Pipeline::Direct => [0, 0, 0],
+            Pipeline::TmaWgmma { .. } => [1, 1, 2],
+        }
+    }
     /// `bar.sync` / `barrier.sync` instructions the kernel's PTX must hold: the main loop's one (and the second
     /// of the fragment double-buffered schedule), plus the two of the split rows' hand-over
     /// ([`KernelConfig::splits_rows`]); the sm_90a kernel's one after the mbarriers are initialised.

@@ -1,7 +1,7 @@
 //! Checks and finishing of the emitted PTX against the variant table (`sparsek_layout::VARIANTS`).
 //!
-//! - [`check_counts`]: every kernel of the table holds exactly the barriers, `mma.sync`, `wgmma.mma_async` and
-//!   `setmaxnreg` its configuration implies. rustc does not mark inline asm `convergent`, so LLVM may duplicate
+//! - [`check_counts`]: every kernel of the table holds exactly the barriers, `mma.sync`, `wgmma.mma_async`,
+//!   `setmaxnreg`, `wgmma.fence`, `wgmma.commit_group` and `wgmma.wait_group` its configuration implies. rustc does not mark inline asm `convergent`, so LLVM may duplicate
 //!   an asm collective into both arms of a branch (it did, with an asm `bar.sync`: ../shared/HOPPER.md); a
 //!   duplicated or dropped collective changes these counts and fails the build.
 //! - [`finish_sm90a`]: what rustc cannot say in the sm_90a kernels' PTX: the launch bound (`.maxntid`, so ptxas
@@ -36,31 +36,33 @@ fn count(body: &str, op: &str) -> u32 {
         .count() as u32
 }
 
-/// What a kernel's PTX must hold: (bar.sync, mma.sync, wgmma.mma_async, setmaxnreg).
-fn expected(v: &Variant) -> (u32, u32, u32, u32) {
+/// The collectives counted per kernel: the CTA barrier and every `.sync.aligned` instruction the kernels write as
+/// inline asm, except `ldmatrix`, whose count follows the unrolled fragment schedules rather than a formula.
+const COUNTED: [&str; 7] =
+    ["bar.sync", "mma.sync", "wgmma.mma_async", "setmaxnreg.", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group"];
+
+/// What a kernel's PTX must hold, in the order of [`COUNTED`].
+fn expected(v: &Variant) -> [u32; 7] {
     let c = v.config;
     let setmaxnreg = if matches!(c.pipeline, Pipeline::TmaWgmma { .. }) { 2 } else { 0 };
-    (v.expected_barriers(), c.expected_mma_sync(), c.expected_wgmma(), setmaxnreg)
+    let [fence, commit, wait] = c.expected_wgmma_group_ops();
+    [v.expected_barriers(), c.expected_mma_sync(), c.expected_wgmma(), setmaxnreg, fence, commit, wait]
 }
 
-/// Fails when a kernel of the variant table holds other numbers of barriers, `mma.sync`, `wgmma.mma_async` or
-/// `setmaxnreg` than its configuration implies.
+/// What a kernel's PTX holds, in the order of [`COUNTED`] (`bar.sync` counts `barrier.sync` too).
+fn counted(body: &str) -> [u32; 7] {
+    COUNTED.map(|op| count(body, op) + if op == "bar.sync" { count(body, "barrier.sync") } else { 0 })
+}
+
+/// Fails when a kernel of the variant table holds other numbers of the [`COUNTED`] collectives than its
+/// configuration implies.
 pub fn check_counts(module: &str, ptx: &str) -> Result<(), String> {
     let mut problems = Vec::new();
     for (name, body) in entries(ptx) {
         let Some(v) = VARIANTS.iter().find(|v| v.name == name) else { continue };
-        let got = (
-            count(body, "bar.sync") + count(body, "barrier.sync"),
-            count(body, "mma.sync"),
-            count(body, "wgmma.mma_async"),
-            count(body, "setmaxnreg."),
-        );
-        let want = expected(v);
+        let (got, want) = (counted(body), expected(v));
         if got != want {
-            problems.push(format!(
-                "{name}: (bar.sync, mma.sync, wgmma.mma_async, setmaxnreg) = {got:?}, the configuration implies \
-                 {want:?}"
-            ));
+            problems.push(format!("{name}: {COUNTED:?} = {got:?}, the configuration implies {want:?}"));
         }
     }
     if problems.is_empty() {
@@ -150,6 +152,33 @@ mod tests {
         assert_eq!(count(body, "bar.sync"), 1);
         assert_eq!(count(body, "wgmma.mma_async"), 1);
         assert_eq!(count(body, "mma.sync"), 1);
+    }
+
+    /// The committed modules pass; a collective duplicated into a second line, or lost, in one kernel fails the
+    /// check and names the kernel.
+    #[test]
+    fn duplicated_or_lost_collectives_fail_the_count() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/ptx");
+        for (file, line, dup) in [
+            ("sparsek_sm90a.ptx", "wgmma.commit_group.sync.aligned;", true),
+            ("sparsek_sm90a.ptx", "wgmma.fence.sync.aligned;", true),
+            ("sparsek_sm90a.ptx", "wgmma.wait_group.sync.aligned 1;", false),
+            ("sparsek_sm80.ptx", "bar.sync \t0;", true),
+        ] {
+            let ptx = std::fs::read_to_string(dir.join(file)).unwrap();
+            check_counts(file, &ptx).unwrap();
+            let at = ptx.find(line).unwrap_or_else(|| panic!("{file}: no {line:?}"));
+            let eol = at + ptx[at..].find('\n').unwrap() + 1;
+            let start = ptx[..at].rfind('\n').map_or(0, |i| i + 1);
+            let changed = if dup {
+                format!("{}{}{}", &ptx[..eol], &ptx[start..eol], &ptx[eol..])
+            } else {
+                format!("{}{}", &ptx[..start], &ptx[eol..])
+            };
+            let kernel = entries(&ptx).into_iter().find(|(_, body)| body.contains(line)).unwrap().0;
+            let err = check_counts(file, &changed).unwrap_err();
+            assert!(err.contains(kernel) && err.lines().count() == 2, "{file} {line:?}: {err}");
+        }
     }
 
     #[test]
