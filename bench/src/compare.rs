@@ -353,7 +353,7 @@ mod tests {
         assert!(text.contains("| 8192x8192x8192 bs16 5% uniform "), "{text}");
         assert!(!text.contains("different GPUs"));
         let mut other = r.clone();
-        other.header.gpu = "NVIDIA H100 80GB HBM3".into();
+        other.header.gpu = format!("{} (another)", r.header.gpu);
         assert!(compare(&r, &other, 5.0).to_string().contains("Note: different GPUs."));
     }
 
