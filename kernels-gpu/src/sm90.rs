@@ -52,7 +52,8 @@ use crate::epilogue::{
 };
 use crate::layout::{
     BsrSpmmParams, HopperSpmmParams, KernelConfig, OUT_STAGE_BYTES, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N,
-    c_map_columns, raster,
+    c_map_columns, hopper_split_counter, hopper_split_slot, hopper_virtual_row, hopper_virtual_rows, raster,
+    split_parts,
 };
 use crate::ptx;
 use crate::ptx::WgmmaAcc;
@@ -122,6 +123,123 @@ unsafe fn row_at(p: &BsrSpmmParams, pos: u32, index_shift: u32) -> (u32, u32, u3
     }
 }
 
+/// One tile of a launch: N tile `n_tile` of block row `row`, at position `pos` of the row order, and of it part
+/// `part` of `parts` (blocks `begin..end`; one part unless the row is split).
+#[derive(Clone, Copy)]
+struct TileAt {
+    pos: u32,
+    row: u32,
+    n_tile: u32,
+    part: u32,
+    parts: u32,
+    begin: u32,
+    end: u32,
+}
+
+/// Tile `t` (< `vrows * n_tiles`, [`hopper_virtual_rows`]) of the launch, or `None` for a part past its row's parts
+/// (a split row shorter than `split_chunks` parts: nothing to do).
+///
+/// # Safety
+/// `p` satisfies the kernel's preconditions and `t` is below the launch's tiles.
+#[inline(always)]
+unsafe fn tile_at(
+    p: &BsrSpmmParams,
+    t: u32,
+    (vrows, n_tiles, split_rows): (u32, u32, u32),
+    shift: u32,
+) -> Option<TileAt> {
+    let (vpos, n_tile) = raster(t, vrows, n_tiles, p.group_rows);
+    let (pos, part, split) = hopper_virtual_row(vpos, split_rows, p.split_chunks);
+    // SAFETY: pos < block_rows (the caller's t is a tile of the launch).
+    let (row, row_begin, row_end) = unsafe { row_at(p, pos, shift) };
+    let len = row_end - row_begin;
+    let parts = if split { split_parts(len, p.split_blocks, p.split_chunks) } else { 1 };
+    if part >= parts {
+        return None;
+    }
+    if parts == 1 {
+        // A whole row (every tile of a launch without split rows): no division on the way to its first copy.
+        return Some(TileAt { pos, row, n_tile, part, parts, begin: row_begin, end: row_end });
+    }
+    let start = |i: u32| row_begin + (i as u64 * len as u64 / parts as u64) as u32;
+    Some(TileAt { pos, row, n_tile, part, parts, begin: start(part), end: start(part + 1) })
+}
+
+/// A split row's hand-over, one consumer warp at a time: the warp stores its f32 accumulators (its 16 rows of the
+/// tile) to this part's slot of the workspace, each lane fences and counts itself in on the warp's counter
+/// ([`hopper_split_counter`]), and the warp holding the last count adds the parts' accumulators in part order (the
+/// same bits whichever part finishes last), resets the counter and returns `true`; the others return `false` and
+/// write nothing. No warp waits for another part: the last one only reads what every part stored before counting.
+///
+/// A slot holds the tile's accumulators thread-major per 16 bytes: register quadruple `q` (of `PIECES * 16`) of
+/// the tile's consumer thread `thread` (of `tile_threads`) at byte `(q * tile_threads + lane) * 16`.
+///
+/// # Safety
+/// Warp-collective (every lane, warp-uniform control flow); the launch's split partials and counters cover the
+/// split rows' slots and counters (host: `split_rows * split_chunks * n_tiles` slots of the tile's f32 accumulators,
+/// `split_rows * n_tiles * tile warps` counters), which are zero before the launch.
+#[inline(always)]
+unsafe fn hand_over<const PIECES: usize>(
+    acc: &mut [WgmmaAcc; PIECES],
+    p: &BsrSpmmParams,
+    at: &TileAt,
+    (n_tiles, counter): (u32, u64),
+    (thread, tile_threads): (u32, u32),
+) -> bool {
+    let slot_bytes = tile_threads as u64 * PIECES as u64 * 16 * 16;
+    let slot = |i: u32| {
+        let s = hopper_split_slot(at.pos, i, p.split_chunks, at.n_tile, n_tiles);
+        (p.split_partials + s * slot_bytes) as *mut u32
+    };
+    let at_q = |q: usize| (q * tile_threads as usize + thread as usize) * 4; // in u32
+    let mine = slot(at.part);
+    for (pc, piece) in acc.iter().enumerate() {
+        for (j, v) in piece.iter().enumerate() {
+            let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
+            // SAFETY: this part's slot, inside the workspace (the caller's contract).
+            unsafe { ptx::st_global_v4(mine.add(at_q(pc * 16 + j)), bits) };
+        }
+    }
+    // Each lane publishes its own stores at GPU scope, then counts itself in: 32 counts per part.
+    ptx::fence_acq_rel_gpu();
+    let count = (p.split_counters as *mut u32).wrapping_add(counter as usize);
+    let full = 32 * at.parts;
+    // SAFETY: the tile's counter (the caller's contract).
+    let old = unsafe { ptx::atom_global_add_u32(count, 1) };
+    if ptx::ballot(old == full - 1) == 0 {
+        return false;
+    }
+    // This warp made the last count. Every lane reads the full count itself (it is there: the last atomic has
+    // returned) and fences, so that every part's stores, each released before its lane's count, are visible to it.
+    // SAFETY: as above.
+    while unsafe { ptx::ld_relaxed_gpu_u32(count) } != full {}
+    ptx::fence_acq_rel_gpu();
+    if ptx::ballot(true) != 0 && thread % 32 == 0 {
+        // Every lane has read the full count: the next launch finds the counter at zero.
+        // SAFETY: as above.
+        unsafe { ptx::st_global_u32(count, 0) };
+    }
+    let mut i = 0;
+    while i < at.parts {
+        let part = slot(i);
+        for (pc, piece) in acc.iter_mut().enumerate() {
+            for (j, v) in piece.iter_mut().enumerate() {
+                // SAFETY: part i's slot, written and published before its count (above).
+                let t = unsafe { ptx::ld_global_cg_v4(part.add(at_q(pc * 16 + j))) }.map(f32::from_bits);
+                if i == 0 {
+                    *v = t;
+                } else {
+                    for e in 0..4 {
+                        v[e] += t[e];
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    true
+}
+
 /// The kernel body for one configuration (see the module docs).
 ///
 /// # Safety
@@ -147,6 +265,7 @@ unsafe fn hopper_spmm<
     tmaps: u64,
     tile_counter: u64,
     c_tma: bool,
+    split_rows: u32,
 ) {
     // B's order: TRANS_B = 0 for a column-major B (staged N x K, K-major), 1 for a row-major B (K x N).
     let b_col = TRANS_B == 0;
@@ -225,7 +344,10 @@ unsafe fn hopper_spmm<
 
     let n = p.n;
     let n_tiles = n.div_ceil(BN);
-    let tiles = p.block_rows * n_tiles;
+    // Split rows: the first split_rows positions of the row order walk split_chunks virtual rows each.
+    let vrows = hopper_virtual_rows(p.block_rows, split_rows, p.split_chunks);
+    let tiles = vrows * n_tiles;
+    let shape = (vrows, n_tiles, split_rows);
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let grid = ptx::grid_dim_x();
     let (tmap_a, tmap_b, tmap_c) = (tmaps, tmaps + 128, tmaps + 256);
@@ -251,30 +373,31 @@ unsafe fn hopper_spmm<
         let mut it = 0u32;
         let mut j = 0u32;
         let mut next = ptx::block_idx_x();
-        let mut take = || {
+        let take = |next: &mut u32| {
             if counter.is_null() {
-                next += grid;
-                next - grid
+                *next += grid;
+                *next - grid
             } else {
                 // SAFETY: the launch's own zeroed counter (HopperSpmmParams::tile_counter).
                 unsafe { ptx::atom_global_add_u32(counter, 1) }
             }
         };
-        // Tile `t`'s N tile and blocks (none past the last tile).
-        let locate = |t: u32| {
+        // From tile `t` on, the first with work (or the end): the tile and its N tile and blocks. Parts past a
+        // split row's own parts are taken and passed over.
+        let locate = |mut t: u32, next: &mut u32| loop {
             if t >= tiles {
-                return (0, 0, 0);
+                return (t, (0, 0, 0));
             }
-            let (pos, n_tile) = raster(t, p.block_rows, n_tiles, p.group_rows);
-            // SAFETY: pos < block_rows.
-            let (_, begin, end) = unsafe { row_at(p, pos, index_shift) };
-            (n_tile, begin, end)
+            // SAFETY: t is a tile of the launch.
+            if let Some(at) = unsafe { tile_at(p, t, shape, index_shift) } {
+                return (t, (at.n_tile, at.begin, at.end));
+            }
+            t = take(next);
         };
         // The next tile is taken before the last block of this one is issued, and its row read after: the
         // counter's atomic and the index loads then run while the ring holds STAGES k-tiles, not between tiles;
         // each block's column index is loaded while the block before it is issued.
-        let mut t = take();
-        let mut here = locate(t);
+        let (mut t, mut here) = locate(take(&mut next), &mut next);
         loop {
             publish(j, t, it);
             j += 1;
@@ -283,7 +406,7 @@ unsafe fn hopper_spmm<
             }
             let (n_tile, begin, end) = here;
             let n0 = n_tile * BN;
-            let mut t_next = if begin == end { take() } else { tiles };
+            let mut t_next = if begin == end { take(&mut next) } else { tiles };
             // SAFETY (whole tile): blocks begin..end of a valid structure; every TMA box lies in the tensor maps the
             // host encoded for these operands (out-of-bounds columns of B read as zero), and every slot and barrier
             // lies in the ring.
@@ -294,7 +417,7 @@ unsafe fn hopper_spmm<
                     // SAFETY: blk + 1 is a block of the row.
                     col = unsafe { load_index(p.col_idx, blk + 1, index_shift) };
                 } else {
-                    t_next = take();
+                    t_next = take(&mut next);
                 }
                 for kk in 0..BS / BK {
                     let s = it % STAGES;
@@ -321,8 +444,7 @@ unsafe fn hopper_spmm<
                     it += 1;
                 }
             }
-            t = t_next;
-            here = locate(t);
+            (t, here) = locate(t_next, &mut next);
         }
         // In ping-pong the other set reads the next entry: it gets the end too.
         for _ in 1..sets {
@@ -383,10 +505,18 @@ unsafe fn hopper_spmm<
             unsafe { ptx::mbarrier_wait(turn(set), (j.div_ceil(2) - 1) & 1) };
         }
         j += sets;
-        let (pos, n_tile) = raster(t, p.block_rows, n_tiles, p.group_rows);
-        // SAFETY: pos < block_rows.
-        let (row, begin, end) = unsafe { row_at(p, pos, index_shift) };
-        let k_tiles = (end - begin) * (BS / BK);
+        // SAFETY: t is a tile of the launch, one the producer found work in (so never None).
+        let at = unsafe { tile_at(p, t, shape, index_shift) }.unwrap_or(TileAt {
+            pos: 0,
+            row: 0,
+            n_tile: 0,
+            part: 0,
+            parts: 1,
+            begin: 0,
+            end: 0,
+        });
+        let (row, n_tile) = (at.row, at.n_tile);
+        let k_tiles = (at.end - at.begin) * (BS / BK);
         let mut acc: [WgmmaAcc; PIECES] = [[[0.0; 4]; 16]; PIECES];
         let mut prev = 0u32;
         for it in it0..it0 + k_tiles {
@@ -442,7 +572,17 @@ unsafe fn hopper_spmm<
             unsafe { ptx::mbarrier_arrive(empty(prev)) };
         }
         let (row0, col0) = (row * BS, n_tile * BN);
-        if c_tma {
+        if at.parts > 1 {
+            // A split row's part: its warps hand their accumulators over; the last part's write C.
+            let thread = ct % tile_threads;
+            let counter = hopper_split_counter(at.pos, n_tile, n_tiles, thread / 32, tile_threads / 32);
+            // SAFETY: every lane of the warp (tile-uniform control flow); the host sized the workspace for the
+            // launch's split rows.
+            // (The last one writes C through the register epilogue below: one copy of it in the kernel.)
+            if !unsafe { hand_over::<PIECES>(&mut acc, p, &at, (n_tiles, counter), (thread, tile_threads)) } {
+                continue;
+            }
+        } else if c_tma {
             // SAFETY: the tile's rows exist in C and the bias; the staging buffers and their barriers are this
             // warpgroup's; C's map covers C (columns >= n are not written).
             unsafe {
@@ -459,23 +599,32 @@ unsafe fn hopper_spmm<
             continue;
         }
         // SAFETY: the tile's rows exist in C and the bias; columns >= n are skipped.
-        unsafe {
-            store_epilogue::<1, 16, O, I>(
-                &epi,
-                core::array::from_mut(&mut acc[0]),
-                row0,
-                col0 + piece0 * WGMMA_N,
-                warp,
-            );
-            if PIECES == 2 {
-                let col = col0 + (piece0 + 1) * WGMMA_N;
-                store_epilogue::<1, 16, O, I>(&epi, core::array::from_mut(&mut acc[PIECES - 1]), row0, col, warp);
-            }
-        }
+        unsafe { store_pieces::<PIECES, O, I>(&epi, &mut acc, (row0, col0 + piece0 * WGMMA_N), warp) };
     }
     if c_tma && issuer {
         // Every store of this warpgroup done before the CTA (and its shared memory) goes.
         ptx::bulk_wait_group::<0>();
+    }
+}
+
+/// Writes a consumer warp's accumulators (its 16 rows of each 128-column piece, the first at `col0`) through the
+/// shared epilogue, straight from the registers.
+///
+/// # Safety
+/// The rows exist in C and the bias; columns >= n are skipped.
+#[inline(always)]
+unsafe fn store_pieces<const PIECES: usize, O: Output, I: Input>(
+    epi: &Epilogue<O>,
+    acc: &mut [WgmmaAcc; PIECES],
+    (row0, col0): (u32, u32),
+    warp: WarpCoord,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        store_epilogue::<1, 16, O, I>(epi, core::array::from_mut(&mut acc[0]), row0, col0, warp);
+        if PIECES == 2 {
+            store_epilogue::<1, 16, O, I>(epi, core::array::from_mut(&mut acc[PIECES - 1]), row0, col0 + WGMMA_N, warp);
+        }
     }
 }
 
@@ -691,7 +840,7 @@ macro_rules! hopper_kernel {
                     { CFG.out_buffers() },
                     $input,
                     $out,
-                >(&params.spmm, tmaps, params.tile_counter, params.c_tma != 0)
+                >(&params.spmm, tmaps, params.tile_counter, params.c_tma != 0, params.split_rows)
             }
         }
     };

@@ -1645,6 +1645,43 @@ pub const fn flat_counter(cta: u32, n_tile: u32, n_tiles: u32) -> u64 {
     cta as u64 * n_tiles as u64 + n_tile as u64
 }
 
+/// Split rows on the sm_90a kernels: the rows of tiles a launch walks, `block_rows` plus `split_chunks - 1` more for
+/// each of the first `split_rows` positions of the row order ([`HopperSpmmParams::split_rows`]).
+#[inline(always)]
+pub const fn hopper_virtual_rows(block_rows: u32, split_rows: u32, split_chunks: u32) -> u32 {
+    block_rows + split_rows * split_chunks.saturating_sub(1)
+}
+
+/// Split rows on the sm_90a kernels: virtual row `vpos` (of [`hopper_virtual_rows`]) as (position in the row order,
+/// part, split?): the first `split_rows * split_chunks` are `split_chunks` consecutive parts of each of the first
+/// `split_rows` positions, the rest the other positions whole.
+#[inline(always)]
+pub const fn hopper_virtual_row(vpos: u32, split_rows: u32, split_chunks: u32) -> (u32, u32, bool) {
+    let prefix = split_rows * split_chunks;
+    if vpos < prefix {
+        match (vpos.checked_div(split_chunks), vpos.checked_rem(split_chunks)) {
+            (Some(pos), Some(part)) => (pos, part, true),
+            _ => (vpos, 0, false),
+        }
+    } else {
+        (vpos - prefix + split_rows, 0, false)
+    }
+}
+
+/// Split rows on the sm_90a kernels: the counter of consumer warp `warp` (of `tile_warps`) of position `pos`'s
+/// N tile `n_tile` (of `n_tiles`), below `split_rows * n_tiles * tile_warps`.
+#[inline(always)]
+pub const fn hopper_split_counter(pos: u32, n_tile: u32, n_tiles: u32, warp: u32, tile_warps: u32) -> u64 {
+    (pos as u64 * n_tiles as u64 + n_tile as u64) * tile_warps as u64 + warp as u64
+}
+
+/// Split rows on the sm_90a kernels: the partial-tile slot of part `part` (of `split_chunks`) of position `pos` (of
+/// the `split_rows` split ones) in N tile `n_tile` (of `n_tiles`), below `split_rows * split_chunks * n_tiles`.
+#[inline(always)]
+pub const fn hopper_split_slot(pos: u32, part: u32, split_chunks: u32, n_tile: u32, n_tiles: u32) -> u64 {
+    (pos as u64 * split_chunks as u64 + part as u64) * n_tiles as u64 + n_tile as u64
+}
+
 /// Split rows: the parts of a block row of `len` blocks, `ceil(len / split_blocks)` clamped to
 /// `1..=split_chunks`.
 #[inline(always)]
@@ -1737,8 +1774,12 @@ pub struct HopperSpmmParams {
     /// 0, at least 16 bytes in a row); 0: they store C from their registers (column-major C, beta != 0, which
     /// reads C, or fewer than 16 bytes in a row).
     pub c_tma: u32,
-    /// Zero (the struct's size, a multiple of its 16-byte alignment, without implicit padding).
-    pub reserved: [u32; 1],
+    /// Split rows: the first `split_rows` positions of the row order (`BsrSpmmParams::row_order`, longest rows
+    /// first) are split into up to `spmm.split_chunks` parts of `spmm.split_blocks` blocks each
+    /// ([`hopper_virtual_row`]); 0: no row is split. Each part's consumer warps hand their f32 partial
+    /// accumulators over through the split workspace (one slot per part, [`split_slot`]; one counter per warp of
+    /// the tile, [`hopper_split_counter`]) and the last warp to count in adds the parts in part order.
+    pub split_rows: u32,
 }
 
 /// The device-side structure check (`sparsek_bsr_check`): one thread per block row checks that `row_ptr` starts
@@ -1860,6 +1901,44 @@ pub const fn mma_b_element(lane: u32, h: u32) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hopper_virtual_rows_cover_each_part_once() {
+        for (block_rows, split_rows, chunks) in [(10u32, 3u32, 4u32), (5, 0, 1), (7, 7, 2), (1, 1, 9), (6, 2, 1)] {
+            let vrows = hopper_virtual_rows(block_rows, split_rows, chunks);
+            let mut seen = [[0u32; 16]; 16];
+            for v in 0..vrows {
+                let (pos, part, split) = hopper_virtual_row(v, split_rows, chunks);
+                assert!(pos < block_rows && split == (pos < split_rows), "{v}: {pos} {part} {split}");
+                seen[pos as usize][part as usize] += 1;
+            }
+            for pos in 0..block_rows {
+                let parts = if pos < split_rows { chunks } else { 1 };
+                for part in 0..16 {
+                    assert_eq!(seen[pos as usize][part as usize], u32::from(part < parts), "{pos} {part}");
+                }
+            }
+        }
+        // Slots and counters: distinct and below their bounds.
+        let (split_rows, chunks, n_tiles, warps) = (3u32, 4u32, 5u32, 8u32);
+        let mut slots = [false; 60];
+        let mut counters = [false; 120];
+        for pos in 0..split_rows {
+            for n_tile in 0..n_tiles {
+                for part in 0..chunks {
+                    let s = hopper_split_slot(pos, part, chunks, n_tile, n_tiles) as usize;
+                    assert!(!slots[s]);
+                    slots[s] = true;
+                }
+                for w in 0..warps {
+                    let c = hopper_split_counter(pos, n_tile, n_tiles, w, warps) as usize;
+                    assert!(!counters[c]);
+                    counters[c] = true;
+                }
+            }
+        }
+        assert!(slots.iter().all(|&s| s) && counters.iter().all(|&c| c));
+    }
 
     #[test]
     fn every_configuration_is_valid() {

@@ -210,3 +210,111 @@ fn captured_launches_replay_exactly() {
         }
     }
 }
+
+/// A weight of `block_rows x block_cols` blocks of `bs` whose first `dense` block rows hold every block column and
+/// whose other rows hold the blocks of a fixed pattern (about one in `period`): rows far longer than the others, as
+/// block-sparse attention's global tokens give. Integer values in -4..=4 (`int`), else random ones.
+fn dense_rows(
+    bs: usize,
+    (block_rows, block_cols): (usize, usize),
+    (dense, period): (usize, usize),
+    seed: u64,
+    int: bool,
+) -> Bsr<f16> {
+    let (m, k) = (block_rows * bs, block_cols * bs);
+    let values = if int { Matrix::<f16>::random_int(m, k, 4, seed) } else { Matrix::<f16>::random(m, k, seed) };
+    Bsr::from_dense(&values.unwrap(), bs, |blk| {
+        let (r, c) = (blk.block_row(), blk.block_col());
+        r < dense || (r * 7 + c * 13 + seed as usize) % period == 0
+    })
+    .unwrap()
+}
+
+/// The split that `gpu` gives a launch of `a` with `n` columns (f16 in, row-major B, `out` C), after checking that
+/// an sm_90a kernel serves it.
+fn hopper_split_of(gpu: &Gpu, a: &Bsr<f16>, n: usize, out: OutType, ctx: &str) -> Option<sparsek::gpu::HopperSplit> {
+    let mut lengths: Vec<u32> = a.row_ptr().windows(2).map(|w| w[1] - w[0]).collect();
+    lengths.sort_by(|x, y| y.cmp(x));
+    let types = (InType::F16, Layout::RowMajor, out, Layout::RowMajor);
+    let choice =
+        gpu.plan_kernel(a.block_size(), types, (a.rows(), a.cols(), n), a.nnzb(), lengths.first().map(|&l| l as usize));
+    let choice = choice.unwrap_or_else(|| panic!("{ctx}: no kernel"));
+    assert!(matches!(choice.config.pipeline, Pipeline::TmaWgmma { .. }), "{ctx}: {}", choice.kernel);
+    gpu.hopper_split_for(&choice.config, choice.ctas_per_sm, (&lengths, a.nnzb()), n)
+}
+
+/// Long rows split over several CTAs of the sm_90a kernels (`hopper_split_choice`; parts of 16 blocks asked for with
+/// `RowSplit::Blocks`, so bs 64's ping-pong kernel, which Auto leaves whole, splits too): integer-valued operands
+/// give the oracle's bits and whole rows' (`RowSplit::Off`), f32 and f16 C, beta 0 (C through the tensor map
+/// elsewhere) and beta != 0, N tails; three more launches give the same bits.
+#[test]
+fn long_rows_split_on_the_sm90_kernels_are_exact() {
+    let _shared = sparsek_tests::gpu_shared();
+    let Some(gpu) = hopper_gpu("long_rows_split_on_the_sm90_kernels_are_exact", TileSchedule::Auto) else { return };
+    let gpu = gpu.with_row_split(sparsek::gpu::RowSplit::Blocks(16));
+    let whole =
+        own_gpu("long_rows_split_on_the_sm90_kernels_are_exact", |g| g.with_row_split(sparsek::gpu::RowSplit::Off))
+            .unwrap();
+    let cases = [
+        (64, (48, 64), (2, 8), 512, 0.0),
+        (64, (48, 64), (1, 8), 300, 0.5),
+        (128, (24, 64), (1, 8), 256, 0.0),
+        (128, (24, 48), (3, 8), 640, -1.0),
+    ];
+    for (i, &(bs, shape, rows, n, beta)) in cases.iter().enumerate() {
+        let seed = 0x5b11_7000 + i as u64;
+        let a = dense_rows(bs, shape, rows, seed, true);
+        let ctx = format!("case {i}: {}x{n}x{} bs {bs}, {} dense rows, nnzb {}", a.rows(), a.cols(), rows.0, a.nnzb());
+        let split = hopper_split_of(&gpu, &a, n, OutType::F32, &ctx);
+        assert!(split.is_some_and(|s| s.split_rows as usize >= rows.0 && s.chunks >= 2), "{ctx}: {split:?}");
+        let (b, c0) = sparsek_tests::exact_b_c((a.rows(), a.cols(), n), beta, seed);
+        let ep = Epilogue::new(1.0, beta);
+        let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
+        let got = spmm_once(&gpu, &a, &b, &c0, ep);
+        let report = compare_exact(&got, &expected);
+        assert!(report.passed(), "{ctx}: split rows: {report}");
+        let report = compare_exact(&spmm_once(&whole, &a, &b, &c0, ep), &expected);
+        assert!(report.passed(), "{ctx}: whole rows: {report}");
+        for k in 0..3 {
+            let again = spmm_once(&gpu, &a, &b, &c0, ep);
+            let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{ctx}: launch {k} differs from the first");
+        }
+        // A 16-bit C (its own tensor map and epilogue): the oracle's exact sums rounded once to f16 (sums past 2048
+        // are not all f16 values).
+        if beta == 0.0 {
+            let c16 = Matrix::<f16>::filled(a.rows(), n, n.next_multiple_of(8), f16::from_f32(f32::NAN)).unwrap();
+            let exact = sparsek::cpu::reference(&a, &b, &c16, ep).unwrap();
+            let want = Matrix::<f64>::from_fn(a.rows(), n, |r, c| f16::from_f64(exact.row(r)[c]).to_f64()).unwrap();
+            let report = compare_exact(&spmm_once(&gpu, &a, &b, &c16, ep), &want);
+            assert!(report.passed(), "{ctx}: f16 C: {report}");
+        }
+    }
+}
+
+/// Random values over long rows split on the sm_90a kernels: every row of the f64 oracle, C poisoned, and the same
+/// bits on every launch (the parts are added in part order whichever finishes last).
+#[test]
+fn long_rows_split_on_the_sm90_kernels_match_the_oracle() {
+    let _shared = sparsek_tests::gpu_shared();
+    let Some(gpu) = hopper_gpu("long_rows_split_on_the_sm90_kernels_match_the_oracle", TileSchedule::Auto) else {
+        return;
+    };
+    let gpu = gpu.with_row_split(sparsek::gpu::RowSplit::Blocks(16));
+    for (i, &(bs, shape, rows, n)) in
+        [(64, (40, 96), (1, 6), 384), (128, (20, 64), (2, 6), 520), (128, (32, 32), (4, 5), 130)].iter().enumerate()
+    {
+        let seed = 0x5b11_8000 + i as u64;
+        let a = dense_rows(bs, shape, rows, seed, false);
+        let ctx = format!("case {i}: {}x{n}x{} bs {bs}, {} dense rows", a.rows(), a.cols(), rows.0);
+        let split = hopper_split_of(&gpu, &a, n, OutType::F32, &ctx);
+        assert!(split.is_some(), "{ctx}: not split");
+        let got =
+            sparsek_tests::check_case::<f32>(&gpu, &a, n, (1.0, 0.0), seed, &ctx).unwrap_or_else(|e| panic!("{e}"));
+        for k in 0..3 {
+            let again = sparsek_tests::check_case::<f32>(&gpu, &a, n, (1.0, 0.0), seed, &ctx).unwrap();
+            let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{ctx}: launch {k} differs from the first");
+        }
+    }
+}

@@ -181,6 +181,8 @@ pub struct DeviceBsr<T = f16> {
     pub(crate) bs: usize,
     pub(crate) nnzb: usize,
     pub(crate) max_row_blocks: usize,
+    /// The block rows' lengths in `row_order`'s order (longest first).
+    pub(crate) row_lengths: Vec<u32>,
     pub(crate) row_ptr: CudaSlice<u32>,
     pub(crate) col_idx: CudaSlice<u32>,
     pub(crate) values: CudaSlice<T>,
@@ -217,16 +219,17 @@ fn checked_row_ptr<I: Copy + TryInto<u32>>(row_ptr: &[I]) -> Result<Vec<u32>> {
 }
 
 /// The block rows of a valid `row_ptr`, longest first (stable: equal lengths keep their order, so neighbours stay
-/// neighbours; one unused entry for a matrix without block rows, never a zero-length device buffer), and the
-/// longest row's length.
-fn longest_first(row_ptr: &[u32]) -> (Vec<u32>, usize) {
+/// neighbours; one unused entry for a matrix without block rows, never a zero-length device buffer), and their
+/// lengths in that order.
+fn longest_first(row_ptr: &[u32]) -> (Vec<u32>, Vec<u32>) {
     let lengths: Vec<u32> = row_ptr.windows(2).map(|w| w[1] - w[0]).collect();
     let mut order: Vec<u32> = (0..lengths.len() as u32).collect();
     order.sort_by_key(|&r| std::cmp::Reverse(lengths[r as usize]));
+    let sorted = order.iter().map(|&r| lengths[r as usize]).collect();
     if order.is_empty() {
         order.push(0);
     }
-    (order, lengths.iter().copied().max().unwrap_or(0) as usize)
+    (order, sorted)
 }
 
 /// How a BSR matrix's block rows are scheduled, for a [`BsrView`](super::BsrView) of the caller's memory: its
@@ -239,6 +242,8 @@ pub struct RowSchedule {
     pub(crate) block_rows: usize,
     pub(crate) nnzb: usize,
     pub(crate) max_row_blocks: usize,
+    /// The block rows' lengths in the order's order (longest first).
+    pub(crate) row_lengths: Vec<u32>,
     pub(crate) ordinal: usize,
 }
 
@@ -300,7 +305,7 @@ impl Gpu {
     /// built.
     pub fn upload<T: InputElement>(&self, a: &Bsr<T>) -> Result<DeviceBsr<T>> {
         let stream = self.stream();
-        let (order, max_row_blocks) = longest_first(a.row_ptr());
+        let (order, lengths) = longest_first(a.row_ptr());
         // Zero-length device buffers are avoided: a matrix with no blocks still gets one (unused) element.
         let col_idx = if a.col_idx().is_empty() { &[0u32][..] } else { a.col_idx() };
         let zero = [T::from_f64(0.0)];
@@ -310,7 +315,8 @@ impl Gpu {
             cols: a.cols(),
             bs: a.block_size(),
             nnzb: a.nnzb(),
-            max_row_blocks,
+            max_row_blocks: lengths.first().map_or(0, |&l| l as usize),
+            row_lengths: lengths,
             row_ptr: Self::htod(stream, "BSR row_ptr", a.row_ptr())?,
             col_idx: Self::htod(stream, "BSR col_idx", col_idx)?,
             values: Self::htod(stream, "BSR values", values)?,
@@ -330,7 +336,7 @@ impl Gpu {
     /// synchronous (it runs on this `Gpu`'s stream; a schedule is made once, not per launch).
     pub fn row_schedule<I: Copy + TryInto<u32>>(&self, row_ptr: &[I]) -> Result<RowSchedule> {
         let entries = checked_row_ptr(row_ptr)?;
-        let (order, max_row_blocks) = longest_first(&entries);
+        let (order, lengths) = longest_first(&entries);
         let stream = self.stream();
         let order = Self::htod(stream, "BSR row order", &order)?;
         stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
@@ -338,7 +344,8 @@ impl Gpu {
             order,
             block_rows: entries.len() - 1,
             nnzb: entries[entries.len() - 1] as usize,
-            max_row_blocks,
+            max_row_blocks: lengths.first().map_or(0, |&l| l as usize),
+            row_lengths: lengths,
             ordinal: self.info().ordinal,
         })
     }
@@ -385,12 +392,12 @@ mod tests {
     #[test]
     fn longest_first_is_stable_and_finds_the_longest_row() {
         // Rows of 2, 0, 5, 2, 5 blocks: the two of 5 first (in their order), then the two of 2, then the empty one.
-        let (order, longest) = longest_first(&[0, 2, 2, 7, 9, 14]);
-        assert_eq!((order, longest), (vec![2, 4, 0, 3, 1], 5));
-        // No block rows: one unused entry (never a zero-length device buffer), longest 0.
-        assert_eq!(longest_first(&[0]), (vec![0], 0));
+        let (order, lengths) = longest_first(&[0, 2, 2, 7, 9, 14]);
+        assert_eq!((order, lengths), (vec![2, 4, 0, 3, 1], vec![5, 5, 2, 2, 0]));
+        // No block rows: one unused entry (never a zero-length device buffer), no lengths.
+        assert_eq!(longest_first(&[0]), (vec![0], vec![]));
         // Rows without blocks keep their order.
-        assert_eq!(longest_first(&[0, 0, 0, 0]), (vec![0, 1, 2], 0));
+        assert_eq!(longest_first(&[0, 0, 0, 0]), (vec![0, 1, 2], vec![0, 0, 0]));
     }
 
     #[test]

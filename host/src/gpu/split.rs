@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{CUevent_flags, CUevent_wait_flags, CUstream, CUstreamCaptureStatus};
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
-use sparsek_layout::{KernelConfig, split_slots};
+use sparsek_layout::{KernelConfig, Pipeline, hopper_virtual_rows, split_slots};
 
 use crate::error::Result;
 use crate::gpu::Gpu;
@@ -74,6 +74,78 @@ pub enum RowSplit {
     /// ranges of A's blocks across row boundaries; a row cut by a range boundary is summed from its pieces in piece
     /// order (the same bits run to run). Elsewhere as [`RowSplit::Auto`].
     Flat(u32),
+}
+
+/// A launch's split rows on the sm_90a kernels ([`hopper_split_choice`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HopperSplit {
+    /// The leading positions of the row order (longest rows first) that are split.
+    pub split_rows: u32,
+    /// The most parts per split row.
+    pub chunks: u32,
+    /// Blocks a part should hold.
+    pub blocks: u32,
+}
+
+/// The sm_90a kernels' split parts hold at least this many k-tiles: a shorter part's hand-over (its f32 tile stored,
+/// counted in and, for the last, every part's read back) costs more than its main loop saves (H100, 2026-11-26:
+/// parts of 16 k-tiles made 8192 x 256 x 8192 bs 128 22% skewed 6-14% slower; docs/perf-notes.md, "Hopper" step 19).
+pub const HOPPER_SPLIT_MIN_PART_K_TILES: usize = 32;
+
+/// Split rows on the sm_90a kernels: a launch of `cfg` over block rows of `lengths` blocks (in the row order's
+/// order: longest first; `nnzb` in all), `n_tiles` N tiles, and `workers` consumer sets running at once (the persistent grid's
+/// CTAs times the sets per CTA). Under [`RowSplit::Auto`] (and `Flat`, which does not apply there), on the kernels
+/// without ping-pong (bs 128), a row is split when its tile holds more than twice an equal share of the launch's
+/// blocks (`nnzb * n_tiles / workers`, at least
+/// [`HOPPER_SPLIT_MIN_PART_K_TILES`]): otherwise the longest rows, which the row order starts first, end with the
+/// others. Parts of an equal share; the rows of at least two parts (a prefix of the order) are split, each into up to
+/// `ceil(longest / blocks)` parts, fewer when the workspace's partial tiles (`split_rows * chunks * n_tiles` of
+/// `bs x bn` f32) or counters (one per consumer warp of each split row's tile) would not hold them. `None`: whole
+/// rows.
+pub fn hopper_split_choice(
+    cfg: &KernelConfig,
+    setting: RowSplit,
+    lengths: &[u32],
+    (nnzb, n_tiles, workers): (usize, usize, usize),
+    limits: SplitLimits,
+) -> Option<HopperSplit> {
+    if !matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) || n_tiles == 0 || workers == 0 {
+        return None;
+    }
+    let longest = *lengths.first()? as usize;
+    let k_tiles_per_block = (cfg.bs / cfg.bk).max(1) as usize;
+    let min_blocks = HOPPER_SPLIT_MIN_PART_K_TILES.div_ceil(k_tiles_per_block);
+    let blocks = match setting {
+        RowSplit::Off => return None,
+        RowSplit::Blocks(b) => (b as usize).max(1),
+        // bs 64's ping-pong kernel measured slower with its long rows split (H100, 2026-11-26: 8192 x {512, 1024} x
+        // 8192 22% skewed 2.6-4.4%): there the input bound of docs/perf-notes.md ("Hopper", step 10), not the
+        // longest row, sets the time.
+        RowSplit::Auto | RowSplit::Flat(_) if cfg.pingpong() => return None,
+        RowSplit::Auto | RowSplit::Flat(_) => {
+            let share = nnzb.checked_mul(n_tiles)?.div_ceil(workers).max(min_blocks);
+            if longest <= 2 * share {
+                return None;
+            }
+            share
+        }
+    };
+    // Rows of at least two parts: a row just over one part stays whole (at most twice the share).
+    let split_rows = lengths.partition_point(|&l| l as usize >= 2 * blocks);
+    let slot_bytes = cfg.split_slot_bytes() as usize;
+    let slots = (limits.partials_bytes / slot_bytes.max(1)) / split_rows.checked_mul(n_tiles)?.max(1);
+    let chunks = longest.div_ceil(blocks).min(slots);
+    let tile_warps = (cfg.warps_m * cfg.warps_n) as usize;
+    let counters = split_rows.checked_mul(n_tiles)?.checked_mul(tile_warps)?;
+    if split_rows == 0 || chunks < 2 || counters > limits.counters {
+        return None;
+    }
+    let (split_rows, chunks, blocks) = (u32::try_from(split_rows).ok()?, chunks as u32, u32::try_from(blocks).ok()?);
+    let vrows = hopper_virtual_rows(u32::try_from(lengths.len()).ok()?, split_rows, chunks) as usize;
+    if vrows.checked_mul(n_tiles)? > i32::MAX as usize {
+        return None;
+    }
+    Some(HopperSplit { split_rows, chunks, blocks })
 }
 
 /// What bounds a launch's split: the workspace ([`SPLIT_PARTIALS_BYTES`] of partial tiles, [`SPLIT_COUNTERS`]
@@ -433,6 +505,24 @@ impl Gpu {
         self.row_split
     }
 
+    /// The split rows a launch of the sm_90a kernel of `cfg` (`ctas_per_sm` of it on an SM) over block rows of
+    /// `lengths` blocks (longest first; `nnzb` in all) and `n` columns gets on a stream that is not being captured
+    /// ([`hopper_split_choice`] for this GPU's persistent grid); `None` without the workspace or for other kernels.
+    pub fn hopper_split_for(
+        &self,
+        cfg: &KernelConfig,
+        ctas_per_sm: u32,
+        (lengths, nnzb): (&[u32], usize),
+        n: usize,
+    ) -> Option<HopperSplit> {
+        self.split.as_ref()?;
+        let sm_count = self.info().sm_count as usize;
+        let workers = ctas_per_sm as usize * sm_count * if cfg.pingpong() { 2 } else { 1 };
+        let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
+        let limits = SplitLimits::with_sms(sm_count);
+        hopper_split_choice(cfg, self.row_split, lengths, (nnzb, n_tiles, workers), limits)
+    }
+
     /// Whether this GPU has its split-row workspace (it has unless the memory could not be allocated when it
     /// opened).
     pub fn has_split_workspace(&self) -> bool {
@@ -516,6 +606,48 @@ impl Gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hopper_split_takes_rows_that_outlast_an_equal_share() {
+        let bs64 = sparsek_layout::hopper_config_for(64).unwrap();
+        let bs128 = sparsek_layout::hopper_config_for(128).unwrap();
+        let limits = SplitLimits::with_sms(132);
+        let auto = |cfg: &KernelConfig, lengths: &[u32], n_tiles: usize, workers: usize| {
+            let nnzb = lengths.iter().map(|&l| l as usize).sum();
+            hopper_split_choice(cfg, RowSplit::Auto, lengths, (nnzb, n_tiles, workers), limits)
+        };
+        // Two full rows of 64 blocks among 46 of 8, two N tiles, 132 consumer sets: a share of 8 blocks, raised to
+        // 16 (32 k-tiles at bs 128); the two long rows in 4 parts each.
+        let mut lengths = vec![64u32, 64];
+        lengths.extend([8u32; 46]);
+        assert_eq!(auto(&bs128, &lengths, 2, 132), Some(HopperSplit { split_rows: 2, chunks: 4, blocks: 16 }));
+        // bs 64's ping-pong kernel: whole rows under Auto.
+        assert_eq!(auto(&bs64, &lengths, 2, 264), None);
+        // Equal rows, or a longest row within twice the share: whole rows.
+        assert_eq!(auto(&bs128, &[30u32; 128], 32, 132), None);
+        // Four rows over 32 N tiles are 128 tiles for 132 consumer sets: the share is 52 blocks; the long row splits
+        // in three, the rows of 28 (under two parts) stay whole.
+        let few = auto(&bs128, &[128, 28, 28, 28], 32, 132);
+        assert_eq!(few, Some(HopperSplit { split_rows: 1, chunks: 3, blocks: 52 }));
+        // Many N tiles spread the work already: the share grows past the longest row's half.
+        let mut skewed = vec![128u32];
+        skewed.extend([28u32; 127]);
+        assert_eq!(auto(&bs128, &skewed, 32, 132), None);
+        // Off, other kernels, no rows: none.
+        let nnzb = lengths.iter().map(|&l| l as usize).sum();
+        assert_eq!(hopper_split_choice(&bs64, RowSplit::Off, &lengths, (nnzb, 2, 264), limits), None);
+        let narrow = sparsek_layout::narrow_config_for(64).unwrap();
+        assert_eq!(hopper_split_choice(&narrow, RowSplit::Auto, &lengths, (nnzb, 2, 264), limits), None);
+        assert_eq!(auto(&bs64, &[], 2, 264), None);
+        // Blocks(b): rows longer than b, whatever the share.
+        let fixed = hopper_split_choice(&bs64, RowSplit::Blocks(10), &lengths, (nnzb, 2, 264), limits);
+        assert_eq!(fixed, Some(HopperSplit { split_rows: 2, chunks: 7, blocks: 10 }));
+        // The workspace: 16 MiB holds 128 bs-128 tiles of 256 f32 columns; 2 rows x 16 N tiles leave 4 parts each.
+        let wide = hopper_split_choice(&bs128, RowSplit::Blocks(8), &lengths, (nnzb, 16, 132), limits);
+        assert_eq!(wide, Some(HopperSplit { split_rows: 2, chunks: 4, blocks: 8 }));
+        let tight = SplitLimits { partials_bytes: 256 << 10, ..limits };
+        assert_eq!(hopper_split_choice(&bs128, RowSplit::Blocks(8), &lengths, (nnzb, 2, 132), tight), None);
+    }
     use sparsek_layout::{config_for, narrow_config_for, split_parts, split_slot};
 
     fn narrow(bs: u32) -> KernelConfig {

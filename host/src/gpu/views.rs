@@ -145,7 +145,7 @@ impl<'a, T> BsrView<'a, T> {
     /// longest-first row order and longest row).
     pub(crate) fn trusted(
         (values, row_ptr, col_idx, row_order): (CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr),
-        a: &DeviceBsr<T>,
+        a: &'a DeviceBsr<T>,
     ) -> BsrView<'a, T> {
         BsrView {
             values,
@@ -154,6 +154,7 @@ impl<'a, T> BsrView<'a, T> {
             row_order,
             max_row_blocks: Some(a.max_row_blocks),
             schedule_ordinal: None,
+            row_lengths: Some(&a.row_lengths),
             index: IndexType::U32,
             rows: a.rows,
             cols: a.cols,
@@ -389,6 +390,8 @@ pub struct BsrView<'a, T> {
     pub(crate) max_row_blocks: Option<usize>,
     /// The device ordinal of a [`RowSchedule`]'s order, checked against the launch's GPU.
     pub(crate) schedule_ordinal: Option<usize>,
+    /// The block rows' lengths in `row_order`'s order (longest first), when known: the sm_90a kernels' split rows.
+    pub(crate) row_lengths: Option<&'a [u32]>,
     pub(crate) index: IndexType,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
@@ -447,6 +450,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             row_order: 0,
             max_row_blocks: None,
             schedule_ordinal: None,
+            row_lengths: None,
             index: arrays.index,
             rows,
             cols,
@@ -490,6 +494,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             row_order,
             max_row_blocks: Some(schedule.max_row_blocks),
             schedule_ordinal: Some(schedule.ordinal),
+            row_lengths: Some(&schedule.row_lengths),
             _borrow: PhantomData,
             ..self
         })

@@ -403,6 +403,20 @@ impl Gpu {
             (!capturing(stream)).then_some((ws, choice))
         });
         let chunks = split.map_or(1, |(_, c)| c.chunks as usize);
+        // Split rows on the sm_90a kernels (gpu/split.rs, hopper_split_choice): where the longest rows' tiles would
+        // outlast an equal share of the work, those rows' tiles are split into parts that other CTAs take; never
+        // while the stream is being captured, and only where the row order and its lengths are known.
+        let hopper_split = match (&self.split, a.row_lengths) {
+            (Some(ws), Some(lengths))
+                if matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) && a.row_order != 0 && !capturing(stream) =>
+            {
+                self.hopper_split_for(&cfg, kernel.ctas_per_sm, (lengths, a.nnzb), n).map(|c| (ws, c))
+            }
+            _ => None,
+        };
+        let virtual_rows = hopper_split
+            .map_or(block_rows, |(_, c)| sparsek_layout::hopper_virtual_rows(block_rows, c.split_rows, c.chunks))
+            as usize;
         // The sm_90a kernels' grid (gpu/schedule.rs): persistent on the workspace's tile counter when the schedule
         // wants it, the stream is not being captured and can have the counter without waiting for another stream;
         // else without it.
@@ -412,7 +426,7 @@ impl Gpu {
             }
             _ => None,
         };
-        let tile_grid = self.tile_grid_on(&cfg, kernel.ctas_per_sm, block_rows as usize * n_tiles, claim.is_some());
+        let tile_grid = self.tile_grid_on(&cfg, kernel.ctas_per_sm, virtual_rows * n_tiles, claim.is_some());
         // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
         let ctas = limit(
             "CTAs (M / bs * slices * split parts * N / BN)",
@@ -421,11 +435,11 @@ impl Gpu {
         )?;
         let ctas = tile_grid.map_or(ctas, |g| g.ctas);
         let ctas = flat.map_or(ctas, |(_, _, g)| g * n_tiles as u32);
+        let wave = kernel.ctas_per_sm as usize * self.info().sm_count as usize;
         // Longest rows first matters only when CTAs wait for a free SM. A grid of one CTA per tile that fits in
         // one wave starts every CTA at once, so it takes the rows in their natural order and saves each CTA its
         // first dependent load (row_order, then row_ptr, then col_idx: a DRAM round trip each on a cold matrix;
         // docs/perf-notes.md, issue 12 step 7). The sm_90a kernels walk their tiles in that order: they keep it.
-        let wave = kernel.ctas_per_sm as usize * self.info().sm_count as usize;
         let row_order = match cfg.pipeline {
             Pipeline::CpAsync | Pipeline::Direct if ctas as usize <= wave => 0,
             _ => a.row_order,
@@ -477,6 +491,12 @@ impl Gpu {
             params.split_partials = ws.partials;
             params.split_counters = ws.counters;
         }
+        if let Some((ws, choice)) = hopper_split {
+            params.split_chunks = choice.chunks;
+            params.split_blocks = choice.blocks;
+            params.split_partials = ws.partials;
+            params.split_counters = ws.counters;
+        }
         // The sm_90a kernels take tensor maps of A's values and B, then the same parameters, then the tile
         // scheduler: the workspace's counters for a persistent grid, or none (CTA c walks tiles c, c + grid, ...)
         // for one tile per consumer set (gpu/schedule.rs). A persistent grid with that static stride instead of
@@ -499,7 +519,7 @@ impl Gpu {
                     spmm: params,
                     tile_counter: claim.as_ref().map_or(0, |(counters, _)| *counters),
                     c_tma: u32::from(c_tma),
-                    reserved: [0; 1],
+                    split_rows: hopper_split.map_or(0, |(_, c)| c.split_rows),
                 })
             }
             Pipeline::CpAsync | Pipeline::Direct => None,
@@ -556,8 +576,14 @@ impl Gpu {
             }
             .map(drop)
         };
-        match (split.map(|(ws, _)| ws).or(flat.map(|(ws, _, _)| ws)), claim) {
-            (Some(ws), _) => ws.ordered(stream, launch),
+        let workspace = split.map(|(ws, _)| ws).or(flat.map(|(ws, _, _)| ws)).or(hopper_split.map(|(ws, _)| ws));
+        match (workspace, claim) {
+            (Some(ws), None) => ws.ordered(stream, launch),
+            (Some(ws), Some((_, claim))) => {
+                ws.ordered(stream, launch)?;
+                claim.launched();
+                Ok(())
+            }
             (None, Some((_, claim))) => {
                 launch()?;
                 claim.launched();
