@@ -217,9 +217,9 @@ pub struct BenchArgs {
     /// may start before the kernel ahead of it ends; the queued times show what that is worth back to back).
     #[arg(long, value_enum, default_value_t = ModuleChoice::Auto)]
     module: ModuleChoice,
-    /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice:
-    /// parts of about 128 KiB of A, more at bs 128, for launches of one N tile where whole rows leave the GPU
-    /// short of CTAs),
+    /// How the narrow kernels (N <= 64), and the sm_90a ones, split long block rows over several CTAs: `auto` (the
+    /// library's choice: parts of about 128 KiB of A, more at bs 128, for launches of one N tile where whole rows
+    /// leave the GPU short of CTAs; on the sm_90a kernels at bs 128, rows over twice an equal share of the work),
     /// `off` (one CTA per block row), `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16
     /// in, f32 out: the flat block-list
     /// kernel, CTAs each taking an equal share of A's blocks across row boundaries, a wave of them or K per SM)

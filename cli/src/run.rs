@@ -81,7 +81,8 @@ pub struct RunArgs {
     /// library's choice with programmatic dependent launch: a product may start before the kernel ahead of it ends).
     #[arg(long, value_enum, default_value_t = crate::bench::ModuleChoice::Auto)]
     module: crate::bench::ModuleChoice,
-    /// How the narrow kernels (N <= 64) split long block rows over several CTAs: `auto` (the library's choice),
+    /// How the narrow kernels (N <= 64), and the sm_90a ones, split long block rows over several CTAs: `auto` (the
+    /// library's choice),
     /// `off` (one CTA per block row), `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16
     /// in, f32 out: the flat block-list
     /// kernel in place of the narrow one, a wave of CTAs or K per SM) or a number of blocks per part.

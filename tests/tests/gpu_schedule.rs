@@ -225,7 +225,7 @@ fn dense_rows(
     let values = if int { Matrix::<f16>::random_int(m, k, 4, seed) } else { Matrix::<f16>::random(m, k, seed) };
     Bsr::from_dense(&values.unwrap(), bs, |blk| {
         let (r, c) = (blk.block_row(), blk.block_col());
-        r < dense || (r * 7 + c * 13 + seed as usize) % period == 0
+        r < dense || (r * 7 + c * 13 + seed as usize).is_multiple_of(period)
     })
     .unwrap()
 }

@@ -63,9 +63,10 @@ pub enum RowSplit {
     /// ([`split_choice`]), and the workspace holds them.
     #[default]
     Auto,
-    /// Never: one CTA per block row and N tile.
+    /// Never: one CTA per block row and N tile (the sm_90a kernels too: whole rows).
     Off,
-    /// Parts of about this many blocks (at least 1), where the workspace holds them: for measurements.
+    /// Parts of about this many blocks (at least 1), where the workspace holds them: for measurements (on the
+    /// sm_90a kernels, of every block size, the rows of at least two such parts).
     Blocks(u32),
     /// The flat block list ([`sparsek_layout::Tile::Flat`]: bs 64 and 128, f16 inputs, row-major B, f32 C; and
     /// [`sparsek_layout::Tile::Flat32`], [`sparsek_layout::Tile::Flat64`] for bs 64's tiles of 32 and 64 columns)
@@ -492,9 +493,9 @@ pub(crate) fn capturing(stream: CUstream) -> bool {
 }
 
 impl Gpu {
-    /// How launches of the narrow kernels (N up to [`sparsek_layout::NARROW_MAX_N`]) split long block rows over
-    /// several CTAs (default [`RowSplit::Auto`]). [`RowSplit::Off`] keeps one CTA per block row: for comparisons
-    /// and tests of that path.
+    /// How launches of the narrow kernels (N up to [`sparsek_layout::NARROW_MAX_N`]) and of the sm_90a kernels
+    /// ([`hopper_split_choice`]) split long block rows over several CTAs (default [`RowSplit::Auto`]).
+    /// [`RowSplit::Off`] keeps one CTA per block row: for comparisons and tests of that path.
     pub fn with_row_split(mut self, setting: RowSplit) -> Self {
         self.row_split = setting;
         self
