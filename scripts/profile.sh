@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute on the kernel of one case: the key metrics (duration, tensor pipes, DRAM and L2 throughput,
-# achieved occupancy, top stall reasons) of one launch, and the 30 SASS instructions where its warps were sampled
-# stalled most (where the time goes, per instruction), written to a record file.
+# achieved occupancy, top stall reasons) of one launch, the 30 SASS instructions where its warps were sampled
+# stalled most (where the time goes, per instruction) and the stall samples ranked by reason, written to a record
+# file.
 #
 #   scripts/profile.sh OUT_FILE SPARSEK [sparsek run options...]
 #   e.g. scripts/profile.sh docs/ncu/2026-11-22-sm90-bs128-8192.txt dist/bin/sparsek \
@@ -48,7 +49,31 @@ print(f"{total} samples over {len(data)} instructions")
 for r in sorted(data, key=lambda r: -int(r[s]))[:30]:
     print(f"{int(r[0], 16) & 0xfffff:6x} {100 * int(r[s]) / total:5.1f}% executed {r[e]:>9}  {r[1].strip()}")
 ' || echo "(the per-instruction table could not be read from the report)"
+  echo
+  echo "# Warp stall samples by reason (smsp__pcsamp_warps_issue_stalled_*, the SourceCounters section's raw metrics)"
+  ncu -i "$rep.ncu-rep" --page raw --csv 2>/dev/null | python3 -c '
+import csv, sys
+rows = list(csv.reader(sys.stdin))
+if len(rows) < 3:
+    sys.exit("no raw page in the report")
+head, values = rows[0], rows[-1]
+prefix = "smsp__pcsamp_warps_issue_stalled_"
+reasons = {}
+for name, v in zip(head, values):
+    if name.startswith(prefix) and not name.endswith("_not_issued"):
+        try:
+            reasons[name[len(prefix):]] = float(v.replace(",", ""))
+        except ValueError:
+            pass
+total = sum(reasons.values())
+if not total:
+    sys.exit("no stall samples in the raw page")
+print(f"{total:.0f} samples")
+for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:12]:
+    print(f"  {reason:28s} {100 * n / total:5.1f}%")
+' || echo "(the stall reasons could not be read from the report)"
 } > "$out"
 rm -f "$rep.ncu-rep"
 # The summary: the metrics and the largest stall reasons.
 grep -E "gpu__time|pipe_tensor|ops_path|dram__|lts__|warps_active|sm__throughput|Stall|Warp Cycles Per Issued|Achieved Occupancy" "$out" | head -30
+sed -n '/^# Warp stall samples by reason/,$p' "$out" | head -10
