@@ -180,7 +180,6 @@ pub struct DeviceBsr<T = f16> {
     pub(crate) cols: usize,
     pub(crate) bs: usize,
     pub(crate) nnzb: usize,
-    pub(crate) max_row_blocks: usize,
     /// The block rows' lengths in `row_order`'s order (longest first).
     pub(crate) row_lengths: Vec<u32>,
     pub(crate) row_ptr: CudaSlice<u32>,
@@ -241,7 +240,6 @@ pub struct RowSchedule {
     pub(crate) order: CudaSlice<u32>,
     pub(crate) block_rows: usize,
     pub(crate) nnzb: usize,
-    pub(crate) max_row_blocks: usize,
     /// The block rows' lengths in the order's order (longest first).
     pub(crate) row_lengths: Vec<u32>,
     pub(crate) ordinal: usize,
@@ -258,7 +256,7 @@ impl RowSchedule {
     }
     /// The most nonzero blocks in one block row.
     pub fn max_row_blocks(&self) -> usize {
-        self.max_row_blocks
+        self.row_lengths.first().map_or(0, |&l| l as usize)
     }
 }
 
@@ -267,7 +265,7 @@ impl std::fmt::Debug for RowSchedule {
         f.debug_struct("RowSchedule")
             .field("block_rows", &self.block_rows)
             .field("nnzb", &self.nnzb)
-            .field("max_row_blocks", &self.max_row_blocks)
+            .field("max_row_blocks", &self.max_row_blocks())
             .field("device", &self.ordinal)
             .finish()
     }
@@ -292,7 +290,7 @@ impl<T> DeviceBsr<T> {
     }
     /// The most nonzero blocks in one block row.
     pub fn max_row_blocks(&self) -> usize {
-        self.max_row_blocks
+        self.row_lengths.first().map_or(0, |&l| l as usize)
     }
 }
 
@@ -315,7 +313,6 @@ impl Gpu {
             cols: a.cols(),
             bs: a.block_size(),
             nnzb: a.nnzb(),
-            max_row_blocks: lengths.first().map_or(0, |&l| l as usize),
             row_lengths: lengths,
             row_ptr: Self::htod(stream, "BSR row_ptr", a.row_ptr())?,
             col_idx: Self::htod(stream, "BSR col_idx", col_idx)?,
@@ -344,7 +341,6 @@ impl Gpu {
             order,
             block_rows: entries.len() - 1,
             nnzb: entries[entries.len() - 1] as usize,
-            max_row_blocks: lengths.first().map_or(0, |&l| l as usize),
             row_lengths: lengths,
             ordinal: self.info().ordinal,
         })

@@ -276,7 +276,7 @@ impl Gpu {
             bs,
             (m, k, n),
             a.nnzb,
-            Some(a.max_row_blocks),
+            Some(a.max_row_blocks()),
         );
         let plans = self.tune_candidates::<TA, TC>(a, n, layouts.0);
         let Some(&heuristic) = plans.first() else {

@@ -152,7 +152,7 @@ impl<'a, T> BsrView<'a, T> {
             row_ptr,
             col_idx,
             row_order,
-            max_row_blocks: Some(a.max_row_blocks),
+            max_row_blocks: Some(a.max_row_blocks()),
             schedule_ordinal: None,
             row_lengths: Some(&a.row_lengths),
             index: IndexType::U32,
@@ -492,7 +492,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
         let (row_order, _record) = schedule.order.device_ptr(stream);
         Ok(BsrView {
             row_order,
-            max_row_blocks: Some(schedule.max_row_blocks),
+            max_row_blocks: Some(schedule.max_row_blocks()),
             schedule_ordinal: Some(schedule.ordinal),
             row_lengths: Some(&schedule.row_lengths),
             _borrow: PhantomData,

@@ -75,7 +75,7 @@ impl Gpu {
         ep: Epilogue,
     ) -> Result<()> {
         let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let (kernel, plan) = self.find_kernel::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks))?;
+        let (kernel, plan) = self.find_kernel::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()))?;
         self.launch_owned(stream, kernel, a, (b, c), layouts, ep, plan.group_rows)
     }
 
@@ -384,32 +384,28 @@ impl Gpu {
             return Ok(());
         }
         let block_rows = (m / a.bs) as u32;
+        // The workspace, unless the stream is being captured into a graph (one driver query for the launch): split
+        // rows, the flat list and the sm_90a tile counter all need it and none may be captured (gpu/split.rs).
+        let workspace = self.split.as_ref().filter(|_| !capturing(stream));
         // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one,
-        // one share of A's blocks per CTA, on the split workspace; like split rows never while the stream is being
-        // captured (gpu/split.rs).
-        let flat = match &self.split {
-            Some(ws) if !capturing(stream) => {
-                self.flat_for_kernel(kernel, (a.nnzb, block_rows as usize, n), max_row_blocks).map(|(k, g)| (ws, k, g))
-            }
-            _ => None,
-        };
+        // one share of A's blocks per CTA, on the split workspace.
+        let flat = workspace.and_then(|ws| {
+            self.flat_for_kernel(kernel, (a.nnzb, block_rows as usize, n), max_row_blocks).map(|(k, g)| (ws, k, g))
+        });
         let kernel = flat.map_or(kernel, |(_, k, _)| k);
         let cfg = kernel.config();
         let n_tiles = n.div_ceil(cfg.bn as usize);
-        // Split rows (the narrow kernels): long block rows spread over several CTAs, never while the stream is
-        // being captured into a graph (gpu/split.rs).
-        let split = self.split.as_ref().filter(|_| flat.is_none()).and_then(|ws| {
-            let choice = self.split_for(&cfg, (a.nnzb, block_rows as usize, n), max_row_blocks)?;
-            (!capturing(stream)).then_some((ws, choice))
-        });
+        // Split rows (the narrow kernels): long block rows spread over several CTAs.
+        let split = match (workspace, flat) {
+            (Some(ws), None) => self.split_for(&cfg, (a.nnzb, block_rows as usize, n), max_row_blocks).map(|c| (ws, c)),
+            _ => None,
+        };
         let chunks = split.map_or(1, |(_, c)| c.chunks as usize);
         // Split rows on the sm_90a kernels (gpu/split.rs, hopper_split_choice): where the longest rows' tiles would
-        // outlast an equal share of the work, those rows' tiles are split into parts that other CTAs take; never
-        // while the stream is being captured, and only where the row order and its lengths are known.
-        let hopper_split = match (&self.split, a.row_lengths) {
-            (Some(ws), Some(lengths))
-                if matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) && a.row_order != 0 && !capturing(stream) =>
-            {
+        // outlast an equal share of the work, those rows' tiles are split into parts that other CTAs take; only where
+        // the row order and its lengths are known.
+        let hopper_split = match (workspace, a.row_lengths) {
+            (Some(ws), Some(lengths)) if matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) && a.row_order != 0 => {
                 self.hopper_split_for(&cfg, kernel.ctas_per_sm, (lengths, a.nnzb), n).map(|c| (ws, c))
             }
             _ => None,
@@ -418,10 +414,9 @@ impl Gpu {
             .map_or(block_rows, |(_, c)| sparsek_layout::hopper_virtual_rows(block_rows, c.split_rows, c.chunks))
             as usize;
         // The sm_90a kernels' grid (gpu/schedule.rs): persistent on the workspace's tile counter when the schedule
-        // wants it, the stream is not being captured and can have the counter without waiting for another stream;
-        // else without it.
-        let claim = match (cfg.pipeline, &self.split) {
-            (Pipeline::TmaWgmma { .. }, Some(ws)) if self.tile_schedule == TileSchedule::Auto && !capturing(stream) => {
+        // wants it and the stream can have the counter without waiting for another stream; else without it.
+        let claim = match (cfg.pipeline, workspace) {
+            (Pipeline::TmaWgmma { .. }, Some(ws)) if self.tile_schedule == TileSchedule::Auto => {
                 ws.claim_scheduler(stream).map(|claim| (ws.scheduler, claim))
             }
             _ => None,
@@ -576,8 +571,8 @@ impl Gpu {
             }
             .map(drop)
         };
-        let workspace = split.map(|(ws, _)| ws).or(flat.map(|(ws, _, _)| ws)).or(hopper_split.map(|(ws, _)| ws));
-        match (workspace, claim) {
+        let ordered_on = split.map(|(ws, _)| ws).or(flat.map(|(ws, _, _)| ws)).or(hopper_split.map(|(ws, _)| ws));
+        match (ordered_on, claim) {
             (Some(ws), None) => ws.ordered(stream, launch),
             (Some(ws), Some((_, claim))) => {
                 ws.ordered(stream, launch)?;
