@@ -241,14 +241,21 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
                         sparsek::tune::PlanSource::Tuned => "tuned plan",
                         sparsek::tune::PlanSource::Heuristic => "heuristic",
                     };
-                    let split = match gpu.flat_for(c.kernel, (a.nnzb(), a.block_rows(), n), Some(a_d.max_row_blocks()))
-                    {
+                    let dims = (a.nnzb(), a.block_rows(), n);
+                    let longest = Some(a_d.max_row_blocks());
+                    let split = match gpu.flat_for(c.kernel, dims, longest) {
                         Some((flat, g)) => format!(", taken by {flat}: a flat block list over {g} CTAs per N tile"),
-                        None => gpu
-                            .split_for(&c.config, (a.nnzb(), a.block_rows(), n), Some(a_d.max_row_blocks()))
-                            .map_or(String::new(), |s| {
+                        None => {
+                            // bs 64's tile of 32 in place of its tile of 64 where one row dominates.
+                            let skew = gpu.skew_tile_for(c.kernel, dims, longest);
+                            let (taken, config) = skew.map_or((String::new(), c.config), |(name, config)| {
+                                (format!(", taken by {name} (a dominating row)"), config)
+                            });
+                            let parts = gpu.split_for(&config, dims, longest).map_or(String::new(), |s| {
                                 format!(", rows split into up to {} parts of ~{} blocks", s.chunks, s.blocks)
-                            }),
+                            });
+                            format!("{taken}{parts}")
+                        }
                     };
                     let a_tiles = a.block_rows() * n.div_ceil(c.config.bn as usize);
                     let persistent = gpu.tile_grid(&c.config, c.ctas_per_sm, a_tiles).map_or(String::new(), |g| {

@@ -36,6 +36,9 @@ struct Case {
     alpha: f32,
     beta: f32,
     checked_structure: bool,
+    /// The view carries its block rows' schedule (`Gpu::row_schedule`): longest rows first and the longest known,
+    /// as an uploaded matrix's.
+    scheduled: bool,
     seed: u64,
 }
 
@@ -80,6 +83,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 alpha,
                 beta,
                 checked_structure,
+                scheduled: seed % 3 == 0,
                 seed,
             },
         )
@@ -208,6 +212,12 @@ fn run_case<TA: InputElement, TC: OutputElement>(gpu: &Gpu, case: &Case) -> Resu
         }
     }
     .map_err(|e| format!("{ctx}: {e}"))?;
+    let schedule =
+        case.scheduled.then(|| gpu.row_schedule(a.row_ptr())).transpose().map_err(|e| format!("{ctx}: {e}"))?;
+    let a_v = match &schedule {
+        Some(s) => a_v.with_schedule(s).map_err(|e| format!("{ctx}: {e}"))?,
+        None => a_v,
+    };
     // B through a raw pointer, C through a cudarc slice, the bias through a raw pointer.
     // SAFETY: b_d holds the span (padded to ldb), lives until the end, and nothing else writes it.
     let b_v = unsafe { DenseView::<TA>::from_raw(addr(stream, &b_d), k, n, ldb, case.b_layout) }
@@ -408,6 +418,7 @@ fn bs128_tile_of_64_in_every_layout() {
                 alpha: 1.0,
                 beta: if n == 64 { 0.0 } else { -0.5 },
                 checked_structure: false,
+                scheduled: i % 2 == 1,
                 seed,
             };
             let (m, k) = (block_rows * 128, block_cols * 128);
@@ -422,6 +433,71 @@ fn bs128_tile_of_64_in_every_layout() {
                 let types = (input, b_layout, out, c_layout);
                 let kernel = gpu.plan_kernel(128, types, (m, k, n), nnzb, None).unwrap().kernel;
                 assert!(kernel.ends_with("_n64"), "{case:?} {input:?} -> {out:?}: got {kernel}");
+            }
+            run_every_type(gpu, &case);
+        }
+    }
+}
+
+/// bs 64's tile of 64 columns cannot split rows, and its flat block list serves only f16 inputs on a row-major B
+/// with an f32 C: for every other type and layout a dominating row (over 4x the mean, known from the view's
+/// schedule) takes the tile of 32 (`Gpu::skew_tile_for`), which splits it over both N tiles. 33 to 64 columns,
+/// every input and output type, every B and C layout, u32 and i64 indices, bias, activations and beta, against every
+/// row of the oracle through the caller's memory (`run_case`: padding poisoned and checked).
+#[test]
+fn bs64_dominating_row_takes_the_tile_of_32_in_every_layout() {
+    let _shared = sparsek_tests::gpu_shared();
+    let Some(gpu) = gpu("bs64_dominating_row_takes_the_tile_of_32_in_every_layout") else { return };
+    let (bs, block_rows, block_cols, density) = (64usize, 20usize, 90usize, 0.1);
+    let mut seed = 0x6432;
+    for (i, (b_layout, c_layout)) in b_and_c_layouts().enumerate() {
+        for n in [33usize, 64] {
+            seed += 1;
+            let case = Case {
+                bs,
+                block_rows,
+                block_cols,
+                n,
+                pad: 8 * (i % 2),
+                density,
+                pattern: Pattern::Skewed,
+                b_layout,
+                c_layout,
+                index: if i % 2 == 0 { IndexType::U32 } else { IndexType::I64 },
+                bias: i != 1,
+                activation: Activation::ALL[(i + n) % Activation::ALL.len()],
+                alpha: 1.5,
+                beta: if n == 33 { 0.0 } else { -0.5 },
+                checked_structure: i == 3,
+                scheduled: true,
+                seed,
+            };
+            let (m, k) = (block_rows * bs, block_cols * bs);
+            let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, density, seed).unwrap();
+            let longest = a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
+            let dims = (a.nnzb(), block_rows, n);
+            assert!(longest > 4 * a.nnzb().div_ceil(block_rows), "{case:?}: longest {longest}");
+            for (input, out) in [
+                (sparsek::gpu::InType::F16, sparsek::gpu::OutType::F32),
+                (sparsek::gpu::InType::F16, sparsek::gpu::OutType::F16),
+                (sparsek::gpu::InType::Bf16, sparsek::gpu::OutType::F32),
+                (sparsek::gpu::InType::Bf16, sparsek::gpu::OutType::Bf16),
+            ] {
+                let types = (input, b_layout, out, c_layout);
+                let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), Some(longest)).unwrap();
+                assert!(choice.kernel.ends_with("_n64"), "{case:?} {input:?} -> {out:?}: got {}", choice.kernel);
+                let tile = gpu.skew_tile_for(choice.kernel, dims, Some(longest));
+                let has_flat = gpu.flat_for(choice.kernel, dims, Some(longest)).is_some()
+                    || (input, b_layout, out)
+                        == (sparsek::gpu::InType::F16, Layout::RowMajor, sparsek::gpu::OutType::F32);
+                match tile {
+                    Some((name, config)) => {
+                        assert!(!has_flat && name.ends_with("_n32"), "{case:?} {input:?} -> {out:?}: took {name}");
+                        let split = gpu.split_for(&config, dims, Some(longest));
+                        assert!(split.is_some(), "{case:?} {input:?} -> {out:?}: {name} does not split");
+                    }
+                    None => assert!(has_flat, "{case:?} {input:?} -> {out:?}: kept {}", choice.kernel),
+                }
             }
             run_every_type(gpu, &case);
         }
@@ -464,6 +540,7 @@ fn small_block_mid_tiles_in_every_layout() {
                     alpha: 1.5,
                     beta: if pattern == Pattern::Uniform { 0.0 } else { -0.5 },
                     checked_structure: i == 3,
+                    scheduled: i == 2,
                     seed,
                 };
                 let (m, k) = (block_rows * bs, block_cols * bs);
@@ -474,10 +551,10 @@ fn small_block_mid_tiles_in_every_layout() {
                     let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), Some(longest)).unwrap();
                     assert!(choice.kernel.ends_with("_n32"), "{case:?} {input:?}: got {}", choice.kernel);
                     let split = gpu.split_for(&choice.config, (a.nnzb(), block_rows, n), Some(longest));
-                    // The auto split: launches of one N tile with one row over 4x the mean and longer than a
-                    // part (SPLIT_PART_BYTES of A: 64 blocks at bs 32, 256 at bs 16).
+                    // The auto split: one row over 4x the mean and longer than a part (SPLIT_PART_BYTES of A: 64
+                    // blocks at bs 32, 256 at bs 16), on one N tile or up to 64 columns.
                     let part_blocks = sparsek::gpu::SPLIT_PART_BYTES / (bs * bs * 2);
-                    let expect = pattern == Pattern::Skewed && n <= 32 && longest > part_blocks;
+                    let expect = pattern == Pattern::Skewed && longest > part_blocks;
                     assert_eq!(split.is_some(), expect, "{case:?}: longest {longest}, split {split:?}");
                 }
                 run_every_type(gpu, &case);

@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use sparsek::check::compare_exact;
-use sparsek::format::{Pattern, generate};
+use sparsek::format::{Pattern, generate, generate_int};
 use sparsek::gpu::{Gpu, InType, OutType, RowSplit};
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
 use sparsek_tests::{check_case, exact_operands, gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
@@ -165,6 +165,61 @@ fn bs128_tile_of_64_splits_rows() {
             assert_exact_and_repeatable((&gpu, &whole), (&a, &b, &c0), Epilogue::new(1.0, 1.0), &ctx);
         }
     }
+}
+
+/// bs 64's tile of 64 columns (`_n64`, 33 to 64 columns) cannot split rows, and its flat block list serves only an
+/// f32 C: with an f16 C and one row over four times the mean, `RowSplit::Auto` takes the tile of 32 in its place
+/// (`Gpu::skew_tile_for`), which splits that row over both N tiles. At 33, 48 and 64 columns: integer-valued
+/// operands give the oracle's bits and whole rows' (the tile of 64, `RowSplit::Off`), on every launch; random
+/// values match every row of the oracle (C poisoned, and with beta). An f32 C, uniform rows and `RowSplit::Off`
+/// keep the tile of 64 (or its flat list).
+#[test]
+fn bs64_dominating_row_takes_the_tile_of_32() {
+    let test = "bs64_dominating_row_takes_the_tile_of_32";
+    let Some(gpu) = narrow_gpu(test, RowSplit::Auto) else { return };
+    let whole = narrow_gpu(test, RowSplit::Off).unwrap();
+    let (bs, rows, cols, density) = (64usize, 24usize, 100usize, 0.1);
+    let (m, k) = (rows * bs, cols * bs);
+    let types = |out| (InType::F16, Layout::RowMajor, out, Layout::RowMajor);
+    for (i, n) in [33usize, 48, 64].into_iter().enumerate() {
+        let seed = 8100 + i as u64;
+        let a: Bsr<f16> = generate_int(Pattern::Skewed, m, k, bs, density, seed, 4).unwrap();
+        let (long, dims) = (longest(&a), (a.nnzb(), rows, n));
+        let ctx = format!("bs{bs} {m}x{k}x{n} skewed nnzb={} longest={long}", a.nnzb());
+        assert!(long > 4 * a.nnzb().div_ceil(rows), "{ctx}: no row over 4x the mean");
+        let choice = gpu.plan_kernel(bs, types(OutType::F16), (m, k, n), a.nnzb(), Some(long)).unwrap();
+        assert!(choice.kernel.ends_with("_n64"), "{ctx}: planned {}", choice.kernel);
+        let (tile, config) = gpu.skew_tile_for(choice.kernel, dims, Some(long)).expect("no tile of 32");
+        assert!(tile.ends_with("_n32") && tile.contains("_f16_brow_f16"), "{ctx}: took {tile}");
+        assert!(gpu.split_for(&config, dims, Some(long)).is_some(), "{ctx}: the tile of 32 does not split");
+        assert!(whole.skew_tile_for(choice.kernel, dims, Some(long)).is_none(), "{ctx}: RowSplit::Off");
+        assert!(gpu.skew_tile_for(choice.kernel, dims, None).is_none(), "{ctx}: longest row unknown");
+        let f32_c = gpu.plan_kernel(bs, types(OutType::F32), (m, k, n), a.nnzb(), Some(long)).unwrap();
+        assert!(gpu.skew_tile_for(f32_c.kernel, dims, Some(long)).is_none(), "{ctx}: f32 C has its flat list");
+        // Integer-valued (every sum exact in f32, rounded once to f16 by both sides).
+        let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1).unwrap();
+        let c0 = Matrix::<f16>::random_int(m, n, 4, seed ^ 2).unwrap();
+        let ep = Epilogue::new(1.0, 1.0);
+        let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
+        let got = spmm_once(&gpu, &a, &b, &c0, ep);
+        let report = compare_exact(&got, &expected);
+        assert!(report.passed(), "{ctx}: the tile of 32, split: {report}");
+        let report = compare_exact(&spmm_once(&whole, &a, &b, &c0, ep), &expected);
+        assert!(report.passed(), "{ctx}: whole rows: {report}");
+        for j in 0..3 {
+            let again = spmm_once(&gpu, &a, &b, &c0, ep);
+            let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{ctx}: launch {j} differs from the first");
+        }
+        // Random values.
+        let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, density, seed).unwrap();
+        check_case::<f16>(&gpu, &a, n, (1.0, 0.0), seed, &ctx).unwrap();
+        check_case::<f16>(&gpu, &a, n, (-2.0, 0.5), seed, &ctx).unwrap();
+    }
+    let uniform: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 0.3, 8200).unwrap();
+    let (long, dims) = (longest(&uniform), (uniform.nnzb(), rows, 64));
+    let choice = gpu.plan_kernel(bs, types(OutType::F16), (m, k, 64), uniform.nnzb(), Some(long)).unwrap();
+    assert!(gpu.skew_tile_for(choice.kernel, dims, Some(long)).is_none(), "uniform rows: longest {long}");
 }
 
 /// Split launches from six threads, half on the default stream and half on streams of their own, all sharing

@@ -182,8 +182,10 @@ pub struct SplitChoice {
 /// the setting is off, no row is long enough, the workspace cannot hold it, or (with [`RowSplit::Auto`]) whole
 /// rows already fill the GPU.
 ///
-/// [`RowSplit::Auto`] splits launches of one N tile, when one CTA per row gives at most one CTA per SM or the
-/// longest row holds more than four times the mean. Measured (docs/perf-notes.md "Step 4" and "Step 5"): with one
+/// [`RowSplit::Auto`] splits launches of one N tile when one CTA per row gives at most one CTA per SM or the
+/// longest row holds more than four times the mean ([`rows_skewed`]), and launches of several N tiles over at most
+/// [`sparsek_layout::NARROW_MAX_N`] columns only in the second case (docs/perf-notes.md, issue 12 step 28: skewed
+/// rows at 48 and 64 columns on the tile of 32 columns). Measured (docs/perf-notes.md "Step 4" and "Step 5"): with one
 /// N tile, 8192 x 8192 at 1-16 columns (64 or 128 block rows) 1.1-1.25x faster on an H200 and 1.09-1.15x on an
 /// H100, at 32 columns on the mid tile 1.2-1.27x (H200), 16384 x 16384 bs 128 (128 block rows) 0.97-1.09x (H100),
 /// skewed 8192 x 8192 at 16 columns 2.35x (H200); but 16384 x 16384 bs 64 (256 block rows) 0.96-1.04x on the H100
@@ -209,11 +211,14 @@ pub fn split_choice(
     }
     let block_bytes = (cfg.bs * cfg.bs * 2) as usize;
     let mean = nnzb.div_ceil(block_rows);
-    let skewed = max_row_blocks.is_some_and(|l| l > 4 * mean);
+    let skewed = rows_skewed((nnzb, block_rows), max_row_blocks);
+    // Several N tiles re-read each row's A once per tile; only a dominating row pays that back, and only on the
+    // few-column tiles measured.
+    let few_tiles = n_tiles == 1 || (skewed && n_tiles * cfg.bn as usize <= sparsek_layout::NARROW_MAX_N);
     let mut blocks = match setting {
         RowSplit::Off => return None,
         RowSplit::Blocks(b) => (b as usize).max(1),
-        RowSplit::Auto | RowSplit::Flat(_) if n_tiles > 1 || (block_rows > limits.sm_count && !skewed) => return None,
+        RowSplit::Auto | RowSplit::Flat(_) if !few_tiles || (block_rows > limits.sm_count && !skewed) => return None,
         RowSplit::Auto | RowSplit::Flat(_) => {
             let base = (SPLIT_PART_BYTES / block_bytes).max(1);
             // A short part grows toward one part per SM, up to SPLIT_PART_MAX_GROWN_K_TILES.
@@ -250,6 +255,14 @@ pub fn split_choice(
         return None;
     }
     Some(SplitChoice { chunks: u32::try_from(chunks).ok()?, blocks: u32::try_from(blocks).ok()? })
+}
+
+/// Whether the longest of `block_rows` block rows holding `nnzb` blocks (`max_row_blocks`, when known) holds more
+/// than four times the mean: a row that sets a launch's time whatever the rest do ([`split_choice`],
+/// [`Gpu::skew_tile_for`]).
+pub fn rows_skewed((nnzb, block_rows): (usize, usize), max_row_blocks: Option<usize>) -> bool {
+    let mean = nnzb.div_ceil(block_rows.max(1));
+    max_row_blocks.is_some_and(|l| l > mean.saturating_mul(4))
 }
 
 /// The CTAs per SM of a flat block-list launch that [`RowSplit::Auto`] takes ([`flat_auto_serves`]): 264 on an
@@ -584,6 +597,53 @@ impl Gpu {
         self.flat_for_kernel(kernel, (nnzb, block_rows, n), max_row_blocks).map(|(k, g)| (k.variant.name, g))
     }
 
+    /// The tile of 32 columns in place of bs 64's tile of 64 (`_n64`, which cannot split rows) for a launch of
+    /// `kernel` over `nnzb` blocks in `block_rows` block rows (the longest holding `max_row_blocks`) and `n` columns,
+    /// or `None`: only where the types have no flat block list on that tile ([`sparsek_layout::Tile::Flat64`]: f16
+    /// C, bf16, a column-major B), the setting is [`RowSplit::Auto`] or [`RowSplit::Flat`], `n` is at most
+    /// [`sparsek_layout::NARROW_MAX_N`] and one row holds more than four times the mean ([`rows_skewed`]). There the
+    /// tile of 32 splits the long row over two N tiles ([`split_choice`]) where whole rows on the tile of 64 would
+    /// leave the GPU waiting on it (docs/perf-notes.md, issue 12 step 28). The launcher's decision, which `sparsek
+    /// run` prints and the tests assert on.
+    pub(crate) fn skew_tile_for_kernel(
+        &self,
+        kernel: &Kernel,
+        (nnzb, block_rows, n): (usize, usize, usize),
+        max_row_blocks: Option<usize>,
+    ) -> Option<&Kernel> {
+        self.split.as_ref()?;
+        let v = &kernel.variant;
+        let applies = v.tile == sparsek_layout::Tile::Mid64
+            && !kernel.config().splits_rows()
+            && matches!(self.row_split, RowSplit::Auto | RowSplit::Flat(_))
+            && n <= sparsek_layout::NARROW_MAX_N
+            && rows_skewed((nnzb, block_rows), max_row_blocks);
+        if !applies {
+            return None;
+        }
+        let types = (v.input, v.b_layout, v.out);
+        if self.product.find(v.op, v.bs, types, sparsek_layout::Tile::Flat64).is_some() {
+            return None;
+        }
+        self.product.find(v.op, v.bs, types, sparsek_layout::Tile::Mid).filter(|k| k.config().splits_rows())
+    }
+
+    /// The name and configuration of the kernel a launch of the kernel `name` over `nnzb` blocks in `block_rows`
+    /// block rows (the longest holding `max_row_blocks`, when known) and `n` columns takes in its place to split a
+    /// dominating row, or `None`: bs 64's tile of 32 columns for its tile of 64 (which cannot split rows), where no
+    /// flat block list serves the types ([`sparsek_layout::Tile::Flat64`]: f16 C, bf16, a column-major B), the
+    /// setting is [`RowSplit::Auto`] or [`RowSplit::Flat`], `n` is at most [`sparsek_layout::NARROW_MAX_N`] and one
+    /// row holds more than four times the mean ([`rows_skewed`]). The launcher's decision.
+    pub fn skew_tile_for(
+        &self,
+        name: &str,
+        (nnzb, block_rows, n): (usize, usize, usize),
+        max_row_blocks: Option<usize>,
+    ) -> Option<(&'static str, KernelConfig)> {
+        let kernel = self.product.kernels().iter().find(|k| k.variant.name == name)?;
+        self.skew_tile_for_kernel(kernel, (nnzb, block_rows, n), max_row_blocks).map(|k| (k.variant.name, k.config()))
+    }
+
     /// The split a launch of `cfg` gets on a stream that is not being captured: the launcher's one decision, which
     /// `sparsek run` prints and the tests assert on.
     pub fn split_for(
@@ -737,9 +797,14 @@ mod tests {
         // bs 128: parts of 4 blocks (128 KiB, 8 k-tiles) grown toward one per SM: 896 / 132 -> 6 blocks.
         let c = split_choice(&narrow(128), RowSplit::Auto, (896, 64, 1), Some(20), WS).unwrap();
         assert_eq!(c, SplitChoice { chunks: 4, blocks: 6 });
-        // Two N tiles: whole rows, unless parts are asked for.
+        // Two N tiles: whole rows, unless parts are asked for ...
         assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 2), Some(40), WS), None);
         assert!(split_choice(&narrow(64), RowSplit::Blocks(16), (3584, 128, 2), Some(40), WS).is_some());
+        // ... or a row holds more than four times the mean, on up to 64 columns (4 N tiles of 16), not beyond.
+        let c = split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 4), Some(128), WS).unwrap();
+        assert_eq!(c, SplitChoice { chunks: 8, blocks: 16 });
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 5), Some(128), WS), None);
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 4), Some(112), WS), None);
         // 128 rows: at most one CTA per SM, split; 256 fill the GPU, whole rows ...
         assert!(split_choice(&narrow(128), RowSplit::Auto, (3584, 128, 1), Some(40), WS).is_some());
         assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (14336, 256, 1), Some(80), WS), None);

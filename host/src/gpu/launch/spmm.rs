@@ -392,7 +392,15 @@ impl Gpu {
         let flat = workspace.and_then(|ws| {
             self.flat_for_kernel(kernel, (a.nnzb, block_rows as usize, n), max_row_blocks).map(|(k, g)| (ws, k, g))
         });
-        let kernel = flat.map_or(kernel, |(_, k, _)| k);
+        // Else bs 64's tile of 32 columns in place of its tile of 64 where one row dominates and no flat list
+        // serves the types: the tile of 32 can split that row.
+        let kernel = match (workspace, flat) {
+            (_, Some((_, k, _))) => k,
+            (Some(_), None) => {
+                self.skew_tile_for_kernel(kernel, (a.nnzb, block_rows as usize, n), max_row_blocks).unwrap_or(kernel)
+            }
+            (None, None) => kernel,
+        };
         let cfg = kernel.config();
         let n_tiles = n.div_ceil(cfg.bn as usize);
         // Split rows (the narrow kernels): long block rows spread over several CTAs.
