@@ -453,6 +453,14 @@ impl Gpu {
             if a.bs < 64 {
                 return block_rows;
             }
+            // The sm_90a ping-pong kernels (bs 64) walk their tiles from a counter in plain order: every row of one N
+            // tile before the next, so the wave shares one B strip, read once. Measured on an H100 (`sparsek tune
+            // --dry-run`, every group interleaved; docs/perf-notes.md "Hopper", step 20): 3-9% faster than the groups
+            // below at 8192^3 15-50%, 8192 x 4096 x 8192, 8192 x 8192 x 16384 and 16384 x 8192 x 8192 at 22% (A
+            // over L2 at 50%), level on skewed rows; at bs 128 the groups stay (plain order 6% slower at 30%).
+            if cfg.pingpong() {
+                return block_rows;
+            }
             let wave = (kernel.ctas_per_sm.max(1) * self.info().sm_count) as usize;
             let a_row_bytes = a.nnzb * a.bs * a.bs * 2 / (block_rows as usize).max(1);
             let b_tile_bytes = k * cfg.bn as usize * 2;
