@@ -597,14 +597,7 @@ impl Gpu {
         self.flat_for_kernel(kernel, (nnzb, block_rows, n), max_row_blocks).map(|(k, g)| (k.variant.name, g))
     }
 
-    /// The tile of 32 columns in place of bs 64's tile of 64 (`_n64`, which cannot split rows) for a launch of
-    /// `kernel` over `nnzb` blocks in `block_rows` block rows (the longest holding `max_row_blocks`) and `n` columns,
-    /// or `None`: only where the types have no flat block list on that tile ([`sparsek_layout::Tile::Flat64`]: f16
-    /// C, bf16, a column-major B), the setting is [`RowSplit::Auto`] or [`RowSplit::Flat`], `n` is at most
-    /// [`sparsek_layout::NARROW_MAX_N`] and one row holds more than four times the mean ([`rows_skewed`]). There the
-    /// tile of 32 splits the long row over two N tiles ([`split_choice`]) where whole rows on the tile of 64 would
-    /// leave the GPU waiting on it (docs/perf-notes.md, issue 12 step 28). The launcher's decision, which `sparsek
-    /// run` prints and the tests assert on.
+    /// [`Gpu::skew_tile_for`]'s rule for a loaded kernel: the launcher's call, once per launch.
     pub(crate) fn skew_tile_for_kernel(
         &self,
         kernel: &Kernel,
@@ -630,10 +623,13 @@ impl Gpu {
 
     /// The name and configuration of the kernel a launch of the kernel `name` over `nnzb` blocks in `block_rows`
     /// block rows (the longest holding `max_row_blocks`, when known) and `n` columns takes in its place to split a
-    /// dominating row, or `None`: bs 64's tile of 32 columns for its tile of 64 (which cannot split rows), where no
-    /// flat block list serves the types ([`sparsek_layout::Tile::Flat64`]: f16 C, bf16, a column-major B), the
-    /// setting is [`RowSplit::Auto`] or [`RowSplit::Flat`], `n` is at most [`sparsek_layout::NARROW_MAX_N`] and one
-    /// row holds more than four times the mean ([`rows_skewed`]). The launcher's decision.
+    /// dominating row, or `None`: bs 64's tile of 32 columns for its tile of 64 (`_n64`, which cannot split rows),
+    /// where no flat block list serves the types ([`sparsek_layout::Tile::Flat64`]: f16 C, bf16, a column-major B),
+    /// the setting is [`RowSplit::Auto`] or [`RowSplit::Flat`], `n` is at most [`sparsek_layout::NARROW_MAX_N`] and
+    /// one row holds more than four times the mean ([`rows_skewed`]). The tile of 32 then splits that row over its
+    /// two N tiles ([`split_choice`]) where whole rows on the tile of 64 would leave the GPU waiting on it
+    /// (docs/perf-notes.md, issue 12 step 28). The launcher's decision, which `sparsek run` prints and the tests
+    /// assert on.
     pub fn skew_tile_for(
         &self,
         name: &str,

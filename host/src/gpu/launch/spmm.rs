@@ -454,10 +454,11 @@ impl Gpu {
                 return block_rows;
             }
             // The sm_90a ping-pong kernels (bs 64) walk their tiles from a counter in plain order: every row of one N
-            // tile before the next, so the wave shares one B strip, read once. Measured on an H100 (`sparsek tune
-            // --dry-run`, every group interleaved; docs/perf-notes.md "Hopper", step 20): 3-9% faster than the groups
-            // below at 8192^3 15-50%, 8192 x 4096 x 8192, 8192 x 8192 x 16384 and 16384 x 8192 x 8192 at 22% (A
-            // over L2 at 50%), level on skewed rows; at bs 128 the groups stay (plain order 6% slower at 30%).
+            // tile before the next, so the wave shares one B strip, read once. Measured on an H100 (docs/perf-notes.md
+            // "Hopper", step 20): under `sparsek tune --dry-run` (every group, rotated inputs) 3-9% faster than the
+            // groups below at 8192^3 15-50%, 8192 x 4096 x 8192, 8192 x 8192 x 16384 and 16384 x 8192 x 8192 at 22%
+            // (A over L2 at 50%), back to back 2.6-3.8%, level on skewed rows; at bs 128 the groups stay (plain order
+            // 6% slower at 22% and 30%).
             if cfg.pingpong() {
                 return block_rows;
             }
