@@ -13,6 +13,8 @@
     gpu_intrinsics,
     gpu_launch_sized_workgroup_mem
 )]
+// The sm_90a collectives (ptx::sm90) call NVVM intrinsics by their LLVM names.
+#![cfg_attr(feature = "sm90", feature(link_llvm_intrinsics))]
 #![allow(internal_features)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

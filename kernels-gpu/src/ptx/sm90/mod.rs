@@ -7,9 +7,12 @@
 //!   `commit_group`, `wait_group`, and the shared-memory matrix descriptor;
 //! - [`setmaxnreg`] — `setmaxnreg.inc` / `.dec` (registers moved between warpgroups).
 //!
-//! `wgmma` and `setmaxnreg` are `.sync.aligned` warpgroup collectives written as inline asm, which rustc does not
-//! mark `convergent`: they are called only in warpgroup-uniform control flow, and build-ptx counts them per
-//! kernel against the variant table (`KernelConfig::expected_wgmma`), so a copy LLVM made fails the build.
+//! `wgmma` and `setmaxnreg` are `.sync.aligned` warpgroup collectives, called only in warpgroup-uniform control
+//! flow. `setmaxnreg` and wgmma's fence, commit and wait go through LLVM's NVVM intrinsics, which LLVM declares
+//! `convergent` (it does not copy them into the arms of a branch); `wgmma.mma_async` (its 64-128 accumulator
+//! operands) stays inline asm, which rustc does not mark `convergent`. build-ptx counts all of them per kernel
+//! against the variant table (`KernelConfig::expected_wgmma`, `expected_wgmma_group_ops`), so a copy LLVM made
+//! fails the build.
 
 pub mod mbarrier;
 pub mod setmaxnreg;

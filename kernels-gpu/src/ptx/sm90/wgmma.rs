@@ -8,8 +8,8 @@
 //! sm_80 kernels serves these accumulators unchanged.
 //!
 //! Every function here is a warpgroup collective (`.sync.aligned`): all 128 threads execute it, in
-//! warpgroup-uniform control flow (rustc does not mark asm convergent; build-ptx counts the `wgmma.mma_async`
-//! per kernel).
+//! warpgroup-uniform control flow. The fence, commit and wait are NVVM intrinsics (convergent); `mma_async` is
+//! asm, which rustc does not mark convergent, and build-ptx counts every one of them per kernel.
 
 use core::arch::asm;
 
@@ -32,27 +32,39 @@ pub const fn smem_desc_128b(addr: u32, lbo: u32, sbo: u32) -> u64 {
     enc(addr) | (enc(lbo) << 16) | (enc(sbo) << 32) | (1u64 << 62)
 }
 
+// The group collectives through LLVM's NVVM intrinsics, which LLVM declares `convergent` (inline asm is not: LLVM
+// may copy an asm block into both arms of a branch, ../shared/HOPPER.md). Each is also a side effect, so it keeps its
+// order with the `wgmma.mma_async` and operand-fence asm statements around it.
+unsafe extern "C" {
+    #[link_name = "llvm.nvvm.wgmma.fence.sync.aligned"]
+    fn nvvm_wgmma_fence();
+    #[link_name = "llvm.nvvm.wgmma.commit_group.sync.aligned"]
+    fn nvvm_wgmma_commit_group();
+    #[link_name = "llvm.nvvm.wgmma.wait_group.sync.aligned"]
+    fn nvvm_wgmma_wait_group(n: i64);
+}
+
 /// `wgmma.fence.sync.aligned`: orders this warpgroup's register writes (zeroed or read accumulators) before the
 /// `wgmma.mma_async` that follow; issued before the first wgmma of each k-tile.
 #[inline(always)]
 pub fn wgmma_fence() {
-    // SAFETY: a fence; convergence is the caller's contract (module docs).
-    unsafe { asm!("wgmma.fence.sync.aligned;", options(nostack)) };
+    // SAFETY: a fence; the warpgroup-uniform control flow is the caller's contract (module docs).
+    unsafe { nvvm_wgmma_fence() };
 }
 
 /// `wgmma.commit_group.sync.aligned`: closes the group of this warpgroup's outstanding `wgmma.mma_async`.
 #[inline(always)]
 pub fn wgmma_commit_group() {
     // SAFETY: as above.
-    unsafe { asm!("wgmma.commit_group.sync.aligned;", options(nostack)) };
+    unsafe { nvvm_wgmma_commit_group() };
 }
 
 /// `wgmma.wait_group.sync.aligned N`: waits until at most `N` of this warpgroup's committed groups are pending
 /// (their shared-memory reads and accumulator writes are done for the others).
 #[inline(always)]
 pub fn wgmma_wait_group<const N: u32>() {
-    // SAFETY: as above.
-    unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
+    // SAFETY: as above; N is a constant at every call site (the intrinsic takes an immediate).
+    unsafe { nvvm_wgmma_wait_group(N as i64) };
 }
 
 /// Names the accumulators `d` in an (empty) asm statement after a [`wgmma_wait_group`], so the compiler reads
