@@ -56,7 +56,8 @@ fn hopper_kernels_have_the_promised_instructions() {
             "mbarrier.try_wait.parity.shared::cta.b64".into(),
             "mbarrier.arrive.expect_tx.shared::cta.b64".into(),
             "mbarrier.init.shared::cta.b64".into(),
-            "wgmma.wait_group.sync.aligned 1".into(),
+            // (LLVM prints the intrinsic's immediate after a tab: `wgmma.wait_group.sync.aligned \t1;`.)
+            "wgmma.wait_group.sync.aligned \t1;".into(),
             "setmaxnreg.dec.sync.aligned.u32".into(),
             "setmaxnreg.inc.sync.aligned.u32".into(),
             format!(".maxntid {}, 1, 1", c.threads()),

@@ -162,7 +162,7 @@ mod tests {
         for (file, line, dup) in [
             ("sparsek_sm90a.ptx", "wgmma.commit_group.sync.aligned;", true),
             ("sparsek_sm90a.ptx", "wgmma.fence.sync.aligned;", true),
-            ("sparsek_sm90a.ptx", "wgmma.wait_group.sync.aligned 1;", false),
+            ("sparsek_sm90a.ptx", "wgmma.wait_group.sync.aligned \t1;", false),
             ("sparsek_sm80.ptx", "bar.sync \t0;", true),
         ] {
             let ptx = std::fs::read_to_string(dir.join(file)).unwrap();
