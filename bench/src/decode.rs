@@ -434,6 +434,12 @@ pub struct DecodeRecord {
     /// plain launches' bits, else this is a failure. `None` when not measured (a GPU without it, or a run whose
     /// launches are all programmatic).
     pub sparsek_queued_programmatic: Option<Queued>,
+    /// sparsek replayed from a CUDA graph ([`graph_replayed`]): [`queued::BATCH`] launches captured once, the
+    /// graph's time per launch. Its output must have the plain launches' bits. `None` when not measured.
+    pub sparsek_graph: Option<Queued>,
+    /// As [`DecodeRecord::sparsek_graph`] through the programmatic `Gpu` (measured where
+    /// [`DecodeRecord::sparsek_queued_programmatic`] is).
+    pub sparsek_graph_programmatic: Option<Queued>,
     /// The targets that apply ([`targets`]) and their verdicts.
     pub goals: Vec<Goal>,
     /// SM clock read by nvidia-smi right after the timed loop.
@@ -463,6 +469,8 @@ impl DecodeRecord {
             sparsek_queued: Queued::default(),
             queued_launch_ratio: None,
             sparsek_queued_programmatic: None,
+            sparsek_graph: None,
+            sparsek_graph_programmatic: None,
             goals: Vec::new(),
             sm_clock_mhz: None,
             error: None,
@@ -816,8 +824,75 @@ fn measure(
                 Err(e) => Queued::failed(e.clone()),
             });
         }
+        eprintln!("{tag}   timing sparsek replayed from a CUDA graph ({} launches)", queued::BATCH);
+        rec.sparsek_graph = Some(graph_replayed(gpu, gpu, s));
+        if let Some(pg) = programmatic {
+            eprintln!("{tag}   timing sparsek replayed from a CUDA graph, programmatic launches");
+            rec.sparsek_graph_programmatic = Some(graph_replayed(gpu, pg, s));
+        }
     }
     Ok(())
+}
+
+/// sparsek's `sets` replayed from a CUDA graph through `launcher` (`gpu` itself, or a `Gpu` on its context with
+/// programmatic launches): [`queued::BATCH`] launches (`Gpu::spmm_raw` on the sets in turn) captured once on a new
+/// stream in global mode (as `torch.cuda.graph` captures), the graph replayed once untimed and then
+/// [`queued::REPS`] times, each between its own pair of events: per launch, the graph's time over the batch (what
+/// a decode step replayed from a graph spends per product: `torch.compile(mode="reduce-overhead")`). Captured
+/// launches make the same choices as plain ones on their own workspace, so the output must keep its bits: C of
+/// set 0, left by the plain launches, is poisoned first and compared after the replays.
+fn graph_replayed(gpu: &Gpu, launcher: &Gpu, sets: &mut Sets<'_>) -> Queued {
+    use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let batch = queued::BATCH;
+    let mut run = || -> std::result::Result<Vec<f32>, String> {
+        let before = sets.output().ok_or("no input set")?.to_host().map_err(|e| e.to_string())?;
+        poison(gpu, sets.output().ok_or("no input set")?.as_view_mut())?;
+        gpu.synchronize().map_err(|e| e.to_string())?;
+        let Sets::Sparsek(own) = &mut *sets else { return Err("a graph of sparsek's launches only".into()) };
+        let stream = launcher.new_stream().map_err(|e| e.to_string())?;
+        // The views are made before the capture: each records an event on its buffer's stream.
+        let mut views: Vec<_> = own.iter_mut().map(|(a, b, c)| (a.view(), b.view(), c.view_mut())).collect();
+        let count = views.len().max(1);
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).map_err(|e| e.to_string())?;
+        let mut captured = Ok(());
+        for i in 0..batch {
+            let (a, b, c) = &mut views[i % count];
+            // SAFETY: views of live buffers of this context, not used by other work while the graph runs (the
+            // Gpu's stream was synchronised above, and nothing else is queued until the replays end).
+            let r = unsafe { launcher.spmm_raw(stream.cu_stream(), a, b, c, None, Epilogue::default()) };
+            if let Err(e) = r {
+                captured = Err(format!("launch during capture: {e}"));
+                break;
+            }
+        }
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+        captured?;
+        let graph = graph.map_err(|e| format!("cuStreamEndCapture: {e}"))?.ok_or("an empty graph")?;
+        graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
+        let ctx = gpu.context();
+        let mut ms = Vec::with_capacity(queued::REPS);
+        for _ in 0..queued::REPS {
+            let event =
+                || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e}"));
+            let (start, end) = (event()?, event()?);
+            start.record(&stream).map_err(|e| format!("cuEventRecord: {e}"))?;
+            graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
+            end.record(&stream).map_err(|e| format!("cuEventRecord: {e}"))?;
+            end.synchronize().map_err(|e| format!("cuEventSynchronize: {e}"))?;
+            ms.push(start.elapsed_ms(&end).map_err(|e| format!("cuEventElapsedTime: {e}"))? / batch as f32);
+        }
+        stream.synchronize().map_err(|e| e.to_string())?;
+        drop(views);
+        let after = sets.output().ok_or("no input set")?.to_host().map_err(|e| e.to_string())?;
+        if !same_bits(&after, &before) {
+            return Err("the graph's output differs from the plain launches'".into());
+        }
+        Ok(ms)
+    };
+    match run() {
+        Ok(ms) => Queued { batch, time: Times::from_ms(&ms), hold_us: None, error: None },
+        Err(e) => Queued::failed(e),
+    }
 }
 
 /// Whether two outputs of the same shape hold the same bits in every element (their padding aside).
@@ -1051,7 +1126,13 @@ fn queued_cell(r: &DecodeRecord) -> String {
 /// sparsek's queued time per launch with programmatic launches, `failed` when it could not be measured or its
 /// output differed from the plain launches', or `-` when not measured.
 fn queued_programmatic_cell(r: &DecodeRecord) -> String {
-    match &r.sparsek_queued_programmatic {
+    checked_cell(r, &r.sparsek_queued_programmatic)
+}
+
+/// A time per launch checked against the plain launches' output (`q`): `failed` when it could not be measured or
+/// its output differed, `-` when not measured, `!` appended when the plain launches failed their own check.
+fn checked_cell(r: &DecodeRecord, q: &Option<Queued>) -> String {
+    match q {
         None => "-".into(),
         Some(q) => match (q.median_us(), &q.error) {
             (Some(t), None) if r.sparsek.passed() => format!("{t:.2}"),
@@ -1135,11 +1216,15 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
          sparsek's time per launch with {} launches queued back to back behind a kernel holding the stream (the \
          GPU's own time, without the host's), and its ratio to the empty launch queued alike; queued, programmatic: \
          the same with programmatic dependent launch (`Gpu::with_programmatic_launch`: each launch may start under \
-         the one before it; its output must have the plain launches' bits; `-` where the GPU has none). `!` marks a \
-         time whose output failed its check; figures come only from checked times.",
+         the one before it; its output must have the plain launches' bits; `-` where the GPU has none); graph µs: \
+         sparsek's time per launch replayed from a CUDA graph of {} captured launches (global mode, as \
+         `torch.cuda.graph`), its output checked against the plain launches' bits; graph, programmatic: the same \
+         with programmatic launches. `!` marks a time whose output failed its check; figures come only from \
+         checked times.",
         header.iters,
         header.warmup,
         header.cublas,
+        queued::BATCH,
         queued::BATCH
     );
     s.push('\n');
@@ -1149,13 +1234,14 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
     s.push('\n');
     s.push_str(
         "| M×K | N | bs | density | nnzb | MB moved | sparsek µs | GB/s | of copy | of same-size copy | cuBLAS µs \
-         | speedup | × empty | queued µs | × queued empty | queued, programmatic | targets | SM MHz | checks |\n",
+         | speedup | × empty | queued µs | × queued empty | queued, programmatic | graph µs | graph, programmatic \
+         | targets | SM MHz | checks |\n",
     );
-    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
+    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
     for r in records {
         let _ = writeln!(
             s,
-            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.facts.m,
             r.facts.k,
             r.facts.n,
@@ -1173,6 +1259,8 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
             queued_cell(r),
             opt_cell(r.queued_launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
             queued_programmatic_cell(r),
+            checked_cell(r, &r.sparsek_graph),
+            checked_cell(r, &r.sparsek_graph_programmatic),
             goals_cell(r),
             r.sm_clock_mhz.map_or_else(|| "-".into(), |m| m.to_string()),
             checks_cell(r),
@@ -1194,7 +1282,8 @@ fn progress_line(r: &DecodeRecord) -> String {
     let text = |f: Figure| opt_cell(r.figure(f), |v| f.value_text(v));
     s.push_str(&format!(
         "sparsek {} µs ({} GB/s, {} of copy, {} of a same-size copy), cuBLAS {} µs ({}), {} empty launch; \
-         queued {} µs ({} the queued empty launch; programmatic {} µs); targets: {}; checks {}",
+         queued {} µs ({} the queued empty launch; programmatic {} µs); graph {} µs (programmatic {} µs); \
+         targets: {}; checks {}",
         us_cell(&r.sparsek),
         opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
         text(Figure::CopyFraction),
@@ -1205,6 +1294,8 @@ fn progress_line(r: &DecodeRecord) -> String {
         queued_cell(r),
         opt_cell(r.queued_launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
         queued_programmatic_cell(r),
+        checked_cell(r, &r.sparsek_graph),
+        checked_cell(r, &r.sparsek_graph_programmatic),
         goals_cell(r),
         checks_cell(r),
     ));
@@ -1444,6 +1535,8 @@ mod tests {
         queued.sparsek_queued = Queued { batch: 32, time: Some(times(9.0)), hold_us: Some(2000.0), error: None };
         queued.sparsek_queued_programmatic =
             Some(Queued { batch: 32, time: Some(times(7.5)), hold_us: Some(2000.0), error: None });
+        queued.sparsek_graph = Some(Queued { batch: 32, time: Some(times(9.5)), hold_us: None, error: None });
+        queued.sparsek_graph_programmatic = Some(Queued::failed("the graph's output differs".into()));
         queued.evaluate(&large, &refs);
         assert_eq!(queued.queued_launch_ratio, Some(6.0));
         let mut failed = record(&large, 3604, 12.0, 48.0, false, &refs);
@@ -1460,11 +1553,13 @@ mod tests {
             assert_eq!(Some(row.matches('|').count()), header_cols, "{row}");
         }
         assert!(
-            rows[0].contains("| 4.00x | 4.80x | 9.00 | 6.00x | 7.50 | copy ≥ 80% met; speedup ≥ 3.64x met |"),
+            rows[0].contains(
+                "| 4.00x | 4.80x | 9.00 | 6.00x | 7.50 | 9.50 | failed | copy ≥ 80% met; speedup ≥ 3.64x met |"
+            ),
             "{}",
             rows[0]
         );
-        assert!(rows[1].contains("| 2.40x | - | - | - | ≤ 2x empty launch MISSED |"), "{}", rows[1]);
+        assert!(rows[1].contains("| 2.40x | - | - | - | - | - | ≤ 2x empty launch MISSED |"), "{}", rows[1]);
         assert!(t.contains("- Empty launch, queued: 1.50 µs per launch, median of 30 batches of 32"), "{t}");
         assert!(rows[0].ends_with("| pass |"));
         assert!(rows[1].contains("| ≤ 2x empty launch MISSED |"), "{}", rows[1]);
@@ -1482,6 +1577,9 @@ mod tests {
         assert_eq!(v["records"][0]["queued_launch_ratio"], 6.0);
         assert_eq!(v["records"][0]["sparsek_queued_programmatic"]["time"]["median_us"], 7.5);
         assert!(v["records"][1]["sparsek_queued_programmatic"].is_null());
+        assert_eq!(v["records"][0]["sparsek_graph"]["time"]["median_us"], 9.5);
+        assert_eq!(v["records"][0]["sparsek_graph_programmatic"]["error"], "the graph's output differs");
+        assert!(v["records"][1]["sparsek_graph"].is_null());
         assert_eq!(v["references"]["empty_launch"]["time"]["median_us"], 2.5);
         let r0 = &v["records"][0];
         assert_eq!(r0["case"], "8192x16x8192 bs64 22% uniform");

@@ -106,6 +106,41 @@ def test_cuda_graph_capture_of_a_module():
         check_layer(static_y, h, model[1])
 
 
+@pytest.mark.parametrize("tokens", [8, 48])
+def test_captured_skewed_weight_replays_the_eager_bits(tokens):
+    """A weight whose first block row holds every block: eagerly the library splits that row over several CTAs (or
+    spreads the blocks by its flat list), adding the parts in a fixed order. Captured in a CUDA graph it must do the
+    same on a workspace the graph owns, so each replay gives the eager launch's bits (random values: whole rows, or
+    any other split, would round differently), for ``linear`` and ``bsr_mm``."""
+    gen = torch.Generator().manual_seed(seed_for("captured-skewed", tokens))
+    # 256 block rows (more than the decode kernels take) of about 2 blocks, the first holding all 32.
+    m, k = 64 * 256, 64 * 32
+    w, w64 = random_bsr(m, k, 64, 0.2, torch.float16, torch.int64, "cuda", gen, skew=True)
+    assert int((w.crow_indices()[1:] - w.crow_indices()[:-1]).max()) == 32  # the first row is full
+    x = torch.randn(tokens, k, generator=gen).half().cuda()
+    static_x = x.clone()
+    ops = (lambda t: sparsek.linear(t, w), lambda t: sparsek.bsr_mm(w, t.t().contiguous()))
+    for op in ops:
+        eager = op(x)  # also the warm-up: checks the structure, as the capture cannot
+        torch.cuda.synchronize()
+        ref = w64 @ x.cpu().double().t()
+        got = eager.t() if eager.shape[0] == tokens else eager
+        assert_close(got.cpu(), ref, w64.abs() @ x.cpu().double().abs().t(), k)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(s):
+            op(static_x)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            static_y = op(static_x)
+        for _ in range(3):
+            static_y.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(static_y.view(torch.int16), eager.view(torch.int16)), "a replay differs from eager"
+
+
 @pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # the refused op queued nothing, as it should
 def test_capture_before_any_check_is_refused_clearly():
     lay = layer(128, 128, 64, 1.0, 14)

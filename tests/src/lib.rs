@@ -202,3 +202,50 @@ pub fn gpu_shared() -> RwLockReadGuard<'static, ()> {
 pub fn gpu_alone() -> RwLockWriteGuard<'static, ()> {
     GPU_USE.write().unwrap_or_else(|e| e.into_inner())
 }
+
+/// What a captured graph holds: its kernel nodes (function name, grid) and its memory nodes.
+#[derive(Debug, Default)]
+pub struct GraphNodes {
+    /// Kernel nodes: the function's name and the grid's CTAs.
+    pub kernels: Vec<(String, u32)>,
+    /// Allocation, memset and free nodes, and any other.
+    pub allocs: usize,
+    pub memsets: usize,
+    pub frees: usize,
+    pub others: usize,
+}
+
+/// The nodes of a captured `graph`, read through the driver (panics on a failed call).
+pub fn graph_nodes(graph: &cudarc::driver::CudaGraph) -> GraphNodes {
+    let graph = graph.cu_graph();
+    let mut count = 0usize;
+    // SAFETY: a live graph; a null array asks for the count.
+    unsafe { cudarc::driver::sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count) }.result().unwrap();
+    let mut all: Vec<cudarc::driver::sys::CUgraphNode> = vec![std::ptr::null_mut(); count];
+    // SAFETY: room for `count` nodes.
+    unsafe { cudarc::driver::sys::cuGraphGetNodes(graph, all.as_mut_ptr(), &mut count) }.result().unwrap();
+    let mut out = GraphNodes::default();
+    for &node in &all[..count] {
+        use cudarc::driver::sys::{CUDA_KERNEL_NODE_PARAMS, CUgraphNodeType};
+        let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: a node of the live graph.
+        unsafe { cudarc::driver::sys::cuGraphNodeGetType(node, &mut kind) }.result().unwrap();
+        match kind {
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => {
+                // SAFETY: plain C data, filled by the driver for a kernel node.
+                let mut params: CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                unsafe { cudarc::driver::sys::cuGraphKernelNodeGetParams_v2(node, &mut params) }.result().unwrap();
+                let mut name: *const std::ffi::c_char = std::ptr::null();
+                // SAFETY: the node's function; the driver returns a NUL-terminated name it owns.
+                unsafe { cudarc::driver::sys::cuFuncGetName(&mut name, params.func) }.result().unwrap();
+                let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned();
+                out.kernels.push((name, params.gridDimX));
+            }
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => out.allocs += 1,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => out.memsets += 1,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => out.frees += 1,
+            _ => out.others += 1,
+        }
+    }
+    out
+}

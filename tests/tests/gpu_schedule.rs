@@ -4,7 +4,7 @@
 //! oracle, to a persistent grid with a static stride and to one tile per consumer set, over few and many tiles
 //! per CTA, N tails, skewed and empty rows, beta and f16 C; random values giving the same bits on every launch;
 //! persistent launches from several threads on several streams, which share the counter, each giving the
-//! single-threaded result; and a graph-captured launch replayed. The tests need the sm_90a module (a Hopper GPU,
+//! single-threaded result; and a graph-captured launch (its own counters, in the graph) replayed. The tests need the sm_90a module (a Hopper GPU,
 //! `SPARSEK_TEST_MODULE` unset or `auto`); elsewhere they print a skip line.
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -15,7 +15,9 @@ use sparsek::gpu::{
     BsrArrays, BsrView, DenseView, DenseViewMut, Gpu, InType, IndexType, OutType, Pipeline, TileGrid, TileSchedule,
 };
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
-use sparsek_tests::{exact_operands, gpu_required, hopper_enabled, own_gpu, spmm_once, threads_match_one_launch};
+use sparsek_tests::{
+    exact_operands, gpu_required, graph_nodes, hopper_enabled, own_gpu, spmm_once, threads_match_one_launch,
+};
 
 /// A Gpu with the given schedule, or `None` (after a skip line) without a GPU or without the sm_90a module.
 fn hopper_gpu(test: &str, schedule: TileSchedule) -> Option<Gpu> {
@@ -153,10 +155,11 @@ fn persistent_launches_on_many_streams_are_ordered() {
     threads_match_one_launch(&gpu, &a, &b, &c0, Epilogue::new(0.5, -1.0), 6);
 }
 
-/// Launches captured into a CUDA graph touch no counter (a replayed graph is not ordered with other launches):
-/// they get one tile per consumer set. Captured on a stream of the test's own, over views of memory uploaded on
-/// it (as PyTorch's graphs launch): each replay gives the bits of the per-tile launch outside the capture, the
-/// first into a poisoned C.
+/// Launches captured into a CUDA graph never touch the Gpu's counters (a replayed graph is not ordered with other
+/// launches): they take two of their own, in the graph (an allocation, a memset zeroing them and a free node), and
+/// run the persistent grid. Captured on a stream of the test's own, over views of memory uploaded on it (as
+/// PyTorch's graphs launch): each replay gives the bits of the per-tile launch outside the capture, the first into
+/// a poisoned C.
 #[test]
 fn captured_launches_replay_exactly() {
     let _alone = sparsek_tests::gpu_alone();
@@ -200,6 +203,12 @@ fn captured_launches_replay_exactly() {
             let graph = stream.end_capture(CUgraphInstantiate_flags(0));
             r.unwrap_or_else(|e| panic!("{ctx}: launch during capture: {e}"));
             let graph = graph.expect("end capture").expect("a graph");
+            let held = graph_nodes(&graph);
+            assert_eq!((held.allocs, held.memsets, held.frees, held.others), (1, 1, 1, 0), "{ctx}: {held:?}");
+            let grid = grid_of(&gpu, &a, n, &ctx);
+            assert!(grid.counter, "{ctx}: {grid:?}");
+            let ctas: Vec<u32> = held.kernels.iter().map(|k| k.1).collect();
+            assert_eq!(ctas, vec![grid.ctas], "{ctx}: one kernel on the persistent grid: {held:?}");
             for i in 0..3 {
                 graph.launch().unwrap();
                 let got = stream.clone_dtoh(&c_dev).unwrap();

@@ -8,10 +8,11 @@
 //! The two counters live in the split-row workspace (gpu/split.rs), which every [`Gpu`] allocates once: they
 //! are zero before a launch and the launch's last CTA sets them back to zero. A launch takes them only when
 //! they are free or its own stream used them last, so no stream ever waits for another: a launch on another
-//! stream while they are busy gets the grid of a captured stream. A stream being captured into a CUDA
-//! graph gets a grid that touches no counter: one tile per consumer set (one CTA per tile, or per two tiles for
-//! the ping-pong kernels), the kernel walking its tiles with a static stride. A persistent grid with that
-//! stride was measured 7-10% faster on uniform rows but 36% slower on skewed ones (docs/perf-notes.md).
+//! stream while they are busy gets a grid that touches no counter: one tile per consumer set (one CTA per tile,
+//! or per two tiles for the ping-pong kernels). A persistent grid walking its tiles with a static stride instead
+//! was measured 7-10% faster on uniform rows but 36% slower on skewed ones (docs/perf-notes.md). A launch on a
+//! stream being captured into a CUDA graph takes two counters of its own workspace in the graph (gpu/split.rs,
+//! `GraphSpace`), zeroed before it, and so the persistent grid too.
 
 use sparsek_layout::{KernelConfig, Pipeline};
 
@@ -20,8 +21,9 @@ use crate::gpu::Gpu;
 /// How the sm_90a kernels' CTAs take their tiles ([`Gpu::with_tile_schedule`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TileSchedule {
-    /// A persistent grid taking tiles from the counter wherever it can be used (the stream is not being
-    /// captured and the workspace exists), else [`TileSchedule::PerTile`].
+    /// A persistent grid taking tiles from a counter wherever it can have one (the Gpu's when its workspace exists
+    /// and no other stream holds it; a launch being captured into a CUDA graph its own), else
+    /// [`TileSchedule::PerTile`].
     #[default]
     Auto,
     /// One tile per consumer set, CTAs handed out by the hardware as SMs free up: one CTA per tile, or per two
@@ -53,9 +55,9 @@ impl Gpu {
         self.tile_schedule
     }
 
-    /// The grid a launch of `cfg` (of which `ctas_per_sm` fit on an SM) over `tiles` output tiles gets on a
-    /// stream that is not being captured and finds the counter free: `None` for the sm_80 kernels, whose grid
-    /// is their tiles.
+    /// The grid a launch of `cfg` (of which `ctas_per_sm` fit on an SM) over `tiles` output tiles gets where it can
+    /// have a tile counter (a stream that finds the Gpu's free, or one being captured into a CUDA graph): `None`
+    /// for the sm_80 kernels, whose grid is their tiles.
     pub fn tile_grid(&self, cfg: &KernelConfig, ctas_per_sm: u32, tiles: usize) -> Option<TileGrid> {
         self.tile_grid_on(cfg, ctas_per_sm, tiles, self.split.is_some())
     }

@@ -8,8 +8,13 @@
 //! row's last CTA sets its counter back to zero, so no launch has to clear them. Launches on different streams
 //! would share the workspace: a split launch on another stream than the previous split launch first waits (on
 //! the device, `cuStreamWaitEvent`) for the event recorded after that launch, so split launches never overlap.
-//! A stream being captured into a CUDA graph gets no split (an event recorded outside the capture cannot be
-//! waited on inside it, and a replayed graph would reuse the workspace unordered).
+//!
+//! A launch on a stream being captured into a CUDA graph cannot use that workspace (an event recorded outside the
+//! capture cannot be waited on inside it, and a replayed graph would reuse the workspace unordered with the
+//! launches around it). It makes the same choices and takes a workspace of its own in the graph ([`GraphSpace`]:
+//! an allocation node of the bytes it needs, a memset node zeroing its counters, the kernel, a free node), so a
+//! replay gives the bits of the same launch outside the graph. On a device without stream-ordered allocation a
+//! captured launch keeps whole rows.
 //!
 //! The workspace also holds the sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs). Those are
 //! never waited for across streams: a launch takes them only when they are free or its stream used them last
@@ -21,9 +26,9 @@ use cudarc::driver::sys::{CUevent_flags, CUevent_wait_flags, CUstream, CUstreamC
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use sparsek_layout::{KernelConfig, Pipeline, hopper_virtual_rows, split_slots};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::gpu::driver::cuda;
+use crate::gpu::driver::{alloc_err, cuda};
 use crate::gpu::registry::Kernel;
 
 /// Bytes of partial tiles a [`Gpu`] allocates for split rows: enough for 8192 x 8192 at bs 64 and 64 columns
@@ -364,6 +369,9 @@ pub(crate) struct SplitWorkspace {
     pub(crate) counters: u64,
     /// The sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs), past the split counters.
     pub(crate) scheduler: u64,
+    /// Whether the device has stream-ordered allocation, which a captured launch's own workspace needs
+    /// ([`GraphSpace`]).
+    pub(crate) graph_memory: bool,
     state: Mutex<Order>,
     scheduler_owner: Mutex<Owner>,
     _partials: CudaSlice<u8>,
@@ -414,6 +422,7 @@ impl SplitWorkspace {
         stream.synchronize().ok()?;
         let done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).ok()?;
         let scheduler_done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).ok()?;
+        let pools = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
         let (p, c) = {
             let (p, _g) = partials.device_ptr(stream);
             let (c, _h) = counters.device_ptr(stream);
@@ -423,6 +432,7 @@ impl SplitWorkspace {
             partials: p,
             counters: c,
             scheduler: c + 4 * SPLIT_COUNTERS as u64,
+            graph_memory: pools.is_ok_and(|v| v != 0),
             state: Mutex::new(Order { done, last: None }),
             scheduler_owner: Mutex::new(Owner { stream: None, done: scheduler_done, recorded: true }),
             _partials: partials,
@@ -496,13 +506,160 @@ impl Drop for SplitWorkspace {
     }
 }
 
-/// Whether `stream` is being captured into a CUDA graph (a failed query counts as captured: no split).
+/// What a launch takes of a workspace: bytes of partial tiles, counters, and whether the sm_90a tile scheduler's
+/// two counters ([`GraphSpace`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SpaceNeed {
+    /// Bytes of partial tiles (16-byte aligned at the start).
+    pub(crate) partials_bytes: u64,
+    /// Split-row or flat-list counters (u32), zero before the launch.
+    pub(crate) counters: u64,
+    /// Whether the launch takes the tile scheduler's two counters, zero before it.
+    pub(crate) scheduler: bool,
+}
+
+impl SpaceNeed {
+    /// Whether the launch needs a workspace at all.
+    pub(crate) fn any(&self) -> bool {
+        self.partials_bytes > 0 || self.counters > 0 || self.scheduler
+    }
+}
+
+/// The partial-tile bytes and counters of a split-row launch of `cfg` (`choice`) over `nnzb` blocks in
+/// `block_rows` block rows and `n_tiles` N tiles: [`split_slots`] slots, one counter per (row, N tile) (the
+/// bounds [`split_choice`] checks against the workspace).
+pub(crate) fn split_need(
+    cfg: &KernelConfig,
+    choice: SplitChoice,
+    (nnzb, block_rows, n_tiles): (usize, usize, usize),
+) -> SpaceNeed {
+    let slots = split_slots(nnzb as u64, block_rows as u64, choice.blocks as u64, n_tiles as u64);
+    SpaceNeed {
+        partials_bytes: slots * cfg.split_slot_bytes() as u64,
+        counters: (block_rows * n_tiles) as u64,
+        scheduler: false,
+    }
+}
+
+/// The partial-tile bytes and counters of a flat block-list launch of `cfg` with `g` CTAs per N tile over `n_tiles`
+/// N tiles: two slots and one counter per CTA and N tile ([`flat_ctas`]'s bounds).
+pub(crate) fn flat_need(cfg: &KernelConfig, g: u32, n_tiles: usize) -> SpaceNeed {
+    let per = g as u64 * n_tiles as u64;
+    SpaceNeed { partials_bytes: 2 * per * cfg.split_slot_bytes() as u64, counters: per, scheduler: false }
+}
+
+/// The partial-tile bytes and counters of an sm_90a launch of `cfg` with split rows `choice` over `n_tiles` N
+/// tiles: `split_rows * chunks * n_tiles` slots, `split_rows * n_tiles * tile warps` counters
+/// ([`hopper_split_choice`]'s bounds).
+pub(crate) fn hopper_need(cfg: &KernelConfig, choice: HopperSplit, n_tiles: usize) -> SpaceNeed {
+    let tiles = choice.split_rows as u64 * n_tiles as u64;
+    SpaceNeed {
+        partials_bytes: tiles * choice.chunks as u64 * cfg.split_slot_bytes() as u64,
+        counters: tiles * (cfg.warps_m * cfg.warps_n) as u64,
+        scheduler: false,
+    }
+}
+
+/// A captured launch's own workspace, in the CUDA graph its stream is being captured into: one stream-ordered
+/// allocation (the graph's allocation node), its counters zeroed (a memset node), the launch, then the
+/// allocation freed ([`GraphSpace::free`], a free node). The graph owns the memory: every replay of it has its own
+/// zeroed counters and partial tiles, ordered with that replay alone, and CUDA may reuse the physical memory
+/// wherever lifetimes do not overlap (the launches of one graph in sequence, graphs replayed on one stream). The
+/// Gpu's own workspace cannot serve a graph: a replay is not ordered with the launches around it.
+pub(crate) struct GraphSpace {
+    base: u64,
+    /// The partial tiles (16-byte aligned).
+    pub(crate) partials: u64,
+    /// The split-row or flat-list counters, zeroed.
+    pub(crate) counters: u64,
+    /// The tile scheduler's two counters (after the others), zeroed when asked for.
+    pub(crate) scheduler: u64,
+}
+
+impl GraphSpace {
+    /// Allocates `need` on `stream` in stream order and zeroes its counters there.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of the current context. (On a stream that is not being captured this is a plain
+    /// stream-ordered allocation, as correct, and slower.)
+    pub(crate) unsafe fn allocate(stream: CUstream, need: SpaceNeed) -> Result<GraphSpace> {
+        const ALIGN: u64 = 256;
+        let counters_at = need.partials_bytes.div_ceil(ALIGN) * ALIGN;
+        let words = need.counters + if need.scheduler { 2 } else { 0 };
+        let bytes = usize::try_from(counters_at + 4 * words.max(1)).map_err(|_| Error::InvalidArgument {
+            name: "workspace",
+            reason: format!("{counters_at} bytes of partial tiles do not fit this host"),
+        })?;
+        const WHAT: &str = "the workspace of a launch captured into a CUDA graph";
+        // SAFETY: the caller's stream; the allocation is used only by this launch, on this stream, and freed after it.
+        let base = unsafe { cudarc::driver::result::malloc_async(stream, bytes) }.map_err(alloc_err(WHAT, bytes))?;
+        let counters = base + counters_at;
+        // SAFETY: `words` u32 of the allocation just made, in stream order after it.
+        let zeroed = unsafe { cudarc::driver::sys::cuMemsetD32Async(counters, 0, words as usize, stream) }.result();
+        if let Err(e) = zeroed {
+            // SAFETY: allocated above on this stream, not used.
+            let _ = unsafe { cudarc::driver::result::free_async(base, stream) };
+            return Err(cuda("cuMemsetD32Async (graph workspace)")(e));
+        }
+        Ok(GraphSpace { base, partials: base, counters, scheduler: counters + 4 * need.counters })
+    }
+
+    /// Frees the allocation on `stream`, in stream order after the launch that used it.
+    ///
+    /// # Safety
+    /// `stream` is the stream it was allocated on.
+    pub(crate) unsafe fn free(self, stream: CUstream) -> Result<()> {
+        // SAFETY: allocated on this stream by `allocate` and freed once (self is consumed).
+        unsafe { cudarc::driver::result::free_async(self.base, stream) }
+            .map_err(cuda("cuMemFreeAsync (graph workspace)"))
+    }
+}
+
+/// Whether `stream` is being captured into a CUDA graph (a failed query counts as captured: the launch then takes
+/// a stream-ordered workspace of its own, correct on any stream).
 pub(crate) fn capturing(stream: CUstream) -> bool {
     // SAFETY: a query of a live stream of this context (checked by the caller).
     match unsafe { cudarc::driver::result::stream::is_capturing(stream) } {
         Ok(status) => status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
         Err(_) => true,
     }
+}
+
+/// Whether every node the next launch captured on `stream` will depend on is a kernel node (none counts: the first
+/// node of a capture). False when the query fails, and on drivers older than CUDA 12.3 (`driver_version`), which
+/// lack `cuStreamGetCaptureInfo_v3`, the only form the bindings offer.
+pub(crate) fn follows_kernels(stream: CUstream, driver_version: i32) -> bool {
+    use cudarc::driver::sys::{CUgraphNode, CUgraphNodeType};
+    if driver_version < 12030 {
+        return false;
+    }
+    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut deps: *const CUgraphNode = std::ptr::null();
+    let mut count = 0usize;
+    // SAFETY: a query of a live stream of this context (checked by the caller); the outputs are valid pointers or
+    // null (not wanted), and the dependency array the driver returns stays valid until the next call on the stream.
+    let queried = unsafe {
+        cudarc::driver::sys::cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut deps,
+            std::ptr::null_mut(),
+            &mut count,
+        )
+    };
+    if queried.result().is_err() || status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
+        return false;
+    }
+    (0..count).all(|i| {
+        let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: `i` is below the driver's count of the array it returned.
+        let node = unsafe { *deps.add(i) };
+        // SAFETY: a node of the graph being captured, and a valid output pointer.
+        let typed = unsafe { cudarc::driver::sys::cuGraphNodeGetType(node, &mut kind) }.result();
+        typed.is_ok() && kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL
+    })
 }
 
 impl Gpu {
@@ -520,7 +677,7 @@ impl Gpu {
     }
 
     /// The split rows a launch of the sm_90a kernel of `cfg` (`ctas_per_sm` of it on an SM) over block rows of
-    /// `lengths` blocks (longest first; `nnzb` in all) and `n` columns gets on a stream that is not being captured
+    /// `lengths` blocks (longest first; `nnzb` in all) and `n` columns gets on any stream, captured or not
     /// ([`hopper_split_choice`] for this GPU's persistent grid); `None` without the workspace or for other kernels.
     pub fn hopper_split_for(
         &self,
@@ -544,8 +701,8 @@ impl Gpu {
     }
 
     /// The flat block-list kernel and its CTAs per N tile that a launch of `kernel` over `nnzb` blocks in
-    /// `block_rows` block rows (the longest holding `max_row_blocks`, when known) and `n` columns gets on a stream
-    /// that is not being captured, or `None`: only in place of a narrow kernel ([`sparsek_layout::Tile::Narrow`])
+    /// `block_rows` block rows (the longest holding `max_row_blocks`, when known) and `n` columns gets (on any
+    /// stream, captured or not), or `None`: only in place of a narrow kernel ([`sparsek_layout::Tile::Narrow`])
     /// or a mid tile ([`sparsek_layout::Tile::Mid`], [`sparsek_layout::Tile::Mid64`]) whose block size and
     /// types have a flat one ([`sparsek_layout::Tile::Flat`], [`sparsek_layout::Tile::Flat32`],
     /// [`sparsek_layout::Tile::Flat64`]), as [`RowSplit::Flat`] asks or, under [`RowSplit::Auto`], where
@@ -640,7 +797,7 @@ impl Gpu {
         self.skew_tile_for_kernel(kernel, (nnzb, block_rows, n), max_row_blocks).map(|k| (k.variant.name, k.config()))
     }
 
-    /// The split a launch of `cfg` gets on a stream that is not being captured: the launcher's one decision, which
+    /// The split a launch of `cfg` gets (on any stream, captured or not): the launcher's one decision, which
     /// `sparsek run` prints and the tests assert on.
     pub fn split_for(
         &self,

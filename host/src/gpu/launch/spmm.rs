@@ -13,7 +13,7 @@ use crate::error::{BsrError, Error, Result};
 use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
-use crate::gpu::split::capturing;
+use crate::gpu::split::{self, GraphSpace, SpaceNeed, capturing};
 use crate::gpu::tma;
 use crate::gpu::views::{BsrView, DenseView, DenseViewMut, IndexType, VectorView, span};
 use crate::gpu::{Gpu, TileSchedule};
@@ -131,7 +131,11 @@ impl Gpu {
     /// `spmm_raw(stream, W, x.t(), y.t(), Some(b), ep)` — `x.t()` and `y.t()` are column-major views of the
     /// row-major `x` and `y`, no transpose is made. The bias has one value per row of C (per output feature).
     ///
-    /// No synchronisation, no allocation, no host round trip: safe to capture in a CUDA graph. Checked before the
+    /// No synchronisation, no allocation, no host round trip: safe to capture in a CUDA graph. Captured, a launch
+    /// that balances its rows over the GPU (split rows, the flat block list, the sm_90a tile counter) adds its own
+    /// workspace to the graph, which owns it: an allocation node, a memset node and a free node around the kernel
+    /// (a graph holding allocation nodes may have one instantiation at a time, CUDA's rule), and it then launches
+    /// without programmatic dependence; a replay gives the bits of the same launch outside the graph. Checked before the
     /// launch (a rejected call changes nothing): the stream belongs to this `Gpu`'s context, every raw pointer is
     /// device memory of this GPU, shapes, the type combination, the bias length, 32-bit limits, and that C does
     /// not overlap A, B or the bias.
@@ -384,52 +388,65 @@ impl Gpu {
             return Ok(());
         }
         let block_rows = (m / a.bs) as u32;
-        // The workspace, unless the stream is being captured into a graph (one driver query for the launch): split
-        // rows, the flat list and the sm_90a tile counter all need it and none may be captured (gpu/split.rs).
-        let workspace = self.split.as_ref().filter(|_| !capturing(stream));
+        // Split rows, the flat list and the sm_90a tile counter need a workspace: the Gpu's own, or on a stream
+        // being captured into a CUDA graph (one driver query for the launch) one allocated in the graph for this
+        // launch alone (gpu/split.rs, GraphSpace), where the device has stream-ordered allocation. Either way the
+        // launch makes the same choices, so a replay gives the bits of the same launch outside the graph.
+        let captured = capturing(stream);
+        let workspace = self.split.as_ref().filter(|ws| !captured || ws.graph_memory);
+        let (nnzb, rows) = (a.nnzb, block_rows as usize);
         // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one,
-        // one share of A's blocks per CTA, on the split workspace.
-        let flat = workspace.and_then(|ws| {
-            self.flat_for_kernel(kernel, (a.nnzb, block_rows as usize, n), max_row_blocks).map(|(k, g)| (ws, k, g))
-        });
+        // one share of A's blocks per CTA.
+        let flat = workspace.and_then(|_| self.flat_for_kernel(kernel, (nnzb, rows, n), max_row_blocks));
         // Else bs 64's tile of 32 columns in place of its tile of 64 where one row dominates and no flat list
         // serves the types: the tile of 32 can split that row.
         let kernel = match (workspace, flat) {
-            (_, Some((_, k, _))) => k,
-            (Some(_), None) => {
-                self.skew_tile_for_kernel(kernel, (a.nnzb, block_rows as usize, n), max_row_blocks).unwrap_or(kernel)
-            }
+            (_, Some((k, _))) => k,
+            (Some(_), None) => self.skew_tile_for_kernel(kernel, (nnzb, rows, n), max_row_blocks).unwrap_or(kernel),
             (None, None) => kernel,
         };
         let cfg = kernel.config();
         let n_tiles = n.div_ceil(cfg.bn as usize);
         // Split rows (the narrow kernels): long block rows spread over several CTAs.
         let split = match (workspace, flat) {
-            (Some(ws), None) => self.split_for(&cfg, (a.nnzb, block_rows as usize, n), max_row_blocks).map(|c| (ws, c)),
+            (Some(_), None) => self.split_for(&cfg, (nnzb, rows, n), max_row_blocks),
             _ => None,
         };
-        let chunks = split.map_or(1, |(_, c)| c.chunks as usize);
+        let chunks = split.map_or(1, |c| c.chunks as usize);
         // Split rows on the sm_90a kernels (gpu/split.rs, hopper_split_choice): where the longest rows' tiles would
         // outlast an equal share of the work, those rows' tiles are split into parts that other CTAs take; only where
         // the row order and its lengths are known.
         let hopper_split = match (workspace, a.row_lengths) {
-            (Some(ws), Some(lengths)) if matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) && a.row_order != 0 => {
-                self.hopper_split_for(&cfg, kernel.ctas_per_sm, (lengths, a.nnzb), n).map(|c| (ws, c))
+            (Some(_), Some(lengths)) if matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) && a.row_order != 0 => {
+                self.hopper_split_for(&cfg, kernel.ctas_per_sm, (lengths, nnzb), n)
             }
             _ => None,
         };
         let virtual_rows = hopper_split
-            .map_or(block_rows, |(_, c)| sparsek_layout::hopper_virtual_rows(block_rows, c.split_rows, c.chunks))
+            .map_or(block_rows, |c| sparsek_layout::hopper_virtual_rows(block_rows, c.split_rows, c.chunks))
             as usize;
-        // The sm_90a kernels' grid (gpu/schedule.rs): persistent on the workspace's tile counter when the schedule
-        // wants it and the stream can have the counter without waiting for another stream; else without it.
+        // The sm_90a kernels' grid (gpu/schedule.rs): persistent on a tile counter when the schedule wants it and
+        // the stream can have the Gpu's counter without waiting for another stream (a captured launch has its own);
+        // else without it.
         let claim = match (cfg.pipeline, workspace) {
             (Pipeline::TmaWgmma { .. }, Some(ws)) if self.tile_schedule == TileSchedule::Auto => {
-                ws.claim_scheduler(stream).map(|claim| (ws.scheduler, claim))
+                if captured {
+                    Some(None)
+                } else {
+                    ws.claim_scheduler(stream).map(Some)
+                }
             }
             _ => None,
         };
         let tile_grid = self.tile_grid_on(&cfg, kernel.ctas_per_sm, virtual_rows * n_tiles, claim.is_some());
+        // What the launch takes of the workspace, and where it is.
+        let need = match (flat, split, hopper_split) {
+            (Some((_, g)), _, _) => split::flat_need(&cfg, g, n_tiles),
+            (None, Some(c), _) => split::split_need(&cfg, c, (nnzb, rows, n_tiles)),
+            (None, None, Some(c)) => split::hopper_need(&cfg, c, n_tiles),
+            (None, None, None) => SpaceNeed::default(),
+        };
+        let need = SpaceNeed { scheduler: claim.is_some(), ..need };
         // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
         let ctas = limit(
             "CTAs (M / bs * slices * split parts * N / BN)",
@@ -437,7 +454,7 @@ impl Gpu {
             i32::MAX as usize,
         )?;
         let ctas = tile_grid.map_or(ctas, |g| g.ctas);
-        let ctas = flat.map_or(ctas, |(_, _, g)| g * n_tiles as u32);
+        let ctas = flat.map_or(ctas, |(_, g)| g * n_tiles as u32);
         let wave = kernel.ctas_per_sm as usize * self.info().sm_count as usize;
         // Longest rows first matters only when CTAs wait for a free SM. A grid of one CTA per tile that fits in
         // one wave starts every CTA at once, so it takes the rows in their natural order and saves each CTA its
@@ -492,28 +509,23 @@ impl Gpu {
             flat_ctas: 0,
             nnzb: a.nnzb as u32,
         };
-        if let Some((ws, _, g)) = flat {
+        if let Some((_, g)) = flat {
             params.flat_ctas = g;
-            params.split_partials = ws.partials;
-            params.split_counters = ws.counters;
         }
-        if let Some((ws, choice)) = split {
+        if let Some(choice) = split {
             params.split_chunks = choice.chunks;
             params.split_blocks = choice.blocks;
-            params.split_partials = ws.partials;
-            params.split_counters = ws.counters;
         }
-        if let Some((ws, choice)) = hopper_split {
+        if let Some(choice) = hopper_split {
             params.split_chunks = choice.chunks;
             params.split_blocks = choice.blocks;
-            params.split_partials = ws.partials;
-            params.split_counters = ws.counters;
         }
         // The sm_90a kernels take tensor maps of A's values and B, then the same parameters, then the tile
         // scheduler: the workspace's counters for a persistent grid, or none (CTA c walks tiles c, c + grid, ...)
         // for one tile per consumer set (gpu/schedule.rs). A persistent grid with that static stride instead of
-        // the counter leaves SMs idle behind long rows (docs/perf-notes.md, "Hopper").
-        let mut hopper = match cfg.pipeline {
+        // the counter leaves SMs idle behind long rows (docs/perf-notes.md, "Hopper"). The maps are encoded before
+        // a captured launch's workspace is allocated, so an error leaves nothing in the graph.
+        let tmaps = match cfg.pipeline {
             Pipeline::TmaWgmma { .. } => {
                 // A row-major C written without reading it (beta 0) is stored through a tensor map from shared
                 // memory, whole 128-byte rows at a time: stored from the registers, each warp's store wrote 8 rows of
@@ -523,19 +535,36 @@ impl Gpu {
                 } else {
                     None
                 };
-                let c_tma = tmap_c.is_some();
-                Some(HopperSpmmParams {
-                    tmap_a: tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?,
-                    tmap_b: tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?,
-                    tmap_c: tmap_c.unwrap_or(sparsek_layout::TensorMap([0; 16])),
-                    spmm: params,
-                    tile_counter: claim.as_ref().map_or(0, |(counters, _)| *counters),
-                    c_tma: u32::from(c_tma),
-                    split_rows: hopper_split.map_or(0, |(_, c)| c.split_rows),
-                })
+                let tmap_a = tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?;
+                let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?;
+                Some((tmap_a, tmap_b, tmap_c))
             }
             Pipeline::CpAsync | Pipeline::Direct => None,
         };
+        // The workspace's addresses: the Gpu's, or a captured launch's own (allocated here, freed after the launch).
+        let graph_space = match workspace {
+            // SAFETY: the caller's live stream of this context (checked by the caller).
+            Some(_) if captured && need.any() => Some(unsafe { GraphSpace::allocate(stream, need) }?),
+            _ => None,
+        };
+        let (partials, counters, scheduler) = match (&graph_space, workspace) {
+            (Some(g), _) => (g.partials, g.counters, g.scheduler),
+            (None, Some(ws)) => (ws.partials, ws.counters, ws.scheduler),
+            (None, None) => (0, 0, 0),
+        };
+        if need.partials_bytes > 0 || need.counters > 0 {
+            params.split_partials = partials;
+            params.split_counters = counters;
+        }
+        let mut hopper = tmaps.map(|(tmap_a, tmap_b, tmap_c)| HopperSpmmParams {
+            tmap_a,
+            tmap_b,
+            tmap_c: tmap_c.unwrap_or(sparsek_layout::TensorMap([0; 16])),
+            spmm: params,
+            tile_counter: if need.scheduler { scheduler } else { 0 },
+            c_tma: u32::from(tmap_c.is_some()),
+            split_rows: hopper_split.map_or(0, |c| c.split_rows),
+        });
         let arg = match hopper.as_mut() {
             Some(hp) => (hp as *mut HopperSpmmParams).cast::<std::ffi::c_void>(),
             None => (&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>(),
@@ -549,11 +578,16 @@ impl Gpu {
             a_window(self.a_evict_first, (n, n_tiles), a_bytes, (info.l2_bytes, info.max_access_policy_window));
         let attributes = LaunchAttributes {
             window: window.map(|bytes| (a.values, bytes)),
-            programmatic: self.launches_programmatic(kernel),
+            // Under capture only after kernels: a graph's programmatic edge runs from a kernel node, and a captured
+            // launch with its own workspace follows its memset node.
+            programmatic: self.launches_programmatic(kernel)
+                && graph_space.is_none()
+                && (!captured || split::follows_kernels(stream, self.info().driver_version)),
         };
         // With split rows, the workspace's partial tiles (split_slots of them, checked by split_choice against its
-        // size) and zeroed counters (block_rows * n_tiles of them, likewise) are this launch's alone: `ordered`
-        // makes it wait for every earlier split launch.
+        // size) and zeroed counters (block_rows * n_tiles of them, likewise) are this launch's alone: the Gpu's
+        // workspace by `ordered`, which makes it wait for every earlier split launch; a captured launch's own
+        // workspace by being allocated for it.
         let mut launch = || {
             // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/bsr.rs, decode.rs), or for an sm_90a variant
             // one HopperSpmmParams (kernels-gpu/src/sm90.rs), and its preconditions hold: A's structure is valid
@@ -569,10 +603,11 @@ impl Gpu {
             // B's K x N span in its layout and (c_tma) C's M x N span (a nonempty A: Gpu::kernel picks those kernels
             // only with blocks), so every TMA box lies in memory the views cover, reads as zero or is not written.
             // `args` and the parameters it points to outlive the call, which copies them. With split rows, the
-            // workspace holds the launch's partial tiles and counters (split_choice), and no other launch uses them
-            // meanwhile (SplitWorkspace::ordered); a persistent sm_90a launch holds the two scheduler counters, zero
-            // before it (the kernel's last CTA resets them), claimed for this stream only when free or last used on
-            // it (SplitWorkspace::claim_scheduler).
+            // workspace holds the launch's partial tiles and counters (split_choice; the sizes of `need`), and no
+            // other launch uses them meanwhile (SplitWorkspace::ordered, or a GraphSpace allocated for this launch,
+            // its counters zeroed in stream order before it); a persistent sm_90a launch holds the two scheduler
+            // counters, zero before it (the kernel's last CTA resets them, or GraphSpace zeroed them), the Gpu's
+            // claimed for this stream only when free or last used on it (SplitWorkspace::claim_scheduler).
             // The window only names A's values (an address range; nothing is read through it). A programmatic
             // launch is one of the product module's sm_90a kernels, which wait for the grid before them ahead of
             // every read of B, the bias or C and every use of the split workspace (Gpu::launches_programmatic); the
@@ -588,21 +623,22 @@ impl Gpu {
             }
             .map(drop)
         };
-        let ordered_on = split.map(|(ws, _)| ws).or(flat.map(|(ws, _, _)| ws)).or(hopper_split.map(|(ws, _)| ws));
-        match (ordered_on, claim) {
-            (Some(ws), None) => ws.ordered(stream, launch),
-            (Some(ws), Some((_, claim))) => {
-                ws.ordered(stream, launch)?;
-                claim.launched();
-                Ok(())
-            }
-            (None, Some((_, claim))) => {
-                launch()?;
-                claim.launched();
-                Ok(())
-            }
-            (None, None) => launch(),
+        if let Some(space) = graph_space {
+            let launched = launch();
+            // SAFETY: allocated on this stream above; freed after the launch in stream order, launched or not.
+            let freed = unsafe { space.free(stream) };
+            return launched.and(freed);
         }
+        let shared = workspace.filter(|_| need.partials_bytes > 0 || need.counters > 0);
+        let claim = claim.flatten();
+        match shared {
+            Some(ws) => ws.ordered(stream, launch)?,
+            None => launch()?,
+        }
+        if let Some(claim) = claim {
+            claim.launched();
+        }
+        Ok(())
     }
 
     /// [`Error::InvalidArgument`] when C's span overlaps A's values, B or the bias: the kernel reads those while

@@ -1,0 +1,178 @@
+//! Balanced launches captured into a CUDA graph (host/src/gpu/split.rs, `GraphSpace`): a launch on a stream being
+//! captured makes the choices it makes outside the graph (split rows, the flat block list, bs 64's tile of 32 for a
+//! dominating row) on a workspace of its own that the graph owns (an allocation node, a memset node zeroing its
+//! counters, the kernel, a free node). The graph's nodes are read back (their kinds, the kernel's name and grid),
+//! each replay into a poisoned C must give the bits of the same launch outside the graph (random values: any other
+//! split would add in another order), and graphs replayed while eager split launches run on other streams must
+//! each keep their bits (a workspace shared with them would race). Capture in global mode, as `torch.cuda.graph`
+//! does. Without a GPU every test prints a skip line.
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaStream};
+use sparsek::check::{Expected, RowSample};
+use sparsek::format::{Pattern, generate};
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, InType, OutputElement, RowSplit};
+use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
+use sparsek_tests::{gpu_alone, graph_nodes as nodes, own_gpu};
+
+/// The longest block row of `a`, in blocks.
+fn longest(a: &Bsr<f16>) -> usize {
+    a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0)
+}
+
+/// The kernel and grid `gpu`'s launcher gives a product of `a` with `n` columns into a `TC` C outside a graph,
+/// from the launcher's own decisions (`flat_for`, `skew_tile_for`, `split_for`), and whether it balances (a flat
+/// list or split rows).
+fn eager_choice<TC: OutputElement>(gpu: &Gpu, a: &Bsr<f16>, n: usize) -> (String, u32, bool) {
+    let types = (InType::F16, Layout::RowMajor, TC::OUT_TYPE, Layout::RowMajor);
+    let (bs, rows, long) = (a.block_size(), a.rows() / a.block_size(), Some(longest(a)));
+    let plan = gpu.plan_kernel(bs, types, (a.rows(), a.cols(), n), a.nnzb(), long).expect("a kernel");
+    let shape = (a.nnzb(), rows, n);
+    if let Some((flat, g)) = gpu.flat_for(plan.kernel, shape, long) {
+        return (flat.to_string(), g * n.div_ceil(plan.config.bn as usize) as u32, true);
+    }
+    let (name, cfg) = gpu.skew_tile_for(plan.kernel, shape, long).unwrap_or((plan.kernel, plan.config));
+    let split = gpu.split_for(&cfg, shape, long);
+    let chunks = split.map_or(1, |c| c.chunks) as usize;
+    let ctas = rows * cfg.slices() as usize * chunks * n.div_ceil(cfg.bn as usize);
+    (name.to_string(), ctas as u32, split.is_some())
+}
+
+/// Random operands of a case: A of `pattern` (`m x k`, blocks of `bs`, `density`), B (`k x n`) and a poisoned C.
+fn operands<TC: OutputElement>(
+    pattern: Pattern,
+    (m, k, n): (usize, usize, usize),
+    bs: usize,
+    seed: u64,
+) -> (Bsr<f16>, Matrix<f16>, Matrix<TC>) {
+    let a: Bsr<f16> = generate(pattern, m, k, bs, 0.22, seed).unwrap();
+    let b = Matrix::<f16>::random(k, n, seed ^ 0xb).unwrap();
+    let ld = n.next_multiple_of(16 / std::mem::size_of::<TC>());
+    let c = Matrix::<TC>::filled(m, n, ld, TC::from_f64(f64::NAN)).unwrap();
+    (a, b, c)
+}
+
+/// One launch of `a_d @ b_d` into `c_d` captured on `stream` (global mode) through views (A's carry its row
+/// schedule, as an uploaded weight's do), returned as a graph ready to replay.
+fn capture<TC: OutputElement>(
+    gpu: &Gpu,
+    stream: &std::sync::Arc<CudaStream>,
+    (a_d, b_d, c_d): (&DeviceBsr<f16>, &DeviceMatrix<f16>, &mut DeviceMatrix<TC>),
+    ctx: &str,
+) -> CudaGraph {
+    let (a_v, b_v, mut c_v) = (a_d.view(), b_d.view(), c_d.view_mut());
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+    // SAFETY: views of live buffers of this Gpu; nothing else uses them while the graph exists and runs.
+    let r = unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, None, Epilogue::default()) };
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    r.unwrap_or_else(|e| panic!("{ctx}: launch during capture: {e}"));
+    graph.unwrap_or_else(|e| panic!("{ctx}: end capture: {e}")).expect("a graph")
+}
+
+/// The bits of every element (padding aside) of `x`, for comparisons.
+fn bits<TC: OutputElement>(x: &Matrix<TC>) -> Vec<u64> {
+    (0..x.rows()).flat_map(|r| x.row(r).iter().map(|v| v.to_f64().to_bits()).collect::<Vec<_>>()).collect()
+}
+
+/// A case through `gpu`: the launch outside a graph (checked against every row of the oracle), then the same
+/// launch captured: the graph holds one allocation, one memset, the kernel the launcher chose outside it with the
+/// same grid, and one free; three replays into a poisoned C give the first launch's bits.
+fn captured_matches_eager<TC: OutputElement>(gpu: &Gpu, (a, b, c0): (&Bsr<f16>, &Matrix<f16>, &Matrix<TC>), ctx: &str) {
+    let n = b.cols();
+    let (kernel, grid, balanced) = eager_choice::<TC>(gpu, a, n);
+    assert!(balanced, "{ctx}: the case must balance its rows outside a graph ({kernel})");
+    let ep = Epilogue::default();
+    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
+    let mut c_d = gpu.upload_matrix(c0).unwrap();
+    gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+    let want = c_d.to_host().unwrap();
+    let report = Expected::compute(a, b, c0, ep, RowSample::All, |_, _| {}).unwrap().check(&want);
+    assert!(report.passed(), "{ctx}: outside a graph: {report}");
+    let stream = gpu.new_stream().unwrap();
+    let graph = capture(gpu, &stream, (&a_d, &b_d, &mut c_d), ctx);
+    let held = nodes(&graph);
+    assert_eq!(held.kernels, vec![(kernel.clone(), grid)], "{ctx}: the captured kernel and grid ({held:?})");
+    assert_eq!((held.allocs, held.memsets, held.frees, held.others), (1, 1, 1, 0), "{ctx}: {held:?}");
+    for replay in 0..3 {
+        c_d.copy_from_host(c0).unwrap();
+        gpu.synchronize().unwrap();
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        let got = c_d.to_host().unwrap();
+        assert!(bits(&got) == bits(&want), "{ctx}: replay {replay} differs from the launch outside the graph");
+    }
+}
+
+#[test]
+fn captured_launches_balance_as_outside_a_graph() {
+    const TEST: &str = "captured_launches_balance_as_outside_a_graph";
+    let _alone = gpu_alone();
+    // The narrow and mid tiles (decode off), rows split where the launcher splits them.
+    let Some(auto) = own_gpu(TEST, |g| g.with_decode(false)) else { return };
+    // Skewed rows at 16 columns: split rows on the narrow tile.
+    let (a, b, c) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x91);
+    captured_matches_eager(&auto, (&a, &b, &c), "4096x16x4096 bs64 skewed, f32 C");
+    // Skewed rows at 48 columns into an f16 C: bs 64's tile of 32 over two N tiles, split.
+    let (a, b, c) = operands::<f16>(Pattern::Skewed, (4096, 4096, 48), 64, 0x92);
+    captured_matches_eager(&auto, (&a, &b, &c), "4096x48x4096 bs64 skewed, f16 C");
+    // bs 128, one column: 32 block rows on the narrow tile, split.
+    let (a, b, c) = operands::<f32>(Pattern::Uniform, (4096, 8192, 1), 128, 0x93);
+    captured_matches_eager(&auto, (&a, &b, &c), "4096x1x8192 bs128 uniform, f32 C");
+    // The flat block list, asked for.
+    let flat = own_gpu(TEST, |g| g.with_decode(false).with_row_split(RowSplit::Flat(2))).unwrap();
+    let (a, b, c) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x94);
+    captured_matches_eager(&flat, (&a, &b, &c), "4096x16x4096 bs64 skewed, flat list, f32 C");
+}
+
+/// Two graphs of split launches (each over its own B and C) replayed while split launches outside any graph run on
+/// two more streams, all queued before any is waited for, five rounds: every output keeps the bits of its launch
+/// alone. A graph that used the Gpu's workspace would run unordered with those launches and mix their parts.
+#[test]
+fn graphs_and_eager_split_launches_run_at_once() {
+    const TEST: &str = "graphs_and_eager_split_launches_run_at_once";
+    let _alone = gpu_alone();
+    let Some(gpu) = own_gpu(TEST, |g| g.with_decode(false)) else { return };
+    let (a, _, c0) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x95);
+    assert!(eager_choice::<f32>(&gpu, &a, 16).2, "the case must split its rows");
+    let a_d = gpu.upload(&a).unwrap();
+    let bs: Vec<Matrix<f16>> = (0..4).map(|i| Matrix::<f16>::random(4096, 16, 0x960 + i).unwrap()).collect();
+    let b_d: Vec<DeviceMatrix<f16>> = bs.iter().map(|b| gpu.upload_matrix(b).unwrap()).collect();
+    let mut c_d: Vec<DeviceMatrix<f32>> = (0..4).map(|_| gpu.upload_matrix(&c0).unwrap()).collect();
+    // Each product alone first: the bits every later run must give.
+    let mut want = Vec::new();
+    for (b, c) in b_d.iter().zip(c_d.iter_mut()) {
+        gpu.spmm(&a_d, b, c, Epilogue::default()).unwrap();
+        want.push(bits(&c.to_host().unwrap()));
+    }
+    let streams: Vec<_> = (0..4).map(|_| gpu.new_stream().unwrap()).collect();
+    let (c01, c23) = c_d.split_at_mut(2);
+    let (c0_d, c1_d) = c01.split_at_mut(1);
+    let g0 = capture(&gpu, &streams[0], (&a_d, &b_d[0], &mut c0_d[0]), "graph 0");
+    let g1 = capture(&gpu, &streams[1], (&a_d, &b_d[1], &mut c1_d[0]), "graph 1");
+    for g in [&g0, &g1] {
+        let held = nodes(g);
+        assert_eq!((held.allocs, held.memsets, held.frees), (1, 1, 1), "{held:?}");
+    }
+    for round in 0..5 {
+        for c in c01.iter_mut().chain(c23.iter_mut()) {
+            c.copy_from_host(&c0).unwrap();
+        }
+        gpu.synchronize().unwrap();
+        g0.launch().unwrap();
+        g1.launch().unwrap();
+        for (i, c) in c23.iter_mut().enumerate() {
+            gpu.spmm_on(&streams[2 + i], &a_d, &b_d[2 + i], c, Epilogue::default()).unwrap();
+        }
+        for s in &streams {
+            s.synchronize().unwrap();
+        }
+        for (i, c) in c01.iter().chain(c23.iter()).enumerate() {
+            let got = c.to_host().unwrap();
+            assert!(
+                bits(&got) == want[i],
+                "round {round}: product {i} (graph: {}) differs from its launch alone",
+                i < 2
+            );
+        }
+    }
+}
