@@ -1,7 +1,8 @@
 //! Balanced launches captured into a CUDA graph (host/src/gpu/split.rs, `GraphSpace`): a launch on a stream being
-//! captured makes the choices it makes outside the graph (split rows, the flat block list, bs 64's tile of 32 for a
-//! dominating row) on a workspace of its own that the graph owns (an allocation node, a memset node zeroing its
-//! counters, the kernel, a free node). The graph's nodes are read back (their kinds, the kernel's name and grid),
+//! captured, where the balance pays for the graph's nodes (`graph_balance_pays`: a dominating row, or whole rows
+//! on at most half the SMs), makes the choices it makes outside the graph (split rows, the flat block list, bs 64's
+//! tile of 32 for a dominating row) on a workspace of its own that the graph owns (an allocation node, a memset
+//! node zeroing its counters, the kernel, a free node); elsewhere it keeps whole rows and adds no node. The graph's nodes are read back (their kinds, the kernel's name and grid),
 //! each replay into a poisoned C must give the bits of the same launch outside the graph (random values: any other
 //! split would add in another order), and graphs replayed while eager split launches run on other streams must
 //! each keep their bits (a workspace shared with them would race). Capture in global mode, as `torch.cuda.graph`
@@ -103,6 +104,44 @@ fn captured_matches_eager<TC: OutputElement>(gpu: &Gpu, (a, b, c0): (&Bsr<f16>, 
     }
 }
 
+/// A case whose balance does not pay in a graph (`graph_balance_pays`): captured, the launch runs `whole`'s kernel
+/// and grid (whole rows, `RowSplit::Off`) with no memory node, and each replay gives that launch's bits.
+fn captured_keeps_whole_rows(gpu: &Gpu, whole: &Gpu, (a, b, c0): (&Bsr<f16>, &Matrix<f16>, &Matrix<f32>), ctx: &str) {
+    let n = b.cols();
+    let (rows, long) = (a.rows() / a.block_size(), Some(longest(a)));
+    let (_, _, balanced) = eager_choice::<f32>(gpu, a, n);
+    assert!(balanced, "{ctx}: the case must balance its rows outside a graph");
+    let (kernel, grid, _) = eager_choice::<f32>(whole, a, n);
+    let plan = gpu
+        .plan_kernel(
+            a.block_size(),
+            (InType::F16, Layout::RowMajor, f32::OUT_TYPE, Layout::RowMajor),
+            (a.rows(), a.cols(), n),
+            a.nnzb(),
+            long,
+        )
+        .unwrap();
+    let whole_ctas = rows * plan.config.slices() as usize * n.div_ceil(plan.config.bn as usize);
+    let pays = sparsek::gpu::graph_balance_pays((a.nnzb(), rows), long, whole_ctas, gpu.info().sm_count as usize);
+    assert!(!pays, "{ctx}: test setup: the balance must not pay in a graph");
+    let ep = Epilogue::default();
+    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
+    let mut c_d = gpu.upload_matrix(c0).unwrap();
+    let mut c_w = whole.upload_matrix(c0).unwrap();
+    whole.spmm(&whole.upload(a).unwrap(), &whole.upload_matrix(b).unwrap(), &mut c_w, ep).unwrap();
+    let want = c_w.to_host().unwrap();
+    let stream = gpu.new_stream().unwrap();
+    let graph = capture(gpu, &stream, (&a_d, &b_d, &mut c_d), ctx);
+    let held = nodes(&graph);
+    assert_eq!(held.kernels, vec![(kernel, grid)], "{ctx}: whole rows in the graph ({held:?})");
+    assert_eq!((held.allocs, held.memsets, held.frees, held.others), (0, 0, 0, 0), "{ctx}: {held:?}");
+    c_d.copy_from_host(c0).unwrap();
+    gpu.synchronize().unwrap();
+    graph.launch().unwrap();
+    stream.synchronize().unwrap();
+    assert!(bits(&c_d.to_host().unwrap()) == bits(&want), "{ctx}: the replay differs from whole rows");
+}
+
 #[test]
 fn captured_launches_balance_as_outside_a_graph() {
     const TEST: &str = "captured_launches_balance_as_outside_a_graph";
@@ -122,6 +161,10 @@ fn captured_launches_balance_as_outside_a_graph() {
     let flat = own_gpu(TEST, |g| g.with_decode(false).with_row_split(RowSplit::Flat(2))).unwrap();
     let (a, b, c) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x94);
     captured_matches_eager(&flat, (&a, &b, &c), "4096x16x4096 bs64 skewed, flat list, f32 C");
+    // Uniform rows filling the GPU (128 block rows at bs 64): split outside a graph, whole rows inside one.
+    let whole = own_gpu(TEST, |g| g.with_decode(false).with_row_split(RowSplit::Off)).unwrap();
+    let (a, b, c) = operands::<f32>(Pattern::Uniform, (8192, 8192, 16), 64, 0x97);
+    captured_keeps_whole_rows(&auto, &whole, (&a, &b, &c), "8192x16x8192 bs64 uniform, f32 C");
 }
 
 /// Two graphs of split launches (each over its own B and C) replayed while split launches outside any graph run on

@@ -8,12 +8,12 @@
 //! the wide sm_80 kernel: a programmatic launch after a plain one and before one). On a GPU without programmatic
 //! launch (only the product module's sm_90a cubin has it) the chains run plainly and the test says so. A chain
 //! captured into a CUDA graph (global mode, as `torch.cuda.graph` captures) must hold programmatic edges between
-//! the launches that need no workspace (split launches hold their own, in allocation, memset and free nodes) and
-//! replay to the synchronised chain's bits. Without a GPU every test prints a skip line.
+//! the launches that need no workspace (launches that split rows in a graph hold their own, in allocation, memset
+//! and free nodes, and depend on them plainly) and replay to the synchronised chain's bits. Without a GPU every test prints a skip line.
 
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, RowSplit};
 use sparsek::{Bsr, Epilogue, Matrix, f16};
 use sparsek_tests::{gpu_alone, gpu_shared, graph_nodes, own_gpu};
 
@@ -141,17 +141,20 @@ fn captured_programmatic_chains_replay_like_synchronised_ones() {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     // Global capture mode: other threads' synchronising calls would fail meanwhile.
     let _alone = gpu_alone();
-    // Launches under capture split rows as outside a graph (on a workspace of their own, gpu/split.rs), so the
-    // reference splits them too: split rows add their parts in another order than whole rows.
+    // A captured launch splits rows only where that pays for its workspace's graph nodes (gpu/split.rs,
+    // graph_balance_pays), and then as outside a graph; else it runs whole rows. The reference is the synchronised
+    // chain that adds in the same order: split rows add their parts in another order than whole rows.
     let Some(plain) = own_gpu(TEST, |g| g.with_programmatic_launch(false)) else {
         return;
     };
+    let whole = own_gpu(TEST, |g| g.with_programmatic_launch(false).with_row_split(RowSplit::Off)).unwrap();
     let gpu = own_gpu(TEST, |g| g.with_programmatic_launch(true)).unwrap();
-    // The decode kernel, and the narrow tile.
-    for (i, &(shape, n)) in [((1536, 32, 0.5), 1), ((8192, 64, 0.22), 8)].iter().enumerate() {
+    // The decode kernel and the narrow tile (whole rows in the graph), and bs 128's tile of 32 columns on 32 block
+    // rows (split in the graph).
+    let mut balanced = [false; 3];
+    for (i, &(shape, n)) in [((1536, 32, 0.5), 1), ((8192, 64, 0.22), 8), ((4096, 128, 0.22), 32)].iter().enumerate() {
         let chain = Chain::new(shape, n, 0x6a7 + i as u64);
         let ctx = format!("{shape:?} N = {n}");
-        let (want_in, want_out) = chain.run(&plain, true);
         let stream = gpu.new_stream().unwrap();
         let a = [gpu.upload(&chain.a[0]).unwrap(), gpu.upload(&chain.a[1]).unwrap()];
         let poison = Matrix::<f16>::filled(chain.x0.rows(), chain.x0.cols(), chain.x0.ld(), f16::NAN).unwrap();
@@ -178,8 +181,11 @@ fn captured_programmatic_chains_replay_like_synchronised_ones() {
         // A split launch's workspace in the graph (an allocation, a memset and a free node around its kernel)
         // leaves it no kernel node to depend on programmatically, nor the launch after it.
         let held = graph_nodes(&graph);
-        let split = if i == 1 { LAYERS } else { 0 };
-        assert_eq!((held.allocs, held.memsets, held.frees), (split, split, split), "{ctx}: {held:?}");
+        let split = held.allocs;
+        assert!(split == 0 || split == LAYERS, "{ctx}: every layer alike: {held:?}");
+        assert_eq!((held.memsets, held.frees), (split, split), "{ctx}: {held:?}");
+        balanced[i] = split > 0;
+        let (want_in, want_out) = chain.run(if split > 0 { &plain } else { &whole }, true);
         if gpu.programmatic_launch() {
             let edges = programmatic_edges(graph.cu_graph());
             let want = if split == 0 { LAYERS - 1 } else { 0 };
@@ -200,4 +206,5 @@ fn captured_programmatic_chains_replay_like_synchronised_ones() {
             );
         }
     }
+    assert_eq!(balanced, [false, false, true], "which chains split their rows in the graph");
 }

@@ -4,7 +4,7 @@
 //! oracle, to a persistent grid with a static stride and to one tile per consumer set, over few and many tiles
 //! per CTA, N tails, skewed and empty rows, beta and f16 C; random values giving the same bits on every launch;
 //! persistent launches from several threads on several streams, which share the counter, each giving the
-//! single-threaded result; and a graph-captured launch (its own counters, in the graph) replayed. The tests need the sm_90a module (a Hopper GPU,
+//! single-threaded result; and graph-captured launches (on their own counters in the graph where that pays) replayed. The tests need the sm_90a module (a Hopper GPU,
 //! `SPARSEK_TEST_MODULE` unset or `auto`); elsewhere they print a skip line.
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -13,6 +13,7 @@ use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{
     BsrArrays, BsrView, DenseView, DenseViewMut, Gpu, InType, IndexType, OutType, Pipeline, TileGrid, TileSchedule,
+    graph_balance_pays,
 };
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
 use sparsek_tests::{
@@ -156,10 +157,12 @@ fn persistent_launches_on_many_streams_are_ordered() {
 }
 
 /// Launches captured into a CUDA graph never touch the Gpu's counters (a replayed graph is not ordered with other
-/// launches): they take two of their own, in the graph (an allocation, a memset zeroing them and a free node), and
-/// run the persistent grid. Captured on a stream of the test's own, over views of memory uploaded on it (as
-/// PyTorch's graphs launch): each replay gives the bits of the per-tile launch outside the capture, the first into
-/// a poisoned C.
+/// launches). Where the balance pays for the graph's nodes (`graph_balance_pays`: here bs 128's 16 block rows on
+/// few N tiles, at most half the SMs) they take two counters of their own, in the graph (an allocation, a memset
+/// zeroing them and a free node), and run the persistent grid; elsewhere (bs 64's 64 rows on several N tiles)
+/// one tile per consumer set, no memory node. Captured on a stream of the test's own, over views of memory
+/// uploaded on it (as PyTorch's graphs launch): each replay gives the bits of the per-tile launch outside the
+/// capture, the first into a poisoned C.
 #[test]
 fn captured_launches_replay_exactly() {
     let _alone = sparsek_tests::gpu_alone();
@@ -204,11 +207,29 @@ fn captured_launches_replay_exactly() {
             r.unwrap_or_else(|e| panic!("{ctx}: launch during capture: {e}"));
             let graph = graph.expect("end capture").expect("a graph");
             let held = graph_nodes(&graph);
-            assert_eq!((held.allocs, held.memsets, held.frees, held.others), (1, 1, 1, 0), "{ctx}: {held:?}");
-            let grid = grid_of(&gpu, &a, n, &ctx);
-            assert!(grid.counter, "{ctx}: {grid:?}");
+            let cfg = gpu
+                .plan_kernel(
+                    bs,
+                    (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor),
+                    (m, k, n),
+                    a.nnzb(),
+                    None,
+                )
+                .unwrap()
+                .config;
+            let whole = m / bs * n.div_ceil(cfg.bn as usize);
+            let pays = graph_balance_pays((a.nnzb(), m / bs), None, whole, gpu.info().sm_count as usize);
+            assert_eq!(pays, bs == 128, "{ctx}: test setup: {whole} tiles");
+            let nodes = if pays { 1 } else { 0 };
+            assert_eq!(
+                (held.allocs, held.memsets, held.frees, held.others),
+                (nodes, nodes, nodes, 0),
+                "{ctx}: {held:?}"
+            );
+            let grid = grid_of(if pays { &gpu } else { &per_tile }, &a, n, &ctx);
+            assert_eq!(grid.counter, pays, "{ctx}: {grid:?}");
             let ctas: Vec<u32> = held.kernels.iter().map(|k| k.1).collect();
-            assert_eq!(ctas, vec![grid.ctas], "{ctx}: one kernel on the persistent grid: {held:?}");
+            assert_eq!(ctas, vec![grid.ctas], "{ctx}: one kernel on the grid {grid:?}: {held:?}");
             for i in 0..3 {
                 graph.launch().unwrap();
                 let got = stream.clone_dtoh(&c_dev).unwrap();

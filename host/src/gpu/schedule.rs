@@ -12,7 +12,9 @@
 //! or per two tiles for the ping-pong kernels). A persistent grid walking its tiles with a static stride instead
 //! was measured 7-10% faster on uniform rows but 36% slower on skewed ones (docs/perf-notes.md). A launch on a
 //! stream being captured into a CUDA graph takes two counters of its own workspace in the graph (gpu/split.rs,
-//! `GraphSpace`), zeroed before it, and so the persistent grid too.
+//! `GraphSpace`), zeroed before it, and so the persistent grid, where its balance pays for the graph's three more
+//! nodes (`graph_balance_pays`: a dominating row, or a grid of whole rows filling at most half the SMs); else one
+//! tile per consumer set.
 
 use sparsek_layout::{KernelConfig, Pipeline};
 
@@ -22,7 +24,8 @@ use crate::gpu::Gpu;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TileSchedule {
     /// A persistent grid taking tiles from a counter wherever it can have one (the Gpu's when its workspace exists
-    /// and no other stream holds it; a launch being captured into a CUDA graph its own), else
+    /// and no other stream holds it; a launch being captured into a CUDA graph its own where
+    /// [`graph_balance_pays`](crate::gpu::graph_balance_pays)), else
     /// [`TileSchedule::PerTile`].
     #[default]
     Auto,

@@ -11,10 +11,11 @@
 //!
 //! A launch on a stream being captured into a CUDA graph cannot use that workspace (an event recorded outside the
 //! capture cannot be waited on inside it, and a replayed graph would reuse the workspace unordered with the
-//! launches around it). It makes the same choices and takes a workspace of its own in the graph ([`GraphSpace`]:
-//! an allocation node of the bytes it needs, a memset node zeroing its counters, the kernel, a free node), so a
-//! replay gives the bits of the same launch outside the graph. On a device without stream-ordered allocation a
-//! captured launch keeps whole rows.
+//! launches around it). Where the balance pays for three more graph nodes ([`graph_balance_pays`]: a dominating
+//! row, or whole rows filling at most half the SMs) it makes the same choices and takes a workspace of its own in
+//! the graph ([`GraphSpace`]: an allocation node of the bytes it needs, a memset node zeroing its counters, the
+//! kernel, a free node), so a replay gives the bits of the same launch outside the graph. Elsewhere, and on a
+//! device without stream-ordered allocation, a captured launch keeps whole rows.
 //!
 //! The workspace also holds the sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs). Those are
 //! never waited for across streams: a launch takes them only when they are free or its stream used them last
@@ -268,6 +269,26 @@ pub fn split_choice(
 pub fn rows_skewed((nnzb, block_rows): (usize, usize), max_row_blocks: Option<usize>) -> bool {
     let mean = nnzb.div_ceil(block_rows.max(1));
     max_row_blocks.is_some_and(|l| l > mean.saturating_mul(4))
+}
+
+/// Whether a launch on a stream being captured into a CUDA graph takes the balance the launcher would give it
+/// outside the graph (split rows, the flat block list, bs 64's tile of 32, the sm_90a tile counter and split rows),
+/// on a workspace of its own in the graph (an allocation, a memset and a free node around the
+/// kernel), rather than whole rows and one tile per CTA: where one of `block_rows` block rows holding `nnzb` blocks
+/// dominates ([`rows_skewed`]; `max_row_blocks` unknown: no), or where whole rows give at most one CTA per two SMs
+/// (`whole_ctas`: block rows x slices x N tiles, against `sm_count`). Elsewhere the three nodes cost more than the
+/// balance gains. Measured on an H100 (docs/perf-notes.md, issue 12 step 29), time per launch of a graph of 32
+/// against whole rows in the graph: skewed rows 1.49-2.46x faster (8192^2 and 16384^2 bs 64 at 16 and 48 columns,
+/// 8192 x 512 x 8192 bs 128), 8192^2 bs 128 at 8 columns (64 block rows) 6% faster; but 8192^2 bs 64 at 1 and 16
+/// columns (128 block rows) 5-10% slower, 16384^2 bs 64 at 16 columns (the flat list) 3.5% and 8192 x 512 x 8192
+/// bs 128 (the tile counter) 3% slower.
+pub fn graph_balance_pays(
+    (nnzb, block_rows): (usize, usize),
+    max_row_blocks: Option<usize>,
+    whole_ctas: usize,
+    sm_count: usize,
+) -> bool {
+    rows_skewed((nnzb, block_rows), max_row_blocks) || whole_ctas.saturating_mul(2) <= sm_count
 }
 
 /// The CTAs per SM of a flat block-list launch that [`RowSplit::Auto`] takes ([`flat_auto_serves`]): 264 on an
@@ -866,6 +887,21 @@ mod tests {
 
     fn narrow(bs: u32) -> KernelConfig {
         narrow_config_for(bs).unwrap()
+    }
+
+    #[test]
+    fn graph_balance_pays_for_dominating_rows_and_half_empty_grids() {
+        // 8192^2 bs 64 22% at one N tile: 128 block rows of about 28 blocks fill 128 of 132 SMs.
+        assert!(!graph_balance_pays((3604, 128), Some(40), 128, 132));
+        // The same with one row of all 128 block columns (more than four times the mean).
+        assert!(graph_balance_pays((3604, 128), Some(128), 128, 132));
+        // A longest row unknown (a raw view without its schedule) is not taken as dominating.
+        assert!(!graph_balance_pays((3604, 128), None, 128, 132));
+        // bs 128: 64 block rows on 132 SMs, at most half of them; 67 are more than half.
+        assert!(graph_balance_pays((901, 64), Some(20), 64, 132));
+        assert!(!graph_balance_pays((943, 67), Some(20), 67, 132));
+        // Whole rows over several N tiles count every tile.
+        assert!(!graph_balance_pays((901, 64), Some(20), 128, 132));
     }
 
     #[test]

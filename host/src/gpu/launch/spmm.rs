@@ -132,10 +132,12 @@ impl Gpu {
     /// row-major `x` and `y`, no transpose is made. The bias has one value per row of C (per output feature).
     ///
     /// No synchronisation, no allocation, no host round trip: safe to capture in a CUDA graph. Captured, a launch
-    /// that balances its rows over the GPU (split rows, the flat block list, the sm_90a tile counter) adds its own
-    /// workspace to the graph, which owns it: an allocation node, a memset node and a free node around the kernel
-    /// (a graph holding allocation nodes may have one instantiation at a time, CUDA's rule), and it then launches
-    /// without programmatic dependence; a replay gives the bits of the same launch outside the graph. Checked before the
+    /// whose rows would leave the GPU waiting (a dominating row, or whole rows filling at most half the SMs:
+    /// [`graph_balance_pays`](crate::gpu::graph_balance_pays)) balances them as it would outside the graph (split
+    /// rows, the flat block list, the sm_90a tile counter), on a workspace of its own that the graph owns: an
+    /// allocation node, a memset node and a free node around the kernel (a graph holding allocation nodes may have
+    /// one instantiation at a time, CUDA's rule), launched without programmatic dependence; a replay then gives the
+    /// bits of the same launch outside the graph. Other captured launches run whole rows (one tile per CTA). Checked before the
     /// launch (a rejected call changes nothing): the stream belongs to this `Gpu`'s context, every raw pointer is
     /// device memory of this GPU, shapes, the type combination, the bias length, 32-bit limits, and that C does
     /// not overlap A, B or the bias.
@@ -390,11 +392,17 @@ impl Gpu {
         let block_rows = (m / a.bs) as u32;
         // Split rows, the flat list and the sm_90a tile counter need a workspace: the Gpu's own, or on a stream
         // being captured into a CUDA graph (one driver query for the launch) one allocated in the graph for this
-        // launch alone (gpu/split.rs, GraphSpace), where the device has stream-ordered allocation. Either way the
-        // launch makes the same choices, so a replay gives the bits of the same launch outside the graph.
+        // launch alone (gpu/split.rs, GraphSpace), where the device has stream-ordered allocation and the balance
+        // pays for the graph's three more nodes (graph_balance_pays: a dominating row, or whole rows filling at
+        // most half the SMs); there the launch makes the choices it makes outside a graph, with the same bits.
         let captured = capturing(stream);
-        let workspace = self.split.as_ref().filter(|ws| !captured || ws.graph_memory);
         let (nnzb, rows) = (a.nnzb, block_rows as usize);
+        let graph_pays = || {
+            let cfg = kernel.config();
+            let whole_ctas = rows * cfg.slices() as usize * n.div_ceil(cfg.bn.max(1) as usize);
+            split::graph_balance_pays((nnzb, rows), max_row_blocks, whole_ctas, self.info().sm_count as usize)
+        };
+        let workspace = self.split.as_ref().filter(|ws| !captured || (ws.graph_memory && graph_pays()));
         // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one,
         // one share of A's blocks per CTA.
         let flat = workspace.and_then(|_| self.flat_for_kernel(kernel, (nnzb, rows, n), max_row_blocks));
