@@ -1,6 +1,6 @@
 //! Balanced launches captured into a CUDA graph (host/src/gpu/split.rs, `GraphSpace`): a launch on a stream being
 //! captured, where the balance pays for the graph's nodes (`graph_balance_pays`: a dominating row, or whole rows
-//! on at most half the SMs), makes the choices it makes outside the graph (split rows, the flat block list, bs 64's
+//! of 320 KiB on average on at most half the SMs), makes the choices it makes outside the graph (split rows, the flat block list, bs 64's
 //! tile of 32 for a dominating row) on a workspace of its own that the graph owns (an allocation node, a memset
 //! node zeroing its counters, the kernel, a free node); elsewhere it keeps whole rows and adds no node. The graph's nodes are read back (their kinds, the kernel's name and grid),
 //! each replay into a poisoned C must give the bits of the same launch outside the graph (random values: any other
@@ -122,7 +122,12 @@ fn captured_keeps_whole_rows(gpu: &Gpu, whole: &Gpu, (a, b, c0): (&Bsr<f16>, &Ma
         )
         .unwrap();
     let whole_ctas = rows * plan.config.slices() as usize * n.div_ceil(plan.config.bn as usize);
-    let pays = sparsek::gpu::graph_balance_pays((a.nnzb(), rows), long, whole_ctas, gpu.info().sm_count as usize);
+    let pays = sparsek::gpu::graph_balance_pays(
+        (a.nnzb(), rows, a.block_size().pow(2) * 2),
+        long,
+        whole_ctas,
+        gpu.info().sm_count as usize,
+    );
     assert!(!pays, "{ctx}: test setup: the balance must not pay in a graph");
     let ep = Epilogue::default();
     let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());

@@ -149,10 +149,10 @@ fn captured_programmatic_chains_replay_like_synchronised_ones() {
     };
     let whole = own_gpu(TEST, |g| g.with_programmatic_launch(false).with_row_split(RowSplit::Off)).unwrap();
     let gpu = own_gpu(TEST, |g| g.with_programmatic_launch(true)).unwrap();
-    // The decode kernel and the narrow tile (whole rows in the graph), and bs 128's tile of 32 columns on 32 block
-    // rows (split in the graph).
+    // The decode kernel and the narrow tile (whole rows in the graph), and bs 128's tile of 32 columns on 64 block
+    // rows of 14 blocks (split in the graph).
     let mut balanced = [false; 3];
-    for (i, &(shape, n)) in [((1536, 32, 0.5), 1), ((8192, 64, 0.22), 8), ((4096, 128, 0.22), 32)].iter().enumerate() {
+    for (i, &(shape, n)) in [((1536, 32, 0.5), 1), ((8192, 64, 0.22), 8), ((8192, 128, 0.22), 32)].iter().enumerate() {
         let chain = Chain::new(shape, n, 0x6a7 + i as u64);
         let ctx = format!("{shape:?} N = {n}");
         let stream = gpu.new_stream().unwrap();

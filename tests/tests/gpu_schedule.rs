@@ -157,8 +157,8 @@ fn persistent_launches_on_many_streams_are_ordered() {
 }
 
 /// Launches captured into a CUDA graph never touch the Gpu's counters (a replayed graph is not ordered with other
-/// launches). Where the balance pays for the graph's nodes (`graph_balance_pays`: here bs 128's 16 block rows on
-/// few N tiles, at most half the SMs) they take two counters of their own, in the graph (an allocation, a memset
+/// launches). Where the balance pays for the graph's nodes (`graph_balance_pays`: here bs 128's 16 block rows of
+/// about 410 KB on few N tiles, at most half the SMs) they take two counters of their own, in the graph (an allocation, a memset
 /// zeroing them and a free node), and run the persistent grid; elsewhere (bs 64's 64 rows on several N tiles)
 /// one tile per consumer set, no memory node. Captured on a stream of the test's own, over views of memory
 /// uploaded on it (as PyTorch's graphs launch): each replay gives the bits of the per-tile launch outside the
@@ -171,7 +171,7 @@ fn captured_launches_replay_exactly() {
     let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
     let stream = gpu.new_stream().unwrap();
     let addr = |s: &CudaSlice<u16>| s.device_ptr(&stream).0;
-    for (bs, m, k, n) in [(64usize, 4096usize, 2048usize, 600usize), (128, 2048, 2048, 296)] {
+    for (bs, m, k, n) in [(64usize, 4096usize, 2048usize, 600usize), (128, 2048, 8192, 296)] {
         let ctx = format!("bs{bs} {m}x{k}x{n}");
         let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, 0.2, 61).unwrap();
         let b = Matrix::<f16>::random(k, n, 62).unwrap();
@@ -218,7 +218,7 @@ fn captured_launches_replay_exactly() {
                 .unwrap()
                 .config;
             let whole = m / bs * n.div_ceil(cfg.bn as usize);
-            let pays = graph_balance_pays((a.nnzb(), m / bs), None, whole, gpu.info().sm_count as usize);
+            let pays = graph_balance_pays((a.nnzb(), m / bs, bs * bs * 2), None, whole, gpu.info().sm_count as usize);
             assert_eq!(pays, bs == 128, "{ctx}: test setup: {whole} tiles");
             let nodes = if pays { 1 } else { 0 };
             assert_eq!(

@@ -47,9 +47,10 @@ pub use schedule::{TileGrid, TileSchedule};
 pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline, SHORT_ROW_MAX_K_TILES};
 pub use split::{
     FLAT_AUTO_CTAS_PER_SM, FLAT_AUTO_MIN_K_TILES_PER_CTA, FLAT_MID_AUTO_MARGIN_K_TILES,
-    FLAT_MID_AUTO_MIN_K_TILES_PER_CTA, HOPPER_SPLIT_MIN_PART_K_TILES, HopperSplit, RowSplit, SPLIT_COUNTERS,
-    SPLIT_PART_BYTES, SPLIT_PART_MAX_GROWN_K_TILES, SPLIT_PART_SHORT_K_TILES, SPLIT_PARTIALS_BYTES, SplitChoice,
-    SplitLimits, flat_auto_serves, flat_ctas, graph_balance_pays, hopper_split_choice, rows_skewed, split_choice,
+    FLAT_MID_AUTO_MIN_K_TILES_PER_CTA, GRAPH_BALANCE_MIN_ROW_BYTES, HOPPER_SPLIT_MIN_PART_K_TILES, HopperSplit,
+    RowSplit, SPLIT_COUNTERS, SPLIT_PART_BYTES, SPLIT_PART_MAX_GROWN_K_TILES, SPLIT_PART_SHORT_K_TILES,
+    SPLIT_PARTIALS_BYTES, SplitChoice, SplitLimits, flat_auto_serves, flat_ctas, graph_balance_pays,
+    hopper_split_choice, rows_skewed, split_choice,
 };
 pub use tune::{Candidate, TuneOptions, TuneProblem, TuneReport};
 pub use views::{BsrArrays, BsrView, DenseView, DenseViewMut, IndexType, VectorView};

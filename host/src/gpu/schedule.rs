@@ -13,7 +13,7 @@
 //! was measured 7-10% faster on uniform rows but 36% slower on skewed ones (docs/perf-notes.md). A launch on a
 //! stream being captured into a CUDA graph takes two counters of its own workspace in the graph (gpu/split.rs,
 //! `GraphSpace`), zeroed before it, and so the persistent grid, where its balance pays for the graph's three more
-//! nodes (`graph_balance_pays`: a dominating row, or a grid of whole rows filling at most half the SMs); else one
+//! nodes (`graph_balance_pays`: a dominating row, or long whole rows filling at most half the SMs); else one
 //! tile per consumer set.
 
 use sparsek_layout::{KernelConfig, Pipeline};

@@ -12,7 +12,7 @@
 //! A launch on a stream being captured into a CUDA graph cannot use that workspace (an event recorded outside the
 //! capture cannot be waited on inside it, and a replayed graph would reuse the workspace unordered with the
 //! launches around it). Where the balance pays for three more graph nodes ([`graph_balance_pays`]: a dominating
-//! row, or whole rows filling at most half the SMs) it makes the same choices and takes a workspace of its own in
+//! row, or long whole rows filling at most half the SMs) it makes the same choices and takes a workspace of its own in
 //! the graph ([`GraphSpace`]: an allocation node of the bytes it needs, a memset node zeroing its counters, the
 //! kernel, a free node), so a replay gives the bits of the same launch outside the graph. Elsewhere, and on a
 //! device without stream-ordered allocation, a captured launch keeps whole rows.
@@ -271,24 +271,33 @@ pub fn rows_skewed((nnzb, block_rows): (usize, usize), max_row_blocks: Option<us
     max_row_blocks.is_some_and(|l| l > mean.saturating_mul(4))
 }
 
+/// The bytes of A's values a block row must hold on average for a launch being captured into a CUDA graph to balance
+/// a grid of whole rows that fills at most half the SMs ([`graph_balance_pays`]): 320 KiB. Measured on an H100
+/// (docs/perf-notes.md, issue 12 step 29), graphs of 32 launches, 8192^2 at bs 128 (64 block rows) and 1 to 64
+/// columns: at 22% density (rows of about 460 KB) balanced 5-9% faster than whole rows, at 10% (about 205 KB)
+/// 2-9% slower: a short row gains less from its split than the graph's three more nodes cost.
+pub const GRAPH_BALANCE_MIN_ROW_BYTES: usize = 320 << 10;
+
 /// Whether a launch on a stream being captured into a CUDA graph takes the balance the launcher would give it
 /// outside the graph (split rows, the flat block list, bs 64's tile of 32, the sm_90a tile counter and split rows),
-/// on a workspace of its own in the graph (an allocation, a memset and a free node around the
-/// kernel), rather than whole rows and one tile per CTA: where one of `block_rows` block rows holding `nnzb` blocks
+/// on a workspace of its own in the graph (an allocation, a memset and a free node around the kernel), rather than
+/// whole rows and one tile per CTA: where one of `block_rows` block rows holding `nnzb` blocks of `block_bytes`
 /// dominates ([`rows_skewed`]; `max_row_blocks` unknown: no), or where whole rows give at most one CTA per two SMs
-/// (`whole_ctas`: block rows x slices x N tiles, against `sm_count`). Elsewhere the three nodes cost more than the
-/// balance gains. Measured on an H100 (docs/perf-notes.md, issue 12 step 29), time per launch of a graph of 32
-/// against whole rows in the graph: skewed rows 1.49-2.46x faster (8192^2 and 16384^2 bs 64 at 16 and 48 columns,
-/// 8192 x 512 x 8192 bs 128), 8192^2 bs 128 at 8 columns (64 block rows) 6% faster; but 8192^2 bs 64 at 1 and 16
-/// columns (128 block rows) 5-10% slower, 16384^2 bs 64 at 16 columns (the flat list) 3.5% and 8192 x 512 x 8192
-/// bs 128 (the tile counter) 3% slower.
+/// (`whole_ctas`: block rows x slices x N tiles, against `sm_count`) and hold [`GRAPH_BALANCE_MIN_ROW_BYTES`] on
+/// average. Elsewhere the three nodes cost more than the balance gains. Measured on an H100 (docs/perf-notes.md,
+/// issue 12 step 29), time per launch of a graph of 32 against whole rows in the graph: skewed rows 1.49-2.68x
+/// faster (8192^2 and 16384^2 bs 64 at 16 and 48 columns, 8192 x 512 x 8192 bs 128), 8192^2 bs 128 22% at 1 to 64
+/// columns 5-9% faster; but balanced, 8192^2 bs 64 22% at 1 and 16 columns (128 block rows) took 5-10% longer,
+/// 16384^2 bs 64 22% at 16 columns (the flat list) 3.5%, 8192 x 512 x 8192 bs 128 22% (the tile counter) 3% and
+/// 8192^2 bs 128 10% 2-9%.
 pub fn graph_balance_pays(
-    (nnzb, block_rows): (usize, usize),
+    (nnzb, block_rows, block_bytes): (usize, usize, usize),
     max_row_blocks: Option<usize>,
     whole_ctas: usize,
     sm_count: usize,
 ) -> bool {
-    rows_skewed((nnzb, block_rows), max_row_blocks) || whole_ctas.saturating_mul(2) <= sm_count
+    let long_rows = nnzb.saturating_mul(block_bytes) >= GRAPH_BALANCE_MIN_ROW_BYTES.saturating_mul(block_rows);
+    rows_skewed((nnzb, block_rows), max_row_blocks) || (whole_ctas.saturating_mul(2) <= sm_count && long_rows)
 }
 
 /// The CTAs per SM of a flat block-list launch that [`RowSplit::Auto`] takes ([`flat_auto_serves`]): 264 on an
@@ -891,17 +900,20 @@ mod tests {
 
     #[test]
     fn graph_balance_pays_for_dominating_rows_and_half_empty_grids() {
+        let (bs64, bs128) = (64 * 64 * 2, 128 * 128 * 2);
         // 8192^2 bs 64 22% at one N tile: 128 block rows of about 28 blocks fill 128 of 132 SMs.
-        assert!(!graph_balance_pays((3604, 128), Some(40), 128, 132));
+        assert!(!graph_balance_pays((3604, 128, bs64), Some(40), 128, 132));
         // The same with one row of all 128 block columns (more than four times the mean).
-        assert!(graph_balance_pays((3604, 128), Some(128), 128, 132));
+        assert!(graph_balance_pays((3604, 128, bs64), Some(128), 128, 132));
         // A longest row unknown (a raw view without its schedule) is not taken as dominating.
-        assert!(!graph_balance_pays((3604, 128), None, 128, 132));
-        // bs 128: 64 block rows on 132 SMs, at most half of them; 67 are more than half.
-        assert!(graph_balance_pays((901, 64), Some(20), 64, 132));
-        assert!(!graph_balance_pays((943, 67), Some(20), 67, 132));
+        assert!(!graph_balance_pays((3604, 128, bs64), None, 128, 132));
+        // 8192^2 bs 128 22%: 64 block rows of 14 blocks (460 KB) on 132 SMs, at most half of them; 67 are more.
+        assert!(graph_balance_pays((901, 64, bs128), Some(20), 64, 132));
+        assert!(!graph_balance_pays((943, 67, bs128), Some(20), 67, 132));
+        // At 10% the rows hold about 6.4 blocks (205 KB): too short to pay.
+        assert!(!graph_balance_pays((410, 64, bs128), Some(12), 64, 132));
         // Whole rows over several N tiles count every tile.
-        assert!(!graph_balance_pays((901, 64), Some(20), 128, 132));
+        assert!(!graph_balance_pays((901, 64, bs128), Some(20), 128, 132));
     }
 
     #[test]

@@ -132,7 +132,7 @@ impl Gpu {
     /// row-major `x` and `y`, no transpose is made. The bias has one value per row of C (per output feature).
     ///
     /// No synchronisation, no allocation, no host round trip: safe to capture in a CUDA graph. Captured, a launch
-    /// whose rows would leave the GPU waiting (a dominating row, or whole rows filling at most half the SMs:
+    /// whose rows would leave the GPU waiting (a dominating row, or long whole rows filling at most half the SMs:
     /// [`graph_balance_pays`](crate::gpu::graph_balance_pays)) balances them as it would outside the graph (split
     /// rows, the flat block list, the sm_90a tile counter), on a workspace of its own that the graph owns: an
     /// allocation node, a memset node and a free node around the kernel (a graph holding allocation nodes may have
@@ -393,14 +393,20 @@ impl Gpu {
         // Split rows, the flat list and the sm_90a tile counter need a workspace: the Gpu's own, or on a stream
         // being captured into a CUDA graph (one driver query for the launch) one allocated in the graph for this
         // launch alone (gpu/split.rs, GraphSpace), where the device has stream-ordered allocation and the balance
-        // pays for the graph's three more nodes (graph_balance_pays: a dominating row, or whole rows filling at
-        // most half the SMs); there the launch makes the choices it makes outside a graph, with the same bits.
+        // pays for the graph's three more nodes (graph_balance_pays: a dominating row, or long whole rows filling
+        // at most half the SMs); there the launch makes the choices it makes outside a graph, with the same bits.
         let captured = capturing(stream);
         let (nnzb, rows) = (a.nnzb, block_rows as usize);
         let graph_pays = || {
             let cfg = kernel.config();
             let whole_ctas = rows * cfg.slices() as usize * n.div_ceil(cfg.bn.max(1) as usize);
-            split::graph_balance_pays((nnzb, rows), max_row_blocks, whole_ctas, self.info().sm_count as usize)
+            let block_bytes = a.bs * a.bs * std::mem::size_of::<TA>();
+            split::graph_balance_pays(
+                (nnzb, rows, block_bytes),
+                max_row_blocks,
+                whole_ctas,
+                self.info().sm_count as usize,
+            )
         };
         let workspace = self.split.as_ref().filter(|ws| !captured || (ws.graph_memory && graph_pays()));
         // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one,
