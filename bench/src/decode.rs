@@ -437,7 +437,7 @@ pub struct DecodeRecord {
     /// plain launches' bits, else this is a failure. `None` when not measured (a GPU without it, or a run whose
     /// launches are all programmatic).
     pub sparsek_queued_programmatic: Option<Queued>,
-    /// sparsek replayed from a CUDA graph ([`graph_replayed`]): [`queued::BATCH`] launches captured once, the
+    /// sparsek replayed from a CUDA graph (`graph_replayed`): [`queued::BATCH`] launches captured once, the
     /// graph's time per launch. Its output must pass the oracle's check. `None` when not measured.
     pub sparsek_graph: Option<Queued>,
     /// As [`DecodeRecord::sparsek_graph`] through the programmatic `Gpu` (measured where

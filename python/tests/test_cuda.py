@@ -106,6 +106,24 @@ def test_cuda_graph_capture_of_a_module():
         check_layer(static_y, h, model[1])
 
 
+def replays_give(op, want):
+    """Runs ``op`` once on a side stream (the warm-up), captures it in a CUDA graph, and replays the graph three
+    times into its poisoned output, which must hold ``want``'s bits each time."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        op()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static = op()
+    for _ in range(3):
+        static.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static.view(torch.int16), want.view(torch.int16)), "a replay differs"
+
+
 @pytest.mark.parametrize("tokens", [8, 48])
 def test_captured_skewed_weight_replays_the_eager_bits(tokens):
     """A weight whose first block row holds every block: eagerly the library splits that row over several CTAs (or
@@ -126,19 +144,7 @@ def test_captured_skewed_weight_replays_the_eager_bits(tokens):
         ref = w64 @ x.cpu().double().t()
         got = eager.t() if eager.shape[0] == tokens else eager
         assert_close(got.cpu(), ref, w64.abs() @ x.cpu().double().abs().t(), k)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(s):
-            op(static_x)
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            static_y = op(static_x)
-        for _ in range(3):
-            static_y.fill_(float("nan"))
-            g.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(static_y.view(torch.int16), eager.view(torch.int16)), "a replay differs from eager"
+        replays_give(lambda: op(static_x), eager)
 
 
 @pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # the refused op queued nothing, as it should
@@ -290,18 +296,6 @@ def test_programmatic_launch_chains_match_plain_ones():
             got = chain(False)
             torch.cuda.synchronize()
             assert torch.equal(got, want)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            chain(False)  # warm-up on the capture stream
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            static = chain(False)
-        for _ in range(3):
-            static.fill_(float("nan"))
-            g.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(static, want)
+        replays_give(lambda: chain(False), want)
     finally:
         sparsek.set_programmatic_launch(False)
