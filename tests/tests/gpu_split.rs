@@ -228,3 +228,36 @@ fn split_launches_on_many_streams_are_ordered() {
     let ep = Epilogue::new(0.5, -1.0);
     threads_match_one_launch(&gpu, &a, &b, &c0, ep, 8);
 }
+
+/// A long row at few columns goes to the narrow tile's split rows instead of the decode kernels
+/// (`Gpu::decode_serves`, `DECODE_MAX_ROW_BYTES`): 64 block rows of bs 64 (within the decode kernels' row limit)
+/// whose first row holds all 256 block columns (2 MB) take the narrow tile, split, and match every row of the
+/// oracle; with `RowSplit::Off` (no split to give the row), the longest row unknown, or rows of 112 KB they keep the
+/// decode kernels.
+#[test]
+fn long_rows_leave_the_decode_kernels_for_split_rows() {
+    use sparsek::tune::KernelFamily;
+    let test = "long_rows_leave_the_decode_kernels_for_split_rows";
+    let Some(gpu) = own_gpu(test, |g| g) else { return };
+    let off = own_gpu(test, |g| g.with_row_split(RowSplit::Off)).unwrap();
+    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
+    let long: Bsr<f16> = generate(Pattern::Skewed, 4096, 16384, 64, 0.22, 0x71).unwrap();
+    let short: Bsr<f16> = generate(Pattern::Uniform, 4096, 4096, 64, 0.22, 0x72).unwrap();
+    assert_eq!(longest(&long), 256, "test setup: the first row is full");
+    assert!(longest(&short) * 64 * 64 * 2 < sparsek::gpu::DECODE_MAX_ROW_BYTES, "test setup: short rows");
+    for n in [1usize, 9, 16] {
+        let family = |g: &Gpu, a: &Bsr<f16>, max_row: Option<usize>| {
+            g.plan_kernel(64, types, (a.rows(), a.cols(), n), a.nnzb(), max_row).unwrap().plan.family
+        };
+        assert_eq!(family(&gpu, &long, Some(longest(&long))), KernelFamily::Narrow, "N = {n}: the long row");
+        let (splits, split) = split_of(&gpu, &long, n);
+        assert!(splits && split.is_some(), "N = {n}: the narrow tile splits the long row ({split:?})");
+        assert_eq!(family(&off, &long, Some(longest(&long))), KernelFamily::Decode, "N = {n}: RowSplit::Off");
+        assert_eq!(family(&gpu, &long, None), KernelFamily::Decode, "N = {n}: the longest row unknown");
+        assert_eq!(family(&gpu, &short, Some(longest(&short))), KernelFamily::Decode, "N = {n}: short rows");
+        check_case::<f32>(&gpu, &long, n, (1.0, 0.0), 0x73 + n as u64, &format!("long row, N = {n}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        check_case::<f16>(&gpu, &long, n, (0.5, -1.0), 0x83 + n as u64, &format!("long row, N = {n}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}

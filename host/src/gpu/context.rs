@@ -89,6 +89,17 @@ pub const MID_SMALL_BS_MIN_ROWS_PER_SM: usize = 3;
 /// shape measured (docs/perf-notes.md, issue 12 step 8), and the widest the tuner offers those tiles for.
 pub const SMALL_GRID_MAX_N: usize = 512;
 
+/// The bytes of A's values in a block row from which the built-in heuristic leaves few columns to the narrow tile's
+/// split rows rather than the decode kernels ([`Gpu::decode_serves`]): 256 KiB, two parts of
+/// [`crate::gpu::SPLIT_PART_BYTES`]. The decode kernels give a row to `bs / 16` CTAs, each reading the whole row's
+/// slice; split rows spread a long row over parts of 128 KiB. Measured on an H100 (docs/perf-notes.md, issue 12
+/// step 30), queued, decode kernels against the narrow tile: skewed rows (one row holding every block column)
+/// 1.18-3.2x faster split (4096 x 4096 and 4096 x 16384 bs 64, 2048 x 16384 bs 64 10%, 8192 x 8192 and 4096 x 8192
+/// bs 32; the longest rows 512 KB to 2 MB), uniform 4096 x 16384 bs 64 22% (rows of 448 KB) 1.19x; but the decode
+/// kernels 1.1x faster on uniform 8192 x 8192 bs 32 (112 KB rows) and 4-35% on skewed layers (1536 x 384 bs 32 and
+/// 384 x 1536 bs 64 at 50%, longest rows 24 and 192 KB).
+pub const DECODE_MAX_ROW_BYTES: usize = 256 << 10;
+
 /// A GPU ready to run sparsek's kernels: a CUDA context (the device's primary context), a default stream, and
 /// the product PTX module for its architecture, loaded once with every kernel looked up and configured.
 ///
@@ -460,7 +471,8 @@ impl Gpu {
         bs > 32 || block_rows >= MID_SMALL_BS_MIN_ROWS_PER_SM.saturating_mul(self.info.sm_count as usize)
     }
 
-    /// The built-in heuristic: the decode kernels where [`Gpu::decode_serves`] says so; for a small grid
+    /// The built-in heuristic (the longest block row holding `max_row_blocks`, when known): the decode kernels where
+    /// [`Gpu::decode_serves`] says so; for a small grid
     /// ([`Gpu::small_grid_serves`]) the mid tile where its grid has at least half as many CTAs as the GPU has SMs,
     /// else the narrow tile (at bs 16 and 32, in both places, the mid tile only on [`MID_SMALL_BS_MIN_ROWS_PER_SM`]
     /// block rows per SM); else the sm_90a ones above [`sparsek_layout::NARROW_MAX_N`] columns where
@@ -476,7 +488,7 @@ impl Gpu {
         types: (InType, Layout, OutType),
         n: usize,
         nnzb: usize,
-        block_rows: usize,
+        (block_rows, max_row_blocks): (usize, Option<usize>),
     ) -> Option<(Plan, &Kernel)> {
         let narrow = n <= sparsek_layout::NARROW_MAX_N;
         let small = self.small_grid_serves(bs, types, n, block_rows);
@@ -496,7 +508,7 @@ impl Gpu {
                     <= sparsek_layout::SHORT_ROW_MAX_K_TILES.saturating_mul(block_rows)
             });
         let order = [
-            (KernelFamily::Decode, self.decode_serves(bs, n, block_rows)),
+            (KernelFamily::Decode, self.decode_serves(bs, n, block_rows, max_row_blocks)),
             (KernelFamily::Mid, mid_fills),
             (KernelFamily::Narrow, small),
             (KernelFamily::HopperShort, short_rows),
@@ -531,7 +543,8 @@ impl Gpu {
             return Some((kernel, cached.plan, PlanSource::Tuned));
         }
         let block_rows = m.checked_div(bs).unwrap_or(0);
-        self.heuristic_plan(op, bs32, types, n, nnzb, block_rows).map(|(p, k)| (k, p, PlanSource::Heuristic))
+        self.heuristic_plan(op, bs32, types, n, nnzb, (block_rows, max_row_blocks))
+            .map(|(p, k)| (k, p, PlanSource::Heuristic))
     }
 
     /// Which kernel and plan serve a product of an `m x k` A with blocks of `bs` (`nnzb` of them, the longest
@@ -600,11 +613,17 @@ impl Gpu {
         })
     }
 
-    /// Whether the built-in heuristic gives a launch of `n` columns over `block_rows` block rows of `bs` the decode
-    /// kernels (unless [`Gpu::with_decode`] turned them off): at most [`sparsek_layout::DECODE_MAX_N`] columns
-    /// and at most [`Gpu::decode_row_limit`] block rows.
-    pub fn decode_serves(&self, bs: u32, n: usize, block_rows: usize) -> bool {
-        self.use_decode && n <= sparsek_layout::DECODE_MAX_N && block_rows <= self.decode_row_limit(bs)
+    /// Whether the built-in heuristic gives a launch of `n` columns over `block_rows` block rows of `bs` (the
+    /// longest holding `max_row_blocks`, when known) the decode kernels (unless [`Gpu::with_decode`] turned them
+    /// off): at most [`sparsek_layout::DECODE_MAX_N`] columns, at most [`Gpu::decode_row_limit`] block rows, and no
+    /// row of [`DECODE_MAX_ROW_BYTES`] or more where the narrow tile can split it (the workspace exists and
+    /// [`Gpu::with_row_split`] is not [`RowSplit::Off`]).
+    pub fn decode_serves(&self, bs: u32, n: usize, block_rows: usize, max_row_blocks: Option<usize>) -> bool {
+        let block_bytes = (bs as usize).pow(2) * 2;
+        let long_row = max_row_blocks.is_some_and(|l| l.saturating_mul(block_bytes) >= DECODE_MAX_ROW_BYTES)
+            && self.split.is_some()
+            && self.row_split != RowSplit::Off;
+        self.use_decode && n <= sparsek_layout::DECODE_MAX_N && block_rows <= self.decode_row_limit(bs) && !long_row
     }
 
     /// The most block rows for which the built-in heuristic takes the decode kernels at few columns: where the
@@ -634,7 +653,7 @@ impl Gpu {
         n: usize,
         (block_rows, nnzb): (usize, usize),
     ) -> Option<(&'static str, bool)> {
-        self.heuristic_plan(Op::BsrSpmm, bs, types, n, nnzb.max(1), block_rows)
+        self.heuristic_plan(Op::BsrSpmm, bs, types, n, nnzb.max(1), (block_rows, None))
             .map(|(_, k)| (k.variant.name, k.variant.arch == sparsek_layout::Arch::Sm90a))
     }
 

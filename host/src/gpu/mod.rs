@@ -38,7 +38,8 @@ pub use buffers::{DeviceBsr, DeviceElement, DeviceMatrix, InputElement, OutputEl
 #[doc(hidden)]
 pub use context::KernelVariant;
 pub use context::{
-    DeviceInfo, Gpu, MID_SMALL_BS_MIN_ROWS_PER_SM, MID64_BS128_MIN_BLOCKS_PER_SM, PlanChoice, SMALL_GRID_MAX_N,
+    DECODE_MAX_ROW_BYTES, DeviceInfo, Gpu, MID_SMALL_BS_MIN_ROWS_PER_SM, MID64_BS128_MIN_BLOCKS_PER_SM, PlanChoice,
+    SMALL_GRID_MAX_N,
 };
 pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};

@@ -234,7 +234,8 @@ impl Gpu {
         let (Ok(bs), Some(block_rows)) = (u32::try_from(a.bs), a.rows.checked_div(a.bs)) else { return Vec::new() };
         let types = (TA::IN_TYPE, b_layout, TC::OUT_TYPE);
         let mut plans = Vec::new();
-        if let Some((h, _)) = self.heuristic_plan(Op::BsrSpmm, bs, types, n, a.nnzb, block_rows) {
+        let rows = (block_rows, Some(a.max_row_blocks()));
+        if let Some((h, _)) = self.heuristic_plan(Op::BsrSpmm, bs, types, n, a.nnzb, rows) {
             plans.push(h);
         }
         for (family, _) in self.tune_families(bs, types, n, a.nnzb) {
