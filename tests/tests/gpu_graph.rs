@@ -1,12 +1,12 @@
 //! Balanced launches captured into a CUDA graph (host/src/gpu/split.rs, `GraphSpace`): a launch on a stream being
-//! captured, where the balance pays for the graph's nodes (`graph_balance_pays`: a dominating row, or whole rows
-//! of 320 KiB on average on at most half the SMs), makes the choices it makes outside the graph (split rows, the flat block list, bs 64's
-//! tile of 32 for a dominating row) on a workspace of its own that the graph owns (an allocation node, a memset
-//! node zeroing its counters, the kernel, a free node); elsewhere it keeps whole rows and adds no node. The graph's nodes are read back (their kinds, the kernel's name and grid),
-//! each replay into a poisoned C must give the bits of the same launch outside the graph (random values: any other
-//! split would add in another order), and graphs replayed while eager split launches run on other streams must
-//! each keep their bits (a workspace shared with them would race). Capture in global mode, as `torch.cuda.graph`
-//! does. Without a GPU every test prints a skip line.
+//! captured, where the balance pays for the graph's nodes (`graph_balance_pays`: a dominating row, or whole rows of 320
+//! KiB on average on at most half the SMs), makes the choices it makes outside the graph (split rows, the flat block
+//! list, bs 64's tile of 32 for a dominating row) on a workspace of its own that the graph owns (an allocation node, a
+//! memset node zeroing its counters, the kernel, a free node); elsewhere it keeps whole rows and adds no node. The
+//! graph's nodes are read back (their kinds, the kernel's name and grid), each replay into a poisoned C must give the
+//! bits of the same launch outside the graph (random values: any other split would add in another order), and graphs
+//! replayed while eager split launches run on other streams must each keep their bits (a workspace shared with them
+//! would race). Capture in global mode, as `torch.cuda.graph` does. Without a GPU every test prints a skip line.
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream};

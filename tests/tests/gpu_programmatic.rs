@@ -1,15 +1,15 @@
-//! Programmatic dependent launch (`Gpu::with_programmatic_launch`): products queued back to back on one stream
-//! with no host synchronisation, each reading the previous one's output as its B and writing the buffer the one
-//! before it read (ping-pong). A launch that got past its grid-dependency wait too early would read a B not yet
-//! written (its buffer starts poisoned) or overwrite one still being read. Every chain is checked against the same
-//! chain launched plainly with a synchronisation after every product (bit equality: the same kernels), and its
-//! last product against the f64 oracle from that product's input. The shapes cover the decode kernel, the narrow
-//! tile with split rows (the split workspace and A's L2 window), the mid tiles and a wider launch (the sm_90a or
-//! the wide sm_80 kernel: a programmatic launch after a plain one and before one). On a GPU without programmatic
-//! launch (only the product module's sm_90a cubin has it) the chains run plainly and the test says so. A chain
-//! captured into a CUDA graph (global mode, as `torch.cuda.graph` captures) must hold programmatic edges between
-//! the launches that need no workspace (launches that split rows in a graph hold their own, in allocation, memset
-//! and free nodes, and depend on them plainly) and replay to the synchronised chain's bits. Without a GPU every test prints a skip line.
+//! Programmatic dependent launch (`Gpu::with_programmatic_launch`): products queued back to back on one stream with no
+//! host synchronisation, each reading the previous one's output as its B and writing the buffer the one before it read
+//! (ping-pong). A launch that got past its grid-dependency wait too early would read a B not yet written (its buffer
+//! starts poisoned) or overwrite one still being read. Every chain is checked against the same chain launched plainly
+//! with a synchronisation after every product (bit equality: the same kernels), and its last product against the f64
+//! oracle from that product's input. The shapes cover the decode kernel, the narrow tile with split rows (the split
+//! workspace and A's L2 window), the mid tiles and a wider launch (the sm_90a or the wide sm_80 kernel: a programmatic
+//! launch after a plain one and before one). On a GPU without programmatic launch (only the product module's sm_90a
+//! cubin has it) the chains run plainly and the test says so. A chain captured into a CUDA graph (global mode, as
+//! `torch.cuda.graph` captures) must hold programmatic edges between the launches that need no workspace (launches that
+//! split rows in a graph hold their own, in allocation, memset and free nodes, and depend on them plainly) and replay
+//! to the synchronised chain's bits. Without a GPU every test prints a skip line.
 
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};

@@ -1,10 +1,11 @@
-//! The sm_90a kernels' tile scheduler (`Gpu::with_tile_schedule`, host/src/gpu/schedule.rs): a persistent grid
-//! whose CTAs take tiles from a counter in the Gpu's workspace (the last CTA resets it), and at bs 64 the
-//! ping-pong kernel, whose two consumer warpgroups alternate tiles. Exact integer-valued cases bit-equal to the
-//! oracle, to a persistent grid with a static stride and to one tile per consumer set, over few and many tiles
-//! per CTA, N tails, skewed and empty rows, beta and f16 C; random values giving the same bits on every launch;
-//! persistent launches from several threads on several streams, which share the counter, each giving the
-//! single-threaded result; and graph-captured launches (on their own counters in the graph where that pays) replayed. The tests need the sm_90a module (a Hopper GPU,
+//! The sm_90a kernels' tile scheduler (`Gpu::with_tile_schedule`, host/src/gpu/schedule.rs): a persistent grid whose
+//! CTAs take tiles from a counter in the Gpu's workspace (the last CTA resets it), and at bs 64 the ping-pong kernel,
+//! whose two consumer warpgroups alternate tiles. Exact integer-valued cases bit-equal to the oracle, to a persistent
+//! grid with a static stride and to one tile per consumer set, over few and many tiles per CTA, N tails, skewed and
+//! empty rows, beta and f16 C; random values giving the same bits on every launch; persistent launches from several
+//! threads on several streams, which share the counter, each giving the single-threaded result; and graph-captured
+//! launches (on their own counters in the graph where that pays) replayed. The tests need the sm_90a module (a Hopper
+//! GPU,
 //! `SPARSEK_TEST_MODULE` unset or `auto`); elsewhere they print a skip line.
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};

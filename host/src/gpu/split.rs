@@ -12,9 +12,9 @@
 //! A launch on a stream being captured into a CUDA graph cannot use that workspace (an event recorded outside the
 //! capture cannot be waited on inside it, and a replayed graph would reuse the workspace unordered with the
 //! launches around it). Where the balance pays for three more graph nodes ([`graph_balance_pays`]: a dominating
-//! row, or long whole rows filling at most half the SMs) it makes the same choices and takes a workspace of its own in
-//! the graph ([`GraphSpace`]: an allocation node of the bytes it needs, a memset node zeroing its counters, the
-//! kernel, a free node), so a replay gives the bits of the same launch outside the graph. Elsewhere, and on a
+//! row, or long whole rows filling at most half the SMs) it makes the same choices and takes a workspace of its
+//! own in the graph ([`GraphSpace`]: an allocation node of the bytes it needs, a memset node zeroing its counters,
+//! the kernel, a free node), so a replay gives the bits of the same launch outside the graph. Elsewhere, and on a
 //! device without stream-ordered allocation, a captured launch keeps whole rows.
 //!
 //! The workspace also holds the sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs). Those are
@@ -29,7 +29,7 @@ use sparsek_layout::{KernelConfig, Pipeline, hopper_virtual_rows, split_slots};
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::gpu::driver::{alloc_err, cuda};
+use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
 
 /// Bytes of partial tiles a [`Gpu`] allocates for split rows: enough for 8192 x 8192 at bs 64 and 64 columns
@@ -620,9 +620,14 @@ impl GraphSpace {
             name: "workspace",
             reason: format!("{counters_at} bytes of partial tiles do not fit this host"),
         })?;
-        const WHAT: &str = "the workspace of a launch captured into a CUDA graph";
+        let failed = |source: cudarc::driver::DriverError| match source.0 {
+            cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                Error::OutOfMemory { what: "the workspace of a launch captured into a CUDA graph", bytes }
+            }
+            _ => Error::Cuda { op: "cuMemAllocAsync (graph workspace)", source },
+        };
         // SAFETY: the caller's stream; the allocation is used only by this launch, on this stream, and freed after it.
-        let base = unsafe { cudarc::driver::result::malloc_async(stream, bytes) }.map_err(alloc_err(WHAT, bytes))?;
+        let base = unsafe { cudarc::driver::result::malloc_async(stream, bytes) }.map_err(failed)?;
         let counters = base + counters_at;
         // SAFETY: `words` u32 of the allocation just made, in stream order after it.
         let zeroed = unsafe { cudarc::driver::sys::cuMemsetD32Async(counters, 0, words as usize, stream) }.result();
@@ -645,8 +650,8 @@ impl GraphSpace {
     }
 }
 
-/// Whether `stream` is being captured into a CUDA graph (a failed query counts as captured: the launch then takes
-/// a stream-ordered workspace of its own, correct on any stream).
+/// Whether `stream` is being captured into a CUDA graph (a failed query counts as captured: the launch then makes
+/// a captured launch's choices, which are correct on any stream).
 pub(crate) fn capturing(stream: CUstream) -> bool {
     // SAFETY: a query of a live stream of this context (checked by the caller).
     match unsafe { cudarc::driver::result::stream::is_capturing(stream) } {

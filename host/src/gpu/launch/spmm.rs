@@ -131,16 +131,16 @@ impl Gpu {
     /// `spmm_raw(stream, W, x.t(), y.t(), Some(b), ep)` — `x.t()` and `y.t()` are column-major views of the
     /// row-major `x` and `y`, no transpose is made. The bias has one value per row of C (per output feature).
     ///
-    /// No synchronisation, no allocation, no host round trip: safe to capture in a CUDA graph. Captured, a launch
-    /// whose rows would leave the GPU waiting (a dominating row, or long whole rows filling at most half the SMs:
-    /// [`graph_balance_pays`](crate::gpu::graph_balance_pays)) balances them as it would outside the graph (split
-    /// rows, the flat block list, the sm_90a tile counter), on a workspace of its own that the graph owns: an
-    /// allocation node, a memset node and a free node around the kernel (a graph holding allocation nodes may have
-    /// one instantiation at a time, CUDA's rule), launched without programmatic dependence; a replay then gives the
-    /// bits of the same launch outside the graph. Other captured launches run whole rows (one tile per CTA). Checked before the
+    /// No synchronisation, no allocation, no host round trip: safe to capture in a CUDA graph. Captured, a launch whose
+    /// rows would leave the GPU waiting (a dominating row, or long whole rows filling at most half the SMs:
+    /// [`graph_balance_pays`](crate::gpu::graph_balance_pays)) balances them as it would outside the graph (split rows,
+    /// the flat block list, the sm_90a tile counter), on a workspace of its own that the graph owns: an allocation
+    /// node, a memset node and a free node around the kernel (a graph holding allocation nodes may have one
+    /// instantiation at a time, CUDA's rule), launched without programmatic dependence; a replay then gives the bits of
+    /// the same launch outside the graph. Other captured launches run whole rows (one tile per CTA). Checked before the
     /// launch (a rejected call changes nothing): the stream belongs to this `Gpu`'s context, every raw pointer is
-    /// device memory of this GPU, shapes, the type combination, the bias length, 32-bit limits, and that C does
-    /// not overlap A, B or the bias.
+    /// device memory of this GPU, shapes, the type combination, the bias length, 32-bit limits, and that C does not
+    /// overlap A, B or the bias.
     ///
     /// # Safety
     /// `stream` is a live stream (or 0), and the views' contracts hold until the kernel has finished: in
