@@ -26,12 +26,20 @@
 //!   stream while the host queues them, timed between one pair of events; per launch, this is the GPU's own
 //!   time, without the host's.
 //!
+//! - the **read bandwidth**: the read floor kernel ([`floor`]) reading a buffer as large as the copy's, writing
+//!   nothing, timed like the copy.
+//!
 //! Per case, a third item is timed in the same interleaved loop: the **same-size copy**, `cuMemcpyDtoDAsync`
 //! of half the case's bytes moved (so that read + written equals them), over its own rotated buffer pairs. A
 //! launch of a few tens of MB pays a fixed ramp (measured on an H100: a copy moving 30 MB reaches 63% of the
 //! 1 GiB copy's bandwidth, with about 6 µs of fixed cost per copy: docs/perf-notes.md, issue 12 step 4), so the
 //! 1 GiB figure is out of reach for any small transfer; the same-size copy is the floor at the case's size. The
-//! issue's targets stay on the 1 GiB copy; the fraction of the same-size copy is reported beside them.
+//! issue's targets stay on the 1 GiB copy; the fraction of the same-size copy is reported beside them. And a
+//! fourth: the **read floor** ([`floor`]), a kernel reading the bytes sparsek must read (A's values and indices, B)
+//! and writing those it must write (C), and nothing else, over its own rotated buffers. A copy reads half the
+//! bytes and writes half; the read floor moves them as the product does, so its time is what any kernel measured
+//! this way needs. Each target is also judged on the read floor's time: one that the read floor misses is out of
+//! reach of any kernel under this method (`MISSED, read floor too` in the table, counted in the summary).
 //!
 //! Per case:
 //!
@@ -66,6 +74,7 @@ use half::f16;
 use serde::Serialize;
 
 use crate::cublas::{self, Cublas};
+use crate::floor::{self, FloorSets, ReadFloor};
 use crate::grid::{Case, Source, percent};
 use crate::json::round_sig;
 use crate::poison;
@@ -310,6 +319,9 @@ pub struct References {
     pub empty_launch: EmptyLaunch,
     /// The empty launch queued behind the hold ([`queued`]): the GPU's own time per launch.
     pub queued_empty_launch: Queued,
+    /// The read floor kernel ([`floor`]) reading a buffer as large as the copy's, writing nothing: the read
+    /// bandwidth, beside the copy's.
+    pub read: ReadFloor,
 }
 
 impl References {
@@ -402,6 +414,10 @@ pub struct Goal {
     pub bound: f64,
     /// Whether the figure meets it; `None` when the figure could not be measured.
     pub met: Option<bool>,
+    /// Whether the read floor's time would meet it (the figure computed from the read floor's median instead of
+    /// sparsek's): `Some(false)` marks a target out of reach of any kernel measured this way. `None` when the
+    /// read floor was not measured.
+    pub floor_met: Option<bool>,
 }
 
 /// One case's results.
@@ -424,6 +440,10 @@ pub struct DecodeRecord {
     pub copy_fraction: Option<f64>,
     /// `achieved_gbps / same_size_copy.gbps` (the copy's time over sparsek's, up to the 16-byte rounding).
     pub same_size_copy_fraction: Option<f64>,
+    /// The read floor ([`floor`]): a kernel moving the case's bytes once, timed with the contenders.
+    pub read_floor: ReadFloor,
+    /// The read floor's median / sparsek's: how close sparsek is to moving the bytes and nothing else.
+    pub read_floor_fraction: Option<f64>,
     /// cuBLAS's median / sparsek's.
     pub speedup_vs_cublas: Option<f64>,
     /// sparsek's median / the empty launch's.
@@ -467,6 +487,8 @@ impl DecodeRecord {
             achieved_gbps: None,
             copy_fraction: None,
             same_size_copy_fraction: None,
+            read_floor: ReadFloor::default(),
+            read_floor_fraction: None,
             speedup_vs_cublas: None,
             launch_ratio: None,
             sparsek_queued: Queued::default(),
@@ -509,9 +531,25 @@ impl DecodeRecord {
         self.launch_ratio = ratio(sparsek, refs.empty_us());
         let queued = self.sparsek_queued.median_us().filter(|_| self.sparsek.passed());
         self.queued_launch_ratio = ratio(queued, refs.queued_empty_launch.median_us());
+        let floor = self.read_floor.median_us();
+        self.read_floor.gbps =
+            ratio(Some((self.read_floor.read_bytes + self.read_floor.write_bytes) as f64 / 1e3), floor);
+        self.read_floor_fraction = ratio(floor, sparsek);
+        let floor_figure = |figure: Figure| -> Option<f64> {
+            match figure {
+                Figure::CopyFraction => ratio(ratio(Some(self.bytes.total as f64 / 1e3), floor), refs.copy.gbps),
+                Figure::SpeedupVsCublas => ratio(self.cublas.trusted_us(), floor),
+                Figure::LaunchRatio => ratio(floor, refs.empty_us()),
+            }
+        };
         self.goals = targets(case)
             .into_iter()
-            .map(|(figure, bound)| Goal { figure, bound, met: self.figure(figure).map(|v| figure.meets(v, bound)) })
+            .map(|(figure, bound)| Goal {
+                figure,
+                bound,
+                met: self.figure(figure).map(|v| figure.meets(v, bound)),
+                floor_met: floor_figure(figure).map(|v| figure.meets(v, bound)),
+            })
             .collect();
     }
 
@@ -545,19 +583,23 @@ pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<
     let json_path = cfg.out_dir.join("decode.json");
 
     let hold = Hold::load(gpu);
+    let floor_kernel = floor::load(gpu);
+    let copy = measure_copy(gpu, cfg.warmup, iters);
     let references = References {
-        copy: measure_copy(gpu, cfg.warmup, iters),
+        read: measure_read(gpu, &floor_kernel, copy.bytes, cfg.warmup, iters),
+        copy,
         empty_launch: measure_empty_launch(gpu, cfg.warmup, iters),
         queued_empty_launch: measure_queued_empty_launch(gpu, &hold),
     };
     eprintln!("  copy bandwidth: {}", copy_text(&references.copy));
+    eprintln!("  read bandwidth: {}", read_text(&references.read, &references.copy));
     eprintln!("  empty launch: {}", empty_text(&references.empty_launch));
     eprintln!("  empty launch, queued: {}", queued_text(&references.queued_empty_launch));
     let mut records = Vec::with_capacity(cfg.cases.len());
     crate::side::write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
     for (i, case) in cfg.cases.iter().enumerate() {
         let tag = format!("case {}/{}", i + 1, cfg.cases.len());
-        let rec = run_case((gpu, programmatic), &lib, &hold, cfg, iters, case, &references, &tag);
+        let rec = run_case((gpu, programmatic), (&lib, &floor_kernel), &hold, cfg, iters, case, &references, &tag);
         eprintln!("{tag} {}", progress_line(&rec));
         records.push(rec);
         crate::side::write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
@@ -640,6 +682,40 @@ fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwidth {
     result
 }
 
+/// Times the read floor kernel reading `bytes` (the copy's size; nothing written), each launch between its own pair
+/// of events: the read bandwidth.
+fn measure_read(
+    gpu: &Gpu,
+    kernel: &std::result::Result<CudaFunction, String>,
+    bytes: u64,
+    warmup: usize,
+    iters: usize,
+) -> ReadFloor {
+    let mut result = ReadFloor { read_bytes: bytes, ctas: floor::ctas(bytes, 0), sets: 1, ..ReadFloor::default() };
+    let sets = match kernel {
+        Ok(f) if bytes > 0 => FloorSets::new(gpu, f.clone(), bytes, 0, 1),
+        Ok(_) => Err("the copy was not measured".into()),
+        Err(e) => Err(e.clone()),
+    };
+    let mut sets = match sets {
+        Ok(s) => s,
+        Err(e) => {
+            result.error = Some(e);
+            return result;
+        }
+    };
+    let launch =
+        || sets.queue(gpu, 0).map_err(|source| Error::Cuda { op: "cuLaunchKernel (sparsek_read_floor)", source });
+    match EventTimer::new(gpu.stream()).time(warmup, iters, launch) {
+        Ok(ms) => {
+            result.time = Times::from_ms(&ms);
+            result.gbps = ratio(Some(bytes as f64 / 1e3), result.median_us());
+        }
+        Err(e) => result.error = Some(e.to_string()),
+    }
+    result
+}
+
 /// Loads the empty kernel into the GPU's context.
 fn load_empty_kernel(gpu: &Gpu) -> std::result::Result<CudaFunction, String> {
     let module = gpu.context().load_module(Ptx::from_src(EMPTY_PTX)).map_err(|e| format!("loading its PTX: {e}"))?;
@@ -715,7 +791,7 @@ struct Operands {
 #[allow(clippy::too_many_arguments)]
 fn run_case(
     (gpu, programmatic): (&Gpu, Option<&Gpu>),
-    lib: &std::result::Result<Cublas, String>,
+    libs: Kernels<'_>,
     hold: &std::result::Result<Hold, String>,
     cfg: &DecodeConfig,
     iters: usize,
@@ -726,19 +802,23 @@ fn run_case(
     let mut case = case.clone();
     let seed = case.seed(cfg.seed);
     let mut rec = DecodeRecord::new(&case, seed);
-    if let Err(e) = measure((gpu, programmatic), lib, hold, cfg, iters, &mut case, &mut rec, tag) {
+    if let Err(e) = measure((gpu, programmatic), libs, hold, cfg, iters, &mut case, &mut rec, tag) {
         rec.error = Some(e);
     }
     rec.evaluate(&case, refs);
     rec
 }
 
-/// Builds the operands of `case`, sets up and checks each contender, and times them; the contenders' failures
-/// are recorded in their results, the case's returned. Then sparsek is timed queued ([`queued`]).
+/// cuBLAS and the read floor kernel, each loaded once per run (or why it could not be).
+type Kernels<'a> = (&'a std::result::Result<Cublas, String>, &'a std::result::Result<CudaFunction, String>);
+
+/// Builds the operands of `case`, sets up and checks each contender, and times them with the same-size copy and
+/// the read floor; the contenders' failures are recorded in their results, the case's returned. Then sparsek is
+/// timed queued ([`queued`]).
 #[allow(clippy::too_many_arguments)]
 fn measure(
     (gpu, programmatic): (&Gpu, Option<&Gpu>),
-    lib: &std::result::Result<Cublas, String>,
+    (lib, floor_kernel): Kernels<'_>,
     hold: &std::result::Result<Hold, String>,
     cfg: &DecodeConfig,
     iters: usize,
@@ -795,24 +875,47 @@ fn measure(
         }
     };
 
+    let (floor_read, floor_write) = (rec.bytes.total - rec.bytes.c, rec.bytes.c);
+    rec.read_floor.read_bytes = floor_read.next_multiple_of(16);
+    rec.read_floor.write_bytes = floor_write.next_multiple_of(16);
+    rec.read_floor.ctas = floor::ctas(floor_read, floor_write);
+    let depth = rotation_depth(floor_read + floor_write, gpu.info().l2_bytes);
+    let mut floor = match floor_kernel.clone().and_then(|f| FloorSets::new(gpu, f, floor_read, floor_write, depth)) {
+        Ok(f) => {
+            rec.read_floor.sets = f.sets();
+            Some(f)
+        }
+        Err(e) => {
+            rec.read_floor.error = Some(e);
+            None
+        }
+    };
+
     eprintln!("{tag}   timing, interleaved");
-    // The copy goes right after sparsek: what it leaves dirty in L2 (up to half its bytes) is written back during
-    // the next launch, which should be cuBLAS's long one, not sparsek's (on an H200, sparsek measured 8-14% slower
-    // at 8192^2 and 16384^2 with the copy just before it than in the run before without the copy).
-    let mut timing = time_with_copy(gpu, cfg.warmup, iters, &mut sets, copy.as_mut());
-    // The copy has no output to check and must not fail the case: when its own launch failed, its error is
-    // recorded and the contenders are timed again without it.
-    if let Some(e) = copy.as_mut().and_then(|c| c.failure.take()).filter(|_| timing.is_err()) {
-        rec.same_size_copy.error = Some(format!("timing: {e}"));
-        eprintln!("{tag}   same-size copy failed ({e}); timing again without it");
-        timing = time_with_copy(gpu, cfg.warmup, iters, &mut sets, None);
+    let mut timing = time_with_references(gpu, cfg.warmup, iters, &mut sets, copy.as_mut(), floor.as_mut());
+    // The copy and the read floor have no output to check and must not fail the case: when one's own launch
+    // failed, its error is recorded and the rest are timed again without it.
+    while timing.is_err() {
+        if let Some(e) = copy.as_mut().and_then(|c| c.failure.take()) {
+            rec.same_size_copy.error = Some(format!("timing: {e}"));
+            eprintln!("{tag}   same-size copy failed ({e}); timing again without it");
+            copy = None;
+        } else if let Some(e) = floor.as_mut().and_then(|f| f.failure.take()) {
+            rec.read_floor.error = Some(format!("timing: {e}"));
+            eprintln!("{tag}   read floor failed ({e}); timing again without it");
+            floor = None;
+        } else {
+            break;
+        }
+        timing = time_with_references(gpu, cfg.warmup, iters, &mut sets, copy.as_mut(), floor.as_mut());
     }
     let (items, times, clock) = timing.map_err(|e| format!("timing: {e}"))?;
     rec.sm_clock_mhz = clock;
     for (item, t) in items.into_iter().zip(&times) {
         match item {
-            Some(form) => rec.contender_mut(form).time = Times::from_ms(t),
-            None => rec.same_size_copy.time = Times::from_ms(t),
+            Item::Contender(form) => rec.contender_mut(form).time = Times::from_ms(t),
+            Item::SameSizeCopy => rec.same_size_copy.time = Times::from_ms(t),
+            Item::ReadFloor => rec.read_floor.time = Times::from_ms(t),
         }
     }
     if let Some((_, s)) = sets.iter_mut().find(|(f, _)| *f == Form::Sparsek) {
@@ -930,24 +1033,41 @@ fn queued_programmatic(gpu: &Gpu, programmatic: &Gpu, hold: &Hold, sets: &mut Se
     }
 }
 
-/// What [`time_with_copy`] timed, in order (`None` for the same-size copy), each one's times, and the SM clock.
-type Timed = (Vec<Option<Form>>, Vec<Vec<f32>>, Option<u32>);
+/// One item of the interleaved loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Item {
+    Contender(Form),
+    SameSizeCopy,
+    ReadFloor,
+}
 
-/// Times the contenders' `sets` and, when given, the same-size copy right after sparsek, interleaved
-/// ([`time_interleaved`]).
-fn time_with_copy(
+/// What [`time_with_references`] timed, in order, each one's times, and the SM clock.
+type Timed = (Vec<Item>, Vec<Vec<f32>>, Option<u32>);
+
+/// Times the contenders' `sets` and, when given, the same-size copy and the read floor, interleaved
+/// ([`time_interleaved`]). The copy goes right after sparsek: what it leaves dirty in L2 (up to half its bytes) is
+/// written back during the next launch, which should be cuBLAS's long one, not sparsek's (on an H200, sparsek
+/// measured 8-14% slower at 8192^2 and 16384^2 with the copy just before it than in the run before without the
+/// copy). The read floor goes last, so that sparsek follows it: each then finds in L2 the other's dirty C, of
+/// the same size.
+fn time_with_references(
     gpu: &Gpu,
     warmup: usize,
     iters: usize,
     sets: &mut [(Form, Sets<'_>)],
     copy: Option<&mut CopySets>,
+    floor: Option<&mut FloorSets>,
 ) -> std::result::Result<Timed, String> {
-    let (mut items, mut timed): (Vec<Option<Form>>, Vec<&mut dyn Contender>) =
-        sets.iter_mut().map(|(f, s)| (Some(*f), s as &mut dyn Contender)).unzip();
+    let (mut items, mut timed): (Vec<Item>, Vec<&mut dyn Contender>) =
+        sets.iter_mut().map(|(f, s)| (Item::Contender(*f), s as &mut dyn Contender)).unzip();
     if let Some(c) = copy {
-        let at = items.iter().position(|f| *f == Some(Form::Sparsek)).map_or(0, |i| i + 1);
-        items.insert(at, None);
+        let at = items.iter().position(|f| *f == Item::Contender(Form::Sparsek)).map_or(0, |i| i + 1);
+        items.insert(at, Item::SameSizeCopy);
         timed.insert(at, c);
+    }
+    if let Some(f) = floor {
+        items.push(Item::ReadFloor);
+        timed.push(f);
     }
     let (times, clock) = time_interleaved(gpu, &mut timed, warmup, iters)?;
     Ok((items, times, clock))
@@ -1091,6 +1211,30 @@ fn copy_text(c: &CopyBandwidth) -> String {
     }
 }
 
+/// `1024 MiB read in 340.2 µs median of 30: 3156.1 GB/s, 105.1% of the copy's`, or why it was not measured.
+fn read_text(r: &ReadFloor, copy: &CopyBandwidth) -> String {
+    match (&r.time, r.gbps, &r.error) {
+        (Some(t), Some(g), None) => {
+            let mib = r.read_bytes as f64 / f64::from(1 << 20);
+            let of_copy =
+                ratio(Some(g), copy.gbps).map_or_else(String::new, |f| format!(", {:.1}% of the copy's", 100.0 * f));
+            format!(
+                "{mib:.0} MiB read in {:.1} µs median of {}: {g:.1} GB/s{of_copy} ({}: {} CTAs of {} threads, each \
+                 reading {} KiB with {}-byte loads marked evict-first in L2)",
+                t.median_us,
+                t.samples,
+                floor::KERNEL,
+                r.ctas,
+                floor::THREADS,
+                floor::CTA_BYTES / 1024,
+                16
+            )
+        }
+        (_, _, Some(e)) => format!("not measured ({e})"),
+        _ => "not measured".into(),
+    }
+}
+
 /// `2.41 µs median of 30 (sparsek_empty: ...)`, or why it was not measured.
 fn empty_text(e: &EmptyLaunch) -> String {
     match (&e.time, &e.error) {
@@ -1162,10 +1306,11 @@ fn goals_cell(r: &DecodeRecord) -> String {
     if r.goals.is_empty() {
         return "-".into();
     }
-    let verdict = |g: &Goal| match g.met {
-        Some(true) => "met",
-        Some(false) => "MISSED",
-        None => "n/a",
+    let verdict = |g: &Goal| match (g.met, g.floor_met) {
+        (Some(true), _) => "met",
+        (Some(false), Some(false)) => "MISSED, read floor too",
+        (Some(false), _) => "MISSED",
+        (None, _) => "n/a",
     };
     r.goals.iter().map(|g| format!("{} {}", g.figure.target_text(g.bound), verdict(g))).collect::<Vec<_>>().join("; ")
 }
@@ -1190,8 +1335,10 @@ fn checks_cell(r: &DecodeRecord) -> String {
 fn goals_summary(records: &[DecodeRecord]) -> String {
     let goals = || records.iter().flat_map(|r| r.goals.iter().map(move |g| (r, g)));
     let count = |met: Option<bool>| goals().filter(|(_, g)| g.met == met).count();
+    let beyond = goals().filter(|(_, g)| g.met == Some(false) && g.floor_met == Some(false)).count();
     let mut s = format!(
-        "Targets (issue 12): {} met, {} missed, {} not measured ({} of {} cases have targets).\n",
+        "Targets (issue 12): {} met, {} missed, {} not measured ({} of {} cases have targets). Missed by the read \
+         floor too (out of reach of any kernel measured this way): {beyond}.\n",
         count(Some(true)),
         count(Some(false)),
         count(None),
@@ -1200,9 +1347,19 @@ fn goals_summary(records: &[DecodeRecord]) -> String {
     );
     for (r, g) in goals().filter(|(_, g)| g.met == Some(false)) {
         let value = r.figure(g.figure).map_or_else(|| "-".into(), |v| g.figure.value_text(v));
-        let _ = writeln!(s, "- missed: {}: {} (measured {value})", r.facts.case, g.figure.target_text(g.bound));
+        let floor = match g.floor_met {
+            Some(true) => "; the read floor meets it",
+            Some(false) => "; the read floor misses it too",
+            None => "; the read floor not measured",
+        };
+        let _ = writeln!(s, "- missed: {}: {} (measured {value}{floor})", r.facts.case, g.figure.target_text(g.bound));
     }
     s
+}
+
+/// The read floor's median (or `-`).
+fn floor_cell(r: &DecodeRecord) -> String {
+    opt_cell(r.read_floor.median_us(), |t| format!("{t:.2}"))
 }
 
 /// The Markdown report: the run's facts, the method and the references, one row per case, and the targets met
@@ -1216,7 +1373,9 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
          its rotated input sets (together at least 2x L2). sparsek: `Gpu::spmm`, f16 A (BSR) and B row-major, \
          f32 C; cuBLAS: {} (`cublasGemmEx`, dense f16 A, f32 C). MB moved: A's values and u32 indices, B read, \
          C written (1e6 bytes); GB/s: MB moved / sparsek's time; of copy: that over the copy bandwidth; of \
-         same-size copy: that over the bandwidth of a copy moving the same bytes, timed in the same loop; speedup: \
+         same-size copy: that over the bandwidth of a copy moving the same bytes, timed in the same loop; read floor \
+         µs: a kernel reading the bytes sparsek must read and writing those it must write, and nothing else \
+         (`sparsek_read_floor`, timed in the same loop), and of read floor: its time over sparsek's; speedup: \
          cuBLAS time / sparsek time; × empty: sparsek time / the empty launch's; queued µs and × queued empty: \
          sparsek's time per launch with {} launches queued back to back behind a kernel holding the stream (the \
          GPU's own time, without the host's), and its ratio to the empty launch queued alike; queued, programmatic: \
@@ -1234,19 +1393,21 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
     );
     s.push('\n');
     let _ = writeln!(s, "- Copy bandwidth (`cuMemcpyDtoDAsync`): {}.", copy_text(&references.copy));
+    let _ = writeln!(s, "- Read bandwidth: {}.", read_text(&references.read, &references.copy));
     let _ = writeln!(s, "- Empty launch: {}.", empty_text(&references.empty_launch));
     let _ = writeln!(s, "- Empty launch, queued: {}.", queued_text(&references.queued_empty_launch));
     s.push('\n');
     s.push_str(
-        "| M×K | N | bs | density | nnzb | MB moved | sparsek µs | GB/s | of copy | of same-size copy | cuBLAS µs \
+        "| M×K | N | bs | density | nnzb | MB moved | sparsek µs | GB/s | of copy | of same-size copy | read floor µs \
+         | of read floor | cuBLAS µs \
          | speedup | × empty | queued µs | × queued empty | queued, programmatic | graph µs | graph, programmatic \
          | targets | SM MHz | checks |\n",
     );
-    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
+    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
     for r in records {
         let _ = writeln!(
             s,
-            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.facts.m,
             r.facts.k,
             r.facts.n,
@@ -1258,6 +1419,8 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
             opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
             opt_cell(r.copy_fraction, |v| Figure::CopyFraction.value_text(v)),
             opt_cell(r.same_size_copy_fraction, |v| Figure::CopyFraction.value_text(v)),
+            floor_cell(r),
+            opt_cell(r.read_floor_fraction, |v| Figure::CopyFraction.value_text(v)),
             us_cell(&r.cublas),
             opt_cell(r.speedup_vs_cublas, |v| Figure::SpeedupVsCublas.value_text(v)),
             opt_cell(r.launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
@@ -1286,13 +1449,14 @@ fn progress_line(r: &DecodeRecord) -> String {
     }
     let text = |f: Figure| opt_cell(r.figure(f), |v| f.value_text(v));
     s.push_str(&format!(
-        "sparsek {} µs ({} GB/s, {} of copy, {} of a same-size copy), cuBLAS {} µs ({}), {} empty launch; \
+        "sparsek {} µs ({} GB/s, {} of copy, {} of a same-size copy; read floor {} µs), cuBLAS {} µs ({}), {} empty launch; \
          queued {} µs ({} the queued empty launch; programmatic {} µs); graph {} µs (programmatic {} µs); \
          targets: {}; checks {}",
         us_cell(&r.sparsek),
         opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
         text(Figure::CopyFraction),
         opt_cell(r.same_size_copy_fraction, |v| Figure::CopyFraction.value_text(v)),
+        floor_cell(r),
         us_cell(&r.cublas),
         text(Figure::SpeedupVsCublas),
         text(Figure::LaunchRatio),
@@ -1329,6 +1493,7 @@ mod tests {
             },
             empty_launch: EmptyLaunch { kernel: "empty".into(), time: empty_us.map(times), error: None },
             queued_empty_launch: Queued { batch: 32, time: empty_us.map(|_| times(1.5)), ..Queued::default() },
+            read: ReadFloor::default(),
         }
     }
 
@@ -1485,7 +1650,7 @@ mod tests {
         let small = Case::synthetic(1536, 1, 384, 64, 0.5, Pattern::Uniform);
         let r = record(&small, 72, 4.0, 6.0, true, &references(Some(3000.0), None));
         assert_eq!(r.launch_ratio, None);
-        assert_eq!(r.goals, vec![Goal { figure: Figure::LaunchRatio, bound: 2.0, met: None }]);
+        assert_eq!(r.goals, vec![Goal { figure: Figure::LaunchRatio, bound: 2.0, met: None, floor_met: None }]);
         let r = record(&small, 72, 4.0, 6.0, true, &refs);
         assert_eq!(r.goals[0].met, Some(true));
     }
@@ -1523,6 +1688,79 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&to_json(&header, &refs, &[r], true).unwrap()).unwrap();
         assert_eq!(v["records"][0]["same_size_copy"]["sets"], 4);
         assert!((v["records"][0]["same_size_copy_fraction"].as_f64().unwrap() - 0.75).abs() < 1e-5);
+    }
+
+    #[test]
+    fn read_floor_figures() {
+        let refs = references(Some(3000.0), Some(2.5));
+        let case = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
+        // sparsek 16 µs: 30.3 MB at 1894 GB/s, 63% of the copy, a 3.0x speedup: both targets missed.
+        let mut r = record(&case, 3604, 16.0, 48.0, true, &refs);
+        assert_eq!(r.goals.iter().map(|g| (g.met, g.floor_met)).collect::<Vec<_>>(), vec![(Some(false), None); 2]);
+        // A read floor of 14 µs misses both too (72% of the copy, 3.43x); one of 12 µs meets both (84%, 4x).
+        r.read_floor = ReadFloor {
+            read_bytes: r.bytes.total - r.bytes.c,
+            write_bytes: r.bytes.c,
+            ctas: 800,
+            sets: 4,
+            time: Some(times(14.0)),
+            ..ReadFloor::default()
+        };
+        r.evaluate(&case, &refs);
+        assert_eq!(r.read_floor_fraction, Some(0.875));
+        assert_eq!(r.read_floor.gbps, Some(round_sig(r.bytes.total as f64 / 14.0 / 1e3, 6)));
+        assert_eq!(
+            r.goals.iter().map(|g| (g.met, g.floor_met)).collect::<Vec<_>>(),
+            vec![(Some(false), Some(false)), (Some(false), Some(false))]
+        );
+        let header = Header { gpu: "Test GPU".into(), iters: 30, warmup: 5, ..Default::default() };
+        let t = markdown(&header, &refs, std::slice::from_ref(&r));
+        assert!(t.contains("| read floor µs | of read floor |"), "{t}");
+        let row = t.lines().find(|l| l.starts_with("| 8192")).unwrap();
+        assert!(row.contains("| 14.00 | 87.5% |"), "{row}");
+        assert!(row.contains("copy ≥ 80% MISSED, read floor too; speedup ≥ 3.64x MISSED, read floor too"), "{row}");
+        assert!(
+            t.contains("0 met, 2 missed, 0 not measured (1 of 1 cases have targets). Missed by the read floor too")
+        );
+        assert!(t.contains("kernel measured this way): 2."), "{t}");
+        assert!(t.contains("(measured 63.2%; the read floor misses it too)"), "{t}");
+
+        r.read_floor.time = Some(times(12.0));
+        r.evaluate(&case, &refs);
+        assert_eq!(r.goals.iter().map(|g| g.floor_met).collect::<Vec<_>>(), vec![Some(true), Some(true)]);
+        let t = markdown(&header, &refs, std::slice::from_ref(&r));
+        assert!(t.contains("(measured 3.00x; the read floor meets it)"), "{t}");
+        assert!(t.contains("kernel measured this way): 0."), "{t}");
+        let v: serde_json::Value = serde_json::from_str(&to_json(&header, &refs, &[r], true).unwrap()).unwrap();
+        assert_eq!(v["records"][0]["read_floor"]["time"]["median_us"], 12.0);
+        assert_eq!(v["records"][0]["read_floor"]["ctas"], 800);
+        assert_eq!(v["records"][0]["goals"][0]["floor_met"], true);
+        assert!(v["references"]["read"]["time"].is_null());
+
+        // A failed sparsek check: no fraction, but the floor's verdicts stand (they do not use sparsek's time).
+        let mut bad = record(&case, 3604, 16.0, 48.0, false, &refs);
+        bad.read_floor.time = Some(times(12.0));
+        bad.evaluate(&case, &refs);
+        assert_eq!(bad.read_floor_fraction, None);
+        assert_eq!(bad.goals.iter().map(|g| (g.met, g.floor_met)).collect::<Vec<_>>(), vec![(None, Some(true)); 2]);
+    }
+
+    #[test]
+    fn read_text_names_the_kernel() {
+        let copy = CopyBandwidth { bytes: 1 << 30, time: Some(times(700.0)), gbps: Some(3000.0), error: None };
+        let read = ReadFloor {
+            read_bytes: 1 << 30,
+            ctas: floor::ctas(1 << 30, 0),
+            sets: 1,
+            time: Some(times(340.0)),
+            gbps: Some(3158.0),
+            ..ReadFloor::default()
+        };
+        let t = read_text(&read, &copy);
+        assert!(t.starts_with("1024 MiB read in 340.0 µs median of 30: 3158.0 GB/s, 105.3% of the copy's"), "{t}");
+        assert!(t.contains("sparsek_read_floor: 32768 CTAs of 128 threads, each reading 32 KiB"), "{t}");
+        let failed = ReadFloor { error: Some("no PTX".into()), ..ReadFloor::default() };
+        assert_eq!(read_text(&failed, &copy), "not measured (no PTX)");
     }
 
     #[test]
@@ -1570,7 +1808,12 @@ mod tests {
         assert!(rows[1].contains("| ≤ 2x empty launch MISSED |"), "{}", rows[1]);
         assert!(rows[1].contains("cublas-gemmex-f16-f32 n/a"), "{}", rows[1]);
         assert!(t.contains("Targets (issue 12): 2 met, 1 missed, 0 not measured (2 of 2 cases have targets)."));
-        assert!(t.contains("- missed: 1536x1x384 bs64 50% uniform: ≤ 2x empty launch (measured 2.40x)"), "{t}");
+        assert!(
+            t.contains(
+                "- missed: 1536x1x384 bs64 50% uniform: ≤ 2x empty launch (measured 2.40x; the read floor not measured)"
+            ),
+            "{t}"
+        );
 
         let json = to_json(&header, &refs, &records, true).unwrap();
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();

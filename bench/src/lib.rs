@@ -29,6 +29,7 @@ mod cublas;
 mod cusparse;
 pub mod decode;
 pub mod env;
+pub mod floor;
 pub mod grid;
 pub mod json;
 pub mod plans;
