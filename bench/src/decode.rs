@@ -444,6 +444,9 @@ pub struct DecodeRecord {
     pub read_floor: ReadFloor,
     /// The read floor's median / sparsek's: how close sparsek is to moving the bytes and nothing else.
     pub read_floor_fraction: Option<f64>,
+    /// The read floor queued behind the hold like [`DecodeRecord::sparsek_queued`]: the GPU's own time to move the
+    /// bytes, without the host's.
+    pub read_floor_queued: Queued,
     /// cuBLAS's median / sparsek's.
     pub speedup_vs_cublas: Option<f64>,
     /// sparsek's median / the empty launch's.
@@ -489,6 +492,7 @@ impl DecodeRecord {
             same_size_copy_fraction: None,
             read_floor: ReadFloor::default(),
             read_floor_fraction: None,
+            read_floor_queued: Queued::default(),
             speedup_vs_cublas: None,
             launch_ratio: None,
             sparsek_queued: Queued::default(),
@@ -930,6 +934,13 @@ fn measure(
                 Ok(h) => queued_programmatic(gpu, pg, h, s),
                 Err(e) => Queued::failed(e.clone()),
             });
+        }
+        if let Some(f) = floor.as_mut() {
+            eprintln!("{tag}   timing the read floor queued ({} launches per batch)", queued::BATCH);
+            rec.read_floor_queued = match hold {
+                Ok(h) => queued::measure(gpu, h, f, queued::BATCH),
+                Err(e) => Queued::failed(e.clone()),
+            };
         }
         eprintln!("{tag}   timing sparsek replayed from a CUDA graph ({} launches)", queued::BATCH);
         rec.sparsek_graph = Some(graph_replayed(gpu, gpu, s, &expected));
@@ -1378,7 +1389,8 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
          (`sparsek_read_floor`, timed in the same loop), and of read floor: its time over sparsek's; speedup: \
          cuBLAS time / sparsek time; × empty: sparsek time / the empty launch's; queued µs and × queued empty: \
          sparsek's time per launch with {} launches queued back to back behind a kernel holding the stream (the \
-         GPU's own time, without the host's), and its ratio to the empty launch queued alike; queued, programmatic: \
+         GPU's own time, without the host's), and its ratio to the empty launch queued alike; read floor queued: the \
+         read floor queued alike; queued, programmatic: \
          the same with programmatic dependent launch (`Gpu::with_programmatic_launch`: each launch may start under \
          the one before it; its output must have the plain launches' bits; `-` where the GPU has none); graph µs: \
          sparsek's time per launch replayed from a CUDA graph of {} captured launches (global mode, as \
@@ -1400,14 +1412,15 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
     s.push_str(
         "| M×K | N | bs | density | nnzb | MB moved | sparsek µs | GB/s | of copy | of same-size copy | read floor µs \
          | of read floor | cuBLAS µs \
-         | speedup | × empty | queued µs | × queued empty | queued, programmatic | graph µs | graph, programmatic \
+         | speedup | × empty | queued µs | × queued empty | read floor queued | queued, programmatic | graph µs \
+         | graph, programmatic \
          | targets | SM MHz | checks |\n",
     );
-    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
+    s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n");
     for r in records {
         let _ = writeln!(
             s,
-            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}×{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.facts.m,
             r.facts.k,
             r.facts.n,
@@ -1426,6 +1439,7 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
             opt_cell(r.launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
             queued_cell(r),
             opt_cell(r.queued_launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
+            opt_cell(r.read_floor_queued.median_us(), |t| format!("{t:.2}")),
             queued_programmatic_cell(r),
             checked_cell(r, &r.sparsek_graph),
             checked_cell(r, &r.sparsek_graph_programmatic),
@@ -1450,7 +1464,8 @@ fn progress_line(r: &DecodeRecord) -> String {
     let text = |f: Figure| opt_cell(r.figure(f), |v| f.value_text(v));
     s.push_str(&format!(
         "sparsek {} µs ({} GB/s, {} of copy, {} of a same-size copy; read floor {} µs), cuBLAS {} µs ({}), {} empty launch; \
-         queued {} µs ({} the queued empty launch; programmatic {} µs); graph {} µs (programmatic {} µs); \
+         queued {} µs ({} the queued empty launch; programmatic {} µs; read floor {} µs); graph {} µs \
+         (programmatic {} µs); \
          targets: {}; checks {}",
         us_cell(&r.sparsek),
         opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
@@ -1463,6 +1478,7 @@ fn progress_line(r: &DecodeRecord) -> String {
         queued_cell(r),
         opt_cell(r.queued_launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
         queued_programmatic_cell(r),
+        opt_cell(r.read_floor_queued.median_us(), |t| format!("{t:.2}")),
         checked_cell(r, &r.sparsek_graph),
         checked_cell(r, &r.sparsek_graph_programmatic),
         goals_cell(r),
@@ -1780,6 +1796,7 @@ mod tests {
             Some(Queued { batch: 32, time: Some(times(7.5)), hold_us: Some(2000.0), error: None });
         queued.sparsek_graph = Some(Queued { batch: 32, time: Some(times(9.5)), hold_us: None, error: None });
         queued.sparsek_graph_programmatic = Some(Queued::failed("the graph's output differs".into()));
+        queued.read_floor_queued = Queued { batch: 32, time: Some(times(8.25)), hold_us: Some(2000.0), error: None };
         queued.evaluate(&large, &refs);
         assert_eq!(queued.queued_launch_ratio, Some(6.0));
         let mut failed = record(&large, 3604, 12.0, 48.0, false, &refs);
@@ -1797,12 +1814,12 @@ mod tests {
         }
         assert!(
             rows[0].contains(
-                "| 4.00x | 4.80x | 9.00 | 6.00x | 7.50 | 9.50 | failed | copy ≥ 80% met; speedup ≥ 3.64x met |"
+                "| 4.00x | 4.80x | 9.00 | 6.00x | 8.25 | 7.50 | 9.50 | failed | copy ≥ 80% met; speedup ≥ 3.64x met |"
             ),
             "{}",
             rows[0]
         );
-        assert!(rows[1].contains("| 2.40x | - | - | - | - | - | ≤ 2x empty launch MISSED |"), "{}", rows[1]);
+        assert!(rows[1].contains("| 2.40x | - | - | - | - | - | - | ≤ 2x empty launch MISSED |"), "{}", rows[1]);
         assert!(t.contains("- Empty launch, queued: 1.50 µs per launch, median of 30 batches of 32"), "{t}");
         assert!(rows[0].ends_with("| pass |"));
         assert!(rows[1].contains("| ≤ 2x empty launch MISSED |"), "{}", rows[1]);
@@ -1823,6 +1840,7 @@ mod tests {
         assert_eq!(v["references"]["queued_empty_launch"]["time"]["median_us"], 1.5);
         assert_eq!(v["records"][0]["sparsek_queued"]["time"]["median_us"], 9.0);
         assert_eq!(v["records"][0]["queued_launch_ratio"], 6.0);
+        assert_eq!(v["records"][0]["read_floor_queued"]["time"]["median_us"], 8.25);
         assert_eq!(v["records"][0]["sparsek_queued_programmatic"]["time"]["median_us"], 7.5);
         assert!(v["records"][1]["sparsek_queued_programmatic"].is_null());
         assert_eq!(v["records"][0]["sparsek_graph"]["time"]["median_us"], 9.5);
