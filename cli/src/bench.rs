@@ -258,8 +258,9 @@ pub struct BenchArgs {
     /// Run only the decode grid (issue 12): sparsek's f16 product (row-major, f32 C) and cuBLAS dense f16 at the same
     /// N, each checked against the oracle, then timed interleaved (at least 30 launches, median, inputs rotated beyond
     /// L2). Measures first, in the same run, the device-to-device copy bandwidth and an empty kernel launch's time;
-    /// reports per case the bytes that must move, the achieved bandwidth and its fraction of the copy bandwidth, the
-    /// speedup over cuBLAS, sparsek's time over the empty launch's, the same two queued (32 launches back to back
+    /// reports per case the bytes that must move, the achieved bandwidth and its fraction of the copy bandwidth, a
+    /// read floor's time (a kernel moving the case's bytes and nothing else; a target it misses too is out of reach),
+    /// the speedup over cuBLAS, sparsek's time over the empty launch's, the same two queued (32 launches back to back
     /// behind a kernel holding the stream: the GPU's time without the host's), sparsek's time per launch replayed from
     /// a CUDA graph of 32 captured launches (checked against the oracle), and issue 12's targets met or missed. Cases
     /// (64): 8192 x 8192 and 16384 x 16384 at bs 64 and 128, density 10% and 22%, N 1, 8, 16, 32 and 64; 1536 x 384 and
