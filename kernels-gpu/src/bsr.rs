@@ -289,6 +289,10 @@ impl SplitHandOver<'_> {
     /// A slot holds the CTA's f32 accumulators thread-major per 16 bytes: fragment `j` (of MI x NI) of thread `t`
     /// at byte `(j * threads + t) * 16`, so each store and load instruction of the CTA covers contiguous memory.
     ///
+    /// `threads` threads hold the tile (`tid` is this one's index among them); with several k-groups only the
+    /// `active` group's threads do (`false`: another group's thread, which only takes part in the barriers and
+    /// gets `false`).
+    ///
     /// # Safety
     /// CTA-collective (every thread, CTA-uniform control flow, after the main loop and `cp.async.wait_all`); the
     /// launch's partials and counters cover this row's slots and counter (host: `layout::split_slots`).
@@ -298,6 +302,7 @@ impl SplitHandOver<'_> {
         acc: &mut AccTile<MI, NI>,
         tid: u32,
         threads: u32,
+        active: bool,
     ) -> bool {
         let slot_bytes = (threads as usize) * MI * NI * 16;
         let slot_ptr = |i: u32| {
@@ -306,15 +311,17 @@ impl SplitHandOver<'_> {
         };
         let lane_offset = |j: usize| (j * threads as usize + tid as usize) * 4; // in u32
         let mine = slot_ptr(self.part);
-        for (mi, acc_m) in acc.iter().enumerate() {
-            for (ni, v) in acc_m.iter().enumerate() {
-                let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
-                unsafe { ptx::st_global_v4(mine.add(lane_offset(mi * NI + ni)), bits) };
+        if active {
+            for (mi, acc_m) in acc.iter().enumerate() {
+                for (ni, v) in acc_m.iter().enumerate() {
+                    let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
+                    unsafe { ptx::st_global_v4(mine.add(lane_offset(mi * NI + ni)), bits) };
+                }
             }
         }
         // Every thread's stores are done; one thread publishes them at GPU scope and counts the CTA in.
         ptx::bar_sync();
-        if tid == 0 {
+        if active && tid == 0 {
             ptx::fence_acq_rel_gpu();
             let counter = (self.p.split_counters as *mut u32).wrapping_add(self.counter as usize);
             let last = unsafe { ptx::atom_global_add_u32(counter, 1) } == self.parts - 1;
@@ -326,7 +333,7 @@ impl SplitHandOver<'_> {
             unsafe { ptx::st_shared_v4(self.smem, [last as u32, 0, 0, 0]) };
         }
         ptx::bar_sync();
-        if unsafe { ptx::ld_shared_v4(self.smem) }[0] == 0 {
+        if unsafe { ptx::ld_shared_v4(self.smem) }[0] == 0 || !active {
             return false;
         }
         // The last CTA: the parts' tiles in order (its own from registers, bit-identical to what it stored).
@@ -368,6 +375,7 @@ unsafe fn bsr_spmm<
     const NI: usize,
     const STAGES: u32,
     const FRAG_DB: bool,
+    const K_GROUPS: u32,
     const B_COL: bool,
     const SPLIT: bool,
     I: Input,
@@ -389,17 +397,22 @@ unsafe fn bsr_spmm<
             !FRAG_DB || ((BK / 16).is_multiple_of(2) && STAGES >= 3),
             "FRAG_DB needs an even number of k-steps and 3+ stages"
         );
+        assert!(K_GROUPS == 1 || K_GROUPS == 2, "one or two k-groups");
+        assert!(K_GROUPS == 1 || FRAG_DB, "k-groups run the fragment double-buffered main loop");
     }
     let BsrSpmmParams { ldb, n, block_rows, group_rows, split_chunks, split_blocks, .. } = *p;
     // Split rows (narrow tiles only): `chunks` CTAs per block row and N tile, each taking one part of the row.
     let chunks = if SPLIT && split_chunks > 1 { split_chunks } else { 1 };
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let row_order = p.row_order as *const u32;
+    // K-GROUPS: `K_GROUPS` groups of `threads` threads, each with its own ring, taking one contiguous share of the
+    // CTA's blocks; `tid` is the thread's index in its group.
     let threads: u32 = 32 * WARPS_M * WARPS_N;
     let k_tiles_per_block = BS / BK;
     let k_steps = BK / 16; // k16 mma steps per k-tile
 
-    let tid = ptx::thread_idx_x();
+    let (group, tid) =
+        if K_GROUPS == 1 { (0, ptx::thread_idx_x()) } else { (ptx::thread_idx_x() / threads, ptx::thread_idx_x() % threads) };
     let (warp_id, lane) = (tid / 32, tid % 32);
     let warp = WarpCoord { warp_m: warp_id / WARPS_N, warp_n: warp_id % WARPS_N, lane };
 
@@ -424,7 +437,13 @@ unsafe fn bsr_spmm<
     }
     let part_start = |i: u32| row_begin + (i as u64 * len as u64 / parts as u64) as u32;
     let (blk_begin, blk_end) = (part_start(part), part_start(part + 1));
+    // This group's share of the part: blocks [group * n / K_GROUPS, (group + 1) * n / K_GROUPS) of its n. The
+    // groups run their main loops in step (the CTA's barrier), over the largest share's k-tiles.
+    let part_blocks = blk_end - blk_begin;
+    let group_start = |i: u32| blk_begin + (i as u64 * part_blocks as u64 / K_GROUPS as u64) as u32;
+    let (blk_begin, blk_end) = (group_start(group), group_start(group + 1));
     let num_k_tiles = (blk_end - blk_begin) * k_tiles_per_block;
+    let loop_k_tiles = part_blocks.div_ceil(K_GROUPS) * k_tiles_per_block;
     let g = CtaOperands {
         a_values: p.a_values as *const u16,
         col_idx: p.col_idx,
@@ -436,7 +455,9 @@ unsafe fn bsr_spmm<
         n0,
     };
 
-    let smem = ptx::dynamic_smem_base();
+    let cta_smem = ptx::dynamic_smem_base();
+    let ring_bytes = SmemRing::<BS, BK, STAGES>::BYTES + SmemRing::<BK, BN, STAGES>::BYTES;
+    let smem = cta_smem + group * ring_bytes; // this group's ring (the main loop's barrier is the CTA's)
     let s_a = SmemRing::<BS, BK, STAGES>::at(smem); // (BS, BK, STAGES) f16, swizzled
     let s_b = SmemRing::<BK, BN, STAGES>::at(smem + SmemRing::<BS, BK, STAGES>::BYTES); // (BK, BN, STAGES)
 
@@ -505,7 +526,9 @@ unsafe fn bsr_spmm<
             };
         }
         let mut k_tile = 0;
-        while k_tile < num_k_tiles {
+        while k_tile < loop_k_tiles {
+            // With several groups, a group whose share is done keeps the CTA's barriers and ring counts only.
+            let live = K_GROUPS == 1 || k_tile < num_k_tiles;
             for ks in 0..k_steps {
                 if ks == k_steps - 1 {
                     // Tile k_tile + 1 has landed for this thread; after the barrier for everyone. Every read of
@@ -515,7 +538,7 @@ unsafe fn bsr_spmm<
                     smem_pipe_read = next_stage::<STAGES>(smem_pipe_read);
                 }
                 let (cur, nxt) = ((ks % 2) as usize, ((ks + 1) % 2) as usize);
-                if ks + 1 < k_steps || k_tile + 1 < num_k_tiles {
+                if live && (ks + 1 < k_steps || k_tile + 1 < num_k_tiles) {
                     let ks_next = if ks + 1 == k_steps { 0 } else { ks + 1 };
                     let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
                     let (a_next, b_next) = (&mut a_frag[nxt], &mut b_frag[nxt]);
@@ -546,7 +569,9 @@ unsafe fn bsr_spmm<
                     smem_pipe_write = next_stage::<STAGES>(smem_pipe_write);
                     k_tile_next += 1;
                 }
-                mma_warp_tile::<MI, NI, I>(&mut acc, &a_frag[cur], &b_frag[cur]);
+                if live {
+                    mma_warp_tile::<MI, NI, I>(&mut acc, &a_frag[cur], &b_frag[cur]);
+                }
             }
             k_tile += 1;
         }
@@ -588,14 +613,43 @@ unsafe fn bsr_spmm<
     ptx::griddep_launch_dependents();
     ptx::cp_async_wait::<0>();
 
-    // SPLIT ROWS: the row's last CTA to finish adds the parts' tiles in part order; the others leave.
+    // K-GROUPS: group 0 adds the other group's tile (group order: the same bits run to run) through the idle rings.
+    if K_GROUPS > 1 {
+        ptx::bar_sync(); // every group's main loop is done
+        let slot = |j: usize| cta_smem + (j as u32 * threads + tid) * 16;
+        if group == 1 {
+            for (mi, acc_m) in acc.iter().enumerate() {
+                for (ni, v) in acc_m.iter().enumerate() {
+                    let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
+                    unsafe { ptx::st_shared_v4(slot(mi * NI + ni), bits) };
+                }
+            }
+        }
+        ptx::bar_sync();
+        if group == 0 {
+            for (mi, acc_m) in acc.iter_mut().enumerate() {
+                for (ni, v) in acc_m.iter_mut().enumerate() {
+                    let t = unsafe { ptx::ld_shared_v4(slot(mi * NI + ni)) };
+                    for e in 0..4 {
+                        v[e] += f32::from_bits(t[e]);
+                    }
+                }
+            }
+        }
+    }
+
+    // SPLIT ROWS: the row's last CTA to finish adds the parts' tiles in part order; the others leave. Every
+    // group takes part in the hand-over's barriers; group 0 holds the CTA's tile.
     if parts > 1 {
         let slot = split_slot(row_begin, block_row, 0, split_blocks, n_tile, n_tiles);
         let counter = block_row as u64 * n_tiles as u64 + n_tile as u64;
-        let hand_over = SplitHandOver { p, first_slot: slot, n_tiles, counter, part, parts, smem };
-        if !unsafe { hand_over.combine::<MI, NI>(&mut acc, tid, threads) } {
+        let hand_over = SplitHandOver { p, first_slot: slot, n_tiles, counter, part, parts, smem: cta_smem };
+        if !unsafe { hand_over.combine::<MI, NI>(&mut acc, tid, threads, group == 0) } {
             return;
         }
+    }
+    if group != 0 {
+        return;
     }
 
     // EPILOGUE: C = act(alpha * acc + bias) + beta * C (C not read when beta == 0), columns >= n skipped.
@@ -628,6 +682,7 @@ macro_rules! bsr_kernel {
                     { CFG.ni() as usize },
                     { CFG.stages },
                     { CFG.frag_db },
+                    { CFG.k_groups },
                     $b_col,
                     { CFG.splits_rows() },
                     $input,

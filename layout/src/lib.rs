@@ -58,6 +58,11 @@ pub struct KernelConfig {
     pub stages: u32,
     /// Double-buffer the mma fragments in registers (needs BK / 16 even and 3+ stages).
     pub frag_db: bool,
+    /// [`Pipeline::CpAsync`] with `frag_db` only: groups of `warps_m * warps_n` warps per CTA, each with its own
+    /// ring of `stages` slots, taking one contiguous share of the CTA's blocks in step (one CTA barrier per
+    /// k-tile); their accumulators are added in group order at the end (the same bits run to run). 1: one group.
+    /// Two stream a long row faster: more warps issuing and twice the ring (docs/perf-notes.md, issue 12 step 33).
+    pub k_groups: u32,
     /// How stages are loaded and multiplied: the portable cp.async + mma.sync template, or the sm_90a one.
     pub pipeline: Pipeline,
 }
@@ -132,7 +137,8 @@ impl KernelConfig {
     /// Threads per CTA (with the producer warpgroup of [`Pipeline::TmaWgmma`]).
     pub const fn threads(&self) -> u32 {
         match self.pipeline {
-            Pipeline::CpAsync | Pipeline::Direct => 32 * self.warps_m * self.warps_n,
+            Pipeline::CpAsync => 32 * self.warps_m * self.warps_n * self.k_groups,
+            Pipeline::Direct => 32 * self.warps_m * self.warps_n,
             Pipeline::TmaWgmma { pingpong } => {
                 32 * (self.warps_m * self.warps_n * (1 + pingpong as u32) + WARPGROUP_WARPS)
             }
@@ -207,7 +213,7 @@ impl KernelConfig {
     /// has no ring, only every warp's f32 partial sums of the CTA's (16, bn) tile.
     pub const fn smem_bytes(&self) -> u32 {
         match self.pipeline {
-            Pipeline::CpAsync => self.stages * (self.a_stage_bytes() + self.b_stage_bytes()),
+            Pipeline::CpAsync => self.k_groups * self.stages * (self.a_stage_bytes() + self.b_stage_bytes()),
             Pipeline::Direct => self.warps_m * self.warps_n * 16 * self.bn * 4,
             Pipeline::TmaWgmma { .. } => {
                 1024 + self.out_barrier_offset() + 16 * self.consumer_warpgroups() * self.out_buffers()
@@ -246,9 +252,11 @@ impl KernelConfig {
     /// ([`KernelConfig::splits_rows`]); the sm_90a kernel's one after the mbarriers are initialised.
     pub const fn expected_barriers(&self) -> u32 {
         let split = if self.splits_rows() { 2 } else { 0 };
+        // Several k-groups: two more CTA barriers hand the groups' accumulators over.
+        let groups = if self.k_groups > 1 { 2 } else { 0 };
         match self.pipeline {
-            Pipeline::CpAsync if self.frag_db => 2 + split,
-            Pipeline::CpAsync => 1 + split,
+            Pipeline::CpAsync if self.frag_db => 2 + split + groups,
+            Pipeline::CpAsync => 1 + split + groups,
             Pipeline::TmaWgmma { .. } => 1,
             // The one barrier between the warps' partial sums and their sum.
             Pipeline::Direct => 1,
@@ -300,11 +308,14 @@ impl KernelConfig {
         if self.frag_db && !((self.bk / 16).is_multiple_of(2) && self.stages >= 3) {
             return Err("frag_db needs an even number of k16 steps per stage (bk / 16) and 3+ stages");
         }
+        if self.k_groups == 0 || self.k_groups > 2 || (self.k_groups > 1 && !self.frag_db) {
+            return Err("k_groups must be 1, or 2 with frag_db");
+        }
         if self.threads() > 1024 {
             return Err("more than 1024 threads per CTA");
         }
-        if !(self.bk * self.bn / CHUNK_HALVES).is_multiple_of(self.threads()) {
-            return Err("the B stage tile's 16-byte chunks must divide evenly among the CTA's threads");
+        if !(self.bk * self.bn / CHUNK_HALVES).is_multiple_of(self.threads() / self.k_groups) {
+            return Err("the B stage tile's 16-byte chunks must divide evenly among a k-group's threads");
         }
         Ok(())
     }
@@ -397,6 +408,7 @@ pub const CONFIGS: [KernelConfig; 4] = [
         warps_n: 4,
         stages: 6,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -407,6 +419,7 @@ pub const CONFIGS: [KernelConfig; 4] = [
         warps_n: 4,
         stages: 3,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -417,6 +430,7 @@ pub const CONFIGS: [KernelConfig; 4] = [
         warps_n: 4,
         stages: 3,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -427,6 +441,7 @@ pub const CONFIGS: [KernelConfig; 4] = [
         warps_n: 2,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
 ];
@@ -444,6 +459,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 4,
         stages: 4,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -454,6 +470,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 4,
         stages: 6,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -464,6 +481,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 8,
         stages: 4,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     // bs 32
@@ -475,6 +493,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 4,
         stages: 3,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -485,6 +504,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 4,
         stages: 3,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -495,6 +515,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 4,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     // bs 64
@@ -506,6 +527,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 4,
         stages: 3,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -516,6 +538,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 4,
         stages: 3,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -526,6 +549,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 4,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -536,6 +560,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 2,
         stages: 3,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -546,6 +571,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 2,
         stages: 3,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     // bs 128
@@ -557,6 +583,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 2,
         stages: 4,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -567,6 +594,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 2,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -577,6 +605,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 4,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     // (bn 256, bk 64, 2x4 warps, 3 stages lost by 12% in round 3 and spills at 255 registers since the kernels
@@ -589,6 +618,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 4,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     // Decode candidates (issue 12, docs/perf-notes.md "Decode"): at N <= 64 the product tiles (BN 128-256) spend
@@ -602,6 +632,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -612,6 +643,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 8,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -622,6 +654,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 6,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -632,6 +665,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -642,6 +676,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     // Decode candidates for the small blocks: one warp per 16 rows, BN 16, the whole block's K per stage.
@@ -653,6 +688,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 4,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -663,6 +699,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 8,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -673,6 +710,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -683,6 +721,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 8,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     // 32 to 64 columns (issue 12, N = 32 and 64): an N tile of 32 or 64, so A is multiplied once per 32 or 64
@@ -695,6 +734,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -705,6 +745,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -715,6 +756,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 3,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -725,6 +767,7 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
 ];
@@ -734,7 +777,10 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
 /// entries 15 and 18; bs 16 and 32: entries 21 and 22; docs/perf-notes.md "Decode", docs/tune/). bs 64 has since
 /// a fifth stage: once each block's column index was loaded a k-tile ahead, its CTAs waited on the copies, and
 /// five stages measured 1.5-5% faster at 8192^2 and 16384^2 on an H200, six up to 2% slower on the 8192^2 split
-/// launches (docs/perf-notes.md, issue 12 step 9).
+/// launches (docs/perf-notes.md, issue 12 step 9). Since issue 12 step 33 bs 64 has two k-groups of four stages
+/// each (a CTA alone streams its row 1.3x faster; uniform rows stay whole on 67 block rows or more, and at 1-16
+/// columns 8192^2 and 16384^2 10% measured 1-5% faster per event on an H100, 5-6% from a CUDA graph); the flat
+/// list keeps the one-group tile of five stages ([`FLAT_CONFIGS`]).
 pub const NARROW_CONFIGS: [KernelConfig; 4] = [
     KernelConfig {
         bs: 16,
@@ -744,6 +790,7 @@ pub const NARROW_CONFIGS: [KernelConfig; 4] = [
         warps_n: 1,
         stages: 8,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -754,6 +801,7 @@ pub const NARROW_CONFIGS: [KernelConfig; 4] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -762,8 +810,9 @@ pub const NARROW_CONFIGS: [KernelConfig; 4] = [
         bk: 64,
         warps_m: 4,
         warps_n: 1,
-        stages: 5,
+        stages: 4,
         frag_db: true,
+        k_groups: 2,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -774,14 +823,28 @@ pub const NARROW_CONFIGS: [KernelConfig; 4] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
 ];
 
 /// The flat block-list kernels' configurations ([`Tile::Flat`]): the narrow tiles of bs 64 and 128, whose block
 /// rows are long enough that an equal share of the blocks per CTA holds about a row (docs/perf-notes.md, issue 12
-/// step 24).
-pub const FLAT_CONFIGS: [KernelConfig; 2] = [NARROW_CONFIGS[2], NARROW_CONFIGS[3]];
+/// step 24). The bs-64 entry is that narrow tile as it was before issue 12 step 33: one k-group, five stages.
+pub const FLAT_CONFIGS: [KernelConfig; 2] = [
+    KernelConfig {
+        bs: 64,
+        bn: 16,
+        bk: 64,
+        warps_m: 4,
+        warps_n: 1,
+        stages: 5,
+        frag_db: true,
+        k_groups: 1,
+        pipeline: Pipeline::CpAsync,
+    },
+    NARROW_CONFIGS[3],
+];
 
 /// The flat block list on the wide mid tile ([`Tile::Flat64`]): bs 64's [`MID64_CONFIGS`] entry, whose 64
 /// columns take a whole N tile up to 64 columns (docs/perf-notes.md, issue 12 step 25).
@@ -823,6 +886,7 @@ pub const MID_CONFIGS: [KernelConfig; 4] = [
         warps_n: 1,
         stages: 8,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -833,6 +897,7 @@ pub const MID_CONFIGS: [KernelConfig; 4] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -843,6 +908,7 @@ pub const MID_CONFIGS: [KernelConfig; 4] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -853,6 +919,7 @@ pub const MID_CONFIGS: [KernelConfig; 4] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
 ];
@@ -877,6 +944,7 @@ pub const MID64_CONFIGS: [KernelConfig; 2] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
     KernelConfig {
@@ -887,6 +955,7 @@ pub const MID64_CONFIGS: [KernelConfig; 2] = [
         warps_n: 1,
         stages: 4,
         frag_db: true,
+        k_groups: 1,
         pipeline: Pipeline::CpAsync,
     },
 ];
@@ -908,6 +977,7 @@ pub const HOPPER_CONFIGS: [KernelConfig; 2] = [
         warps_n: 1,
         stages: 5,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::TmaWgmma { pingpong: true },
     },
     KernelConfig {
@@ -918,6 +988,7 @@ pub const HOPPER_CONFIGS: [KernelConfig; 2] = [
         warps_n: 1,
         stages: 4,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::TmaWgmma { pingpong: false },
     },
 ];
@@ -960,6 +1031,7 @@ pub const DECODE_CONFIGS: [KernelConfig; 3] = [
         warps_n: 1,
         stages: 4,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::Direct,
     },
     KernelConfig {
@@ -970,6 +1042,7 @@ pub const DECODE_CONFIGS: [KernelConfig; 3] = [
         warps_n: 1,
         stages: 4,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::Direct,
     },
     KernelConfig {
@@ -980,6 +1053,7 @@ pub const DECODE_CONFIGS: [KernelConfig; 3] = [
         warps_n: 1,
         stages: 4,
         frag_db: false,
+        k_groups: 1,
         pipeline: Pipeline::Direct,
     },
 ];
@@ -1969,6 +2043,7 @@ mod tests {
             warps_n: 1,
             stages: 2,
             frag_db: false,
+            k_groups: 1,
             pipeline: Pipeline::CpAsync,
         };
         assert!(few_b_chunks.check().unwrap_err().contains("B stage tile"));

@@ -166,10 +166,11 @@ fn captured_launches_balance_as_outside_a_graph() {
     let flat = own_gpu(TEST, |g| g.with_decode(false).with_row_split(RowSplit::Flat(2))).unwrap();
     let (a, b, c) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x94);
     captured_matches_eager(&flat, (&a, &b, &c), "4096x16x4096 bs64 skewed, flat list, f32 C");
-    // Uniform rows filling the GPU (128 block rows at bs 64): split outside a graph, whole rows inside one.
+    // Uniform rows of about 225 KiB on one CTA per two SMs (64 block rows at bs 64, the longest 43 blocks): split
+    // outside a graph, whole rows inside one.
     let whole = own_gpu(TEST, |g| g.with_decode(false).with_row_split(RowSplit::Off)).unwrap();
-    let (a, b, c) = operands::<f32>(Pattern::Uniform, (8192, 8192, 16), 64, 0x97);
-    captured_keeps_whole_rows(&auto, &whole, (&a, &b, &c), "8192x16x8192 bs64 uniform, f32 C");
+    let (a, b, c) = operands::<f32>(Pattern::Uniform, (4096, 8192, 16), 64, 0x97);
+    captured_keeps_whole_rows(&auto, &whole, (&a, &b, &c), "4096x16x8192 bs64 uniform, f32 C");
 }
 
 /// Two graphs of split launches (each over its own B and C) replayed while split launches outside any graph run on

@@ -221,6 +221,7 @@ fn configs_are_valid_and_cover_every_block_size() {
             warps_n: 2,
             stages: 4,
             frag_db: false,
+            k_groups: 1,
             pipeline: Pipeline::CpAsync
         }
         .check()
@@ -235,6 +236,7 @@ fn configs_are_valid_and_cover_every_block_size() {
             warps_n: 4,
             stages: 4,
             frag_db: true,
+            k_groups: 1,
             pipeline: Pipeline::CpAsync
         }
         .check()

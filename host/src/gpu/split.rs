@@ -188,7 +188,9 @@ pub struct SplitChoice {
 /// the setting is off, no row is long enough, the workspace cannot hold it, or (with [`RowSplit::Auto`]) whole
 /// rows already fill the GPU.
 ///
-/// [`RowSplit::Auto`] splits launches of one N tile when one CTA per row gives at most one CTA per SM or the
+/// [`RowSplit::Auto`] splits launches of one N tile when one CTA per row gives at most one CTA per SM (one per two
+/// SMs on a tile of two k-groups, [`KernelConfig::k_groups`], whose CTA streams a whole row faster: bs 64's narrow
+/// tile, measured on an H100 against split rows on one group, docs/perf-notes.md, issue 12 step 33) or the
 /// longest row holds more than four times the mean ([`rows_skewed`]), and launches of several N tiles over at most
 /// [`sparsek_layout::NARROW_MAX_N`] columns only in the second case (docs/perf-notes.md, issue 12 step 28: skewed
 /// rows at 48 and 64 columns on the tile of 32 columns). Measured (docs/perf-notes.md "Step 4" and "Step 5"): with one
@@ -198,7 +200,7 @@ pub struct SplitChoice {
 /// (level on the H200); with two or more N tiles mixed to worse (the narrow tile at 32 columns 0.91-1.22x, the mid
 /// tile at 48 and 64 columns 0.86-0.93x, the narrow tile at 64 columns 0.79-1.08x).
 ///
-/// Parts hold [`SPLIT_PART_BYTES`] of A's values, or where that is fewer than [`SPLIT_PART_SHORT_K_TILES`]
+/// Parts hold [`SPLIT_PART_BYTES`] of A's values per k-group, or where that is fewer than [`SPLIT_PART_SHORT_K_TILES`]
 /// k-tiles (bs 128), about `nnzb / SMs` blocks, from 128 KiB up to [`SPLIT_PART_MAX_GROWN_K_TILES`].
 ///
 /// Rows of up to `blocks` blocks stay whole; a longer row gets `ceil(len / blocks)` parts, at most `chunks`. The
@@ -218,15 +220,19 @@ pub fn split_choice(
     let block_bytes = (cfg.bs * cfg.bs * 2) as usize;
     let mean = nnzb.div_ceil(block_rows);
     let skewed = rows_skewed((nnzb, block_rows), max_row_blocks);
+    // Rows that are not skewed stay whole from this many: one CTA per SM, or with several k-groups per CTA (whose
+    // CTAs stream a row faster) one per two SMs.
+    let whole_rows_up_to = limits.sm_count / cfg.k_groups.max(1) as usize;
     // Several N tiles re-read each row's A once per tile; only a dominating row pays that back, and only on the
     // few-column tiles measured.
     let few_tiles = n_tiles == 1 || (skewed && n_tiles * cfg.bn as usize <= sparsek_layout::NARROW_MAX_N);
     let mut blocks = match setting {
         RowSplit::Off => return None,
         RowSplit::Blocks(b) => (b as usize).max(1),
-        RowSplit::Auto | RowSplit::Flat(_) if !few_tiles || (block_rows > limits.sm_count && !skewed) => return None,
+        RowSplit::Auto | RowSplit::Flat(_) if !few_tiles || (block_rows > whole_rows_up_to && !skewed) => return None,
         RowSplit::Auto | RowSplit::Flat(_) => {
-            let base = (SPLIT_PART_BYTES / block_bytes).max(1);
+            // A CTA of several k-groups streams a part of that many times the bytes in the time of one.
+            let base = (SPLIT_PART_BYTES * cfg.k_groups.max(1) as usize / block_bytes).max(1);
             // A short part grows toward one part per SM, up to SPLIT_PART_MAX_GROWN_K_TILES.
             let k_tiles_per_block = (cfg.bs / cfg.bk).max(1) as usize;
             if base * k_tiles_per_block >= SPLIT_PART_SHORT_K_TILES as usize {
@@ -993,13 +999,25 @@ mod tests {
     const WS: SplitLimits = SplitLimits::with_sms(132);
 
     #[test]
-    fn uniform_8192_bs64_splits_into_parts_of_16() {
-        // 128 block rows of ~28 blocks (3584), the longest 40.
-        let c = split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 1), Some(40), WS).unwrap();
+    fn parts_of_128_kib_a_group_and_whole_uniform_rows() {
+        // A bs-64 tile of one k-group (the flat list's configuration): 128 block rows of ~28 blocks (3584), the
+        // longest 40, split into parts of 16 blocks.
+        let one = sparsek_layout::flat_config_for(64).unwrap();
+        assert_eq!(one.k_groups, 1);
+        let c = split_choice(&one, RowSplit::Auto, (3584, 128, 1), Some(40), WS).unwrap();
         assert_eq!(c, SplitChoice { chunks: 3, blocks: 16 });
         // Unknown longest row: twice the mean plus a part.
-        let c = split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 1), None, WS).unwrap();
+        let c = split_choice(&one, RowSplit::Auto, (3584, 128, 1), None, WS).unwrap();
         assert_eq!(c, SplitChoice { chunks: 5, blocks: 16 });
+        // The narrow tile's two k-groups: uniform rows stay whole from 67 block rows (one CTA per two SMs), and
+        // parts hold 32 blocks (256 KiB) where they split: 64 rows, or a dominating row.
+        assert_eq!(narrow(64).k_groups, 2);
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 1), Some(40), WS), None);
+        assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 67, 1), Some(80), WS), None);
+        let c = split_choice(&narrow(64), RowSplit::Auto, (3584, 66, 1), Some(80), WS).unwrap();
+        assert_eq!(c, SplitChoice { chunks: 3, blocks: 32 });
+        let c = split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 1), Some(400), WS).unwrap();
+        assert_eq!(c.blocks, 32);
         // bs 128: parts of 4 blocks (128 KiB, 8 k-tiles) grown toward one per SM: 896 / 132 -> 6 blocks.
         let c = split_choice(&narrow(128), RowSplit::Auto, (896, 64, 1), Some(20), WS).unwrap();
         assert_eq!(c, SplitChoice { chunks: 4, blocks: 6 });
@@ -1008,7 +1026,7 @@ mod tests {
         assert!(split_choice(&narrow(64), RowSplit::Blocks(16), (3584, 128, 2), Some(40), WS).is_some());
         // ... or a row holds more than four times the mean, on up to 64 columns (4 N tiles of 16), not beyond.
         let c = split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 4), Some(128), WS).unwrap();
-        assert_eq!(c, SplitChoice { chunks: 8, blocks: 16 });
+        assert_eq!(c, SplitChoice { chunks: 4, blocks: 32 });
         assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 5), Some(128), WS), None);
         assert_eq!(split_choice(&narrow(64), RowSplit::Auto, (3584, 128, 4), Some(112), WS), None);
         // 128 rows: at most one CTA per SM, split; 256 fill the GPU, whole rows ...
@@ -1030,9 +1048,9 @@ mod tests {
         // ... 8192 x 8192 10% (410 / 132 = 3) and 4096 x 4096 22% (225 / 132 = 1) keep 128 KiB.
         assert_eq!(blocks(128, 410, 64, 12), Some(4));
         assert_eq!(blocks(128, 225, 32, 12), Some(4));
-        // bs 64's 16 blocks are 16 k-tiles already: unchanged however many blocks.
-        assert_eq!(blocks(64, 3604, 128, 40), Some(16));
-        assert_eq!(blocks(64, 6000, 128, 60), Some(16));
+        // bs 64's parts (32 blocks with two k-groups) are 32 k-tiles already: unchanged however many blocks.
+        assert_eq!(blocks(64, 3604, 64, 80), Some(32));
+        assert_eq!(blocks(64, 6000, 64, 120), Some(32));
         // An explicit part size is not grown.
         let c = split_choice(&narrow(128), RowSplit::Blocks(4), (3604, 128, 1), Some(40), WS).unwrap();
         assert_eq!(c.blocks, 4);
