@@ -127,7 +127,7 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
         "kernel",
         "bs",
         "C",
-        "tile (BN BK warps st)",
+        "tile (BN BK warps[xgroups] st)",
         "threads",
         "regs",
         "static smem",
@@ -146,7 +146,9 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
             sparsek::gpu::Pipeline::CpAsync => "",
             sparsek::gpu::Pipeline::Direct => " direct",
         };
-        let tile = format!("{} {} {}x{} {}{schedule}", c.bn, c.bk, c.warps_m, c.warps_n, c.stages);
+        // Several k-groups: the warp grid per group, times the groups (each with its own ring of `stages`).
+        let groups = if c.k_groups > 1 { format!("x{}", c.k_groups) } else { String::new() };
+        let tile = format!("{} {} {}x{}{groups} {}{schedule}", c.bn, c.bk, c.warps_m, c.warps_n, c.stages);
         println!(
             "{:<36} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
             k.name,
