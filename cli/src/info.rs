@@ -127,7 +127,7 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
         "kernel",
         "bs",
         "C",
-        "tile (BN BK warps[xgroups] st)",
+        "tile (BN BK warps st)",
         "threads",
         "regs",
         "static smem",
