@@ -411,8 +411,11 @@ unsafe fn bsr_spmm<
     let k_tiles_per_block = BS / BK;
     let k_steps = BK / 16; // k16 mma steps per k-tile
 
-    let (group, tid) =
-        if K_GROUPS == 1 { (0, ptx::thread_idx_x()) } else { (ptx::thread_idx_x() / threads, ptx::thread_idx_x() % threads) };
+    let (group, tid) = if K_GROUPS == 1 {
+        (0, ptx::thread_idx_x())
+    } else {
+        (ptx::thread_idx_x() / threads, ptx::thread_idx_x() % threads)
+    };
     let (warp_id, lane) = (tid / 32, tid % 32);
     let warp = WarpCoord { warp_m: warp_id / WARPS_N, warp_n: warp_id % WARPS_N, lane };
 
