@@ -831,20 +831,8 @@ pub const NARROW_CONFIGS: [KernelConfig; 4] = [
 /// The flat block-list kernels' configurations ([`Tile::Flat`]): the narrow tiles of bs 64 and 128, whose block
 /// rows are long enough that an equal share of the blocks per CTA holds about a row (docs/perf-notes.md, issue 12
 /// step 24). The bs-64 entry is that narrow tile as it was before issue 12 step 33: one k-group, five stages.
-pub const FLAT_CONFIGS: [KernelConfig; 2] = [
-    KernelConfig {
-        bs: 64,
-        bn: 16,
-        bk: 64,
-        warps_m: 4,
-        warps_n: 1,
-        stages: 5,
-        frag_db: true,
-        k_groups: 1,
-        pipeline: Pipeline::CpAsync,
-    },
-    NARROW_CONFIGS[3],
-];
+pub const FLAT_CONFIGS: [KernelConfig; 2] =
+    [KernelConfig { stages: 5, k_groups: 1, ..NARROW_CONFIGS[2] }, NARROW_CONFIGS[3]];
 
 /// The flat block list on the wide mid tile ([`Tile::Flat64`]): bs 64's [`MID64_CONFIGS`] entry, whose 64
 /// columns take a whole N tile up to 64 columns (docs/perf-notes.md, issue 12 step 25).
