@@ -2038,6 +2038,29 @@ mod tests {
     }
 
     #[test]
+    fn k_groups_double_the_threads_and_rings() {
+        let two = narrow_config_for(64).unwrap();
+        let one = KernelConfig { k_groups: 1, ..two };
+        assert_eq!((two.k_groups, two.check()), (2, Ok(())));
+        assert_eq!((two.threads(), one.threads()), (256, 128));
+        assert_eq!(two.mma_threads(), one.mma_threads());
+        assert_eq!(two.smem_bytes(), 2 * one.smem_bytes());
+        // The groups' hand-over adds two CTA barriers; a split part's slot is the CTA's tile, as with one group.
+        assert_eq!(two.expected_barriers(), one.expected_barriers() + 2);
+        assert_eq!(two.split_slot_bytes(), one.split_slot_bytes());
+        for bad in [KernelConfig { k_groups: 0, ..two }, KernelConfig { k_groups: 3, ..two }] {
+            assert!(bad.check().unwrap_err().contains("k_groups"), "{bad:?}");
+        }
+        assert!(KernelConfig { frag_db: false, ..two }.check().unwrap_err().contains("k_groups"));
+        // The flat list keeps the one-group tile of five stages; the other narrow tiles have one group.
+        let flat = flat_config_for(64).unwrap();
+        assert_eq!((flat.k_groups, flat.stages, flat.check()), (1, 5, Ok(())));
+        for bs in [16, 32, 128] {
+            assert_eq!(narrow_config_for(bs).unwrap().k_groups, 1, "bs {bs}");
+        }
+    }
+
+    #[test]
     fn the_narrow_tile_serves_up_to_its_threshold() {
         for n in [0, 1, 16, NARROW_MAX_N] {
             assert_eq!(Tile::for_columns(n), Tile::Narrow, "n = {n}");
