@@ -778,9 +778,9 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
 /// a fifth stage: once each block's column index was loaded a k-tile ahead, its CTAs waited on the copies, and
 /// five stages measured 1.5-5% faster at 8192^2 and 16384^2 on an H200, six up to 2% slower on the 8192^2 split
 /// launches (docs/perf-notes.md, issue 12 step 9). Since issue 12 step 33 bs 64 has two k-groups of four stages
-/// each (a CTA alone streams its row 1.3x faster; uniform rows stay whole on 67 block rows or more, and at 1-16
-/// columns 8192^2 and 16384^2 10% measured 1-5% faster per event on an H100, 5-6% from a CUDA graph); the flat
-/// list keeps the one-group tile of five stages ([`FLAT_CONFIGS`]).
+/// each (step 32's build streamed a lone row 1.3x faster; uniform rows stay whole on 67 block rows or more, and
+/// at 1-16 columns 8192^2 and 16384^2 10% measured 1-5% faster per event on an H100, 5-6% from a CUDA graph);
+/// the flat list keeps the one-group tile of five stages ([`FLAT_CONFIGS`]).
 pub const NARROW_CONFIGS: [KernelConfig; 4] = [
     KernelConfig {
         bs: 16,
