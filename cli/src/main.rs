@@ -40,8 +40,8 @@ enum Command {
     /// fails.
     Bench(bench::BenchArgs),
     /// Tunes the plan of a product: every kernel family and rasterization group that can serve it runs on the
-    /// matrix (generated, or --matrix), is checked against the f64 oracle and timed interleaved; the fastest,
-    /// when it beats the built-in heuristic by more than 3%, is saved to the plan cache, which later launches
+    /// matrix (generated, or --matrix), is checked against the f64 oracle and timed in alternating blocks; the
+    /// fastest, when it beats the built-in heuristic by more than 3%, is saved to the plan cache, which later launches
     /// of the same problem on this GPU use. `--show` lists the cache; `--configs` instead times every tuning
     /// candidate configuration of the kernels (layout::TUNE_CONFIGS) on the benchmark shapes. Exits non-zero
     /// without a GPU (except --show) or if a check fails.

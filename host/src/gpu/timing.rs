@@ -57,6 +57,48 @@ impl EventTimer {
             .collect()
     }
 
+    /// Times each of `contenders` contenders in blocks: `blocks` times over the contenders in turn, each contender
+    /// launches `warm` times untimed and then `block` times between their own events, back to back. Returns, per
+    /// contender, its `blocks * block` times in milliseconds.
+    ///
+    /// Every timed launch follows `warm` launches of the same contender (with `warm` at least the input sets a
+    /// caller rotates through, each timed launch's operands were last read by the same contender), so it finds
+    /// the L2 as that contender leaves it, not as the launches of others before it do: contenders that leave L2 in different states (one reading its
+    /// operands through L2 normally, another marking them evict-first) cannot hand each other lines. Interleaved
+    /// launch by launch, one of several identical launches found part of its operands left by the contender that
+    /// had read the same input set a few launches before, round after round, and measured up to 1.4x faster
+    /// (the tuner, docs/perf-notes.md "Tuned plans"). The blocks still alternate, so clock and power drift reach
+    /// every contender alike.
+    pub fn time_in_blocks(
+        &self,
+        blocks: usize,
+        (warm, block): (usize, usize),
+        contenders: usize,
+        mut launch: impl FnMut(usize) -> Result<()>,
+    ) -> Result<Vec<Vec<f32>>> {
+        let iters = blocks * block;
+        // Every event is created before the timed loop: creating one costs host time between launches.
+        let events: Vec<Vec<(CudaEvent, CudaEvent)>> = (0..contenders)
+            .map(|_| (0..iters).map(|_| Ok((self.event()?, self.event()?))).collect::<Result<Vec<_>>>())
+            .collect::<Result<_>>()?;
+        for b in 0..blocks {
+            for (i, ev) in events.iter().enumerate() {
+                for _ in 0..warm {
+                    launch(i)?;
+                }
+                for (start, end) in &ev[b * block..(b + 1) * block] {
+                    start.record(&self.stream).map_err(cuda("cuEventRecord"))?;
+                    launch(i)?;
+                    end.record(&self.stream).map_err(cuda("cuEventRecord"))?;
+                }
+            }
+        }
+        events
+            .iter()
+            .map(|ev| ev.iter().map(|(s, e)| s.elapsed_ms(e).map_err(cuda("cuEventElapsedTime"))).collect())
+            .collect()
+    }
+
     /// One contender: `warmup` untimed launches, then `iters` timed ones (milliseconds each).
     pub fn time(&self, warmup: usize, iters: usize, mut launch: impl FnMut() -> Result<()>) -> Result<Vec<f32>> {
         let mut times = self.time_interleaved(warmup, iters, 1, |_| launch())?;

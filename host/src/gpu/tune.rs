@@ -21,9 +21,12 @@ use crate::{Bsr, Epilogue, Matrix};
 /// A tuned plan must be this much faster than the heuristic's (median against median, same run) to replace it:
 /// interleaved medians of the same kernel differ by about 1% from run to run on an H100.
 const MARGIN: f64 = 0.03;
-/// Timed rounds at least (even past the budget) and at most.
+/// Timed launches per candidate at least (even past the budget) and at most.
 const MIN_ROUNDS: usize = 5;
 const MAX_ROUNDS: usize = 200;
+/// Timed launches of a candidate in one block at least, after as many untimed launches of it as there are input
+/// sets: every timed launch reads a set last read by the same candidate ([`EventTimer::time_in_blocks`]).
+const BLOCK: usize = 5;
 /// Input sets rotated through at most (a product of 1 MB needs 100 to span twice an H100's 50 MB L2).
 const MAX_SETS: usize = 128;
 /// Rasterization groups (block rows) measured besides the launcher's choice and plain row order.
@@ -68,7 +71,7 @@ impl TuneProblem {
 /// How long to tune, and what to say and keep.
 #[derive(Clone, Debug)]
 pub struct TuneOptions {
-    /// Time for the whole tuning (checks included); the timed rounds are fitted into what the checks leave, but
+    /// Time for the whole tuning (checks included); the timed launches are fitted into what the checks leave, but
     /// every candidate gets at least 5 timed launches, so a product of long launches may take longer.
     pub budget: Duration,
     /// Progress lines on stderr.
@@ -128,7 +131,8 @@ pub struct TuneReport {
     pub heuristic_us: f64,
     /// Median time of the chosen plan, microseconds.
     pub tuned_us: f64,
-    /// Timed rounds (one launch of each candidate per round).
+    /// Timed launches per candidate, in blocks of at least five, each after one untimed launch per input set, the
+    /// blocks of the candidates alternating.
     pub rounds: usize,
     /// Identical input sets the timed launches rotated through (together at least twice the L2, at most 128).
     pub input_sets: usize,
@@ -150,7 +154,7 @@ impl fmt::Display for TuneReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{}: {} candidates, {} timed rounds, {:.2} s",
+            "{}: {} candidates, {} timed launches each, {:.2} s",
             self.key,
             self.candidates.len(),
             self.rounds,
@@ -187,9 +191,11 @@ impl Gpu {
     /// Measures every kernel family and rasterization group that can serve `A @ B` for `problem` on this GPU
     /// ([`KernelFamily`]), on `a` itself and a random B: each candidate's output is first checked against the
     /// f64 oracle (sampled rows; C poisoned before each run), then the candidates that passed are timed
-    /// interleaved, launch by launch (CUDA events, median), each launch on the next of identical input sets
-    /// that together span twice the L2 (so weights come from memory, as between a model's layers), in as many
-    /// rounds as `opts.budget` leaves after the checks. The fastest becomes the plan for the problem's [`PlanKey`] when it beats the built-in heuristic's
+    /// in alternating blocks of at least five launches, each block after one untimed launch per input set (CUDA
+    /// events, median: every timed launch reads a set last read by the same candidate, so none finds lines another
+    /// candidate left in L2), each launch on the next of
+    /// identical input sets that together span twice the L2 (so weights come from memory, as between a model's
+    /// layers), in as many blocks as `opts.budget` leaves after the checks. The fastest becomes the plan for the problem's [`PlanKey`] when it beats the built-in heuristic's
     /// by more than 3%, else the heuristic's plan is kept (so tuning never makes a product slower beyond noise).
     /// The plan serves this `Gpu`'s later launches of problems with the same key (unless plans are off:
     /// [`Gpu::with_plan_cache`]), and launches on views of the same shape and block count (whose row lengths
@@ -383,9 +389,20 @@ impl Gpu {
         let probe = timer.time_interleaved(1, 1, timed.len(), &mut launch)?;
         let round_s = probe.iter().map(|t| f64::from(t.iter().sum::<f32>()) * 1e-3).sum::<f64>().max(1e-6);
         let left = opts.budget.saturating_sub(start.elapsed()).as_secs_f64();
-        let rounds = ((left / round_s) as usize).clamp(MIN_ROUNDS, MAX_ROUNDS);
-        say(format!("timing {} candidates, {rounds} interleaved rounds over {depth} input sets", timed.len()));
-        let times = timer.time_interleaved(2, rounds, timed.len(), &mut launch)?;
+        // A block of `block` timed launches of a candidate costs `depth` untimed ones more.
+        let block = BLOCK.max(depth);
+        let affordable = left / round_s * block as f64 / (block + depth) as f64;
+        let blocks = (affordable as usize).clamp(MIN_ROUNDS, MAX_ROUNDS).div_ceil(block);
+        let rounds = blocks * block;
+        say(format!(
+            "timing {} candidates, {rounds} launches each in blocks of {block} over {depth} input sets",
+            timed.len()
+        ));
+        // In blocks, not launch by launch: the candidates leave L2 in different states (the decode launches mark A
+        // evict-first, the others do not), and interleaved launch by launch one candidate found part of its A left
+        // there by the candidate that had read the same input set a few launches before, round after round: one
+        // plan measured up to 1.4x faster than the identical launch of another (docs/perf-notes.md, "Tuned plans").
+        let times = timer.time_in_blocks(blocks, (depth, block), timed.len(), &mut launch)?;
         for (slot, t) in timed.iter().zip(&times) {
             candidates[*slot].median_us = median(t).map_or(f64::NAN, |ms| f64::from(ms) * 1e3);
         }
