@@ -39,10 +39,7 @@ impl EventTimer {
                 launch(i)?;
             }
         }
-        // Every event is created before the timed loop: creating one costs host time between launches.
-        let events: Vec<Vec<(CudaEvent, CudaEvent)>> = (0..contenders)
-            .map(|_| (0..iters).map(|_| Ok((self.event()?, self.event()?))).collect::<Result<Vec<_>>>())
-            .collect::<Result<_>>()?;
+        let events = self.event_pairs(contenders, iters)?;
         for it in 0..iters {
             for (i, ev) in events.iter().enumerate() {
                 let (start, end) = &ev[it];
@@ -51,10 +48,7 @@ impl EventTimer {
                 end.record(&self.stream).map_err(cuda("cuEventRecord"))?;
             }
         }
-        events
-            .iter()
-            .map(|ev| ev.iter().map(|(s, e)| s.elapsed_ms(e).map_err(cuda("cuEventElapsedTime"))).collect())
-            .collect()
+        elapsed_ms(&events)
     }
 
     /// Times each of `contenders` contenders in blocks: `blocks` times over the contenders in turn, each contender
@@ -63,8 +57,9 @@ impl EventTimer {
     ///
     /// Every timed launch follows `warm` launches of the same contender (with `warm` at least the input sets a
     /// caller rotates through, each timed launch's operands were last read by the same contender), so it finds
-    /// the L2 as that contender leaves it, not as the launches of others before it do: contenders that leave L2 in different states (one reading its
-    /// operands through L2 normally, another marking them evict-first) cannot hand each other lines. Interleaved
+    /// the L2 as that contender leaves it, not as the launches of others before it do: contenders that leave L2
+    /// in different states (one reading its operands through L2 normally, another marking them evict-first)
+    /// cannot hand each other lines. Interleaved
     /// launch by launch, one of several identical launches found part of its operands left by the contender that
     /// had read the same input set a few launches before, round after round, and measured up to 1.4x faster
     /// (the tuner, docs/perf-notes.md "Tuned plans"). The blocks still alternate, so clock and power drift reach
@@ -77,10 +72,7 @@ impl EventTimer {
         mut launch: impl FnMut(usize) -> Result<()>,
     ) -> Result<Vec<Vec<f32>>> {
         let iters = blocks * block;
-        // Every event is created before the timed loop: creating one costs host time between launches.
-        let events: Vec<Vec<(CudaEvent, CudaEvent)>> = (0..contenders)
-            .map(|_| (0..iters).map(|_| Ok((self.event()?, self.event()?))).collect::<Result<Vec<_>>>())
-            .collect::<Result<_>>()?;
+        let events = self.event_pairs(contenders, iters)?;
         for b in 0..blocks {
             for (i, ev) in events.iter().enumerate() {
                 for _ in 0..warm {
@@ -93,10 +85,7 @@ impl EventTimer {
                 }
             }
         }
-        events
-            .iter()
-            .map(|ev| ev.iter().map(|(s, e)| s.elapsed_ms(e).map_err(cuda("cuEventElapsedTime"))).collect())
-            .collect()
+        elapsed_ms(&events)
     }
 
     /// One contender: `warmup` untimed launches, then `iters` timed ones (milliseconds each).
@@ -105,9 +94,23 @@ impl EventTimer {
         Ok(times.pop().unwrap_or_default())
     }
 
+    /// `iters` pairs of (start, end) events per contender. Every event is created before a timed loop: creating
+    /// one costs host time between launches.
+    fn event_pairs(&self, contenders: usize, iters: usize) -> Result<Vec<Vec<(CudaEvent, CudaEvent)>>> {
+        (0..contenders).map(|_| (0..iters).map(|_| Ok((self.event()?, self.event()?))).collect()).collect()
+    }
+
     fn event(&self) -> Result<CudaEvent> {
         self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda("cuEventCreate"))
     }
+}
+
+/// Per contender, the milliseconds between each of its (start, end) event pairs (after the last was recorded).
+fn elapsed_ms(events: &[Vec<(CudaEvent, CudaEvent)>]) -> Result<Vec<Vec<f32>>> {
+    events
+        .iter()
+        .map(|ev| ev.iter().map(|(s, e)| s.elapsed_ms(e).map_err(cuda("cuEventElapsedTime"))).collect())
+        .collect()
 }
 
 /// The median of a list of timings; `None` for an empty list. NaNs sort last (`total_cmp`).

@@ -190,13 +190,13 @@ impl fmt::Display for TuneReport {
 impl Gpu {
     /// Measures every kernel family and rasterization group that can serve `A @ B` for `problem` on this GPU
     /// ([`KernelFamily`]), on `a` itself and a random B: each candidate's output is first checked against the
-    /// f64 oracle (sampled rows; C poisoned before each run), then the candidates that passed are timed
-    /// in alternating blocks of at least five launches, each block after one untimed launch per input set (CUDA
+    /// f64 oracle (sampled rows; C poisoned before each run), then the candidates that passed are timed in
+    /// alternating blocks of at least five launches, each block after one untimed launch per input set (CUDA
     /// events, median: every timed launch reads a set last read by the same candidate, so none finds lines another
-    /// candidate left in L2), each launch on the next of
-    /// identical input sets that together span twice the L2 (so weights come from memory, as between a model's
-    /// layers), in as many blocks as `opts.budget` leaves after the checks. The fastest becomes the plan for the problem's [`PlanKey`] when it beats the built-in heuristic's
-    /// by more than 3%, else the heuristic's plan is kept (so tuning never makes a product slower beyond noise).
+    /// candidate left in L2), each launch on the next of identical input sets that together span twice the L2 (so
+    /// weights come from memory, as between a model's layers), in as many blocks as `opts.budget` leaves after the
+    /// checks. The fastest becomes the plan for the problem's [`PlanKey`] when it beats the built-in heuristic's by
+    /// more than 3%, else the heuristic's plan is kept (so tuning never makes a product slower beyond noise).
     /// The plan serves this `Gpu`'s later launches of problems with the same key (unless plans are off:
     /// [`Gpu::with_plan_cache`]), and launches on views of the same shape and block count (whose row lengths
     /// the host does not know: the key with an unknown row-length ratio), and is saved under both keys to the
