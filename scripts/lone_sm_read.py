@@ -9,7 +9,11 @@ with a long block row could reach, against sparsek's (the lone CTAs of `sparsek 
 
     python3 scripts/lone_sm_read.py        (a CUDA GPU, torch and triton)
 """
-import torch, triton, triton.language as tl, statistics, sys
+import statistics
+
+import torch
+import triton
+import triton.language as tl
 
 @triton.jit
 def read_chunk(x, out, per_cta, BLOCK: tl.constexpr, STAGES: tl.constexpr):

@@ -59,11 +59,10 @@ impl EventTimer {
     /// caller rotates through, each timed launch's operands were last read by the same contender), so it finds
     /// the L2 as that contender leaves it, not as the launches of others before it do: contenders that leave L2
     /// in different states (one reading its operands through L2 normally, another marking them evict-first)
-    /// cannot hand each other lines. Interleaved
-    /// launch by launch, one of several identical launches found part of its operands left by the contender that
-    /// had read the same input set a few launches before, round after round, and measured up to 1.4x faster
-    /// (the tuner, docs/perf-notes.md "Tuned plans"). The blocks still alternate, so clock and power drift reach
-    /// every contender alike.
+    /// cannot hand each other lines. Interleaved launch by launch, one of several identical launches found part
+    /// of its operands left by the contender that had read the same input set a few launches before, round after
+    /// round, and measured up to 1.4x faster (the tuner, docs/perf-notes.md "Tuned plans"). The blocks still
+    /// alternate, so clock and power drift reach every contender alike.
     pub fn time_in_blocks(
         &self,
         blocks: usize,
