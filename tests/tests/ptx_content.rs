@@ -414,3 +414,42 @@ fn committed_cubins_come_from_the_committed_ptx() {
         assert!(cubin.windows(name.len() + 1).any(|w| &w[..name.len()] == name && w[name.len()] == 0), "{}", v.name);
     }
 }
+
+/// The library embeds each module and cubin zstd-compressed (`<file>.zst`, written by `cargo xtask build-ptx`): each
+/// must decode to exactly the committed raw file beside it, which every other test here reads.
+#[test]
+fn embedded_kernels_decode_to_the_committed_files() {
+    use std::io::Read;
+    let files: [(&str, &[u8], &[u8]); 6] = [
+        ("sparsek_sm80.ptx", include_bytes!("../../host/ptx/sparsek_sm80.ptx.zst"), PTX_SM80.as_bytes()),
+        (
+            "sparsek_sm80.sm_80.cubin",
+            include_bytes!("../../host/ptx/sparsek_sm80.sm_80.cubin.zst"),
+            include_bytes!("../../host/ptx/sparsek_sm80.sm_80.cubin"),
+        ),
+        (
+            "sparsek_sm80.sm_90a.cubin",
+            include_bytes!("../../host/ptx/sparsek_sm80.sm_90a.cubin.zst"),
+            include_bytes!("../../host/ptx/sparsek_sm80.sm_90a.cubin"),
+        ),
+        ("sparsek_sm80_tune.ptx", include_bytes!("../../host/ptx/sparsek_sm80_tune.ptx.zst"), PTX_SM80_TUNE.as_bytes()),
+        ("sparsek_sm90a.ptx", include_bytes!("../../host/ptx/sparsek_sm90a.ptx.zst"), PTX_SM90A.as_bytes()),
+        (
+            "sparsek_sm90a.sm_90a.cubin",
+            include_bytes!("../../host/ptx/sparsek_sm90a.sm_90a.cubin.zst"),
+            include_bytes!("../../host/ptx/sparsek_sm90a.sm_90a.cubin"),
+        ),
+    ];
+    for (name, packed, raw) in files {
+        let mut decoded = Vec::new();
+        ruzstd::decoding::StreamingDecoder::new(packed)
+            .unwrap_or_else(|e| panic!("host/ptx/{name}.zst: {e}"))
+            .read_to_end(&mut decoded)
+            .unwrap_or_else(|e| panic!("host/ptx/{name}.zst: {e}"));
+        assert!(
+            decoded == raw,
+            "host/ptx/{name}.zst does not decode to host/ptx/{name}: run `cargo xtask build-ptx` and commit both"
+        );
+        assert!(packed.len() * 4 < raw.len(), "{name}: {} packed bytes for {} raw", packed.len(), raw.len());
+    }
+}

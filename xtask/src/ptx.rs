@@ -165,6 +165,7 @@ pub fn build_ptx(args: &[String]) -> Result<(), String> {
             }
         }
     }
+    stale.extend(pack_embedded(&root, &built, check)?);
     if !stale.is_empty() {
         return Err(format!(
             "committed PTX or cubins are stale (differ from a fresh build): {}; run `cargo xtask build-ptx` and commit",
@@ -416,4 +417,56 @@ pub fn fetch_ptxas() -> Result<(), String> {
     let version = output(Command::new(&exe).arg("--version"))?;
     eprintln!("fetch-ptxas: {} ({})", exe.display(), version.lines().last().unwrap_or("").trim());
     Ok(())
+}
+
+/// zstd level of the embedded kernels: the strongest non-"ultra" level (2.5 MB for the ~50 MB of PTX and cubins,
+/// 2026-11-27), decoded by the library's ruzstd in 5-10 ms per cubin.
+const PACK_LEVEL: i32 = 19;
+
+/// The files the library embeds, compressed: `<file>.zst` beside each host/ module's PTX and cubins
+/// (host/src/gpu/registry.rs includes the `.zst` files; the raw files stay in the repository for review and for
+/// tests/tests/ptx_content.rs). Writes a `.zst` whose content differs from its raw file; with `check`, returns
+/// those that differ (stale) instead. Compares decoded content, not compressed bytes, so a newer zstd that
+/// compresses differently does not make a module stale.
+fn pack_embedded(root: &Path, built: &[(&Module, String)], check: bool) -> Result<Vec<String>, String> {
+    let mut stale = Vec::new();
+    for (m, _) in built {
+        if !m.dest.starts_with("host/") {
+            continue;
+        }
+        let mut rels = vec![m.dest.to_string()];
+        if m.cubins {
+            rels.extend(m.target.ptxas_archs.iter().map(|arch| cubin_path(m, arch)));
+        }
+        for rel in rels {
+            let raw_path = root.join(&rel);
+            let raw = std::fs::read(&raw_path).map_err(|e| format!("{}: {e}", raw_path.display()))?;
+            let packed_rel = format!("{rel}.zst");
+            let packed_path = root.join(&packed_rel);
+            let current = std::fs::read(&packed_path).ok().and_then(|z| zstd::stream::decode_all(&z[..]).ok());
+            if current.as_deref() == Some(&raw[..]) {
+                continue;
+            }
+            if check {
+                stale.push(packed_rel);
+                continue;
+            }
+            std::fs::write(&packed_path, compress(&raw)?).map_err(|e| format!("{}: {e}", packed_path.display()))?;
+            eprintln!("build-ptx: wrote {packed_rel}");
+        }
+    }
+    Ok(stale)
+}
+
+/// One zstd frame of `raw` at [`PACK_LEVEL`], with its content size, a window covering the whole input (the PTX
+/// repeats itself across entry points megabytes apart) and no checksum (tests/tests/ptx_content.rs compares every
+/// decoded file with its raw twin).
+fn compress(raw: &[u8]) -> Result<Vec<u8>, String> {
+    use zstd::stream::raw::CParameter;
+    let window_log = (usize::BITS - raw.len().max(1 << 10).next_power_of_two().leading_zeros() - 1).clamp(10, 27);
+    let mut c = zstd::bulk::Compressor::new(PACK_LEVEL).map_err(|e| format!("zstd: {e}"))?;
+    c.set_parameter(CParameter::WindowLog(window_log)).map_err(|e| format!("zstd: {e}"))?;
+    c.set_parameter(CParameter::EnableLongDistanceMatching(true)).map_err(|e| format!("zstd: {e}"))?;
+    c.set_parameter(CParameter::ContentSizeFlag(true)).map_err(|e| format!("zstd: {e}"))?;
+    c.compress(raw).map_err(|e| format!("zstd: {e}"))
 }

@@ -4,6 +4,7 @@
 //! the variant's [`KernelConfig`].
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
@@ -25,8 +26,8 @@ pub(crate) struct EmbeddedPtx {
     pub(crate) name: &'static str,
     /// One line on what it is.
     pub(crate) description: &'static str,
-    /// The PTX text.
-    pub(crate) ptx: &'static str,
+    /// The PTX text, zstd-compressed ([`unpack`]).
+    pub(crate) ptx: &'static [u8],
     /// The same module assembled by ptxas (`cargo xtask build-ptx`) for GPU families: (compute capability major,
     /// minor or `None` for any minor, the arch name, the cubin). A GPU of a listed family loads the cubin (no JIT);
     /// every other GPU, or a driver that refuses the cubin, JIT-compiles the PTX.
@@ -49,6 +50,7 @@ pub(crate) struct Cubin {
     pub(crate) major: i32,
     pub(crate) minor: Option<i32>,
     pub(crate) arch: &'static str,
+    /// The cubin, zstd-compressed ([`unpack`]).
     pub(crate) bytes: &'static [u8],
     /// Whether its kernels execute their `griddepcontrol` markers (kernels-gpu/src/ptx/griddep.rs; `cargo xtask
     /// build-ptx` assembled it from the PTX with the markers made instructions), so that they may be launched
@@ -63,20 +65,20 @@ pub(crate) const SM80: EmbeddedPtx = EmbeddedPtx {
     arch: Arch::Sm80,
     name: "sparsek_sm80",
     description: "PTX ISA 8.0, sm_80 (cp.async + ldmatrix + mma.sync)",
-    ptx: include_str!("../../ptx/sparsek_sm80.ptx"),
+    ptx: include_bytes!("../../ptx/sparsek_sm80.ptx.zst"),
     cubins: &[
         Cubin {
             major: 8,
             minor: None,
             arch: "sm_80",
-            bytes: include_bytes!("../../ptx/sparsek_sm80.sm_80.cubin"),
+            bytes: include_bytes!("../../ptx/sparsek_sm80.sm_80.cubin.zst"),
             programmatic: false,
         },
         Cubin {
             major: 9,
             minor: Some(0),
             arch: "sm_90a",
-            bytes: include_bytes!("../../ptx/sparsek_sm80.sm_90a.cubin"),
+            bytes: include_bytes!("../../ptx/sparsek_sm80.sm_90a.cubin.zst"),
             programmatic: true,
         },
     ],
@@ -90,7 +92,7 @@ pub(crate) const SM80_TUNE: EmbeddedPtx = EmbeddedPtx {
     arch: Arch::Sm80,
     name: "sparsek_sm80_tune",
     description: "the tuning candidates of layout::TUNE_CONFIGS, sm_80",
-    ptx: include_str!("../../ptx/sparsek_sm80_tune.ptx"),
+    ptx: include_bytes!("../../ptx/sparsek_sm80_tune.ptx.zst"),
     cubins: &[],
     manifest: "",
 };
@@ -102,16 +104,29 @@ pub(crate) const SM90A: EmbeddedPtx = EmbeddedPtx {
     arch: Arch::Sm90a,
     name: "sparsek_sm90a",
     description: "PTX ISA 8.3, sm_90a (TMA + mbarrier + wgmma, warp-specialised; bs 64 and 128)",
-    ptx: include_str!("../../ptx/sparsek_sm90a.ptx"),
+    ptx: include_bytes!("../../ptx/sparsek_sm90a.ptx.zst"),
     cubins: &[Cubin {
         major: 9,
         minor: Some(0),
         arch: "sm_90a",
-        bytes: include_bytes!("../../ptx/sparsek_sm90a.sm_90a.cubin"),
+        bytes: include_bytes!("../../ptx/sparsek_sm90a.sm_90a.cubin.zst"),
         programmatic: false,
     }],
     manifest: include_str!("../../ptx/sparsek_sm90a.cubins.txt"),
 };
+
+/// Decodes one embedded zstd frame (`cargo xtask build-ptx` compresses every module and cubin the library embeds:
+/// about 2.5 MB in the binary instead of ~50 MB; decoding a cubin takes 5-10 ms, and only the images a GPU loads are
+/// decoded, once per [`Gpu`](super::Gpu)).
+pub(crate) fn unpack(module: &'static str, packed: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let corrupt =
+        |what: String| Error::PtxLoad { module, message: format!("the embedded kernels do not decode: {what}") };
+    let mut decoder = ruzstd::decoding::StreamingDecoder::new(packed).map_err(|e| corrupt(e.to_string()))?;
+    let mut out = Vec::new();
+    decoder.read_to_end(&mut out).map_err(|e| corrupt(e.to_string()))?;
+    Ok(out)
+}
 
 /// The product module for a GPU of compute capability `major.minor`, or `None` below sm_80: the portable sm_80
 /// module on every sm_80+ GPU.
@@ -123,6 +138,15 @@ pub(crate) fn product_module(major: i32, _minor: i32) -> Option<&'static Embedde
 /// compute capability 9.0 (H100, H200), nothing elsewhere.
 pub(crate) fn hopper_module(major: i32, minor: i32) -> Option<&'static EmbeddedPtx> {
     ((major, minor) == (9, 0)).then_some(&SM90A)
+}
+
+/// How long a module took to become usable (written into [`Registry::loaded_from`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LoadTime {
+    /// Decoding the embedded zstd frame(s).
+    pub(crate) decode: Duration,
+    /// The driver's `cuModuleLoadData` (with its JIT compile when PTX was loaded).
+    pub(crate) load: Duration,
 }
 
 /// One loaded kernel with its launch shape.
@@ -172,8 +196,15 @@ impl Registry {
         let mut loaded_from = "PTX, JIT-compiled by the driver (no prebuilt SASS for this GPU)".to_string();
         let mut module = None;
         let mut programmatic = false;
+        let mut load_time = LoadTime::default();
         if let Some(c) = cubin {
-            match ctx.load_module(cudarc::nvrtc::Ptx::from_binary(c.bytes.to_vec())) {
+            let t = Instant::now();
+            let image = unpack(ptx.name, c.bytes)?;
+            load_time.decode += t.elapsed();
+            let t = Instant::now();
+            let loaded = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(image));
+            load_time.load += t.elapsed();
+            match loaded {
                 Ok(m) => {
                     loaded_from = format!("{} SASS (prebuilt by ptxas)", c.arch);
                     module = Some(m);
@@ -187,10 +218,26 @@ impl Registry {
         }
         let module = match module {
             Some(m) => m,
-            None => ctx
-                .load_module(cudarc::nvrtc::Ptx::from_src(ptx.ptx))
-                .map_err(|e| Error::PtxLoad { module: ptx.name, message: describe(&e) })?,
+            None => {
+                let t = Instant::now();
+                let text = String::from_utf8(unpack(ptx.name, ptx.ptx)?).map_err(|_| Error::PtxLoad {
+                    module: ptx.name,
+                    message: "the embedded PTX is not UTF-8".into(),
+                })?;
+                load_time.decode += t.elapsed();
+                let t = Instant::now();
+                let m = ctx
+                    .load_module(cudarc::nvrtc::Ptx::from_src(text))
+                    .map_err(|e| Error::PtxLoad { module: ptx.name, message: describe(&e) })?;
+                load_time.load += t.elapsed();
+                m
+            }
         };
+        loaded_from.push_str(&format!(
+            "; decoded in {:.1} ms, loaded in {:.1} ms",
+            load_time.decode.as_secs_f64() * 1e3,
+            load_time.load.as_secs_f64() * 1e3
+        ));
         let kernels = VARIANTS
             .iter()
             .filter(|v| v.module == ptx.module && v.arch == ptx.arch)
