@@ -1,0 +1,472 @@
+//! The kernel ABI's vocabulary (element types, layouts, activations, architectures, ops, modules) and the one
+//! variant table, [`VARIANTS`]: every compiled entry point with its configuration.
+
+use crate::*;
+
+/// Element type of C that a kernel writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OutType {
+    /// f32.
+    F32,
+    /// f16 (IEEE binary16).
+    F16,
+    /// bf16 (bfloat16).
+    Bf16,
+}
+
+impl OutType {
+    /// "f32", "f16" or "bf16": the suffix of the entry point names.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OutType::F32 => "f32",
+            OutType::F16 => "f16",
+            OutType::Bf16 => "bf16",
+        }
+    }
+}
+
+/// Element type of A and B (and of the bias), multiplied on the tensor cores with f32 accumulation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InType {
+    /// f16: `mma.sync.m16n8k16.f32.f16.f16.f32`.
+    F16,
+    /// bf16: `mma.sync.m16n8k16.f32.bf16.bf16.f32`.
+    Bf16,
+}
+
+impl InType {
+    /// "f16" or "bf16".
+    pub const fn name(self) -> &'static str {
+        match self {
+            InType::F16 => "f16",
+            InType::Bf16 => "bf16",
+        }
+    }
+}
+
+/// Storage order of a dense operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Layout {
+    /// Element (r, c) at `r * ld + c`: rows contiguous, `ld >= cols`.
+    #[default]
+    RowMajor,
+    /// Element (r, c) at `c * ld + r`: columns contiguous, `ld >= rows` (the transpose of a row-major matrix).
+    ColMajor,
+}
+
+impl Layout {
+    /// "row" or "col".
+    pub const fn name(self) -> &'static str {
+        match self {
+            Layout::RowMajor => "row",
+            Layout::ColMajor => "col",
+        }
+    }
+    /// The other order (the layout of the transpose).
+    pub const fn transposed(self) -> Layout {
+        match self {
+            Layout::RowMajor => Layout::ColMajor,
+            Layout::ColMajor => Layout::RowMajor,
+        }
+    }
+}
+
+/// The activation of the fused epilogue, applied per element after the bias (the value is the kernels'
+/// [`BsrSpmmParams::activation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum Activation {
+    /// None: `f(x) = x`.
+    #[default]
+    Identity = 0,
+    /// `max(x, 0)` (NaN stays NaN).
+    Relu = 1,
+    /// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))` (PyTorch's
+    /// `gelu(approximate="tanh")`).
+    GeluTanh = 2,
+    /// SiLU (swish): `x / (1 + exp(-x))`.
+    Silu = 3,
+}
+
+impl Activation {
+    /// Every activation, in the order of their codes.
+    pub const ALL: [Activation; 4] = [Activation::Identity, Activation::Relu, Activation::GeluTanh, Activation::Silu];
+    /// "identity", "relu", "gelu_tanh" or "silu".
+    pub const fn name(self) -> &'static str {
+        match self {
+            Activation::Identity => "identity",
+            Activation::Relu => "relu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Silu => "silu",
+        }
+    }
+}
+
+/// The GPU architecture a PTX module targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// PTX ISA 8.0 for sm_80: cp.async + ldmatrix + mma.sync; JIT-compiled for any sm_80+ GPU.
+    Sm80,
+    /// PTX ISA 8.3 for sm_90a: TMA + mbarrier + wgmma + setmaxnreg; loads only on compute capability 9.0
+    /// (H100 / H200).
+    Sm90a,
+}
+
+/// The operation a kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `C = act(alpha * (A @ B) + bias) + beta * C`, A in BSR, B and C dense; parameters [`BsrSpmmParams`].
+    BsrSpmm,
+}
+
+/// Which PTX module a kernel is compiled into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Module {
+    /// The product module (`sparsek_sm80.ptx`): one kernel per block size and output type.
+    Product,
+    /// The tuning module (`sparsek_sm80_tune.ptx`): every candidate of [`TUNE_CONFIGS`], f32 output.
+    Tuning,
+    /// The Hopper module (`sparsek_sm90a.ptx`): the [`HOPPER_CONFIGS`] kernels for bs 64 and 128, loaded next to
+    /// the product module on sm_90a GPUs.
+    Hopper,
+}
+
+/// One compiled kernel: its entry point and everything the host needs to launch it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    /// Entry point name in the PTX (the kernels assert at compile time that they define exactly this name).
+    pub name: &'static str,
+    /// Target architecture.
+    pub arch: Arch,
+    /// Module it is compiled into.
+    pub module: Module,
+    /// Operation.
+    pub op: Op,
+    /// Block size of A.
+    pub bs: u32,
+    /// Element type of A and B.
+    pub input: InType,
+    /// Storage order of B the kernel reads (it decides the shared-memory tile and the `ldmatrix` form; C's order
+    /// is a launch parameter).
+    pub b_layout: Layout,
+    /// Element type of C.
+    pub out: OutType,
+    /// Tile configuration (the launch's threads and dynamic shared memory derive from it).
+    pub config: KernelConfig,
+    /// Which N tile it is ([`Tile::Narrow`] kernels serve launches of at most [`NARROW_MAX_N`] columns,
+    /// [`Tile::Decode`] kernels at most [`DECODE_MAX_N`]).
+    pub tile: Tile,
+}
+
+impl Variant {
+    /// `bar.sync` / `barrier.sync` instructions the kernel's PTX must hold: its configuration's
+    /// ([`KernelConfig::expected_barriers`]), except the flat block-list kernels ([`Tile::Flat`], [`Tile::Flat32`],
+    /// [`Tile::Flat64`]): the fragment double-buffered main loop's two and the two of the end's hand-over.
+    pub const fn expected_barriers(&self) -> u32 {
+        match self.tile {
+            Tile::Flat | Tile::Flat64 | Tile::Flat32 => 4,
+            _ => self.config.expected_barriers(),
+        }
+    }
+}
+
+const fn spmm(
+    name: &'static str,
+    module: Module,
+    (input, b_layout, out): (InType, Layout, OutType),
+    (config, tile): (KernelConfig, Tile),
+) -> Variant {
+    let arch = match config.pipeline {
+        Pipeline::CpAsync | Pipeline::Direct => Arch::Sm80,
+        Pipeline::TmaWgmma { .. } => Arch::Sm90a,
+    };
+    Variant { name, arch, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config, tile }
+}
+const fn hopper(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match hopper_config_for(bs) {
+        Some(config) => spmm(name, Module::Hopper, (input, b_layout, out), (config, Tile::Wide)),
+        None => panic!("no sm_90a configuration for this block size"),
+    }
+}
+const fn hopper_short(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match hopper_short_config_for(bs) {
+        Some(config) => spmm(name, Module::Hopper, (input, b_layout, out), (config, Tile::ShortRows)),
+        None => panic!("no sm_90a short-row configuration for this block size"),
+    }
+}
+const fn product(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match config_for(bs) {
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Wide)),
+        None => panic!("no product configuration for this block size"),
+    }
+}
+const fn narrow(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match narrow_config_for(bs) {
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Narrow)),
+        None => panic!("no narrow product configuration for this block size"),
+    }
+}
+const fn mid(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match mid_config_for(bs) {
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Mid)),
+        None => panic!("no mid product configuration for this block size"),
+    }
+}
+const fn mid64(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match mid64_config_for(bs) {
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Mid64)),
+        None => panic!("no wide mid product configuration for this block size"),
+    }
+}
+/// A flat block-list kernel ([`Tile::Flat`], [`Tile::Flat32`] or [`Tile::Flat64`]): f16 inputs, row-major B, f32
+/// C.
+const fn flat(name: &'static str, bs: u32, tile: Tile) -> Variant {
+    let config = match tile {
+        Tile::Flat => flat_config_for(bs),
+        Tile::Flat32 => flat32_config_for(bs),
+        Tile::Flat64 => flat64_config_for(bs),
+        _ => None,
+    };
+    match config {
+        Some(config) => spmm(name, Module::Product, (InType::F16, Layout::RowMajor, OutType::F32), (config, tile)),
+        None => panic!("no flat block-list configuration of this tile for this block size"),
+    }
+}
+const fn decode(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    match decode_config_for(bs) {
+        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Decode)),
+        None => panic!("no decode configuration for this block size"),
+    }
+}
+const fn tuning(name: &'static str, i: usize) -> Variant {
+    // A tuning candidate is measured at every N; its tile is recorded by width for the tuner's report.
+    let tile = if TUNE_CONFIGS[i].bn <= 32 { Tile::Narrow } else { Tile::Wide };
+    spmm(name, Module::Tuning, (InType::F16, Layout::RowMajor, OutType::F32), (TUNE_CONFIGS[i], tile))
+}
+
+/// Every kernel the build compiles, product and tuning modules alike. The kernels define their entry points from
+/// this table (and fail to build if a name differs); the host loads and launches them from it. Product entry
+/// points are named `sparsek_bsr_bs<bs>_<input>_b<row|col>_<out>`: one per block size, input type, B order and
+/// output type (f32, or the input's own 16-bit type); the narrow-tile kernels (block sizes with a
+/// [`NARROW_CONFIGS`] entry) add the suffix `_n16`, the mid-tile kernels ([`MID_CONFIGS`]) `_n32`, the wide
+/// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels
+/// are named `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with
+/// the suffix `_short`.
+pub const VARIANTS: [Variant; 188] = [
+    product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
+    product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
+    product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    product("sparsek_bsr_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    product("sparsek_bsr_bs16_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 16),
+    product("sparsek_bsr_bs32_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 32),
+    product("sparsek_bsr_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    product("sparsek_bsr_bs128_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    product("sparsek_bsr_bs16_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 16),
+    product("sparsek_bsr_bs32_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 32),
+    product("sparsek_bsr_bs64_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    product("sparsek_bsr_bs128_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    product("sparsek_bsr_bs16_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 16),
+    product("sparsek_bsr_bs32_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 32),
+    product("sparsek_bsr_bs64_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    product("sparsek_bsr_bs128_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    product("sparsek_bsr_bs16_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 16),
+    product("sparsek_bsr_bs32_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 32),
+    product("sparsek_bsr_bs64_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    product("sparsek_bsr_bs128_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    product("sparsek_bsr_bs16_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 16),
+    product("sparsek_bsr_bs32_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 32),
+    product("sparsek_bsr_bs64_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    product("sparsek_bsr_bs128_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    product("sparsek_bsr_bs16_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 16),
+    product("sparsek_bsr_bs32_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 32),
+    product("sparsek_bsr_bs64_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    product("sparsek_bsr_bs128_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    product("sparsek_bsr_bs16_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 16),
+    product("sparsek_bsr_bs32_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
+    product("sparsek_bsr_bs64_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    product("sparsek_bsr_bs128_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    narrow("sparsek_bsr_bs16_f16_brow_f32_n16", InType::F16, Layout::RowMajor, OutType::F32, 16),
+    narrow("sparsek_bsr_bs32_f16_brow_f32_n16", InType::F16, Layout::RowMajor, OutType::F32, 32),
+    narrow("sparsek_bsr_bs64_f16_brow_f32_n16", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    narrow("sparsek_bsr_bs128_f16_brow_f32_n16", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs16_f16_brow_f16_n16", InType::F16, Layout::RowMajor, OutType::F16, 16),
+    narrow("sparsek_bsr_bs32_f16_brow_f16_n16", InType::F16, Layout::RowMajor, OutType::F16, 32),
+    narrow("sparsek_bsr_bs64_f16_brow_f16_n16", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    narrow("sparsek_bsr_bs128_f16_brow_f16_n16", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    narrow("sparsek_bsr_bs16_f16_bcol_f32_n16", InType::F16, Layout::ColMajor, OutType::F32, 16),
+    narrow("sparsek_bsr_bs32_f16_bcol_f32_n16", InType::F16, Layout::ColMajor, OutType::F32, 32),
+    narrow("sparsek_bsr_bs64_f16_bcol_f32_n16", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    narrow("sparsek_bsr_bs128_f16_bcol_f32_n16", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs16_f16_bcol_f16_n16", InType::F16, Layout::ColMajor, OutType::F16, 16),
+    narrow("sparsek_bsr_bs32_f16_bcol_f16_n16", InType::F16, Layout::ColMajor, OutType::F16, 32),
+    narrow("sparsek_bsr_bs64_f16_bcol_f16_n16", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    narrow("sparsek_bsr_bs128_f16_bcol_f16_n16", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    narrow("sparsek_bsr_bs16_bf16_brow_f32_n16", InType::Bf16, Layout::RowMajor, OutType::F32, 16),
+    narrow("sparsek_bsr_bs32_bf16_brow_f32_n16", InType::Bf16, Layout::RowMajor, OutType::F32, 32),
+    narrow("sparsek_bsr_bs64_bf16_brow_f32_n16", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    narrow("sparsek_bsr_bs128_bf16_brow_f32_n16", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs16_bf16_brow_bf16_n16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 16),
+    narrow("sparsek_bsr_bs32_bf16_brow_bf16_n16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 32),
+    narrow("sparsek_bsr_bs64_bf16_brow_bf16_n16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    narrow("sparsek_bsr_bs128_bf16_brow_bf16_n16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    narrow("sparsek_bsr_bs16_bf16_bcol_f32_n16", InType::Bf16, Layout::ColMajor, OutType::F32, 16),
+    narrow("sparsek_bsr_bs32_bf16_bcol_f32_n16", InType::Bf16, Layout::ColMajor, OutType::F32, 32),
+    narrow("sparsek_bsr_bs64_bf16_bcol_f32_n16", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    narrow("sparsek_bsr_bs128_bf16_bcol_f32_n16", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    narrow("sparsek_bsr_bs16_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 16),
+    narrow("sparsek_bsr_bs32_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
+    narrow("sparsek_bsr_bs64_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    narrow("sparsek_bsr_bs128_bf16_bcol_bf16_n16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    mid("sparsek_bsr_bs16_f16_brow_f32_n32", InType::F16, Layout::RowMajor, OutType::F32, 16),
+    mid("sparsek_bsr_bs16_f16_brow_f16_n32", InType::F16, Layout::RowMajor, OutType::F16, 16),
+    mid("sparsek_bsr_bs16_f16_bcol_f32_n32", InType::F16, Layout::ColMajor, OutType::F32, 16),
+    mid("sparsek_bsr_bs16_f16_bcol_f16_n32", InType::F16, Layout::ColMajor, OutType::F16, 16),
+    mid("sparsek_bsr_bs16_bf16_brow_f32_n32", InType::Bf16, Layout::RowMajor, OutType::F32, 16),
+    mid("sparsek_bsr_bs16_bf16_brow_bf16_n32", InType::Bf16, Layout::RowMajor, OutType::Bf16, 16),
+    mid("sparsek_bsr_bs16_bf16_bcol_f32_n32", InType::Bf16, Layout::ColMajor, OutType::F32, 16),
+    mid("sparsek_bsr_bs16_bf16_bcol_bf16_n32", InType::Bf16, Layout::ColMajor, OutType::Bf16, 16),
+    mid("sparsek_bsr_bs32_f16_brow_f32_n32", InType::F16, Layout::RowMajor, OutType::F32, 32),
+    mid("sparsek_bsr_bs32_f16_brow_f16_n32", InType::F16, Layout::RowMajor, OutType::F16, 32),
+    mid("sparsek_bsr_bs32_f16_bcol_f32_n32", InType::F16, Layout::ColMajor, OutType::F32, 32),
+    mid("sparsek_bsr_bs32_f16_bcol_f16_n32", InType::F16, Layout::ColMajor, OutType::F16, 32),
+    mid("sparsek_bsr_bs32_bf16_brow_f32_n32", InType::Bf16, Layout::RowMajor, OutType::F32, 32),
+    mid("sparsek_bsr_bs32_bf16_brow_bf16_n32", InType::Bf16, Layout::RowMajor, OutType::Bf16, 32),
+    mid("sparsek_bsr_bs32_bf16_bcol_f32_n32", InType::Bf16, Layout::ColMajor, OutType::F32, 32),
+    mid("sparsek_bsr_bs32_bf16_bcol_bf16_n32", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
+    mid("sparsek_bsr_bs64_f16_brow_f32_n32", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    mid("sparsek_bsr_bs128_f16_brow_f32_n32", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    mid("sparsek_bsr_bs64_f16_brow_f16_n32", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    mid("sparsek_bsr_bs128_f16_brow_f16_n32", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    mid("sparsek_bsr_bs64_f16_bcol_f32_n32", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    mid("sparsek_bsr_bs128_f16_bcol_f32_n32", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    mid("sparsek_bsr_bs64_f16_bcol_f16_n32", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    mid("sparsek_bsr_bs128_f16_bcol_f16_n32", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    mid("sparsek_bsr_bs64_bf16_brow_f32_n32", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    mid("sparsek_bsr_bs128_bf16_brow_f32_n32", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    mid("sparsek_bsr_bs64_bf16_brow_bf16_n32", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    mid("sparsek_bsr_bs128_bf16_brow_bf16_n32", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    mid("sparsek_bsr_bs64_bf16_bcol_f32_n32", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    mid("sparsek_bsr_bs128_bf16_bcol_f32_n32", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    mid("sparsek_bsr_bs64_bf16_bcol_bf16_n32", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    mid("sparsek_bsr_bs128_bf16_bcol_bf16_n32", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    mid64("sparsek_bsr_bs64_f16_brow_f32_n64", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    mid64("sparsek_bsr_bs64_f16_brow_f16_n64", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    mid64("sparsek_bsr_bs64_f16_bcol_f32_n64", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    mid64("sparsek_bsr_bs64_f16_bcol_f16_n64", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    mid64("sparsek_bsr_bs64_bf16_brow_f32_n64", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    mid64("sparsek_bsr_bs64_bf16_brow_bf16_n64", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    mid64("sparsek_bsr_bs64_bf16_bcol_f32_n64", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    mid64("sparsek_bsr_bs64_bf16_bcol_bf16_n64", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    mid64("sparsek_bsr_bs128_f16_brow_f32_n64", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    mid64("sparsek_bsr_bs128_f16_brow_f16_n64", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    mid64("sparsek_bsr_bs128_f16_bcol_f32_n64", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    mid64("sparsek_bsr_bs128_f16_bcol_f16_n64", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    mid64("sparsek_bsr_bs128_bf16_brow_f32_n64", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    mid64("sparsek_bsr_bs128_bf16_brow_bf16_n64", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    mid64("sparsek_bsr_bs128_bf16_bcol_f32_n64", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    mid64("sparsek_bsr_bs128_bf16_bcol_bf16_n64", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    tuning("sparsek_tune_0", 0),
+    tuning("sparsek_tune_1", 1),
+    tuning("sparsek_tune_2", 2),
+    tuning("sparsek_tune_3", 3),
+    tuning("sparsek_tune_4", 4),
+    tuning("sparsek_tune_5", 5),
+    tuning("sparsek_tune_6", 6),
+    tuning("sparsek_tune_7", 7),
+    tuning("sparsek_tune_8", 8),
+    tuning("sparsek_tune_9", 9),
+    tuning("sparsek_tune_10", 10),
+    tuning("sparsek_tune_11", 11),
+    tuning("sparsek_tune_12", 12),
+    tuning("sparsek_tune_13", 13),
+    tuning("sparsek_tune_14", 14),
+    tuning("sparsek_tune_15", 15),
+    tuning("sparsek_tune_16", 16),
+    tuning("sparsek_tune_17", 17),
+    tuning("sparsek_tune_18", 18),
+    tuning("sparsek_tune_19", 19),
+    tuning("sparsek_tune_20", 20),
+    tuning("sparsek_tune_21", 21),
+    tuning("sparsek_tune_22", 22),
+    tuning("sparsek_tune_23", 23),
+    tuning("sparsek_tune_24", 24),
+    tuning("sparsek_tune_25", 25),
+    tuning("sparsek_tune_26", 26),
+    tuning("sparsek_tune_27", 27),
+    decode("sparsek_bsr_bs32_f16_brow_f32_dec", InType::F16, Layout::RowMajor, OutType::F32, 32),
+    decode("sparsek_bsr_bs64_f16_brow_f32_dec", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    decode("sparsek_bsr_bs128_f16_brow_f32_dec", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    decode("sparsek_bsr_bs32_f16_brow_f16_dec", InType::F16, Layout::RowMajor, OutType::F16, 32),
+    decode("sparsek_bsr_bs64_f16_brow_f16_dec", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    decode("sparsek_bsr_bs128_f16_brow_f16_dec", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    decode("sparsek_bsr_bs32_f16_bcol_f32_dec", InType::F16, Layout::ColMajor, OutType::F32, 32),
+    decode("sparsek_bsr_bs64_f16_bcol_f32_dec", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    decode("sparsek_bsr_bs128_f16_bcol_f32_dec", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    decode("sparsek_bsr_bs32_f16_bcol_f16_dec", InType::F16, Layout::ColMajor, OutType::F16, 32),
+    decode("sparsek_bsr_bs64_f16_bcol_f16_dec", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    decode("sparsek_bsr_bs128_f16_bcol_f16_dec", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    decode("sparsek_bsr_bs32_bf16_brow_f32_dec", InType::Bf16, Layout::RowMajor, OutType::F32, 32),
+    decode("sparsek_bsr_bs64_bf16_brow_f32_dec", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    decode("sparsek_bsr_bs128_bf16_brow_f32_dec", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    decode("sparsek_bsr_bs32_bf16_brow_bf16_dec", InType::Bf16, Layout::RowMajor, OutType::Bf16, 32),
+    decode("sparsek_bsr_bs64_bf16_brow_bf16_dec", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    decode("sparsek_bsr_bs128_bf16_brow_bf16_dec", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    decode("sparsek_bsr_bs32_bf16_bcol_f32_dec", InType::Bf16, Layout::ColMajor, OutType::F32, 32),
+    decode("sparsek_bsr_bs64_bf16_bcol_f32_dec", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    decode("sparsek_bsr_bs128_bf16_bcol_f32_dec", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    decode("sparsek_bsr_bs32_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
+    decode("sparsek_bsr_bs64_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    decode("sparsek_bsr_bs128_bf16_bcol_bf16_dec", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    flat("sparsek_bsr_bs64_f16_brow_f32_flat", 64, Tile::Flat),
+    flat("sparsek_bsr_bs128_f16_brow_f32_flat", 128, Tile::Flat),
+    flat("sparsek_bsr_bs64_f16_brow_f32_flat64", 64, Tile::Flat64),
+    flat("sparsek_bsr_bs64_f16_brow_f32_flat32", 64, Tile::Flat32),
+    hopper("sparsek_sm90_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    hopper("sparsek_sm90_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    hopper("sparsek_sm90_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    hopper("sparsek_sm90_bs128_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    hopper("sparsek_sm90_bs64_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    hopper("sparsek_sm90_bs128_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    hopper("sparsek_sm90_bs64_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    hopper("sparsek_sm90_bs128_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    hopper("sparsek_sm90_bs64_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    hopper("sparsek_sm90_bs128_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    hopper("sparsek_sm90_bs64_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    hopper("sparsek_sm90_bs128_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    hopper("sparsek_sm90_bs64_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    hopper("sparsek_sm90_bs128_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    hopper("sparsek_sm90_bs64_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    hopper("sparsek_sm90_bs128_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    hopper_short("sparsek_sm90_bs64_f16_brow_f32_short", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    hopper_short("sparsek_sm90_bs64_f16_bcol_f32_short", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    hopper_short("sparsek_sm90_bs64_bf16_brow_f32_short", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    hopper_short("sparsek_sm90_bs64_bf16_bcol_f32_short", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+];
+
+/// The variant named `name` (a compile-time lookup for the kernels' entry points).
+pub const fn variant(name: &str) -> Variant {
+    let mut i = 0;
+    while i < VARIANTS.len() {
+        if str_eq(VARIANTS[i].name, name) {
+            return VARIANTS[i];
+        }
+        i += 1;
+    }
+    panic!("no variant of this name in layout::VARIANTS")
+}
+
+/// `a == b` in a `const fn`.
+pub const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
