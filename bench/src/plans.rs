@@ -4,7 +4,7 @@
 //! budget, the fastest kept when it beats the heuristic by more than 3%); then the heuristic's plan and the tuned
 //! plan are each checked again against the f64 oracle (C poisoned first) and re-measured in a separate
 //! interleaved timing, each launch on the next of its own rotated input sets spanning twice the L2
-//! ([`crate::decode::rotation_depth`]), so the tuner's choice is judged by a measurement it did not make. The
+//! ([`crate::measure::rotation_depth`]), so the tuner's choice is judged by a measurement it did not make. The
 //! tuned plan is flagged "slower" when it differs from the heuristic's and its re-measured median is more than 3%
 //! above the heuristic's; where the heuristic's plan was kept, the two sides run the same kernel, and their ratio
 //! is the noise floor of the measurement (reported in the summary).
@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::decode::{BytesMoved, Times, rotation_depth};
 use crate::grid::{Case, Source};
+use crate::measure::{BytesMoved, Times, rotation_depth};
 use crate::report::{Check, Header};
 use crate::runner::{Contender, time_interleaved};
 use crate::side::{CaseFacts, SideConfig};

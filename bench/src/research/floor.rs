@@ -15,7 +15,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, DriverError, LaunchConfig, PushKer
 use cudarc::nvrtc::Ptx;
 use serde::Serialize;
 
-use crate::decode::Times;
+use crate::measure::Times;
 use crate::poison;
 use crate::runner::Contender;
 use sparsek::gpu::Gpu;

@@ -17,7 +17,7 @@ use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use serde::Serialize;
 
-use crate::decode::Times;
+use crate::measure::Times;
 use crate::runner::Contender;
 use sparsek::gpu::Gpu;
 

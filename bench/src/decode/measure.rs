@@ -1,0 +1,573 @@
+//! Measuring one case: its operands and input sets, the contenders timed interleaved, the read floor, the
+//! empty launch, the queued and graph-replayed times, and the checks of each output.
+
+use super::*;
+
+pub(super) fn is_out_of_memory(e: &DriverError) -> bool {
+    e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// Times `cuMemcpyDtoDAsync` of [`COPY_BYTES`] (or 4x L2), halving the size while the two buffers do not fit,
+/// down to 2x L2.
+pub(super) fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwidth {
+    let l2 = gpu.info().l2_bytes;
+    let floor = (2 * l2).max(1);
+    let mut bytes = COPY_BYTES.max(4 * l2);
+    let mut result = CopyBandwidth { bytes: 0, time: None, gbps: None, error: None };
+    let stream = gpu.stream();
+    let alloc = |bytes: u64| -> std::result::Result<(CudaSlice<u8>, CudaSlice<u8>), DriverError> {
+        let len = usize::try_from(bytes).unwrap_or(usize::MAX);
+        Ok((stream.alloc_zeros::<u8>(len)?, stream.alloc_zeros::<u8>(len)?))
+    };
+    let (mut src, mut dst) = loop {
+        match alloc(bytes) {
+            Ok(buffers) => break buffers,
+            Err(e) if is_out_of_memory(&e) && bytes / 2 >= floor => bytes /= 2,
+            Err(e) => {
+                result.error = Some(format!("allocating two buffers of {bytes} bytes: {e}"));
+                return result;
+            }
+        }
+    };
+    result.bytes = bytes;
+    // A non-zero source, so that nothing could profit from copying zeros.
+    if let Err(e) = poison(gpu, src.as_view_mut()) {
+        result.error = Some(e);
+        return result;
+    }
+    let timer = EventTimer::new(stream);
+    let copy = || stream.memcpy_dtod(&src, &mut dst).map_err(|source| Error::Cuda { op: "cuMemcpyDtoDAsync", source });
+    match timer.time(warmup, iters, copy) {
+        Ok(ms) => {
+            result.time = Times::from_ms(&ms);
+            let median_us = result.time.as_ref().map(|t| t.median_us);
+            result.gbps = ratio(Some(2.0 * bytes as f64 / 1e3), median_us);
+        }
+        Err(e) => result.error = Some(e.to_string()),
+    }
+    result
+}
+
+/// Times the read floor kernel reading `bytes` (the copy's size; nothing written), each launch between its own pair
+/// of events: the read bandwidth.
+pub(super) fn measure_read(
+    gpu: &Gpu,
+    kernel: &std::result::Result<CudaFunction, String>,
+    bytes: u64,
+    warmup: usize,
+    iters: usize,
+) -> ReadFloor {
+    let mut result = ReadFloor { read_bytes: bytes, ctas: floor::ctas(bytes, 0), sets: 1, ..ReadFloor::default() };
+    let sets = match kernel {
+        Ok(f) if bytes > 0 => FloorSets::new(gpu, f.clone(), bytes, 0, 1),
+        Ok(_) => Err("the copy was not measured".into()),
+        Err(e) => Err(e.clone()),
+    };
+    let mut sets = match sets {
+        Ok(s) => s,
+        Err(e) => {
+            result.error = Some(e);
+            return result;
+        }
+    };
+    let launch =
+        || sets.queue(gpu, 0).map_err(|source| Error::Cuda { op: "cuLaunchKernel (sparsek_read_floor)", source });
+    match EventTimer::new(gpu.stream()).time(warmup, iters, launch) {
+        Ok(ms) => {
+            result.time = Times::from_ms(&ms);
+            result.gbps = ratio(Some(bytes as f64 / 1e3), result.median_us());
+        }
+        Err(e) => result.error = Some(e.to_string()),
+    }
+    result
+}
+
+/// Loads the empty kernel into the GPU's context.
+pub(super) fn load_empty_kernel(gpu: &Gpu) -> std::result::Result<CudaFunction, String> {
+    let module = gpu.context().load_module(Ptx::from_src(EMPTY_PTX)).map_err(|e| format!("loading its PTX: {e}"))?;
+    module.load_function(EMPTY_KERNEL).map_err(|e| format!("looking up {EMPTY_KERNEL}: {e}"))
+}
+
+/// Times launches of the empty kernel, 1 CTA of 32 threads, each between its own pair of events.
+pub(super) fn measure_empty_launch(gpu: &Gpu, warmup: usize, iters: usize) -> EmptyLaunch {
+    let mut result = EmptyLaunch {
+        kernel: format!("{EMPTY_KERNEL}: a PTX kernel whose body is `ret`, 1 CTA of 32 threads"),
+        time: None,
+        error: None,
+    };
+    let func = match load_empty_kernel(gpu) {
+        Ok(f) => f,
+        Err(e) => {
+            result.error = Some(e);
+            return result;
+        }
+    };
+    let launch =
+        || launch_empty(gpu, &func).map_err(|source| Error::Cuda { op: "cuLaunchKernel (sparsek_empty)", source });
+    match EventTimer::new(gpu.stream()).time(warmup, iters, launch) {
+        Ok(ms) => result.time = Times::from_ms(&ms),
+        Err(e) => result.error = Some(e.to_string()),
+    }
+    result
+}
+
+/// Queues one launch of the empty kernel, 1 CTA of 32 threads, on the GPU's stream.
+pub(super) fn launch_empty(gpu: &Gpu, func: &CudaFunction) -> std::result::Result<(), DriverError> {
+    let shape = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: the kernel takes no parameters and touches no memory; the stream is the Gpu's, in the context the
+    // module was loaded into.
+    unsafe { gpu.stream().launch_builder(func).launch(shape) }.map(drop)
+}
+
+/// The empty kernel as a contender of the queued measurement.
+pub(super) struct EmptyKernel(CudaFunction);
+
+impl Contender for EmptyKernel {
+    fn launch(&mut self, gpu: &Gpu, _set: usize) -> std::result::Result<(), String> {
+        launch_empty(gpu, &self.0).map_err(|e| format!("cuLaunchKernel ({EMPTY_KERNEL}): {e}"))
+    }
+
+    fn sets(&self) -> usize {
+        1
+    }
+}
+
+/// The empty kernel queued behind the hold ([`queued::measure`]).
+pub(super) fn measure_queued_empty_launch(gpu: &Gpu, hold: &std::result::Result<Hold, String>) -> Queued {
+    let hold = match hold {
+        Ok(h) => h,
+        Err(e) => return Queued::failed(e.clone()),
+    };
+    match load_empty_kernel(gpu) {
+        Ok(func) => queued::measure(gpu, hold, &mut EmptyKernel(func), queued::BATCH),
+        Err(e) => Queued::failed(e),
+    }
+}
+
+/// The host operands of one case and their oracle.
+pub(super) struct Operands {
+    a: Bsr<f16>,
+    b: Matrix<f16>,
+    /// The oracle's sampled rows of C, with the tolerance of sparsek's f32 output.
+    expected: Expected,
+}
+
+/// Runs one case: operands and oracle, then each contender set up and checked, then both timed interleaved;
+/// then the figures and verdicts.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_case(
+    (gpu, programmatic): (&Gpu, Option<&Gpu>),
+    libs: Kernels<'_>,
+    hold: &std::result::Result<Hold, String>,
+    cfg: &DecodeConfig,
+    iters: usize,
+    case: &Case,
+    refs: &References,
+    tag: &str,
+) -> DecodeRecord {
+    let mut case = case.clone();
+    let seed = case.seed(cfg.seed);
+    let mut rec = DecodeRecord::new(&case, seed);
+    if let Err(e) = measure((gpu, programmatic), libs, hold, cfg, iters, &mut case, &mut rec, tag) {
+        rec.error = Some(e);
+    }
+    rec.evaluate(&case, refs);
+    rec
+}
+
+/// cuBLAS and the read floor kernel, each loaded once per run (or why it could not be).
+pub(super) type Kernels<'a> = (&'a std::result::Result<Cublas, String>, &'a std::result::Result<CudaFunction, String>);
+
+/// Builds the operands of `case`, sets up and checks each contender, and times them with the same-size copy and
+/// the read floor; the contenders' failures are recorded in their results, the case's returned. Then sparsek is
+/// timed queued ([`queued`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn measure(
+    (gpu, programmatic): (&Gpu, Option<&Gpu>),
+    (lib, floor_kernel): Kernels<'_>,
+    hold: &std::result::Result<Hold, String>,
+    cfg: &DecodeConfig,
+    iters: usize,
+    case: &mut Case,
+    rec: &mut DecodeRecord,
+    tag: &str,
+) -> std::result::Result<(), String> {
+    if let Source::File(p) = &case.source {
+        return Err(format!("--decode measures generated cases only, not {}", p.display()));
+    }
+    let ops = operands(case, cfg, rec.facts.seed, tag).map_err(|e| format!("building the operands: {e}"))?;
+    let (m, n, k) = (ops.a.rows(), ops.b.cols(), ops.a.cols());
+    rec.facts.nnzb = ops.a.nnzb();
+    rec.bytes = BytesMoved::new(m, n, k, ops.a.block_size(), rec.facts.nnzb);
+
+    let mut sets = Vec::with_capacity(Form::ALL.len());
+    for form in Form::ALL {
+        eprintln!("{tag}   {}: setting up and checking", form.name());
+        let set_bytes = match form {
+            Form::Sparsek => rec.bytes.total,
+            Form::Cublas => (2 * m * k + 2 * k * n + 4 * m * n) as u64,
+        };
+        let depth = rotation_depth(set_bytes, gpu.info().l2_bytes);
+        let result = match (form, lib) {
+            (Form::Cublas, Err(why)) => Err(format!("cuBLAS unavailable: {why}")),
+            _ => setup(gpu, lib.as_ref().ok(), form, &ops, depth),
+        };
+        let r = rec.contender_mut(form);
+        match result {
+            Ok((s, check)) => {
+                r.check = Some(check);
+                r.sets = s.len();
+                r.rotated_bytes = set_bytes * s.len() as u64;
+                sets.push((form, s));
+            }
+            Err(e) => r.error = Some(e),
+        }
+    }
+    // The oracle's sampled rows stay for the graph replays' check; A and B on the host go.
+    let Operands { expected, .. } = ops;
+    if sets.is_empty() {
+        return Ok(());
+    }
+    let copy_bytes = rec.bytes.total.div_ceil(2).next_multiple_of(16).max(16);
+    rec.same_size_copy.bytes = copy_bytes;
+    let mut copy = match CopySets::new(gpu, copy_bytes, rotation_depth(2 * copy_bytes, gpu.info().l2_bytes)) {
+        Ok(c) => {
+            rec.same_size_copy.sets = c.pairs.len();
+            Some(c)
+        }
+        Err(e) => {
+            rec.same_size_copy.error = Some(e);
+            None
+        }
+    };
+
+    let (floor_read, floor_write) = (rec.bytes.total - rec.bytes.c, rec.bytes.c);
+    rec.read_floor.read_bytes = floor_read.next_multiple_of(16);
+    rec.read_floor.write_bytes = floor_write.next_multiple_of(16);
+    rec.read_floor.ctas = floor::ctas(floor_read, floor_write);
+    let depth = rotation_depth(floor_read + floor_write, gpu.info().l2_bytes);
+    let mut floor = match floor_kernel.clone().and_then(|f| FloorSets::new(gpu, f, floor_read, floor_write, depth)) {
+        Ok(f) => {
+            rec.read_floor.sets = f.sets();
+            Some(f)
+        }
+        Err(e) => {
+            rec.read_floor.error = Some(e);
+            None
+        }
+    };
+
+    eprintln!("{tag}   timing, interleaved");
+    let mut timing = time_with_references(gpu, cfg.warmup, iters, &mut sets, copy.as_mut(), floor.as_mut());
+    // The copy and the read floor have no output to check and must not fail the case: when one's own launch
+    // failed, its error is recorded and the rest are timed again without it.
+    while timing.is_err() {
+        if let Some(e) = copy.as_mut().and_then(|c| c.failure.take()) {
+            rec.same_size_copy.error = Some(format!("timing: {e}"));
+            eprintln!("{tag}   same-size copy failed ({e}); timing again without it");
+            copy = None;
+        } else if let Some(e) = floor.as_mut().and_then(|f| f.failure.take()) {
+            rec.read_floor.error = Some(format!("timing: {e}"));
+            eprintln!("{tag}   read floor failed ({e}); timing again without it");
+            floor = None;
+        } else {
+            break;
+        }
+        timing = time_with_references(gpu, cfg.warmup, iters, &mut sets, copy.as_mut(), floor.as_mut());
+    }
+    let (items, times, clock) = timing.map_err(|e| format!("timing: {e}"))?;
+    rec.sm_clock_mhz = clock;
+    for (item, t) in items.into_iter().zip(&times) {
+        match item {
+            Item::Contender(form) => rec.contender_mut(form).time = Times::from_ms(t),
+            Item::SameSizeCopy => rec.same_size_copy.time = Times::from_ms(t),
+            Item::ReadFloor => rec.read_floor.time = Times::from_ms(t),
+        }
+    }
+    if let Some((_, s)) = sets.iter_mut().find(|(f, _)| *f == Form::Sparsek) {
+        eprintln!("{tag}   timing sparsek queued ({} launches per batch)", queued::BATCH);
+        rec.sparsek_queued = match hold {
+            Ok(h) => queued::measure(gpu, h, s, queued::BATCH),
+            Err(e) => Queued::failed(e.clone()),
+        };
+        if let Some(pg) = programmatic {
+            eprintln!("{tag}   timing sparsek queued, programmatic launches");
+            rec.sparsek_queued_programmatic = Some(match hold {
+                Ok(h) => queued_programmatic(gpu, pg, h, s),
+                Err(e) => Queued::failed(e.clone()),
+            });
+        }
+        if let Some(f) = floor.as_mut() {
+            eprintln!("{tag}   timing the read floor queued ({} launches per batch)", queued::BATCH);
+            rec.read_floor_queued = match hold {
+                Ok(h) => queued::measure(gpu, h, f, queued::BATCH),
+                Err(e) => Queued::failed(e.clone()),
+            };
+        }
+        eprintln!("{tag}   timing sparsek replayed from a CUDA graph ({} launches)", queued::BATCH);
+        rec.sparsek_graph = Some(graph_replayed(gpu, gpu, s, &expected));
+        if let Some(pg) = programmatic {
+            eprintln!("{tag}   timing sparsek replayed from a CUDA graph, programmatic launches");
+            rec.sparsek_graph_programmatic = Some(graph_replayed(gpu, pg, s, &expected));
+        }
+    }
+    Ok(())
+}
+
+/// sparsek's `sets` replayed from a CUDA graph through `launcher` (`gpu` itself, or a `Gpu` on its context with
+/// programmatic launches): [`queued::BATCH`] launches (`Gpu::spmm_raw` on the sets in turn) captured once on a new
+/// stream in global mode (as `torch.cuda.graph` captures), the graph replayed once untimed and then
+/// [`queued::REPS`] times, each between its own pair of events: per launch, the graph's time over the batch (what
+/// a decode step replayed from a graph spends per product: `torch.compile(mode="reduce-overhead")`). A captured
+/// launch balances its rows only where that pays for its workspace's graph nodes (`graph_balance_pays`), so its
+/// bits may differ from the plain launches': C of set 0 is poisoned first and checked against the oracle's sampled
+/// rows (`expected`) after the replays.
+pub(super) fn graph_replayed(gpu: &Gpu, launcher: &Gpu, sets: &mut Sets<'_>, expected: &Expected) -> Queued {
+    use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let batch = queued::BATCH;
+    let mut run = || -> std::result::Result<Vec<f32>, String> {
+        poison(gpu, sets.output().ok_or("no input set")?.as_view_mut())?;
+        gpu.synchronize().map_err(|e| e.to_string())?;
+        let Sets::Sparsek(own) = &mut *sets else { return Err("a graph of sparsek's launches only".into()) };
+        let stream = launcher.new_stream().map_err(|e| e.to_string())?;
+        // The views are made before the capture: each records an event on its buffer's stream.
+        let mut views: Vec<_> = own.iter_mut().map(|(a, b, c)| (a.view(), b.view(), c.view_mut())).collect();
+        let count = views.len().max(1);
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).map_err(|e| e.to_string())?;
+        let mut captured = Ok(());
+        for i in 0..batch {
+            let (a, b, c) = &mut views[i % count];
+            // SAFETY: views of live buffers of this context, not used by other work while the graph runs (the
+            // Gpu's stream was synchronised above, and nothing else is queued until the replays end).
+            let r = unsafe { launcher.spmm_raw(stream.cu_stream(), a, b, c, None, Epilogue::default()) };
+            if let Err(e) = r {
+                captured = Err(format!("launch during capture: {e}"));
+                break;
+            }
+        }
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+        captured?;
+        let graph = graph.map_err(|e| format!("cuStreamEndCapture: {e}"))?.ok_or("an empty graph")?;
+        graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
+        let ctx = gpu.context();
+        let mut ms = Vec::with_capacity(queued::REPS);
+        for _ in 0..queued::REPS {
+            let event =
+                || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e}"));
+            let (start, end) = (event()?, event()?);
+            start.record(&stream).map_err(|e| format!("cuEventRecord: {e}"))?;
+            graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
+            end.record(&stream).map_err(|e| format!("cuEventRecord: {e}"))?;
+            end.synchronize().map_err(|e| format!("cuEventSynchronize: {e}"))?;
+            ms.push(start.elapsed_ms(&end).map_err(|e| format!("cuEventElapsedTime: {e}"))? / batch as f32);
+        }
+        stream.synchronize().map_err(|e| e.to_string())?;
+        drop(views);
+        let after = sets.output().ok_or("no input set")?.to_host().map_err(|e| e.to_string())?;
+        let report = expected.check(&after);
+        if !report.passed() {
+            return Err(format!("the graph's output fails the oracle's check: {report}"));
+        }
+        Ok(ms)
+    };
+    match run() {
+        Ok(ms) => Queued { batch, time: Times::from_ms(&ms), hold_us: None, error: None },
+        Err(e) => Queued::failed(e),
+    }
+}
+
+/// Whether two outputs of the same shape hold the same bits in every element (their padding aside).
+pub(super) fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
+    (0..x.rows()).all(|r| x.row(r).iter().zip(y.row(r)).all(|(p, q)| p.to_bits() == q.to_bits()))
+}
+
+/// sparsek's `sets` queued behind the hold through `programmatic`, a `Gpu` on the same context
+/// (`Gpu::from_context`) whose launches are programmatic. Checked: C of set 0 (what the plain launches left,
+/// deterministic) is poisoned first and must have the same bits in every element after the batches.
+pub(super) fn queued_programmatic(gpu: &Gpu, programmatic: &Gpu, hold: &Hold, sets: &mut Sets<'_>) -> Queued {
+    let output = |sets: &mut Sets<'_>| -> std::result::Result<Matrix<f32>, String> {
+        sets.output().ok_or("no input set")?.to_host().map_err(|e| e.to_string())
+    };
+    let before = match output(sets) {
+        Ok(c) => c,
+        Err(e) => return Queued::failed(e),
+    };
+    if let Err(e) = sets.output().ok_or("no input set".to_string()).and_then(|c| poison(gpu, c.as_view_mut())) {
+        return Queued::failed(e);
+    }
+    let q = queued::measure(programmatic, hold, sets, queued::BATCH);
+    if q.error.is_some() {
+        return q;
+    }
+    match output(sets) {
+        Ok(after) if same_bits(&after, &before) => q,
+        Ok(_) => Queued::failed("the programmatic launches' output differs from the plain launches'".into()),
+        Err(e) => Queued::failed(e),
+    }
+}
+
+/// One item of the interleaved loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Item {
+    Contender(Form),
+    SameSizeCopy,
+    ReadFloor,
+}
+
+/// What [`time_with_references`] timed, in order, each one's times, and the SM clock.
+pub(super) type Timed = (Vec<Item>, Vec<Vec<f32>>, Option<u32>);
+
+/// Times the contenders' `sets` and, when given, the same-size copy and the read floor, interleaved
+/// ([`time_interleaved`]). The copy goes right after sparsek: what it leaves dirty in L2 (up to half its bytes) is
+/// written back during the next launch, which should be cuBLAS's long one, not sparsek's (on an H200, sparsek
+/// measured 8-14% slower at 8192^2 and 16384^2 with the copy just before it than in the run before without the
+/// copy). The read floor goes last, so that sparsek follows it: each then finds in L2 the other's dirty C, of
+/// the same size.
+pub(super) fn time_with_references(
+    gpu: &Gpu,
+    warmup: usize,
+    iters: usize,
+    sets: &mut [(Form, Sets<'_>)],
+    copy: Option<&mut CopySets>,
+    floor: Option<&mut FloorSets>,
+) -> std::result::Result<Timed, String> {
+    let (mut items, mut timed): (Vec<Item>, Vec<&mut dyn Contender>) =
+        sets.iter_mut().map(|(f, s)| (Item::Contender(*f), s as &mut dyn Contender)).unzip();
+    if let Some(c) = copy {
+        let at = items.iter().position(|f| *f == Item::Contender(Form::Sparsek)).map_or(0, |i| i + 1);
+        items.insert(at, Item::SameSizeCopy);
+        timed.insert(at, c);
+    }
+    if let Some(f) = floor {
+        items.push(Item::ReadFloor);
+        timed.push(f);
+    }
+    let (times, clock) = time_interleaved(gpu, &mut timed, warmup, iters)?;
+    Ok((items, times, clock))
+}
+
+/// The same-size copy's rotated (source, destination) pairs; sources hold non-zero bytes.
+pub(super) struct CopySets {
+    pairs: Vec<(CudaSlice<u8>, CudaSlice<u8>)>,
+    /// Why its last launch failed, so that a failed timing can be told apart from the contenders' failures.
+    failure: Option<String>,
+}
+
+impl CopySets {
+    /// `depth` pairs of `bytes` each (at least one), or why they could not be allocated.
+    fn new(gpu: &Gpu, bytes: u64, depth: usize) -> std::result::Result<CopySets, String> {
+        let len = usize::try_from(bytes).map_err(|_| format!("{bytes} bytes do not fit this host's usize"))?;
+        let stream = gpu.stream();
+        let mut pairs = Vec::with_capacity(depth.max(1));
+        for _ in 0..depth.max(1) {
+            let alloc = |what: &str| {
+                stream.alloc_zeros::<u8>(len).map_err(|e| format!("allocating the copy's {what} of {bytes} bytes: {e}"))
+            };
+            let (mut src, dst) = (alloc("source")?, alloc("destination")?);
+            poison(gpu, src.as_view_mut())?;
+            pairs.push((src, dst));
+        }
+        Ok(CopySets { pairs, failure: None })
+    }
+}
+
+impl Contender for CopySets {
+    /// Queues the copy of pair `set` on the GPU's stream.
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+        let (src, dst) = &mut self.pairs[set];
+        let r = gpu.stream().memcpy_dtod(src, dst).map_err(|e| format!("cuMemcpyDtoDAsync: {e}"));
+        if let Err(e) = &r {
+            self.failure = Some(e.clone());
+        }
+        r
+    }
+
+    fn sets(&self) -> usize {
+        self.pairs.len().max(1)
+    }
+}
+
+/// A and B ([`Case::operands`]) and the oracle on the sampled rows of C.
+pub(super) fn operands(case: &mut Case, cfg: &DecodeConfig, seed: u64, tag: &str) -> Result<Operands> {
+    let (a, b, _, expected) = crate::side::f16_operands(case, cfg, seed, tag)?;
+    Ok(Operands { a, b, expected })
+}
+
+/// One contender's device operands: input sets rotated per launch (C of set 0 is the one checked).
+pub(super) enum Sets<'l> {
+    Sparsek(Vec<(DeviceBsr<f16>, DeviceMatrix<f16>, DeviceMatrix<f32>)>),
+    Cublas(crate::side::CublasSets<'l>),
+}
+
+impl Contender for Sets<'_> {
+    /// Queues one product on input set `set` on the GPU's stream.
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+        match self {
+            Sets::Sparsek(sets) => {
+                let (a, b, c) = &mut sets[set];
+                gpu.spmm(a, b, c, Epilogue::default()).map_err(|e| e.to_string())
+            }
+            Sets::Cublas(c) => c.launch(gpu, set),
+        }
+    }
+
+    fn sets(&self) -> usize {
+        self.len().max(1)
+    }
+}
+
+impl Sets<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Sets::Sparsek(s) => s.len(),
+            Sets::Cublas(c) => c.len(),
+        }
+    }
+
+    /// C of set 0.
+    fn output(&mut self) -> Option<&mut DeviceMatrix<f32>> {
+        match self {
+            Sets::Sparsek(s) => s.first_mut().map(|t| &mut t.2),
+            Sets::Cublas(c) => c.output(),
+        }
+    }
+}
+
+/// Uploads `depth` input sets of `form`, poisons C of set 0, launches on it and checks the output against the
+/// oracle.
+pub(super) fn setup<'l>(
+    gpu: &Gpu,
+    lib: Option<&'l Cublas>,
+    form: Form,
+    ops: &Operands,
+    depth: usize,
+) -> std::result::Result<(Sets<'l>, Check), String> {
+    let s = |e: Error| e.to_string();
+    let (a, b) = (&ops.a, &ops.b);
+    let (m, n) = (a.rows(), b.cols());
+    let mut sets = match form {
+        Form::Sparsek => Sets::Sparsek(
+            (0..depth)
+                .map(|_| Ok((gpu.upload(a)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
+                .collect::<Result<_>>()
+                .map_err(s)?,
+        ),
+        Form::Cublas => {
+            let lib = lib.ok_or("cuBLAS unavailable")?;
+            Sets::Cublas(crate::side::CublasSets::upload(gpu, lib, a, b, depth)?)
+        }
+    };
+    let c = sets.output().ok_or("no input set")?;
+    poison(gpu, c.as_view_mut())?;
+    sets.launch(gpu, 0)?;
+    let host = sets.output().ok_or("no input set")?.to_host().map_err(s)?;
+    Ok((sets, Check::from(&check_output(form, ops, &host))))
+}
+
+/// Compares `form`'s output with the oracle.
+pub(super) fn check_output(form: Form, ops: &Operands, host: &Matrix<f32>) -> CheckReport {
+    match form {
+        Form::Sparsek => ops.expected.check(host),
+        Form::Cublas => crate::side::check_cublas(&ops.expected, &ops.a, &ops.b, host),
+    }
+}

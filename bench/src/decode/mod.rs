@@ -1,0 +1,591 @@
+//! `sparsek bench --decode`: the decode and small-problem grid of issue 12, where a product does few flops per byte
+//! moved and is bound by memory or by the launch, not by the tensor cores. Each case is measured with the method
+//! of the main benchmark, on two contenders:
+//!
+//! 1. `sparsek-f16`: [`Gpu::spmm`] with f16 A (BSR) and B row-major, and an f32 C (the main benchmark's sparsek
+//!    contender);
+//! 2. cuBLAS dense f16 GEMM of the same M, N, K on A expanded to dense, f32 accumulation and output
+//!    (`cublasGemmEx`, the main benchmark's baseline).
+//!
+//! Each contender's C is poisoned, computed once and compared with the f64 oracle (sampled rows, the library's
+//! [`Expected`]) before it is timed; then both are timed interleaved launch by launch, each launch between its
+//! own pair of CUDA events, each on the next of its rotated input sets: enough identical sets that together
+//! they span at least twice the GPU's L2 ([`rotation_depth`]), so no launch finds its operands in L2. The median
+//! of at least [`MIN_ITERS`] launches after the warm-up is reported.
+//!
+//! Two references are measured once per run, before the cases, on the same GPU and stream:
+//!
+//! - the device-to-device copy bandwidth: `cuMemcpyDtoDAsync` of a buffer of [`COPY_BYTES`] (or 4x L2 when that
+//!   is larger; halved while the allocation runs out of memory, down to 2x L2), each copy between its own pair
+//!   of events; bandwidth = bytes read + bytes written = 2 x size, over the median time;
+//! - an empty kernel launch: a PTX kernel whose body is `ret`, 1 CTA of 32 threads, timed like the contenders.
+//!   When a launch is shorter than the host's time to queue the next, the stream idles between the start event
+//!   and the kernel, so the event time includes the host's queuing; the empty launch and the contenders are
+//!   measured alike, which is what makes their ratio meaningful;
+//! - the same empty launch **queued** ([`queued`]): [`queued::BATCH`] launches behind a kernel that holds the
+//!   stream while the host queues them, timed between one pair of events; per launch, this is the GPU's own
+//!   time, without the host's.
+//!
+//! - the **read bandwidth**: the read floor kernel ([`floor`]) reading a buffer as large as the copy's, writing
+//!   nothing, timed like the copy.
+//!
+//! Per case, a third item is timed in the same interleaved loop: the **same-size copy**, `cuMemcpyDtoDAsync`
+//! of half the case's bytes moved (so that read + written equals them), over its own rotated buffer pairs. A
+//! launch of a few tens of MB pays a fixed ramp (measured on an H100: a copy moving 30 MB reaches 63% of the
+//! 1 GiB copy's bandwidth, with about 6 µs of fixed cost per copy: docs/perf-notes.md, issue 12 step 4), so the
+//! 1 GiB figure is out of reach for any small transfer; the same-size copy is the floor at the case's size. The
+//! issue's targets stay on the 1 GiB copy; the fraction of the same-size copy is reported beside them. And a
+//! fourth: the **read floor** ([`floor`]), a kernel reading the bytes sparsek must read (A's values and indices, B)
+//! and writing those it must write (C), and nothing else, over its own rotated buffers. A copy reads half the
+//! bytes and writes half; the read floor moves them as the product does, so its time is what any kernel measured
+//! this way needs. Each target is also judged on the read floor's time: one that the read floor misses is out of
+//! reach of any kernel under this method (`MISSED, read floor too` in the table, counted in the summary).
+//!
+//! Per case:
+//!
+//! - **bytes moved** ([`BytesMoved`]): what any implementation must move once: A's values (`nnzb * bs^2 * 2`),
+//!   A's indices as sparsek uploads them (u32 `row_ptr`, `M / bs + 1` entries, and `col_idx`, `nnzb` entries), B
+//!   (`K * N * 2`) read, C (`M * N * 4`) written (beta = 0: C is not read). Device padding of B's and C's rows to
+//!   16 bytes and sparsek's own block-row schedule are not counted;
+//! - **achieved bandwidth**: bytes moved / sparsek's median time, and its **fraction of the copy bandwidth**;
+//! - **speedup over cuBLAS**: cuBLAS's median time / sparsek's;
+//! - **launch ratio**: sparsek's median time / the empty launch's;
+//! - **queued**: sparsek's time per launch queued behind the hold like the empty launch, and its ratio to the
+//!   queued empty launch (what the GPU spends per product, without the host: for the small shapes, what bounds
+//!   the launch ratio);
+//! - **queued, programmatic** (where the GPU has programmatic dependent launch and the run's own launches are
+//!   plain): the same through a second `Gpu` whose launches may start under the one before
+//!   (`Gpu::with_programmatic_launch`), its output checked bit for bit against the plain launches';
+//! - **graph**: sparsek's time per launch replayed from a CUDA graph of [`queued::BATCH`] captured launches (global
+//!   mode, as `torch.cuda.graph`; what `torch.compile(mode="reduce-overhead")` replays), its output checked against
+//!   the oracle; and the same through the programmatic `Gpu` where that is measured;
+//! - the **targets** of issue 12 that apply to the case ([`targets`]) and whether each is met. A missed target
+//!   is reported, not an error; a failed sparsek check (or sparsek not running) fails the run.
+//!
+//! Figures come only from times whose output passed its check. The results go to `OUT_DIR/decode.json`
+//! (rewritten after the references and after every case) and `OUT_DIR/decode.md`, and the table to stdout.
+
+use std::fmt::Write as _;
+
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::{CudaFunction, CudaSlice, DriverError, LaunchConfig};
+use cudarc::nvrtc::Ptx;
+use half::f16;
+use serde::Serialize;
+
+use crate::cublas::{self, Cublas};
+use crate::grid::{Case, Source, percent};
+use crate::json::round_sig;
+use crate::poison;
+use crate::report::{Check, Header};
+use crate::research::floor::{self, FloorSets, ReadFloor};
+use crate::research::queued::{self, Hold, Queued};
+use crate::runner::{Contender, time_interleaved};
+use sparsek::Epilogue;
+use sparsek::check::{CheckReport, Expected};
+use sparsek::error::{Error, Result};
+use sparsek::format::{Bsr, Pattern};
+use sparsek::gpu::timing::EventTimer;
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
+use sparsek::matrix::Matrix;
+
+pub use crate::measure::{BytesMoved, MAX_SETS, Times, rotation_depth};
+pub use crate::side::MIN_ITERS;
+
+/// The size of the copy that measures the copy bandwidth, unless 4x L2 is larger.
+pub const COPY_BYTES: u64 = 1 << 30;
+
+/// The large shapes (M x K) of issue 12, with their block sizes, densities and N.
+const LARGE_SHAPES: [(usize, usize); 2] = [(8192, 8192), (16384, 16384)];
+const LARGE_BS: [usize; 2] = [64, 128];
+const LARGE_DENSITIES: [f64; 2] = [0.10, 0.22];
+const LARGE_N: [usize; 5] = [1, 8, 16, 32, 64];
+/// The small shapes (M x K) of issue 12, with their block sizes, densities and N.
+const SMALL_SHAPES: [(usize, usize); 2] = [(1536, 384), (384, 1536)];
+const SMALL_BS: [usize; 2] = [32, 64];
+const SMALL_DENSITIES: [f64; 2] = [0.25, 0.50];
+const SMALL_N: [usize; 3] = [1, 16, 512];
+
+/// The empty kernel's name and PTX (ISA 8.0, sm_80, as the product module: JIT-compiled for any sm_80+ GPU).
+const EMPTY_KERNEL: &str = "sparsek_empty";
+const EMPTY_PTX: &str =
+    ".version 8.0\n.target sm_80\n.address_size 64\n\n.visible .entry sparsek_empty()\n{\n\tret;\n}\n";
+
+/// Every combination of `shapes` (M x K), block sizes, densities and N, uniform.
+fn grid(shapes: &[(usize, usize)], bss: &[usize], densities: &[f64], ns: &[usize]) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for &(m, k) in shapes {
+        for &bs in bss {
+            for &density in densities {
+                for &n in ns {
+                    cases.push(Case::synthetic(m, n, k, bs, density, Pattern::Uniform));
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// The default cases (64, uniform): M x K 8192 x 8192 and 16384 x 16384 at bs 64 and 128, density 10% and
+/// 22%, N 1, 8, 16, 32 and 64; then 1536 x 384 and 384 x 1536 at bs 32 and 64, density 25% and 50%, N 1, 16
+/// and 512.
+pub fn default_cases() -> Vec<Case> {
+    let mut cases = grid(&LARGE_SHAPES, &LARGE_BS, &LARGE_DENSITIES, &LARGE_N);
+    cases.extend(grid(&SMALL_SHAPES, &SMALL_BS, &SMALL_DENSITIES, &SMALL_N));
+    cases
+}
+
+/// The `--quick` cases (4): 8192 x 8192 bs 64 22% and 1536 x 384 bs 64 50%, each at N 1 and 16.
+pub fn quick_cases() -> Vec<Case> {
+    let mut cases = grid(&[(8192, 8192)], &[64], &[0.22], &[1, 16]);
+    cases.extend(grid(&[(1536, 384)], &[64], &[0.50], &[1, 16]));
+    cases
+}
+
+/// The figure a target is set on; its JSON name is the record's field holding it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Figure {
+    /// Achieved bandwidth / measured copy bandwidth: the target is a minimum.
+    CopyFraction,
+    /// cuBLAS time / sparsek time: the target is a minimum.
+    SpeedupVsCublas,
+    /// sparsek time / empty launch time: the target is a maximum.
+    LaunchRatio,
+}
+
+impl Figure {
+    /// Whether `value` meets the target `bound`.
+    pub fn meets(self, value: f64, bound: f64) -> bool {
+        match self {
+            Figure::CopyFraction | Figure::SpeedupVsCublas => value >= bound,
+            Figure::LaunchRatio => value <= bound,
+        }
+    }
+
+    /// `copy ≥ 80%`, `speedup ≥ 3.64x`, `≤ 2x empty launch`.
+    fn target_text(self, bound: f64) -> String {
+        match self {
+            Figure::CopyFraction => format!("copy ≥ {}", percent(bound)),
+            Figure::SpeedupVsCublas => format!("speedup ≥ {bound:.2}x"),
+            Figure::LaunchRatio => format!("≤ {bound}x empty launch"),
+        }
+    }
+
+    /// `value` as the table shows it.
+    fn value_text(self, value: f64) -> String {
+        match self {
+            Figure::CopyFraction => format!("{:.1}%", 100.0 * value),
+            Figure::SpeedupVsCublas | Figure::LaunchRatio => format!("{value:.2}x"),
+        }
+    }
+}
+
+/// Issue 12's targets for `case`, as (figure, bound):
+///
+/// - M x K 8192 x 8192 or 16384 x 16384, bs 64 or 128, density 10% to 22%: copy fraction at least 0.8 for N 1,
+///   8 and 16, at least 0.7 for N 32 and 64; and for those N a speedup over cuBLAS of at least 0.8 / density
+///   (the requested density);
+/// - M x K 1536 x 384 or 384 x 1536, bs 32 or 64, density 25% to 50%, N 1, 16 or 512: at most 2x the empty
+///   launch's time.
+///
+/// Any other case has none (it is measured and reported without a verdict).
+pub fn targets(case: &Case) -> Vec<(Figure, f64)> {
+    let within = |lo: f64, hi: f64| (lo - 1e-9..=hi + 1e-9).contains(&case.density);
+    let shape = (case.m, case.k);
+    if LARGE_SHAPES.contains(&shape) && LARGE_BS.contains(&case.bs) && within(0.10, 0.22) {
+        let fraction = match case.n {
+            1 | 8 | 16 => 0.8,
+            32 | 64 => 0.7,
+            _ => return Vec::new(),
+        };
+        return vec![(Figure::CopyFraction, fraction), (Figure::SpeedupVsCublas, round_sig(0.8 / case.density, 6))];
+    }
+    if SMALL_SHAPES.contains(&shape) && SMALL_BS.contains(&case.bs) && within(0.25, 0.50) && SMALL_N.contains(&case.n) {
+        return vec![(Figure::LaunchRatio, 2.0)];
+    }
+    Vec::new()
+}
+
+/// What to run and where to write it (`decode.json` and `decode.md` go into `out_dir`).
+pub type DecodeConfig = crate::side::SideConfig;
+
+/// The measured device-to-device copy bandwidth.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CopyBandwidth {
+    /// Bytes per copy (the source's size; the destination is as large). 0 when nothing could be allocated.
+    pub bytes: u64,
+    /// Times of `cuMemcpyDtoDAsync`.
+    pub time: Option<Times>,
+    /// `2 * bytes / median time` (read + written), in GB/s (1e9 bytes).
+    pub gbps: Option<f64>,
+    /// Why it was not measured.
+    pub error: Option<String>,
+}
+
+/// The measured time of an empty kernel launch.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EmptyLaunch {
+    /// What was launched.
+    pub kernel: String,
+    /// Its times.
+    pub time: Option<Times>,
+    /// Why it was not measured (the PTX was refused, the launch failed).
+    pub error: Option<String>,
+}
+
+/// The same-size copy of one case: `cuMemcpyDtoDAsync` of half its bytes moved, timed with the contenders.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SameSizeCopy {
+    /// Bytes per copy (the source's size; the destination is as large): half the case's bytes moved, rounded up
+    /// to 16.
+    pub bytes: u64,
+    /// Buffer pairs rotated through.
+    pub sets: usize,
+    /// Its times.
+    pub time: Option<Times>,
+    /// `2 * bytes / median time` (read + written), in GB/s (1e9 bytes).
+    pub gbps: Option<f64>,
+    /// Why it was not measured.
+    pub error: Option<String>,
+}
+
+/// The references measured once per run, before the cases.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct References {
+    /// The device-to-device copy bandwidth.
+    pub copy: CopyBandwidth,
+    /// The empty launch.
+    pub empty_launch: EmptyLaunch,
+    /// The empty launch queued behind the hold ([`queued`]): the GPU's own time per launch.
+    pub queued_empty_launch: Queued,
+    /// The read floor kernel ([`floor`]) reading a buffer as large as the copy's, writing nothing: the read
+    /// bandwidth, beside the copy's.
+    pub read: ReadFloor,
+}
+
+impl References {
+    /// The empty launch's median, if measured.
+    fn empty_us(&self) -> Option<f64> {
+        self.empty_launch.time.as_ref().map(|t| t.median_us).filter(|&t| t > 0.0)
+    }
+}
+
+/// The contenders, in the order of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `Gpu::spmm`, f16 A and B row-major, f32 C row-major.
+    Sparsek,
+    /// cuBLAS dense f16 GEMM, f32 C.
+    Cublas,
+}
+
+impl Form {
+    /// Every contender, in table order.
+    pub const ALL: [Form; 2] = [Form::Sparsek, Form::Cublas];
+
+    /// The name in the JSON and the progress lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Form::Sparsek => "sparsek-f16",
+            Form::Cublas => cublas::KIND,
+        }
+    }
+
+    /// What it runs, in words.
+    pub fn description(self) -> &'static str {
+        match self {
+            Form::Sparsek => "Gpu::spmm: f16 A (BSR), f16 B row-major, f32 C row-major",
+            Form::Cublas => "cublasGemmEx: dense f16 A and B, f32 C, CUBLAS_COMPUTE_32F",
+        }
+    }
+}
+
+/// One contender's result in one case.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContenderResult {
+    /// [`Form::name`].
+    pub name: String,
+    /// [`Form::description`].
+    pub description: String,
+    /// The check of its output against the oracle, if it ran.
+    pub check: Option<Check>,
+    /// Its launch times, if timed.
+    pub time: Option<Times>,
+    /// Input sets rotated through (each a separate copy of every operand a launch reads).
+    pub sets: usize,
+    /// `sets` times the bytes one launch moves (for cuBLAS: dense A, B and C): at least 2x L2 unless capped by
+    /// [`MAX_SETS`].
+    pub rotated_bytes: u64,
+    /// Why it did not run or was not timed.
+    pub error: Option<String>,
+}
+
+impl ContenderResult {
+    fn new(form: Form) -> Self {
+        ContenderResult {
+            name: form.name().into(),
+            description: form.description().into(),
+            check: None,
+            time: None,
+            sets: 0,
+            rotated_bytes: 0,
+            error: None,
+        }
+    }
+
+    /// Whether it ran and its output passed its check.
+    pub fn passed(&self) -> bool {
+        self.error.is_none() && self.check.as_ref().is_some_and(|c| c.passed)
+    }
+
+    /// The median time, when the output passed its check (a failed check makes the time untrusted).
+    pub fn trusted_us(&self) -> Option<f64> {
+        self.time.as_ref().map(|t| t.median_us).filter(|&t| t > 0.0 && self.passed())
+    }
+}
+
+/// One target of a case and its verdict.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Goal {
+    /// The figure it is set on.
+    pub figure: Figure,
+    /// The bound: a minimum for `copy_fraction` and `speedup_vs_cublas`, a maximum for `launch_ratio`.
+    pub bound: f64,
+    /// Whether the figure meets it; `None` when the figure could not be measured.
+    pub met: Option<bool>,
+    /// Whether the read floor's time would meet it (the figure computed from the read floor's median instead of
+    /// sparsek's): `Some(false)` marks a target out of reach of any kernel measured this way. `None` when the
+    /// read floor was not measured.
+    pub floor_met: Option<bool>,
+}
+
+/// One case's results.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DecodeRecord {
+    /// The case (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub facts: crate::side::CaseFacts,
+    /// The bytes one product must move.
+    pub bytes: BytesMoved,
+    /// sparsek's result.
+    pub sparsek: ContenderResult,
+    /// cuBLAS's result.
+    pub cublas: ContenderResult,
+    /// The copy of the same bytes, timed with the contenders.
+    pub same_size_copy: SameSizeCopy,
+    /// `bytes.total / sparsek's median`, GB/s.
+    pub achieved_gbps: Option<f64>,
+    /// `achieved_gbps / copy.gbps`.
+    pub copy_fraction: Option<f64>,
+    /// `achieved_gbps / same_size_copy.gbps` (the copy's time over sparsek's, up to the 16-byte rounding).
+    pub same_size_copy_fraction: Option<f64>,
+    /// The read floor ([`floor`]): a kernel moving the case's bytes once, timed with the contenders.
+    pub read_floor: ReadFloor,
+    /// The read floor's median / sparsek's: how close sparsek is to moving the bytes and nothing else.
+    pub read_floor_fraction: Option<f64>,
+    /// The read floor queued behind the hold like [`DecodeRecord::sparsek_queued`]: the GPU's own time to move the
+    /// bytes, without the host's.
+    pub read_floor_queued: Queued,
+    /// cuBLAS's median / sparsek's.
+    pub speedup_vs_cublas: Option<f64>,
+    /// sparsek's median / the empty launch's.
+    pub launch_ratio: Option<f64>,
+    /// sparsek queued behind the hold ([`queued`]): the GPU's own time per launch.
+    pub sparsek_queued: Queued,
+    /// sparsek's queued time / the queued empty launch's.
+    pub queued_launch_ratio: Option<f64>,
+    /// sparsek queued as [`DecodeRecord::sparsek_queued`], launched with programmatic dependent launch
+    /// (`Gpu::with_programmatic_launch`): each launch may start under the one before it. Its output must have the
+    /// plain launches' bits, else this is a failure. `None` when not measured (a GPU without it, or a run whose
+    /// launches are all programmatic).
+    pub sparsek_queued_programmatic: Option<Queued>,
+    /// sparsek replayed from a CUDA graph (`graph_replayed`): [`queued::BATCH`] launches captured once, the
+    /// graph's time per launch. Its output must pass the oracle's check. `None` when not measured.
+    pub sparsek_graph: Option<Queued>,
+    /// As [`DecodeRecord::sparsek_graph`] through the programmatic `Gpu` (measured where
+    /// [`DecodeRecord::sparsek_queued_programmatic`] is).
+    pub sparsek_graph_programmatic: Option<Queued>,
+    /// The targets that apply ([`targets`]) and their verdicts.
+    pub goals: Vec<Goal>,
+    /// SM clock read by nvidia-smi right after the timed loop.
+    pub sm_clock_mhz: Option<u32>,
+    /// Set when the case could not be run at all (operands, oracle, timing).
+    pub error: Option<String>,
+}
+
+/// `num / den` to 6 significant digits, when both are known and `den` is positive.
+fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
+    Some(round_sig(num? / den.filter(|&d| d > 0.0)?, 6))
+}
+
+impl DecodeRecord {
+    fn new(case: &Case, seed: u64) -> Self {
+        DecodeRecord {
+            facts: crate::side::CaseFacts::new(case, seed),
+            bytes: BytesMoved::default(),
+            sparsek: ContenderResult::new(Form::Sparsek),
+            cublas: ContenderResult::new(Form::Cublas),
+            same_size_copy: SameSizeCopy::default(),
+            achieved_gbps: None,
+            copy_fraction: None,
+            same_size_copy_fraction: None,
+            read_floor: ReadFloor::default(),
+            read_floor_fraction: None,
+            read_floor_queued: Queued::default(),
+            speedup_vs_cublas: None,
+            launch_ratio: None,
+            sparsek_queued: Queued::default(),
+            queued_launch_ratio: None,
+            sparsek_queued_programmatic: None,
+            sparsek_graph: None,
+            sparsek_graph_programmatic: None,
+            goals: Vec::new(),
+            sm_clock_mhz: None,
+            error: None,
+        }
+    }
+
+    fn contender_mut(&mut self, form: Form) -> &mut ContenderResult {
+        match form {
+            Form::Sparsek => &mut self.sparsek,
+            Form::Cublas => &mut self.cublas,
+        }
+    }
+
+    /// The value of `figure`.
+    pub fn figure(&self, figure: Figure) -> Option<f64> {
+        match figure {
+            Figure::CopyFraction => self.copy_fraction,
+            Figure::SpeedupVsCublas => self.speedup_vs_cublas,
+            Figure::LaunchRatio => self.launch_ratio,
+        }
+    }
+
+    /// Fills in the figures from the trusted times and the references, and the verdict on each of `case`'s
+    /// targets.
+    fn evaluate(&mut self, case: &Case, refs: &References) {
+        let sparsek = self.sparsek.trusted_us();
+        self.achieved_gbps = ratio(Some(self.bytes.total as f64 / 1e3), sparsek);
+        self.copy_fraction = ratio(self.achieved_gbps, refs.copy.gbps);
+        let copy = &mut self.same_size_copy;
+        copy.gbps = ratio(Some(2.0 * copy.bytes as f64 / 1e3), copy.time.as_ref().map(|t| t.median_us));
+        self.same_size_copy_fraction = ratio(self.achieved_gbps, self.same_size_copy.gbps);
+        self.speedup_vs_cublas = ratio(self.cublas.trusted_us(), sparsek);
+        self.launch_ratio = ratio(sparsek, refs.empty_us());
+        let queued = self.sparsek_queued.median_us().filter(|_| self.sparsek.passed());
+        self.queued_launch_ratio = ratio(queued, refs.queued_empty_launch.median_us());
+        let floor = self.read_floor.median_us();
+        self.read_floor.gbps =
+            ratio(Some((self.read_floor.read_bytes + self.read_floor.write_bytes) as f64 / 1e3), floor);
+        self.read_floor_fraction = ratio(floor, sparsek);
+        let floor_figure = |figure: Figure| -> Option<f64> {
+            match figure {
+                Figure::CopyFraction => ratio(ratio(Some(self.bytes.total as f64 / 1e3), floor), refs.copy.gbps),
+                Figure::SpeedupVsCublas => ratio(self.cublas.trusted_us(), floor),
+                Figure::LaunchRatio => ratio(floor, refs.empty_us()),
+            }
+        };
+        self.goals = targets(case)
+            .into_iter()
+            .map(|(figure, bound)| Goal {
+                figure,
+                bound,
+                met: self.figure(figure).map(|v| figure.meets(v, bound)),
+                floor_met: floor_figure(figure).map(|v| figure.meets(v, bound)),
+            })
+            .collect();
+    }
+
+    /// Whether the case ran and sparsek's output passed its check.
+    pub fn sparsek_passed(&self) -> bool {
+        self.error.is_none() && self.sparsek.passed()
+    }
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct DecodeSummary {
+    /// Facts about the run.
+    pub header: Header,
+    /// The copy bandwidth and the empty launch.
+    pub references: References,
+    /// One record per case.
+    pub records: Vec<DecodeRecord>,
+    /// Every case ran and sparsek passed every check.
+    pub all_passed: bool,
+}
+
+/// Measures the references, then runs every case of `cfg` on `gpu`, printing progress on stderr and the table on
+/// stdout, and writes `decode.json` and `decode.md` into `cfg.out_dir`. Errors only when an output cannot be
+/// written; a case that fails is recorded with its error.
+///
+/// With `programmatic` (a second `Gpu` on the same context, with the same settings and programmatic launches), sparsek
+/// is also timed queued through it ([`DecodeRecord::sparsek_queued_programmatic`]).
+pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<DecodeSummary> {
+    let crate::side::Opened { header, cublas: lib, iters } = crate::side::open(gpu, cfg, "decode")?;
+    let json_path = cfg.out_dir.join("decode.json");
+
+    let hold = Hold::load(gpu);
+    let floor_kernel = floor::load(gpu);
+    let copy = measure_copy(gpu, cfg.warmup, iters);
+    let references = References {
+        read: measure_read(gpu, &floor_kernel, copy.bytes, cfg.warmup, iters),
+        copy,
+        empty_launch: measure_empty_launch(gpu, cfg.warmup, iters),
+        queued_empty_launch: measure_queued_empty_launch(gpu, &hold),
+    };
+    eprintln!("  copy bandwidth: {}", copy_text(&references.copy));
+    eprintln!("  read bandwidth: {}", read_text(&references.read, &references.copy));
+    eprintln!("  empty launch: {}", empty_text(&references.empty_launch));
+    eprintln!("  empty launch, queued: {}", queued_text(&references.queued_empty_launch));
+    let mut records = Vec::with_capacity(cfg.cases.len());
+    crate::side::write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
+    for (i, case) in cfg.cases.iter().enumerate() {
+        let tag = format!("case {}/{}", i + 1, cfg.cases.len());
+        let rec = run_case((gpu, programmatic), (&lib, &floor_kernel), &hold, cfg, iters, case, &references, &tag);
+        eprintln!("{tag} {}", progress_line(&rec));
+        records.push(rec);
+        crate::side::write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
+    }
+    drop(lib);
+
+    let report = markdown(&header, &references, &records);
+    println!("{report}");
+    let md_path = cfg.out_dir.join("decode.md");
+    crate::side::write(&md_path, report.as_bytes())?;
+    eprintln!("wrote {}", md_path.display());
+    eprintln!("wrote {}", json_path.display());
+    for r in records.iter().filter(|r| !r.sparsek_passed()) {
+        let why = r.error.clone().or_else(|| r.sparsek.error.clone());
+        let why = why.or_else(|| r.sparsek.check.as_ref().map(|k| k.detail.clone()));
+        eprintln!("FAILED {}: {}", r.facts.case, why.unwrap_or_default());
+    }
+    let all_passed = records.iter().all(DecodeRecord::sparsek_passed);
+    Ok(DecodeSummary { header, references, records, all_passed })
+}
+
+/// The whole run as pretty-printed JSON: `{"header": ..., "references": {"copy": ..., "empty_launch": ...},
+/// "complete": bool, "records": [...]}` (the header as in `latest.json`).
+pub fn to_json(header: &Header, references: &References, records: &[DecodeRecord], complete: bool) -> Result<String> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        header: &'a Header,
+        references: &'a References,
+        complete: bool,
+        records: &'a [DecodeRecord],
+    }
+    let mut s = serde_json::to_string_pretty(&Out { header, references, complete, records })
+        .map_err(|e| Error::Io { path: "decode.json".into(), reason: format!("serializing the results: {e}") })?;
+    s.push('\n');
+    Ok(s)
+}
+
+mod markdown;
+mod measure;
+#[cfg(test)]
+mod tests;
+
+pub use markdown::markdown;
+use markdown::*;
+use measure::*;

@@ -1,0 +1,69 @@
+//! What a timed case moved and took, shared by the decode grid, the plan comparison and the research tools: launch
+//! times ([`Times`]), the bytes a product must move ([`BytesMoved`]) and how many input sets keep it out of L2
+//! ([`rotation_depth`]).
+
+use serde::Serialize;
+
+use crate::json::round_sig;
+use crate::report::Timing;
+
+/// The most input sets one contender rotates through. Every default case reaches 2x L2 well below it; the sets
+/// of a `--case` whose launch moves less than 2x L2 / `MAX_SETS` span less (`rotated_bytes` in the JSON).
+pub const MAX_SETS: usize = 1024;
+
+/// Input sets to rotate through for a contender whose one set moves `set_bytes`: enough that together they span
+/// at least 2x L2, at most [`MAX_SETS`]; one when a set alone is that large. ([`crate::rotation_sets`] stops at
+/// 128 sets, which would leave the small shapes' sets of a few hundred KB in L2.)
+pub fn rotation_depth(set_bytes: u64, l2_bytes: u64) -> usize {
+    let target = 2 * u128::from(l2_bytes);
+    let set = u128::from(set_bytes.max(1));
+    if set >= target { 1 } else { target.div_ceil(set).min(MAX_SETS as u128) as usize }
+}
+
+/// The bytes one product must move: A read once, B read once, C written once (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BytesMoved {
+    /// A's values: `nnzb * bs^2 * 2` (f16).
+    pub a_values: u64,
+    /// A's u32 indices: `row_ptr` (`M / bs + 1` entries) and `col_idx` (`nnzb` entries), 4 bytes each.
+    pub a_indices: u64,
+    /// B: `K * N * 2` (f16).
+    pub b: u64,
+    /// C: `M * N * 4` (f32, written; beta = 0, so not read).
+    pub c: u64,
+    /// The sum.
+    pub total: u64,
+}
+
+impl BytesMoved {
+    /// The bytes of a product of an `m x k` BSR A with `nnzb` blocks of `bs x bs` by a `k x n` B.
+    pub fn new(m: usize, n: usize, k: usize, bs: usize, nnzb: usize) -> BytesMoved {
+        let [m, n, k, bs, nnzb] = [m, n, k, bs, nnzb].map(|v| v as u64);
+        let a_values = nnzb * bs * bs * 2;
+        let a_indices = (m / bs.max(1) + 1) * 4 + nnzb * 4;
+        let (b, c) = (k * n * 2, m * n * 4);
+        BytesMoved { a_values, a_indices, b, c, total: a_values + a_indices + b + c }
+    }
+}
+
+/// Launch times in microseconds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Times {
+    /// Median.
+    pub median_us: f64,
+    /// Fastest launch.
+    pub min_us: f64,
+    /// Slowest launch.
+    pub max_us: f64,
+    /// Timed launches.
+    pub samples: usize,
+}
+
+impl Times {
+    /// The statistics of event times in milliseconds (`None` when there are none).
+    pub(crate) fn from_ms(samples: &[f32]) -> Option<Times> {
+        let t = Timing::from_samples(samples)?;
+        let us = |ms: f64| round_sig(ms * 1e3, 6);
+        Some(Times { median_us: us(t.median_ms), min_us: us(t.min_ms), max_us: us(t.max_ms), samples: t.samples })
+    }
+}
