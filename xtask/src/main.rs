@@ -12,8 +12,8 @@ cargo xtask <verb> [flags]
 
 verbs:
   build-ptx [--check]   build kernels-gpu to PTX (nightly, -Zbuild-std=core, the project's ptx-linker) and write
-                        the committed modules (host/ptx/sparsek_sm80.ptx, host/ptx/sparsek_sm80_tune.ptx,
-                        tests/ptx/primitives_sm80.ptx).
+                        the committed modules (host/ptx/sparsek_sm80.ptx.zst, host/ptx/sparsek_sm80_tune.ptx.zst,
+                        host/ptx/sparsek_sm90a.ptx.zst: zstd, what the library embeds; tests/ptx/primitives_sm80.ptx).
                         --check: build into a temporary folder and fail if a committed module differs.
                         When ptxas is present (cargo xtask fetch-ptxas, or $SPARSEK_PTXAS) every module is
                         assembled for sm_80 and sm_90a; the verb prints registers and shared memory per kernel

@@ -113,20 +113,15 @@ pub fn build_ptx(args: &[String]) -> Result<(), String> {
     let mut built = Vec::new();
     for m in MODULES {
         let ptx = build_module(&root, &linker, m)?;
-        let dest = root.join(m.dest);
         if check {
-            let committed = std::fs::read_to_string(&dest).unwrap_or_default();
-            if committed != ptx {
-                stale.push(m.dest.to_string());
+            if read_committed(&root, m.dest).as_deref() != Some(ptx.as_bytes()) {
+                stale.push(stored(m.dest));
             }
+        } else if read_committed(&root, m.dest).as_deref() != Some(ptx.as_bytes()) {
+            write_committed(&root, m.dest, ptx.as_bytes())?;
+            eprintln!("build-ptx: wrote {}", stored(m.dest));
         } else {
-            std::fs::create_dir_all(dest.parent().unwrap()).map_err(|e| format!("{}: {e}", dest.display()))?;
-            if std::fs::read_to_string(&dest).ok().as_deref() != Some(ptx.as_str()) {
-                std::fs::write(&dest, &ptx).map_err(|e| format!("{}: {e}", dest.display()))?;
-                eprintln!("build-ptx: wrote {}", m.dest);
-            } else {
-                eprintln!("build-ptx: {} unchanged", m.dest);
-            }
+            eprintln!("build-ptx: {} unchanged", stored(m.dest));
         }
         built.push((m, ptx));
     }
@@ -153,19 +148,17 @@ pub fn build_ptx(args: &[String]) -> Result<(), String> {
             }
         }
         for (rel, bytes) in files {
-            let dest = root.join(&rel);
-            let same = std::fs::read(&dest).ok().as_deref() == Some(&bytes[..]);
+            let same = read_committed(&root, &rel).as_deref() == Some(&bytes[..]);
             if check {
                 if !same {
-                    stale.push(rel);
+                    stale.push(stored(&rel));
                 }
             } else if !same {
-                std::fs::write(&dest, &bytes).map_err(|e| format!("{}: {e}", dest.display()))?;
-                eprintln!("build-ptx: wrote {rel}");
+                write_committed(&root, &rel, &bytes)?;
+                eprintln!("build-ptx: wrote {}", stored(&rel));
             }
         }
     }
-    stale.extend(pack_embedded(&root, &built, check)?);
     if !stale.is_empty() {
         return Err(format!(
             "committed PTX or cubins are stale (differ from a fresh build): {}; run `cargo xtask build-ptx` and commit",
@@ -423,44 +416,35 @@ pub fn fetch_ptxas() -> Result<(), String> {
 /// 2026-11-27), decoded by the library's ruzstd in 5-10 ms per cubin.
 const PACK_LEVEL: i32 = 19;
 
-/// The files the library embeds, compressed: `<file>.zst` beside each host/ module's PTX and cubins
-/// (host/src/gpu/registry.rs includes the `.zst` files; the raw files stay in the repository for review and for
-/// tests/tests/ptx_content.rs). Writes a `.zst` whose content differs from its raw file; with `check`, returns
-/// those that differ (stale) instead. Compares decoded content, not compressed bytes, so a newer zstd that
-/// compresses differently does not make a module stale.
-fn pack_embedded(root: &Path, built: &[(&Module, String)], check: bool) -> Result<Vec<String>, String> {
-    let mut stale = Vec::new();
-    for (m, _) in built {
-        if !m.dest.starts_with("host/") {
-            continue;
-        }
-        let mut rels = vec![m.dest.to_string()];
-        if m.cubins {
-            rels.extend(m.target.ptxas_archs.iter().map(|arch| cubin_path(m, arch)));
-        }
-        for rel in rels {
-            let raw_path = root.join(&rel);
-            let raw = std::fs::read(&raw_path).map_err(|e| format!("{}: {e}", raw_path.display()))?;
-            let packed_rel = format!("{rel}.zst");
-            let packed_path = root.join(&packed_rel);
-            let current = std::fs::read(&packed_path).ok().and_then(|z| zstd::stream::decode_all(&z[..]).ok());
-            if current.as_deref() == Some(&raw[..]) {
-                continue;
-            }
-            if check {
-                stale.push(packed_rel);
-                continue;
-            }
-            std::fs::write(&packed_path, compress(&raw)?).map_err(|e| format!("{}: {e}", packed_path.display()))?;
-            eprintln!("build-ptx: wrote {packed_rel}");
-        }
-    }
-    Ok(stale)
+/// Where a module's file is committed: the library's PTX and cubins (under host/) zstd-compressed as `<file>.zst` (it embeds
+/// those: 2.5 MB for ~50 MB of PTX and cubins; host/src/gpu/registry.rs decodes them), the test module as it is.
+pub fn stored(rel: &str) -> String {
+    if packed(rel) { format!("{rel}.zst") } else { rel.to_string() }
+}
+
+/// Whether `rel` is committed compressed: the library's PTX and cubins (not their plain-text manifests).
+fn packed(rel: &str) -> bool {
+    rel.starts_with("host/") && (rel.ends_with(".ptx") || rel.ends_with(".cubin"))
+}
+
+/// The committed content of `rel` ([`stored`]: decoded when compressed), or `None` when it is missing or does not
+/// decode. Compares content, not compressed bytes, so a newer zstd that compresses differently is not stale.
+pub fn read_committed(root: &Path, rel: &str) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(root.join(stored(rel))).ok()?;
+    if packed(rel) { zstd::stream::decode_all(&bytes[..]).ok() } else { Some(bytes) }
+}
+
+/// Commits `bytes` as `rel` ([`stored`]: compressed when the library embeds it).
+fn write_committed(root: &Path, rel: &str, bytes: &[u8]) -> Result<(), String> {
+    let path = root.join(stored(rel));
+    std::fs::create_dir_all(path.parent().unwrap()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let out = if packed(rel) { compress(bytes)? } else { bytes.to_vec() };
+    std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// One zstd frame of `raw` at [`PACK_LEVEL`], with its content size, a window covering the whole input (the PTX
-/// repeats itself across entry points megabytes apart) and no checksum (tests/tests/ptx_content.rs compares every
-/// decoded file with its raw twin).
+/// repeats itself across entry points megabytes apart) and no checksum (the committed cubins' manifest and
+/// tests/tests/ptx_content.rs check the content).
 fn compress(raw: &[u8]) -> Result<Vec<u8>, String> {
     use zstd::stream::raw::CParameter;
     let window_log = (usize::BITS - raw.len().max(1 << 10).next_power_of_two().leading_zeros() - 1).clamp(10, 27);

@@ -158,14 +158,15 @@ mod tests {
     /// check and names the kernel.
     #[test]
     fn duplicated_or_lost_collectives_fail_the_count() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/ptx");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         for (file, line, dup) in [
             ("sparsek_sm90a.ptx", "wgmma.commit_group.sync.aligned;", true),
             ("sparsek_sm90a.ptx", "wgmma.fence.sync.aligned;", true),
             ("sparsek_sm90a.ptx", "wgmma.wait_group.sync.aligned \t1;", false),
             ("sparsek_sm80.ptx", "bar.sync \t0;", true),
         ] {
-            let ptx = std::fs::read_to_string(dir.join(file)).unwrap();
+            let ptx =
+                String::from_utf8(crate::ptx::read_committed(&root, &format!("host/ptx/{file}")).unwrap()).unwrap();
             check_counts(file, &ptx).unwrap();
             let at = ptx.find(line).unwrap_or_else(|| panic!("{file}: no {line:?}"));
             let eol = at + ptx[at..].find('\n').unwrap() + 1;
