@@ -427,7 +427,9 @@ class BlockSparseLinear(torch.nn.Module):
 
         def convert(t: torch.Tensor) -> torch.Tensor:
             out = fn(t)
-            return out.to(store) if out.is_floating_point() and out.dtype != store else out
+            if not t.is_floating_point():  # the index buffers keep their dtype (Module.type() converts them too)
+                return out if out.dtype == t.dtype else out.to(t.dtype)
+            return out if out.dtype == store else out.to(store)
 
         result = super()._apply(convert, recurse)
         self.io_dtype = io
