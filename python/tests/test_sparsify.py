@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import sparsek
-from conftest import DEVICES, DTYPES, activation64, assert_close, seed_for
+from conftest import DEVICES, DTYPES, HAVE_CUDA, NO_GPU_REASON, activation64, assert_close, seed_for
 from sparsek.nn import BlockSparseLinear, LayerRecord, SparsifyReport, sparsify
 
 
@@ -414,6 +414,23 @@ def test_unsupported_conversion_fails_at_conversion_and_changes_nothing():
     # A device move keeps the dtypes.
     layer.to("cpu")
     assert layer.io_dtype == torch.float32 and layer.values.dtype == torch.float16
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason=NO_GPU_REASON)
+def test_device_moves_keep_the_dtypes_cuda():
+    layer = fresh(10).float()
+    x = torch.randn(4, 128, generator=torch.Generator().manual_seed(10))
+    with torch.no_grad():
+        y_cpu = layer(x)
+        layer.cuda()
+        assert layer.io_dtype == torch.float32 and layer.values.dtype == torch.float16
+        assert layer.values.is_cuda and layer.crow_indices.is_cuda and layer.crow_indices.dtype == torch.int32
+        y = layer(x.cuda())
+        assert y.dtype == torch.float32
+        check_layer_against_dense(layer, layer.to_dense(), layer.bias, torch.Generator().manual_seed(11))
+        layer.to("cpu", torch.bfloat16)
+        assert layer.values.device.type == "cpu" and layer.io_dtype == torch.bfloat16
+    assert y_cpu.shape == y.shape
 
 
 def test_model_conversions():
