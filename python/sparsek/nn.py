@@ -21,7 +21,6 @@ import contextlib
 import copy
 import dataclasses
 import fnmatch
-import math
 import warnings
 from typing import Iterable, Iterator
 
