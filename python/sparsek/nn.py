@@ -532,11 +532,12 @@ def _dtype_name(dtype: torch.dtype | None) -> str:
     return "-" if dtype is None else str(dtype).replace("torch.", "")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False, eq=False)
 class SparsifyReport:
     """The result of :func:`sparsify`: ``model`` (the converted model: the one given when ``inplace``, else the
     copy), ``records`` (one :class:`LayerRecord` per ``torch.nn.Linear`` found, in the model's order), and totals.
-    ``str(report)`` is a table of every layer with its density or the reason it was skipped."""
+    ``str(report)`` (and ``repr``, so a REPL shows it) is a table of every layer with its density or the reason it
+    was skipped."""
 
     model: torch.nn.Module
     records: list[LayerRecord]
@@ -597,6 +598,8 @@ class SparsifyReport:
         )
         return "\n".join(rows)
 
+    __repr__ = __str__
+
 
 def _patterns(patterns: str | Iterable[str] | None, what: str) -> tuple[str, ...] | None:
     if patterns is None:
@@ -655,7 +658,8 @@ def sparsify(
     multiple of ``block_size``, their weight's dtype is not a float type, they live on a device other than CPU or
     CUDA, they are a subclass of ``nn.Linear`` (e.g. ``nn.MultiheadAttention``'s ``out_proj``, whose owner reads
     ``.weight`` directly), their weight is shared with another module (tied embeddings), or they have hooks.
-    Bad arguments raise before anything changes.
+    Bad arguments raise before anything changes. The converted layers are for inference: their values do not
+    require grad and backward through them is not supported yet.
 
     Returns:
         a :class:`SparsifyReport`: ``report.model``, ``report.records`` / ``.converted`` / ``.skipped``, totals,

@@ -216,7 +216,7 @@ def test_sparsify_bad_arguments_change_nothing():
 def test_sparsify_verbose_prints_the_table(capsys):
     report = sparsify(seeded_model(6), 64, density=0.5, verbose=True)
     out = capsys.readouterr().out
-    assert out.strip() == str(report)
+    assert out.strip() == str(report) == repr(report)
     assert "4 of 5 Linear layers converted" in out and "skipped: shape 100 x 128" in out
     assert isinstance(report.records[0], LayerRecord)
 
