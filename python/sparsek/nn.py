@@ -165,7 +165,8 @@ class BlockSparseLinear(torch.nn.Module):
         each row uniformly at random), and values drawn as ``torch.nn.Linear`` draws its weight and bias,
         ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (kaiming-uniform with ``a = sqrt(5)``), with ``fan_in`` the
         row's *kept* inputs (its blocks x ``block_size``), so that each output has the variance of a dense layer
-        of that fan-in. ``seed`` makes it reproducible (same seed, same layer on every device); without one the
+        of that fan-in (a block row left without blocks gets a zero bias, as ``nn.Linear`` with ``fan_in`` 0
+        does). ``seed`` makes it reproducible (same seed, same layer on every device); without one the
         seed is drawn from torch's default generator (``torch.manual_seed`` applies). ``bias``: ``True``
         (default) or ``False``; ``dtype``: the values' dtype, float16 (default) or bfloat16; ``device``;
         ``index_dtype``: int32 (default) or int64; ``io_dtype``: see the class doc.
@@ -651,7 +652,9 @@ def sparsify(
             converted model is ``report.model``.
         dtype: the values' dtype, float16 or bfloat16. Default: a float16 or bfloat16 layer keeps its dtype; a
             float32 or float64 layer is stored in float16 and keeps its dtype as ``io_dtype`` (it still takes and
-            returns float32: the input is rounded to float16 for the product, accumulated in float32).
+            returns float32: the input is rounded to float16 for the product, accumulated in float32). float16
+            holds magnitudes up to 65504: for a model whose activations or outputs go beyond (some large language
+            models' do), pass ``dtype=torch.bfloat16`` (float32's range, 8 bits of precision instead of 11).
         verbose: print the report.
 
     Layers are skipped (and reported) when their name is not included or is excluded, their shape is not a

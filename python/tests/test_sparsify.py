@@ -265,6 +265,12 @@ def test_random_layer_seed_determinism_and_options():
     x = torch.randn(3, 256)
     with torch.no_grad():
         assert torch.equal(f(x), f(x.half()).float())
+    # Fewer blocks than block rows: one block in each of four rows, the others empty with a zero bias.
+    sparse_rows = BlockSparseLinear(128, 256, 32, 4 / 32, seed=5)
+    counts = sparse_rows.crow_indices[1:] - sparse_rows.crow_indices[:-1]
+    assert sorted(counts.tolist()) == [0] * 4 + [1] * 4
+    bias_rows = sparse_rows.bias.reshape(8, 32)
+    assert (bias_rows[counts == 0] == 0).all() and (bias_rows[counts == 1] != 0).all()
     # Extremes: nothing kept and everything kept.
     assert BlockSparseLinear(128, 128, 32, 0.0, seed=1).nnzb == 0
     full = BlockSparseLinear(128, 128, 32, 1.0, seed=1)
