@@ -495,10 +495,10 @@ def test_float32_model_compiles_without_graph_breaks():
 
 NO_WARNINGS_SCRIPT = textwrap.dedent("""
     import warnings
+    import torch  # outside: torch's own import notices (e.g. numpy missing) are not sparsek's
     warnings.simplefilter("always")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        import torch
         import sparsek
         from sparsek.nn import BlockSparseLinear, sparsify
         layer = BlockSparseLinear.from_dense(torch.nn.Linear(128, 64), 32, density=0.5, dtype=torch.float16)
