@@ -8,7 +8,9 @@ functions run sparsek's multi-threaded CPU backend on CPU tensors.
   16, 32, 64 or 128, int32 or int64 indices, float16 or bfloat16) and ``b`` dense;
 - :func:`linear`: ``act(x @ w.T + bias)`` with ``w`` a BSR weight, any leading batch dimensions of ``x``;
 - :class:`sparsek.nn.BlockSparseLinear`: a drop-in for ``torch.nn.Linear`` with block-pruned weights
-  (``BlockSparseLinear.from_dense(linear, block_size, density=...)``).
+  (``BlockSparseLinear.from_dense(linear, block_size, density=...)``, or a random pattern for training from
+  scratch, ``BlockSparseLinear(in_features, out_features, block_size, density, seed=...)``);
+- :func:`sparsek.nn.sparsify`: converts a whole model's eligible ``torch.nn.Linear`` layers and reports each one.
 
 On CUDA tensors everything runs zero-copy on ``torch.cuda.current_stream()``, works under ``torch.compile``
 (the ops are registered with ``torch.library`` as ``torch.ops.sparsek.*``) and inside CUDA graphs. Backward is
@@ -28,6 +30,8 @@ __all__ = [
     "bsr_mm",
     "linear",
     "nn",
+    "sparsify",
+    "BlockSparseLinear",
     "cuda_available",
     "device_info",
     "set_programmatic_launch",
@@ -161,3 +165,4 @@ def programmatic_launch() -> bool:
 
 
 from . import nn  # noqa: E402  (nn uses the ops registered above)
+from .nn import BlockSparseLinear, sparsify  # noqa: E402
