@@ -1,0 +1,60 @@
+//! Generates the kernels' entry points from the one variant table, `sparsek_layout::VARIANTS`: for the module this
+//! build makes (the product module; with feature `tune-kernels` the tuning module; with `sm90` the sm_90a module;
+//! with `test-kernels` none), one line per variant, `<template>_kernel!(name, types...)`, into
+//! `$OUT_DIR/<template>_entries.rs`, which the template's file includes. No list of entry points is written by
+//! hand: a row of the table is a kernel, with the table's configuration (`variant_config!` checks it again).
+
+use std::fmt::Write as _;
+
+use sparsek_layout::{InType, Layout, Module, OutType, Pipeline, Tile, VARIANTS};
+
+fn main() {
+    let feature = |f: &str| std::env::var_os(format!("CARGO_FEATURE_{f}")).is_some();
+    let module = if feature("TEST_KERNELS") {
+        None
+    } else if feature("TUNE_KERNELS") {
+        Some(Module::Tuning)
+    } else if feature("SM90") {
+        Some(Module::Hopper)
+    } else {
+        Some(Module::Product)
+    };
+    let mut files =
+        [("bsr", String::new()), ("decode", String::new()), ("flat", String::new()), ("hopper", String::new())];
+    for v in VARIANTS.iter().filter(|v| Some(v.module) == module) {
+        let template = match (v.config.pipeline, v.tile) {
+            (Pipeline::TmaWgmma { .. }, _) => "hopper",
+            (Pipeline::Direct, _) => "decode",
+            (Pipeline::CpAsync, Tile::Flat | Tile::Flat32 | Tile::Flat64) => "flat",
+            (Pipeline::CpAsync, _) => "bsr",
+        };
+        let (input, in_type) = match v.input {
+            InType::F16 => ("crate::epilogue::F16In", "crate::layout::InType::F16"),
+            InType::Bf16 => ("crate::epilogue::Bf16In", "crate::layout::InType::Bf16"),
+        };
+        let (b_layout, b_col) = match v.b_layout {
+            Layout::RowMajor => ("crate::layout::Layout::RowMajor", false),
+            Layout::ColMajor => ("crate::layout::Layout::ColMajor", true),
+        };
+        let (out, out_type) = match v.out {
+            OutType::F32 => ("f32", "crate::layout::OutType::F32"),
+            OutType::F16 => ("u16", "crate::layout::OutType::F16"),
+            OutType::Bf16 => ("crate::epilogue::Bf16", "crate::layout::OutType::Bf16"),
+        };
+        let text = &mut files.iter_mut().find(|(t, _)| *t == template).expect("a template").1;
+        let name = v.name;
+        // The flat template serves one type combination (its macro checks the variant's).
+        let line = if template == "flat" {
+            format!("flat_kernel!({name});")
+        } else {
+            format!("{template}_kernel!({name}, {input}, {in_type}, {b_layout}, {b_col}, {out}, {out_type});")
+        };
+        writeln!(text, "{line}").expect("writing to a String");
+    }
+    let dir = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    for (template, text) in files {
+        let path = dir.join(format!("{template}_entries.rs"));
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    println!("cargo::rerun-if-changed=build.rs");
+}
