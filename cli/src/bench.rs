@@ -168,95 +168,114 @@ impl ModuleChoice {
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// A small grid for smoke tests (2048^3 and a decode shape, seconds) instead of the default 21 cases; with
-    /// --decode, 4 of its cases.
-    #[arg(long, conflicts_with_all = ["cases", "matrix", "against"])]
+    /// A small grid for smoke tests (2048^3 and a decode shape, seconds) instead of the default 21 cases.
+    ///
+    /// With --decode, 4 of its cases.
+    #[arg(long, conflicts_with_all = ["cases", "matrix", "against"], help_heading = "Cases")]
     quick: bool,
-    /// Run only this case (repeatable): `m,n,k,bs,density[,pattern]`, density as 0.22 or 22%, pattern uniform
-    /// (default), skewed, banded, dense or empty.
-    #[arg(long = "case", value_name = "M,N,K,BS,DENSITY[,PATTERN]", conflicts_with_all = ["matrix", "against"])]
+    /// Run only this case (repeatable).
+    ///
+    /// `m,n,k,bs,density[,pattern]`: density as 0.22 or 22%, pattern uniform (default), skewed, banded, dense or
+    /// empty.
+    #[arg(
+        long = "case",
+        value_name = "M,N,K,BS,DENSITY[,PATTERN]",
+        conflicts_with_all = ["matrix", "against"],
+        help_heading = "Cases"
+    )]
     cases: Vec<String>,
-    /// Benchmark A read from a Matrix Market file (blockified with --bs, padded), times a random B with --n
-    /// columns.
-    #[arg(long, requires_all = ["bs", "n"], conflicts_with = "against")]
+    /// Benchmark A read from a Matrix Market file, times a random B with --n columns.
+    ///
+    /// The matrix is blockified with --bs and padded to multiples of it.
+    #[arg(long, requires_all = ["bs", "n"], conflicts_with = "against", help_heading = "Cases")]
     matrix: Option<PathBuf>,
     /// Block size for --matrix.
-    #[arg(long, requires = "matrix")]
+    #[arg(long, requires = "matrix", help_heading = "Cases")]
     bs: Option<usize>,
     /// Columns of B for --matrix.
-    #[arg(long, requires = "matrix")]
+    #[arg(long, requires = "matrix", help_heading = "Cases")]
     n: Option<usize>,
     /// Timed launches per contender (at least 20; the median is reported).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(20..))]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(20..), help_heading = "Measurement")]
     iters: u64,
     /// Untimed warm-up launches per contender.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, help_heading = "Measurement")]
     warmup: usize,
     /// Rows of C checked against the oracle per contender (random, plus the first and the last).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, help_heading = "Measurement")]
     check_rows: usize,
-    /// Seed mixed into every case's A and B [default: 1; with --compare, OLD's, so the same matrices are
-    /// measured].
-    #[arg(long)]
+    /// Seed mixed into every case's A and B [default: 1; with --compare, OLD's].
+    ///
+    /// With --compare the default is OLD's seed, so that the same matrices are measured.
+    #[arg(long, help_heading = "Cases")]
     seed: Option<u64>,
     /// The cuSPARSE entry point.
-    #[arg(long, value_enum, default_value_t = CusparseArg::Auto)]
+    #[arg(long, value_enum, default_value_t = CusparseArg::Auto, help_heading = "Kernel choice (for comparisons)")]
     cusparse: CusparseArg,
-    /// Output directory [default: docs/bench; with --compare, target/bench-compare, so that the committed
-    /// results are not overwritten].
+    /// Output directory [default: docs/bench; with --compare, target/bench-compare].
+    ///
+    /// With --compare the default is target/bench-compare, so that the committed results are not overwritten.
     #[arg(long)]
     out_dir: Option<PathBuf>,
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
-    /// Which kernels sparsek launches: `auto` (the library's choice: the sm_90a kernels for bs 64 and 128 on an
-    /// H100/H200, the decode kernels at N <= 16), `sm80` (the portable module everywhere), `no-decode` (the
-    /// narrow tile at N <= 16 too), `no-short-rows` (the five-stage sm_90a kernel for short bs-64 rows too) or
-    /// `no-evict-first` (A not marked evict-first in L2 when a launch reads it once), for comparisons; or
-    /// `programmatic` (the library's choice, launched with programmatic dependent launch on an H100/H200: a product
-    /// may start before the kernel ahead of it ends; the queued times show what that is worth back to back).
-    #[arg(long, value_enum, default_value_t = ModuleChoice::Auto)]
+    /// Which kernels sparsek launches: the library's choice, or it with one kind of kernel turned off.
+    ///
+    /// `auto` is the library's choice: the sm_90a kernels for bs 64 and 128 on an H100/H200, the decode kernels at
+    /// N <= 16. With `programmatic`, the queued times show what programmatic dependent launch is worth back to
+    /// back.
+    #[arg(long, value_enum, default_value_t = ModuleChoice::Auto, help_heading = "Kernel choice (for comparisons)")]
     module: ModuleChoice,
-    /// How the narrow kernels (N <= 64), and the sm_90a ones, split long block rows over several CTAs: `auto` (the
-    /// library's choice: parts of about 128 KiB of A, more at bs 128, for launches of one N tile where whole rows
-    /// leave the GPU short of CTAs; on the sm_90a kernels at bs 128, rows over twice an equal share of the work),
-    /// `off` (one CTA per block row), `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16
-    /// in, f32 out: the flat block-list
-    /// kernel, CTAs each taking an equal share of A's blocks across row boundaries, a wave of them or K per SM)
-    /// or a number of blocks per part, for comparisons.
-    #[arg(long, value_name = "auto|off|flat[:K]|BLOCKS", default_value = "auto", value_parser = parse_split)]
+    /// How long block rows split over several CTAs.
+    ///
+    /// For the narrow kernels (N <= 64) and the sm_90a ones: `auto` (the library's choice: parts of about 128 KiB
+    /// of A, more at bs 128, for launches of one N tile where whole rows leave the GPU short of CTAs; on the
+    /// sm_90a kernels at bs 128, rows over twice an equal share of the work), `off` (one CTA per block row),
+    /// `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16 in, f32 out: the flat block-list
+    /// kernel, CTAs each taking an equal share of A's blocks across row boundaries, a wave of them or K per SM) or
+    /// a number of blocks per part.
+    #[arg(
+        long,
+        value_name = "auto|off|flat[:K]|BLOCKS",
+        default_value = "auto",
+        value_parser = parse_split,
+        help_heading = "Kernel choice (for comparisons)"
+    )]
     split: RowSplit,
-    /// How the sm_90a kernels (bs 64 and 128 on an H100/H200) take their tiles: `auto` (a persistent grid whose
-    /// CTAs take the next tile from a counter), `per-tile` (one CTA per output tile) or `static` (a persistent
-    /// grid walking the tiles with a static stride), for comparisons.
-    #[arg(long, value_enum, default_value_t = ScheduleArg::Auto)]
+    /// How the sm_90a kernels (bs 64 and 128 on an H100/H200) take their tiles.
+    #[arg(long, value_enum, default_value_t = ScheduleArg::Auto, help_heading = "Kernel choice (for comparisons)")]
     schedule: ScheduleArg,
-    /// Compare with an earlier run's results (e.g. docs/bench/latest.json): run the same cases (or those of
-    /// --quick / --case / --matrix, comparing the cases both have), then print per case the old and new
-    /// sparsek times and ratios to cuBLAS and the change. Exits non-zero when a case regressed beyond
-    /// --threshold or a sparsek check failed.
-    #[arg(long, value_name = "OLD.json")]
+    /// Compare with an earlier run's results (e.g. docs/bench/latest.json).
+    ///
+    /// Runs the same cases (or those of --quick / --case / --matrix, comparing the cases both have), then prints
+    /// per case the old and new sparsek times and ratios to cuBLAS and the change. Exits non-zero when a case
+    /// regressed beyond --threshold or a sparsek check failed.
+    #[arg(long, value_name = "OLD.json", help_heading = "Comparing runs")]
     compare: Option<PathBuf>,
     /// With --compare: compare OLD with this results file instead of running anything (no GPU needed).
-    #[arg(long, value_name = "NEW.json", requires = "compare")]
+    #[arg(long, value_name = "NEW.json", requires = "compare", help_heading = "Comparing runs")]
     against: Option<PathBuf>,
-    /// With --compare: the regression threshold in percent. A case regresses when sparsek's speed relative to
-    /// cuBLAS, measured in the same run (comparable across runs and machines, unlike absolute times under
+    /// With --compare: the regression threshold in percent.
+    ///
+    /// A case regresses when sparsek's speed relative to cuBLAS, measured in the same run (comparable across runs and machines, unlike absolute times under
     /// changing clocks), is lower than OLD's by more than this; where a run has no trusted cuBLAS time,
     /// sparsek's own time is compared. The default 5% is above the run-to-run noise of the interleaved
     /// medians measured on an H100 (about 1-3%).
-    #[arg(long, value_name = "PCT", requires = "compare", default_value_t = DEFAULT_THRESHOLD_PCT)]
+    #[arg(long, value_name = "PCT", requires = "compare", default_value_t = DEFAULT_THRESHOLD_PCT, help_heading = "Comparing runs")]
     threshold: f64,
-    /// Run only the reach comparison: sparsek's f16 product (row-major, f32 C) against the same values in bf16,
-    /// the same f16 product in the linear-layer form (column-major B and C views through Gpu::spmm_raw) and
+    /// Run only the reach comparison (bf16, the linear-layer form and cuBLAS against the f16 product).
+    ///
+    /// Sparsek's f16 product (row-major, f32 C) against the same values in bf16, the same f16 product in the linear-layer form (column-major B and C views through Gpu::spmm_raw) and
     /// cuBLAS dense f16, each checked against the oracle, then timed interleaved (at least 30 launches, median).
     /// Cases: 8192^3 at bs 64 and 128, density 10% and 22%, and 4096^3 bs 64 12.5%, or those of --case. Writes
     /// OUT_DIR/reach.md and OUT_DIR/reach.json [OUT_DIR default: target/bench-reach] and the table to stdout.
     /// Exits non-zero without a GPU or if a sparsek check fails.
-    #[arg(long, conflicts_with_all = ["quick", "matrix", "compare", "against", "cusparse"])]
+    #[arg(long, conflicts_with_all = ["quick", "matrix", "compare", "against", "cusparse"], help_heading = "Other runs (instead of the grid)")]
     reach: bool,
-    /// Run only the decode grid (issue 12): sparsek's f16 product (row-major, f32 C) and cuBLAS dense f16 at the same
-    /// N, each checked against the oracle, then timed interleaved (at least 30 launches, median, inputs rotated beyond
+    /// Run only the decode grid (issue 12: few columns, layer-sized weights).
+    ///
+    /// Sparsek's f16 product (row-major, f32 C) and cuBLAS dense f16 at the same N, each checked against the oracle, then timed interleaved (at least 30 launches, median, inputs rotated beyond
     /// L2). Measures first, in the same run, the device-to-device copy bandwidth and an empty kernel launch's time;
     /// reports per case the bytes that must move, the achieved bandwidth and its fraction of the copy bandwidth, a
     /// read floor's time (a kernel moving the case's bytes and nothing else; a target it misses too is out of reach),
@@ -267,9 +286,11 @@ pub struct BenchArgs {
     /// 384 x 1536 at bs 32 and 64, density 25% and 50%, N 1, 16 and 512; with --quick 4 of them; or those of --case.
     /// Writes OUT_DIR/decode.md and OUT_DIR/decode.json [OUT_DIR default: target/bench-decode] and the table to stdout.
     /// Exits non-zero without a GPU or if a sparsek check fails (a missed target does not fail it).
-    #[arg(long, conflicts_with_all = ["reach", "matrix", "compare", "against", "cusparse"])]
+    #[arg(long, conflicts_with_all = ["reach", "matrix", "compare", "against", "cusparse"], help_heading = "Other runs (instead of the grid)")]
     decode: bool,
-    /// Run only the plan comparison (issue 13): each case's A is tuned (`Gpu::tune`: every kernel family and
+    /// Run only the plan comparison (issue 13: the built-in plan against the tuned one).
+    ///
+    /// Each case's A is tuned (`Gpu::tune`: every kernel family and
     /// rasterization group, checked and timed within --tune-ms), then the built-in heuristic's plan and the
     /// tuned plan are checked against the oracle and re-measured interleaved (at least 30 launches, median,
     /// inputs rotated beyond L2). Cases (20): 8192^3 at bs 64 and 128, 10% and 22%, skewed and banded at bs 64,
@@ -277,10 +298,14 @@ pub struct BenchArgs {
     /// 384 x 1536 at bs 32 and 64); with --quick 3 of them; or those of --case. The user's plan cache is neither
     /// read nor written. Writes OUT_DIR/tuned.md and OUT_DIR/tuned.json [OUT_DIR default: target/bench-tuned] and
     /// the table to stdout. Exits non-zero without a GPU or if a check fails.
-    #[arg(long, conflicts_with_all = ["reach", "decode", "matrix", "compare", "against", "cusparse"])]
+    #[arg(
+        long,
+        conflicts_with_all = ["reach", "decode", "matrix", "compare", "against", "cusparse"],
+        help_heading = "Other runs (instead of the grid)"
+    )]
     tuned: bool,
     /// With --tuned: the tuning budget per case, in milliseconds.
-    #[arg(long, default_value_t = 1500, requires = "tuned")]
+    #[arg(long, default_value_t = 1500, requires = "tuned", help_heading = "Other runs (instead of the grid)")]
     tune_ms: u64,
 }
 

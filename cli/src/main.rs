@@ -1,7 +1,11 @@
 //! The `sparsek` command line: `info` (the GPU and the kernels), `run` (one product, checked and timed),
 //! `bench` (sparsek against cuBLAS and cuSPARSE over a grid of cases) and `tune` (the plan of a product, measured
-//! and cached; or every tuning candidate configuration of the kernels on the benchmark shapes). The library is `sparsek`; the benchmark runner, baselines, reports and the
-//! tuner are in `sparsek-bench`.
+//! and cached; or every tuning candidate configuration of the kernels on the benchmark shapes). The library is
+//! `sparsek`; the benchmark runner, baselines, reports and the tuner are in `sparsek-bench`.
+//!
+//! Help: each doc comment's first paragraph is an option's `-h` line, the whole comment its `--help` text; options
+//! for comparisons and measurement are grouped under their own headings; `--help` wraps to the terminal (at most
+//! 100 columns). `cli/tests/help.rs` holds those properties.
 
 mod bench;
 mod info;
@@ -14,7 +18,15 @@ use clap::{Parser, Subcommand};
 use sparsek::f16;
 
 #[derive(Parser)]
-#[command(name = "sparsek", version, about = "Block-sparse (BSR) x dense matrix multiplication on NVIDIA tensor cores")]
+#[command(
+    name = "sparsek",
+    version,
+    about = "Block-sparse (BSR) x dense matrix multiplication on NVIDIA tensor cores",
+    long_about = "Block-sparse (BSR) x dense matrix multiplication on NVIDIA tensor cores.\n\n\
+                  `sparsek run` is the main job: one product, checked against an f64 oracle and timed (on the CPU \
+                  backend when there is no GPU). `-h` gives a summary of each command, `--help` the details.",
+    max_term_width = 100
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,6 +34,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Describes the GPU and every kernel's registers, shared memory and occupancy.
+    ///
     /// The GPU (name, compute capability, driver, SMs, L2, shared memory), the PTX module chosen for it, and every
     /// kernel's registers, shared memory and occupancy as the driver reports them. Exits non-zero without a
     /// usable GPU.
@@ -30,20 +44,26 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         device: usize,
     },
+    /// Multiplies a BSR matrix by a random dense one, checks the result and times it.
+    ///
     /// Builds or loads a BSR matrix A, multiplies it with a random dense B on the GPU (or the CPU backend when
     /// there is no GPU), checks the result against the f64 CPU oracle, and prints time and effective TFLOPS.
     Run(run::RunArgs),
+    /// Benchmarks sparsek against cuBLAS and cuSPARSE over a grid of cases (GPU only).
+    ///
     /// Benchmarks sparsek against cuBLAS dense GEMM (f16 in, f32 accumulate) and cuSPARSE on one GPU: checks
     /// every output against the CPU oracle, times the contenders interleaved with CUDA events (median), and
     /// writes OUT_DIR/latest.json, OUT_DIR/speedup.png and the Markdown table (stdout, and between the markers
     /// of OUT_DIR/../BENCHMARKS.md, else OUT_DIR/bench.md). Exits non-zero without a GPU or if a sparsek check
     /// fails.
     Bench(bench::BenchArgs),
+    /// Measures which kernels serve a product fastest and saves the plan to the cache (GPU only).
+    ///
     /// Tunes the plan of a product: every kernel family and rasterization group that can serve it runs on the
     /// matrix (generated, or --matrix), is checked against the f64 oracle and timed in alternating blocks; the
-    /// fastest, when it beats the built-in heuristic by more than 3%, is saved to the plan cache, which later launches
-    /// of the same problem on this GPU use. `--show` lists the cache; `--configs` instead times every tuning
-    /// candidate configuration of the kernels (layout::TUNE_CONFIGS) on the benchmark shapes. Exits non-zero
+    /// fastest, when it beats the built-in heuristic by more than 3%, is saved to the plan cache, which later
+    /// launches of the same problem on this GPU use. `--show` lists the cache; `--configs` instead times every
+    /// tuning candidate configuration of the kernels (layout::TUNE_CONFIGS) on the benchmark shapes. Exits non-zero
     /// without a GPU (except --show) or if a check fails.
     Tune(tune::TuneArgs),
 }

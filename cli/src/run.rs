@@ -30,8 +30,10 @@ pub struct MatrixArgs {
     /// Seed of the generated A and B.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Load A from a Matrix Market file (blockified with --bs, padded to multiples of --bs) instead of
-    /// generating it; --m and --k are then taken from the file.
+    /// Load A from a Matrix Market file instead of generating it.
+    ///
+    /// The matrix is blockified with --bs and padded to multiples of --bs; --m and --k are then taken from the
+    /// file.
     #[arg(long)]
     pub matrix: Option<PathBuf>,
 }
@@ -57,17 +59,20 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0.0)]
     beta: f32,
     /// Timed launches (the median is reported).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, help_heading = "Measurement")]
     iters: usize,
     /// Untimed warm-up launches.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, help_heading = "Measurement")]
     warmup: usize,
-    /// Rows checked against the oracle when M * N exceeds 2^20 (sampled at random, plus the first and last);
-    /// smaller products are checked whole.
-    #[arg(long, default_value_t = 256)]
+    /// Rows of C checked against the oracle when M * N exceeds 2^20.
+    ///
+    /// The rows are sampled at random, plus the first and the last; smaller products are checked whole.
+    #[arg(long, default_value_t = 256, help_heading = "Measurement")]
     check_rows: usize,
-    /// Check every row of C, whatever its size (slow for large products: the oracle runs in f64 on the CPU).
-    #[arg(long)]
+    /// Check every row of C, whatever its size.
+    ///
+    /// Slow for large products: the oracle runs in f64 on the CPU.
+    #[arg(long, help_heading = "Measurement")]
     full_check: bool,
     /// Run on the CPU backend even when a GPU is present.
     #[arg(long)]
@@ -75,23 +80,34 @@ pub struct RunArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
-    /// Which kernels run: `auto` (the library's choice), `sm80` (the portable module only), `no-decode` (the
-    /// library's choice without the decode kernels), `no-short-rows` (without the sm_90a short-row kernels),
-    /// `no-evict-first` (A not marked evict-first in L2 when a launch reads it once) or `programmatic` (the
-    /// library's choice with programmatic dependent launch: a product may start before the kernel ahead of it ends).
-    #[arg(long, value_enum, default_value_t = crate::bench::ModuleChoice::Auto)]
+    /// Which kernels run: the library's choice, or it with one kind of kernel turned off.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = crate::bench::ModuleChoice::Auto,
+        help_heading = "Kernel choice (for comparisons)"
+    )]
     module: crate::bench::ModuleChoice,
-    /// How the narrow kernels (N <= 64), and the sm_90a ones, split long block rows over several CTAs: `auto` (the
-    /// library's choice),
-    /// `off` (one CTA per block row), `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16
-    /// in, f32 out: the flat block-list
-    /// kernel in place of the narrow one, a wave of CTAs or K per SM) or a number of blocks per part.
-    #[arg(long, value_name = "auto|off|flat[:K]|BLOCKS", default_value = "auto", value_parser = crate::bench::parse_split)]
+    /// How long block rows split over several CTAs.
+    ///
+    /// For the narrow kernels (N <= 64) and the sm_90a ones: `auto` (the library's choice), `off` (one CTA per
+    /// block row), `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16 in, f32 out: the flat
+    /// block-list kernel in place of the narrow one, a wave of CTAs or K per SM) or a number of blocks per part.
+    #[arg(
+        long,
+        value_name = "auto|off|flat[:K]|BLOCKS",
+        default_value = "auto",
+        value_parser = crate::bench::parse_split,
+        help_heading = "Kernel choice (for comparisons)"
+    )]
     split: sparsek::gpu::RowSplit,
-    /// How the sm_90a kernels take their tiles: `auto` (a persistent grid taking tiles from a counter),
-    /// `per-tile` (one CTA per output tile) or `static` (a persistent grid walking the tiles with a static
-    /// stride).
-    #[arg(long, value_enum, default_value_t = crate::bench::ScheduleArg::Auto)]
+    /// How the sm_90a kernels take their tiles.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = crate::bench::ScheduleArg::Auto,
+        help_heading = "Kernel choice (for comparisons)"
+    )]
     schedule: crate::bench::ScheduleArg,
 }
 

@@ -14,19 +14,22 @@ use sparsek_bench::{Case, Source};
 #[derive(clap::Args)]
 pub struct TuneArgs {
     /// List the plans in the cache (every GPU's) and exit; needs no GPU.
-    #[arg(long, conflicts_with = "configs")]
+    #[arg(long, conflicts_with = "configs", help_heading = "Plan cache")]
     show: bool,
     /// Delete the plan cache file and exit; needs no GPU.
-    #[arg(long, conflicts_with_all = ["configs", "show"])]
+    #[arg(long, conflicts_with_all = ["configs", "show"], help_heading = "Plan cache")]
     clear: bool,
     /// A: generated or from a file.
     #[command(flatten)]
     a: crate::run::MatrixArgs,
-    /// Columns of B and C; repeat for several (one plan per power-of-two bucket of N: 1, 2, 4, ..., 16, 32, ...).
+    /// Columns of B and C; repeat for several.
+    ///
+    /// One plan is saved per power-of-two bucket of N: 1, 2, 4, ..., 16, 32, ...
     #[arg(long = "n", default_values_t = [16usize])]
     n: Vec<usize>,
-    /// Block size: 16, 32, 64 or 128 (default 64). With --configs: only these block sizes' candidates
-    /// (repeatable; default there: all).
+    /// Block size: 16, 32, 64 or 128 (default 64).
+    ///
+    /// With --configs: only these block sizes' candidates (repeatable; default there: all).
     #[arg(long)]
     bs: Vec<usize>,
     /// The linear layer's layouts (`y = x @ W^T`: B = x^T and C = y^T, both column-major) instead of row-major.
@@ -35,22 +38,27 @@ pub struct TuneArgs {
     /// Element type of C.
     #[arg(long, value_enum, default_value_t = crate::run::OutType::F32)]
     out: crate::run::OutType,
-    /// Tuning time per N, in milliseconds (checks included; every candidate gets at least 5 timed launches).
+    /// Tuning time per N, in milliseconds.
+    ///
+    /// Checks included; every candidate gets at least 5 timed launches.
     #[arg(long, default_value_t = 2000)]
     budget_ms: u64,
-    /// The plan cache directory (default: SPARSEK_PLAN_CACHE, else the user's cache directory, e.g.
-    /// ~/.cache/sparsek).
-    #[arg(long)]
+    /// The plan cache directory.
+    ///
+    /// Default: SPARSEK_PLAN_CACHE, else the user's cache directory, e.g. ~/.cache/sparsek.
+    #[arg(long, help_heading = "Plan cache")]
     cache: Option<PathBuf>,
     /// Measure and print, but do not save the plans.
-    #[arg(long)]
+    #[arg(long, help_heading = "Plan cache")]
     dry_run: bool,
-    /// Instead: check and time every tuning candidate configuration (layout::TUNE_CONFIGS) on the benchmark
-    /// shapes, interleaved, as used to choose the built-in configurations (layout::CONFIGS).
-    #[arg(long)]
+    /// Instead of a plan: check and time every tuning candidate configuration of the kernels.
+    ///
+    /// Every candidate of layout::TUNE_CONFIGS runs on the benchmark shapes, interleaved, as used to choose the
+    /// built-in configurations (layout::CONFIGS).
+    #[arg(long, help_heading = "Configuration sweep (instead of a plan)")]
     configs: bool,
     /// With --configs: timed launches per candidate and rasterization order (the median is reported).
-    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(5..))]
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(5..), help_heading = "Configuration sweep (instead of a plan)")]
     iters: u64,
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
