@@ -102,7 +102,7 @@ impl<T: DeviceElement> DeviceMatrix<T> {
 
     /// The allocation holding the matrix's elements, with the buffer's stream, for its views.
     pub(crate) fn alloc(&self) -> Option<Alloc<'_>> {
-        self.alloc.map(|(base, bytes)| Alloc { base, bytes, stream: self.data.stream() })
+        self.alloc.map(|(base, bytes)| Alloc { base, bytes, stream: Some(self.data.stream()) })
     }
 
     /// Rows.
@@ -288,6 +288,17 @@ impl RowSchedule {
     /// The most nonzero blocks in one block row.
     pub fn max_row_blocks(&self) -> usize {
         self.row_lengths.first().map_or(0, |&l| l as usize)
+    }
+}
+
+/// Waits for the device's queued work (`cuCtxSynchronize`) before the order is freed: a launch on any stream
+/// may still read it (a [`BsrView::with_schedule`](super::BsrView::with_schedule) launched on the caller's
+/// stream). A schedule is dropped rarely (with its weight), so the wait costs nothing per launch. Not while a
+/// stream of the device is being captured into a CUDA graph (the wait would end the capture): drop it after.
+impl Drop for RowSchedule {
+    fn drop(&mut self) {
+        // An error (a device already lost) leaves nothing better to do than free the buffer as cudarc does.
+        let _ = self.order.context().synchronize();
     }
 }
 

@@ -29,12 +29,13 @@ use crate::error::{Error, Result};
 /// The device allocation a safe view's memory lies in (its first byte and size in bytes: what the driver reports,
 /// or what the crate allocated) and the stream of the cudarc buffer that owns it. A launch checks the bytes it will
 /// touch against the allocation, and makes that stream wait for the launch's work (so the buffer, freed in its
-/// stream's order, outlives the kernel).
+/// stream's order, outlives the kernel). No stream: the owner waits for the device's work itself before it frees
+/// the buffer (a [`RowSchedule`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Alloc<'a> {
     pub(crate) base: u64,
     pub(crate) bytes: u64,
-    pub(crate) stream: &'a Arc<CudaStream>,
+    pub(crate) stream: Option<&'a Arc<CudaStream>>,
 }
 
 impl std::fmt::Debug for Alloc<'_> {
@@ -46,7 +47,12 @@ impl std::fmt::Debug for Alloc<'_> {
 impl<'a> Alloc<'a> {
     /// The allocation of a buffer the crate made itself with `len` elements of `size` bytes at `ptr` (its length
     /// is the one it was allocated with; the product is checked all the same).
-    pub(crate) fn own(ptr: CUdeviceptr, len: usize, size: usize, stream: &'a Arc<CudaStream>) -> Option<Alloc<'a>> {
+    pub(crate) fn own(
+        ptr: CUdeviceptr,
+        len: usize,
+        size: usize,
+        stream: Option<&'a Arc<CudaStream>>,
+    ) -> Option<Alloc<'a>> {
         let bytes = u64::try_from(len.checked_mul(size)?).ok()?;
         Some(Alloc { base: ptr, bytes, stream })
     }
@@ -57,7 +63,7 @@ impl<'a> Alloc<'a> {
         stream.context().bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
         let (base, size) = allocation_of(ptr)?;
         check_within(what, ptr, u128::from(bytes), (base, size))?;
-        Ok(Alloc { base, bytes: size, stream })
+        Ok(Alloc { base, bytes: size, stream: Some(stream) })
     }
 
     /// `Ok` when `bytes` bytes from `start` lie inside this allocation.
@@ -215,7 +221,7 @@ impl<'a, T> BsrView<'a, T> {
         a: &'a DeviceBsr<T>,
     ) -> BsrView<'a, T> {
         let stream = a.values.stream();
-        let own = |ptr, len, size| Alloc::own(ptr, len, size, stream);
+        let own = |ptr, len, size| Alloc::own(ptr, len, size, Some(stream));
         BsrView {
             allocs: BsrAllocs {
                 values: own(values, a.values.len(), std::mem::size_of::<T>()),
@@ -618,7 +624,8 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
         }
         let stream = schedule.order.stream();
         let (row_order, _record) = schedule.order.device_ptr(stream);
-        let order_alloc = Alloc::own(row_order, schedule.order.len(), 4, stream);
+        // No stream to join: a RowSchedule waits for the device's work before it frees its order.
+        let order_alloc = Alloc::own(row_order, schedule.order.len(), 4, None);
         Ok(BsrView {
             allocs: BsrAllocs { row_order: order_alloc, ..self.allocs },
             row_order,

@@ -145,10 +145,11 @@ impl Gpu {
     /// order, B, the bias, and this `Gpu`'s split workspace ([`Error::InvalidArgument`] naming it).
     ///
     /// Lifetimes: a buffer behind a view made by a safe constructor ([`DenseView::from_cuda_slice`],
-    /// [`DeviceMatrix::view`], [`DeviceBsr::view`], [`BsrView::with_schedule`]'s order, ...) outlives the
-    /// launch's work even when it is dropped right after the call: its own stream is made to wait (on the device,
-    /// `cuStreamWaitEvent`) for an event recorded after the launch on `stream`, and cudarc frees a buffer in its
-    /// stream's order. Not on a stream being captured into a CUDA graph: the kernel runs when the graph is
+    /// [`DenseView::from_cuda_view`], [`DenseViewMut::from_cuda_slice`], [`VectorView::from_cuda_slice`],
+    /// [`DeviceMatrix::view`], [`DeviceBsr::view`]) outlives the launch's work even when it is dropped right after
+    /// the call: its own stream is made to wait (on the device, `cuStreamWaitEvent`) for an event recorded after
+    /// the launch on `stream`, and cudarc frees a buffer in its stream's order (a [`RowSchedule`](crate::gpu::RowSchedule) attached with
+    /// [`BsrView::with_schedule`] waits for the device's work when it is dropped). Not on a stream being captured into a CUDA graph: the kernel runs when the graph is
     /// replayed, and the caller keeps every operand alive while the graph may be replayed, as for any graph.
     ///
     /// # Safety
@@ -212,7 +213,7 @@ impl Gpu {
     /// synchronised instead.
     fn join_owners(&self, stream: CUstream, allocs: &[Option<Alloc<'_>>]) -> Result<()> {
         let mut owners: Vec<&Arc<CudaStream>> = Vec::new();
-        for s in allocs.iter().flatten().map(|a| a.stream) {
+        for s in allocs.iter().flatten().filter_map(|a| a.stream) {
             if s.cu_stream() != stream && !owners.iter().any(|o| o.cu_stream() == s.cu_stream()) {
                 owners.push(s);
             }
@@ -332,7 +333,7 @@ impl Gpu {
         let (b_ptr, _g4) = b.as_slice().device_ptr(stream);
         let (c_rows, c_cols, c_ld) = (c.rows(), c.cols(), c.ld());
         // C's allocation with the launch's stream as its owner: the guards order the owned buffers' lives.
-        let c_alloc = c.alloc().map(|a| Alloc { stream, ..a });
+        let c_alloc = c.alloc().map(|a| Alloc { stream: Some(stream), ..a });
         let (c_ptr, _g5) = c.as_mut_slice().device_ptr_mut(stream);
         let av = BsrView::<TA>::trusted((values, row_ptr, col_idx, row_order), a);
         let bv = DenseView::<TA>::trusted(b_ptr, (b.rows(), b.cols(), b.ld()), b.alloc()).stored(b_layout);
