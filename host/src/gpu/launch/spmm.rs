@@ -148,9 +148,10 @@ impl Gpu {
     /// [`DenseView::from_cuda_view`], [`DenseViewMut::from_cuda_slice`], [`VectorView::from_cuda_slice`],
     /// [`DeviceMatrix::view`], [`DeviceBsr::view`]) outlives the launch's work even when it is dropped right after
     /// the call: its own stream is made to wait (on the device, `cuStreamWaitEvent`) for an event recorded after
-    /// the launch on `stream`, and cudarc frees a buffer in its stream's order (a [`RowSchedule`](crate::gpu::RowSchedule) attached with
-    /// [`BsrView::with_schedule`] waits for the device's work when it is dropped). Not on a stream being captured into a CUDA graph: the kernel runs when the graph is
-    /// replayed, and the caller keeps every operand alive while the graph may be replayed, as for any graph.
+    /// the launch on `stream`, and cudarc frees a buffer in its stream's order (a
+    /// [`RowSchedule`](crate::gpu::RowSchedule) attached with [`BsrView::with_schedule`] waits for the device's
+    /// work when it is dropped). Not on a stream being captured into a CUDA graph: the kernel runs when the graph
+    /// is replayed, and the caller keeps every operand alive while the graph may be replayed, as for any graph.
     ///
     /// # Safety
     /// `stream` is a live stream (or 0), and the views' contracts hold until the kernel has finished on
