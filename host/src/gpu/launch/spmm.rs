@@ -212,14 +212,18 @@ impl Gpu {
     /// stream's order) outlives the kernel. Nothing to do when every buffer's stream is `stream`, or on a stream
     /// being captured (the kernel runs at replay; see [`Gpu::spmm_raw`]). Should the event fail, `stream` is
     /// synchronised instead.
-    fn join_owners(&self, stream: CUstream, allocs: &[Option<Alloc<'_>>]) -> Result<()> {
-        let mut owners: Vec<&Arc<CudaStream>> = Vec::new();
+    fn join_owners(&self, stream: CUstream, allocs: &[Option<Alloc<'_>>; 7]) -> Result<()> {
+        // At most one owner per view array, in a fixed array: the launch path allocates nothing.
+        let mut owners: [Option<&Arc<CudaStream>>; 7] = [None; 7];
+        let mut count = 0;
         for s in allocs.iter().flatten().filter_map(|a| a.stream) {
-            if s.cu_stream() != stream && !owners.iter().any(|o| o.cu_stream() == s.cu_stream()) {
-                owners.push(s);
+            let known = owners[..count].iter().flatten().any(|o| o.cu_stream() == s.cu_stream());
+            if s.cu_stream() != stream && !known {
+                owners[count] = Some(s);
+                count += 1;
             }
         }
-        if owners.is_empty() || capturing(stream) {
+        if count == 0 || capturing(stream) {
             return Ok(());
         }
         let joined = (|| -> std::result::Result<(), cudarc::driver::DriverError> {
@@ -227,7 +231,7 @@ impl Gpu {
             let done = self.context().new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
             // SAFETY: `stream` is a live stream of this context (checked before the launch) and the event is ours.
             unsafe { cudarc::driver::result::event::record(done.cu_event(), stream) }?;
-            owners.iter().try_for_each(|s| s.wait(&done))
+            owners.iter().flatten().try_for_each(|s| s.wait(&done))
         })();
         if joined.is_err() {
             // SAFETY: as above; waits for the launch, after which the buffers may be freed.
@@ -728,9 +732,15 @@ impl Gpu {
                 alloc.holds(what, start, bytes)?;
             }
         }
-        let mut ranges: Vec<(&'static str, u64, u128)> = inputs.iter().map(|&(w, s, b, _)| (w, s, b)).collect();
+        // A fixed array: the launch path allocates nothing. The workspace's entries stay empty without one.
+        let mut ranges = [("", 0u64, 0u128); 8];
+        for (slot, &(what, start, bytes, _)) in ranges.iter_mut().zip(inputs.iter()) {
+            *slot = (what, start, bytes);
+        }
         if let Some(ws) = self.split.as_ref() {
-            ranges.extend(ws.ranges().map(|(s, b)| ("the Gpu's split workspace", s, b)));
+            for (slot, (start, bytes)) in ranges[inputs.len()..].iter_mut().zip(ws.ranges()) {
+                *slot = ("the Gpu's split workspace", start, bytes);
+            }
         }
         match first_overlap((c.ptr, c_bytes), &ranges) {
             Some(what) => Err(Error::InvalidArgument {
