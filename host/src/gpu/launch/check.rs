@@ -47,6 +47,9 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
 pub struct CheckedIndices {
     row_ptr: CudaSlice<u8>,
     col_idx: CudaSlice<u8>,
+    /// The copies' device addresses, taken once: they are written only before the check, which waits for the
+    /// copies, and read-only after it, so a launch needs no event of theirs (and pays no driver call for them).
+    addrs: (CUdeviceptr, CUdeviceptr),
     index: IndexType,
     shape: (usize, usize, usize, usize),
 }
@@ -54,10 +57,7 @@ pub struct CheckedIndices {
 impl CheckedIndices {
     /// The copy's arrays with the caller's `values` (the values are not copied: any bits are valid values).
     pub fn arrays(&self, values: CUdeviceptr) -> BsrArrays {
-        let stream = self.row_ptr.stream();
-        let (row_ptr, _r0) = self.row_ptr.device_ptr(stream);
-        let (col_idx, _r1) = self.col_idx.device_ptr(stream);
-        BsrArrays { values, row_ptr, col_idx, index: self.index }
+        BsrArrays { values, row_ptr: self.addrs.0, col_idx: self.addrs.1, index: self.index }
     }
     /// `(rows, cols, block size, nnzb)` of the structure checked.
     pub fn shape(&self) -> (usize, usize, usize, usize) {
@@ -135,7 +135,12 @@ impl Gpu {
         };
         let row_ptr = copy("device copy of row_ptr", arrays.row_ptr, rp_bytes)?;
         let col_idx = copy("device copy of col_idx", arrays.col_idx, ci_bytes)?;
-        let checked = CheckedIndices { row_ptr, col_idx, index: arrays.index, shape: (rows, cols, bs, nnzb) };
+        let addrs = {
+            let (r, _r0) = row_ptr.device_ptr(stream);
+            let (c, _r1) = col_idx.device_ptr(stream);
+            (r, c)
+        };
+        let checked = CheckedIndices { row_ptr, col_idx, addrs, index: arrays.index, shape: (rows, cols, bs, nnzb) };
         // SAFETY: the copies hold the stated entries (made above, in this stream's order before the check).
         let view = unsafe { BsrView::<T>::from_raw(checked.arrays(arrays.values), rows, cols, bs, nnzb) }?;
         self.check_structure(&view)?;
