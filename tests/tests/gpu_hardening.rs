@@ -250,3 +250,63 @@ fn dropping_a_safe_view_buffer_after_the_launch_is_safe() {
         assert!(exercised > 0, "no round freed B while the launch was queued: give the launch stream more work");
     }
 }
+
+/// `Gpu::checked_copy` (the Python layer's structure check): the launch reads the checked private copy, so
+/// indices overwritten afterwards with wild values (columns of 2^30, a row pointer past nnzb) never reach the
+/// kernel: the product is the checked structure's, exactly (under compute-sanitizer memcheck: no read outside B or
+/// A's values). A bad structure is refused with the block row; 32- and 64-bit indices.
+#[test]
+fn launches_read_the_checked_copy_of_the_indices() {
+    let _shared = sparsek_tests::gpu_shared();
+    let Some(gpu) = gpu("launches_read_the_checked_copy_of_the_indices") else { return };
+    let stream = gpu.stream();
+    let (bs, m, k, n) = (32usize, 128usize, 256usize, 24usize);
+    let a: Bsr<f16> = generate_int(Pattern::Skewed, m, k, bs, 0.4, 11, 4).unwrap();
+    let b = Matrix::<f16>::from_fn(k, n, |r, c| f16::from_f32(((3 * r + c) % 7) as f32 - 3.0)).unwrap();
+    let want = sparsek::cpu::reference(&a, &b, &Matrix::<f32>::zeros(m, n).unwrap(), Epilogue::default()).unwrap();
+    let values = htod(stream, a.values());
+    let b_d = htod(stream, b.as_slice());
+    for index in [IndexType::U32, IndexType::I64] {
+        let bytes = |v: &[u32]| -> Vec<u8> {
+            match index {
+                IndexType::U32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                IndexType::I64 => v.iter().flat_map(|&x| u64::from(x).to_le_bytes()).collect(),
+            }
+        };
+        let mut row_ptr = htod(stream, &bytes(a.row_ptr()));
+        let mut col_idx = htod(stream, &bytes(a.col_idx()));
+        let arrays = BsrArrays {
+            values: addr(stream, &values),
+            row_ptr: addr(stream, &row_ptr),
+            col_idx: addr(stream, &col_idx),
+            index,
+        };
+        // SAFETY: live index buffers of the stated sizes on this GPU, not written during the call.
+        let checked = unsafe { gpu.checked_copy::<f16>(arrays, m, k, bs, a.nnzb()) }.unwrap();
+        // The caller's indices overwritten with wild values after the check.
+        let wild: Vec<u32> = vec![1 << 30; a.col_idx().len()];
+        stream.memcpy_htod(&bytes(&wild), &mut col_idx).unwrap();
+        let mut wild_rp = vec![1u32 << 30; a.row_ptr().len()];
+        wild_rp[0] = 0;
+        stream.memcpy_htod(&bytes(&wild_rp), &mut row_ptr).unwrap();
+        // SAFETY: the copy is a checked structure of live memory owned by `checked`; the values are live.
+        let a_v = unsafe { BsrView::<f16>::from_raw(checked.arrays(arrays.values), m, k, bs, a.nnzb()) }.unwrap();
+        let b_v = DenseView::from_cuda_slice(&b_d, k, n, n, Layout::RowMajor).unwrap();
+        let mut c_d = htod(stream, &vec![f32::NAN; m * n]);
+        let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m, n, n, Layout::RowMajor).unwrap();
+        // SAFETY: this Gpu's stream; every buffer is live and used by nothing else.
+        unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, None, Epilogue::default()) }.unwrap();
+        let c = stream.clone_dtoh(&c_d).unwrap();
+        for r in 0..m {
+            for j in 0..n {
+                assert_eq!(c[r * n + j] as f64, want.get(r, j), "{index:?}: ({r}, {j})");
+            }
+        }
+        // The wild indices themselves: refused by a new check, naming a block row.
+        // SAFETY: as above.
+        match unsafe { gpu.checked_copy::<f16>(arrays, m, k, bs, a.nnzb()) } {
+            Err(Error::InvalidBsr(e)) => eprintln!("{index:?}: {e}"),
+            other => panic!("{index:?}: wild indices accepted: {other:?}"),
+        }
+    }
+}
