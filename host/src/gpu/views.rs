@@ -10,10 +10,16 @@
 //! - [`VectorView`]: the bias of the fused epilogue.
 //!
 //! What is checked on the host (by the constructors, and against the [`Gpu`](super::Gpu) at launch): shapes,
-//! leading dimensions, 16-byte alignment of the dense operands' start and rows, 32-bit limits, and that every
-//! pointer is device memory of the launch's GPU (`cuPointerGetAttribute`). What cannot be checked on the host is
-//! the `unsafe` constructors' contract; [`BsrView::from_raw_checked`] checks a structure on the device in one
-//! launch for callers who cannot vouch for their indices.
+//! leading dimensions, 16-byte alignment of the dense operands' start and rows, 32-bit limits, that every
+//! pointer is device memory of the launch's GPU (`cuPointerGetAttribute`), and that C overlaps no input. The safe
+//! constructors (over a cudarc slice or view, or sparsek's own buffers) also check each extent's bytes, in checked
+//! arithmetic, against the device allocation the driver reports for the address (`cuMemGetAddressRange`: a
+//! `CudaSlice`'s own length is not trusted alone), when the view is made and again at launch; and their buffers
+//! outlive the launch (see [`Gpu::spmm_raw`](super::Gpu::spmm_raw)). What cannot be checked on the host is the
+//! `unsafe` constructors' contract (sizes, and that the memory stays allocated and unwritten until the kernel has
+//! finished on the launch's stream); [`BsrView::from_raw_checked`] checks a structure on the device in one launch
+//! for callers who cannot vouch for their indices, [`Gpu::checked_copy`](super::Gpu::checked_copy) a private copy
+//! of it that later writes cannot reach.
 
 use std::marker::PhantomData;
 use std::sync::Arc;

@@ -667,8 +667,9 @@ impl Gpu {
             // row_ptr of block_rows + 1 entries of the index width, col_idx below K / bs, nnzb * bs^2 values and
             // row_order 0 or a permutation of the block rows; B spans K x N and C M x N in their layouts, with
             // leading dimensions covering a row (column), multiples of 16 bytes, and 16-byte aligned starts
-            // (DeviceMatrix / the view constructors), C overlapping no input (checked above); the bias holds M
-            // elements; every pointer is memory of this context (owned: checked by the caller; raw:
+            // (DeviceMatrix / the view constructors), every byte of a safe view's extent inside its allocation
+            // (check_extents, from the driver's range), C overlapping no input: values, row_ptr, col_idx, row order,
+            // B, bias, the Gpu's workspace (check_extents); the bias holds M elements; every pointer is memory of this context (owned: checked by the caller; raw:
             // cuPointerGetAttribute) and the stream is this context's (owned: checked; raw: cuStreamGetCtx); grid,
             // block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared memory
             // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values,
