@@ -669,8 +669,9 @@ impl Gpu {
             // leading dimensions covering a row (column), multiples of 16 bytes, and 16-byte aligned starts
             // (DeviceMatrix / the view constructors), every byte of a safe view's extent inside its allocation
             // (check_extents, from the driver's range), C overlapping no input: values, row_ptr, col_idx, row order,
-            // B, bias, the Gpu's workspace (check_extents); the bias holds M elements; every pointer is memory of this context (owned: checked by the caller; raw:
-            // cuPointerGetAttribute) and the stream is this context's (owned: checked; raw: cuStreamGetCtx); grid,
+            // B, bias, the Gpu's workspace (check_extents); the bias holds M elements; every pointer is memory of
+            // this context (owned: checked by the caller; raw: cuPointerGetAttribute) and the stream is this
+            // context's (owned: checked; raw: cuStreamGetCtx); grid,
             // block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared memory
             // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values,
             // B's K x N span in its layout and (c_tma) C's M x N span (a nonempty A: Gpu::kernel picks those kernels
