@@ -296,7 +296,7 @@ def _ensure_checked(crow, col, device_index, dtype_name, a_args):
         # first (a structure is dropped only here, after a check, which has synchronised already).
         torch.cuda.synchronize(device_index)
         del dropped
-    return schedule
+    return structure, schedule
 
 
 try:
