@@ -227,13 +227,16 @@ def _output(t: torch.Tensor, transposed: bool = False):
 # moves the counter, and the next call checks again). The entry holds the tensors themselves, so their memory
 # cannot be freed and reused by another structure while the entry exists, the checked copy and the schedule made
 # then. Bounded by entries and by the bytes it keeps alive (least recently used dropped first): a dropped
-# structure is simply checked again on its next use. Per call this costs a dictionary lookup (the key), nothing
-# on the device; per check, two device-to-device copies of the indices more than the check itself.
+# structure is simply checked again on its next use. An entry used by a launch inside a CUDA graph capture moves to
+# _CAPTURED and is never dropped: a replay reads its copy and schedule whenever it runs. Per call this costs a
+# dictionary lookup (the key) and, until the entry is kept for a capture, whether the stream is capturing (one
+# driver query), nothing on the device; per check, two device-to-device copies of the indices more than the check.
 _CHECKED: collections.OrderedDict = collections.OrderedDict()
 _CHECKED_MAX = 256
 _CHECKED_MAX_BYTES = 64 << 20
 _checked_bytes = 0
 _CHECKED_LOCK = threading.Lock()
+_CAPTURED: dict = {}
 
 
 def _versions(crow: torch.Tensor, col: torch.Tensor):
@@ -261,11 +264,20 @@ def _ensure_checked(crow, col, device_index, dtype_name, a_args):
     """Checks the structure described by ``a_args`` (``_launch``'s description of A) on the device, unless these
     index tensors, unchanged, passed before; returns the checked private copy of the indices (``CheckedStructure``,
     whose addresses the launch uses) and the schedule of its block rows (``_schedule``)."""
+    global _checked_bytes
     key = (a_args[1:], _versions(crow, col), device_index)
     with _CHECKED_LOCK:
+        entry = _CAPTURED.get(key)
+        if entry is not None:
+            return entry[3], entry[4]
         entry = _CHECKED.get(key)
         if entry is not None:
-            _CHECKED.move_to_end(key)
+            if torch.cuda.is_current_stream_capturing():
+                # A CUDA graph will read this copy and schedule at every replay: never drop them.
+                _CAPTURED[key] = _CHECKED.pop(key)
+                _checked_bytes -= entry[2]
+            else:
+                _CHECKED.move_to_end(key)
             return entry[3], entry[4]
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError(
@@ -278,7 +290,6 @@ def _ensure_checked(crow, col, device_index, dtype_name, a_args):
     torch.cuda.current_stream(device_index).synchronize()
     structure = _native.cuda_check_bsr(device_index, dtype_name, a_args)
     schedule = _schedule(crow, device_index)
-    global _checked_bytes
     nbytes = crow.nbytes + col.nbytes + structure.nbytes + 4 * (crow.numel() - 1)
     dropped = []
     with _CHECKED_LOCK:

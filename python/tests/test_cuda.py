@@ -124,6 +124,37 @@ def replays_give(op, want):
         assert torch.equal(static.view(torch.int16), want.view(torch.int16)), "a replay differs"
 
 
+def test_structures_captured_in_a_graph_are_never_dropped(monkeypatch):
+    """A CUDA graph reads the checked copy of the indices and the schedule at every replay, so a structure used
+    inside a capture is kept for good: checking more structures than the bound allows afterwards drops every other
+    entry, and the replays still give the eager bits (under compute-sanitizer memcheck: no read of freed memory)."""
+    monkeypatch.setattr(_ops, "_CHECKED", type(_ops._CHECKED)())
+    monkeypatch.setattr(_ops, "_CAPTURED", {})
+    monkeypatch.setattr(_ops, "_CHECKED_MAX", 1)
+    monkeypatch.setattr(_ops, "_checked_bytes", 0)
+    gen = torch.Generator().manual_seed(seed_for("captured-kept"))
+    w, _ = random_bsr(512, 256, 64, 0.5, torch.float16, torch.int64, "cuda", gen, skew=True)
+    b = torch.randn(256, 8, device="cuda", dtype=torch.float16)
+    want = sparsek.bsr_mm(w, b)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        sparsek.bsr_mm(w, b)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static = sparsek.bsr_mm(w, b)
+    assert len(_ops._CAPTURED) == 1 and len(_ops._CHECKED) == 0
+    for i in range(3):
+        other, _ = random_bsr(512, 256, 64, 0.5, torch.float16, torch.int64, "cuda", gen)
+        sparsek.bsr_mm(other, b)  # each check drops the one before it (bound 1)
+        assert len(_ops._CHECKED) == 1 and len(_ops._CAPTURED) == 1
+        static.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static.view(torch.int16), want.view(torch.int16)), f"replay {i} differs"
+
+
 @pytest.mark.parametrize("tokens", [8, 48])
 def test_captured_skewed_weight_replays_the_eager_bits(tokens):
     """A weight whose first block row holds every block: eagerly the library splits that row over several CTAs (or
