@@ -210,8 +210,8 @@ impl Gpu {
     /// Makes the stream of each safe view's buffer (other than `stream`) wait, on the device, for an event recorded
     /// on `stream` after the launch just queued, so a buffer dropped right after the call (cudarc frees it in its
     /// stream's order) outlives the kernel. Nothing to do when every buffer's stream is `stream`, or on a stream
-    /// being captured (the kernel runs at replay; see [`Gpu::spmm_raw`]). Should the event fail, `stream` is
-    /// synchronised instead.
+    /// being captured (the kernel runs at replay; see [`Gpu::spmm_raw`]). Where a buffer's stream is being captured
+    /// (it cannot wait on an uncaptured stream's event), or the event fails, `stream` is synchronised instead.
     fn join_owners(&self, stream: CUstream, allocs: &[Option<Alloc<'_>>; 7]) -> Result<()> {
         // At most one owner per view array, in a fixed array: the launch path allocates nothing.
         let mut owners: [Option<&Arc<CudaStream>>; 7] = [None; 7];
@@ -226,14 +226,17 @@ impl Gpu {
         if count == 0 || capturing(stream) {
             return Ok(());
         }
-        let joined = (|| -> std::result::Result<(), cudarc::driver::DriverError> {
+        // An owner's stream being captured into a graph must not wait on an event of an uncaptured stream (that
+        // would break its capture): the host waits for the launch instead.
+        let owner_captured = owners.iter().flatten().any(|s| capturing(s.cu_stream()));
+        let joined = || -> std::result::Result<(), cudarc::driver::DriverError> {
             use cudarc::driver::sys::CUevent_flags;
             let done = self.context().new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
             // SAFETY: `stream` is a live stream of this context (checked before the launch) and the event is ours.
             unsafe { cudarc::driver::result::event::record(done.cu_event(), stream) }?;
             owners.iter().flatten().try_for_each(|s| s.wait(&done))
-        })();
-        if joined.is_err() {
+        };
+        if owner_captured || joined().is_err() {
             // SAFETY: as above; waits for the launch, after which the buffers may be freed.
             unsafe { cudarc::driver::result::stream::synchronize(stream) }.map_err(cuda("cuStreamSynchronize"))?;
         }
