@@ -128,7 +128,7 @@ fn gpu_layer(
     let w_view = unsafe { BsrView::<bf16>::from_raw_checked(gpu, arrays, OUT_FEATURES, IN_FEATURES, BS, w.nnzb())? };
     let x_view = DenseView::from_cuda_slice(x_d, TOKENS, IN_FEATURES, IN_FEATURES, Layout::RowMajor)?;
     let y_view = DenseViewMut::from_cuda_slice(y_d, TOKENS, OUT_FEATURES, OUT_FEATURES, Layout::RowMajor)?;
-    let b_view = VectorView::from_cuda_slice(bias_d);
+    let b_view = VectorView::from_cuda_slice(bias_d)?;
     let ep = Epilogue::new(1.0, 0.0).with_activation(Activation::GeluTanh);
     // y^T (out x tokens) = gelu(W (out x in) @ x^T (in x tokens) + b): x.t() and y.t() are column-major views of
     // the row-major x and y.

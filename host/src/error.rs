@@ -106,6 +106,28 @@ pub enum Error {
         limit: u128,
     },
 
+    /// A device operand's bytes reach outside the device allocation its address lies in: `bytes` bytes from `start`
+    /// (computed with checked arithmetic from the operand's shape, not from a length the caller or a dependency
+    /// reported) against the allocation of `alloc_bytes` bytes from `alloc_start` that the CUDA driver reports
+    /// (`cuMemGetAddressRange`). Checked when a view or device matrix is made and again at launch; nothing was
+    /// launched or changed.
+    #[error(
+        "{what}: {bytes} bytes from {start:#x} reach outside its device allocation ({alloc_bytes} bytes from \
+         {alloc_start:#x})"
+    )]
+    OutsideAllocation {
+        /// Which operand, e.g. "B" or "A's col_idx".
+        what: &'static str,
+        /// The operand's first byte.
+        start: u64,
+        /// The bytes it spans (u128: the product of its dimensions may overflow 64 bits).
+        bytes: u128,
+        /// The allocation's first byte.
+        alloc_start: u64,
+        /// The allocation's size in bytes.
+        alloc_bytes: u64,
+    },
+
     /// A value that is not finite (NaN or infinite) where the operation's contract needs finite values, or a
     /// value that does not fit the target element type (`value` as text, `index` its position).
     #[error("{what}: non-finite or out-of-range value {value} at ({}, {})", index.0, index.1)]

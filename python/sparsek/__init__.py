@@ -80,8 +80,10 @@ def bsr_mm(
     CUDA tensors run sparsek's tensor-core kernel on ``torch.cuda.current_stream()`` without copying any input
     (an input whose rows are not 16-byte aligned, e.g. a row-major ``b`` with ``N`` not a multiple of 8, is
     first copied to an aligned buffer, and likewise the result). The BSR structure is checked on the device the
-    first time a set of index tensors is used (an invalid one raises ``ValueError`` naming the block row) and
-    remembered while those tensors are unchanged. CPU tensors run sparsek's CPU backend.
+    first time a set of index tensors is used (an invalid one raises ``ValueError`` naming the block row), on a
+    private copy of the indices that every later launch reads, remembered while the tensors keep their addresses
+    and version counters (writes torch does not see, e.g. through ``.data``, are not seen). ``out`` must not overlap
+    ``a``'s values or indices or ``b`` (``ValueError``). CPU tensors run sparsek's CPU backend.
 
     Raises:
         TypeError: ``a`` is not BSR, or unsupported or mismatched dtypes.

@@ -219,14 +219,24 @@ def _output(t: torch.Tensor, transposed: bool = False):
 # The structure check on CUDA, and the block rows' schedule, remembered per index tensor.
 
 # Index tensors whose structure passed the device check, keyed by their addresses, version counters and the
-# sizes checked; the entry holds the tensors themselves, so their memory cannot be freed and reused by another
-# structure while the entry exists, and the schedule made of them then. Bounded by entries and by the bytes it
-# keeps alive (least recently used dropped first): a dropped structure is simply checked again on its next use.
+# sizes checked. The check runs on a private copy of the indices that the library makes in memory it owns
+# (``_native.CheckedStructure``), and every launch reads that copy, never the tensors: so a write to the tensors
+# that the key cannot see (through ``.data``, DLPack or CuPy, or to an inference tensor, which has no version
+# counter) cannot make a kernel read an unchecked structure. Such a write is not seen at all: launches keep using
+# the structure as it was checked until the tensors' addresses or version counters change (an in-place torch op
+# moves the counter, and the next call checks again). The entry holds the tensors themselves, so their memory
+# cannot be freed and reused by another structure while the entry exists, the checked copy and the schedule made
+# then. Bounded by entries and by the bytes it keeps alive (least recently used dropped first): a dropped
+# structure is simply checked again on its next use. An entry used by a launch inside a CUDA graph capture moves to
+# _CAPTURED and is never dropped: a replay reads its copy and schedule whenever it runs. Per call this costs a
+# dictionary lookup (the key) and, until the entry is kept for a capture, whether the stream is capturing (one
+# driver query), nothing on the device; per check, two device-to-device copies of the indices more than the check.
 _CHECKED: collections.OrderedDict = collections.OrderedDict()
 _CHECKED_MAX = 256
 _CHECKED_MAX_BYTES = 64 << 20
 _checked_bytes = 0
 _CHECKED_LOCK = threading.Lock()
+_CAPTURED: dict = {}
 
 
 def _versions(crow: torch.Tensor, col: torch.Tensor):
@@ -252,42 +262,52 @@ def _schedule(crow: torch.Tensor, device_index: int):
 
 def _ensure_checked(crow, col, device_index, dtype_name, a_args):
     """Checks the structure described by ``a_args`` (``_launch``'s description of A) on the device, unless these
-    index tensors, unchanged, passed before; returns the schedule of its block rows (``_schedule``)."""
+    index tensors, unchanged, passed before; returns the checked private copy of the indices (``CheckedStructure``,
+    whose addresses the launch uses) and the schedule of its block rows (``_schedule``)."""
+    global _checked_bytes
     key = (a_args[1:], _versions(crow, col), device_index)
     with _CHECKED_LOCK:
+        entry = _CAPTURED.get(key)
+        if entry is not None:
+            return entry[3], entry[4]
         entry = _CHECKED.get(key)
         if entry is not None:
-            _CHECKED.move_to_end(key)
-            return entry[3]
+            if torch.cuda.is_current_stream_capturing():
+                # A CUDA graph will read this copy and schedule at every replay: never drop them.
+                _CAPTURED[key] = _CHECKED.pop(key)
+                _checked_bytes -= entry[2]
+            else:
+                _CHECKED.move_to_end(key)
+            return entry[3], entry[4]
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError(
             "sparsek: this BSR structure has not been checked yet, and checking it reads a result back, which a "
             "CUDA graph capture forbids: run the op once before capturing (the usual warm-up) so that the check "
             "is done and remembered"
         )
-    # The check runs on the library's stream of the device: let the work that wrote the indices finish first.
+    # The copy and the check run on the library's stream of the device: let the work that wrote the indices finish
+    # first.
     torch.cuda.current_stream(device_index).synchronize()
-    _native.cuda_check_bsr(device_index, dtype_name, a_args)
+    structure = _native.cuda_check_bsr(device_index, dtype_name, a_args)
     schedule = _schedule(crow, device_index)
-    global _checked_bytes
-    nbytes = crow.nbytes + col.nbytes + 4 * (crow.numel() - 1)
+    nbytes = crow.nbytes + col.nbytes + structure.nbytes + 4 * (crow.numel() - 1)
     dropped = []
     with _CHECKED_LOCK:
         if key not in _CHECKED:
-            _CHECKED[key] = (crow, col, nbytes, schedule)
+            _CHECKED[key] = (crow, col, nbytes, structure, schedule)
             _checked_bytes += nbytes
         else:
-            schedule = _CHECKED[key][3]
+            structure, schedule = _CHECKED[key][3], _CHECKED[key][4]
         while len(_CHECKED) > 1 and (len(_CHECKED) > _CHECKED_MAX or _checked_bytes > _CHECKED_MAX_BYTES):
             entry = _CHECKED.popitem(last=False)[1]
             _checked_bytes -= entry[2]
             dropped.append(entry)
     if dropped:
-        # A dropped schedule's memory is freed at once: let every launch that may still read it finish first (a
-        # structure is dropped only here, after a check, which has synchronised already).
+        # A dropped copy's and schedule's memory is freed at once: let every launch that may still read it finish
+        # first (a structure is dropped only here, after a check, which has synchronised already).
         torch.cuda.synchronize(device_index)
         del dropped
-    return schedule
+    return structure, schedule
 
 
 try:
@@ -314,7 +334,10 @@ def _launch(values, crow, col, rows, cols, bias, b_desc, n, c_desc, out_dtype, a
     args = ((dtype_name, _OUT_TYPES[out_dtype]), a_args, (*b_desc, n), c_desc, (bias_ptr, alpha, beta, activation))
     if values.is_cuda:
         dev = values.get_device()
-        schedule = _ensure_checked(crow, col, dev, dtype_name, a_args)
+        structure, schedule = _ensure_checked(crow, col, dev, dtype_name, a_args)
+        # The kernel reads the checked copy of the indices, not the tensors (see _CHECKED).
+        a_args = (a_args[0], structure.row_ptr, structure.col_idx, *a_args[3:])
+        args = (args[0], a_args, *args[2:])
         _native.cuda_spmm(dev, _raw_stream(dev), args, schedule)
     elif values.device.type == "cpu":
         _native.cpu_spmm(args)
@@ -342,13 +365,38 @@ def bsr_mm_impl(values, crow_indices, col_indices, rows, cols, b, alpha=1.0, out
     return out
 
 
+def _extent(t: torch.Tensor):
+    """``(first byte, one past the last byte)`` of the memory ``t``'s elements span (equal without elements)."""
+    start = t.data_ptr()
+    if t.is_contiguous():
+        return start, start + t.nbytes
+    if t.numel() == 0:
+        return start, start
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * t.element_size()
+
+
+def _refuse_aliasing(out: torch.Tensor, inputs) -> None:
+    """Raises ``ValueError`` when ``out``'s memory shares a byte with one of ``inputs`` (``(name, tensor)`` pairs on
+    its device): the kernel reads every input while it writes ``out``, and the structure's indices above all must
+    not be written through a float view of them. (Under a microsecond for the four inputs of ``bsr_mm_out``.)"""
+    o0, o1 = _extent(out)
+    for name, t in inputs:
+        e0, e1 = _extent(t)
+        if o0 < o1 and e0 < e1 and e0 < o1 and o0 < e1:
+            raise ValueError(f"sparsek: out overlaps {name}: the output must not alias an input")
+
+
 def bsr_mm_out_impl(values, crow_indices, col_indices, rows, cols, b, alpha, beta, out):
-    """``out = alpha * A @ b + beta * out`` in place (``sparsek::bsr_mm_out``)."""
+    """``out = alpha * A @ b + beta * out`` in place (``sparsek::bsr_mm_out``). ``out`` must not overlap an input
+    (the values, the indices or ``b``)."""
     _check_mm(values, crow_indices, col_indices, rows, cols, b, out.dtype)
     if out.shape != (rows, b.shape[1]):
         raise ValueError(f"sparsek: out has shape {tuple(out.shape)}; the product is {rows}x{b.shape[1]}")
     if out.device != b.device:
         raise ValueError(f"sparsek: out is on {out.device}, the operands on {b.device}")
+    _refuse_aliasing(out, (("the BSR values", values), ("crow_indices", crow_indices),
+                           ("col_indices", col_indices), ("b", b)))
     _mm(values, crow_indices, col_indices, rows, cols, b, alpha, beta, out)
 
 

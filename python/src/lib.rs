@@ -30,6 +30,7 @@ fn to_py(e: Error) -> PyErr {
         | Error::InvalidMatrix { .. }
         | Error::InvalidArgument { .. }
         | Error::TooLarge { .. }
+        | Error::OutsideAllocation { .. }
         | Error::NonFinite { .. }
         | Error::Io { .. } => PyValueError::new_err(msg),
         Error::OutOfMemory { .. } => PyMemoryError::new_err(msg),
@@ -268,7 +269,8 @@ impl Args {
 
 /// `C = act(alpha * A @ B + bias) + beta * C` on GPU `device`, queued on the raw CUDA stream `stream` (torch's
 /// current stream of that device); no synchronisation, no allocation (CUDA-graph capturable). The structure
-/// must have been checked (`cuda_check_bsr`). Private: called by sparsek/_ops.py with a live tensor's address and
+/// must have been checked, and A's row_ptr and col_idx addresses be the checked copy's (`cuda_check_bsr`'s
+/// `CheckedStructure`). Private: called by sparsek/_ops.py with a live tensor's address and
 /// sizes for each operand (`Args`), and the block rows' schedule made of the structure when it was checked
 /// (`cuda_row_schedule`), or `None`.
 #[pyfunction]
@@ -364,12 +366,45 @@ fn cuda_row_schedule(
 /// size, nnzb.
 type BsrArgs = (u64, u64, u64, bool, usize, usize, usize, usize);
 
-/// Checks a BSR structure on GPU `device` (one launch and an 8-byte read-back on sparsek's stream of the
-/// device, which waits for it): `row_ptr` from 0 to `nnzb`, nondecreasing; `col_idx` strictly increasing per
-/// block row and in range. Raises `ValueError` naming the first bad block row. Private, as `cuda_spmm`; `a` is
-/// the second entry of `cuda_spmm`'s `Args`.
+/// A checked private copy of a BSR structure's indices on the GPU (`sparsek::gpu::CheckedIndices`: allocated by the
+/// library outside torch's allocator, so a CUDA-graph pool never holds it), made by `cuda_check_bsr`. Launches
+/// read the copy's `row_ptr` and `col_idx`, never the caller's index tensors: no write to those (in place through
+/// `.data`, DLPack, CuPy, an inference tensor's edit: none of which torch's version counter sees) can make a
+/// kernel read an unchecked structure. Freed when dropped (waiting for the device's queued work first).
+#[pyclass(frozen, module = "sparsek._native")]
+struct CheckedStructure(sparsek::gpu::CheckedIndices);
+
+#[pymethods]
+impl CheckedStructure {
+    /// Device address of the copy's `row_ptr` (the caller's index width).
+    #[getter]
+    fn row_ptr(&self) -> u64 {
+        self.0.arrays(0).row_ptr
+    }
+    /// Device address of the copy's `col_idx`.
+    #[getter]
+    fn col_idx(&self) -> u64 {
+        self.0.arrays(0).col_idx
+    }
+    /// Device bytes the copy holds.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.0.device_bytes()
+    }
+    fn __repr__(&self) -> String {
+        let (m, k, bs, nnzb) = self.0.shape();
+        format!("CheckedStructure(rows={m}, cols={k}, block_size={bs}, nnzb={nnzb})")
+    }
+}
+
+/// Copies a BSR structure's indices on GPU `device` into memory the library owns and checks the copy there (one
+/// device-to-device copy per array, one launch and an 8-byte read-back on sparsek's stream of the device, which
+/// waits for it): `row_ptr` from 0 to `nnzb`, nondecreasing; `col_idx` strictly increasing per block row and in
+/// range. Returns the copy (`CheckedStructure`), whose addresses the launches use in place of the tensors'. Raises
+/// `ValueError` naming the first bad block row. Private, as `cuda_spmm`; `a` is the second entry of `cuda_spmm`'s
+/// `Args`.
 #[pyfunction]
-fn cuda_check_bsr(py: Python<'_>, device: usize, dtype: &str, a: BsrArgs) -> PyResult<()> {
+fn cuda_check_bsr(py: Python<'_>, device: usize, dtype: &str, a: BsrArgs) -> PyResult<CheckedStructure> {
     let gpu = gpu(py, device)?;
     let (values, row_ptr, col_idx, index64, m, k, bs, nnzb) = a;
     let arrays = BsrArrays { values, row_ptr, col_idx, index: if index64 { IndexType::I64 } else { IndexType::U32 } };
@@ -377,9 +412,10 @@ fn cuda_check_bsr(py: Python<'_>, device: usize, dtype: &str, a: BsrArgs) -> PyR
         gpu: &Gpu,
         arrays: BsrArrays,
         (m, k, bs, nnzb): (usize, usize, usize, usize),
-    ) -> PyResult<()> {
-        // SAFETY: the Python layer passes live index and value tensors of the stated sizes on this device.
-        unsafe { BsrView::<T>::from_raw_checked(gpu, arrays, m, k, bs, nnzb) }.map(|_| ()).map_err(to_py)
+    ) -> PyResult<CheckedStructure> {
+        // SAFETY: the Python layer passes live index tensors of the stated sizes on this device, not written while
+        // the call runs (it synchronised their stream first).
+        unsafe { gpu.checked_copy::<T>(arrays, m, k, bs, nnzb) }.map(CheckedStructure).map_err(to_py)
     }
     py.detach(|| match dtype {
         "f16" => check::<f16>(&gpu, arrays, (m, k, bs, nnzb)),
@@ -452,6 +488,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_check_bsr, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_row_schedule, m)?)?;
     m.add_class::<RowSchedule>()?;
+    m.add_class::<CheckedStructure>()?;
     m.add_function(wrap_pyfunction!(cpu_spmm, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;

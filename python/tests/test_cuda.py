@@ -124,6 +124,37 @@ def replays_give(op, want):
         assert torch.equal(static.view(torch.int16), want.view(torch.int16)), "a replay differs"
 
 
+def test_structures_captured_in_a_graph_are_never_dropped(monkeypatch):
+    """A CUDA graph reads the checked copy of the indices and the schedule at every replay, so a structure used
+    inside a capture is kept for good: checking more structures than the bound allows afterwards drops every other
+    entry, and the replays still give the eager bits (under compute-sanitizer memcheck: no read of freed memory)."""
+    monkeypatch.setattr(_ops, "_CHECKED", type(_ops._CHECKED)())
+    monkeypatch.setattr(_ops, "_CAPTURED", {})
+    monkeypatch.setattr(_ops, "_CHECKED_MAX", 1)
+    monkeypatch.setattr(_ops, "_checked_bytes", 0)
+    gen = torch.Generator().manual_seed(seed_for("captured-kept"))
+    w, _ = random_bsr(512, 256, 64, 0.5, torch.float16, torch.int64, "cuda", gen, skew=True)
+    b = torch.randn(256, 8, device="cuda", dtype=torch.float16)
+    want = sparsek.bsr_mm(w, b)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        sparsek.bsr_mm(w, b)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static = sparsek.bsr_mm(w, b)
+    assert len(_ops._CAPTURED) == 1 and len(_ops._CHECKED) == 0
+    for i in range(3):
+        other, _ = random_bsr(512, 256, 64, 0.5, torch.float16, torch.int64, "cuda", gen)
+        sparsek.bsr_mm(other, b)  # each check drops the one before it (bound 1)
+        assert len(_ops._CHECKED) == 1 and len(_ops._CAPTURED) == 1
+        static.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static.view(torch.int16), want.view(torch.int16)), f"replay {i} differs"
+
+
 @pytest.mark.parametrize("tokens", [8, 48])
 def test_captured_skewed_weight_replays_the_eager_bits(tokens):
     """A weight whose first block row holds every block: eagerly the library splits that row over several CTAs (or
@@ -194,6 +225,45 @@ def test_structure_check_is_remembered_until_the_indices_change(monkeypatch):
     assert len(calls) == 2
 
 
+@pytest.mark.parametrize("how", ["data", "dlpack", "inference"])
+def test_index_writes_torch_cannot_see_never_reach_the_kernel(how):
+    """Writes to remembered index tensors that their version counter does not see (through ``.data``, through a
+    DLPack alias, or to inference tensors, which have none) cannot make a kernel read an unchecked structure: the
+    launches read the private copy checked at the first call. The indices are made wildly out of range (columns
+    of 2^30, a row pointer past nnzb): a kernel following them would read far outside B and A's values (run under
+    compute-sanitizer memcheck). The result keeps the checked structure's bits; an in-place torch op (the counter
+    moves) makes the next call check again and refuse."""
+    gen = torch.Generator().manual_seed(seed_for("unseen-writes", how))
+    m, k, n, bs = 256, 256, 8, 64
+    with torch.inference_mode(how == "inference"):
+        w, w64 = random_bsr(m, k, bs, 0.5, torch.float16, torch.int64, "cuda", gen)
+        values, crow, col = w.values().clone(), w.crow_indices().clone(), w.col_indices().clone()
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    first = torch.ops.sparsek.bsr_mm(values, crow, col, m, k, b, 1.0, None)
+    b64 = b.cpu().double()
+    assert_close(first, w64 @ b64, w64.abs() @ b64.abs(), k)
+    version = _ops._versions(crow, col)
+    if how == "data":
+        col.data.fill_(1 << 30)
+        crow.data[1:] = 1 << 30
+    elif how == "dlpack":
+        torch.from_dlpack(col).fill_(1 << 30)
+        torch.from_dlpack(crow)[1:] = 1 << 30
+    else:
+        with torch.inference_mode():
+            col.fill_(1 << 30)
+            crow[1:] = 1 << 30
+    assert _ops._versions(crow, col) == version  # torch did not see the writes
+    for _ in range(2):
+        again = torch.ops.sparsek.bsr_mm(values, crow, col, m, k, b, 1.0, None)
+        torch.cuda.synchronize()
+        assert torch.equal(again, first)
+    if how != "inference":
+        col[0] = 1 << 30  # a write torch sees: checked again, refused
+        with pytest.raises(ValueError, match="block row"):
+            torch.ops.sparsek.bsr_mm(values, crow, col, m, k, b, 1.0, None)
+
+
 def test_invalid_structure_on_the_device_names_the_row():
     crow = torch.tensor([0, 1, 3], device="cuda")
     col = torch.tensor([0, 1, 1], device="cuda")  # row 1 repeats column 1
@@ -223,8 +293,8 @@ def test_remembered_checks_are_bounded_by_bytes(monkeypatch):
     gen = torch.Generator().manual_seed(seed_for("bounded"))
     w1, _ = random_bsr(256, 256, 64, 1.0, torch.float16, torch.int64, "cuda", gen)
     w2, _ = random_bsr(256, 256, 64, 1.0, torch.float16, torch.int64, "cuda", gen)
-    # The index tensors and the schedule made of them (4 block rows of int32).
-    one = w1.crow_indices().nbytes + w1.col_indices().nbytes + 4 * 4
+    # The index tensors, the checked copy of them and the schedule (4 block rows of int32).
+    one = 2 * (w1.crow_indices().nbytes + w1.col_indices().nbytes) + 4 * 4
     monkeypatch.setattr(_ops, "_CHECKED_MAX_BYTES", one)  # room for one structure
     monkeypatch.setattr(_ops, "_CHECKED", type(_ops._CHECKED)())
     monkeypatch.setattr(_ops, "_checked_bytes", 0)

@@ -204,6 +204,37 @@ def test_bad_input_raises_and_changes_nothing(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("target", ["crow_indices", "col_indices", "the BSR values", "b"])
+def test_out_over_an_input_is_refused_and_changes_nothing(device, target):
+    """``out`` sharing memory with an input, an index tensor above all (a float32 view of the int64 indices: the
+    kernel would follow indices it is overwriting), is refused before anything runs, and no tensor changes."""
+    gen = torch.Generator().manual_seed(seed_for("out-alias", device, target))
+    m, k, n, bs = 64, 64, 16, 32
+    a, _ = random_bsr(m, k, bs, 1.0, torch.float16, torch.int64, device, gen)
+    operands = {
+        "crow_indices": a.crow_indices(),
+        "col_indices": a.col_indices(),
+        "the BSR values": a.values(),
+        "b": randn(k, n, dtype=torch.float16, device=device, gen=gen),
+    }
+    # The target at the start of a buffer that also holds out (m x n float32), which is a view of that buffer.
+    t = operands[target]
+    store = torch.zeros(t.nbytes + m * n * 4, dtype=torch.uint8, device=device)
+    store[: t.nbytes].copy_(t.reshape(-1).view(torch.uint8))
+    operands[target] = store[: t.nbytes].view(t.dtype).view(t.shape)
+    out = store.view(torch.float32)[: m * n].view(m, n)
+    before = store.clone()
+    crow, col, values, b = (operands[x] for x in ("crow_indices", "col_indices", "the BSR values", "b"))
+    with pytest.raises(ValueError, match=f"out overlaps {target}"):
+        torch.ops.sparsek.bsr_mm_out(values, crow, col, m, k, b, 1.0, 0.0, out)
+    assert torch.equal(store, before)
+    # The same operands with an output of its own: accepted.
+    fine = torch.empty(m, n, dtype=torch.float32, device=device)
+    torch.ops.sparsek.bsr_mm_out(values, crow, col, m, k, b, 1.0, 0.0, fine)
+    assert torch.equal(store, before)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_backward_is_refused_clearly(device):
     gen = torch.Generator().manual_seed(seed_for("grad", device))
     w, w64 = random_bsr(64, 64, 32, 1.0, torch.float16, torch.int64, device, gen)

@@ -355,7 +355,7 @@ fn exact_integer_results_in_every_layout() {
                         // SAFETY: valid structure from a Bsr; buffers live until the end of the iteration.
                         let a_v = unsafe { BsrView::<bf16>::from_raw(arrays, m, k, bs, a.nnzb()) }.unwrap();
                         let b_v = DenseView::from_cuda_slice(&b_d, k, n, ldb, b_layout).unwrap();
-                        let bias_v = VectorView::from_cuda_slice(&bias_d);
+                        let bias_v = VectorView::from_cuda_slice(&bias_d).unwrap();
                         let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m, n, ldc, c_layout).unwrap();
                         // SAFETY: this Gpu's default stream; nothing else uses the buffers.
                         unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, Some(&bias_v), ep) }.unwrap();
@@ -705,7 +705,7 @@ fn bad_views_are_rejected_and_change_nothing() {
     }
     {
         // Bias of the wrong length.
-        let bias_v = VectorView::from_cuda_slice(&bias_d);
+        let bias_v = VectorView::from_cuda_slice(&bias_d).unwrap();
         let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m, n, n, Layout::RowMajor).unwrap();
         // SAFETY: valid buffers of this context.
         expect_err("bias length", unsafe { gpu.spmm_raw(cu, &a_v, &b_v, &mut c_v, Some(&bias_v), ep) });
@@ -921,7 +921,7 @@ fn empty_operands_at_address_zero() {
     let w = unsafe { BsrView::<bf16>::from_raw_checked(gpu, arrays, m, k, bs, 0) }.unwrap();
     let bias: Vec<bf16> = (0..m).map(|r| bf16::from_f32(r as f32 * 0.25 - 3.0)).collect();
     let bias_d = htod(stream, &bias);
-    let bias_v = VectorView::from_cuda_slice(&bias_d);
+    let bias_v = VectorView::from_cuda_slice(&bias_d).unwrap();
     let ep = Epilogue::new(1.0, 0.0).with_activation(Activation::Relu);
     // No tokens: x (0 x k) and y (0 x m) at address 0.
     {

@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, DevicePtr, DeviceRepr, ValidAsZeroBits};
 use half::{bf16, f16};
 
 use sparsek_layout::{InType, OutType};
 
 use super::Gpu;
 use super::driver::{alloc_err, cuda};
+use super::views::Alloc;
 use crate::error::{BsrError, Error, Result};
 use crate::format::Bsr;
 use crate::matrix::Matrix;
@@ -57,18 +58,27 @@ impl OutputElement for bf16 {
 ///
 /// `Send + Sync`: it may be shared between threads and read by launches on several streams (cudarc's event
 /// tracking orders each use after the last write, whichever stream made it); writing needs `&mut`. Its buffer
-/// holds `rows * ld` elements for its whole life: no safe API can replace or shrink it behind its shape.
+/// holds `rows * ld` elements for its whole life, in bytes inside the device allocation the driver reports for it
+/// (checked when it is made): no safe API can replace or shrink it behind its shape.
 pub struct DeviceMatrix<T> {
     data: CudaSlice<T>,
     rows: usize,
     cols: usize,
     ld: usize,
+    /// The device allocation holding `data` (first byte, bytes), as the driver reported it; `None` when the
+    /// matrix holds no element (never touched).
+    alloc: Option<(u64, u64)>,
 }
 
 impl<T: DeviceElement> DeviceMatrix<T> {
     /// Wraps an existing device buffer. Needs `ld >= cols`, `ld` a multiple of [`DeviceElement::ALIGN_ELEMS`]
     /// and a buffer of at least `rows * ld` elements: the last row is padded to `ld` too, because the kernels
     /// read whole 16-byte chunks (a partial chunk at the end of a row is zero-filled, but still addressed).
+    ///
+    /// The slice's length is not trusted alone (cudarc computes `len * size_of::<T>()` unchecked when it
+    /// allocates, so a slice may claim more elements than its allocation holds): the `rows * ld` elements'
+    /// bytes, computed with checked arithmetic, must also lie inside the device allocation the driver reports for
+    /// the slice's address ([`Error::OutsideAllocation`]; [`Error::TooLarge`] when the bytes overflow).
     pub fn from_slice(data: CudaSlice<T>, rows: usize, cols: usize, ld: usize) -> Result<Self> {
         check_ld::<T>(cols, ld)?;
         let need = device_len(rows, ld)?;
@@ -78,7 +88,21 @@ impl<T: DeviceElement> DeviceMatrix<T> {
                 reason: format!("{rows}x{cols} with ld {ld} needs {need} elements, the buffer has {}", data.len()),
             });
         }
-        Ok(DeviceMatrix { data, rows, cols, ld })
+        let bytes = crate::alloc::bytes_of::<T>("device dense matrix (bytes)", need)?;
+        let alloc = if bytes == 0 {
+            None
+        } else {
+            let stream = data.stream();
+            let (ptr, _record) = data.device_ptr(stream);
+            let a = Alloc::of("device matrix", ptr, bytes as u64, stream)?;
+            Some((a.base, a.bytes))
+        };
+        Ok(DeviceMatrix { data, rows, cols, ld, alloc })
+    }
+
+    /// The allocation holding the matrix's elements, with the buffer's stream, for its views.
+    pub(crate) fn alloc(&self) -> Option<Alloc<'_>> {
+        self.alloc.map(|(base, bytes)| Alloc { base, bytes, stream: Some(self.data.stream()) })
     }
 
     /// Rows.
@@ -97,10 +121,12 @@ impl<T: DeviceElement> DeviceMatrix<T> {
     pub fn as_slice(&self) -> &CudaSlice<T> {
         &self.data
     }
-    /// A mutable view of the whole buffer (`rows * ld` elements), for writing it with other CUDA code (cuBLAS,
-    /// a memset). A view cannot replace or shrink the buffer, so the matrix's shape stays true.
+    /// A mutable view of the matrix's `rows * ld` elements (checked to lie in its allocation), for writing them
+    /// with other CUDA code (cuBLAS, a memset). A view cannot replace or shrink the buffer, so the matrix's shape
+    /// stays true.
     pub fn as_view_mut(&mut self) -> CudaViewMut<'_, T> {
-        self.data.as_view_mut()
+        let n = self.rows * self.ld;
+        self.data.slice_mut(..n)
     }
     /// The device buffer, mutable. Crate-private: handing out `&mut CudaSlice` would let a caller replace the
     /// buffer with a smaller one behind the matrix's shape, which the launchers trust.
@@ -112,9 +138,14 @@ impl<T: DeviceElement> DeviceMatrix<T> {
     /// the work queued on the buffer's stream.
     pub fn to_host(&self) -> Result<Matrix<T>> {
         let stream = self.data.stream();
-        // A fallible host buffer: the GPU may hold more than this machine's memory.
-        let mut v = crate::alloc::filled("dense matrix download", self.data.len(), T::from_f64(0.0))?;
-        stream.memcpy_dtoh(&self.data, &mut v[..]).map_err(cuda("cuMemcpyDtoH"))?;
+        // Only the matrix's rows * ld elements (checked against the allocation when it was made), never the
+        // slice's own length, which may claim more. A fallible host buffer: the GPU may hold more than this
+        // machine's memory.
+        let n = self.rows * self.ld;
+        let mut v = crate::alloc::filled("dense matrix download", n, T::from_f64(0.0))?;
+        if n > 0 {
+            stream.memcpy_dtoh(&self.data.slice(..n), &mut v[..]).map_err(cuda("cuMemcpyDtoH"))?;
+        }
         stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
         v.truncate(Matrix::<T>::needed_len(self.rows, self.cols, self.ld).unwrap_or(v.len()));
         Matrix::from_vec(self.rows, self.cols, self.ld, v)
@@ -136,7 +167,7 @@ impl<T: DeviceElement> DeviceMatrix<T> {
                 ),
             });
         }
-        let n = m.as_slice().len().min(self.data.len());
+        let n = m.as_slice().len().min(self.rows * self.ld);
         let stream = self.data.stream().clone();
         stream.memcpy_htod(&m.as_slice()[..n], &mut self.data.slice_mut(..n)).map_err(cuda("cuMemcpyHtoD"))
     }
@@ -257,6 +288,17 @@ impl RowSchedule {
     /// The most nonzero blocks in one block row.
     pub fn max_row_blocks(&self) -> usize {
         self.row_lengths.first().map_or(0, |&l| l as usize)
+    }
+}
+
+/// Waits for the device's queued work (`cuCtxSynchronize`) before the order is freed: a launch on any stream
+/// may still read it (a [`BsrView::with_schedule`](super::BsrView::with_schedule) launched on the caller's
+/// stream). A schedule is dropped rarely (with its weight), so the wait costs nothing per launch. Not while a
+/// stream of the device is being captured into a CUDA graph (the wait would end the capture): drop it after.
+impl Drop for RowSchedule {
+    fn drop(&mut self) {
+        // An error (a device already lost) leaves nothing better to do than free the buffer as cudarc does.
+        let _ = self.order.context().synchronize();
     }
 }
 

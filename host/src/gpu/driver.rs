@@ -67,3 +67,17 @@ pub(crate) fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
         }
     }
 }
+
+/// The device allocation `ptr` lies in, as the driver reports it (`cuMemGetAddressRange`): its first byte and its
+/// size in bytes. This is what was really allocated, whatever length a `CudaSlice` claims (cudarc computes
+/// `len * size_of::<T>()` unchecked when it allocates, so a slice can claim far more than its allocation holds).
+/// Needs the allocation's context current on the calling thread. An address the driver does not know is
+/// [`Error::Cuda`] (`CUDA_ERROR_NOT_FOUND` or `CUDA_ERROR_INVALID_VALUE`).
+pub(crate) fn allocation_of(ptr: cudarc::driver::sys::CUdeviceptr) -> Result<(u64, u64)> {
+    let (mut base, mut size) = (0, 0usize);
+    // SAFETY: writes one CUdeviceptr and one size_t through valid pointers; any address may be asked about.
+    unsafe { cudarc::driver::sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) }
+        .result()
+        .map_err(cuda("cuMemGetAddressRange"))?;
+    Ok((base, size as u64))
+}

@@ -476,6 +476,12 @@ impl SplitWorkspace {
         })
     }
 
+    /// The workspace's two allocations (first byte, bytes): the partial tiles, and the split and scheduler
+    /// counters. A launch's C must not overlap them.
+    pub(crate) fn ranges(&self) -> [(u64, u128); 2] {
+        [(self.partials, SPLIT_PARTIALS_BYTES as u128), (self.counters, 4 * (SPLIT_COUNTERS as u128 + 2))]
+    }
+
     /// Runs `launch` (a split launch on `stream`) ordered after every earlier split launch: a device-side wait
     /// on the previous launch's event when it was on another stream, and this launch's event recorded after it.
     /// The lock is held throughout, so launches from several threads are ordered too.

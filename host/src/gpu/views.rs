@@ -10,19 +10,91 @@
 //! - [`VectorView`]: the bias of the fused epilogue.
 //!
 //! What is checked on the host (by the constructors, and against the [`Gpu`](super::Gpu) at launch): shapes,
-//! leading dimensions, 16-byte alignment of the dense operands' start and rows, 32-bit limits, and that every
-//! pointer is device memory of the launch's GPU (`cuPointerGetAttribute`). What cannot be checked on the host is
-//! the `unsafe` constructors' contract; [`BsrView::from_raw_checked`] checks a structure on the device in one
-//! launch for callers who cannot vouch for their indices.
+//! leading dimensions, 16-byte alignment of the dense operands' start and rows, 32-bit limits, that every
+//! pointer is device memory of the launch's GPU (`cuPointerGetAttribute`), and that C overlaps no input. The safe
+//! constructors (over a cudarc slice or view, or sparsek's own buffers) also check each extent's bytes, in checked
+//! arithmetic, against the device allocation the driver reports for the address (`cuMemGetAddressRange`: a
+//! `CudaSlice`'s own length is not trusted alone), when the view is made and again at launch; and their buffers
+//! outlive the launch (see [`Gpu::spmm_raw`](super::Gpu::spmm_raw)). What cannot be checked on the host is the
+//! `unsafe` constructors' contract (sizes, and that the memory stays allocated and unwritten until the kernel has
+//! finished on the launch's stream); [`BsrView::from_raw_checked`] checks a structure on the device in one launch
+//! for callers who cannot vouch for their indices, [`Gpu::checked_copy`](super::Gpu::checked_copy) a private copy
+//! of it that later writes cannot reach.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use cudarc::driver::sys::CUdeviceptr;
-use cudarc::driver::{CudaSlice, CudaView, DevicePtr, DeviceSlice};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DeviceSlice};
 use sparsek_layout::Layout;
 
 use super::buffers::{DeviceBsr, DeviceElement, DeviceMatrix, RowSchedule};
+use super::driver::{allocation_of, cuda};
 use crate::error::{Error, Result};
+
+/// The device allocation a safe view's memory lies in (its first byte and size in bytes: what the driver reports,
+/// or what the crate allocated) and the stream of the cudarc buffer that owns it. A launch checks the bytes it will
+/// touch against the allocation, and makes that stream wait for the launch's work (so the buffer, freed in its
+/// stream's order, outlives the kernel). No stream: the owner waits for the device's work itself before it frees
+/// the buffer (a [`RowSchedule`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Alloc<'a> {
+    pub(crate) base: u64,
+    pub(crate) bytes: u64,
+    pub(crate) stream: Option<&'a Arc<CudaStream>>,
+}
+
+impl std::fmt::Debug for Alloc<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Alloc({:#x}, {} bytes)", self.base, self.bytes)
+    }
+}
+
+impl<'a> Alloc<'a> {
+    /// The allocation of a buffer the crate made itself with `len` elements of `size` bytes at `ptr` (its length
+    /// is the one it was allocated with; the product is checked all the same).
+    pub(crate) fn own(
+        ptr: CUdeviceptr,
+        len: usize,
+        size: usize,
+        stream: Option<&'a Arc<CudaStream>>,
+    ) -> Option<Alloc<'a>> {
+        let bytes = u64::try_from(len.checked_mul(size)?).ok()?;
+        Some(Alloc { base: ptr, bytes, stream })
+    }
+
+    /// The allocation the driver reports for `ptr`, checked to hold `bytes` bytes from `ptr` (the buffer's
+    /// context is made current on the calling thread for the query).
+    pub(crate) fn of(what: &'static str, ptr: CUdeviceptr, bytes: u64, stream: &'a Arc<CudaStream>) -> Result<Self> {
+        stream.context().bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
+        let (base, size) = allocation_of(ptr)?;
+        check_within(what, ptr, u128::from(bytes), (base, size))?;
+        Ok(Alloc { base, bytes: size, stream: Some(stream) })
+    }
+
+    /// `Ok` when `bytes` bytes from `start` lie inside this allocation.
+    pub(crate) fn holds(&self, what: &'static str, start: CUdeviceptr, bytes: u128) -> Result<()> {
+        check_within(what, start, bytes, (self.base, self.bytes))
+    }
+}
+
+/// `Ok` when `bytes` bytes from `start` lie inside the allocation of `alloc.1` bytes from `alloc.0` (in 128-bit
+/// arithmetic: nothing wraps); no bytes always do. Else [`Error::OutsideAllocation`] with the numbers.
+pub(crate) fn check_within(what: &'static str, start: u64, bytes: u128, (base, size): (u64, u64)) -> Result<()> {
+    let end = u128::from(start).checked_add(bytes);
+    let inside = bytes == 0 || (start >= base && end.is_some_and(|end| end <= u128::from(base) + u128::from(size)));
+    if inside {
+        Ok(())
+    } else {
+        Err(Error::OutsideAllocation { what, start, bytes, alloc_start: base, alloc_bytes: size })
+    }
+}
+
+/// Bytes of `elems` elements of `size` bytes each, `None` meaning an element count that overflowed: in 128-bit
+/// arithmetic, saturating (an extent that large lies in no allocation and overlaps everything after its start).
+pub(crate) fn bytes_of(elems: Option<usize>, size: usize) -> u128 {
+    elems.map_or(u128::MAX, |e| (e as u128).saturating_mul(size as u128))
+}
 
 /// The width of a BSR structure's `row_ptr` and `col_idx` entries on the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -102,6 +174,9 @@ pub struct DenseView<'a, T> {
     /// Whether the pointer came from memory sparsek or cudarc allocated in a known context (not checked again
     /// at launch) or from a raw address (checked with `cuPointerGetAttribute` at launch).
     pub(crate) raw: bool,
+    /// The allocation of a safe constructor's buffer (`None` for a raw view, whose extent is the caller's
+    /// contract, and for an empty one, which is never touched).
+    pub(crate) alloc: Option<Alloc<'a>>,
     _borrow: PhantomData<&'a [T]>,
 }
 
@@ -125,9 +200,13 @@ impl<'a, T> DenseView<'a, T> {
         span(self.rows, self.cols, self.ld, self.layout) == Some(0)
     }
 
-    /// A view of memory whose description the crate has already checked (an owned buffer's).
-    pub(crate) fn trusted(ptr: CUdeviceptr, rows: usize, cols: usize, ld: usize) -> DenseView<'a, T> {
-        DenseView { ptr, rows, cols, ld, layout: Layout::RowMajor, raw: false, _borrow: PhantomData }
+    /// A view of memory whose description the crate has already checked (an owned buffer's, in `alloc`).
+    pub(crate) fn trusted(
+        ptr: CUdeviceptr,
+        (rows, cols, ld): (usize, usize, usize),
+        alloc: Option<Alloc<'a>>,
+    ) -> DenseView<'a, T> {
+        DenseView { ptr, rows, cols, ld, layout: Layout::RowMajor, raw: false, alloc, _borrow: PhantomData }
     }
 
     /// This trusted view of a row-major buffer read in `layout`: `ColMajor` reads the `r x c` buffer as the
@@ -147,7 +226,15 @@ impl<'a, T> BsrView<'a, T> {
         (values, row_ptr, col_idx, row_order): (CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr),
         a: &'a DeviceBsr<T>,
     ) -> BsrView<'a, T> {
+        let stream = a.values.stream();
+        let own = |ptr, len, size| Alloc::own(ptr, len, size, Some(stream));
         BsrView {
+            allocs: BsrAllocs {
+                values: own(values, a.values.len(), std::mem::size_of::<T>()),
+                row_ptr: own(row_ptr, a.row_ptr.len(), 4),
+                col_idx: own(col_idx, a.col_idx.len(), 4),
+                row_order: own(row_order, a.row_order.len(), 4),
+            },
             values,
             row_ptr,
             col_idx,
@@ -185,10 +272,13 @@ impl<'a, T: DeviceElement> DenseView<'a, T> {
         layout: Layout,
     ) -> Result<DenseView<'a, T>> {
         check_dense::<T>("view", ptr, rows, cols, ld, layout)?;
-        Ok(DenseView { ptr, rows, cols, ld, layout, raw: true, _borrow: PhantomData })
+        Ok(DenseView { ptr, rows, cols, ld, layout, raw: true, alloc: None, _borrow: PhantomData })
     }
 
-    /// Describes a cudarc view as a `rows x cols` matrix; the view must hold the whole span (checked).
+    /// Describes a cudarc view as a `rows x cols` matrix; the view must hold the whole span, and so must the
+    /// device allocation it lies in, as the driver reports it (both checked: [`Error::InvalidMatrix`],
+    /// [`Error::OutsideAllocation`]). The view's buffer outlives the work of every launch that reads it (the
+    /// launch makes the buffer's stream wait for it).
     pub fn from_cuda_view(
         view: &'a CudaView<'_, T>,
         rows: usize,
@@ -196,11 +286,15 @@ impl<'a, T: DeviceElement> DenseView<'a, T> {
         ld: usize,
         layout: Layout,
     ) -> Result<DenseView<'a, T>> {
-        let (ptr, _record) = view.device_ptr(view.stream());
-        Self::over_buffer(ptr, view.len(), rows, cols, ld, layout)
+        let stream: &'a Arc<CudaStream> = view.stream();
+        let (ptr, _record) = view.device_ptr(stream);
+        Self::over_buffer(ptr, view.len(), stream, (rows, cols, ld), layout)
     }
 
-    /// Describes a cudarc slice as a `rows x cols` matrix; the slice must hold the whole span (checked).
+    /// Describes a cudarc slice as a `rows x cols` matrix; the slice must hold the whole span, and so must its
+    /// device allocation, as the driver reports it (both checked: [`Error::InvalidMatrix`],
+    /// [`Error::OutsideAllocation`]; a slice's length is not trusted alone). The slice outlives the work of every
+    /// launch that reads it (the launch makes the slice's stream wait for it).
     pub fn from_cuda_slice(
         slice: &'a CudaSlice<T>,
         rows: usize,
@@ -209,29 +303,46 @@ impl<'a, T: DeviceElement> DenseView<'a, T> {
         layout: Layout,
     ) -> Result<DenseView<'a, T>> {
         let (ptr, _record) = slice.device_ptr(slice.stream());
-        Self::over_buffer(ptr, slice.len(), rows, cols, ld, layout)
+        Self::over_buffer(ptr, slice.len(), slice.stream(), (rows, cols, ld), layout)
     }
 
+    /// A safe view over `len` elements of a cudarc buffer at `ptr` (owned by `stream`'s buffer): the span is
+    /// checked against `len` and, in bytes, against the allocation the driver reports for `ptr`.
     fn over_buffer(
         ptr: CUdeviceptr,
         len: usize,
-        rows: usize,
-        cols: usize,
-        ld: usize,
+        stream: &'a Arc<CudaStream>,
+        (rows, cols, ld): (usize, usize, usize),
         layout: Layout,
     ) -> Result<DenseView<'a, T>> {
         check_dense::<T>("view", ptr, rows, cols, ld, layout)?;
-        let need = span(rows, cols, ld, layout).unwrap_or(usize::MAX);
-        if need > len {
+        let need = span(rows, cols, ld, layout);
+        if need.is_none_or(|need| need > len) {
             return Err(Error::InvalidMatrix {
                 what: "view",
                 reason: format!(
-                    "{rows}x{cols} {} with ld {ld} spans {need} elements; the buffer has {len}",
-                    layout.name()
+                    "{rows}x{cols} {} with ld {ld} spans {} elements; the buffer has {len}",
+                    layout.name(),
+                    need.map_or("more than 2^64".to_string(), |n| n.to_string())
                 ),
             });
         }
-        Ok(DenseView { ptr, rows, cols, ld, layout, raw: false, _borrow: PhantomData })
+        let bytes = bytes_of(need, std::mem::size_of::<T>());
+        // check_dense has bounded the bytes by the address space, so they fit 64 bits.
+        let alloc = match u64::try_from(bytes) {
+            Ok(0) => None,
+            Ok(bytes) => Some(Alloc::of("view", ptr, bytes, stream)?),
+            Err(_) => {
+                return Err(Error::OutsideAllocation {
+                    what: "view",
+                    start: ptr,
+                    bytes,
+                    alloc_start: 0,
+                    alloc_bytes: 0,
+                });
+            }
+        };
+        Ok(DenseView { ptr, rows, cols, ld, layout, raw: false, alloc, _borrow: PhantomData })
     }
 
     /// Rows.
@@ -278,7 +389,8 @@ impl<'a, T: DeviceElement> DenseViewMut<'a, T> {
         Ok(DenseViewMut { view, _borrow: PhantomData })
     }
 
-    /// Describes a cudarc slice, borrowed mutably, as a writable `rows x cols` matrix (span checked).
+    /// Describes a cudarc slice, borrowed mutably, as a writable `rows x cols` matrix (span checked against the
+    /// slice's length and its device allocation, as [`DenseView::from_cuda_slice`] does).
     pub fn from_cuda_slice(
         slice: &'a mut CudaSlice<T>,
         rows: usize,
@@ -286,8 +398,9 @@ impl<'a, T: DeviceElement> DenseViewMut<'a, T> {
         ld: usize,
         layout: Layout,
     ) -> Result<DenseViewMut<'a, T>> {
+        let slice: &'a CudaSlice<T> = slice;
         let (ptr, _record) = slice.device_ptr(slice.stream());
-        let view = DenseView::over_buffer(ptr, slice.len(), rows, cols, ld, layout)?;
+        let view = DenseView::over_buffer(ptr, slice.len(), slice.stream(), (rows, cols, ld), layout)?;
         Ok(DenseViewMut { view, _borrow: PhantomData })
     }
 
@@ -317,13 +430,13 @@ impl<T: DeviceElement> DeviceMatrix<T> {
     /// A read-only view of the matrix (row-major, its leading dimension).
     pub fn view(&self) -> DenseView<'_, T> {
         let (ptr, _record) = self.as_slice().device_ptr(self.as_slice().stream());
-        DenseView::trusted(ptr, self.rows(), self.cols(), self.ld())
+        DenseView::trusted(ptr, (self.rows(), self.cols(), self.ld()), self.alloc())
     }
 
     /// A writable view of the matrix (row-major, its leading dimension).
     pub fn view_mut(&mut self) -> DenseViewMut<'_, T> {
-        let view = self.view();
-        DenseViewMut { view: DenseView { _borrow: PhantomData, ..view }, _borrow: PhantomData }
+        let this: &Self = self;
+        DenseViewMut { view: this.view(), _borrow: PhantomData }
     }
 }
 
@@ -333,6 +446,8 @@ pub struct VectorView<'a, T> {
     pub(crate) ptr: CUdeviceptr,
     pub(crate) len: usize,
     pub(crate) raw: bool,
+    /// The allocation of a safe constructor's buffer (see [`DenseView`]).
+    pub(crate) alloc: Option<Alloc<'a>>,
     _borrow: PhantomData<&'a [T]>,
 }
 
@@ -356,13 +471,25 @@ impl<'a, T: DeviceElement> VectorView<'a, T> {
                 reason: format!("device address {ptr:#x} must be non-null and aligned to {} bytes", T::NAME.len()),
             });
         }
-        Ok(VectorView { ptr, len, raw: true, _borrow: PhantomData })
+        Ok(VectorView { ptr, len, raw: true, alloc: None, _borrow: PhantomData })
     }
 
-    /// The whole of a cudarc slice.
-    pub fn from_cuda_slice(slice: &'a CudaSlice<T>) -> VectorView<'a, T> {
+    /// The whole of a cudarc slice, checked against the device allocation the driver reports for it (a slice's
+    /// length is not trusted alone: [`Error::OutsideAllocation`], or [`Error::TooLarge`] for a length whose bytes
+    /// overflow). The slice outlives the work of every launch that reads it.
+    pub fn from_cuda_slice(slice: &'a CudaSlice<T>) -> Result<VectorView<'a, T>> {
         let (ptr, _record) = slice.device_ptr(slice.stream());
-        VectorView { ptr, len: slice.len(), raw: false, _borrow: PhantomData }
+        let len = slice.len();
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or(Error::TooLarge {
+            what: "bias (bytes)",
+            requested: bytes_of(Some(len), std::mem::size_of::<T>()),
+            limit: usize::MAX as u128,
+        })?;
+        let alloc = match bytes {
+            0 => None,
+            b => Some(Alloc::of("the bias", ptr, b as u64, slice.stream())?),
+        };
+        Ok(VectorView { ptr, len, raw: false, alloc, _borrow: PhantomData })
     }
 
     /// Elements.
@@ -398,7 +525,19 @@ pub struct BsrView<'a, T> {
     pub(crate) bs: usize,
     pub(crate) nnzb: usize,
     pub(crate) raw: bool,
+    /// The allocations of the arrays a safe constructor took from owned buffers (an uploaded [`DeviceBsr`]'s, a
+    /// [`RowSchedule`]'s order); `None` for a raw view's arrays, whose extents are the caller's contract.
+    pub(crate) allocs: BsrAllocs<'a>,
     _borrow: PhantomData<&'a [T]>,
+}
+
+/// The allocations of a [`BsrView`]'s arrays, where known.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BsrAllocs<'a> {
+    pub(crate) values: Option<Alloc<'a>>,
+    pub(crate) row_ptr: Option<Alloc<'a>>,
+    pub(crate) col_idx: Option<Alloc<'a>>,
+    pub(crate) row_order: Option<Alloc<'a>>,
 }
 
 impl<T> Clone for BsrView<'_, T> {
@@ -457,6 +596,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             bs,
             nnzb,
             raw: true,
+            allocs: BsrAllocs::default(),
             _borrow: PhantomData,
         })
     }
@@ -490,7 +630,10 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
         }
         let stream = schedule.order.stream();
         let (row_order, _record) = schedule.order.device_ptr(stream);
+        // No stream to join: a RowSchedule waits for the device's work before it frees its order.
+        let order_alloc = Alloc::own(row_order, schedule.order.len(), 4, None);
         Ok(BsrView {
+            allocs: BsrAllocs { row_order: order_alloc, ..self.allocs },
             row_order,
             max_row_blocks: Some(schedule.max_row_blocks()),
             schedule_ordinal: Some(schedule.ordinal),
@@ -585,5 +728,44 @@ impl<T: DeviceElement> DeviceBsr<T> {
         let (col_idx, _r2) = self.col_idx.device_ptr(stream);
         let (row_order, _r3) = self.row_order.device_ptr(stream);
         BsrView::trusted((values, row_ptr, col_idx, row_order), self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extents_lie_inside_their_allocation_or_are_refused_with_the_numbers() {
+        let alloc = (0x1000u64, 0x200u64);
+        // The whole allocation, a part at its end, nothing (anywhere): inside.
+        assert!(check_within("x", 0x1000, 0x200, alloc).is_ok());
+        assert!(check_within("x", 0x11f0, 0x10, alloc).is_ok());
+        assert!(check_within("x", 0, 0, alloc).is_ok());
+        // One byte past the end, one before the start, a start past the end.
+        for (start, bytes) in [(0x1000u64, 0x201u128), (0xfff, 2), (0x1200, 1)] {
+            match check_within("B", start, bytes, alloc) {
+                Err(Error::OutsideAllocation { what: "B", start: s, bytes: b, alloc_start, alloc_bytes }) => {
+                    assert_eq!((s, b, alloc_start, alloc_bytes), (start, bytes, 0x1000, 0x200));
+                }
+                other => panic!("{start:#x} + {bytes}: {other:?}"),
+            }
+        }
+        // Extents that would wrap 64 bits (a length of 2^63 elements of 2 bytes) never pass: 128-bit arithmetic.
+        let huge = bytes_of(Some(1usize << 63), 2);
+        assert_eq!(huge, 1u128 << 64);
+        assert!(check_within("x", 0x1000, huge, alloc).is_err());
+        assert!(check_within("x", u64::MAX, 2, (u64::MAX - 1, 2)).is_err());
+        assert!(check_within("x", u64::MAX - 1, 2, (u64::MAX - 1, 2)).is_ok());
+        // An element count that overflowed saturates: no allocation holds it.
+        assert_eq!(bytes_of(None, 2), u128::MAX);
+        assert!(check_within("x", 0x1000, bytes_of(None, 2), (0, u64::MAX)).is_err());
+        let e = check_within("A's col_idx", 0x1100, 0x180, alloc).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "A's col_idx: 384 bytes from 0x1100 reach outside its device allocation (512 bytes from 0x1000)"
+            ),
+            "{e}"
+        );
     }
 }

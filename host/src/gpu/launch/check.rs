@@ -1,6 +1,9 @@
-//! The device-side BSR structure check (`layout::BSR_CHECK_KERNEL`): [`BsrView::from_raw_checked`].
+//! The device-side BSR structure check (`layout::BSR_CHECK_KERNEL`): [`BsrView::from_raw_checked`], and
+//! [`Gpu::checked_copy`], which checks a private copy of the indices that later writes to the caller's memory
+//! cannot reach.
 
-use cudarc::driver::DevicePtrMut;
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use sparsek_layout::{BSR_CHECK_THREADS, BsrCheckParams, check_code};
 
 use crate::error::{BsrError, Error, Result};
@@ -36,7 +39,114 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
     }
 }
 
+/// A BSR structure's indices copied into this GPU's memory (owned here, outside any framework's allocator) and
+/// checked there on the device: made by [`Gpu::checked_copy`]. A launch over [`CheckedIndices::arrays`] reads
+/// only the copy, so no later write to the caller's index memory (by any path: a framework's in-place op, an
+/// alias the framework does not track, another library) can make a kernel read an unchecked structure. The
+/// copy is what was checked; a caller whose indices change makes a new one.
+pub struct CheckedIndices {
+    row_ptr: CudaSlice<u8>,
+    col_idx: CudaSlice<u8>,
+    /// The copies' device addresses, taken once: they are written only before the check, which waits for the
+    /// copies, and read-only after it, so a launch needs no event of theirs (and pays no driver call for them).
+    addrs: (CUdeviceptr, CUdeviceptr),
+    index: IndexType,
+    shape: (usize, usize, usize, usize),
+}
+
+impl CheckedIndices {
+    /// The copy's arrays with the caller's `values` (the values are not copied: any bits are valid values).
+    pub fn arrays(&self, values: CUdeviceptr) -> BsrArrays {
+        BsrArrays { values, row_ptr: self.addrs.0, col_idx: self.addrs.1, index: self.index }
+    }
+    /// `(rows, cols, block size, nnzb)` of the structure checked.
+    pub fn shape(&self) -> (usize, usize, usize, usize) {
+        self.shape
+    }
+    /// Device bytes the copy holds.
+    pub fn device_bytes(&self) -> usize {
+        self.row_ptr.len() + self.col_idx.len()
+    }
+}
+
+/// Waits for the device's queued work before the copy is freed (a launch on any stream may still read it), as a
+/// [`RowSchedule`](crate::gpu::RowSchedule) does: dropped rarely, so nothing per launch. Not while a stream of the
+/// device is being captured into a CUDA graph.
+impl Drop for CheckedIndices {
+    fn drop(&mut self) {
+        let _ = self.row_ptr.context().synchronize();
+    }
+}
+
+impl std::fmt::Debug for CheckedIndices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckedIndices").field("shape", &self.shape).field("index", &self.index).finish()
+    }
+}
+
 impl Gpu {
+    /// Copies a BSR structure's `row_ptr` (`rows / bs + 1` entries) and `col_idx` (`nnzb` entries) from the
+    /// caller's device memory into memory of this GPU owned by the result, then checks the copy on the device as
+    /// [`BsrView::from_raw_checked`] does ([`Error::InvalidBsr`] naming the first bad block row). Runs on this
+    /// `Gpu`'s default stream and waits for it: order it after the work that wrote the indices. The description is
+    /// checked as [`BsrView::from_raw`] checks it, the pointers as device memory of this GPU, every byte count
+    /// with checked arithmetic.
+    ///
+    /// # Safety
+    /// `arrays.row_ptr` and (with blocks) `arrays.col_idx` hold the stated entries in live device memory of this
+    /// GPU, not written while the call runs. Nothing is required of them afterwards: launches over the result's
+    /// [`arrays`](CheckedIndices::arrays) read the copy (the values stay the caller's, under
+    /// [`BsrView::from_raw`]'s contract).
+    pub unsafe fn checked_copy<T: DeviceElement>(
+        &self,
+        arrays: BsrArrays,
+        rows: usize,
+        cols: usize,
+        bs: usize,
+        nnzb: usize,
+    ) -> Result<CheckedIndices> {
+        // SAFETY: only the description is checked here (nothing is read through it).
+        unsafe { BsrView::<T>::from_raw(arrays, rows, cols, bs, nnzb) }?;
+        self.check_pointer_of("A's row_ptr", arrays.row_ptr)?;
+        if nnzb > 0 {
+            self.check_pointer_of("A's col_idx", arrays.col_idx)?;
+        }
+        let w = arrays.index.bytes();
+        let too_large = |what, entries: usize| Error::TooLarge {
+            what,
+            requested: entries as u128 * w as u128,
+            limit: isize::MAX as u128,
+        };
+        let rp_bytes = (rows / bs + 1).checked_mul(w).ok_or_else(|| too_large("row_ptr (bytes)", rows / bs + 1))?;
+        let ci_bytes = nnzb.checked_mul(w).ok_or_else(|| too_large("col_idx (bytes)", nnzb))?;
+        let stream = self.stream();
+        self.context().bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
+        let copy = |what: &'static str, src: CUdeviceptr, bytes: usize| -> Result<CudaSlice<u8>> {
+            // Never a zero-length buffer: col_idx without blocks keeps one (unused) entry.
+            let mut dst = stream.alloc_zeros::<u8>(bytes.max(w)).map_err(alloc_err(what, bytes.max(w)))?;
+            if bytes > 0 {
+                let (d, _record) = dst.device_ptr_mut(stream);
+                // SAFETY: `bytes` bytes from `src` are live device memory of this GPU (the caller's contract) and
+                // `dst` holds at least that many, allocated above on this stream; the copy is ordered after it.
+                unsafe { cudarc::driver::result::memcpy_dtod_async(d, src, bytes, stream.cu_stream()) }
+                    .map_err(cuda("cuMemcpyDtoDAsync"))?;
+            }
+            Ok(dst)
+        };
+        let row_ptr = copy("device copy of row_ptr", arrays.row_ptr, rp_bytes)?;
+        let col_idx = copy("device copy of col_idx", arrays.col_idx, ci_bytes)?;
+        let addrs = {
+            let (r, _r0) = row_ptr.device_ptr(stream);
+            let (c, _r1) = col_idx.device_ptr(stream);
+            (r, c)
+        };
+        let checked = CheckedIndices { row_ptr, col_idx, addrs, index: arrays.index, shape: (rows, cols, bs, nnzb) };
+        // SAFETY: the copies hold the stated entries (made above, in this stream's order before the check).
+        let view = unsafe { BsrView::<T>::from_raw(checked.arrays(arrays.values), rows, cols, bs, nnzb) }?;
+        self.check_structure(&view)?;
+        Ok(checked)
+    }
+
     /// Checks a view's structure on the device (see [`BsrView::from_raw_checked`]).
     pub(crate) fn check_structure<T: DeviceElement>(&self, a: &BsrView<'_, T>) -> Result<()> {
         self.check_pointer_of("A's row_ptr", a.row_ptr)?;

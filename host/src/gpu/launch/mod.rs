@@ -4,3 +4,4 @@
 
 mod check;
 mod spmm;
+pub use check::CheckedIndices;

@@ -15,7 +15,7 @@ use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
 use crate::gpu::split::{self, GraphSpace, SpaceNeed, capturing};
 use crate::gpu::tma;
-use crate::gpu::views::{BsrView, DenseView, DenseViewMut, IndexType, VectorView, span};
+use crate::gpu::views::{Alloc, BsrView, DenseView, DenseViewMut, IndexType, VectorView, bytes_of, span};
 use crate::gpu::{Gpu, TileSchedule};
 use crate::tune::Plan;
 
@@ -139,13 +139,26 @@ impl Gpu {
     /// instantiation at a time, CUDA's rule), launched without programmatic dependence; a replay then gives the bits of
     /// the same launch outside the graph. Other captured launches run whole rows (one tile per CTA). Checked before the
     /// launch (a rejected call changes nothing): the stream belongs to this `Gpu`'s context, every raw pointer is
-    /// device memory of this GPU, shapes, the type combination, the bias length, 32-bit limits, and that C does not
-    /// overlap A, B or the bias.
+    /// device memory of this GPU, shapes, the type combination, the bias length, 32-bit limits, that every byte
+    /// the kernel will touch of a view made by a safe constructor lies inside its device allocation
+    /// ([`Error::OutsideAllocation`]), and that C overlaps no input: A's values, `row_ptr`, `col_idx` and row
+    /// order, B, the bias, and this `Gpu`'s split workspace ([`Error::InvalidArgument`] naming it).
+    ///
+    /// Lifetimes: a buffer behind a view made by a safe constructor ([`DenseView::from_cuda_slice`],
+    /// [`DenseView::from_cuda_view`], [`DenseViewMut::from_cuda_slice`], [`VectorView::from_cuda_slice`],
+    /// [`DeviceMatrix::view`], [`DeviceBsr::view`]) outlives the launch's work even when it is dropped right after
+    /// the call: its own stream is made to wait (on the device, `cuStreamWaitEvent`) for an event recorded after
+    /// the launch on `stream`, and cudarc frees a buffer in its stream's order (a
+    /// [`RowSchedule`](crate::gpu::RowSchedule) attached with [`BsrView::with_schedule`] waits for the device's
+    /// work when it is dropped). Not on a stream being captured into a CUDA graph: the kernel runs when the graph
+    /// is replayed, and the caller keeps every operand alive while the graph may be replayed, as for any graph.
     ///
     /// # Safety
-    /// `stream` is a live stream (or 0), and the views' contracts hold until the kernel has finished: in
-    /// particular no work that may run concurrently with it (on another stream) writes A, B or the bias, or
-    /// touches C.
+    /// `stream` is a live stream (or 0), and the views' contracts hold until the kernel has finished on
+    /// `stream`: the memory of every view made by an `unsafe` constructor (`from_raw`, `from_raw_checked`) stays
+    /// allocated and is not written (C: not read or written) by anything else until then, and no work that may run
+    /// concurrently with the kernel (on another stream) writes A, B or the bias, or touches C. Dropping it or
+    /// freeing it right after this call is the caller's to order (e.g. by synchronising `stream` first).
     pub unsafe fn spmm_raw<TA: InputElement, TC: OutputElement>(
         &self,
         stream: CUstream,
@@ -181,7 +194,53 @@ impl Gpu {
                 self.check_pointer_of(what, ptr)?;
             }
         }
-        self.launch(stream, kernel, a, b, &c.view, bias, ep, plan.group_rows)
+        self.launch(stream, kernel, a, b, &c.view, bias, ep, plan.group_rows)?;
+        let allocs = [
+            a.allocs.values,
+            a.allocs.row_ptr,
+            a.allocs.col_idx,
+            a.allocs.row_order,
+            b.alloc,
+            c.view.alloc,
+            bias.and_then(|v| v.alloc),
+        ];
+        self.join_owners(stream, &allocs)
+    }
+
+    /// Makes the stream of each safe view's buffer (other than `stream`) wait, on the device, for an event recorded
+    /// on `stream` after the launch just queued, so a buffer dropped right after the call (cudarc frees it in its
+    /// stream's order) outlives the kernel. Nothing to do when every buffer's stream is `stream`, or on a stream
+    /// being captured (the kernel runs at replay; see [`Gpu::spmm_raw`]). Where a buffer's stream is being captured
+    /// (it cannot wait on an uncaptured stream's event), or the event fails, `stream` is synchronised instead.
+    fn join_owners(&self, stream: CUstream, allocs: &[Option<Alloc<'_>>; 7]) -> Result<()> {
+        // At most one owner per view array, in a fixed array: the launch path allocates nothing.
+        let mut owners: [Option<&Arc<CudaStream>>; 7] = [None; 7];
+        let mut count = 0;
+        for s in allocs.iter().flatten().filter_map(|a| a.stream) {
+            let known = owners[..count].iter().flatten().any(|o| o.cu_stream() == s.cu_stream());
+            if s.cu_stream() != stream && !known {
+                owners[count] = Some(s);
+                count += 1;
+            }
+        }
+        if count == 0 || capturing(stream) {
+            return Ok(());
+        }
+        // An owner's stream being captured into a graph must not wait on an event of an uncaptured stream (that
+        // would break its capture): the host waits for the launch instead.
+        let owner_captured = owners.iter().flatten().any(|s| capturing(s.cu_stream()));
+        let joined = || -> std::result::Result<(), cudarc::driver::DriverError> {
+            use cudarc::driver::sys::CUevent_flags;
+            let done = self.context().new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
+            // SAFETY: `stream` is a live stream of this context (checked before the launch) and the event is ours.
+            unsafe { cudarc::driver::result::event::record(done.cu_event(), stream) }?;
+            owners.iter().flatten().try_for_each(|s| s.wait(&done))
+        };
+        if owner_captured || joined().is_err() {
+            // SAFETY: as above; waits for the launch, after which the buffers may be freed.
+            unsafe { cudarc::driver::result::stream::synchronize(stream) }.map_err(cuda("cuStreamSynchronize"))?;
+        }
+        Ok(())
     }
 
     /// [`Gpu::spmm`] with a kernel of the tuning module ([`Gpu::tuning_variants`]) on the default stream. The
@@ -281,10 +340,12 @@ impl Gpu {
         let (row_order, _g3) = a.row_order.device_ptr(stream);
         let (b_ptr, _g4) = b.as_slice().device_ptr(stream);
         let (c_rows, c_cols, c_ld) = (c.rows(), c.cols(), c.ld());
+        // C's allocation with the launch's stream as its owner: the guards order the owned buffers' lives.
+        let c_alloc = c.alloc().map(|a| Alloc { stream: Some(stream), ..a });
         let (c_ptr, _g5) = c.as_mut_slice().device_ptr_mut(stream);
         let av = BsrView::<TA>::trusted((values, row_ptr, col_idx, row_order), a);
-        let bv = DenseView::<TA>::trusted(b_ptr, b.rows(), b.cols(), b.ld()).stored(b_layout);
-        let cv = DenseView::<TC>::trusted(c_ptr, c_rows, c_cols, c_ld).stored(c_layout);
+        let bv = DenseView::<TA>::trusted(b_ptr, (b.rows(), b.cols(), b.ld()), b.alloc()).stored(b_layout);
+        let cv = DenseView::<TC>::trusted(c_ptr, (c_rows, c_cols, c_ld), c_alloc).stored(c_layout);
         self.launch(stream.cu_stream(), kernel, &av, &bv, &cv, None, ep, group_rows)
     }
 
@@ -385,7 +446,7 @@ impl Gpu {
         limit("M", m, u32::MAX as usize)?;
         limit("K", k, u32::MAX as usize)?;
         limit("nnzb", a.nnzb, u32::MAX as usize)?;
-        self.check_no_overlap(a, b, c, bias)?;
+        self.check_extents(a, b, c, bias)?;
         if m == 0 || n == 0 {
             return Ok(());
         }
@@ -609,9 +670,11 @@ impl Gpu {
             // row_ptr of block_rows + 1 entries of the index width, col_idx below K / bs, nnzb * bs^2 values and
             // row_order 0 or a permutation of the block rows; B spans K x N and C M x N in their layouts, with
             // leading dimensions covering a row (column), multiples of 16 bytes, and 16-byte aligned starts
-            // (DeviceMatrix / the view constructors), C overlapping no input (checked above); the bias holds M
-            // elements; every pointer is memory of this context (owned: checked by the caller; raw:
-            // cuPointerGetAttribute) and the stream is this context's (owned: checked; raw: cuStreamGetCtx); grid,
+            // (DeviceMatrix / the view constructors), every byte of a safe view's extent inside its allocation
+            // (check_extents, from the driver's range), C overlapping no input: values, row_ptr, col_idx, row order,
+            // B, bias, the Gpu's workspace (check_extents); the bias holds M elements; every pointer is memory of
+            // this context (owned: checked by the caller; raw: cuPointerGetAttribute) and the stream is this
+            // context's (owned: checked; raw: cuStreamGetCtx); grid,
             // block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared memory
             // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values,
             // B's K x N span in its layout and (c_tma) C's M x N span (a nonempty A: Gpu::kernel picks those kernels
@@ -655,37 +718,83 @@ impl Gpu {
         Ok(())
     }
 
-    /// [`Error::InvalidArgument`] when C's span overlaps A's values, B or the bias: the kernel reads those while
-    /// other CTAs write C.
-    fn check_no_overlap<TA: InputElement, TC: OutputElement>(
+    /// Checks every byte the launch will touch, each extent computed from the launch's shapes with checked
+    /// (128-bit) arithmetic: the extents of views made by safe constructors lie inside their device allocations
+    /// ([`Error::OutsideAllocation`]; raw views' extents are their `unsafe` constructors' contract), and C
+    /// overlaps no input ([`Error::InvalidArgument`]): A's values, `row_ptr`, `col_idx` and row order, B, the
+    /// bias, and this `Gpu`'s split workspace. The kernel reads all of those while other CTAs write C.
+    fn check_extents<TA: InputElement, TC: OutputElement>(
         &self,
         a: &BsrView<'_, TA>,
         b: &DenseView<'_, TA>,
         c: &DenseView<'_, TC>,
         bias: Option<&VectorView<'_, TA>>,
     ) -> Result<()> {
-        let bytes = |elems: Option<usize>, size: usize| elems.unwrap_or(usize::MAX).saturating_mul(size) as u64;
-        let ta = std::mem::size_of::<TA>();
-        let c_range = (c.ptr, bytes(span(c.rows, c.cols, c.ld, c.layout), std::mem::size_of::<TC>()));
-        let others = [
-            ("A's values", a.values, bytes(a.nnzb.checked_mul(a.bs * a.bs), ta)),
-            ("B", b.ptr, bytes(span(b.rows, b.cols, b.ld, b.layout), ta)),
-            ("the bias", bias.map_or(0, |v| v.ptr), bias.map_or(0, |v| bytes(Some(v.len), ta))),
-        ];
-        for (what, start, len) in others {
-            let disjoint = c_range.1 == 0
-                || len == 0
-                || c_range.0.saturating_add(c_range.1) <= start
-                || start.saturating_add(len) <= c_range.0;
-            if !disjoint {
-                return Err(Error::InvalidArgument {
-                    name: "C",
-                    reason: format!("C's memory overlaps {what}: the output must not alias an input"),
-                });
+        let inputs = launch_inputs(a, b, bias);
+        let c_bytes = bytes_of(span(c.rows, c.cols, c.ld, c.layout), std::mem::size_of::<TC>());
+        for &(what, start, bytes, alloc) in inputs.iter().chain([&("C", c.ptr, c_bytes, c.alloc)]) {
+            if let Some(alloc) = alloc {
+                alloc.holds(what, start, bytes)?;
             }
         }
-        Ok(())
+        // A fixed array: the launch path allocates nothing. The workspace's entries stay empty without one.
+        let mut ranges = [("", 0u64, 0u128); 8];
+        for (slot, &(what, start, bytes, _)) in ranges.iter_mut().zip(inputs.iter()) {
+            *slot = (what, start, bytes);
+        }
+        if let Some(ws) = self.split.as_ref() {
+            for (slot, (start, bytes)) in ranges[inputs.len()..].iter_mut().zip(ws.ranges()) {
+                *slot = ("the Gpu's split workspace", start, bytes);
+            }
+        }
+        match first_overlap((c.ptr, c_bytes), &ranges) {
+            Some(what) => Err(Error::InvalidArgument {
+                name: "C",
+                reason: format!("C's memory overlaps {what}: the output must not alias anything the kernel reads"),
+            }),
+            None => Ok(()),
+        }
     }
+}
+
+/// Every input a launch reads, with its first byte, its bytes (from the launch's shapes, 128-bit, saturating: see
+/// [`bytes_of`]) and its allocation where a safe constructor recorded it: A's values (`nnzb * bs^2`), `row_ptr`
+/// (`block rows + 1` entries of the index width), `col_idx` (`nnzb` entries), the row order (`block rows` u32, when
+/// there is one), B's span in its layout and the bias (one value per row of C).
+type Input<'a> = (&'static str, u64, u128, Option<Alloc<'a>>);
+fn launch_inputs<'a, TA: InputElement>(
+    a: &BsrView<'a, TA>,
+    b: &DenseView<'a, TA>,
+    bias: Option<&VectorView<'a, TA>>,
+) -> [Input<'a>; 6] {
+    let ta = std::mem::size_of::<TA>();
+    let w = a.index.bytes();
+    let block_rows = a.rows / a.bs.max(1);
+    let order_bytes = if a.row_order == 0 { 0 } else { bytes_of(Some(block_rows), 4) };
+    [
+        ("A's values", a.values, bytes_of(a.nnzb.checked_mul(a.bs * a.bs), ta), a.allocs.values),
+        ("A's row_ptr", a.row_ptr, bytes_of(block_rows.checked_add(1), w), a.allocs.row_ptr),
+        ("A's col_idx", a.col_idx, bytes_of(Some(a.nnzb), w), a.allocs.col_idx),
+        ("A's row order", a.row_order, order_bytes, a.allocs.row_order),
+        ("B", b.ptr, bytes_of(span(b.rows, b.cols, b.ld, b.layout), ta), b.alloc),
+        (
+            "the bias",
+            bias.map_or(0, |v| v.ptr),
+            bias.map_or(0, |v| bytes_of(Some(v.len), ta)),
+            bias.and_then(|v| v.alloc),
+        ),
+    ]
+}
+
+/// The first of `inputs` (name, first byte, bytes) that shares a byte with `c` (first byte, bytes), in 128-bit
+/// arithmetic; empty ranges overlap nothing.
+pub(crate) fn first_overlap(c: (u64, u128), inputs: &[(&'static str, u64, u128)]) -> Option<&'static str> {
+    let (c_start, c_end) = (u128::from(c.0), u128::from(c.0).saturating_add(c.1));
+    inputs.iter().find_map(|&(what, start, bytes)| {
+        let (start, end) = (u128::from(start), u128::from(start).saturating_add(bytes));
+        let disjoint = c.1 == 0 || bytes == 0 || c_end <= start || end <= c_start;
+        (!disjoint).then_some(what)
+    })
 }
 
 /// Block rows per rasterization group (see `layout::raster`). A wave of `wave` concurrent CTAs covers `R` block
@@ -919,6 +1028,56 @@ mod tests {
             assert_eq!(path, want, "{attributes:?}");
             assert_eq!(found[0], check_code::COL_NOT_INCREASING, "{attributes:?}: the kernel did not run");
         }
+    }
+
+    /// C overlapping any input is found, indices included: the launch's input list names A's values, row_ptr,
+    /// col_idx and row order, B and the bias, each with the bytes the kernel reads (from the shapes, in 128-bit
+    /// arithmetic), and `first_overlap` finds the one C shares a byte with.
+    #[test]
+    fn c_over_any_input_is_found_indices_included() {
+        use super::{first_overlap, launch_inputs};
+        use crate::gpu::{BsrArrays, BsrView, DenseView, IndexType, VectorView};
+        use half::f16;
+        use sparsek_layout::Layout;
+        // A: 128 x 64 in 32-blocks (4 block rows), 3 blocks, 64-bit indices; B 64 x 16 row-major (ld 16); bias 128.
+        let arrays = BsrArrays { values: 0x10_0000, row_ptr: 0x20_0000, col_idx: 0x30_0000, index: IndexType::I64 };
+        // SAFETY: never launched: only the description is used.
+        let a = unsafe { BsrView::<f16>::from_raw(arrays, 128, 64, 32, 3) }.unwrap();
+        // SAFETY: as above.
+        let b = unsafe { DenseView::<f16>::from_raw(0x40_0000, 64, 16, 16, Layout::RowMajor) }.unwrap();
+        // SAFETY: as above.
+        let bias = unsafe { VectorView::<f16>::from_raw(0x50_0000, 128) }.unwrap();
+        let inputs = launch_inputs(&a, &b, Some(&bias));
+        let extents: Vec<(&str, u64, u128)> = inputs.iter().map(|&(w, s, b, _)| (w, s, b)).collect();
+        assert_eq!(
+            extents,
+            vec![
+                ("A's values", 0x10_0000, 3 * 32 * 32 * 2),
+                ("A's row_ptr", 0x20_0000, 5 * 8),
+                ("A's col_idx", 0x30_0000, 3 * 8),
+                ("A's row order", 0, 0),
+                ("B", 0x40_0000, 64 * 16 * 2),
+                ("the bias", 0x50_0000, 128 * 2),
+            ]
+        );
+        // C (128 x 16 f32 = 8192 bytes) starting at, inside, or just before each input overlaps it; just after, not.
+        let c_bytes = 128 * 16 * 4;
+        for &(what, start, bytes) in extents.iter().filter(|e| e.2 > 0) {
+            assert_eq!(first_overlap((start, c_bytes), &extents), Some(what), "C at {what}");
+            assert_eq!(first_overlap((start + bytes as u64 - 1, c_bytes), &extents), Some(what), "C in {what}");
+            assert_eq!(first_overlap((start - c_bytes as u64 + 1, c_bytes), &extents), Some(what), "C before {what}");
+            assert_eq!(first_overlap((start + bytes as u64, 1), &extents), None, "C after {what}");
+            assert_eq!(first_overlap((start - c_bytes as u64, c_bytes), &extents), None, "C ending at {what}");
+        }
+        // 32-bit indices: half the bytes. An empty C, or an empty input, overlaps nothing.
+        let arrays32 = BsrArrays { index: IndexType::U32, ..arrays };
+        // SAFETY: as above.
+        let a32 = unsafe { BsrView::<f16>::from_raw(arrays32, 128, 64, 32, 3) }.unwrap();
+        assert_eq!(launch_inputs(&a32, &b, None)[1].2, 5 * 4);
+        assert_eq!(launch_inputs(&a32, &b, None)[5].2, 0);
+        assert_eq!(first_overlap((0x20_0000, 0), &extents), None);
+        // An extent whose element count overflowed (saturated) overlaps everything after its start.
+        assert_eq!(first_overlap((u64::MAX - 8, 4), &[("huge", 0x1000, u128::MAX)]), Some("huge"));
     }
 
     #[test]
