@@ -207,6 +207,7 @@ impl Gpu {
     fn open_in(ctx: Arc<CudaContext>, ordinal: usize) -> Result<Self> {
         let info = DeviceInfo::read(&ctx, ordinal)?;
         let (major, minor) = info.compute_capability;
+        registry::predecode(major, minor);
         let ptx = registry::product_module(major, minor).ok_or_else(|| Error::UnsupportedArch {
             name: info.name.clone(),
             major,
