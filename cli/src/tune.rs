@@ -58,6 +58,7 @@ pub struct TuneArgs {
 }
 
 pub fn tune(args: &TuneArgs) -> Result<ExitCode, sparsek::Error> {
+    crate::run::check_launches("--iters", args.iters)?;
     let cache = args.cache.as_ref().map_or_else(PlanCache::from_env, PlanCache::in_dir);
     if args.show {
         return Ok(show(&cache));
