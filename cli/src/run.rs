@@ -32,7 +32,7 @@ pub struct MatrixArgs {
     pub seed: u64,
     /// Load A from a Matrix Market file (blockified with --bs, padded to multiples of --bs) instead of
     /// generating it; --m and --k are then taken from the file.
-    #[arg(long, conflicts_with_all = ["m", "k", "density", "pattern", "seed"])]
+    #[arg(long, conflicts_with_all = ["m", "k", "density", "pattern"])]
     pub matrix: Option<PathBuf>,
 }
 

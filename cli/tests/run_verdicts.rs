@@ -56,8 +56,9 @@ fn bad_combinations_are_refused() {
     let sym = mtx("sym", "%%MatrixMarket matrix coordinate real symmetric\n32 32 2\n2 1 1\n1 2 1\n");
     let (ok, text) = run(&["--matrix", sym.to_str().unwrap(), "--n", "8", "--bs", "16"]);
     assert!(!ok && text.contains("line 4: entry (1, 2) mirrors the entry (2, 1) of line 3"), "{text}");
-    for flag in ["--m", "--k", "--density", "--seed"] {
-        let (ok, text) = run(&["--matrix", sym.to_str().unwrap(), flag, "1"]);
+    for flag in ["--m", "--k", "--density", "--pattern"] {
+        let value = if flag == "--pattern" { "dense" } else { "1" };
+        let (ok, text) = run(&["--matrix", sym.to_str().unwrap(), flag, value]);
         assert!(!ok && text.contains("cannot be used with"), "{flag}:\n{text}");
     }
     std::fs::remove_file(sym).unwrap();
