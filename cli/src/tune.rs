@@ -163,13 +163,16 @@ fn problem_types(problem: &TuneProblem) -> sparsek::tune::ProductTypes {
 fn show(cache: &PlanCache) -> ExitCode {
     println!("plan cache: {}", cache.describe());
     let contents = cache.read();
-    if let Some(w) = &contents.warning {
+    // A file ignored, or lines skipped: said, and the exit status says it too; the plans read are listed.
+    let code = if let Some(w) = &contents.warning {
         println!("warning: {w}");
-        return ExitCode::FAILURE;
-    }
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    };
     if contents.entries.is_empty() {
         println!("no plans (tune one with `sparsek tune --m M --k K --n N --bs BS --density D`)");
-        return ExitCode::SUCCESS;
+        return code;
     }
     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut device = None;
@@ -194,5 +197,5 @@ fn show(cache: &PlanCache) -> ExitCode {
             age_h
         );
     }
-    ExitCode::SUCCESS
+    code
 }
