@@ -187,6 +187,9 @@ fn change(old: Option<&Record>, new: &Record, threshold_pct: f64) -> CaseChange 
                 Some(Basis::SparsekTime).zip(o.sparsek_tflops()).zip(new.sparsek_tflops()).map(|((k, a), b)| (k, a, b))
             }
         };
+        if speeds.is_some_and(|(_, a, _)| a.is_nan() || a <= 0.0) {
+            c.verdict = Verdict::NotCompared("OLD's speed is 0 (an immeasurably long time)".into());
+        }
         if let Some((basis, a, b)) = speeds.filter(|&(_, a, _)| a > 0.0) {
             let pct = 100.0 * (b / a - 1.0);
             c.basis = Some(basis);

@@ -158,7 +158,7 @@ impl Record {
         if matches!(c.source, Source::Synthetic(_)) && (c.m == 0 || c.k == 0) {
             return Err(format!("M {} and K {} of a generated A must be positive", c.m, c.k));
         }
-        if c.m % c.bs != 0 || c.k % c.bs != 0 {
+        if !c.m.is_multiple_of(c.bs) || !c.k.is_multiple_of(c.bs) {
             return Err(format!("M {} and K {} must be multiples of the block size {}", c.m, c.k, c.bs));
         }
         let cells = (c.m / c.bs) as u128 * (c.k / c.bs) as u128;
