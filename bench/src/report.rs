@@ -143,7 +143,7 @@ impl Record {
     /// [0, 1], N > 0, M and K multiples of the block size, positive for a generated A, at most `(M/bs) * (K/bs)`
     /// nonzero blocks) and, for every contender timed, a median, minimum and maximum that are finite and
     /// positive. `Err` names the first broken rule. Applied when a results file is read
-    /// ([`crate::read_results`]) and by [`crate::compare`].
+    /// ([`crate::read_results`]) and by [`crate::compare()`].
     pub fn validate(&self) -> std::result::Result<(), String> {
         let c = &self.case;
         if !sparsek::format::SUPPORTED_BLOCK_SIZES.contains(&c.bs) {

@@ -16,7 +16,7 @@
 //!   written.
 //! - **Bounded.** Only a regular file is read (a FIFO, a device such as `/dev/zero`, a directory: a warning,
 //!   without blocking: its type is checked before opening, and it is opened non-blocking), and at most
-//!   [`MAX_FILE_BYTES`]; a warning quotes at most [`QUOTE_BYTES`] bytes of the input.
+//!   [`PlanCache::MAX_FILE_BYTES`]; a warning quotes at most [`PlanCache::QUOTE_BYTES`] bytes of the input.
 //! - **The lock.** A writer that finds the lock held says so once on stderr and waits at most
 //!   [`PlanCache::LOCK_TIMEOUT`] (configurable: [`PlanCache::with_lock_timeout`]), then gives up with
 //!   [`Error::Io`] naming the lock file.
@@ -37,11 +37,8 @@ const VERSION: u32 = 1;
 const MAGIC: &str = "sparsek-plans";
 /// Fields of a plan line.
 const FIELDS: usize = 20;
-/// The most bytes of the cache file read: 16 MiB (a plan line is about 150 bytes). Beyond, the rest is
-/// ignored with a warning.
-pub const MAX_FILE_BYTES: u64 = 16 << 20;
-/// The most bytes of input a warning quotes.
-pub const QUOTE_BYTES: usize = 40;
+const MAX_FILE_BYTES: u64 = PlanCache::MAX_FILE_BYTES;
+const QUOTE_BYTES: usize = PlanCache::QUOTE_BYTES;
 
 /// A measured plan as the cache keeps it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -74,7 +71,7 @@ pub struct CacheContents {
     /// The plans, for every device the file has seen.
     pub entries: Vec<PlanEntry>,
     /// Why the file, or some of its lines, were ignored (unreadable, not a regular file, too large, bad lines,
-    /// another format version), when they were: one line, quoting at most [`QUOTE_BYTES`] of the input.
+    /// another format version), when they were: one line, quoting at most [`PlanCache::QUOTE_BYTES`] of the input.
     pub warning: Option<String>,
 }
 
@@ -96,6 +93,13 @@ pub struct PlanCache {
 impl PlanCache {
     /// The file's name inside the cache directory.
     pub const FILE_NAME: &'static str = "plans-v1.tsv";
+
+    /// The most bytes of the cache file read: 16 MiB (a plan line is about 150 bytes). Beyond, the rest is
+    /// ignored with a warning.
+    pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+    /// The most bytes of input a warning quotes.
+    pub const QUOTE_BYTES: usize = 40;
 
     /// How long [`PlanCache::save`] and [`PlanCache::clear`] wait for another writer's lock by default: 10 s
     /// (a save holds it for milliseconds).
@@ -175,7 +179,7 @@ impl PlanCache {
     /// Every plan in the file. Never fails nor blocks: a missing file is an empty cache; a file that is not a
     /// regular file, cannot be read, is not a plan cache or another version's is an empty cache with a warning
     /// saying why; bad lines are skipped with one warning (the other plans are kept); at most
-    /// [`MAX_FILE_BYTES`] are read.
+    /// [`PlanCache::MAX_FILE_BYTES`] are read.
     pub fn read(&self) -> CacheContents {
         let Some(path) = self.path() else { return CacheContents::default() };
         match read_bounded(path) {
@@ -332,7 +336,7 @@ fn remove_stale_temporaries(path: &Path) {
     }
 }
 
-/// The bytes of the cache file (at most [`MAX_FILE_BYTES`], and whether it was longer), `None` when there is
+/// The bytes of the cache file (at most [`PlanCache::MAX_FILE_BYTES`], and whether it was longer), `None` when there is
 /// none, or why it cannot be read. Never blocks: anything but a regular file (after following symbolic links)
 /// is refused before it is opened, and it is opened non-blocking (a FIFO swapped in meanwhile does not wait for
 /// a writer) and checked again once open.
@@ -376,7 +380,7 @@ fn read_bounded(path: &Path) -> std::result::Result<Option<(Vec<u8>, bool)>, Str
     Ok(Some((bytes, cut)))
 }
 
-/// At most [`QUOTE_BYTES`] of `s`, in quotes, printable ASCII only (anything else shown as `?`), with `...` and
+/// At most [`PlanCache::QUOTE_BYTES`] of `s`, in quotes, printable ASCII only (anything else shown as `?`), with `...` and
 /// the full length when cut.
 fn quote(s: &[u8]) -> String {
     let shown: String =
