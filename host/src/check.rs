@@ -309,16 +309,30 @@ impl RowSample {
     pub fn rows(&self, m: usize) -> Vec<usize> {
         match *self {
             RowSample::All => (0..m).collect(),
+            RowSample::Random { .. } => self.try_rows(m).unwrap_or_default(),
+        }
+    }
+
+    /// [`RowSample::rows`], allocated fallibly ([`Error::OutOfMemory`](crate::Error) for a list that does not
+    /// fit, instead of an abort).
+    pub fn try_rows(&self, m: usize) -> crate::Result<Vec<usize>> {
+        match *self {
+            RowSample::All => {
+                let mut rows = crate::alloc::with_capacity("sampled rows", m)?;
+                rows.extend(0..m);
+                Ok(rows)
+            }
             RowSample::Random { count, seed } => {
                 if m == 0 {
-                    return Vec::new();
+                    return Ok(Vec::new());
                 }
                 let mut rng = crate::rng::Rng::new(seed);
-                let mut rows: Vec<usize> = (0..count.min(m)).map(|_| rng.below(m as u64) as usize).collect();
+                let mut rows = crate::alloc::with_capacity("sampled rows", count.min(m).saturating_add(2))?;
+                rows.extend((0..count.min(m)).map(|_| rng.below(m as u64) as usize));
                 rows.extend([0, m - 1]);
                 rows.sort_unstable();
                 rows.dedup();
-                rows
+                Ok(rows)
             }
         }
     }
@@ -393,11 +407,11 @@ impl Expected {
             });
         }
         // With N == 0 there is nothing to check (and the row list of a huge empty output is not built).
-        let rows = if b.cols() == 0 { Vec::new() } else { sample.rows(a.rows()) };
+        let rows = if b.cols() == 0 { Vec::new() } else { sample.try_rows(a.rows())? };
         // Chunks of about 2^22 oracle multiply-adds, at least one row.
         let per_row = (a.nnzb() * a.block_size() * a.block_size()).div_ceil(a.rows().max(1)).max(1) * b.cols().max(1);
         let chunk = ((1usize << 22) / per_row).max(1);
-        let mut out = Vec::with_capacity(rows.len());
+        let mut out = crate::alloc::with_capacity("oracle rows", rows.len())?;
         if rows.is_empty() {
             crate::cpu::reference_rows_with_bias(a, b, c0, ep, bias, &[])?; // shape check
         }
@@ -559,5 +573,15 @@ mod tests {
         let bias = vec![0.5f32; 64];
         let e = Expected::compute_with_bias(&a, &b, &c0, Epilogue::default(), Some(&bias), sample, |_, _| {}).unwrap();
         assert!(!e.is_vacuous());
+    }
+
+    #[test]
+    fn row_lists_are_allocated_fallibly() {
+        assert!(RowSample::All.try_rows(1 << 58).is_err(), "2^61 bytes of row indices");
+        assert_eq!(RowSample::All.try_rows(3).unwrap(), [0, 1, 2]);
+        let r = RowSample::Random { count: 5, seed: 9 };
+        assert_eq!(r.try_rows(1000).unwrap(), r.rows(1000));
+        let all = RowSample::Random { count: usize::MAX, seed: 1 }.try_rows(4).unwrap();
+        assert!(all.first() == Some(&0) && all.last() == Some(&3) && all.windows(2).all(|w| w[0] < w[1]), "{all:?}");
     }
 }
