@@ -62,3 +62,28 @@ fn a_bad_line_does_not_hide_the_other_plans() {
     assert!(text.len() < 2000, "unbounded output: {} bytes", text.len());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn waiting_for_the_lock_is_said_once() {
+    let dir = scratch("lock");
+    std::fs::write(dir.join("plans-v1.tsv"), "sparsek-plans\t1\n").unwrap();
+    // Another process holds the writers' lock for a while.
+    let held = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("plans-v1.tsv.lock"));
+    let held = held.unwrap();
+    held.lock().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_sparsek"))
+        .args(["tune", "--clear", "--cache"])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    drop(held);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("waiting for the plan cache lock").count(), 1, "{err}");
+    assert!(!dir.join("plans-v1.tsv").exists(), "cleared after the wait");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
