@@ -15,8 +15,11 @@
 //! changes worth catching.
 //!
 //! A case whose new sparsek output failed its check (or that could not run) fails the comparison whatever its
-//! time. Cases only in the new run are listed, not compared; cases only in the old run are listed as missing
-//! (neither fails the comparison).
+//! time. Cases only in the new run are listed, not compared. A gate that compares less than it was given fails
+//! too: cases of the old run missing from the new one (a new run without records misses them all; a run of
+//! cases chosen by hand keeps only the common ones, [`Comparison::common_only`]), a new run without any case, a
+//! malformed record in either run ([`Record::validate`]: a block size of 0, a density of 500%, a time that is
+//! not finite and positive), and a change that is not finite.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -86,8 +89,11 @@ pub struct Comparison {
     pub different_gpus: bool,
     /// The new run's cases, in its order.
     pub cases: Vec<CaseChange>,
-    /// Cases of the old run that the new run does not have.
+    /// Cases of the old run that the new run does not have (each fails the comparison).
     pub missing: Vec<String>,
+    /// What else makes the comparison fail, one line each: malformed records of the old run, a new run without
+    /// cases.
+    pub problems: Vec<String>,
 }
 
 /// What identifies a case across runs: the shape, block size, requested density and pattern.
@@ -115,6 +121,14 @@ pub fn compare(old: &Results, new: &Results, threshold_pct: f64) -> Comparison {
     let new_keys: std::collections::HashSet<Key> = new.records.iter().map(key).collect();
     let cases = new.records.iter().map(|n| change(old_by_key.get(&key(n)).copied(), n, threshold_pct)).collect();
     let missing = old.records.iter().filter(|r| !new_keys.contains(&key(r))).map(|r| r.case.to_string()).collect();
+    let mut problems: Vec<String> = old
+        .records
+        .iter()
+        .filter_map(|r| r.validate().err().map(|why| format!("OLD's record {} is malformed: {why}", r.case)))
+        .collect();
+    if new.records.is_empty() {
+        problems.push("NEW has no cases".into());
+    }
     Comparison {
         threshold_pct,
         old_run: run_line(&old.header),
@@ -122,6 +136,7 @@ pub fn compare(old: &Results, new: &Results, threshold_pct: f64) -> Comparison {
         different_gpus: old.header.gpu != new.header.gpu,
         cases,
         missing,
+        problems,
     }
 }
 
@@ -151,6 +166,10 @@ fn change(old: Option<&Record>, new: &Record, threshold_pct: f64) -> CaseChange 
         verdict: Verdict::Unchanged,
     };
     let old = match old {
+        Some(o) if o.validate().is_err() => {
+            c.verdict = Verdict::NotCompared("OLD's record is malformed".into());
+            None
+        }
         Some(o) if sparsek_failure(o).is_none() => Some(o),
         Some(_) => {
             c.verdict = Verdict::NotCompared("OLD has no trusted sparsek time".into());
@@ -168,11 +187,16 @@ fn change(old: Option<&Record>, new: &Record, threshold_pct: f64) -> CaseChange 
                 Some(Basis::SparsekTime).zip(o.sparsek_tflops()).zip(new.sparsek_tflops()).map(|((k, a), b)| (k, a, b))
             }
         };
+        if speeds.is_some_and(|(_, a, _)| a.is_nan() || a <= 0.0) {
+            c.verdict = Verdict::NotCompared("OLD's speed is 0 (an immeasurably long time)".into());
+        }
         if let Some((basis, a, b)) = speeds.filter(|&(_, a, _)| a > 0.0) {
             let pct = 100.0 * (b / a - 1.0);
             c.basis = Some(basis);
             c.change_pct = Some(pct);
-            c.verdict = if pct < -threshold_pct {
+            c.verdict = if !pct.is_finite() {
+                Verdict::Failed(format!("the change is not finite ({pct}%): a time of 0 or below?"))
+            } else if pct < -threshold_pct {
                 Verdict::Regressed
             } else if pct > threshold_pct {
                 Verdict::Faster
@@ -183,6 +207,9 @@ fn change(old: Option<&Record>, new: &Record, threshold_pct: f64) -> CaseChange 
     }
     if let Some(why) = sparsek_failure(new) {
         c.verdict = Verdict::Failed(why);
+    }
+    if let Err(why) = new.validate() {
+        c.verdict = Verdict::Failed(format!("malformed record: {why}"));
     }
     c
 }
@@ -198,9 +225,12 @@ impl Comparison {
         self.cases.iter().filter(|c| matches!(c.verdict, Verdict::Failed(_)))
     }
 
-    /// No regression beyond the threshold and no failed case.
+    /// No regression beyond the threshold, no failed case, no case of OLD missing, nothing malformed.
     pub fn passed(&self) -> bool {
-        self.regressions().next().is_none() && self.failures().next().is_none()
+        self.regressions().next().is_none()
+            && self.failures().next().is_none()
+            && self.missing.is_empty()
+            && self.problems.is_empty()
     }
 
     /// Keeps only the cases both runs have (for a new run of cases chosen by hand, which need not cover the
@@ -304,7 +334,10 @@ impl fmt::Display for Comparison {
             self.threshold_pct
         )?;
         if !self.missing.is_empty() {
-            writeln!(f, "In OLD but not in NEW ({}): {}", self.missing.len(), self.missing.join("; "))?;
+            writeln!(f, "MISSING: in OLD but not in NEW ({}): {}", self.missing.len(), self.missing.join("; "))?;
+        }
+        for p in &self.problems {
+            writeln!(f, "FAILED: {p}")?;
         }
         for c in self.failures() {
             if let Verdict::Failed(why) = &c.verdict {
@@ -313,10 +346,20 @@ impl fmt::Display for Comparison {
         }
         let regressed: Vec<&str> = self.regressions().map(|c| c.case.as_str()).collect();
         if regressed.is_empty() {
-            writeln!(f, "No regression beyond {}%.", self.threshold_pct)
+            writeln!(f, "No regression beyond {}%.", self.threshold_pct)?;
         } else {
-            writeln!(f, "REGRESSED beyond {}% ({}): {}", self.threshold_pct, regressed.len(), regressed.join("; "))
+            writeln!(f, "REGRESSED beyond {}% ({}): {}", self.threshold_pct, regressed.len(), regressed.join("; "))?;
         }
+        if !self.passed() {
+            let (failed, missing) = (self.failures().count(), self.missing.len());
+            writeln!(
+                f,
+                "COMPARISON FAILED: {} regressed, {failed} failed, {missing} missing from NEW, {} other problems.",
+                regressed.len(),
+                self.problems.len()
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -402,14 +445,16 @@ mod tests {
         let mut c = compare(&old, &new, 5.0);
         assert_eq!(c.missing, ["8192x8192x8192 bs16 5% uniform"]);
         assert_eq!(c.cases[1].verdict, Verdict::NotCompared("not in OLD".into()));
-        assert!(c.passed(), "missing and added cases do not fail the comparison");
+        assert!(!c.passed(), "a case of OLD missing from NEW fails the comparison");
         let text = c.to_string();
-        assert!(text.contains("In OLD but not in NEW (1): 8192x8192x8192 bs16 5% uniform"), "{text}");
+        assert!(text.contains("MISSING: in OLD but not in NEW (1): 8192x8192x8192 bs16 5% uniform"), "{text}");
         assert!(text.contains("not compared: not in OLD"), "{text}");
-        // A run of chosen cases: only the common ones.
+        assert!(text.contains("COMPARISON FAILED: 0 regressed, 0 failed, 1 missing from NEW"), "{text}");
+        // A run of chosen cases: only the common ones (an added case does not fail it).
         assert_eq!(c.common_only(), 1);
         assert_eq!(c.cases.len(), 1);
         assert!(c.missing.is_empty());
+        assert!(c.passed(), "{c}");
     }
 
     #[test]
@@ -452,5 +497,56 @@ mod tests {
         let c = compare(&results(vec![old_bad]), &results(vec![record(64, 0.22, 9.0, Some(1.5))]), 5.0);
         assert!(c.passed());
         assert!(matches!(c.cases[0].verdict, Verdict::NotCompared(_)));
+    }
+
+    #[test]
+    fn a_new_run_without_records_fails() {
+        let old = results(vec![record(64, 0.22, 1.0, Some(1.5)), record(16, 0.05, 1.0, Some(1.5))]);
+        let c = compare(&old, &results(vec![]), 5.0);
+        assert!(!c.passed());
+        assert_eq!(c.missing.len(), 2);
+        let text = c.to_string();
+        assert!(text.contains("COMPARISON FAILED") && text.contains("FAILED: NEW has no cases"), "{text}");
+        // Nothing against nothing compares nothing: a failed gate too.
+        assert!(!compare(&results(vec![]), &results(vec![]), 5.0).passed());
+    }
+
+    #[test]
+    fn times_must_be_finite_and_positive() {
+        let old = results(vec![record(64, 0.22, 1.0, Some(1.5))]);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            // In NEW: sparsek's time, or cuBLAS's (which makes the ratio, and the change, NaN or infinite).
+            let mut sparsek_bad = record(64, 0.22, 1.0, Some(1.5));
+            sparsek_bad.sparsek.timing.as_mut().unwrap().median_ms = bad;
+            let mut cublas_bad = record(64, 0.22, 1.0, Some(1.5));
+            cublas_bad.cublas.timing.as_mut().unwrap().median_ms = bad;
+            for new in [sparsek_bad.clone(), cublas_bad] {
+                let c = compare(&old, &results(vec![new]), 5.0);
+                assert!(!c.passed(), "time {bad}: {c}");
+                assert!(matches!(&c.cases[0].verdict, Verdict::Failed(w) if w.contains("not finite and positive")));
+            }
+            // In OLD: the record is malformed, the gate fails.
+            let c = compare(&results(vec![sparsek_bad]), &old, 5.0);
+            assert!(!c.passed() && c.problems.len() == 1, "time {bad} in OLD: {c}");
+            assert!(c.to_string().contains("FAILED: OLD's record 8192x8192x8192 bs64 22% uniform is malformed"));
+        }
+    }
+
+    #[test]
+    fn malformed_records_are_refused_on_read() {
+        let text = crate::json::to_json(&header(), &[record(64, 0.22, 1.0, Some(1.5))], true);
+        assert!(crate::json::parse_results(&text).is_ok());
+        for (from, to, why) in [
+            ("\"bs\": 64", "\"bs\": 0", "block size 0"),
+            ("\"density\": 0.22", "\"density\": 5.0", "density 5 is not in [0, 1]"),
+            ("\"median_ms\": 1.0", "\"median_ms\": 0.0", "median time 0 ms"),
+            ("\"median_ms\": 1.0", "\"median_ms\": -2.5", "median time -2.5 ms"),
+            ("\"nnzb\": 3604", "\"nnzb\": 99999", "99999 nonzero blocks"),
+        ] {
+            assert!(text.contains(from), "{from} not in\n{text}");
+            let bad = text.replacen(from, to, 1);
+            let e = crate::json::parse_results(&bad).unwrap_err().to_string();
+            assert!(e.contains("malformed record") && e.contains(why), "{to}: {e}");
+        }
     }
 }

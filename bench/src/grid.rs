@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use sparsek::error::{Error, Result};
-use sparsek::format::{Bsr, Pattern, generate};
+use sparsek::format::{Bsr, Pattern, Underflow, generate};
 use sparsek::{Matrix, f16};
 
 /// Where a case's A comes from.
@@ -58,18 +58,27 @@ impl Case {
     /// `max_file_bytes` (values and indices; [`Bsr::from_matrix_market_limited`]): a sparse file whose entries
     /// touch many blocks is refused with the size it would need instead of exhausting memory.
     pub fn operands(&mut self, seed: u64, max_file_bytes: usize) -> Result<(Bsr<f16>, Matrix<f16>)> {
-        let a: Bsr<f16> = match &self.source {
-            Source::Synthetic(p) => generate(*p, self.m, self.k, self.bs, self.density, seed)?,
+        self.operands_with_underflow(seed, max_file_bytes).map(|(a, b, _)| (a, b))
+    }
+
+    /// [`Case::operands`], with the values of a file's A that flushed to zero in f16 (`None` for a generated A).
+    pub fn operands_with_underflow(
+        &mut self,
+        seed: u64,
+        max_file_bytes: usize,
+    ) -> Result<(Bsr<f16>, Matrix<f16>, Option<Underflow>)> {
+        let (a, under): (Bsr<f16>, _) = match &self.source {
+            Source::Synthetic(p) => (generate(*p, self.m, self.k, self.bs, self.density, seed)?, None),
             Source::File(path) => {
                 eprintln!("loading {} (block size {})", path.display(), self.bs);
-                let a = Bsr::from_matrix_market_limited(path, self.bs, max_file_bytes)?;
+                let (a, under) = Bsr::from_matrix_market_with_underflow(path, self.bs, max_file_bytes)?;
                 self.density = a.density();
-                a
+                (a, Some(under))
             }
         };
         (self.m, self.k) = (a.rows(), a.cols());
         let b = Matrix::<f16>::random(self.k, self.n, seed ^ 0xB)?;
-        Ok((a, b))
+        Ok((a, b, under))
     }
 
     /// A seed for A and B derived from the case's parameters and `seed`, so a case measured alone (`--case`)

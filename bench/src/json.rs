@@ -400,7 +400,7 @@ impl TryFrom<RecordJson> for Record {
             Some(name) => Source::File(r.matrix_path.unwrap_or_else(|| name.to_string()).into()),
             None => Source::Synthetic(r.pattern.parse::<Pattern>().map_err(|e| e.to_string())?),
         };
-        Ok(Record {
+        let record = Record {
             case: Case { m: r.m, n: r.n, k: r.k, bs: r.bs, density: r.density, source },
             nnzb: r.nnzb,
             seed: r.seed,
@@ -409,7 +409,10 @@ impl TryFrom<RecordJson> for Record {
             cusparse: r.contenders.cusparse,
             sm_clock_mhz: r.sm_clock_mhz,
             error: r.error,
-        })
+        };
+        // A malformed record (bs 0, a density of 500%, a time of 0) is refused, not compared.
+        record.validate().map_err(|why| format!("malformed record ({}x{}x{} bs{}): {why}", r.m, r.n, r.k, r.bs))?;
+        Ok(record)
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 
-use super::grid::{Case, percent};
+use super::grid::{Case, Source, percent};
 use super::json::{HeaderJson, OutcomeJson, RecordJson};
 use super::plot::{self, Labels, Series};
 use sparsek::check::CheckReport;
@@ -138,6 +138,45 @@ fn tflops(flops: f64, ms: Option<f64>) -> Option<f64> {
 }
 
 impl Record {
+    /// Whether the record describes a case that could have run, with times that could have been measured: the
+    /// rules of a valid case ([`crate::parse_case`] and the BSR shape rules: a supported block size, a density in
+    /// [0, 1], N > 0, M and K multiples of the block size, positive for a generated A, at most `(M/bs) * (K/bs)`
+    /// nonzero blocks) and, for every contender timed, a median, minimum and maximum that are finite and
+    /// positive. `Err` names the first broken rule. Applied when a results file is read
+    /// ([`crate::read_results`]) and by [`crate::compare()`].
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let c = &self.case;
+        if !sparsek::format::SUPPORTED_BLOCK_SIZES.contains(&c.bs) {
+            return Err(format!("block size {} is not one of {:?}", c.bs, sparsek::format::SUPPORTED_BLOCK_SIZES));
+        }
+        if !(c.density.is_finite() && (0.0..=1.0).contains(&c.density)) {
+            return Err(format!("density {} is not in [0, 1]", c.density));
+        }
+        if c.n == 0 {
+            return Err("N is 0".into());
+        }
+        if matches!(c.source, Source::Synthetic(_)) && (c.m == 0 || c.k == 0) {
+            return Err(format!("M {} and K {} of a generated A must be positive", c.m, c.k));
+        }
+        if !c.m.is_multiple_of(c.bs) || !c.k.is_multiple_of(c.bs) {
+            return Err(format!("M {} and K {} must be multiples of the block size {}", c.m, c.k, c.bs));
+        }
+        let cells = (c.m / c.bs) as u128 * (c.k / c.bs) as u128;
+        if self.nnzb as u128 > cells {
+            return Err(format!("{} nonzero blocks is more than the {cells} blocks of A", self.nnzb));
+        }
+        for (name, o) in [("sparsek", &self.sparsek), ("cuBLAS", &self.cublas), ("cuSPARSE", &self.cusparse)] {
+            if let Some(t) = &o.timing {
+                for (what, v) in [("median", t.median_ms), ("min", t.min_ms), ("max", t.max_ms)] {
+                    if !(v.is_finite() && v > 0.0) {
+                        return Err(format!("{name}'s {what} time {v} ms is not finite and positive"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Useful flops of the sparse product: 2 * nnzb * bs^2 * N, the count of [`sparsek::Bsr::flops`] (a record
     /// read back from JSON has its `nnzb`, not the matrix; `sparse_flops_is_bsr_flops` pins the two together).
     pub fn sparse_flops(&self) -> f64 {

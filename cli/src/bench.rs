@@ -406,6 +406,8 @@ fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
 }
 
 pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
+    crate::run::check_launches("--iters", args.iters)?;
+    crate::run::check_launches("--warmup", args.warmup as u64)?;
     if args.tuned {
         return tuned(&args);
     }

@@ -33,8 +33,8 @@ pub struct MatrixArgs {
     /// Load A from a Matrix Market file instead of generating it.
     ///
     /// The matrix is blockified with --bs and padded to multiples of --bs; --m and --k are then taken from the
-    /// file.
-    #[arg(long)]
+    /// file (giving --m, --k, --density or --pattern with it is an error).
+    #[arg(long, conflicts_with_all = ["m", "k", "density", "pattern"])]
     pub matrix: Option<PathBuf>,
 }
 
@@ -144,7 +144,24 @@ impl From<PatternArg> for Pattern {
     }
 }
 
+/// The most timed or warm-up launches `--iters`/`--warmup` (and `bench`/`tune`'s) take: more would run for hours
+/// (10^18 launches of even the smallest product never end), and the median does not need them.
+pub const MAX_LAUNCHES: u64 = 100_000;
+
+/// `Err` naming `name` when `value` launches exceed [`MAX_LAUNCHES`].
+pub fn check_launches(name: &'static str, value: u64) -> Result<(), sparsek::Error> {
+    if value > MAX_LAUNCHES {
+        return Err(sparsek::Error::InvalidArgument {
+            name,
+            reason: format!("{value} launches is more than the {MAX_LAUNCHES} allowed"),
+        });
+    }
+    Ok(())
+}
+
 pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error> {
+    check_launches("--iters", args.iters as u64)?;
+    check_launches("--warmup", args.warmup as u64)?;
     let t = Instant::now();
     let mut case = match &args.a.matrix {
         Some(path) => Case { m: 0, n: args.n, k: 0, bs: args.bs, density: 0.0, source: Source::File(path.clone()) },
@@ -186,7 +203,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     }
     // A file's BSR may use at most half of the host memory available now (the rest is for B, C and the check).
     let file_budget = host_limit.map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
-    let (a, b) = case.operands(args.a.seed, file_budget)?;
+    let (a, b, underflow) = case.operands_with_underflow(args.a.seed, file_budget)?;
     let (m, k, n) = (a.rows(), a.cols(), b.cols());
     if args.a.matrix.is_some()
         && let Err(msg) = check_dense_budget::<TC>(args, (m, k, n), host_limit)
@@ -195,6 +212,15 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
         return Ok(ExitCode::FAILURE);
     }
     let c0 = if args.beta != 0.0 { Matrix::<TC>::random(m, n, args.a.seed ^ 0xC)? } else { Matrix::<TC>::zeros(m, n)? };
+    // A file's values below f16's range are stored as zero: said here, as an overflow would be (an error).
+    if let Some(u) = underflow.filter(|u| u.count > 0) {
+        let (r, c, v) = u.first.unwrap_or_default();
+        println!(
+            "underflow {} values of the file are nonzero but below f16's range, stored as zero (the first at ({r}, \
+             {c}): {v:e}); the check uses A as stored",
+            u.count
+        );
+    }
     let ep = Epilogue::new(args.alpha, args.beta);
     eprintln!("inputs ready in {:.1} s", t.elapsed().as_secs_f64());
     println!(
@@ -283,11 +309,15 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
             (got, times, format!("GPU {name} (sm_{major}{minor}), kernel {kernel}"))
         }
         None => {
-            let mut got = c0.clone();
+            // Every copy of C is allocated fallibly (an error, not an abort, under a memory limit).
+            let mut got = c0.try_clone()?;
             sparsek::cpu::spmm(&a, &b, &mut got, ep)?;
             let mut times = Vec::new();
-            for _ in 0..iters.min(5) {
-                let mut c = c0.clone();
+            let mut c = c0.try_clone()?;
+            for i in 0..iters.min(5) {
+                if i > 0 {
+                    c.as_mut_slice().copy_from_slice(c0.as_slice());
+                }
                 let t = Instant::now();
                 sparsek::cpu::spmm(&a, &b, &mut c, ep)?;
                 times.push(t.elapsed().as_secs_f32() * 1e3);
@@ -327,6 +357,9 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
         "          max abs err {:.3e}; max rel err {:.3e} where |expected| > atol; tolerance atol {:.3e} + rtol {:.3e} * |expected|",
         report.max_abs_err, report.max_rel_err, report.tolerance.atol, report.tolerance.rtol
     );
+    if let Some(note) = &report.note {
+        println!("          note: {note}");
+    }
     if !report.passed() {
         println!("          {report}");
     }

@@ -66,6 +66,7 @@ pub struct TuneArgs {
 }
 
 pub fn tune(args: &TuneArgs) -> Result<ExitCode, sparsek::Error> {
+    crate::run::check_launches("--iters", args.iters)?;
     let cache = args.cache.as_ref().map_or_else(PlanCache::from_env, PlanCache::in_dir);
     if args.show {
         return Ok(show(&cache));
@@ -170,13 +171,16 @@ fn problem_types(problem: &TuneProblem) -> sparsek::tune::ProductTypes {
 fn show(cache: &PlanCache) -> ExitCode {
     println!("plan cache: {}", cache.describe());
     let contents = cache.read();
-    if let Some(w) = &contents.warning {
+    // A file ignored, or lines skipped: said, and the exit status says it too; the plans read are listed.
+    let code = if let Some(w) = &contents.warning {
         println!("warning: {w}");
-        return ExitCode::FAILURE;
-    }
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    };
     if contents.entries.is_empty() {
         println!("no plans (tune one with `sparsek tune --m M --k K --n N --bs BS --density D`)");
-        return ExitCode::SUCCESS;
+        return code;
     }
     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut device = None;
@@ -201,5 +205,5 @@ fn show(cache: &PlanCache) -> ExitCode {
             age_h
         );
     }
-    ExitCode::SUCCESS
+    code
 }

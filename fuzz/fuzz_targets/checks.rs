@@ -9,8 +9,9 @@
 //!   same infinity.
 //!
 //! Properties: `failures` and `checked` equal the recomputed counts; `passed()` is equivalent to zero failures
-//! and no shape error; a shape error is reported exactly for mismatched shapes (`compare`), bad sampled rows
-//! (`compare_rows`), or a vacuous expectation (`Expected`); a tolerance that is not finite and non-negative
+//! and no shape error; a shape error is reported exactly for mismatched shapes (`compare`) or bad sampled rows
+//! (`compare_rows`, `Expected`); a vacuous expectation (rows computed, all exactly zero, A without stored nonzero
+//! values here) is a note (`CheckReport::note`, `Expected::is_vacuous`), never a failure; a tolerance that is not finite and non-negative
 //! never passes; `first_failure` is the first failing element in comparison order; `max_abs_err` is the largest
 //! error when every expectation is finite; `worst` is present exactly when something was checked.
 //! `Expected::compute` refuses a non-finite C (read with beta != 0) with `NonFinite`.
@@ -230,10 +231,14 @@ fn run<TC: Scalar>(t: &Input) {
             }
             elements.extend(e.iter().enumerate().map(|(c, &x)| (*r, c, got.get(*r, c).to_f64(), x)));
         }
-        let meets_blocks = *zero_block && expected.rows().iter().any(|(r, _)| *r < 16);
+        // A holds no stored nonzero value: the check is vacuous exactly when the rows expect only zeros.
+        let _ = (zero_block, alpha0);
         let vacuous =
-            meets_blocks && !*alpha0 && cols > 0 && expected.rows().iter().all(|(_, e)| e.iter().all(|&x| x == 0.0));
-        check_report("Expected::check", &expected.check(&got), &want(&elements, tol), tol, bad || vacuous);
+            !expected.rows().is_empty() && expected.rows().iter().all(|(_, e)| e.iter().all(|&x| x == 0.0));
+        assert_eq!(expected.is_vacuous(), vacuous, "Expected::is_vacuous");
+        let rep = expected.check(&got);
+        assert_eq!(rep.note.is_some(), vacuous, "Expected::check: note ({rep})");
+        check_report("Expected::check", &rep, &want(&elements, tol), tol, bad);
         // check_with reads through a closure: rows of the wrong length are the only shape errors there.
         let rep = expected.check_with(gc, |r, c| if r < gr && c < gc { got.get(r, c).to_f64() } else { f64::NAN });
         let mut elements = Vec::new();
@@ -248,7 +253,8 @@ fn run<TC: Scalar>(t: &Input) {
                 (*r, c, g, x)
             }));
         }
-        check_report("Expected::check_with", &rep, &want(&elements, tol), tol, bad || vacuous);
+        assert_eq!(rep.note.is_some(), vacuous, "Expected::check_with: note ({rep})");
+        check_report("Expected::check_with", &rep, &want(&elements, tol), tol, bad);
         return;
     }
 

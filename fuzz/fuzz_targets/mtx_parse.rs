@@ -6,13 +6,17 @@
 //! - on Ok: the header (re-parsed here) is a valid coordinate header; every entry lies inside the declared
 //!   shape; pattern files give 1.0, integer files integers; symmetric files are symmetric as a multiset of
 //!   entries (skew-symmetric: mirrored entries negated, zero diagonal); `padded_shape` rounds up to `bs`;
-//!   every value is finite (the reader rejects NaN, infinities and overflowing literals);
+//!   every value is finite (the reader rejects NaN, infinities and overflowing literals); a symmetric or
+//!   skew-symmetric file lists no off-diagonal pair on both sides of the diagonal (the listed entries, recovered
+//!   from the documented order: each listed entry followed by its mirror, hold no (i, j) with (j, i));
 //! - `to_bsr` with an unsupported block size is `UnsupportedBlockSize`; more than u32::MAX block rows or
 //!   columns is `BsrError::TooLarge`; `to_bsr_limited(bs, budget)` (budgets of 8 MiB, 4 KiB and 0) is
 //!   `Error::TooLarge` with the exact bytes of row_ptr + col_idx + values exactly when those exceed the budget,
 //!   else `NonFinite` exactly when a sum of duplicates is not finite in the element type (f64, f32), else Ok;
 //!   the result matches an independent accumulation of the entries (f64 sums in file order, rounded once),
-//!   block set and values; `to_bsr` gives the same; the dense form matches the same oracle element by element.
+//!   block set and values; `to_bsr` gives the same; the dense form matches the same oracle element by element;
+//! - f16: `to_bsr_limited_with_underflow` is `NonFinite` exactly when a sum overflows f16, else counts exactly
+//!   the sums that are nonzero but round to zero in f16 (and names the first in block order).
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -112,6 +116,20 @@ fuzz_target!(|data: &[u8]| {
         off.sort_unstable();
         mirrored.sort_unstable();
         assert!(off == mirrored, "a symmetric file's entries are not symmetric");
+        // The listed entries: a diagonal entry takes one place, an off-diagonal one two (it, then its mirror).
+        let mut listed = std::collections::BTreeSet::new();
+        let mut p = 0;
+        while p < mm.entries.len() {
+            let (r, c, _) = mm.entries[p];
+            if r != c {
+                listed.insert((r, c));
+                p += 1;
+            }
+            p += 1;
+        }
+        for &(r, c) in &listed {
+            assert!(!listed.contains(&(c, r)), "the pair ({r}, {c}) / ({c}, {r}) is listed on both sides");
+        }
     }
 
     // Unsupported block sizes are refused before anything else.
@@ -190,6 +208,36 @@ fuzz_target!(|data: &[u8]| {
             for (x, y) in a32.values().iter().zip(a64.values()) {
                 assert!(same(f64::from(*x), f64::from(*y as f32)), "f32 value {x} for {y}");
             }
+        }
+    }
+
+    // f16: an overflowing sum is refused; the underflowing ones (nonzero, zero in f16) counted, the first named.
+    let f16_of = |s: f64| sparsek::f16::from_f64(s).to_f64();
+    let overflow16 = sums.values().any(|&s| f16_of(s).is_infinite());
+    match mm.to_bsr_limited_with_underflow::<sparsek::f16>(bs, budget) {
+        Err(Error::NonFinite { .. }) if overflow16 => {}
+        Err(e) => panic!("to_bsr::<f16> failed: {e}"),
+        Ok((a16, under)) => {
+            assert!(!overflow16, "to_bsr::<f16> turned a finite value into an infinity");
+            assert_eq!(a16.col_idx(), a64.col_idx());
+            // In block order, row-major inside a block.
+            let mut flushed: Vec<(usize, usize, usize, usize, f64)> = sums
+                .iter()
+                .filter(|&(_, &s)| s != 0.0 && f16_of(s) == 0.0)
+                .map(|(&(r, c), &s)| (r / bs, c / bs, r, c, s))
+                .collect();
+            flushed.sort_by(|x, y| (x.0, x.1, x.2, x.3).cmp(&(y.0, y.1, y.2, y.3)));
+            assert_eq!(under.count, flushed.len(), "underflow count ({under})");
+            let first = flushed.first().map(|f| (f.2, f.3, f.4));
+            assert!(
+                match (under.first, first) {
+                    (None, None) => true,
+                    (Some((r, c, v)), Some((wr, wc, wv))) => (r, c) == (wr, wc) && same(v, wv),
+                    _ => false,
+                },
+                "first underflow {:?} vs {first:?}",
+                under.first
+            );
         }
     }
 

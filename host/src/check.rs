@@ -137,6 +137,8 @@ pub struct CheckReport {
     pub tolerance: Tolerance,
     /// Set when the shapes did not match (the comparison then failed without checking those elements).
     pub shape_error: Option<String>,
+    /// Something worth saying that does not fail the comparison: a vacuous check ([`Expected::is_vacuous`]).
+    pub note: Option<String>,
 }
 
 impl CheckReport {
@@ -156,6 +158,7 @@ impl CheckReport {
             worst: None,
             tolerance,
             shape_error,
+            note: None,
         }
     }
 
@@ -215,6 +218,9 @@ impl fmt::Display for CheckReport {
         }
         if let Some((r, c, g, e)) = self.worst {
             write!(f, "; worst at ({r}, {c}): got {g:e}, expected {e:e}")?;
+        }
+        if let Some(n) = &self.note {
+            write!(f, "; note: {n}")?;
         }
         Ok(())
     }
@@ -303,16 +309,30 @@ impl RowSample {
     pub fn rows(&self, m: usize) -> Vec<usize> {
         match *self {
             RowSample::All => (0..m).collect(),
+            RowSample::Random { .. } => self.try_rows(m).unwrap_or_default(),
+        }
+    }
+
+    /// [`RowSample::rows`], allocated fallibly ([`Error::OutOfMemory`](crate::Error) for a list that does not
+    /// fit, instead of an abort).
+    pub fn try_rows(&self, m: usize) -> crate::Result<Vec<usize>> {
+        match *self {
+            RowSample::All => {
+                let mut rows = crate::alloc::with_capacity("sampled rows", m)?;
+                rows.extend(0..m);
+                Ok(rows)
+            }
             RowSample::Random { count, seed } => {
                 if m == 0 {
-                    return Vec::new();
+                    return Ok(Vec::new());
                 }
                 let mut rng = crate::rng::Rng::new(seed);
-                let mut rows: Vec<usize> = (0..count.min(m)).map(|_| rng.below(m as u64) as usize).collect();
+                let mut rows = crate::alloc::with_capacity("sampled rows", count.min(m).saturating_add(2))?;
+                rows.extend((0..count.min(m)).map(|_| rng.below(m as u64) as usize));
                 rows.extend([0, m - 1]);
                 rows.sort_unstable();
                 rows.dedup();
-                rows
+                Ok(rows)
             }
         }
     }
@@ -387,11 +407,11 @@ impl Expected {
             });
         }
         // With N == 0 there is nothing to check (and the row list of a huge empty output is not built).
-        let rows = if b.cols() == 0 { Vec::new() } else { sample.rows(a.rows()) };
+        let rows = if b.cols() == 0 { Vec::new() } else { sample.try_rows(a.rows())? };
         // Chunks of about 2^22 oracle multiply-adds, at least one row.
         let per_row = (a.nnzb() * a.block_size() * a.block_size()).div_ceil(a.rows().max(1)).max(1) * b.cols().max(1);
         let chunk = ((1usize << 22) / per_row).max(1);
-        let mut out = Vec::with_capacity(rows.len());
+        let mut out = crate::alloc::with_capacity("oracle rows", rows.len())?;
         if rows.is_empty() {
             crate::cpu::reference_rows_with_bias(a, b, c0, ep, bias, &[])?; // shape check
         }
@@ -399,12 +419,19 @@ impl Expected {
             out.extend(crate::cpu::reference_rows_with_bias(a, b, c0, ep, bias, part)?);
             progress(out.len(), rows.len());
         }
-        // Oracle rows that are all zero although some of them meet stored blocks would make every check vacuous
-        // (a broken generator or oracle, not a product to check).
+        // A check is vacuous when its expectation is all zero and nothing in the checked rows could have made it
+        // otherwise: alpha is zero or the rows hold no stored nonzero value of A (empty rows, explicit zeros, values
+        // that flushed to zero on conversion). It is still a check (the output must be zero), but says little.
         let bs = a.block_size().max(1);
-        let meets_blocks = out.iter().any(|(r, _)| !a.block_row_range(r / bs).is_empty());
-        let vacuous =
-            meets_blocks && ep.alpha != 0.0 && b.cols() > 0 && out.iter().all(|(_, v)| v.iter().all(|&x| x == 0.0));
+        let blk = bs * bs;
+        let stored_nonzero = |r: usize| {
+            let (br, i) = (r / bs, r % bs);
+            a.block_row_range(br)
+                .any(|b| a.values()[b * blk + i * bs..b * blk + (i + 1) * bs].iter().any(|v| v.to_f64() != 0.0))
+        };
+        let vacuous = !out.is_empty()
+            && out.iter().all(|(_, v)| v.iter().all(|&x| x == 0.0))
+            && (ep.alpha == 0.0 || !out.iter().any(|(r, _)| stored_nonzero(*r)));
         let m = if b.cols() == 0 { 0 } else { a.rows() };
         let tolerance = Tolerance::for_operands_with_bias(a, b, c0, ep, bias);
         Ok(Expected { rows: out, tolerance, m, vacuous })
@@ -431,8 +458,16 @@ impl Expected {
         self.rows.len() == self.m
     }
 
-    /// Compares `got` with the expected rows; see [`CheckReport`]. An expectation that is all zeros although A
-    /// has blocks (a vacuous check) fails with a `shape_error` saying so.
+    /// Whether the check is vacuous: the expected rows are all exactly zero, and alpha is zero or the checked
+    /// rows hold no stored nonzero value of A (so any product of A and B is zero there). Such a check still
+    /// compares (zero must be got: exactly, up to the tolerance's `atol`), and passes when the output is zero;
+    /// [`Expected::check`] adds a [`CheckReport::note`] saying it is vacuous, which does not fail it.
+    pub fn is_vacuous(&self) -> bool {
+        self.vacuous
+    }
+
+    /// Compares `got` with the expected rows; see [`CheckReport`]. A vacuous expectation
+    /// ([`Expected::is_vacuous`]) is noted in [`CheckReport::note`], not failed.
     pub fn check<TC: Scalar>(&self, got: &Matrix<TC>) -> CheckReport {
         let mut report = compare_rows(got, &self.rows, self.tolerance);
         self.flag_vacuous(&mut report);
@@ -460,8 +495,93 @@ impl Expected {
     }
 
     fn flag_vacuous(&self, report: &mut CheckReport) {
-        if self.vacuous && report.shape_error.is_none() {
-            report.shape_error = Some("the oracle rows are all zero although A has blocks (vacuous check)".into());
+        if self.vacuous {
+            report.note = Some(format!(
+                "vacuous check: the {} checked rows expect only zeros (alpha 0, or no stored nonzero value of A in \
+                 them)",
+                self.rows.len()
+            ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 64 x 32 matrix, bs 16: block row 0 holds one block at block column 1 whose values are `f(i, j)`.
+    fn one_block(f: impl Fn(usize, usize) -> f32) -> Bsr<f32> {
+        let values: Vec<f32> = (0..256).map(|p| f(p / 16, p % 16)).collect();
+        Bsr::try_new(64, 32, 16, vec![0, 1, 1, 1, 1], vec![1], values).unwrap()
+    }
+
+    fn zeros_got() -> Matrix<f32> {
+        Matrix::zeros(64, 8).unwrap()
+    }
+
+    #[test]
+    fn an_all_zero_expectation_passes_a_zero_output_with_a_note() {
+        let b = Matrix::<f32>::random(32, 8, 3).unwrap();
+        let c0 = zeros_got();
+        // Explicit stored zeros; and a block whose only nonzero values underflowed (here: are zero) in rows 1..
+        let a = one_block(|_, _| 0.0);
+        let e = Expected::compute(&a, &b, &c0, Epilogue::default(), RowSample::All, |_, _| {}).unwrap();
+        assert!(e.is_vacuous());
+        let rep = e.check(&zeros_got());
+        assert!(rep.passed(), "{rep}");
+        assert_eq!(rep.checked, 64 * 8);
+        assert!(rep.note.as_deref().is_some_and(|n| n.contains("vacuous")), "{rep}");
+        assert!(rep.to_string().starts_with("PASS") && rep.to_string().contains("note: vacuous"), "{rep}");
+        // Zero is still checked: a nonzero output fails.
+        let mut bad = zeros_got();
+        bad.set(5, 3, 1.0);
+        let rep = e.check(&bad);
+        assert!(!rep.passed() && rep.first_failure == Some((5, 3, 1.0, 0.0)), "{rep}");
+        // alpha 0 with beta 0: vacuous too, whatever A holds.
+        let a = one_block(|i, j| (i + j + 1) as f32);
+        let ep = Epilogue::new(0.0, 0.0);
+        let e = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap();
+        assert!(e.is_vacuous() && e.check(&zeros_got()).passed());
+    }
+
+    #[test]
+    fn vacuous_only_when_the_checked_rows_hold_no_stored_nonzero() {
+        let b = Matrix::<f32>::random(32, 8, 4).unwrap();
+        let c0 = zeros_got();
+        // Only row 0 of the block holds values: the other rows expect zeros, but row 0 does not.
+        let a = one_block(|i, j| if i == 0 { (j + 1) as f32 } else { 0.0 });
+        let e = Expected::compute(&a, &b, &c0, Epilogue::default(), RowSample::All, |_, _| {}).unwrap();
+        assert!(!e.is_vacuous());
+        let got = crate::cpu::reference(&a, &b, &c0, Epilogue::default()).unwrap();
+        let mut got32 = zeros_got();
+        for r in 0..64 {
+            for c in 0..8 {
+                got32.set(r, c, got.get(r, c) as f32);
+            }
+        }
+        let rep = e.check(&got32);
+        assert!(rep.passed() && rep.note.is_none(), "{rep}");
+        // Sampled rows that miss row 0: the first and the last row (and nothing drawn) hold no stored nonzero.
+        let a = Bsr::try_new(64, 32, 16, vec![0, 0, 1, 1, 1], vec![0], vec![1.0f32; 256]).unwrap();
+        let sample = RowSample::Random { count: 0, seed: 1 };
+        let e = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {}).unwrap();
+        assert_eq!(e.rows().iter().map(|(r, _)| *r).collect::<Vec<_>>(), [0, 63]);
+        assert!(e.is_vacuous());
+        let rep = e.check(&zeros_got());
+        assert!(rep.passed() && rep.note.is_some(), "{rep}");
+        // The same rows with a bias: the expectation is not zero, so not vacuous.
+        let bias = vec![0.5f32; 64];
+        let e = Expected::compute_with_bias(&a, &b, &c0, Epilogue::default(), Some(&bias), sample, |_, _| {}).unwrap();
+        assert!(!e.is_vacuous());
+    }
+
+    #[test]
+    fn row_lists_are_allocated_fallibly() {
+        assert!(RowSample::All.try_rows(1 << 58).is_err(), "2^61 bytes of row indices");
+        assert_eq!(RowSample::All.try_rows(3).unwrap(), [0, 1, 2]);
+        let r = RowSample::Random { count: 5, seed: 9 };
+        assert_eq!(r.try_rows(1000).unwrap(), r.rows(1000));
+        let all = RowSample::Random { count: usize::MAX, seed: 1 }.try_rows(4).unwrap();
+        assert!(all.first() == Some(&0) && all.last() == Some(&3) && all.windows(2).all(|w| w[0] < w[1]), "{all:?}");
     }
 }

@@ -55,6 +55,13 @@ impl<T: Scalar> Matrix<T> {
         Self::from_vec(rows, cols, ld, alloc::filled("dense matrix", len, v)?)
     }
 
+    /// A copy, allocated fallibly ([`Error::OutOfMemory`] instead of the abort of `clone` when memory runs out).
+    pub fn try_clone(&self) -> Result<Self> {
+        let mut data = alloc::with_capacity("dense matrix (copy)", self.data.len())?;
+        data.extend_from_slice(&self.data);
+        Ok(Matrix { rows: self.rows, cols: self.cols, ld: self.ld, data })
+    }
+
     /// A matrix of zeros with `ld == max(cols, 1)`.
     pub fn zeros(rows: usize, cols: usize) -> Result<Self> {
         Self::filled(rows, cols, cols.max(1), T::from_f64(0.0))

@@ -39,13 +39,46 @@ impl Rng {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 
-    /// Uniform integer in [lo, hi] (inclusive), as i64.
+    /// Uniform integer in [lo, hi] (inclusive), as i64, for any `lo <= hi` (the full i64 range included: the
+    /// span is computed without overflow); `lo` when `hi <= lo`. The same stream as `lo + below(hi - lo + 1)`.
     pub fn int_in(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + self.below((hi - lo + 1) as u64) as i64
+        if hi <= lo {
+            return lo;
+        }
+        let span = hi.abs_diff(lo); // hi - lo, exact in u64
+        let offset = if span == u64::MAX { self.next_u64() } else { self.below(span + 1) };
+        // lo + offset <= hi fits i64; the wrapping add of the two's-complement bits is that sum.
+        lo.wrapping_add(offset as i64)
     }
 
     /// True with probability `p`.
     pub fn bernoulli(&mut self, p: f64) -> bool {
         self.f64() < p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int_in_covers_any_range_without_overflow() {
+        let mut r = Rng::new(7);
+        for (lo, hi) in [(i64::MIN, i64::MAX), (i64::MIN, 0), (-1, i64::MAX), (i64::MAX - 1, i64::MAX), (-3, 3)] {
+            for _ in 0..1000 {
+                let v = r.int_in(lo, hi);
+                assert!((lo..=hi).contains(&v), "{v} outside [{lo}, {hi}]");
+            }
+        }
+        assert_eq!(r.int_in(5, 5), 5);
+        assert_eq!(r.int_in(5, -5), 5);
+        assert_eq!(r.int_in(i64::MAX, i64::MAX), i64::MAX);
+        // Both ends reached on a small range, and the stream is the one of lo + below(hi - lo + 1).
+        let (mut a, mut b) = (Rng::new(1), Rng::new(1));
+        let got: Vec<i64> = (0..200).map(|_| a.int_in(-2, 2)).collect();
+        assert!(got.contains(&-2) && got.contains(&2));
+        assert!(got.iter().all(|&v| v == -2 + b.below(5) as i64));
+        // Negative values in the full range.
+        assert!((0..64).map(|_| r.int_in(i64::MIN, i64::MAX)).any(|v| v < 0));
     }
 }

@@ -25,7 +25,7 @@ mod sprs_interop;
 /// [`Pattern`], [`generate`], [`generate_int`] and [`structure`].
 pub mod synth;
 
-pub use mtx::MatrixMarket;
+pub use mtx::{MatrixMarket, Underflow};
 pub use synth::{Pattern, generate, generate_int, structure};
 
 /// The block sizes the kernels are built for.
@@ -421,7 +421,7 @@ impl<T: Scalar> Bsr<T> {
     /// as they are; a stored value that becomes infinite only because finite duplicates summed past the range
     /// of `T` (e.g. 65504 + 65504 in f16) is [`Error::NonFinite`] at its (row, col).
     pub fn from_coo(rows: usize, cols: usize, bs: usize, entries: &[(usize, usize, T)]) -> Result<Self> {
-        mtx::blockify(rows, cols, bs, (rows, cols), entries, usize::MAX, mtx::NonFinitePolicy::KeepInput)
+        Ok(mtx::blockify(rows, cols, bs, (rows, cols), entries, usize::MAX, mtx::NonFinitePolicy::KeepInput)?.0)
     }
 
     /// Blockifies a CSR matrix (`indptr` of `rows + 1` offsets, `indices` the column of each entry, `data` its

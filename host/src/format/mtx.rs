@@ -27,7 +27,13 @@
 //!   machine's available memory: a sparse file touching many distinct 128x128 blocks is refused up front.
 //! - **Values that fit.** An entry outside the matrix's shape is [`BsrError::EntryOutOfRange`]; a stored value
 //!   that is not finite after summing duplicates and rounding to the element type (e.g. 70000 in a `Bsr<f16>`)
-//!   is [`Error::NonFinite`] naming its (0-based) position.
+//!   is [`Error::NonFinite`] naming its (0-based) position. A nonzero value that rounds to zero (an underflow:
+//!   `1e-9` in f16) is representable, so it is kept as zero and counted
+//!   ([`MatrixMarket::to_bsr_limited_with_underflow`], [`Underflow`]) for the caller to report.
+//! - **Each symmetric pair once.** A symmetric or skew-symmetric file lists each off-diagonal pair on one side of
+//!   the diagonal; a pair listed on both sides (`2 1` and `1 2`) is [`Error::Io`] naming the later line and the
+//!   earlier one, not summed (the reader would otherwise double it silently). 24 bytes more per off-diagonal
+//!   entry are held to find such pairs.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, ErrorKind, Write};
@@ -67,6 +73,27 @@ pub struct MatrixMarket {
     pub cols: usize,
     /// The entries, 0-based.
     pub entries: Vec<(usize, usize, f64)>,
+}
+
+/// Stored values that are nonzero after summing duplicates in f64 but round to zero in the element type (an
+/// underflow: `1e-9` in f16 or bf16), counted by [`MatrixMarket::to_bsr_limited_with_underflow`]. Unlike an
+/// overflow (an error), such a value is representable (as zero), so the conversion goes on; the caller reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Underflow {
+    /// How many stored values flushed to zero.
+    pub count: usize,
+    /// The first (in block order, then row-major in its block): 0-based `(row, col, value before rounding)`.
+    pub first: Option<(usize, usize, f64)>,
+}
+
+impl std::fmt::Display for Underflow {
+    /// `3 values flushed to zero in f16, the first at (0, 5): 1e-9`, or `no value flushed to zero`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.first {
+            None => write!(f, "no value flushed to zero"),
+            Some((r, c, v)) => write!(f, "{} values flushed to zero, the first at ({r}, {c}): {v:e}", self.count),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -245,6 +272,9 @@ impl MatrixMarket {
         let per_line = if symmetry == Symmetry::General { 1 } else { 2 };
         let initial = nnz.min(max_lines).saturating_mul(per_line);
         let mut entries = alloc::with_capacity::<(usize, usize, f64)>("Matrix Market entries", initial)?;
+        // Off-diagonal entries of a symmetric or skew-symmetric file: (lower index, higher index, line, listed in
+        // the upper triangle), to refuse a pair listed on both sides.
+        let mut halves: Vec<(usize, usize, usize, bool)> = Vec::new();
         let mut seen = 0usize;
         while let Some((n, l)) = lines.next_line(name)? {
             let l = l.trim_ascii();
@@ -281,6 +311,9 @@ impl MatrixMarket {
                 return Err(at(n, format!("skew-symmetric matrix with nonzero diagonal entry {}", quote(token))));
             }
             push(&mut entries, (r, c, v))?;
+            if r != c && symmetry != Symmetry::General {
+                push(&mut halves, (r.min(c), r.max(c), n, r < c))?;
+            }
             if r != c {
                 match symmetry {
                     Symmetry::General => {}
@@ -291,6 +324,20 @@ impl MatrixMarket {
         }
         if seen != nnz {
             return Err(io_err(name, format!("the size line declares {nnz} entries, the file has {seen}")));
+        }
+        if let Some((line, (r, c), first)) = both_halves(&mut halves) {
+            return Err(at(
+                line,
+                format!(
+                    "entry ({}, {}) mirrors the entry ({}, {}) of line {first}: a symmetric or skew-symmetric file \
+                     lists each off-diagonal pair once (its lower or its upper triangle), and the reader does not \
+                     sum a pair listed on both sides",
+                    r + 1,
+                    c + 1,
+                    c + 1,
+                    r + 1
+                ),
+            ));
         }
         Ok(MatrixMarket { rows, cols, entries })
     }
@@ -339,6 +386,19 @@ impl MatrixMarket {
     /// assert_eq!(m.to_bsr_limited::<f16>(128, 65_556).unwrap().nnzb(), 2);
     /// ```
     pub fn to_bsr_limited<T: Scalar>(&self, bs: usize, max_bytes: usize) -> Result<Bsr<T>> {
+        Ok(self.to_bsr_limited_with_underflow(bs, max_bytes)?.0)
+    }
+
+    /// [`MatrixMarket::to_bsr_limited`], also counting the stored values that are nonzero in f64 (after summing
+    /// duplicates) but round to zero in `T` ([`Underflow`]; e.g. `1e-9` in f16). Same errors.
+    ///
+    /// ```
+    /// use sparsek::{f16, format::MatrixMarket};
+    /// let m = MatrixMarket { rows: 16, cols: 16, entries: vec![(0, 0, 1.0), (3, 5, 1e-9)] };
+    /// let (a, under) = m.to_bsr_limited_with_underflow::<f16>(16, usize::MAX).unwrap();
+    /// assert_eq!((a.nnzb(), under.count, under.first), (1, 1, Some((3, 5, 1e-9))));
+    /// ```
+    pub fn to_bsr_limited_with_underflow<T: Scalar>(&self, bs: usize, max_bytes: usize) -> Result<(Bsr<T>, Underflow)> {
         if !super::SUPPORTED_BLOCK_SIZES.contains(&bs) {
             return Err(BsrError::UnsupportedBlockSize { bs }.into());
         }
@@ -399,7 +459,7 @@ pub(super) fn blockify<S: Scalar, T: Scalar>(
     entries: &[(usize, usize, S)],
     max_bytes: usize,
     policy: NonFinitePolicy,
-) -> Result<Bsr<T>> {
+) -> Result<(Bsr<T>, Underflow)> {
     super::check_shape(rows, cols, bs)?;
     let (max_r, max_c) = (bounds.0.min(rows), bounds.1.min(cols));
     for (index, &(row, col, _)) in entries.iter().enumerate() {
@@ -434,6 +494,7 @@ pub(super) fn blockify<S: Scalar, T: Scalar>(
     let mut col_idx = alloc::with_capacity::<u32>("BSR col_idx", nnzb)?;
     let mut acc = alloc::filled("block accumulator", block_len, 0.0f64)?;
     let mut from_non_finite = alloc::filled("block accumulator", block_len, false)?;
+    let mut underflow = Underflow::default();
 
     row_ptr.push(0u32);
     for group in keys.chunk_by(|a, b| a.0 == b.0) {
@@ -459,11 +520,35 @@ pub(super) fn blockify<S: Scalar, T: Scalar>(
                     index: (br * bs + pos / bs, bc * bs + pos % bs),
                 });
             }
+            if sum != 0.0 && t.to_f64() == 0.0 {
+                underflow.count += 1;
+                underflow.first.get_or_insert((br * bs + pos / bs, bc * bs + pos % bs, sum));
+            }
             values.push(t);
         }
     }
     row_ptr.resize(block_rows + 1, col_idx.len() as u32);
-    Ok(Bsr::try_new(rows, cols, bs, row_ptr, col_idx, values)?)
+    Ok((Bsr::try_new(rows, cols, bs, row_ptr, col_idx, values)?, underflow))
+}
+
+/// The off-diagonal pair of a symmetric file listed on both sides of the diagonal whose later listing comes
+/// first in the file: `(its line, its 0-based (row, col), the line of the earlier, mirrored listing)`.
+/// `halves` holds `(lower index, higher index, line, listed above the diagonal)`; it is sorted here.
+fn both_halves(halves: &mut [(usize, usize, usize, bool)]) -> Option<(usize, (usize, usize), usize)> {
+    halves.sort_unstable();
+    let mut found: Option<(usize, (usize, usize), usize)> = None;
+    for group in halves.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+        // In line order: the first listing on the other side than the group's first.
+        let (lo, hi, first, upper) = group[0];
+        if let Some(&(_, _, line, up)) = group.iter().find(|h| h.3 != upper)
+            && found.is_none_or(|f| line < f.0)
+        {
+            let rc = if up { (lo, hi) } else { (hi, lo) };
+            let earlier = group.iter().rev().find(|h| h.3 == upper && h.2 < line).map_or(first, |h| h.2);
+            found = Some((line, rc, earlier));
+        }
+    }
+    found
 }
 
 /// A value token of a real or integer file: finite f64, or what is wrong with it.
@@ -534,6 +619,15 @@ impl<T: Scalar> Bsr<T> {
             return Err(BsrError::UnsupportedBlockSize { bs }.into());
         }
         MatrixMarket::read(path)?.to_bsr_limited(bs, max_bytes)
+    }
+
+    /// [`Bsr::from_matrix_market_limited`], also counting the values that flushed to zero in `T` ([`Underflow`],
+    /// see [`MatrixMarket::to_bsr_limited_with_underflow`]).
+    pub fn from_matrix_market_with_underflow(path: &Path, bs: usize, max_bytes: usize) -> Result<(Self, Underflow)> {
+        if !super::SUPPORTED_BLOCK_SIZES.contains(&bs) {
+            return Err(BsrError::UnsupportedBlockSize { bs }.into());
+        }
+        MatrixMarket::read(path)?.to_bsr_limited_with_underflow(bs, max_bytes)
     }
 
     /// Writes the matrix as `%%MatrixMarket matrix coordinate real general`, one line per element of every
@@ -630,5 +724,42 @@ mod tests {
         let e = big.to_bsr::<half::f16>(16).unwrap_err();
         assert!(matches!(e, Error::NonFinite { index: (0, 0), .. }), "{e}");
         assert!(big.to_bsr::<f32>(16).is_ok());
+    }
+
+    #[test]
+    fn a_symmetric_pair_listed_on_both_sides_is_refused() {
+        let head = "%%MatrixMarket matrix coordinate real symmetric\n3 3 3\n";
+        let e = parse(format!("{head}2 1 1.5\n3 3 4\n1 2 2.5\n").as_bytes()).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(&e, Error::Io { reason, .. } if reason.starts_with("line 5: entry (1, 2) mirrors the entry (2, 1) of line 3")),
+            "{msg}"
+        );
+        // Skew-symmetric too; each side once is fine, a duplicate on one side is summed as in a general file.
+        let skew = "%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 2\n1 3 1\n3 1 -1\n";
+        assert!(parse(skew.as_bytes()).unwrap_err().to_string().contains("line 4: entry (3, 1) mirrors"));
+        let ok = parse(format!("{head}2 1 1.5\n2 1 1\n1 3 2\n").as_bytes()).unwrap();
+        assert_eq!(ok.entries.len(), 6);
+        assert_eq!(ok.to_bsr::<f32>(16).unwrap().to_dense().unwrap().get(1, 0), 2.5);
+        // A general file lists both halves as two entries.
+        let general = "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 2 1\n2 1 1\n";
+        assert!(parse(general.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn underflow_is_counted() {
+        let m = MatrixMarket {
+            rows: 40,
+            cols: 40,
+            entries: vec![(0, 0, 1.0), (39, 38, 1e-12), (2, 1, -1e-45), (2, 2, 1e-30), (2, 2, -1e-30)],
+        };
+        let (a, u) = m.to_bsr_limited_with_underflow::<half::f16>(16, usize::MAX).unwrap();
+        assert_eq!((u.count, u.first), (2, Some((2, 1, -1e-45))), "{u}");
+        assert_eq!(a.nnzb(), 2);
+        assert!(u.to_string().starts_with("2 values flushed to zero, the first at (2, 1)"), "{u}");
+        let (_, u) = m.to_bsr_limited_with_underflow::<half::bf16>(16, usize::MAX).unwrap();
+        assert_eq!(u.count, 1, "1e-12 is a normal bf16, -1e-45 is not: {u}");
+        let (_, u) = m.to_bsr_limited_with_underflow::<f64>(16, usize::MAX).unwrap();
+        assert_eq!(u, Underflow::default());
     }
 }

@@ -1,15 +1,33 @@
 //! The plan cache file: tuned plans, one tab-separated line each, under the user's cache directory.
 //!
 //! Writers take an exclusive lock on a side file (`plans-v1.tsv.lock`), read the current file, merge their plans
-//! in (a plan for the same device and key replaces the old one), write a temporary file next to it and rename it
-//! over the old one, so readers (who take no lock) always see a whole file, and concurrent writers from several
-//! processes lose nothing. A file that cannot be parsed, or that another format version wrote, is ignored with a
-//! warning, and the next save replaces it.
+//! in (a plan for the same device and key replaces the old one), write a temporary file next to it, sync it,
+//! rename it over the old one and sync the directory, so readers (who take no lock) always see a whole file,
+//! concurrent writers from several processes lose nothing, and a crash leaves the old file or the new one.
+//!
+//! The file is untrusted input, and no good plan is lost to a bad one:
+//! - **Line by line.** A line that cannot be parsed (a bad field, a bad byte, a cut line) is skipped with one
+//!   warning for the whole file (how many lines, the first one's number and reason), and the file's other plans
+//!   are used; the next save keeps them and drops the bad lines. Only a file that is not a plan cache at all
+//!   (no header) or that another format version wrote is ignored whole.
+//! - **What save writes, read reads.** [`PlanCache::save`] checks every new entry with the reader's own rules
+//!   (it renders the line and parses it back): a NaN or negative time, a tab, newline or carriage return in a
+//!   name, a name starting with `#` (a comment to the reader) are [`Error::InvalidArgument`], and nothing is
+//!   written.
+//! - **Bounded.** Only a regular file is read (a FIFO, a device such as `/dev/zero`, a directory: a warning,
+//!   without blocking: its type is checked before opening, and it is opened non-blocking), and at most
+//!   [`PlanCache::MAX_FILE_BYTES`]; a warning quotes at most [`PlanCache::QUOTE_BYTES`] bytes of the input.
+//! - **The lock.** A writer that finds the lock held says so once on stderr and waits at most
+//!   [`PlanCache::LOCK_TIMEOUT`] (configurable: [`PlanCache::with_lock_timeout`]), then gives up with
+//!   [`Error::Io`] naming the lock file.
+//! - **No leftovers.** Temporary files are written only under the lock, so one found while holding it is
+//!   a killed writer's: it is deleted.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use super::{DeviceKey, InType, KernelFamily, Layout, OutType, Plan, PlanKey};
 use crate::error::{Error, Result};
@@ -19,6 +37,8 @@ const VERSION: u32 = 1;
 const MAGIC: &str = "sparsek-plans";
 /// Fields of a plan line.
 const FIELDS: usize = 20;
+const MAX_FILE_BYTES: u64 = PlanCache::MAX_FILE_BYTES;
+const QUOTE_BYTES: usize = PlanCache::QUOTE_BYTES;
 
 /// A measured plan as the cache keeps it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -44,12 +64,14 @@ pub struct PlanEntry {
     pub cached: CachedPlan,
 }
 
-/// What a cache file held: every entry (all devices), and a warning when the file was ignored.
+/// What a cache file held: every entry (all devices), and a warning when the file, or some of its lines, were
+/// ignored.
 #[derive(Clone, Debug, Default)]
 pub struct CacheContents {
     /// The plans, for every device the file has seen.
     pub entries: Vec<PlanEntry>,
-    /// Why the file was ignored (unreadable, corrupt, another format version), when it was.
+    /// Why the file, or some of its lines, were ignored (unreadable, not a regular file, too large, bad lines,
+    /// another format version), when they were: one line, quoting at most [`PlanCache::QUOTE_BYTES`] of the input.
     pub warning: Option<String>,
 }
 
@@ -65,11 +87,29 @@ enum Mode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanCache {
     mode: Mode,
+    lock_timeout: Duration,
 }
 
 impl PlanCache {
     /// The file's name inside the cache directory.
     pub const FILE_NAME: &'static str = "plans-v1.tsv";
+
+    /// The most bytes of the cache file read: 16 MiB (a plan line is about 150 bytes). Beyond, the rest is
+    /// ignored with a warning.
+    pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+    /// The most bytes of input a warning quotes.
+    pub const QUOTE_BYTES: usize = 40;
+
+    /// How long [`PlanCache::save`] and [`PlanCache::clear`] wait for another writer's lock by default: 10 s
+    /// (a save holds it for milliseconds).
+    pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// The same cache, waiting at most `timeout` for the writers' lock.
+    pub fn with_lock_timeout(mut self, timeout: Duration) -> PlanCache {
+        self.lock_timeout = timeout;
+        self
+    }
 
     /// The cache the environment asks for: `SPARSEK_PLAN_CACHE=off` (also `0`, `none`, `false`): no plans,
     /// the heuristic always; `SPARSEK_PLAN_CACHE=memory`: plans tuned in this process only; `SPARSEK_PLAN_CACHE=<a
@@ -101,17 +141,17 @@ impl PlanCache {
 
     /// The cache file [`PlanCache::FILE_NAME`] in `dir` (created when the first plan is saved).
     pub fn in_dir(dir: impl Into<PathBuf>) -> PlanCache {
-        PlanCache { mode: Mode::File(dir.into().join(Self::FILE_NAME)) }
+        PlanCache { mode: Mode::File(dir.into().join(Self::FILE_NAME)), lock_timeout: Self::LOCK_TIMEOUT }
     }
 
     /// Plans tuned in this process serve its later launches; nothing is read or written.
     pub fn memory() -> PlanCache {
-        PlanCache { mode: Mode::Memory }
+        PlanCache { mode: Mode::Memory, lock_timeout: Self::LOCK_TIMEOUT }
     }
 
     /// No plans at all: every launch takes the built-in heuristic's kernel, tuned or not.
     pub fn off() -> PlanCache {
-        PlanCache { mode: Mode::Off }
+        PlanCache { mode: Mode::Off, lock_timeout: Self::LOCK_TIMEOUT }
     }
 
     /// Whether plans are off ([`PlanCache::off`]).
@@ -136,23 +176,73 @@ impl PlanCache {
         }
     }
 
-    /// Every plan in the file. Never fails: a missing file is an empty cache, and an unreadable, corrupt or
-    /// other-version file is an empty cache with a warning saying why.
+    /// Every plan in the file. Never fails nor blocks: a missing file is an empty cache; a file that is not a
+    /// regular file, cannot be read, is not a plan cache or another version's is an empty cache with a warning
+    /// saying why; bad lines are skipped with one warning (the other plans are kept); at most
+    /// [`PlanCache::MAX_FILE_BYTES`] are read.
     pub fn read(&self) -> CacheContents {
         let Some(path) = self.path() else { return CacheContents::default() };
-        match fs::read_to_string(path) {
-            Ok(text) => match parse(&text) {
-                Ok(entries) => CacheContents { entries, warning: None },
-                Err(reason) => CacheContents {
-                    entries: Vec::new(),
-                    warning: Some(format!("ignoring the plan cache {}: {reason}", path.display())),
-                },
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => CacheContents::default(),
-            Err(e) => CacheContents {
+        match read_bounded(path) {
+            Ok(None) => CacheContents::default(),
+            Ok(Some((bytes, cut))) => {
+                let (entries, mut warning) = parse(&bytes);
+                if cut {
+                    let w = format!("only its first {MAX_FILE_BYTES} bytes were read");
+                    warning = Some(warning.map_or(w.clone(), |x| format!("{x}; {w}")));
+                }
+                let warning = warning.map(|w| format!("plan cache {}: {w}", path.display()));
+                CacheContents { entries, warning }
+            }
+            Err(reason) => CacheContents {
                 entries: Vec::new(),
-                warning: Some(format!("ignoring the plan cache {}: cannot read it: {e}", path.display())),
+                warning: Some(format!("ignoring the plan cache {}: {reason}", path.display())),
             },
+        }
+    }
+
+    /// Takes the writers' lock on `<file>.lock`: at once if free, else after saying so once on stderr, polling
+    /// until [`PlanCache::with_lock_timeout`]'s time has passed ([`Error::Io`] then). `Ok(None)` when the lock
+    /// file's directory does not exist and `create_dir` is false.
+    fn lock(&self, path: &Path, create_dir: bool) -> Result<Option<File>> {
+        let lock_path = path.with_extension("tsv.lock");
+        let io = |what: &str, e: std::io::Error| Error::Io {
+            path: lock_path.display().to_string(),
+            reason: format!("plan cache: {what}: {e}"),
+        };
+        let lock = match OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create_dir => return Ok(None),
+            Err(e) => return Err(io("cannot open the lock file", e)),
+        };
+        let start = Instant::now();
+        let mut said = false;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => return Ok(Some(lock)),
+                Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock", e)),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+            }
+            let waited = start.elapsed();
+            if waited >= self.lock_timeout {
+                return Err(Error::Io {
+                    path: lock_path.display().to_string(),
+                    reason: format!(
+                        "plan cache: gave up waiting for the lock after {:.1} s (another process holds it; delete \
+                         the lock file only if no sparsek process is running)",
+                        waited.as_secs_f64()
+                    ),
+                });
+            }
+            if !said {
+                eprintln!(
+                    "sparsek: waiting for the plan cache lock {} (another process is saving plans; giving up after \
+                     {:.0} s)",
+                    lock_path.display(),
+                    self.lock_timeout.as_secs_f64()
+                );
+                said = true;
+            }
+            std::thread::sleep(Duration::from_millis(20).min(self.lock_timeout.saturating_sub(waited)));
         }
     }
 
@@ -163,23 +253,25 @@ impl PlanCache {
     /// cannot be created or written, a full disk.
     pub fn save(&self, new: &[PlanEntry]) -> Result<usize> {
         let Some(path) = self.path() else { return Ok(0) };
+        // What is written must read back: checked before anything is touched.
+        for e in new {
+            check_entry(e)?;
+        }
         let io = |p: &Path, what: &str, e: std::io::Error| Error::Io {
             path: p.display().to_string(),
             reason: format!("plan cache: {what}: {e}"),
         };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if let Some(dir) = dir {
             fs::create_dir_all(dir).map_err(|e| io(dir, "cannot create the directory", e))?;
         }
-        let lock_path = path.with_extension("tsv.lock");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io(&lock_path, "cannot open the lock file", e))?;
-        lock.lock().map_err(|e| io(&lock_path, "cannot lock", e))?;
-        // Under the lock: what other writers saved, then ours over it.
-        let mut entries = fs::read_to_string(path).ok().and_then(|t| parse(&t).ok()).unwrap_or_default();
+        let lock = self.lock(path, true)?;
+        remove_stale_temporaries(path);
+        // Under the lock: what other writers saved (good lines only), then ours over it.
+        let mut entries = match read_bounded(path) {
+            Ok(Some((bytes, _))) => parse(&bytes).0,
+            Ok(None) | Err(_) => Vec::new(),
+        };
         for e in new {
             entries.retain(|old| !(old.device == e.device && old.key == e.key));
             entries.push(e.clone());
@@ -196,9 +288,104 @@ impl PlanCache {
             let _ = fs::remove_file(&tmp);
             return Err(io(path, "cannot write", e));
         }
+        // The rename is durable once the directory is synced.
+        #[cfg(unix)]
+        if let Some(dir) = dir {
+            File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io(dir, "cannot sync the directory", e))?;
+        }
         drop(lock);
         Ok(entries.len())
     }
+}
+
+/// Checks that `e` reads back as itself (the reader's own rules): a device name or build with a tab, a line
+/// break or a leading `#`, a time that is NaN, infinite or negative are [`Error::InvalidArgument`].
+fn check_entry(e: &PlanEntry) -> Result<()> {
+    let bad = |reason: String| Error::InvalidArgument { name: "plan cache entry", reason };
+    let d = &e.device;
+    for (what, s) in [("device name", d.name.as_str()), ("module build", d.modules.as_str())] {
+        if s.contains(['\t', '\n', '\r']) {
+            return Err(bad(format!("the {what} {} holds a tab or a line break", quote(s.as_bytes()))));
+        }
+    }
+    if d.name.starts_with('#') {
+        return Err(bad(format!("the device name {} starts with '#' (a comment line)", quote(d.name.as_bytes()))));
+    }
+    let line = render_entry(e);
+    let back =
+        parse_entry(line.trim_end_matches('\n')).map_err(|why| bad(format!("it would not read back ({why})")))?;
+    if back.device != e.device || back.key != e.key || back.cached.plan != e.cached.plan {
+        return Err(bad(format!("it would read back as another entry: {}", quote(line.as_bytes()))));
+    }
+    Ok(())
+}
+
+/// Deletes the temporary files a killed writer left next to `path` (`<file>.tmp.<pid>.<n>`). Called under the
+/// writers' lock, outside which no temporary file is written: every one found is stale.
+fn remove_stale_temporaries(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else { return };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let prefix = format!("{name}.tmp.");
+    let Ok(list) = fs::read_dir(dir) else { return };
+    for entry in list.flatten().take(10_000) {
+        if entry.file_name().to_str().is_some_and(|n| n.starts_with(&prefix))
+            && entry.file_type().is_ok_and(|t| t.is_file())
+        {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The bytes of the cache file (at most [`PlanCache::MAX_FILE_BYTES`], and whether it was longer), `None` when there is
+/// none, or why it cannot be read. Never blocks: anything but a regular file (after following symbolic links)
+/// is refused before it is opened, and it is opened non-blocking (a FIFO swapped in meanwhile does not wait for
+/// a writer) and checked again once open.
+fn read_bounded(path: &Path) -> std::result::Result<Option<(Vec<u8>, bool)>, String> {
+    let not_regular = |t: fs::FileType| {
+        let what = if t.is_dir() { "a directory" } else { "not a regular file (a FIFO, socket or device?)" };
+        format!("it is {what}")
+    };
+    match fs::metadata(path) {
+        Ok(m) if !m.is_file() => return Err(not_regular(m.file_type())),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read it: {e}")),
+    }
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(0o4000); // O_NONBLOCK on these targets (no libc dependency for one constant)
+    }
+    let file = match options.open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read it: {e}")),
+    };
+    match file.metadata() {
+        Ok(m) if !m.is_file() => return Err(not_regular(m.file_type())),
+        Ok(_) => {}
+        Err(e) => return Err(format!("cannot read it: {e}")),
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
+    let cut = bytes.len() as u64 > MAX_FILE_BYTES;
+    if cut {
+        // Keep whole lines only.
+        bytes.truncate(MAX_FILE_BYTES as usize);
+        let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        bytes.truncate(end);
+    }
+    Ok(Some((bytes, cut)))
+}
+
+/// At most [`PlanCache::QUOTE_BYTES`] of `s`, in quotes, printable ASCII only (anything else shown as `?`), with `...` and
+/// the full length when cut.
+fn quote(s: &[u8]) -> String {
+    let shown: String =
+        s.iter().take(QUOTE_BYTES).map(|&b| if b == b' ' || b.is_ascii_graphic() { b as char } else { '?' }).collect();
+    if s.len() > QUOTE_BYTES { format!("'{shown}'... ({} bytes)", s.len()) } else { format!("'{shown}'") }
 }
 
 impl PlanCache {
@@ -211,14 +398,9 @@ impl PlanCache {
             path: path.display().to_string(),
             reason: format!("plan cache: {what}: {e}"),
         };
-        let lock_path = path.with_extension("tsv.lock");
-        let lock = match OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path) {
-            Ok(f) => f,
-            // No directory: nothing to clear.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(io("cannot open the lock file", e)),
-        };
-        lock.lock().map_err(|e| io("cannot lock", e))?;
+        // No directory: nothing to clear.
+        let Some(_lock) = self.lock(path, false)? else { return Ok(false) };
+        remove_stale_temporaries(path);
         match fs::remove_file(path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -235,49 +417,80 @@ fn render(entries: &[PlanEntry]) -> String {
     );
     s.push_str(&format!("{MAGIC}\t{VERSION}\n"));
     for e in entries {
-        let (d, k, c) = (&e.device, &e.key, &e.cached);
-        s.push_str(&format!(
-            "{}\t{}.{}\t{}\t{}\tspmm\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.3}\t{:.3}\t{}\n",
-            d.name,
-            d.compute_capability.0,
-            d.compute_capability.1,
-            d.driver_version,
-            d.modules,
-            k.input.name(),
-            k.b_layout.name(),
-            k.out.name(),
-            k.c_layout.name(),
-            k.bs,
-            k.m,
-            k.k,
-            k.n_bucket,
-            k.nnzb_bucket,
-            k.skew_bucket,
-            c.plan.family.name(),
-            c.plan.group_name(),
-            c.tuned_us,
-            c.heuristic_us,
-            c.unix_time,
-        ));
+        s.push_str(&render_entry(e));
     }
     s
 }
 
-/// The entries of a cache file, or why it cannot be used (with the line number).
-fn parse(text: &str) -> std::result::Result<Vec<PlanEntry>, String> {
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.starts_with('#') && !l.trim().is_empty());
+/// One plan line, with its line feed.
+fn render_entry(e: &PlanEntry) -> String {
+    let (d, k, c) = (&e.device, &e.key, &e.cached);
+    format!(
+        "{}\t{}.{}\t{}\t{}\tspmm\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.3}\t{:.3}\t{}\n",
+        d.name,
+        d.compute_capability.0,
+        d.compute_capability.1,
+        d.driver_version,
+        d.modules,
+        k.input.name(),
+        k.b_layout.name(),
+        k.out.name(),
+        k.c_layout.name(),
+        k.bs,
+        k.m,
+        k.k,
+        k.n_bucket,
+        k.nnzb_bucket,
+        k.skew_bucket,
+        c.plan.family.name(),
+        c.plan.group_name(),
+        c.tuned_us,
+        c.heuristic_us,
+        c.unix_time,
+    )
+}
+
+/// The entries of a cache file's bytes and, when some were ignored, why (one line, no path): a file without the
+/// header or with another version's is ignored whole; a bad line (not UTF-8, a bad field) is skipped, counted,
+/// and the first named.
+fn parse(bytes: &[u8]) -> (Vec<PlanEntry>, Option<String>) {
+    let mut lines = bytes
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .enumerate()
+        .filter(|(_, l)| !l.starts_with(b"#") && !l.trim_ascii().is_empty());
+    let header = format!("{MAGIC}\t{VERSION}");
     match lines.next() {
-        Some((_, l)) if l == format!("{MAGIC}\t{VERSION}") => {}
-        Some((_, l)) if l.starts_with(MAGIC) => {
-            return Err(format!(
-                "written by another version of sparsek (header '{}', this version reads '{MAGIC} {VERSION}')",
-                l.replace('\t', " ")
-            ));
+        Some((_, l)) if l == header.as_bytes() => {}
+        Some((_, l)) if l.starts_with(MAGIC.as_bytes()) => {
+            let w = format!(
+                "ignored: written by another version of sparsek (header {}, this version reads '{MAGIC} {VERSION}')",
+                quote(l)
+            );
+            return (Vec::new(), Some(w));
         }
-        Some((i, _)) => return Err(format!("line {}: not a sparsek plan cache header", i + 1)),
-        None => return Ok(Vec::new()),
+        Some((i, l)) => {
+            return (
+                Vec::new(),
+                Some(format!("ignored: line {}: not a sparsek plan cache header {}", i + 1, quote(l))),
+            );
+        }
+        None => return (Vec::new(), None),
     }
-    lines.map(|(i, l)| parse_entry(l).map_err(|e| format!("line {}: {e}", i + 1))).collect()
+    let mut entries = Vec::new();
+    let (mut bad, mut first) = (0usize, None);
+    for (i, l) in lines {
+        let parsed = std::str::from_utf8(l).map_err(|_| "not UTF-8".to_string()).and_then(parse_entry);
+        match parsed {
+            Ok(e) => entries.push(e),
+            Err(why) => {
+                bad += 1;
+                first.get_or_insert(format!("line {}: {why}", i + 1));
+            }
+        }
+    }
+    let warning = first.map(|f| format!("skipped {bad} unreadable lines (the first, {f}); the other plans are used"));
+    (entries, warning)
 }
 
 fn parse_entry(line: &str) -> std::result::Result<PlanEntry, String> {
@@ -286,33 +499,35 @@ fn parse_entry(line: &str) -> std::result::Result<PlanEntry, String> {
         return Err(format!("{} fields, expected {FIELDS}", f.len()));
     }
     fn num<T: std::str::FromStr>(what: &str, s: &str) -> std::result::Result<T, String> {
-        s.parse().map_err(|_| format!("{what} '{s}' is not a valid number"))
+        s.parse().map_err(|_| format!("{what} {} is not a valid number", quote(s.as_bytes())))
     }
     let layout = |what: &str, s: &str| match s {
         "row" => Ok(Layout::RowMajor),
         "col" => Ok(Layout::ColMajor),
-        _ => Err(format!("{what} layout '{s}' is neither row nor col")),
+        _ => Err(format!("{what} layout {} is neither row nor col", quote(s.as_bytes()))),
     };
-    let (major, minor) = f[1].split_once('.').ok_or_else(|| format!("compute capability '{}'", f[1]))?;
+    let (major, minor) =
+        f[1].split_once('.').ok_or_else(|| format!("compute capability {}", quote(f[1].as_bytes())))?;
     if f[4] != "spmm" {
-        return Err(format!("unknown op '{}'", f[4]));
+        return Err(format!("unknown op {}", quote(f[4].as_bytes())));
     }
     let input = match f[5] {
         "f16" => InType::F16,
         "bf16" => InType::Bf16,
-        s => return Err(format!("input type '{s}'")),
+        s => return Err(format!("input type {}", quote(s.as_bytes()))),
     };
     let out = match f[7] {
         "f32" => OutType::F32,
         "f16" => OutType::F16,
         "bf16" => OutType::Bf16,
-        s => return Err(format!("output type '{s}'")),
+        s => return Err(format!("output type {}", quote(s.as_bytes()))),
     };
     let bs: u32 = num("bs", f[9])?;
     if !matches!(bs, 16 | 32 | 64 | 128) {
         return Err(format!("block size {bs}"));
     }
-    let family = KernelFamily::parse(f[15]).ok_or_else(|| format!("unknown kernel family '{}'", f[15]))?;
+    let family =
+        KernelFamily::parse(f[15]).ok_or_else(|| format!("unknown kernel family {}", quote(f[15].as_bytes())))?;
     let group_rows = match f[16] {
         "auto" => None,
         s => match num::<u32>("group_rows", s)? {
@@ -409,38 +624,190 @@ mod tests {
     }
 
     #[test]
-    fn corrupt_and_other_version_files_are_ignored_with_a_warning_and_replaced() {
+    fn bad_lines_are_skipped_and_other_plans_kept() {
         let dir = scratch("corrupt");
         let cache = PlanCache::in_dir(&dir);
         let good = entry("GPU", 1024, KernelFamily::Narrow, None);
-        cache.save(std::slice::from_ref(&good)).unwrap();
+        let other = entry("GPU", 2048, KernelFamily::Wide, Some(8));
+        cache.save(&[good.clone(), other.clone()]).unwrap();
         let path = cache.path().unwrap().to_path_buf();
         let text = fs::read_to_string(&path).unwrap();
-        let corruptions = [
-            (text.replace("\tnarrow\t", "\tfastest\t"), "unknown kernel family"),
-            (text.replace("\t64\t1024\t", "\t48\t1024\t"), "block size 48"),
-            (text.replace("\tauto\t", "\t0\t"), "group_rows 0"),
-            (text.replace("\t12.500\t", "\tNaN\t"), "tuned_us"),
-            (text.replace("\t12.500\t", "\t12.500\textra\t"), "fields"),
-            (format!("{}garbage\n", text), "fields"),
-            (text.replace("sparsek-plans\t1", "sparsek-plans\t2"), "another version"),
-            ("\u{0}\u{1}binary".to_string(), "header"),
-            // Cut short inside the plan line.
-            (text[..text.len() - 20].to_string(), "fields"),
+        let line = text.lines().find(|l| l.contains("\t1024\t")).unwrap().to_string();
+        let long = "x".repeat(1 << 20);
+        let lines = [
+            (line.replace("\tnarrow\t", "\tfastest\t"), "unknown kernel family"),
+            (line.replace("\t64\t1024\t", "\t48\t1024\t"), "block size 48"),
+            (line.replace("\tauto\t", "\t0\t"), "group_rows 0"),
+            (line.replace("\t12.500\t", "\tNaN\t"), "tuned_us"),
+            (line.replace("\t12.500\t", "\t12.500\textra\t"), "fields"),
+            (line.replace("\tnarrow\t", &format!("\t{long}\t")), "unknown kernel family"),
+            (line[..line.len() - 20].to_string(), "fields"),
         ];
-        for (bad, why) in corruptions {
-            fs::write(&path, &bad).unwrap();
+        for (bad, why) in lines {
+            fs::write(&path, text.replace(&line, &bad)).unwrap();
             let read = cache.read();
             let warning = read.warning.unwrap_or_else(|| panic!("no warning for {bad:?}"));
-            assert!(read.entries.is_empty());
-            assert!(warning.contains(why) && warning.contains("ignoring"), "{warning} (expected '{why}')");
-            // The next save replaces the bad file with a good one.
+            assert_eq!(read.entries, vec![other.clone()], "the good line is kept");
+            assert!(warning.contains(why) && warning.contains("skipped 1 unreadable lines"), "{warning} ({why})");
+            assert!(warning.len() < 300, "an unbounded warning: {} bytes", warning.len());
+            // The next save keeps the other plan.
+            assert_eq!(cache.save(std::slice::from_ref(&good)).unwrap(), 2);
+            assert_eq!(cache.read().entries, vec![good.clone(), other.clone()]);
+        }
+        // A bad byte in one line: that line only.
+        let mut bytes = text.replace(&line, &line.replace("GPU", "G\u{1}U")).into_bytes();
+        let at = bytes.iter().position(|&b| b == 1).unwrap();
+        bytes[at] = 0xff;
+        fs::write(&path, &bytes).unwrap();
+        let read = cache.read();
+        assert_eq!(read.entries, vec![other.clone()]);
+        assert!(read.warning.unwrap().contains("not UTF-8"));
+        // Not a plan cache, or another version's: ignored whole, with a short warning, and replaced on save.
+        for (bad, why) in [
+            (text.replace("sparsek-plans\t1", "sparsek-plans\t2"), "another version"),
+            ("\u{0}\u{1}binary".to_string(), "header"),
+            (format!("{long}\n{text}"), "header"),
+        ] {
+            fs::write(&path, &bad).unwrap();
+            let read = cache.read();
+            let warning = read.warning.unwrap();
+            assert!(read.entries.is_empty() && warning.contains(why) && warning.contains("ignored"), "{warning}");
+            assert!(warning.len() < 300, "{warning}");
             assert_eq!(cache.save(std::slice::from_ref(&good)).unwrap(), 1);
             assert_eq!(cache.read().entries, vec![good.clone()]);
         }
-        // Not UTF-8 at all.
         fs::write(&path, [0xff, 0xfe, 0x00]).unwrap();
         assert!(cache.read().warning.is_some());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn save_refuses_what_read_would_reject() {
+        let dir = scratch("validate");
+        let cache = PlanCache::in_dir(&dir);
+        let good = entry("GPU", 1024, KernelFamily::Narrow, None);
+        cache.save(std::slice::from_ref(&good)).unwrap();
+        let before = fs::read(cache.path().unwrap()).unwrap();
+        // Built field by field (DeviceKey::new cleans names).
+        let with_name =
+            |name: &str| PlanEntry { device: DeviceKey { name: name.into(), ..device("x") }, ..good.clone() };
+        let with_time = |t: f64| PlanEntry { cached: CachedPlan { tuned_us: t, ..good.cached }, ..good.clone() };
+        let mut bad_modules = good.clone();
+        bad_modules.device.modules = "sm80\tx".into();
+        for bad in [
+            with_time(f64::NAN),
+            with_time(f64::INFINITY),
+            with_time(-1.0),
+            with_name("GPU\tX"),
+            with_name("GPU\nX"),
+            with_name("GPU\rX"),
+            with_name("# GPU"),
+            bad_modules,
+        ] {
+            let e = cache.save(&[entry("GPU", 7, KernelFamily::Wide, None), bad.clone()]).unwrap_err();
+            assert!(matches!(&e, Error::InvalidArgument { name: "plan cache entry", .. }), "{bad:?}: {e}");
+            assert_eq!(fs::read(cache.path().unwrap()).unwrap(), before, "{bad:?} changed the file");
+        }
+        // DeviceKey::new makes any name safe.
+        assert_eq!(device("# GPU\tX\n").name, "GPU X");
+        // What save accepts reads back.
+        let odd = with_name("GPU with spaces, ünïcode and a # inside");
+        cache.save(std::slice::from_ref(&odd)).unwrap();
+        let read = cache.read();
+        assert!(read.warning.is_none() && read.entries.contains(&odd), "{:?}", read.warning);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn special_and_huge_files_are_refused_without_blocking() {
+        let dir = scratch("special");
+        fs::create_dir_all(&dir).unwrap();
+        let cache = PlanCache::in_dir(&dir);
+        let path = cache.path().unwrap().to_path_buf();
+        let good = entry("GPU", 1024, KernelFamily::Narrow, None);
+        // A FIFO with no writer (opening it for reading would block), /dev/zero (endless), a directory.
+        let fifo = std::process::Command::new("mkfifo").arg(&path).status().is_ok_and(|s| s.success());
+        let mut kinds = vec![];
+        if fifo {
+            kinds.push("fifo");
+        }
+        kinds.extend(["dev-zero", "directory"]);
+        for kind in kinds {
+            match kind {
+                "fifo" => {}
+                "dev-zero" => std::os::unix::fs::symlink("/dev/zero", &path).unwrap(),
+                _ => fs::create_dir(&path).unwrap(),
+            }
+            let start = Instant::now();
+            let read = cache.read();
+            let warning = read.warning.unwrap_or_else(|| panic!("{kind}: no warning"));
+            assert!(read.entries.is_empty() && warning.contains("it is"), "{kind}: {warning}");
+            assert!(start.elapsed() < Duration::from_secs(2), "{kind}: read took {:?}", start.elapsed());
+            if kind == "directory" {
+                assert!(cache.save(std::slice::from_ref(&good)).is_err());
+                fs::remove_dir(&path).unwrap();
+            } else {
+                // Saving replaces it with a plan cache.
+                assert_eq!(cache.save(std::slice::from_ref(&good)).unwrap(), 1, "{kind}");
+                assert_eq!(cache.read().entries, vec![good.clone()]);
+                fs::remove_file(&path).unwrap();
+            }
+        }
+        // A file beyond MAX_FILE_BYTES (sparse: no disk used): read up to the bound, with a warning.
+        cache.save(std::slice::from_ref(&good)).unwrap();
+        let f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.set_len(2 * MAX_FILE_BYTES).unwrap();
+        let read = cache.read();
+        assert_eq!(read.entries, vec![good.clone()]);
+        let w = read.warning.unwrap();
+        assert!(w.contains("only its first 16777216 bytes were read") && w.len() < 400, "{w}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_held_lock_is_waited_for_a_bounded_time() {
+        let dir = scratch("lock");
+        let cache = PlanCache::in_dir(&dir).with_lock_timeout(Duration::from_millis(300));
+        let good = entry("GPU", 1024, KernelFamily::Narrow, None);
+        cache.save(std::slice::from_ref(&good)).unwrap();
+        // Another "process" holds the lock (its own handle).
+        let held = OpenOptions::new().write(true).open(dir.join("plans-v1.tsv.lock")).unwrap();
+        held.lock().unwrap();
+        let start = Instant::now();
+        let e = cache.save(&[entry("GPU", 7, KernelFamily::Wide, None)]).unwrap_err();
+        let waited = start.elapsed();
+        assert!(matches!(&e, Error::Io { reason, .. } if reason.contains("gave up waiting for the lock")), "{e}");
+        assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(5), "{waited:?}");
+        assert!(cache.clear().unwrap_err().to_string().contains("gave up waiting"));
+        assert_eq!(cache.read().entries, vec![good.clone()], "nothing changed");
+        // Released meanwhile: the waiting writer goes on.
+        let cache = cache.with_lock_timeout(Duration::from_secs(20));
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(held);
+        });
+        assert_eq!(cache.save(&[entry("GPU", 7, KernelFamily::Wide, None)]).unwrap(), 2);
+        releaser.join().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_killed_writers_temporary_file_is_removed() {
+        let dir = scratch("stale");
+        fs::create_dir_all(&dir).unwrap();
+        let stale = [dir.join("plans-v1.tsv.tmp.4000000.0"), dir.join("plans-v1.tsv.tmp.1.17")];
+        for f in &stale {
+            fs::write(f, "sparsek-plans\t1\n").unwrap();
+        }
+        let unrelated = dir.join("plans-v1.tsv.bak");
+        fs::write(&unrelated, "mine").unwrap();
+        let cache = PlanCache::in_dir(&dir);
+        cache.save(&[entry("GPU", 1, KernelFamily::Wide, None)]).unwrap();
+        assert!(stale.iter().all(|f| !f.exists()), "stale temporary files left");
+        assert!(unrelated.exists());
+        fs::write(&stale[0], "x").unwrap();
+        assert!(cache.clear().unwrap() && !stale[0].exists());
         fs::remove_dir_all(&dir).unwrap();
     }
 

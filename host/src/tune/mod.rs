@@ -266,9 +266,11 @@ pub struct DeviceKey {
 }
 
 impl DeviceKey {
-    /// A key with `name` and `modules` made safe for the tab-separated file.
+    /// A key with `name` and `modules` made safe for the tab-separated file: tabs and line breaks become spaces,
+    /// leading `#`s (a comment to the reader) and surrounding spaces are dropped. (The fields are public: a key
+    /// built otherwise is checked when saved, [`PlanCache::save`](crate::tune::PlanCache::save).)
     pub fn new(name: &str, compute_capability: (i32, i32), driver_version: i32, modules: &str) -> DeviceKey {
-        let clean = |s: &str| s.replace(['\t', '\n', '\r'], " ").trim().to_string();
+        let clean = |s: &str| s.replace(['\t', '\n', '\r'], " ").trim().trim_start_matches('#').trim().to_string();
         DeviceKey { name: clean(name), compute_capability, driver_version, modules: clean(modules) }
     }
 }
