@@ -60,7 +60,7 @@ pub(crate) struct Cubin {
 
 /// The product module: PTX ISA 8.0 for sm_80, JIT-compiled by the driver for any sm_80+ GPU, and prebuilt for
 /// sm_80 (any 8.x GPU) and sm_90a (H100 / H200): the JIT of the 33 kernels took 20 s on an H100 (2026-11-22).
-pub(crate) const SM80: EmbeddedPtx = EmbeddedPtx {
+pub(crate) static SM80: EmbeddedPtx = EmbeddedPtx {
     module: Module::Product,
     arch: Arch::Sm80,
     name: "sparsek_sm80",
@@ -87,7 +87,7 @@ pub(crate) const SM80: EmbeddedPtx = EmbeddedPtx {
 
 /// The tuning module: every `layout::TUNE_CONFIGS` candidate (f32 output).
 #[cfg(feature = "tuning")]
-pub(crate) const SM80_TUNE: EmbeddedPtx = EmbeddedPtx {
+pub(crate) static SM80_TUNE: EmbeddedPtx = EmbeddedPtx {
     module: Module::Tuning,
     arch: Arch::Sm80,
     name: "sparsek_sm80_tune",
@@ -99,7 +99,7 @@ pub(crate) const SM80_TUNE: EmbeddedPtx = EmbeddedPtx {
 
 /// The sm_90a module: TMA + wgmma kernels for bs 64 and 128 (`layout::HOPPER_CONFIGS`), prebuilt for sm_90a
 /// (an sm_90a cubin or PTX loads only on compute capability 9.0).
-pub(crate) const SM90A: EmbeddedPtx = EmbeddedPtx {
+pub(crate) static SM90A: EmbeddedPtx = EmbeddedPtx {
     module: Module::Hopper,
     arch: Arch::Sm90a,
     name: "sparsek_sm90a",
@@ -117,7 +117,8 @@ pub(crate) const SM90A: EmbeddedPtx = EmbeddedPtx {
 
 /// Decodes one embedded zstd frame (`cargo xtask build-ptx` compresses every module and cubin the library embeds:
 /// about 2.5 MB in the binary instead of ~50 MB), once per process: later [`Gpu`](super::Gpu)s of the process reuse
-/// the decoded image. Only the images a GPU loads are decoded ([`predecode`] decodes them on threads of their own).
+/// the decoded image, found by the frame's address (the modules are `static`s, so every use sees one address; as
+/// `const`s each use had its own copy and every load decoded again). Only the images a GPU loads are decoded ([`predecode`] decodes them on threads of their own).
 /// Measured on an H200's host (2026-11-27): 25-47 ms for the product module's sm_90a cubin, 30 ms for the sm_90a
 /// module's, against 2-5 ms for the driver to load either.
 pub(crate) fn unpack(module: &'static str, packed: &'static [u8]) -> Result<Arc<[u8]>> {
@@ -398,5 +399,26 @@ impl Kernel {
             dynamic_smem: config.smem_bytes(),
             ctas_per_sm: self.ctas_per_sm,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An image is decoded once per process: the frame [`predecode`] decodes is the one the load finds, however
+    /// the module was reached (as `const`s, each use had its own copy of the bytes and every load decoded again,
+    /// 12-18 ms per cubin on an H200's host).
+    #[test]
+    fn an_image_is_decoded_once_per_process() {
+        predecode(9, 0);
+        let hopper = hopper_module(9, 0).expect("the sm_90a module serves 9.0");
+        let product = product_module(9, 0).expect("the product module serves 9.0");
+        let cubin = |m: &'static EmbeddedPtx| m.cubins.iter().find(|c| c.arch == "sm_90a").expect("an sm_90a cubin");
+        let again = unpack(SM90A.name, cubin(&SM90A).bytes).unwrap();
+        assert!(Arc::ptr_eq(&unpack(hopper.name, cubin(hopper).bytes).unwrap(), &again));
+        let first = unpack(product.name, cubin(product).bytes).unwrap();
+        assert!(Arc::ptr_eq(&first, &unpack(SM80.name, cubin(&SM80).bytes).unwrap()));
+        assert_eq!(&first[..4], b"\x7fELF", "a cubin is an ELF image");
     }
 }
