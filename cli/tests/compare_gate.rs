@@ -1,8 +1,10 @@
 //! `sparsek bench --compare OLD --against NEW` (no GPU needed): the gate fails, with a clear line and a non-zero
 //! exit, when NEW has no records, when a time is not finite and positive, or when a record is malformed.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+mod common;
 
 fn committed() -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench/latest.json")).unwrap()
@@ -16,16 +18,13 @@ fn file(name: &str, text: &str) -> PathBuf {
 
 /// (exit success, stdout + stderr) of comparing `old` with `new`.
 fn gate(old: &Path, new: &Path) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sparsek"))
-        .args(["bench", "--compare"])
-        .arg(old)
-        .arg("--against")
-        .arg(new)
-        .output()
-        .expect("start sparsek");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.code().is_some() && !text.contains("panicked"), "{text}");
-    (out.status.success(), text)
+    common::sparsek([
+        OsStr::new("bench"),
+        OsStr::new("--compare"),
+        old.as_os_str(),
+        OsStr::new("--against"),
+        new.as_os_str(),
+    ])
 }
 
 #[test]

@@ -1,17 +1,10 @@
 //! `sparsek run` on the CPU backend with edge shapes and hostile sizes: every run ends with a verdict or a clear
 //! refusal, never a panic or an abort.
 
-use std::process::Command;
+mod common;
 
 fn run(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sparsek"))
-        .args(["run", "--cpu", "--iters", "1", "--warmup", "0"])
-        .args(args)
-        .output()
-        .expect("start sparsek");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!text.contains("panicked"), "sparsek run {args:?} panicked:\n{text}");
-    (out.status.success(), text)
+    common::run_cpu(args)
 }
 
 #[test]

@@ -6,17 +6,11 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 /// Runs `sparsek run --cpu --iters 1 --warmup 0 ARGS`: (exit success, stdout + stderr).
 fn run(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sparsek"))
-        .args(["run", "--cpu", "--iters", "1", "--warmup", "0"])
-        .args(args)
-        .output()
-        .expect("start sparsek");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!text.contains("panicked"), "sparsek run {args:?} panicked:\n{text}");
-    assert!(out.status.code().is_some(), "sparsek run {args:?} was killed: {:?}\n{text}", out.status);
-    (out.status.success(), text)
+    common::run_cpu(args)
 }
 
 /// A Matrix Market file in the temporary directory, named after the test and this process.
@@ -106,16 +100,7 @@ fn address_space_limits_give_errors_not_aborts() {
 /// backend: this test then prints a skip line (SPARSEK_REQUIRE_GPU=1 makes that a failure).
 #[test]
 fn gpu_zero_expectations_pass_with_a_note() {
-    let gpu_run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_sparsek"))
-            .args(["run", "--iters", "2", "--warmup", "1"])
-            .args(args)
-            .output()
-            .expect("start sparsek");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.code().is_some() && !text.contains("panicked"), "{args:?}:\n{text}");
-        (out.status.success(), text)
-    };
+    let gpu_run = |args: &[&str]| common::sparsek(["run", "--iters", "2", "--warmup", "1"].iter().chain(args));
     let zero = mtx("gpu-zero", "%%MatrixMarket matrix coordinate real general\n64 64 1\n5 7 0\n");
     let (ok, text) = gpu_run(&["--matrix", zero.to_str().unwrap(), "--n", "16", "--bs", "16"]);
     if text.contains("running the CPU backend") {
