@@ -275,38 +275,9 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
             let timer = EventTimer::new(gpu.stream());
             let times = timer.time(args.warmup, iters, || gpu.spmm(&a_d, &b_d, &mut c_d, ep))?;
             let (name, (major, minor)) = (&gpu.info().name, gpu.info().compute_capability);
-            let types = (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, TC::OUT_TYPE, sparsek::Layout::RowMajor);
-            let kernel = gpu
-                .plan_kernel(a.block_size(), types, (m, k, n), a.nnzb(), Some(a_d.max_row_blocks()))
-                .map_or("none".into(), |c| {
-                    let source = match c.source {
-                        sparsek::tune::PlanSource::Tuned => "tuned plan",
-                        sparsek::tune::PlanSource::Heuristic => "heuristic",
-                    };
-                    let dims = (a.nnzb(), a.block_rows(), n);
-                    let longest = Some(a_d.max_row_blocks());
-                    let split = match gpu.flat_for(c.kernel, dims, longest) {
-                        Some((flat, g)) => format!(", taken by {flat}: a flat block list over {g} CTAs per N tile"),
-                        None => {
-                            // bs 64's tile of 32 in place of its tile of 64 where one row dominates.
-                            let skew = gpu.skew_tile_for(c.kernel, dims, longest);
-                            let (taken, config) = skew.map_or((String::new(), c.config), |(name, config)| {
-                                (format!(", taken by {name} (a dominating row)"), config)
-                            });
-                            let parts = gpu.split_for(&config, dims, longest).map_or(String::new(), |s| {
-                                format!(", rows split into up to {} parts of ~{} blocks", s.chunks, s.blocks)
-                            });
-                            format!("{taken}{parts}")
-                        }
-                    };
-                    let a_tiles = a.block_rows() * n.div_ceil(c.config.bn as usize);
-                    let persistent = gpu.tile_grid(&c.config, c.ctas_per_sm, a_tiles).map_or(String::new(), |g| {
-                        let how = if g.counter { "taking tiles from a counter" } else { "static stride" };
-                        format!(", {} CTAs over {a_tiles} tiles, {how}", g.ctas)
-                    });
-                    format!("{} ({}: {}{split}{persistent})", c.kernel, source, c.plan)
-                });
-            (got, times, format!("GPU {name} (sm_{major}{minor}), kernel {kernel}"))
+            // The plan of the last launch: what ran (the library's one decision, not rebuilt here).
+            let plan = gpu.last_plan().map_or_else(|| "none (nothing to launch)".to_string(), |p| p.to_string());
+            (got, times, format!("GPU {name} (sm_{major}{minor}), kernel {plan}"))
         }
         None => {
             // Every copy of C is allocated fallibly (an error, not an abort, under a memory limit).

@@ -130,6 +130,8 @@ pub struct Gpu {
     pub(crate) split: Option<SplitWorkspace>,
     /// How the sm_90a kernels take their tiles ([`Gpu::with_tile_schedule`]).
     pub(crate) tile_schedule: TileSchedule,
+    /// The plan of the last launch queued through this `Gpu` ([`Gpu::last_plan`]).
+    pub(crate) last_plan: std::sync::Mutex<Option<crate::gpu::LaunchPlan>>,
 }
 
 /// The tuned plans of one [`Gpu`]: where they are kept, and those for this device and build, by key.
@@ -239,6 +241,7 @@ impl Gpu {
             row_split: RowSplit::Auto,
             split,
             tile_schedule: TileSchedule::Auto,
+            last_plan: std::sync::Mutex::new(None),
         })
     }
 

@@ -43,7 +43,7 @@ pub use context::{
 };
 pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};
-pub use launch::CheckedIndices;
+pub use launch::{CheckedIndices, Decomposition, LaunchPlan};
 pub use registry::KernelReport;
 pub use schedule::{TileGrid, TileSchedule};
 pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline, SHORT_ROW_MAX_K_TILES};

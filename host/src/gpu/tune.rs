@@ -325,7 +325,7 @@ impl Gpu {
         for (i, plan) in plans.iter().enumerate() {
             let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, (a.nnzb, n))?;
             c_d.copy_from_host(&poison)?;
-            self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, plan.group_rows)?;
+            self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, (plan.group_rows, None))?;
             let got = c_d.to_host()?;
             let report = match layouts.1 {
                 Layout::RowMajor => expected.check(&got),
@@ -382,8 +382,8 @@ impl Gpu {
             let set = count % depth;
             count += 1;
             match set.checked_sub(1).map(|s| &mut copies[s]) {
-                None => self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, plan.group_rows),
-                Some((a, b, c)) => self.launch_owned(&stream, kernel, a, (b, c), layouts, ep, plan.group_rows),
+                None => self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, (plan.group_rows, None)),
+                Some((a, b, c)) => self.launch_owned(&stream, kernel, a, (b, c), layouts, ep, (plan.group_rows, None)),
             }
         };
         let probe = timer.time_interleaved(1, 1, timed.len(), &mut launch)?;

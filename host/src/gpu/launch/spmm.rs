@@ -6,18 +6,20 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, Layout, NARROW_MAX_N, Op, Pipeline};
+use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, KernelConfig, Layout, NARROW_MAX_N, Op, Pipeline};
 
 use crate::Epilogue;
 use crate::error::{BsrError, Error, Result};
 use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
-use crate::gpu::split::{self, GraphSpace, SpaceNeed, capturing};
+use crate::gpu::split::{self, GraphSpace, HopperSplit, SpaceNeed, SplitChoice, SplitWorkspace, capturing};
 use crate::gpu::tma;
 use crate::gpu::views::{Alloc, BsrView, DenseView, DenseViewMut, IndexType, VectorView, bytes_of, span};
 use crate::gpu::{Gpu, TileSchedule};
-use crate::tune::Plan;
+use crate::tune::{KernelFamily, Plan, PlanSource};
+
+use super::plan::{Decomposition, LaunchPlan};
 
 /// A's shape as the kernel choice sees it.
 #[derive(Clone, Copy)]
@@ -38,6 +40,50 @@ impl<T> From<&BsrView<'_, T>> for Shape {
     fn from(a: &BsrView<'_, T>) -> Shape {
         Shape { rows: a.rows, cols: a.cols, bs: a.bs, nnzb: a.nnzb }
     }
+}
+
+/// What a launch was given besides its kernel: the rasterization group its plan fixes (`None`: the launcher sizes
+/// it), and the plan's family and source when it resolved its own kernel (the launch's [`LaunchPlan::choice`]).
+pub(crate) type Chosen = (Option<u32>, Option<(KernelFamily, PlanSource)>);
+
+/// What a launch's decisions ([`Gpu::decide`]) are made from, besides the Gpu's settings and the device.
+#[derive(Clone, Copy)]
+pub(crate) struct LaunchFacts<'r> {
+    /// A: block size, blocks, block rows, K.
+    pub(crate) a: (usize, usize, u32, usize),
+    /// Columns of B and C.
+    pub(crate) n: usize,
+    /// The longest block row's blocks, when known.
+    pub(crate) max_row_blocks: Option<usize>,
+    /// Every block row's length in the row order (longest first), when known.
+    pub(crate) row_lengths: Option<&'r [u32]>,
+    /// Whether A has a row order (longest rows first) on the device.
+    pub(crate) row_order: bool,
+    /// Bytes of one block of A.
+    pub(crate) block_bytes: usize,
+    /// C is row-major and not read (beta 0): an sm_90a kernel may store it through a tensor map.
+    pub(crate) c_tma_possible: bool,
+    /// The stream is being captured into a CUDA graph.
+    pub(crate) captured: bool,
+}
+
+/// The decisions of one launch ([`Gpu::decide`]): the plan, and what executing it needs.
+pub(crate) struct Decided<'k, C> {
+    /// The kernel that runs (the flat list's or the tile of 32 in place of the resolved one).
+    pub(crate) kernel: &'k Kernel,
+    pub(crate) cfg: KernelConfig,
+    /// The Gpu's workspace where the launch may use one.
+    pub(crate) workspace: Option<&'k SplitWorkspace>,
+    /// The flat list's CTAs per N tile.
+    pub(crate) flat: Option<u32>,
+    pub(crate) split: Option<SplitChoice>,
+    pub(crate) hopper_split: Option<HopperSplit>,
+    /// What the launch takes of the workspace.
+    pub(crate) need: SpaceNeed,
+    /// The tile counter: `Some(Some(claim))` the Gpu's, claimed for the stream; `Some(None)` a captured launch's
+    /// own; `None` no counter.
+    pub(crate) claim: Option<Option<C>>,
+    pub(crate) plan: LaunchPlan,
 }
 
 /// Largest N the kernels take: column indices of a CTA's tile (`n0 + BN`) stay below 2^32.
@@ -75,8 +121,9 @@ impl Gpu {
         ep: Epilogue,
     ) -> Result<()> {
         let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let (kernel, plan) = self.find_kernel::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()))?;
-        self.launch_owned(stream, kernel, a, (b, c), layouts, ep, plan.group_rows)
+        let (kernel, plan, source) =
+            self.resolve_kernel::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()))?;
+        self.launch_owned(stream, kernel, a, (b, c), layouts, ep, (plan.group_rows, Some((plan.family, source))))
     }
 
     /// [`Gpu::spmm`] with the kernels and rasterization of `plan` instead of the cached or heuristic choice (for
@@ -94,7 +141,7 @@ impl Gpu {
         let layouts = (Layout::RowMajor, Layout::RowMajor);
         let kernel = self.plan_family_kernel::<TA, TC>(plan, a.bs, layouts.0, (a.nnzb, b.cols()))?;
         let stream = self.stream().clone();
-        self.launch_owned(&stream, kernel, a, (b, c), layouts, ep, plan.group_rows)
+        self.launch_owned(&stream, kernel, a, (b, c), layouts, ep, (plan.group_rows, None))
     }
 
     /// The kernel of `plan`'s family for this product (`nnzb` blocks, `n` columns), or why there is none.
@@ -168,8 +215,8 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let (kernel, plan) =
-            self.find_kernel::<TA, TC>(a.into(), (b.layout, c.view.layout), b.cols, a.max_row_blocks)?;
+        let (kernel, plan, source) =
+            self.resolve_kernel::<TA, TC>(a.into(), (b.layout, c.view.layout), b.cols, a.max_row_blocks)?;
         self.ctx_current()?;
         self.check_stream(stream)?;
         if let Some(ordinal) = a.schedule_ordinal
@@ -194,7 +241,7 @@ impl Gpu {
                 self.check_pointer_of(what, ptr)?;
             }
         }
-        self.launch(stream, kernel, a, b, &c.view, bias, ep, plan.group_rows)?;
+        self.launch(stream, kernel, a, b, &c.view, bias, ep, (plan.group_rows, Some((plan.family, source))))?;
         let allocs = [
             a.allocs.values,
             a.allocs.row_ptr,
@@ -243,6 +290,41 @@ impl Gpu {
         Ok(())
     }
 
+    /// The plan a launch of `C = epilogue(A @ B)` with `n` columns, B and C stored `layouts`, would run on this
+    /// `Gpu` ([`Gpu::spmm`], [`Gpu::spmm_on`]): the kernel the cached plan or the built-in heuristic resolves, then
+    /// every decision the launch makes ([`LaunchPlan`]; `ep` matters only for storing C through a tensor map,
+    /// beta 0). It assumes a stream that may take the sm_90a tile counter (the default stream, or any stream
+    /// while no other holds it) and no CUDA graph capture. The errors of a launch's kernel choice:
+    /// [`Error::InvalidBsr`] for a block size no kernel serves, [`Error::InvalidArgument`] for a type combination.
+    pub fn plan<TA: InputElement, TC: OutputElement>(
+        &self,
+        a: &DeviceBsr<TA>,
+        n: usize,
+        layouts: (Layout, Layout),
+        ep: Epilogue,
+    ) -> Result<LaunchPlan> {
+        let shape = Shape::from(a);
+        let (kernel, plan, source) = self.resolve_kernel::<TA, TC>(shape, layouts, n, Some(a.max_row_blocks()))?;
+        let facts = LaunchFacts {
+            a: (a.bs, a.nnzb, (a.rows / a.bs.max(1)) as u32, a.cols),
+            n,
+            max_row_blocks: Some(a.max_row_blocks()),
+            row_lengths: Some(&a.row_lengths),
+            row_order: true,
+            block_bytes: a.bs * a.bs * std::mem::size_of::<TA>(),
+            c_tma_possible: layouts.1 == Layout::RowMajor && ep.beta == 0.0,
+            captured: false,
+        };
+        let choice = Some((plan.family, source));
+        Ok(self.decide(kernel, facts, plan.group_rows, choice, |_| Some(()), || true)?.plan)
+    }
+
+    /// The plan of the last launch queued through this `Gpu` (from any thread), if any: what ran, as
+    /// [`Gpu::plan`] predicts it (`sparsek run` prints it; tests compare the two).
+    pub fn last_plan(&self) -> Option<LaunchPlan> {
+        self.last_plan.lock().ok().and_then(|p| p.clone())
+    }
+
     /// [`Gpu::spmm`] with a kernel of the tuning module ([`Gpu::tuning_variants`]) on the default stream. The
     /// variant must be built for A's block size and for `TC`. `group_rows` overrides the rasterization group
     /// (block rows per group; `Some(u32::MAX)` is plain row-fastest order); `None` lets the launcher choose, as
@@ -276,34 +358,34 @@ impl Gpu {
             });
         }
         let stream = self.stream().clone();
-        self.launch_owned(&stream, k, a, (b, c), (Layout::RowMajor, Layout::RowMajor), ep, group_rows)
+        self.launch_owned(&stream, k, a, (b, c), (Layout::RowMajor, Layout::RowMajor), ep, (group_rows, None))
     }
 
     /// The kernel and plan for a product of `a` (its shape, blocks and longest row when known) with `n` columns
     /// in `layouts` (B's, C's): the cached plan for the problem's key when there is one, else the built-in
     /// heuristic's ([`Gpu::plan_kernel`]).
-    fn find_kernel<TA: InputElement, TC: OutputElement>(
+    fn resolve_kernel<TA: InputElement, TC: OutputElement>(
         &self,
         a: Shape,
         (b_layout, c_layout): (Layout, Layout),
         n: usize,
         max_row_blocks: Option<usize>,
-    ) -> Result<(&Kernel, Plan)> {
+    ) -> Result<(&Kernel, Plan, PlanSource)> {
         let bs = a.bs;
         if !matches!(bs, 16 | 32 | 64 | 128) {
             return Err(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }));
         }
         let types = (TA::IN_TYPE, b_layout, TC::OUT_TYPE, c_layout);
-        self.resolve(Op::BsrSpmm, bs, types, (a.rows, a.cols, n), a.nnzb, max_row_blocks)
-            .map(|(k, plan, _)| (k, plan))
-            .ok_or_else(|| Error::InvalidArgument {
+        self.resolve(Op::BsrSpmm, bs, types, (a.rows, a.cols, n), a.nnzb, max_row_blocks).ok_or_else(|| {
+            Error::InvalidArgument {
                 name: "element types",
                 reason: format!(
                     "{} inputs with a {} output are not supported: C is f32 or the inputs' own type",
                     TA::IN_TYPE.name(),
                     TC::OUT_TYPE.name()
                 ),
-            })
+            }
+        })
     }
 
     /// The owned-buffer path: context checks, then the device addresses taken on `stream` (cudarc's event
@@ -319,7 +401,7 @@ impl Gpu {
         (b, c): (&DeviceMatrix<TA>, &mut DeviceMatrix<TC>),
         (b_layout, c_layout): (Layout, Layout),
         ep: Epilogue,
-        group_rows: Option<u32>,
+        chosen: Chosen,
     ) -> Result<()> {
         let same_ctx = |ctx: &Arc<cudarc::driver::CudaContext>| Arc::ptr_eq(ctx, self.context());
         if !same_ctx(stream.context())
@@ -346,7 +428,7 @@ impl Gpu {
         let av = BsrView::<TA>::trusted((values, row_ptr, col_idx, row_order), a);
         let bv = DenseView::<TA>::trusted(b_ptr, (b.rows(), b.cols(), b.ld()), b.alloc()).stored(b_layout);
         let cv = DenseView::<TC>::trusted(c_ptr, (c_rows, c_cols, c_ld), c_alloc).stored(c_layout);
-        self.launch(stream.cu_stream(), kernel, &av, &bv, &cv, None, ep, group_rows)
+        self.launch(stream.cu_stream(), kernel, &av, &bv, &cv, None, ep, chosen)
     }
 
     /// Makes this `Gpu`'s context current on the calling thread (the raw launch and the driver queries use it).
@@ -418,7 +500,7 @@ impl Gpu {
         c: &DenseView<'_, TC>,
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
-        group_rows: Option<u32>,
+        (group_rows, choice): Chosen,
     ) -> Result<()> {
         let (m, k, n) = (a.rows, a.cols, b.cols);
         let max_row_blocks = a.max_row_blocks;
@@ -450,115 +532,29 @@ impl Gpu {
         if m == 0 || n == 0 {
             return Ok(());
         }
-        let block_rows = (m / a.bs) as u32;
-        // Split rows, the flat list and the sm_90a tile counter need a workspace: the Gpu's own, or on a stream
-        // being captured into a CUDA graph (one driver query for the launch) one allocated in the graph for this
-        // launch alone (gpu/split.rs, GraphSpace), where the device has stream-ordered allocation and the balance
-        // pays for the graph's three more nodes (graph_balance_pays: a dominating row, or long whole rows filling
-        // at most half the SMs); there the launch makes the choices it makes outside a graph, with the same bits.
         let captured = capturing(stream);
-        let (nnzb, rows) = (a.nnzb, block_rows as usize);
-        let graph_pays = || {
-            let cfg = kernel.config();
-            let whole_ctas = rows * cfg.slices() as usize * n.div_ceil(cfg.bn.max(1) as usize);
-            let block_bytes = a.bs * a.bs * std::mem::size_of::<TA>();
-            split::graph_balance_pays(
-                (nnzb, rows, block_bytes),
-                max_row_blocks,
-                whole_ctas,
-                self.info().sm_count as usize,
-            )
+        let facts = LaunchFacts {
+            a: (a.bs, a.nnzb, (m / a.bs) as u32, k),
+            n,
+            max_row_blocks,
+            row_lengths: a.row_lengths,
+            row_order: a.row_order != 0,
+            block_bytes: a.bs * a.bs * std::mem::size_of::<TA>(),
+            c_tma_possible: c.layout == Layout::RowMajor && ep.beta == 0.0,
+            captured,
         };
-        let workspace = self.split.as_ref().filter(|ws| !captured || (ws.graph_memory && graph_pays()));
-        // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one,
-        // one share of A's blocks per CTA.
-        let flat = workspace.and_then(|_| self.flat_for_kernel(kernel, (nnzb, rows, n), max_row_blocks));
-        // Else bs 64's tile of 32 columns in place of its tile of 64 where one row dominates and no flat list
-        // serves the types: the tile of 32 can split that row.
-        let kernel = match (workspace, flat) {
-            (_, Some((k, _))) => k,
-            (Some(_), None) => self.skew_tile_for_kernel(kernel, (nnzb, rows, n), max_row_blocks).unwrap_or(kernel),
-            (None, None) => kernel,
-        };
-        let cfg = kernel.config();
-        let n_tiles = n.div_ceil(cfg.bn as usize);
-        // Split rows (the narrow kernels): long block rows spread over several CTAs.
-        let split = match (workspace, flat) {
-            (Some(_), None) => self.split_for(&cfg, (nnzb, rows, n), max_row_blocks),
-            _ => None,
-        };
-        let chunks = split.map_or(1, |c| c.chunks as usize);
-        // Split rows on the sm_90a kernels (gpu/split.rs, hopper_split_choice): where the longest rows' tiles would
-        // outlast an equal share of the work, those rows' tiles are split into parts that other CTAs take; only where
-        // the row order and its lengths are known.
-        let hopper_split = match (workspace, a.row_lengths) {
-            (Some(_), Some(lengths)) if matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) && a.row_order != 0 => {
-                self.hopper_split_for(&cfg, kernel.ctas_per_sm, (lengths, nnzb), n)
-            }
-            _ => None,
-        };
-        let virtual_rows = hopper_split
-            .map_or(block_rows, |c| sparsek_layout::hopper_virtual_rows(block_rows, c.split_rows, c.chunks))
-            as usize;
-        // The sm_90a kernels' grid (gpu/schedule.rs): persistent on a tile counter when the schedule wants it and
-        // the stream can have the Gpu's counter without waiting for another stream (a captured launch has its own);
-        // else without it.
-        let claim = match (cfg.pipeline, workspace) {
-            (Pipeline::TmaWgmma { .. }, Some(ws)) if self.tile_schedule == TileSchedule::Auto => {
-                if captured {
-                    Some(None)
-                } else {
-                    ws.claim_scheduler(stream).map(Some)
-                }
-            }
-            _ => None,
-        };
-        let tile_grid = self.tile_grid_on(&cfg, kernel.ctas_per_sm, virtual_rows * n_tiles, claim.is_some());
-        // What the launch takes of the workspace, and where it is.
-        let need = match (flat, split, hopper_split) {
-            (Some((_, g)), _, _) => split::flat_need(&cfg, g, n_tiles),
-            (None, Some(c), _) => split::split_need(&cfg, c, (nnzb, rows, n_tiles)),
-            (None, None, Some(c)) => split::hopper_need(&cfg, c, n_tiles),
-            (None, None, None) => SpaceNeed::default(),
-        };
-        let need = SpaceNeed { scheduler: claim.is_some(), ..need };
-        // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
-        let ctas = limit(
-            "CTAs (M / bs * slices * split parts * N / BN)",
-            block_rows as usize * cfg.slices() as usize * chunks * n_tiles,
-            i32::MAX as usize,
+        let d = self.decide(
+            kernel,
+            facts,
+            group_rows,
+            choice,
+            |ws| ws.claim_scheduler(stream),
+            || split::follows_kernels(stream, self.info().driver_version),
         )?;
-        let ctas = tile_grid.map_or(ctas, |g| g.ctas);
-        let ctas = flat.map_or(ctas, |(_, g)| g * n_tiles as u32);
-        let wave = kernel.ctas_per_sm as usize * self.info().sm_count as usize;
-        // Longest rows first matters only when CTAs wait for a free SM. A grid of one CTA per tile that fits in
-        // one wave starts every CTA at once, so it takes the rows in their natural order and saves each CTA its
-        // first dependent load (row_order, then row_ptr, then col_idx: a DRAM round trip each on a cold matrix;
-        // docs/perf-notes.md, issue 12 step 7). The sm_90a kernels walk their tiles in that order: they keep it.
-        let row_order = match cfg.pipeline {
-            Pipeline::CpAsync | Pipeline::Direct if ctas as usize <= wave => 0,
-            _ => a.row_order,
-        };
-        let group_rows = group_rows.unwrap_or_else(|| {
-            // Grouping measured +5% (bs 128) and +13% (bs 64, skewed rows) but -2% (bs 32) and up to -11%
-            // (bs 16) on an H100 (docs/perf-notes.md, step 3), so small blocks keep the plain order.
-            if a.bs < 64 {
-                return block_rows;
-            }
-            // The sm_90a ping-pong kernels (bs 64) walk their tiles from a counter in plain order: every row of one N
-            // tile before the next, so the wave shares one B strip, read once. Measured on an H100 (docs/perf-notes.md
-            // "Hopper", step 20): under `sparsek tune --dry-run` (every group, rotated inputs) 3-9% faster than the
-            // groups below at 8192^3 15-50%, 8192 x 4096 x 8192, 8192 x 8192 x 16384 and 16384 x 8192 x 8192 at 22%
-            // (A over L2 at 50%), back to back 2.6-3.8%, level on skewed rows; at bs 128 the groups stay (plain order
-            // 6% slower at 22% and 30%).
-            if cfg.pingpong() {
-                return block_rows;
-            }
-            let wave = (kernel.ctas_per_sm.max(1) * self.info().sm_count) as usize;
-            let a_row_bytes = a.nnzb * a.bs * a.bs * 2 / (block_rows as usize).max(1);
-            let b_tile_bytes = k * cfg.bn as usize * 2;
-            raster_group_rows(block_rows as usize, n_tiles, a_row_bytes, b_tile_bytes, wave, self.info().l2_bytes)
-        });
+        let Decided { kernel, cfg, workspace, flat, split, hopper_split, need, claim, ref plan } = d;
+        let block_rows = facts.a.2;
+        let row_order = if plan.longest_rows_first { a.row_order } else { 0 };
+        let (ctas, group_rows) = (plan.ctas, plan.group_rows);
         let mut params = BsrSpmmParams {
             a_values: a.values,
             row_ptr: a.row_ptr,
@@ -584,7 +580,7 @@ impl Gpu {
             flat_ctas: 0,
             nnzb: a.nnzb as u32,
         };
-        if let Some((_, g)) = flat {
+        if let Some(g) = flat {
             params.flat_ctas = g;
         }
         if let Some(choice) = split {
@@ -605,11 +601,7 @@ impl Gpu {
                 // A row-major C written without reading it (beta 0) is stored through a tensor map from shared
                 // memory, whole 128-byte rows at a time: stored from the registers, each warp's store wrote 8 rows of
                 // 32 bytes and took 17-48% of the time at 5-22% density (docs/perf-notes.md, Hopper step 11).
-                let tmap_c = if c.layout == Layout::RowMajor && ep.beta == 0.0 {
-                    tma::c_map(TC::OUT_TYPE, c.ptr, (c.rows, n32, c.ld))?
-                } else {
-                    None
-                };
+                let tmap_c = if plan.c_tma { tma::c_map(TC::OUT_TYPE, c.ptr, (c.rows, n32, c.ld))? } else { None };
                 let tmap_a = tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?;
                 let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?;
                 Some((tmap_a, tmap_b, tmap_c))
@@ -617,10 +609,10 @@ impl Gpu {
             Pipeline::CpAsync | Pipeline::Direct => None,
         };
         // The workspace's addresses: the Gpu's, or a captured launch's own (allocated here, freed after the launch).
-        let graph_space = match workspace {
+        let graph_space = match plan.graph_workspace {
             // SAFETY: the caller's live stream of this context (checked by the caller).
-            Some(_) if captured && need.any() => Some(unsafe { GraphSpace::allocate(stream, need) }?),
-            _ => None,
+            true => Some(unsafe { GraphSpace::allocate(stream, need) }?),
+            false => None,
         };
         let (partials, counters, scheduler) = match (&graph_space, workspace) {
             (Some(g), _) => (g.partials, g.counters, g.scheduler),
@@ -645,19 +637,9 @@ impl Gpu {
             None => (&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>(),
         };
         let mut args = [arg];
-        // A decode launch of one N tile reads each block of A once: its values are marked evict-first in L2
-        // (Gpu::with_a_evict_first).
-        let a_bytes = a.nnzb.saturating_mul(a.bs * a.bs * std::mem::size_of::<TA>());
-        let info = self.info();
-        let window =
-            a_window(self.a_evict_first, (n, n_tiles), a_bytes, (info.l2_bytes, info.max_access_policy_window));
         let attributes = LaunchAttributes {
-            window: window.map(|bytes| (a.values, bytes)),
-            // Under capture only after kernels: a graph's programmatic edge runs from a kernel node, and a captured
-            // launch with its own workspace follows its memset node.
-            programmatic: self.launches_programmatic(kernel)
-                && graph_space.is_none()
-                && (!captured || split::follows_kernels(stream, self.info().driver_version)),
+            window: plan.evict_first_bytes.map(|bytes| (a.values, bytes)),
+            programmatic: plan.programmatic,
         };
         // With split rows, the workspace's partial tiles (split_slots of them, checked by split_choice against its
         // size) and zeroed counters (block_rows * n_tiles of them, likewise) are this launch's alone: the Gpu's
@@ -708,6 +690,9 @@ impl Gpu {
         }
         let shared = workspace.filter(|_| need.partials_bytes > 0 || need.counters > 0);
         let claim = claim.flatten();
+        if let Ok(mut last) = self.last_plan.lock() {
+            *last = Some(plan.clone());
+        }
         match shared {
             Some(ws) => ws.ordered(stream, launch)?,
             None => launch()?,
@@ -716,6 +701,170 @@ impl Gpu {
             claim.launched();
         }
         Ok(())
+    }
+
+    /// Every decision of a launch of `kernel` (the family's kernel the plan resolved, or a tuning candidate) on
+    /// `facts`, in one place: the workspace it may use (the Gpu's, or on a stream being captured into a CUDA graph
+    /// a graph-owned one where the balance pays), the flat block list or bs 64's tile of 32 in its place, split
+    /// rows (narrow and mid tiles, or the sm_90a kernels'), the sm_90a grid (persistent on the tile counter when
+    /// `claim` gets it), the CTAs, the row order, the rasterization groups (`group_rows` when the plan fixes them),
+    /// A's evict-first window, a TMA store of C and programmatic serialization (`follows_kernels`: whether a
+    /// captured launch follows kernel nodes). The launch executes what this returns; [`Gpu::plan`] shows it.
+    pub(crate) fn decide<'k, C>(
+        &'k self,
+        kernel: &'k Kernel,
+        facts: LaunchFacts<'_>,
+        group_rows: Option<u32>,
+        choice: Option<(KernelFamily, PlanSource)>,
+        claim: impl FnOnce(&'k SplitWorkspace) -> Option<C>,
+        follows_kernels: impl FnOnce() -> bool,
+    ) -> Result<Decided<'k, C>> {
+        let LaunchFacts { a: (bs, nnzb, block_rows, k), n, max_row_blocks, row_lengths, captured, .. } = facts;
+        let rows = block_rows as usize;
+        // Split rows, the flat list and the sm_90a tile counter need a workspace: the Gpu's own, or on a stream
+        // being captured into a CUDA graph (one driver query for the launch) one allocated in the graph for this
+        // launch alone (gpu/split.rs, GraphSpace), where the device has stream-ordered allocation and the balance
+        // pays for the graph's three more nodes (graph_balance_pays: a dominating row, or long whole rows filling
+        // at most half the SMs); there the launch makes the choices it makes outside a graph, with the same bits.
+        let graph_pays = || {
+            let cfg = kernel.config();
+            let whole_ctas = rows * cfg.slices() as usize * n.div_ceil(cfg.bn.max(1) as usize);
+            split::graph_balance_pays(
+                (nnzb, rows, facts.block_bytes),
+                max_row_blocks,
+                whole_ctas,
+                self.info().sm_count as usize,
+            )
+        };
+        let workspace = self.split.as_ref().filter(|ws| !captured || (ws.graph_memory && graph_pays()));
+        // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one,
+        // one share of A's blocks per CTA.
+        let flat = workspace.and_then(|_| self.flat_for_kernel(kernel, (nnzb, rows, n), max_row_blocks));
+        // Else bs 64's tile of 32 columns in place of its tile of 64 where one row dominates and no flat list
+        // serves the types: the tile of 32 can split that row.
+        let skew = match (workspace, flat) {
+            (Some(_), None) => self.skew_tile_for_kernel(kernel, (nnzb, rows, n), max_row_blocks),
+            _ => None,
+        };
+        let kernel = flat.map(|(k, _)| k).or(skew).unwrap_or(kernel);
+        let cfg = kernel.config();
+        let n_tiles = n.div_ceil(cfg.bn as usize);
+        // Split rows (the narrow kernels): long block rows spread over several CTAs.
+        let split = match (workspace, flat) {
+            (Some(_), None) => self.split_for(&cfg, (nnzb, rows, n), max_row_blocks),
+            _ => None,
+        };
+        let chunks = split.map_or(1, |c| c.chunks as usize);
+        // Split rows on the sm_90a kernels (gpu/split.rs, hopper_split_choice): where the longest rows' tiles would
+        // outlast an equal share of the work, those rows' tiles are split into parts that other CTAs take; only where
+        // the row order and its lengths are known.
+        let hopper_split = match (workspace, row_lengths) {
+            (Some(_), Some(lengths)) if matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) && facts.row_order => {
+                self.hopper_split_for(&cfg, kernel.ctas_per_sm, (lengths, nnzb), n)
+            }
+            _ => None,
+        };
+        let virtual_rows = hopper_split
+            .map_or(block_rows, |c| sparsek_layout::hopper_virtual_rows(block_rows, c.split_rows, c.chunks))
+            as usize;
+        // The sm_90a kernels' grid (gpu/schedule.rs): persistent on a tile counter when the schedule wants it and
+        // the stream can have the Gpu's counter without waiting for another stream (a captured launch has its own);
+        // else without it.
+        let claim = match (cfg.pipeline, workspace) {
+            (Pipeline::TmaWgmma { .. }, Some(ws)) if self.tile_schedule == TileSchedule::Auto => {
+                if captured {
+                    Some(None)
+                } else {
+                    claim(ws).map(Some)
+                }
+            }
+            _ => None,
+        };
+        let tile_grid = self.tile_grid_on(&cfg, kernel.ctas_per_sm, virtual_rows * n_tiles, claim.is_some());
+        // What the launch takes of the workspace, and where it is.
+        let need = match (flat, split, hopper_split) {
+            (Some((_, g)), _, _) => split::flat_need(&cfg, g, n_tiles),
+            (None, Some(c), _) => split::split_need(&cfg, c, (nnzb, rows, n_tiles)),
+            (None, None, Some(c)) => split::hopper_need(&cfg, c, n_tiles),
+            (None, None, None) => SpaceNeed::default(),
+        };
+        let need = SpaceNeed { scheduler: claim.is_some(), ..need };
+        // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
+        let ctas = rows * cfg.slices() as usize * chunks * n_tiles;
+        if ctas > i32::MAX as usize {
+            return Err(Error::InvalidArgument {
+                name: "CTAs (M / bs * slices * split parts * N / BN)",
+                reason: format!("{ctas} exceeds the kernel's limit of {}", i32::MAX),
+            });
+        }
+        let ctas = tile_grid.map_or(ctas as u32, |g| g.ctas);
+        let ctas = flat.map_or(ctas, |(_, g)| g * n_tiles as u32);
+        let wave = kernel.ctas_per_sm as usize * self.info().sm_count as usize;
+        // Longest rows first matters only when CTAs wait for a free SM. A grid of one CTA per tile that fits in
+        // one wave starts every CTA at once, so it takes the rows in their natural order and saves each CTA its
+        // first dependent load (row_order, then row_ptr, then col_idx: a DRAM round trip each on a cold matrix;
+        // docs/perf-notes.md, issue 12 step 7). The sm_90a kernels walk their tiles in that order: they keep it.
+        let longest_rows_first =
+            facts.row_order && !matches!(cfg.pipeline, Pipeline::CpAsync | Pipeline::Direct if ctas as usize <= wave);
+        let group_rows = group_rows.unwrap_or_else(|| {
+            // Grouping measured +5% (bs 128) and +13% (bs 64, skewed rows) but -2% (bs 32) and up to -11%
+            // (bs 16) on an H100 (docs/perf-notes.md, step 3), so small blocks keep the plain order.
+            if bs < 64 {
+                return block_rows;
+            }
+            // The sm_90a ping-pong kernels (bs 64) walk their tiles from a counter in plain order: every row of one N
+            // tile before the next, so the wave shares one B strip, read once. Measured on an H100 (docs/perf-notes.md
+            // "Hopper", step 20): under `sparsek tune --dry-run` (every group, rotated inputs) 3-9% faster than the
+            // groups below at 8192^3 15-50%, 8192 x 4096 x 8192, 8192 x 8192 x 16384 and 16384 x 8192 x 8192 at 22%
+            // (A over L2 at 50%), back to back 2.6-3.8%, level on skewed rows; at bs 128 the groups stay (plain order
+            // 6% slower at 22% and 30%).
+            if cfg.pingpong() {
+                return block_rows;
+            }
+            let wave = (kernel.ctas_per_sm.max(1) * self.info().sm_count) as usize;
+            let a_row_bytes = nnzb * bs * bs * 2 / rows.max(1);
+            let b_tile_bytes = k * cfg.bn as usize * 2;
+            raster_group_rows(rows, n_tiles, a_row_bytes, b_tile_bytes, wave, self.info().l2_bytes)
+        });
+        // A decode launch of one N tile reads each block of A once: its values are marked evict-first in L2
+        // (Gpu::with_a_evict_first).
+        let a_bytes = nnzb.saturating_mul(facts.block_bytes);
+        let info = self.info();
+        let evict_first_bytes =
+            a_window(self.a_evict_first, (n, n_tiles), a_bytes, (info.l2_bytes, info.max_access_policy_window));
+        let graph_workspace = workspace.is_some() && captured && need.any();
+        // A row-major C written without reading it (beta 0) is stored through a tensor map from shared memory, whole
+        // 128-byte rows at a time: stored from the registers, each warp's store wrote 8 rows of 32 bytes and took
+        // 17-48% of the time at 5-22% density (docs/perf-notes.md, Hopper step 11).
+        let c_tma = matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) && facts.c_tma_possible;
+        // Under capture only after kernels: a graph's programmatic edge runs from a kernel node, and a captured
+        // launch with its own workspace follows its memset node.
+        let programmatic = self.launches_programmatic(kernel) && !graph_workspace && (!captured || follows_kernels());
+        let decomposition = match (flat, split, hopper_split) {
+            (Some((_, g)), _, _) => Decomposition::FlatList { ctas_per_tile: g },
+            (None, Some(c), _) => Decomposition::SplitRows { chunks: c.chunks, blocks: c.blocks },
+            (None, None, Some(c)) => {
+                Decomposition::HopperSplitRows { split_rows: c.split_rows, chunks: c.chunks, blocks: c.blocks }
+            }
+            (None, None, None) => Decomposition::WholeRows,
+        };
+        let plan = LaunchPlan {
+            kernel: kernel.variant.name,
+            choice,
+            skew_tile: skew.is_some(),
+            decomposition,
+            tile_counter: need.scheduler,
+            ctas,
+            threads: cfg.threads(),
+            smem_bytes: cfg.smem_bytes(),
+            longest_rows_first,
+            group_rows,
+            evict_first_bytes,
+            c_tma,
+            programmatic,
+            graph_workspace,
+        };
+        Ok(Decided { kernel, cfg, workspace, flat: flat.map(|(_, g)| g), split, hopper_split, need, claim, plan })
     }
 
     /// Checks every byte the launch will touch, each extent computed from the launch's shapes with checked
