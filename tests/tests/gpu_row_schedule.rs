@@ -11,7 +11,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{BsrArrays, BsrView, Gpu, InType, IndexType, OutType, RowSchedule, RowSplit};
+use sparsek::gpu::{BsrArrays, BsrView, Decomposition, Gpu, IndexType, RowSchedule, RowSplit};
 use sparsek::{Bsr, BsrError, Epilogue, Error, Layout, Matrix, f16};
 use sparsek_tests::{gpu, gpu_shared};
 
@@ -103,19 +103,7 @@ fn raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does() {
         let ep = Epilogue::new(1.0, beta);
         let expected = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap();
 
-        // What the launcher does with and without the longest row.
         let longest = a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
-        let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
-        // Split rows or the flat block list, as the launcher would take them for this plan.
-        let split = |known: Option<usize>| {
-            let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), known).unwrap();
-            let shape = (a.nnzb(), block_rows, n);
-            gpu.flat_for(choice.kernel, shape, known).is_some() || gpu.split_for(&choice.config, shape, known).is_some()
-        };
-        if split(Some(longest)) && !split(None) {
-            split_only_with_schedule += 1;
-        }
-
         let owned = {
             let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
             let mut c_d = gpu.upload_matrix(&c0).unwrap();
@@ -131,6 +119,14 @@ fn raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does() {
             (schedule.block_rows(), schedule.nnzb(), schedule.max_row_blocks()),
             (block_rows, a.nnzb(), longest)
         );
+        // What the launcher decides with the schedule and without it: the plans of the two raw launches (split
+        // rows, the flat list or the sm_90a split rows only where the view knows its rows).
+        let plan = |v: &BsrView<'_, f16>| gpu.plan_view::<f16, f32>(v, n, (Layout::RowMajor, Layout::RowMajor), ep);
+        let with = plan(&caller.view(stream, &a).with_schedule(&schedule).unwrap()).unwrap();
+        let without = plan(&caller.view(stream, &a)).unwrap();
+        if with.decomposition != Decomposition::WholeRows && without.decomposition == Decomposition::WholeRows {
+            split_only_with_schedule += 1;
+        }
         let scheduled = raw_product(gpu, &caller.view(stream, &a).with_schedule(&schedule).unwrap(), &b, &c0, ep);
         assert!(same_bits(&scheduled, &owned), "{ctx}: raw view with its schedule differs from the uploaded matrix");
 

@@ -303,14 +303,28 @@ impl Gpu {
         layouts: (Layout, Layout),
         ep: Epilogue,
     ) -> Result<LaunchPlan> {
+        self.plan_view::<TA, TC>(&a.view(), n, layouts, ep)
+    }
+
+    /// [`Gpu::plan`] for a launch of [`Gpu::spmm_raw`] over a view: what the view knows of its rows (a
+    /// [`RowSchedule`](crate::gpu::RowSchedule) attached with [`BsrView::with_schedule`], or nothing) decides as
+    /// it does for the launch. `layouts` are B's and C's as the launch will see them (for the linear layer
+    /// `y^T = W @ x^T`, both column-major).
+    pub fn plan_view<TA: InputElement, TC: OutputElement>(
+        &self,
+        a: &BsrView<'_, TA>,
+        n: usize,
+        layouts: (Layout, Layout),
+        ep: Epilogue,
+    ) -> Result<LaunchPlan> {
         let shape = Shape::from(a);
-        let (kernel, plan, source) = self.resolve_kernel::<TA, TC>(shape, layouts, n, Some(a.max_row_blocks()))?;
+        let (kernel, plan, source) = self.resolve_kernel::<TA, TC>(shape, layouts, n, a.max_row_blocks)?;
         let facts = LaunchFacts {
             a: (a.bs, a.nnzb, (a.rows / a.bs.max(1)) as u32, a.cols),
             n,
-            max_row_blocks: Some(a.max_row_blocks()),
-            row_lengths: Some(&a.row_lengths),
-            row_order: true,
+            max_row_blocks: a.max_row_blocks,
+            row_lengths: a.row_lengths,
+            row_order: a.row_order != 0,
             block_bytes: a.bs * a.bs * std::mem::size_of::<TA>(),
             c_tma_possible: layouts.1 == Layout::RowMajor && ep.beta == 0.0,
             captured: false,
