@@ -115,6 +115,9 @@ pub(crate) static SM90A: EmbeddedPtx = EmbeddedPtx {
     manifest: include_str!("../../ptx/sparsek_sm90a.cubins.txt"),
 };
 
+/// The decoded images of the process ([`unpack`]), by the address of their embedded frame.
+static DECODED: Mutex<Vec<(usize, Arc<[u8]>)>> = Mutex::new(Vec::new());
+
 /// Decodes one embedded zstd frame (`cargo xtask build-ptx` compresses every module and cubin the library embeds:
 /// about 2.5 MB in the binary instead of ~50 MB), once per process: later [`Gpu`](super::Gpu)s of the process reuse
 /// the decoded image, found by the frame's address (the modules are `static`s, so every use sees one address; as
@@ -122,7 +125,6 @@ pub(crate) static SM90A: EmbeddedPtx = EmbeddedPtx {
 /// Measured on an H200's host (2026-11-27): 25-47 ms for the product module's sm_90a cubin, 30 ms for the sm_90a
 /// module's, against 2-5 ms for the driver to load either.
 pub(crate) fn unpack(module: &'static str, packed: &'static [u8]) -> Result<Arc<[u8]>> {
-    static DECODED: Mutex<Vec<(usize, Arc<[u8]>)>> = Mutex::new(Vec::new());
     let key = packed.as_ptr() as usize;
     let cached = |d: &Vec<(usize, Arc<[u8]>)>| d.iter().find(|(k, _)| *k == key).map(|(_, v)| Arc::clone(v));
     if let Some(image) = cached(&DECODED.lock().unwrap_or_else(|e| e.into_inner())) {
@@ -156,8 +158,23 @@ pub(crate) fn predecode(major: i32, minor: i32) {
         let cubin = ptx.cubins.iter().find(|c| c.major == major && c.minor.is_none_or(|m| m == minor));
         (ptx.name, cubin.map_or(ptx.ptx, |c| c.bytes))
     };
-    let images: Vec<_> =
-        product_module(major, minor).into_iter().chain(hopper_module(major, minor)).map(image).collect();
+    let decoded = |packed: &[u8]| {
+        let key = packed.as_ptr() as usize;
+        DECODED.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|(k, _)| *k == key)
+    };
+    let images: Vec<_> = product_module(major, minor)
+        .into_iter()
+        .chain(hopper_module(major, minor))
+        .map(image)
+        .filter(|(_, packed)| !decoded(packed))
+        .collect();
+    if images.len() < 2 {
+        // One image or none: decoding it on this thread costs no spawn (a later Gpu of the process finds both).
+        for (name, packed) in images {
+            let _ = unpack(name, packed);
+        }
+        return;
+    }
     std::thread::scope(|s| {
         for (name, packed) in images {
             s.spawn(move || unpack(name, packed));

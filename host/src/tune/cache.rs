@@ -18,7 +18,7 @@
 //!   without blocking: its type is checked before opening, and it is opened non-blocking), and at most
 //!   [`PlanCache::MAX_FILE_BYTES`]; a warning quotes at most [`PlanCache::QUOTE_BYTES`] bytes of the input.
 //! - **The lock.** A writer that finds the lock held says so once on stderr and waits at most
-//!   [`PlanCache::LOCK_TIMEOUT`] (configurable: [`PlanCache::with_lock_timeout`]), then gives up with
+//!   [`PlanCache::LOCK_TIMEOUT`], then gives up with
 //!   [`Error::Io`] naming the lock file.
 //! - **No leftovers.** Temporary files are written only under the lock, so one found while holding it is
 //!   a killed writer's: it is deleted.
@@ -105,8 +105,9 @@ impl PlanCache {
     /// (a save holds it for milliseconds).
     pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
-    /// The same cache, waiting at most `timeout` for the writers' lock.
-    pub fn with_lock_timeout(mut self, timeout: Duration) -> PlanCache {
+    /// The same cache, waiting at most `timeout` for the writers' lock (the tests' shorter wait).
+    #[cfg(test)]
+    pub(crate) fn with_lock_timeout(mut self, timeout: Duration) -> PlanCache {
         self.lock_timeout = timeout;
         self
     }
@@ -201,7 +202,7 @@ impl PlanCache {
     }
 
     /// Takes the writers' lock on `<file>.lock`: at once if free, else after saying so once on stderr, polling
-    /// until [`PlanCache::with_lock_timeout`]'s time has passed ([`Error::Io`] then). `Ok(None)` when the lock
+    /// until [`PlanCache::LOCK_TIMEOUT`] has passed ([`Error::Io`] then). `Ok(None)` when the lock
     /// file's directory does not exist and `create_dir` is false.
     fn lock(&self, path: &Path, create_dir: bool) -> Result<Option<File>> {
         let lock_path = path.with_extension("tsv.lock");

@@ -86,6 +86,15 @@ pub(crate) struct Decided<'k, C> {
     pub(crate) plan: LaunchPlan,
 }
 
+/// Whether an sm_90a kernel would store C through a tensor map ([`tma::c_map`]): C row-major, not read (beta 0),
+/// and at least one whole 16 bytes of a row for the map to cover.
+fn c_tma_possible<TC: OutputElement>(layout: Layout, ep: Epilogue, n: usize) -> bool {
+    let bytes = std::mem::size_of::<TC>() as u32;
+    layout == Layout::RowMajor
+        && ep.beta == 0.0
+        && u32::try_from(n).is_ok_and(|n| sparsek_layout::c_map_columns(n, bytes) > 0)
+}
+
 /// Largest N the kernels take: column indices of a CTA's tile (`n0 + BN`) stay below 2^32.
 const MAX_N: usize = u32::MAX as usize - 1024;
 
@@ -326,7 +335,7 @@ impl Gpu {
             row_lengths: a.row_lengths,
             row_order: a.row_order != 0,
             block_bytes: a.bs * a.bs * std::mem::size_of::<TA>(),
-            c_tma_possible: layouts.1 == Layout::RowMajor && ep.beta == 0.0,
+            c_tma_possible: c_tma_possible::<TC>(layouts.1, ep, n),
             captured: false,
         };
         let choice = Some((plan.family, source));
@@ -554,7 +563,7 @@ impl Gpu {
             row_lengths: a.row_lengths,
             row_order: a.row_order != 0,
             block_bytes: a.bs * a.bs * std::mem::size_of::<TA>(),
-            c_tma_possible: c.layout == Layout::RowMajor && ep.beta == 0.0,
+            c_tma_possible: c_tma_possible::<TC>(c.layout, ep, n),
             captured,
         };
         let d = self.decide(
