@@ -2,10 +2,13 @@
 
 use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use sparsek::check::{Expected, RowSample};
-use sparsek::gpu::{Gpu, OutputElement};
-use sparsek::tune::PlanCache;
-use sparsek::{Bsr, Epilogue, Matrix, f16};
+use sparsek::gpu::{BsrArrays, BsrView, DeviceBsr, Gpu, IndexType, InputElement, LaunchPlan, OutputElement};
+use sparsek::tune::{KernelFamily, PlanCache};
+use sparsek::{Bsr, Epilogue, Layout, Matrix, Scalar, f16};
 
 /// `SPARSEK_REQUIRE_GPU=1` turns a missing GPU into a test failure instead of a skip.
 pub fn gpu_required() -> bool {
@@ -70,6 +73,9 @@ pub fn gpu_cases(default: u32) -> u32 {
     std::env::var("SPARSEK_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// Row-major B and C, the layouts of most tests' launches.
+pub const ROW_MAJOR: (Layout, Layout) = (Layout::RowMajor, Layout::RowMajor);
+
 /// One product on `gpu`'s default stream from host operands: A, B and C (starting as `c0`) uploaded, `Gpu::spmm`
 /// with epilogue `ep`, and C downloaded (panics on any error).
 pub fn spmm_once<TC: OutputElement>(
@@ -83,6 +89,137 @@ pub fn spmm_once<TC: OutputElement>(
     let mut c_d = gpu.upload_matrix(c0).unwrap();
     gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
     c_d.to_host().unwrap()
+}
+
+/// [`spmm_once`] that also returns the plan the launch ran, after asserting it is the plan `Gpu::plan` predicted
+/// for it (predicted == ran). `gpu` must be the test's own ([`own_gpu`]): `Gpu::last_plan` is the last launch's
+/// from any thread.
+pub fn spmm_planned<TC: OutputElement>(
+    gpu: &Gpu,
+    a: &Bsr<f16>,
+    b: &Matrix<f16>,
+    c0: &Matrix<TC>,
+    ep: Epilogue,
+) -> (Matrix<TC>, LaunchPlan) {
+    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
+    let mut c_d = gpu.upload_matrix(c0).unwrap();
+    let plan = planned_spmm(gpu, &a_d, &b_d, &mut c_d, ep).unwrap_or_else(|e| panic!("{e}"));
+    (c_d.to_host().unwrap(), plan)
+}
+
+/// `Gpu::spmm` of uploaded operands (row-major B and C), returning the plan it ran after checking that it is the
+/// plan `Gpu::plan` predicted (`Err` describes a mismatch or a failed launch). `gpu` must be the test's own
+/// ([`own_gpu`]), as for [`spmm_planned`].
+pub fn planned_spmm<TA: InputElement, TC: OutputElement>(
+    gpu: &Gpu,
+    a: &DeviceBsr<TA>,
+    b: &sparsek::gpu::DeviceMatrix<TA>,
+    c: &mut sparsek::gpu::DeviceMatrix<TC>,
+    ep: Epilogue,
+) -> Result<LaunchPlan, String> {
+    let predicted = gpu.plan::<TA, TC>(a, b.cols(), ROW_MAJOR, ep).map_err(|e| format!("Gpu::plan: {e}"))?;
+    gpu.spmm(a, b, c, ep).map_err(|e| format!("launch of {predicted}: {e}"))?;
+    match gpu.last_plan() {
+        Some(ran) if ran == predicted => Ok(ran),
+        ran => Err(format!("predicted {predicted}, ran {ran:?}")),
+    }
+}
+
+/// The plan `gpu` gives a launch of `a` (uploaded: its row lengths known) with `n` columns, row-major B and C and
+/// epilogue `ep` into a `TC` C (panics on an error).
+pub fn plan_of<TC: OutputElement>(gpu: &Gpu, a: &Bsr<f16>, n: usize, ep: Epilogue) -> LaunchPlan {
+    plan_in::<f16, TC>(gpu, a, n, ROW_MAJOR, ep)
+}
+
+/// [`plan_of`] for any input type and layouts: A (converted to `TA`) uploaded, `Gpu::plan` asked.
+pub fn plan_in<TA: InputElement, TC: OutputElement>(
+    gpu: &Gpu,
+    a: &Bsr<f16>,
+    n: usize,
+    layouts: (Layout, Layout),
+    ep: Epilogue,
+) -> LaunchPlan {
+    let a_d = gpu.upload(&convert::<TA>(a)).unwrap();
+    gpu.plan::<TA, TC>(&a_d, n, layouts, ep)
+        .unwrap_or_else(|e| panic!("Gpu::plan of {}x{}x{n} bs {}: {e}", a.rows(), a.cols(), a.block_size()))
+}
+
+/// The plan `gpu` gives a launch over a raw view of `a` that knows nothing of its rows (no `RowSchedule`: the
+/// longest row and the row order unknown), `n` columns, row-major B and C, into a `TC` C.
+pub fn plan_unscheduled<TC: OutputElement>(gpu: &Gpu, a: &Bsr<f16>, n: usize, ep: Epilogue) -> LaunchPlan {
+    let stream = gpu.stream();
+    let raw = RawBsr::upload(stream, a);
+    gpu.plan_view::<f16, TC>(&raw.view(stream), n, ROW_MAJOR, ep).unwrap()
+}
+
+/// `a` with its values converted to `T` (the same structure).
+pub fn convert<T: Scalar>(a: &Bsr<f16>) -> Bsr<T> {
+    let values = a.values().iter().map(|v| T::from_f64(v.to_f64())).collect();
+    Bsr::try_new(a.rows(), a.cols(), a.block_size(), a.row_ptr().to_vec(), a.col_idx().to_vec(), values).unwrap()
+}
+
+/// The kernel family a plan's kernel was chosen from (panics on a plan that does not know it: a launch of a given
+/// kernel).
+pub fn family(plan: &LaunchPlan) -> KernelFamily {
+    plan.choice.unwrap_or_else(|| panic!("{plan}: no kernel family")).0
+}
+
+/// Whether the plan runs an sm_90a kernel (TMA + wgmma).
+pub fn is_sm90(plan: &LaunchPlan) -> bool {
+    matches!(family(plan), KernelFamily::Hopper | KernelFamily::HopperShort)
+}
+
+/// The longest block row of `a`, in blocks.
+pub fn longest(a: &Bsr<f16>) -> usize {
+    a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0)
+}
+
+/// Whether two matrices hold the same bits in every element (padding included).
+pub fn same_bits<T: Scalar>(x: &Matrix<T>, y: &Matrix<T>) -> bool {
+    x.as_slice().iter().zip(y.as_slice()).all(|(p, q)| p.to_f64().to_bits() == q.to_f64().to_bits())
+}
+
+/// The device address of a cudarc slice on `stream` (the caller's memory, as a framework would hand it over).
+pub fn addr<T>(stream: &Arc<CudaStream>, s: &CudaSlice<T>) -> u64 {
+    let (p, _record) = s.device_ptr(stream);
+    p
+}
+
+/// A's arrays as a framework would hold them (64-bit indices, as PyTorch's), uploaded on a stream, for raw views
+/// (`BsrView::from_raw`) that know nothing of their rows unless given a `RowSchedule`.
+pub struct RawBsr {
+    values: CudaSlice<f16>,
+    row_ptr: CudaSlice<i64>,
+    col_idx: CudaSlice<i64>,
+    shape: (usize, usize, usize, usize),
+}
+
+impl RawBsr {
+    /// `a`'s values and structure (indices widened to i64) uploaded on `stream`.
+    pub fn upload(stream: &Arc<CudaStream>, a: &Bsr<f16>) -> RawBsr {
+        let wide = |v: &[u32]| v.iter().map(|&x| i64::from(x)).collect::<Vec<_>>();
+        let col = if a.col_idx().is_empty() { vec![0] } else { wide(a.col_idx()) };
+        let values = if a.values().is_empty() { vec![f16::ZERO] } else { a.values().to_vec() };
+        RawBsr {
+            values: stream.clone_htod(&values).unwrap(),
+            row_ptr: stream.clone_htod(&wide(a.row_ptr())).unwrap(),
+            col_idx: stream.clone_htod(&col).unwrap(),
+            shape: (a.rows(), a.cols(), a.block_size(), a.nnzb()),
+        }
+    }
+
+    /// A raw view of the arrays (no schedule).
+    pub fn view<'a>(&'a self, stream: &Arc<CudaStream>) -> BsrView<'a, f16> {
+        let arrays = BsrArrays {
+            values: addr(stream, &self.values),
+            row_ptr: addr(stream, &self.row_ptr),
+            col_idx: addr(stream, &self.col_idx),
+            index: IndexType::I64,
+        };
+        let (rows, cols, bs, nnzb) = self.shape;
+        // SAFETY: the arrays hold a validated Bsr's structure and values, alive for the view's lifetime.
+        unsafe { BsrView::from_raw(arrays, rows, cols, bs, nnzb) }.unwrap()
+    }
 }
 
 /// A product of `a` and `b` (C starting as `c0`, epilogue `ep`) launched once on `gpu`'s default stream and
@@ -134,6 +271,43 @@ pub fn check_case<TC: OutputElement>(
     seed: u64,
     ctx: &str,
 ) -> Result<Matrix<TC>, String> {
+    check_with(gpu, a, n, (alpha, beta), seed, ctx, |a, b_d, c_d, ep| {
+        gpu.upload(a).and_then(|a_d| gpu.spmm(&a_d, b_d, c_d, ep)).map_err(|e| format!("{ctx}: {e}"))
+    })
+    .map(|(c, ())| c)
+}
+
+/// [`check_case`] that also returns the plan the launch ran, after checking it is the plan `Gpu::plan` predicted
+/// (predicted == ran; `Err` otherwise). `gpu` must be the test's own ([`own_gpu`]).
+pub fn check_planned<TC: OutputElement>(
+    gpu: &Gpu,
+    a: &Bsr<f16>,
+    n: usize,
+    (alpha, beta): (f32, f32),
+    seed: u64,
+    ctx: &str,
+) -> Result<(Matrix<TC>, LaunchPlan), String> {
+    check_with(gpu, a, n, (alpha, beta), seed, ctx, |a, b_d, c_d, ep| {
+        let a_d = gpu.upload(a).map_err(|e| format!("{ctx}: {e}"))?;
+        planned_spmm(gpu, &a_d, b_d, c_d, ep).map_err(|e| format!("{ctx}: {e}"))
+    })
+}
+
+/// The operands, oracle and check of [`check_case`] around any launch of `a` into C (uploaded).
+fn check_with<TC: OutputElement, R>(
+    gpu: &Gpu,
+    a: &Bsr<f16>,
+    n: usize,
+    (alpha, beta): (f32, f32),
+    seed: u64,
+    ctx: &str,
+    launch: impl FnOnce(
+        &Bsr<f16>,
+        &sparsek::gpu::DeviceMatrix<f16>,
+        &mut sparsek::gpu::DeviceMatrix<TC>,
+        Epilogue,
+    ) -> Result<R, String>,
+) -> Result<(Matrix<TC>, R), String> {
     let (m, k) = (a.rows(), a.cols());
     let b = Matrix::<f16>::random(k, n, seed ^ 0xb).unwrap();
     let ld = n.next_multiple_of(16 / std::mem::size_of::<TC>());
@@ -144,15 +318,15 @@ pub fn check_case<TC: OutputElement>(
     };
     let ep = Epilogue::new(alpha, beta);
     let expected = Expected::compute(a, &b, &c0, ep, RowSample::All, |_, _| {}).map_err(|e| e.to_string())?;
-    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(&b).unwrap());
+    let b_d = gpu.upload_matrix(&b).unwrap();
     let mut c_d = gpu.upload_matrix(&c0).unwrap();
-    gpu.spmm(&a_d, &b_d, &mut c_d, ep).map_err(|e| format!("{ctx}: {e}"))?;
+    let r = launch(a, &b_d, &mut c_d, ep)?;
     let got = c_d.to_host().unwrap();
     let report = expected.check(&got);
     if !report.passed() {
         return Err(format!("{ctx} {} out: {report}", TC::NAME));
     }
-    Ok(got)
+    Ok((got, r))
 }
 
 /// An exact-integer case's operands (every product and sum exact in f32): A of `pattern` with blocks of `bs` and

@@ -8,54 +8,55 @@
 use proptest::prelude::*;
 use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate, generate_int};
-use sparsek::gpu::{Gpu, InType, OutType, OutputElement, RowSplit};
-use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
-use sparsek_tests::{check_case, exact_operands, gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
+use sparsek::gpu::{Decomposition, Gpu, LaunchPlan, OutputElement, RowSplit};
+use sparsek::tune::KernelFamily;
+use sparsek::{Bsr, Epilogue, Matrix, f16};
+use sparsek_tests::{
+    check_planned, exact_operands, family, gpu_cases, longest, own_gpu, plan_of, plan_unscheduled, same_bits,
+    spmm_planned, threads_match_one_launch,
+};
 
 /// A Gpu whose few-column launches take the narrow kernels (decode off), rows split as `split` says.
 fn narrow_gpu(test: &str, split: RowSplit) -> Option<Gpu> {
     own_gpu(test, |g| g.with_decode(false).with_row_split(split))
 }
 
-/// The longest block row of `a`, in blocks.
-fn longest(a: &Bsr<f16>) -> usize {
-    a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0)
+/// Whether a plan splits rows (the narrow and mid tiles' split rows).
+fn splits(plan: &LaunchPlan) -> bool {
+    matches!(plan.decomposition, Decomposition::SplitRows { .. })
 }
 
-/// Whether the kernel `gpu` launches for a product of `a` with `n` columns can split rows (the narrow and mid
-/// tiles of up to 32 columns and bs 128's of 64), and the split it gives (None: whole rows).
-fn split_of(gpu: &Gpu, a: &Bsr<f16>, n: usize) -> (bool, Option<sparsek::gpu::SplitChoice>) {
-    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
-    let shape = (a.rows(), a.cols(), n);
-    let Some(choice) = gpu.plan_kernel(a.block_size(), types, shape, a.nnzb(), Some(longest(a))) else {
-        return (false, None);
-    };
-    let split = gpu.split_for(&choice.config, (a.nnzb(), a.rows() / a.block_size(), n), Some(longest(a)));
-    (choice.config.splits_rows(), split)
+/// Whether the plan's kernel is one that can split rows: the narrow and mid tiles, but not bs 64's tile of 64
+/// columns (`_n64`; bs 128's can).
+fn can_split(plan: &LaunchPlan, bs: usize) -> bool {
+    matches!(family(plan), KernelFamily::Narrow | KernelFamily::Mid) && !(bs == 64 && plan.kernel.ends_with("_n64"))
 }
 
 /// Integer-valued operands (every sum exact in f32, rounded once to C's type by both sides): the launch on `split`
-/// and on `whole` (whole rows) both equal the oracle bit for bit, and three more launches on `split` give the first
-/// one's bits.
+/// (asserted to split rows) and on `whole` (asserted to run whole rows) both equal the oracle bit for bit, and three
+/// more launches on `split` give the first one's bits; each launch ran the plan `Gpu::plan` predicted. Returns the
+/// split launch's plan.
 fn assert_exact_and_repeatable<TC: OutputElement>(
     (split, whole): (&Gpu, &Gpu),
     (a, b, c0): (&Bsr<f16>, &Matrix<f16>, &Matrix<TC>),
     ep: Epilogue,
     ctx: &str,
-) {
+) -> LaunchPlan {
     let expected = sparsek::cpu::reference(a, b, c0, ep).unwrap();
-    let run = |gpu: &Gpu| spmm_once(gpu, a, b, c0, ep);
-    let got = run(split);
+    let (got, plan) = spmm_planned(split, a, b, c0, ep);
+    assert!(splits(&plan), "{ctx}: not split: {plan}");
     let report = compare_exact(&got, &expected);
     assert!(report.passed(), "{ctx}: split rows: {report}");
-    let report = compare_exact(&run(whole), &expected);
+    let (whole_got, whole_plan) = spmm_planned(whole, a, b, c0, ep);
+    assert_eq!(whole_plan.decomposition, Decomposition::WholeRows, "{ctx}: RowSplit::Off: {whole_plan}");
+    let report = compare_exact(&whole_got, &expected);
     assert!(report.passed(), "{ctx}: whole rows: {report}");
     for i in 0..3 {
-        let again = run(split);
-        let same =
-            again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_f64().to_bits() == y.to_f64().to_bits());
-        assert!(same, "{ctx}: split launch {i} differs from the first");
+        let (again, again_plan) = spmm_planned(split, a, b, c0, ep);
+        assert_eq!(again_plan, plan, "{ctx}: split launch {i}");
+        assert!(same_bits(&again, &got), "{ctx}: split launch {i} differs from the first");
     }
+    plan
 }
 
 /// Random long-row cases (16-200 block columns, few block rows, uniform or skewed) with parts of 1-9 blocks,
@@ -91,11 +92,11 @@ fn split_rows_match_oracle() {
         );
         // An explicit part size splits every row longer than a part, where the kernel can split (not the BN 64
         // tile at bs 64 from 33 columns; bs 128 takes its BN 64 tile only on many blocks).
-        let (capable, split) = split_of(gpu, &a, n);
         let long_enough = *blocks > 0 && longest(&a) > *blocks as usize;
-        prop_assert!(!(capable && long_enough) || split.is_some(), "{ctx}: expected a split, got none");
-        check_case::<f32>(gpu, &a, n, (alpha, beta), seed, &ctx).map_err(TestCaseError::fail)?;
-        check_case::<f16>(gpu, &a, n, (alpha, beta), seed, &ctx).map_err(TestCaseError::fail)?;
+        let (_, plan) = check_planned::<f32>(gpu, &a, n, (alpha, beta), seed, &ctx).map_err(TestCaseError::fail)?;
+        prop_assert!(!(can_split(&plan, bs) && long_enough) || splits(&plan), "{ctx}: expected a split: {plan}");
+        let (_, plan) = check_planned::<f16>(gpu, &a, n, (alpha, beta), seed, &ctx).map_err(TestCaseError::fail)?;
+        prop_assert!(!(can_split(&plan, bs) && long_enough) || splits(&plan), "{ctx}: expected a split: {plan}");
         Ok(())
     });
     if let Err(e) = result {
@@ -118,53 +119,50 @@ fn split_rows_are_exact_and_deterministic() {
             let seed = (bs * 1000 + n) as u64;
             let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, 0.6, beta, seed);
             let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} beta={beta} nnzb={}", a.nnzb());
-            assert!(split_of(&split, &a, n).1.is_some(), "{ctx}: not split");
             assert_exact_and_repeatable((&split, &whole), (&a, &b, &c0), Epilogue::new(1.0, beta), &ctx);
         }
     }
     // Random values: the same bits on every launch (the parts are added in part order, whichever CTA is last).
     let a: Bsr<f16> = generate(Pattern::Skewed, 512, 8192, 64, 0.4, 3).unwrap();
-    let first = check_case::<f32>(&split, &a, 16, (1.0, 0.0), 4, "skewed random").unwrap();
+    let (first, plan) = check_planned::<f32>(&split, &a, 16, (1.0, 0.0), 4, "skewed random").unwrap();
+    assert!(splits(&plan), "skewed random: not split: {plan}");
     for i in 0..5 {
-        let again = check_case::<f32>(&split, &a, 16, (1.0, 0.0), 4, "skewed random").unwrap();
-        let same = again.as_slice().iter().zip(first.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
-        assert!(same, "skewed random: launch {i} differs from the first (race in the hand-over?)");
+        let (again, _) = check_planned::<f32>(&split, &a, 16, (1.0, 0.0), 4, "skewed random").unwrap();
+        assert!(same_bits(&again, &first), "skewed random: launch {i} differs from the first (race in the hand-over?)");
     }
 }
 
-/// The bs-128 mid tile of 64 columns (`_n64`, 33 to 64 columns, at least `MID64_BS128_MIN_BLOCKS_PER_SM` blocks
-/// per SM) splits rows: random uniform and skewed A against every row of the oracle (f32 C poisoned, f16 C with
-/// beta), integer-valued ones bit-equal to the oracle and to whole rows, and the same bits on every launch. Below
-/// the blocks per SM the launch takes the tile of 32.
+/// The bs-128 mid tile of 64 columns (`_n64`, 33 to 64 columns, on many blocks: at least 4 per SM today) splits
+/// rows: random uniform and skewed A against every row of the oracle (f32 C poisoned, f16 C with beta),
+/// integer-valued ones bit-equal to the oracle and to whole rows, and the same bits on every launch; every launch's
+/// plan (the tile of 64, split) is the one `Gpu::plan` predicted. On few blocks the launch takes the tile of 32.
 #[test]
 fn bs128_tile_of_64_splits_rows() {
     let test = "bs128_tile_of_64_splits_rows";
     let Some(gpu) = narrow_gpu(test, RowSplit::Auto) else { return };
     let whole = narrow_gpu(test, RowSplit::Off).unwrap();
     let sms = gpu.info().sm_count as usize;
-    let min_blocks = sparsek::gpu::MID64_BS128_MIN_BLOCKS_PER_SM * sms;
-    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
-    // Few blocks: the tile of 32.
-    let few = gpu.plan_kernel(128, types, (1024, 4096, 64), min_blocks - 1, Some(40)).unwrap();
-    assert!(few.kernel.ends_with("_n32"), "{} blocks: got {}", min_blocks - 1, few.kernel);
-    // Eight block rows, enough block columns for 1.5x the blocks the tile of 64 needs at density 0.7.
+    // Few blocks (at most 256, under one per SM on a GPU of 100 SMs or more): the tile of 32.
+    let few: Bsr<f16> = generate(Pattern::Uniform, 1024, 4096, 128, 0.7, 6999).unwrap();
+    let plan = plan_of::<f32>(&gpu, &few, 64, Epilogue::default());
+    assert!(plan.kernel.ends_with("_n32"), "{} blocks on {sms} SMs: {plan}", few.nnzb());
+    // Eight block rows, enough block columns for 6 blocks per SM at density 0.7 (the tile of 64 asks for 4).
     let (bs, rows, density) = (128usize, 8usize, 0.7);
-    let cols = (3 * min_blocks).div_ceil(2 * rows).max(8) * 10 / 7 + 1;
+    let cols = (6 * sms).div_ceil(rows) * 10 / 7 + 1;
     let (m, k) = (rows * bs, cols * bs);
     for (i, n) in [33usize, 48, 64].into_iter().enumerate() {
         for (j, pattern) in [Pattern::Uniform, Pattern::Skewed].into_iter().enumerate() {
             let seed = 7000 + (i * 2 + j) as u64;
             let a: Bsr<f16> = generate(pattern, m, k, bs, density, seed).unwrap();
-            let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} nnzb={}", a.nnzb());
-            assert!(a.nnzb() >= min_blocks, "{ctx}: fewer than {min_blocks} blocks");
-            let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), Some(longest(&a))).unwrap();
-            assert!(choice.kernel.ends_with("_n64"), "{ctx}: got {}", choice.kernel);
-            assert!(split_of(&gpu, &a, n).1.is_some(), "{ctx}: not split");
-            check_case::<f32>(&gpu, &a, n, (1.25, 0.0), seed, &ctx).unwrap();
-            check_case::<f16>(&gpu, &a, n, (0.75, -0.5), seed, &ctx).unwrap();
+            let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} nnzb={} on {sms} SMs", a.nnzb());
+            let (_, plan) = check_planned::<f32>(&gpu, &a, n, (1.25, 0.0), seed, &ctx).unwrap();
+            assert!(plan.kernel.ends_with("_n64") && splits(&plan), "{ctx}: {plan}");
+            let (_, plan) = check_planned::<f16>(&gpu, &a, n, (0.75, -0.5), seed, &ctx).unwrap();
+            assert!(plan.kernel.ends_with("_n64") && splits(&plan), "{ctx}: f16 C: {plan}");
             // Integer-valued: split, whole rows and the oracle bit for bit, and every split launch alike.
             let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, density, 1.0, seed);
-            assert_exact_and_repeatable((&gpu, &whole), (&a, &b, &c0), Epilogue::new(1.0, 1.0), &ctx);
+            let plan = assert_exact_and_repeatable((&gpu, &whole), (&a, &b, &c0), Epilogue::new(1.0, 1.0), &ctx);
+            assert!(plan.kernel.ends_with("_n64"), "{ctx}: integer-valued: {plan}");
         }
     }
 }
@@ -182,35 +180,41 @@ fn bs64_dominating_row_takes_the_tile_of_32() {
     let whole = narrow_gpu(test, RowSplit::Off).unwrap();
     let (bs, rows, cols, density) = (64usize, 24usize, 100usize, 0.1);
     let (m, k) = (rows * bs, cols * bs);
-    let types = |out| (InType::F16, Layout::RowMajor, out, Layout::RowMajor);
+    let ep = Epilogue::default();
     for (i, n) in [33usize, 48, 64].into_iter().enumerate() {
         let seed = 8100 + i as u64;
         let a: Bsr<f16> = generate_int(Pattern::Skewed, m, k, bs, density, seed, 4).unwrap();
-        let (long, dims) = (longest(&a), (a.nnzb(), rows, n));
+        let long = longest(&a);
         let ctx = format!("bs{bs} {m}x{k}x{n} skewed nnzb={} longest={long}", a.nnzb());
         assert!(long > 4 * a.nnzb().div_ceil(rows), "{ctx}: no row over 4x the mean");
-        let choice = gpu.plan_kernel(bs, types(OutType::F16), (m, k, n), a.nnzb(), Some(long)).unwrap();
-        assert!(choice.kernel.ends_with("_n64"), "{ctx}: planned {}", choice.kernel);
-        let (tile, config) = gpu.skew_tile_for(choice.kernel, dims, Some(long)).expect("no tile of 32");
-        assert!(tile.ends_with("_n32") && tile.contains("_f16_brow_f16"), "{ctx}: took {tile}");
-        assert!(gpu.split_for(&config, dims, Some(long)).is_some(), "{ctx}: the tile of 32 does not split");
-        assert!(whole.skew_tile_for(choice.kernel, dims, Some(long)).is_none(), "{ctx}: RowSplit::Off");
-        assert!(gpu.skew_tile_for(choice.kernel, dims, None).is_none(), "{ctx}: longest row unknown");
-        let f32_c = gpu.plan_kernel(bs, types(OutType::F32), (m, k, n), a.nnzb(), Some(long)).unwrap();
-        assert!(gpu.skew_tile_for(f32_c.kernel, dims, Some(long)).is_none(), "{ctx}: f32 C has its flat list");
+        let tile_of_32 = |plan: &LaunchPlan| {
+            plan.skew_tile && plan.kernel.ends_with("_n32") && plan.kernel.contains("_f16_brow_f16") && splits(plan)
+        };
+        let plan = plan_of::<f16>(&gpu, &a, n, ep);
+        assert!(tile_of_32(&plan) && family(&plan) == KernelFamily::Mid, "{ctx}: {plan}");
+        let kept = plan_of::<f16>(&whole, &a, n, ep);
+        assert!(!kept.skew_tile && kept.kernel.ends_with("_n64"), "{ctx}: RowSplit::Off: {kept}");
+        let unknown = plan_unscheduled::<f16>(&gpu, &a, n, ep);
+        assert!(!unknown.skew_tile && unknown.kernel.ends_with("_n64"), "{ctx}: longest row unknown: {unknown}");
+        let f32_c = plan_of::<f32>(&gpu, &a, n, ep);
+        let flat_or_64 =
+            matches!(f32_c.decomposition, Decomposition::FlatList { .. }) || f32_c.kernel.ends_with("_n64");
+        assert!(!f32_c.skew_tile && flat_or_64, "{ctx}: f32 C has its flat list: {f32_c}");
         // Integer-valued (every sum exact in f32, rounded once to f16 by both sides).
         let b = Matrix::<f16>::random_int(k, n, 4, seed ^ 1).unwrap();
         let c0 = Matrix::<f16>::random_int(m, n, 4, seed ^ 2).unwrap();
-        assert_exact_and_repeatable((&gpu, &whole), (&a, &b, &c0), Epilogue::new(1.0, 1.0), &ctx);
+        let plan = assert_exact_and_repeatable((&gpu, &whole), (&a, &b, &c0), Epilogue::new(1.0, 1.0), &ctx);
+        assert!(tile_of_32(&plan), "{ctx}: integer-valued: {plan}");
         // Random values.
         let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, density, seed).unwrap();
-        check_case::<f16>(&gpu, &a, n, (1.0, 0.0), seed, &ctx).unwrap();
-        check_case::<f16>(&gpu, &a, n, (-2.0, 0.5), seed, &ctx).unwrap();
+        for ab in [(1.0, 0.0), (-2.0, 0.5)] {
+            let (_, plan) = check_planned::<f16>(&gpu, &a, n, ab, seed, &ctx).unwrap();
+            assert!(tile_of_32(&plan), "{ctx}: random values: {plan}");
+        }
     }
     let uniform: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 0.3, 8200).unwrap();
-    let (long, dims) = (longest(&uniform), (uniform.nnzb(), rows, 64));
-    let choice = gpu.plan_kernel(bs, types(OutType::F16), (m, k, 64), uniform.nnzb(), Some(long)).unwrap();
-    assert!(gpu.skew_tile_for(choice.kernel, dims, Some(long)).is_none(), "uniform rows: longest {long}");
+    let plan = plan_of::<f16>(&gpu, &uniform, 64, ep);
+    assert!(!plan.skew_tile && plan.kernel.ends_with("_n64"), "uniform rows: longest {}: {plan}", longest(&uniform));
 }
 
 /// Split launches from six threads, half on the default stream and half on streams of their own, all sharing
@@ -222,42 +226,40 @@ fn split_launches_on_many_streams_are_ordered() {
     let Some(gpu) = narrow_gpu(test, RowSplit::Blocks(2)) else { return };
     let (m, k, n) = (512, 8192, 16);
     let a: Bsr<f16> = generate(Pattern::Uniform, m, k, 64, 0.3, 31).unwrap();
-    assert!(split_of(&gpu, &a, n).1.is_some(), "not split");
+    let ep = Epilogue::new(0.5, -1.0);
+    let plan = plan_of::<f32>(&gpu, &a, n, ep);
+    assert!(splits(&plan), "not split: {plan}");
     let b = Matrix::<f16>::random(k, n, 32).unwrap();
     let c0 = Matrix::<f32>::random(m, n, 33).unwrap();
-    let ep = Epilogue::new(0.5, -1.0);
     threads_match_one_launch(&gpu, &a, &b, &c0, ep, 8);
 }
 
-/// A long row at few columns goes to the narrow tile's split rows instead of the decode kernels
-/// (`Gpu::decode_serves`, `DECODE_MAX_ROW_BYTES`): 64 block rows of bs 64 (within the decode kernels' row limit)
-/// whose first row holds all 256 block columns (2 MB) take the narrow tile, split, and match every row of the
-/// oracle; with `RowSplit::Off` (no split to give the row), the longest row unknown, or rows of 112 KB they keep the
-/// decode kernels.
+/// A long row at few columns goes to the narrow tile's split rows instead of the decode kernels (rows of 256 KiB or
+/// more): 64 block rows of bs 64 (within the decode kernels' row limit) whose first row holds all 256 block columns
+/// (2 MB) take the narrow tile, split, and match every row of the oracle; with `RowSplit::Off` (no split to give the
+/// row), the longest row unknown, or rows of 112 KB they keep the decode kernels.
 #[test]
 fn long_rows_leave_the_decode_kernels_for_split_rows() {
-    use sparsek::tune::KernelFamily;
     let test = "long_rows_leave_the_decode_kernels_for_split_rows";
     let Some(gpu) = own_gpu(test, |g| g) else { return };
     let off = own_gpu(test, |g| g.with_row_split(RowSplit::Off)).unwrap();
-    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
     let long: Bsr<f16> = generate(Pattern::Skewed, 4096, 16384, 64, 0.22, 0x71).unwrap();
     let short: Bsr<f16> = generate(Pattern::Uniform, 4096, 4096, 64, 0.22, 0x72).unwrap();
     assert_eq!(longest(&long), 256, "test setup: the first row is full");
-    assert!(longest(&short) * 64 * 64 * 2 < sparsek::gpu::DECODE_MAX_ROW_BYTES, "test setup: short rows");
+    let ep = Epilogue::default();
     for n in [1usize, 9, 16] {
-        let family = |g: &Gpu, a: &Bsr<f16>, max_row: Option<usize>| {
-            g.plan_kernel(64, types, (a.rows(), a.cols(), n), a.nnzb(), max_row).unwrap().plan.family
-        };
-        assert_eq!(family(&gpu, &long, Some(longest(&long))), KernelFamily::Narrow, "N = {n}: the long row");
-        let (splits, split) = split_of(&gpu, &long, n);
-        assert!(splits && split.is_some(), "N = {n}: the narrow tile splits the long row ({split:?})");
-        assert_eq!(family(&off, &long, Some(longest(&long))), KernelFamily::Decode, "N = {n}: RowSplit::Off");
-        assert_eq!(family(&gpu, &long, None), KernelFamily::Decode, "N = {n}: the longest row unknown");
-        assert_eq!(family(&gpu, &short, Some(longest(&short))), KernelFamily::Decode, "N = {n}: short rows");
-        check_case::<f32>(&gpu, &long, n, (1.0, 0.0), 0x73 + n as u64, &format!("long row, N = {n}"))
-            .unwrap_or_else(|e| panic!("{e}"));
-        check_case::<f16>(&gpu, &long, n, (0.5, -1.0), 0x83 + n as u64, &format!("long row, N = {n}"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let plan = plan_of::<f32>(&gpu, &long, n, ep);
+        assert!(family(&plan) == KernelFamily::Narrow && splits(&plan), "N = {n}: the long row: {plan}");
+        let plan = plan_of::<f32>(&off, &long, n, ep);
+        assert_eq!(family(&plan), KernelFamily::Decode, "N = {n}: RowSplit::Off: {plan}");
+        let plan = plan_unscheduled::<f32>(&gpu, &long, n, ep);
+        assert_eq!(family(&plan), KernelFamily::Decode, "N = {n}: the longest row unknown: {plan}");
+        let plan = plan_of::<f32>(&gpu, &short, n, ep);
+        assert_eq!(family(&plan), KernelFamily::Decode, "N = {n}: short rows ({} blocks): {plan}", longest(&short));
+        let ctx = format!("long row, N = {n}");
+        let (_, plan) = check_planned::<f32>(&gpu, &long, n, (1.0, 0.0), 0x73 + n as u64, &ctx).unwrap();
+        assert!(family(&plan) == KernelFamily::Narrow && splits(&plan), "{ctx}: {plan}");
+        let (_, plan) = check_planned::<f16>(&gpu, &long, n, (0.5, -1.0), 0x83 + n as u64, &ctx).unwrap();
+        assert!(family(&plan) == KernelFamily::Narrow && splits(&plan), "{ctx}, f16 C: {plan}");
     }
 }
