@@ -147,9 +147,20 @@ pub fn plan_in<TA: InputElement, TC: OutputElement>(
 /// The plan `gpu` gives a launch over a raw view of `a` that knows nothing of its rows (no `RowSchedule`: the
 /// longest row and the row order unknown), `n` columns, row-major B and C, into a `TC` C.
 pub fn plan_unscheduled<TC: OutputElement>(gpu: &Gpu, a: &Bsr<f16>, n: usize, ep: Epilogue) -> LaunchPlan {
+    plan_view_in::<TC>(gpu, a, n, ROW_MAJOR, ep)
+}
+
+/// [`plan_unscheduled`] with B and C in `layouts`.
+pub fn plan_view_in<TC: OutputElement>(
+    gpu: &Gpu,
+    a: &Bsr<f16>,
+    n: usize,
+    layouts: (Layout, Layout),
+    ep: Epilogue,
+) -> LaunchPlan {
     let stream = gpu.stream();
     let raw = RawBsr::upload(stream, a);
-    gpu.plan_view::<f16, TC>(&raw.view(stream), n, ROW_MAJOR, ep).unwrap()
+    gpu.plan_view::<f16, TC>(&raw.view(stream), n, layouts, ep).unwrap()
 }
 
 /// `a` with its values converted to `T` (the same structure).

@@ -11,21 +11,35 @@
 use proptest::prelude::*;
 use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate, generate_int};
-use sparsek::gpu::{Gpu, InType, OutType, RowSplit};
-use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
-use sparsek_tests::{check_case, exact_b_c, gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
+use sparsek::gpu::{Decomposition, DeviceBsr, Gpu, LaunchPlan, OutputElement, RowSplit};
+use sparsek::{Bsr, Epilogue, Matrix, f16};
+use sparsek_tests::{
+    ROW_MAJOR, check_planned, exact_b_c, gpu_cases, longest, own_gpu, plan_of, plan_unscheduled, same_bits,
+    spmm_planned, threads_match_one_launch,
+};
 
 /// A Gpu whose few-column launches take the narrow kernels (decode off), rows as `split` says.
 fn narrow_gpu(test: &str, split: RowSplit) -> Option<Gpu> {
     own_gpu(test, |g| g.with_decode(false).with_row_split(split))
 }
 
-/// The CTAs per N tile of the flat list the launch of `a` times `n` columns into C of `out` gets on `gpu`, if any.
-fn flat_of(gpu: &Gpu, a: &Bsr<f16>, n: usize, out: OutType) -> Option<u32> {
-    let types = (InType::F16, Layout::RowMajor, out, Layout::RowMajor);
-    let longest = a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max();
-    let choice = gpu.plan_kernel(a.block_size(), types, (a.rows(), a.cols(), n), a.nnzb(), longest)?;
-    gpu.flat_for(choice.kernel, (a.nnzb(), a.rows() / a.block_size(), n), longest).map(|(_, g)| g)
+/// The CTAs per N tile of a plan's flat list, if it walks one.
+fn flat_in(plan: &LaunchPlan) -> Option<u32> {
+    match plan.decomposition {
+        Decomposition::FlatList { ctas_per_tile } => Some(ctas_per_tile),
+        _ => None,
+    }
+}
+
+/// The CTAs per N tile of the flat list the launch of `a` times `n` columns into a `TC` C gets on `gpu`, if any
+/// (`Gpu::plan`).
+fn flat_of<TC: OutputElement>(gpu: &Gpu, a: &Bsr<f16>, n: usize) -> Option<u32> {
+    flat_in(&plan_of::<TC>(gpu, a, n, Epilogue::default()))
+}
+
+/// [`flat_of`] for an uploaded A.
+fn flat_of_uploaded<TC: OutputElement>(gpu: &Gpu, a: &DeviceBsr<f16>, n: usize) -> Option<u32> {
+    flat_in(&gpu.plan::<f16, TC>(a, n, ROW_MAJOR, Epilogue::default()).unwrap())
 }
 
 /// `a` with `empty` empty block rows inserted before block row `at[i]` for each `i` (an index past the last row
@@ -82,14 +96,14 @@ fn flat_list_matches_oracle() {
             a.nnzb(),
         );
         let gpu = if per_sm == 0 { &gpu } else { &fewer };
-        let ctas = flat_of(gpu, &a, n, OutType::F32);
+        let ctx = format!("{ctx} (per SM {per_sm})");
+        let (_, plan) = check_planned::<f32>(gpu, &a, n, (alpha, beta), seed, &ctx).map_err(TestCaseError::fail)?;
         // Above 16 columns bs 128 has no flat kernel for its tiles of 32 and 64 columns (small grids may still take
         // the narrow tile's, over several N tiles).
         if bs == 64 || n <= 16 {
-            prop_assert!(ctas.is_some_and(|g| g as usize <= a.nnzb()), "{ctx}: flat list {ctas:?}");
+            let ctas = flat_in(&plan);
+            prop_assert!(ctas.is_some_and(|g| g as usize <= a.nnzb()), "{ctx}: flat list {ctas:?}: {plan}");
         }
-        let ctx = format!("{ctx} ctas={ctas:?} (per SM {per_sm})");
-        check_case::<f32>(gpu, &a, n, (alpha, beta), seed, &ctx).map_err(TestCaseError::fail)?;
         Ok(())
     });
     if let Err(e) = result {
@@ -131,20 +145,21 @@ fn flat_list_is_exact_and_deterministic() {
             let a = with_empty_rows(&a, empty_at, 3);
             let (m, k) = (a.rows(), a.cols());
             let (b, c0) = exact_b_c((m, k, n), beta, seed);
-            let longest = a.row_ptr().windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-            let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} beta={beta} nnzb={} longest={longest}", a.nnzb());
-            assert!(flat_of(&flat, &a, n, OutType::F32).is_some(), "{ctx}: no flat list");
+            let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} beta={beta} nnzb={} longest={}", a.nnzb(), longest(&a));
             let ep = Epilogue::new(1.0, beta);
             let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
-            let got = spmm_once(&flat, &a, &b, &c0, ep);
+            let (got, plan) = spmm_planned(&flat, &a, &b, &c0, ep);
+            assert!(flat_in(&plan).is_some(), "{ctx}: no flat list: {plan}");
             let report = compare_exact(&got, &expected);
             assert!(report.passed(), "{ctx}: flat list: {report}");
-            let report = compare_exact(&spmm_once(&whole, &a, &b, &c0, ep), &expected);
+            let (whole_got, whole_plan) = spmm_planned(&whole, &a, &b, &c0, ep);
+            assert_eq!(whole_plan.decomposition, Decomposition::WholeRows, "{ctx}: RowSplit::Off: {whole_plan}");
+            let report = compare_exact(&whole_got, &expected);
             assert!(report.passed(), "{ctx}: whole rows: {report}");
             for j in 0..3 {
-                let again = spmm_once(&flat, &a, &b, &c0, ep);
-                let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
-                assert!(same, "{ctx}: flat launch {j} differs from the first");
+                let (again, again_plan) = spmm_planned(&flat, &a, &b, &c0, ep);
+                assert_eq!(again_plan, plan, "{ctx}: flat launch {j}");
+                assert!(same_bits(&again, &got), "{ctx}: flat launch {j} differs from the first");
             }
         }
     }
@@ -152,12 +167,11 @@ fn flat_list_is_exact_and_deterministic() {
     for (bs, pattern) in [(64usize, Pattern::Uniform), (64, Pattern::Skewed), (128, Pattern::Uniform)] {
         let a: Bsr<f16> = generate(pattern, 8192, 8192, bs, 0.2, 5).unwrap();
         let ctx = format!("bs{bs} {pattern} random");
-        assert!(flat_of(&flat, &a, 8, OutType::F32).is_some(), "{ctx}: no flat list");
-        let first = check_case::<f32>(&flat, &a, 8, (1.0, 0.0), 6, &ctx).unwrap();
+        let (first, plan) = check_planned::<f32>(&flat, &a, 8, (1.0, 0.0), 6, &ctx).unwrap();
+        assert!(flat_in(&plan).is_some(), "{ctx}: no flat list: {plan}");
         for i in 0..5 {
-            let again = check_case::<f32>(&flat, &a, 8, (1.0, 0.0), 6, &ctx).unwrap();
-            let same = again.as_slice().iter().zip(first.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
-            assert!(same, "{ctx}: launch {i} differs from the first (race in the hand-over?)");
+            let (again, _) = check_planned::<f32>(&flat, &a, 8, (1.0, 0.0), 6, &ctx).unwrap();
+            assert!(same_bits(&again, &first), "{ctx}: launch {i} differs from the first (race in the hand-over?)");
         }
     }
 }
@@ -169,15 +183,15 @@ fn flat_list_falls_back_where_it_does_not_apply() {
     let test = "flat_list_falls_back_where_it_does_not_apply";
     let Some(gpu) = narrow_gpu(test, RowSplit::Flat(0)) else { return };
     let a: Bsr<f16> = generate(Pattern::Uniform, 4096, 4096, 64, 0.2, 9).unwrap();
-    assert!(flat_of(&gpu, &a, 8, OutType::F16).is_none(), "f16 C: flat list");
-    check_case::<f16>(&gpu, &a, 8, (1.0, 0.0), 9, "f16 C").unwrap();
-    check_case::<f16>(&gpu, &a, 8, (-2.0, 0.5), 9, "f16 C, beta").unwrap();
     let bs32: Bsr<f16> = generate(Pattern::Uniform, 4096, 4096, 32, 0.2, 10).unwrap();
-    assert!(flat_of(&gpu, &bs32, 8, OutType::F32).is_none(), "bs 32: flat list");
-    check_case::<f32>(&gpu, &bs32, 8, (1.0, 0.0), 10, "bs 32").unwrap();
     let bs128: Bsr<f16> = generate(Pattern::Uniform, 4096, 4096, 128, 0.2, 11).unwrap();
-    assert!(flat_of(&gpu, &bs128, 32, OutType::F32).is_none(), "bs 128, 32 columns: flat list");
-    check_case::<f32>(&gpu, &bs128, 32, (1.0, 0.0), 11, "bs 128 mid tile").unwrap();
+    let no_flat = |plan: &LaunchPlan, ctx: &str| assert!(flat_in(plan).is_none(), "{ctx}: flat list: {plan}");
+    for (ab, ctx) in [((1.0, 0.0), "f16 C"), ((-2.0, 0.5), "f16 C, beta")] {
+        no_flat(&check_planned::<f16>(&gpu, &a, 8, ab, 9, ctx).unwrap().1, ctx);
+    }
+    no_flat(&check_planned::<f32>(&gpu, &bs32, 8, (1.0, 0.0), 10, "bs 32").unwrap().1, "bs 32");
+    let plan = check_planned::<f32>(&gpu, &bs128, 32, (1.0, 0.0), 11, "bs 128 mid tile").unwrap().1;
+    no_flat(&plan, "bs 128, 32 columns");
 }
 
 /// Flat launches from eight threads, half on the default stream and half on streams of their own, all sharing
@@ -188,7 +202,7 @@ fn flat_launches_on_many_streams_are_ordered() {
     let Some(gpu) = narrow_gpu(test, RowSplit::Flat(0)) else { return };
     let (m, k, n) = (8192, 8192, 16);
     let a: Bsr<f16> = generate(Pattern::Uniform, m, k, 64, 0.1, 41).unwrap();
-    assert!(flat_of(&gpu, &a, n, OutType::F32).is_some(), "no flat list");
+    assert!(flat_of::<f32>(&gpu, &a, n).is_some(), "no flat list");
     let b = Matrix::<f16>::random(k, n, 42).unwrap();
     let c0 = Matrix::<f32>::random(m, n, 43).unwrap();
     threads_match_one_launch(&gpu, &a, &b, &c0, Epilogue::new(0.5, -1.0), 8);
@@ -198,55 +212,60 @@ fn flat_launches_on_many_streams_are_ordered() {
 /// unequal length, and keeps whole rows on rows of equal length (banded), on few k-tiles per CTA, for f16 C and
 /// without the longest row; on bs 64's tiles of 32 and 64 columns where the busiest SM's whole rows exceed an
 /// equal share by enough; the auto launches match the oracle.
+/// An auto launch: A, N, (alpha, beta), seed, what.
+type AutoCase<'a> = (&'a Bsr<f16>, usize, (f32, f32), u64, &'static str);
+
 #[test]
 fn auto_takes_the_flat_list_where_it_measured_faster() {
     let test = "auto_takes_the_flat_list_where_it_measured_faster";
     let Some(gpu) = narrow_gpu(test, RowSplit::Auto) else { return };
-    let sms = gpu.info().sm_count;
-    let uniform: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 64, 0.22, 21).unwrap();
-    assert_eq!(flat_of(&gpu, &uniform, 8, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms));
-    assert_eq!(flat_of(&gpu, &uniform, 8, OutType::F16), None, "f16 C");
-    assert_eq!(flat_of(&gpu, &uniform, 32, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms), "32");
-    assert_eq!(flat_of(&gpu, &uniform, 64, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms), "64");
-    let skewed: Bsr<f16> = generate(Pattern::Skewed, 16384, 16384, 64, 0.22, 22).unwrap();
-    assert!(flat_of(&gpu, &skewed, 1, OutType::F32).is_some(), "skewed rows");
-    let banded: Bsr<f16> = generate(Pattern::Banded, 16384, 16384, 64, 0.22, 23).unwrap();
-    assert_eq!(flat_of(&gpu, &banded, 8, OutType::F32), None, "rows of equal length");
-    let bs128: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.22, 24).unwrap();
-    assert_eq!(
-        flat_of(&gpu, &bs128, 8, OutType::F32),
-        Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms),
-        "bs 128 at 22%"
-    );
-    let bs128_sparse: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.1, 31).unwrap();
-    assert_eq!(flat_of(&gpu, &bs128_sparse, 8, OutType::F32), None, "bs 128 at 10%: too few k-tiles per CTA");
-    let bs128_dense: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 128, 0.5, 26).unwrap();
-    assert_eq!(flat_of(&gpu, &bs128_dense, 1, OutType::F32), Some(sparsek::gpu::FLAT_AUTO_CTAS_PER_SM * sms), "bs 128");
-    let sparser: Bsr<f16> = generate(Pattern::Uniform, 16384, 16384, 64, 0.1, 27).unwrap();
-    assert_eq!(flat_of(&gpu, &sparser, 1, OutType::F32), None, "bs 64 at 10%: too few k-tiles per CTA");
-    let small: Bsr<f16> = generate(Pattern::Uniform, 8192, 8192, 64, 0.22, 25).unwrap();
-    assert_eq!(flat_of(&gpu, &small, 8, OutType::F32), None, "8192 x 8192: too few k-tiles per CTA");
+    // The auto flat list runs two CTAs per SM per N tile.
+    let two_per_sm = Some(2 * gpu.info().sm_count);
+    let upload = |pattern, (m, bs): (usize, usize), density, seed| {
+        let a: Bsr<f16> = generate(pattern, m, m, bs, density, seed).unwrap();
+        let a_d = gpu.upload(&a).unwrap();
+        (a, a_d)
+    };
+    let (uniform, uniform_d) = upload(Pattern::Uniform, (16384, 64), 0.22, 21);
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &uniform_d, 8), two_per_sm);
+    assert_eq!(flat_of_uploaded::<f16>(&gpu, &uniform_d, 8), None, "f16 C");
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &uniform_d, 32), two_per_sm, "32");
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &uniform_d, 64), two_per_sm, "64");
+    let (skewed, skewed_d) = upload(Pattern::Skewed, (16384, 64), 0.22, 22);
+    assert!(flat_of_uploaded::<f32>(&gpu, &skewed_d, 1).is_some(), "skewed rows");
+    let (_, banded_d) = upload(Pattern::Banded, (16384, 64), 0.22, 23);
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &banded_d, 8), None, "rows of equal length");
+    let (_, bs128_d) = upload(Pattern::Uniform, (16384, 128), 0.22, 24);
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &bs128_d, 8), two_per_sm, "bs 128 at 22%");
+    let (_, bs128_sparse_d) = upload(Pattern::Uniform, (16384, 128), 0.1, 31);
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &bs128_sparse_d, 8), None, "bs 128 at 10%: too few k-tiles per CTA");
+    let (bs128_dense, bs128_dense_d) = upload(Pattern::Uniform, (16384, 128), 0.5, 26);
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &bs128_dense_d, 1), two_per_sm, "bs 128");
+    let (_, sparser_d) = upload(Pattern::Uniform, (16384, 64), 0.1, 27);
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &sparser_d, 1), None, "bs 64 at 10%: too few k-tiles per CTA");
+    let (_, small_d) = upload(Pattern::Uniform, (8192, 64), 0.22, 25);
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &small_d, 8), None, "8192 x 8192: too few k-tiles per CTA");
     // bs 64's tile of 64 columns: where the busiest SM's whole rows exceed an equal share by enough.
-    assert_eq!(flat_of(&gpu, &banded, 64, OutType::F32), None, "64 columns, rows of equal length");
-    assert_eq!(flat_of(&gpu, &banded, 24, OutType::F32), None, "24 columns, rows of equal length");
-    let skewed_small: Bsr<f16> = generate(Pattern::Skewed, 8192, 8192, 64, 0.1, 29).unwrap();
-    assert!(flat_of(&gpu, &skewed_small, 48, OutType::F32).is_some(), "48 columns, skewed rows");
-    assert!(flat_of(&gpu, &skewed_small, 20, OutType::F32).is_some(), "20 columns, skewed rows");
-    let sparsest: Bsr<f16> = generate(Pattern::Uniform, 8192, 8192, 64, 0.05, 30).unwrap();
-    assert_eq!(flat_of(&gpu, &sparsest, 64, OutType::F32), None, "64 columns, rows of about 6 blocks");
-    let narrow = uniform_narrow_kernel(&gpu, &uniform);
-    let dims = (uniform.nnzb(), uniform.rows() / 64, 8);
-    assert_eq!(gpu.flat_for(narrow, dims, None), None, "longest row unknown");
-    check_case::<f32>(&gpu, &uniform, 8, (1.0, 0.0), 21, "auto, uniform").unwrap();
-    check_case::<f32>(&gpu, &skewed, 1, (-2.0, 0.5), 22, "auto, skewed").unwrap();
-    check_case::<f32>(&gpu, &bs128_dense, 16, (1.0, 0.0), 26, "auto, bs 128").unwrap();
-    check_case::<f32>(&gpu, &uniform, 64, (1.0, 0.0), 28, "auto, 64 columns").unwrap();
-    check_case::<f32>(&gpu, &skewed_small, 48, (-2.0, 0.5), 29, "auto, 48 columns, skewed").unwrap();
-    check_case::<f32>(&gpu, &skewed_small, 20, (1.0, 0.0), 30, "auto, 20 columns, skewed").unwrap();
-}
-
-/// The narrow kernel the launch of `a` (bs 64) times 8 columns into f32 C takes on `gpu`.
-fn uniform_narrow_kernel(gpu: &Gpu, a: &Bsr<f16>) -> &'static str {
-    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
-    gpu.plan_kernel(64, types, (a.rows(), a.cols(), 8), a.nnzb(), None).unwrap().kernel
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &banded_d, 64), None, "64 columns, rows of equal length");
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &banded_d, 24), None, "24 columns, rows of equal length");
+    let (skewed_small, skewed_small_d) = upload(Pattern::Skewed, (8192, 64), 0.1, 29);
+    assert!(flat_of_uploaded::<f32>(&gpu, &skewed_small_d, 48).is_some(), "48 columns, skewed rows");
+    assert!(flat_of_uploaded::<f32>(&gpu, &skewed_small_d, 20).is_some(), "20 columns, skewed rows");
+    let (_, sparsest_d) = upload(Pattern::Uniform, (8192, 64), 0.05, 30);
+    assert_eq!(flat_of_uploaded::<f32>(&gpu, &sparsest_d, 64), None, "64 columns, rows of about 6 blocks");
+    let unknown = plan_unscheduled::<f32>(&gpu, &uniform, 8, Epilogue::default());
+    assert_eq!(flat_in(&unknown), None, "longest row unknown: {unknown}");
+    // The auto launches: predicted == ran, against the oracle, each with the flat list asserted above.
+    let cases: [AutoCase; 6] = [
+        (&uniform, 8, (1.0, 0.0), 21, "auto, uniform"),
+        (&skewed, 1, (-2.0, 0.5), 22, "auto, skewed"),
+        (&bs128_dense, 16, (1.0, 0.0), 26, "auto, bs 128"),
+        (&uniform, 64, (1.0, 0.0), 28, "auto, 64 columns"),
+        (&skewed_small, 48, (-2.0, 0.5), 29, "auto, 48 columns, skewed"),
+        (&skewed_small, 20, (1.0, 0.0), 30, "auto, 20 columns, skewed"),
+    ];
+    for (a, n, ab, seed, ctx) in cases {
+        let (_, plan) = check_planned::<f32>(&gpu, a, n, ab, seed, ctx).unwrap();
+        assert!(flat_in(&plan).is_some(), "{ctx}: {plan}");
+    }
 }

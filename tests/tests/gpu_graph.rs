@@ -1,5 +1,5 @@
 //! Balanced launches captured into a CUDA graph (host/src/gpu/split.rs, `GraphSpace`): a launch on a stream being
-//! captured, where the balance pays for the graph's nodes (`graph_balance_pays`: a dominating row, or whole rows of 320
+//! captured, where the balance pays for the graph's nodes (a dominating row, or whole rows of 320
 //! KiB on average on at most half the SMs), makes the choices it makes outside the graph (split rows, the flat block
 //! list, bs 64's tile of 32 for a dominating row) on a workspace of its own that the graph owns (an allocation node, a
 //! memset node zeroing its counters, the kernel, a free node); elsewhere it keeps whole rows and adds no node. The
@@ -12,31 +12,13 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream};
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, InType, OutputElement, RowSplit};
-use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
-use sparsek_tests::{gpu_alone, graph_nodes as nodes, own_gpu};
+use sparsek::gpu::{Decomposition, DeviceBsr, DeviceMatrix, Gpu, LaunchPlan, OutputElement, RowSplit};
+use sparsek::{Bsr, Epilogue, Matrix, f16};
+use sparsek_tests::{gpu_alone, graph_nodes as nodes, own_gpu, plan_of, planned_spmm};
 
-/// The longest block row of `a`, in blocks.
-fn longest(a: &Bsr<f16>) -> usize {
-    a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0)
-}
-
-/// The kernel and grid `gpu`'s launcher gives a product of `a` with `n` columns into a `TC` C outside a graph,
-/// from the launcher's own decisions (`flat_for`, `skew_tile_for`, `split_for`), and whether it balances (a flat
-/// list or split rows).
-fn eager_choice<TC: OutputElement>(gpu: &Gpu, a: &Bsr<f16>, n: usize) -> (String, u32, bool) {
-    let types = (InType::F16, Layout::RowMajor, TC::OUT_TYPE, Layout::RowMajor);
-    let (bs, rows, long) = (a.block_size(), a.rows() / a.block_size(), Some(longest(a)));
-    let plan = gpu.plan_kernel(bs, types, (a.rows(), a.cols(), n), a.nnzb(), long).expect("a kernel");
-    let shape = (a.nnzb(), rows, n);
-    if let Some((flat, g)) = gpu.flat_for(plan.kernel, shape, long) {
-        return (flat.to_string(), g * n.div_ceil(plan.config.bn as usize) as u32, true);
-    }
-    let (name, cfg) = gpu.skew_tile_for(plan.kernel, shape, long).unwrap_or((plan.kernel, plan.config));
-    let split = gpu.split_for(&cfg, shape, long);
-    let chunks = split.map_or(1, |c| c.chunks) as usize;
-    let ctas = rows * cfg.slices() as usize * chunks * n.div_ceil(cfg.bn as usize);
-    (name.to_string(), ctas as u32, split.is_some())
+/// Whether a plan balances its rows (a flat list or split rows).
+fn balances(plan: &LaunchPlan) -> bool {
+    matches!(plan.decomposition, Decomposition::FlatList { .. } | Decomposition::SplitRows { .. })
 }
 
 /// Random operands of a case: A of `pattern` (`m x k`, blocks of `bs`, `density`), B (`k x n`) and a poisoned C.
@@ -75,24 +57,28 @@ fn bits<TC: OutputElement>(x: &Matrix<TC>) -> Vec<u64> {
     (0..x.rows()).flat_map(|r| x.row(r).iter().map(|v| v.to_f64().to_bits()).collect::<Vec<_>>()).collect()
 }
 
-/// A case through `gpu`: the launch outside a graph (checked against every row of the oracle), then the same
-/// launch captured: the graph holds one allocation, one memset, the kernel the launcher chose outside it with the
-/// same grid, and one free; three replays into a poisoned C give the first launch's bits.
+/// A case through `gpu`: the launch outside a graph (its plan balances and is the one `Gpu::plan` predicted; C
+/// checked against every row of the oracle), then the same launch captured on a workspace the graph owns: the graph
+/// holds one allocation, one memset, the plan's kernel with the plan's grid, and one free; three replays into a
+/// poisoned C give the first launch's bits. (A captured launch with a graph-owned workspace records no plan for
+/// `Gpu::last_plan` today, so the graph's nodes are what is compared.)
 fn captured_matches_eager<TC: OutputElement>(gpu: &Gpu, (a, b, c0): (&Bsr<f16>, &Matrix<f16>, &Matrix<TC>), ctx: &str) {
-    let n = b.cols();
-    let (kernel, grid, balanced) = eager_choice::<TC>(gpu, a, n);
-    assert!(balanced, "{ctx}: the case must balance its rows outside a graph ({kernel})");
     let ep = Epilogue::default();
     let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
     let mut c_d = gpu.upload_matrix(c0).unwrap();
-    gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
+    let eager = planned_spmm(gpu, &a_d, &b_d, &mut c_d, ep).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    assert!(balances(&eager), "{ctx}: the case must balance its rows outside a graph: {eager}");
     let want = c_d.to_host().unwrap();
     let report = Expected::compute(a, b, c0, ep, RowSample::All, |_, _| {}).unwrap().check(&want);
     assert!(report.passed(), "{ctx}: outside a graph: {report}");
     let stream = gpu.new_stream().unwrap();
     let graph = capture(gpu, &stream, (&a_d, &b_d, &mut c_d), ctx);
     let held = nodes(&graph);
-    assert_eq!(held.kernels, vec![(kernel.clone(), grid)], "{ctx}: the captured kernel and grid ({held:?})");
+    assert_eq!(
+        held.kernels,
+        vec![(eager.kernel.to_string(), eager.ctas)],
+        "{ctx}: the captured kernel and grid ({held:?})"
+    );
     assert_eq!((held.allocs, held.memsets, held.frees, held.others), (1, 1, 1, 0), "{ctx}: {held:?}");
     for replay in 0..3 {
         c_d.copy_from_host(c0).unwrap();
@@ -104,41 +90,32 @@ fn captured_matches_eager<TC: OutputElement>(gpu: &Gpu, (a, b, c0): (&Bsr<f16>, 
     }
 }
 
-/// A case whose balance does not pay in a graph (`graph_balance_pays`): captured, the launch runs `whole`'s kernel
-/// and grid (whole rows, `RowSplit::Off`) with no memory node, and each replay gives that launch's bits.
+/// A case whose balance does not pay in a graph (on few block rows, no dominating row): balanced outside a graph,
+/// captured it runs whole rows, the plan of `whole` (`RowSplit::Off`), its kernel and grid, with no memory node,
+/// and each replay gives that launch's bits.
 fn captured_keeps_whole_rows(gpu: &Gpu, whole: &Gpu, (a, b, c0): (&Bsr<f16>, &Matrix<f16>, &Matrix<f32>), ctx: &str) {
-    let n = b.cols();
-    let (rows, long) = (a.rows() / a.block_size(), Some(longest(a)));
-    let (_, _, balanced) = eager_choice::<f32>(gpu, a, n);
-    assert!(balanced, "{ctx}: the case must balance its rows outside a graph");
-    let (kernel, grid, _) = eager_choice::<f32>(whole, a, n);
-    let plan = gpu
-        .plan_kernel(
-            a.block_size(),
-            (InType::F16, Layout::RowMajor, f32::OUT_TYPE, Layout::RowMajor),
-            (a.rows(), a.cols(), n),
-            a.nnzb(),
-            long,
-        )
-        .unwrap();
-    let whole_ctas = rows * plan.config.slices() as usize * n.div_ceil(plan.config.bn as usize);
-    let pays = sparsek::gpu::graph_balance_pays(
-        (a.nnzb(), rows, a.block_size().pow(2) * 2),
-        long,
-        whole_ctas,
-        gpu.info().sm_count as usize,
-    );
-    assert!(!pays, "{ctx}: test setup: the balance must not pay in a graph");
     let ep = Epilogue::default();
+    let eager = plan_of::<f32>(gpu, a, b.cols(), ep);
+    assert!(balances(&eager), "{ctx}: the case must balance its rows outside a graph: {eager}");
     let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
     let mut c_d = gpu.upload_matrix(c0).unwrap();
     let mut c_w = whole.upload_matrix(c0).unwrap();
-    whole.spmm(&whole.upload(a).unwrap(), &whole.upload_matrix(b).unwrap(), &mut c_w, ep).unwrap();
+    let (a_w, b_w) = (whole.upload(a).unwrap(), whole.upload_matrix(b).unwrap());
+    let whole_plan = planned_spmm(whole, &a_w, &b_w, &mut c_w, ep).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    assert_eq!(whole_plan.decomposition, Decomposition::WholeRows, "{ctx}: RowSplit::Off: {whole_plan}");
     let want = c_w.to_host().unwrap();
     let stream = gpu.new_stream().unwrap();
     let graph = capture(gpu, &stream, (&a_d, &b_d, &mut c_d), ctx);
+    let captured = gpu.last_plan().unwrap_or_else(|| panic!("{ctx}: the captured launch recorded no plan"));
+    let same = (captured.kernel, captured.decomposition, captured.ctas)
+        == (whole_plan.kernel, whole_plan.decomposition, whole_plan.ctas);
+    assert!(same && !captured.graph_workspace, "{ctx}: the balance must not pay in a graph: captured {captured}");
     let held = nodes(&graph);
-    assert_eq!(held.kernels, vec![(kernel, grid)], "{ctx}: whole rows in the graph ({held:?})");
+    assert_eq!(
+        held.kernels,
+        vec![(whole_plan.kernel.to_string(), whole_plan.ctas)],
+        "{ctx}: whole rows in the graph ({held:?})"
+    );
     assert_eq!((held.allocs, held.memsets, held.frees, held.others), (0, 0, 0, 0), "{ctx}: {held:?}");
     c_d.copy_from_host(c0).unwrap();
     gpu.synchronize().unwrap();
@@ -182,7 +159,8 @@ fn graphs_and_eager_split_launches_run_at_once() {
     let _alone = gpu_alone();
     let Some(gpu) = own_gpu(TEST, |g| g.with_decode(false)) else { return };
     let (a, _, c0) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x95);
-    assert!(eager_choice::<f32>(&gpu, &a, 16).2, "the case must split its rows");
+    let plan = plan_of::<f32>(&gpu, &a, 16, Epilogue::default());
+    assert!(matches!(plan.decomposition, Decomposition::SplitRows { .. }), "the case must split its rows: {plan}");
     let a_d = gpu.upload(&a).unwrap();
     let bs: Vec<Matrix<f16>> = (0..4).map(|i| Matrix::<f16>::random(4096, 16, 0x960 + i).unwrap()).collect();
     let b_d: Vec<DeviceMatrix<f16>> = bs.iter().map(|b| gpu.upload_matrix(b).unwrap()).collect();
@@ -201,6 +179,7 @@ fn graphs_and_eager_split_launches_run_at_once() {
     for g in [&g0, &g1] {
         let held = nodes(g);
         assert_eq!((held.allocs, held.memsets, held.frees), (1, 1, 1), "{held:?}");
+        assert_eq!(held.kernels, vec![(plan.kernel.to_string(), plan.ctas)], "outside a graph {plan}: {held:?}");
     }
     for round in 0..5 {
         for c in c01.iter_mut().chain(c23.iter_mut()) {

@@ -13,10 +13,11 @@ use proptest::prelude::*;
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate, generate_int};
 use sparsek::gpu::{
-    BsrArrays, BsrView, DenseView, DenseViewMut, DeviceElement, Gpu, IndexType, InputElement, OutputElement, VectorView,
+    BsrArrays, BsrView, Decomposition, DenseView, DenseViewMut, DeviceElement, Gpu, InType, IndexType, InputElement,
+    LaunchPlan, OutType, OutputElement, VectorView,
 };
 use sparsek::{Activation, Bsr, BsrError, Epilogue, Error, Layout, Matrix, Scalar, bf16, f16};
-use sparsek_tests::{gpu, gpu_cases, hopper_enabled};
+use sparsek_tests::{gpu, gpu_cases, hopper_enabled, is_sm90, longest, own_gpu, plan_in, plan_of};
 
 /// One random case.
 #[derive(Clone, Debug)]
@@ -165,8 +166,12 @@ impl DeviceStructure {
 }
 
 /// Runs one case through `spmm_raw` over the caller's memory and compares with the oracle; Err describes the
-/// failure with everything needed to reproduce it.
-fn run_case<TA: InputElement, TC: OutputElement>(gpu: &Gpu, case: &Case) -> Result<(), String> {
+/// failure with everything needed to reproduce it. Returns the plan `Gpu::plan_view` predicted for the launch and
+/// the plan `Gpu::last_plan` holds after it (the launch's where no other thread launches on `gpu`).
+fn run_case<TA: InputElement, TC: OutputElement>(
+    gpu: &Gpu,
+    case: &Case,
+) -> Result<(LaunchPlan, Option<LaunchPlan>), String> {
     let (m, k, n) = (case.block_rows * case.bs, case.block_cols * case.bs, case.n);
     let ctx = format!("{case:?} in {} out {}", TA::NAME, TC::NAME);
     let a: Bsr<TA> = generate(case.pattern, m, k, case.bs, case.density, case.seed).map_err(|e| e.to_string())?;
@@ -225,6 +230,8 @@ fn run_case<TA: InputElement, TC: OutputElement>(gpu: &Gpu, case: &Case) -> Resu
     // SAFETY: bias_d holds m + 1 elements.
     let bias_v = unsafe { VectorView::<TA>::from_raw(addr(stream, &bias_d), m) }.unwrap();
     let c_len = c_host.len();
+    let layouts = (case.b_layout, case.c_layout);
+    let predicted = gpu.plan_view::<TA, TC>(&a_v, n, layouts, ep).map_err(|e| format!("{ctx}: plan: {e}"))?;
     {
         let mut c_v = DenseViewMut::<TC>::from_cuda_slice(&mut c_d, m, n, ldc, case.c_layout)
             .map_err(|e| format!("{ctx}: {e}"))?;
@@ -232,6 +239,7 @@ fn run_case<TA: InputElement, TC: OutputElement>(gpu: &Gpu, case: &Case) -> Resu
         unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, case.bias.then_some(&bias_v), ep) }
             .map_err(|e| format!("{ctx}: launch: {e}"))?;
     }
+    let ran = gpu.last_plan();
     let got = dtoh(stream, &c_d);
     assert_eq!(got.len(), c_len);
     let at = |r: usize, c: usize| if case.c_layout == Layout::RowMajor { r * ldc + c } else { c * ldc + r };
@@ -253,14 +261,15 @@ fn run_case<TA: InputElement, TC: OutputElement>(gpu: &Gpu, case: &Case) -> Resu
     if bits(&dtoh(stream, &b_d)) != bits(&b_host) || bits(&dtoh(stream, &values_d)) != bits(&values_host) {
         return Err(format!("{ctx}: an input buffer changed"));
     }
-    Ok(())
+    Ok((predicted, ran))
 }
 
 fn property<TA: InputElement, TC: OutputElement>(test: &str) {
     let Some(gpu) = gpu(test) else { return };
     let config = ProptestConfig { cases: gpu_cases(300), failure_persistence: None, ..ProptestConfig::default() };
     let mut runner = proptest::test_runner::TestRunner::new(config);
-    let result = runner.run(&case_strategy(), |case| run_case::<TA, TC>(gpu, &case).map_err(TestCaseError::fail));
+    let result =
+        runner.run(&case_strategy(), |case| run_case::<TA, TC>(gpu, &case).map(drop).map_err(TestCaseError::fail));
     if let Err(e) = result {
         panic!("{test}: {e}");
     }
@@ -380,22 +389,32 @@ fn b_and_c_layouts() -> impl Iterator<Item = (Layout, Layout)> {
     [Layout::RowMajor, Layout::ColMajor].into_iter().flat_map(|b| [Layout::RowMajor, Layout::ColMajor].map(|c| (b, c)))
 }
 
-/// Runs `case` with each input and output type: f16 and bf16 in, f32 and the input's 16-bit type out.
-fn run_every_type(gpu: &Gpu, case: &Case) {
-    run_case::<f16, f32>(gpu, case).unwrap();
-    run_case::<f16, f16>(gpu, case).unwrap();
-    run_case::<bf16, f32>(gpu, case).unwrap();
-    run_case::<bf16, bf16>(gpu, case).unwrap();
+/// Runs `case` with each input and output type (f16 and bf16 in, f32 and the input's 16-bit type out) on `gpu`, a
+/// Gpu of the test's own: each launch must run the plan `Gpu::plan_view` predicted, which is returned with its types.
+fn run_every_type(gpu: &Gpu, case: &Case) -> [(InType, OutType, LaunchPlan); 4] {
+    fn planned<TA: InputElement, TC: OutputElement>(gpu: &Gpu, case: &Case) -> (InType, OutType, LaunchPlan) {
+        let (predicted, ran) = run_case::<TA, TC>(gpu, case).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ran.as_ref(), Some(&predicted), "{case:?} in {} out {}: predicted == ran", TA::NAME, TC::NAME);
+        (TA::IN_TYPE, TC::OUT_TYPE, predicted)
+    }
+    [
+        planned::<f16, f32>(gpu, case),
+        planned::<f16, f16>(gpu, case),
+        planned::<bf16, f32>(gpu, case),
+        planned::<bf16, bf16>(gpu, case),
+    ]
 }
 
-/// The bs-128 mid tile of 64 columns (`_n64`, split rows; only on many blocks: `MID64_BS128_MIN_BLOCKS_PER_SM`)
-/// in every input and output type and every B and C layout, with 64-bit indices, bias, an activation and beta,
-/// against every row of the oracle through the caller's memory (`run_case`: padding poisoned and checked).
+/// The bs-128 mid tile of 64 columns (`_n64`, split rows; only on many blocks: 4 per SM today) in every input and
+/// output type and every B and C layout, with 64-bit indices, bias, an activation and beta, against every row of the
+/// oracle through the caller's memory (`run_case`: padding poisoned and checked); every launch runs that tile, the
+/// plan `Gpu::plan_view` predicted.
 #[test]
 fn bs128_tile_of_64_in_every_layout() {
     let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("bs128_tile_of_64_in_every_layout") else { return };
-    let min_blocks = sparsek::gpu::MID64_BS128_MIN_BLOCKS_PER_SM * gpu.info().sm_count as usize;
+    let Some(gpu) = own_gpu("bs128_tile_of_64_in_every_layout", |g| g) else { return };
+    let gpu = &gpu;
+    let min_blocks = 4 * gpu.info().sm_count as usize;
     let (block_rows, density) = (6usize, 0.75);
     let block_cols = (min_blocks * 6 / 5).div_ceil(block_rows) * 4 / 3 + 1;
     let mut seed = 0x6400;
@@ -421,33 +440,24 @@ fn bs128_tile_of_64_in_every_layout() {
                 scheduled: i % 2 == 1,
                 seed,
             };
-            let (m, k) = (block_rows * 128, block_cols * 128);
-            let nnzb = (density * (block_rows * block_cols) as f64).round() as usize;
-            assert!(nnzb >= min_blocks, "{case:?}: {nnzb} blocks, the tile of 64 needs {min_blocks}");
-            for (input, out) in [
-                (sparsek::gpu::InType::F16, sparsek::gpu::OutType::F32),
-                (sparsek::gpu::InType::F16, sparsek::gpu::OutType::F16),
-                (sparsek::gpu::InType::Bf16, sparsek::gpu::OutType::F32),
-                (sparsek::gpu::InType::Bf16, sparsek::gpu::OutType::Bf16),
-            ] {
-                let types = (input, b_layout, out, c_layout);
-                let kernel = gpu.plan_kernel(128, types, (m, k, n), nnzb, None).unwrap().kernel;
-                assert!(kernel.ends_with("_n64"), "{case:?} {input:?} -> {out:?}: got {kernel}");
+            for (input, out, plan) in run_every_type(gpu, &case) {
+                assert!(plan.kernel.ends_with("_n64"), "{case:?} {input:?} -> {out:?}: {plan}");
             }
-            run_every_type(gpu, &case);
         }
     }
 }
 
 /// bs 64's tile of 64 columns cannot split rows, and its flat block list serves only f16 inputs on a row-major B
 /// with an f32 C: for every other type and layout a dominating row (over 4x the mean, known from the view's
-/// schedule) takes the tile of 32 (`Gpu::skew_tile_for`), which splits it over both N tiles. 33 to 64 columns,
+/// schedule) takes the tile of 32 (the plan's `skew_tile`), which splits it over both N tiles. 33 to 64 columns,
 /// every input and output type, every B and C layout, u32 and i64 indices, bias, activations and beta, against every
-/// row of the oracle through the caller's memory (`run_case`: padding poisoned and checked).
+/// row of the oracle through the caller's memory (`run_case`: padding poisoned and checked); every launch runs the
+/// plan `Gpu::plan_view` predicted.
 #[test]
 fn bs64_dominating_row_takes_the_tile_of_32_in_every_layout() {
     let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("bs64_dominating_row_takes_the_tile_of_32_in_every_layout") else { return };
+    let Some(gpu) = own_gpu("bs64_dominating_row_takes_the_tile_of_32_in_every_layout", |g| g) else { return };
+    let gpu = &gpu;
     let (bs, block_rows, block_cols, density) = (64usize, 20usize, 90usize, 0.1);
     let mut seed = 0x6432;
     for (i, (b_layout, c_layout)) in b_and_c_layouts().enumerate() {
@@ -474,51 +484,40 @@ fn bs64_dominating_row_takes_the_tile_of_32_in_every_layout() {
             };
             let (m, k) = (block_rows * bs, block_cols * bs);
             let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, density, seed).unwrap();
-            let longest = a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
-            let dims = (a.nnzb(), block_rows, n);
+            let longest = longest(&a);
             assert!(longest > 4 * a.nnzb().div_ceil(block_rows), "{case:?}: longest {longest}");
-            for (input, out) in [
-                (sparsek::gpu::InType::F16, sparsek::gpu::OutType::F32),
-                (sparsek::gpu::InType::F16, sparsek::gpu::OutType::F16),
-                (sparsek::gpu::InType::Bf16, sparsek::gpu::OutType::F32),
-                (sparsek::gpu::InType::Bf16, sparsek::gpu::OutType::Bf16),
-            ] {
-                let types = (input, b_layout, out, c_layout);
-                let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), Some(longest)).unwrap();
-                assert!(choice.kernel.ends_with("_n64"), "{case:?} {input:?} -> {out:?}: got {}", choice.kernel);
-                let tile = gpu.skew_tile_for(choice.kernel, dims, Some(longest));
-                let has_flat = gpu.flat_for(choice.kernel, dims, Some(longest)).is_some()
-                    || (input, b_layout, out)
-                        == (sparsek::gpu::InType::F16, Layout::RowMajor, sparsek::gpu::OutType::F32);
-                match tile {
-                    Some((name, config)) => {
-                        assert!(!has_flat && name.ends_with("_n32"), "{case:?} {input:?} -> {out:?}: took {name}");
-                        let split = gpu.split_for(&config, dims, Some(longest));
-                        assert!(split.is_some(), "{case:?} {input:?} -> {out:?}: {name} does not split");
-                    }
-                    None => assert!(has_flat, "{case:?} {input:?} -> {out:?}: kept {}", choice.kernel),
+            for (input, out, plan) in run_every_type(gpu, &case) {
+                let ctx = format!("{case:?} {input:?} -> {out:?}: {plan}");
+                if (input, b_layout, out) == (InType::F16, Layout::RowMajor, OutType::F32) {
+                    // The types of the flat list: the tile of 64 (or its flat list) is kept.
+                    let flat = matches!(plan.decomposition, Decomposition::FlatList { .. });
+                    assert!(!plan.skew_tile && (flat || plan.kernel.ends_with("_n64")), "{ctx}");
+                } else {
+                    let split = matches!(plan.decomposition, Decomposition::SplitRows { .. });
+                    assert!(plan.skew_tile && plan.kernel.ends_with("_n32") && split, "{ctx}");
                 }
             }
-            run_every_type(gpu, &case);
         }
     }
 }
 
-/// The bs-16 and bs-32 mid tiles (`_n32`, 17 to 64 columns, only on `MID_SMALL_BS_MIN_ROWS_PER_SM` block rows per SM)
-/// in every input and output type and every B and C layout, with u32 and i64 indices, bias, activations and beta,
-/// skewed rows too (split: one row over 4x the mean), against every row of the oracle through the caller's memory;
-/// on fewer rows the launch takes the narrow tile.
+/// The bs-16 and bs-32 mid tiles (`_n32`, 17 to 64 columns, only on many block rows: 3 per SM today) in every input
+/// and output type and every B and C layout, with u32 and i64 indices, bias, activations and beta, skewed rows too
+/// (split: one row over 4x the mean and longer than a part of 128 KiB of A), against every row of the oracle through
+/// the caller's memory, each launch running the plan `Gpu::plan_view` predicted; on fewer rows the launch takes the
+/// narrow tile.
 #[test]
 fn small_block_mid_tiles_in_every_layout() {
     let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("small_block_mid_tiles_in_every_layout") else { return };
-    let block_rows = sparsek::gpu::MID_SMALL_BS_MIN_ROWS_PER_SM * gpu.info().sm_count as usize;
+    let Some(gpu) = own_gpu("small_block_mid_tiles_in_every_layout", |g| g) else { return };
+    let gpu = &gpu;
+    let block_rows = 3 * gpu.info().sm_count as usize;
     let mut seed = 0x3200;
     for bs in [16usize, 32] {
         let few = block_rows - 1;
-        let types = (sparsek::gpu::InType::F16, Layout::RowMajor, sparsek::gpu::OutType::F32, Layout::RowMajor);
-        let narrow = gpu.plan_kernel(bs, types, (few * bs, 8 * bs, 32), few * 4, None).unwrap().kernel;
-        assert!(narrow.ends_with("_n16"), "bs {bs}, {few} block rows: got {narrow}");
+        let a: Bsr<f16> = generate(Pattern::Uniform, few * bs, 8 * bs, bs, 0.5, 0x31ff).unwrap();
+        let narrow = plan_of::<f32>(gpu, &a, 32, Epilogue::default());
+        assert!(narrow.kernel.ends_with("_n16"), "bs {bs}, {few} block rows: {narrow}");
         for (i, (b_layout, c_layout)) in b_and_c_layouts().enumerate() {
             for (n, pattern) in [(32usize, Pattern::Uniform), (17, Pattern::Skewed), (64, Pattern::Skewed)] {
                 seed += 1;
@@ -545,19 +544,31 @@ fn small_block_mid_tiles_in_every_layout() {
                 };
                 let (m, k) = (block_rows * bs, block_cols * bs);
                 let a: Bsr<f16> = generate(pattern, m, k, bs, density, seed).unwrap();
-                let longest = a.row_ptr().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
-                for input in [sparsek::gpu::InType::F16, sparsek::gpu::InType::Bf16] {
-                    let types = (input, b_layout, sparsek::gpu::OutType::F32, c_layout);
-                    let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), Some(longest)).unwrap();
-                    assert!(choice.kernel.ends_with("_n32"), "{case:?} {input:?}: got {}", choice.kernel);
-                    let split = gpu.split_for(&choice.config, (a.nnzb(), block_rows, n), Some(longest));
-                    // The auto split: one row over 4x the mean and longer than a part (SPLIT_PART_BYTES of A: 64
-                    // blocks at bs 32, 256 at bs 16), on one N tile or up to 64 columns.
-                    let part_blocks = sparsek::gpu::SPLIT_PART_BYTES / (bs * bs * 2);
-                    let expect = pattern == Pattern::Skewed && longest > part_blocks;
-                    assert_eq!(split.is_some(), expect, "{case:?}: longest {longest}, split {split:?}");
+                let longest = longest(&a);
+                // The auto split: one row over 4x the mean and longer than a part (128 KiB of A: 64 blocks at bs
+                // 32, 256 at bs 16), on one N tile or up to 64 columns; the longest row known (uploaded).
+                let expect = pattern == Pattern::Skewed && longest * bs * bs * 2 > 128 << 10;
+                let ep = Epilogue::default();
+                let uploaded = [
+                    (InType::F16, plan_in::<f16, f32>(gpu, &a, n, (b_layout, c_layout), ep)),
+                    (InType::Bf16, plan_in::<bf16, f32>(gpu, &a, n, (b_layout, c_layout), ep)),
+                ];
+                for (input, plan) in &uploaded {
+                    let split = matches!(plan.decomposition, Decomposition::SplitRows { .. });
+                    assert!(plan.kernel.ends_with("_n32"), "{case:?} {input:?}: {plan}");
+                    assert_eq!(split, expect, "{case:?} {input:?}: longest {longest}: {plan}");
                 }
-                run_every_type(gpu, &case);
+                for (input, out, plan) in run_every_type(gpu, &case) {
+                    if out != OutType::F32 {
+                        continue;
+                    }
+                    assert!(plan.kernel.ends_with("_n32"), "{case:?} {input:?}: launched {plan}");
+                    // A view with its schedule launches what the uploaded matrix does.
+                    let upload = &uploaded.iter().find(|(i, _)| *i == input).expect("an uploaded plan").1;
+                    if case.scheduled {
+                        assert_eq!(plan.decomposition, upload.decomposition, "{case:?}: view {plan}, upload {upload}");
+                    }
+                }
             }
         }
     }
@@ -575,12 +586,11 @@ fn row_major_b_in_64_column_chunks() {
     let _shared = sparsek_tests::gpu_shared();
     let Some(gpu) = gpu("row_major_b_in_64_column_chunks") else { return };
     let stream = gpu.stream();
-    let types = (sparsek::gpu::InType::F16, Layout::RowMajor, sparsek::gpu::OutType::F32);
     for bs in [64usize, 128] {
         let (m, k) = (3 * bs, 5 * bs);
         let a: Bsr<f16> = generate_int(Pattern::Skewed, m, k, bs, 0.6, 0x3c ^ bs as u64, 4).unwrap();
         for n in [320usize, 512] {
-            let sm90 = gpu.serving_kernel(bs as u32, types, n, (m / bs, a.nnzb())).is_some_and(|(_, sm90)| sm90);
+            let sm90 = is_sm90(&plan_of::<f32>(gpu, &a, n, Epilogue::new(1.0, 0.0)));
             if gpu.info().compute_capability == (9, 0) && gpu.hopper_module().is_some() && hopper_enabled() {
                 assert!(sm90, "bs {bs} n {n}: expected an sm_90a kernel to serve this product");
             }

@@ -13,18 +13,20 @@ use cudarc::driver::{CudaSlice, DevicePtr};
 use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{
-    BsrArrays, BsrView, DenseView, DenseViewMut, Gpu, InType, IndexType, OutType, Pipeline, TileGrid, TileSchedule,
-    graph_balance_pays,
+    BsrArrays, BsrView, Decomposition, DenseView, DenseViewMut, Gpu, IndexType, LaunchPlan, TileSchedule,
 };
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
 use sparsek_tests::{
-    exact_operands, gpu_required, graph_nodes, hopper_enabled, own_gpu, spmm_once, threads_match_one_launch,
+    check_planned, exact_operands, gpu_required, graph_nodes, hopper_enabled, is_sm90, own_gpu, plan_of,
+    plan_unscheduled, same_bits, spmm_once, spmm_planned, threads_match_one_launch,
 };
 
-/// A Gpu with the given schedule, or `None` (after a skip line) without a GPU or without the sm_90a module.
+/// A Gpu with the given schedule, or `None` (after a skip line) without a GPU or without the sm_90a module (a
+/// launch of 256 columns over 64 block rows of bs 64 does not take an sm_90a kernel).
 fn hopper_gpu(test: &str, schedule: TileSchedule) -> Option<Gpu> {
     let gpu = own_gpu(test, |g| g.with_tile_schedule(schedule))?;
-    let hopper = hopper_enabled() && gpu.serving_kernel(64, TYPES_3, 256, (64, 64)).is_some_and(|(_, sm90)| sm90);
+    let probe: Bsr<f16> = generate(Pattern::Uniform, 64 * 64, 8 * 64, 64, 0.5, 1).unwrap();
+    let hopper = hopper_enabled() && is_sm90(&plan_of::<f32>(&gpu, &probe, 256, Epilogue::default()));
     if !hopper {
         use std::io::Write;
         let why = if hopper_enabled() { "the GPU has no sm_90a module" } else { "SPARSEK_TEST_MODULE=sm80" };
@@ -37,21 +39,23 @@ fn hopper_gpu(test: &str, schedule: TileSchedule) -> Option<Gpu> {
     Some(gpu)
 }
 
-const TYPES_3: (InType, Layout, OutType) = (InType::F16, Layout::RowMajor, OutType::F32);
-
-/// The grid a launch of `a` with `n` columns gets on `gpu`, after checking that an sm_90a kernel serves it
-/// (ping-pong at bs 64).
-fn grid_of(gpu: &Gpu, a: &Bsr<f16>, n: usize, ctx: &str) -> TileGrid {
-    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
-    let choice = gpu.plan_kernel(a.block_size(), types, (a.rows(), a.cols(), n), a.nnzb(), None).unwrap();
-    assert!(matches!(choice.config.pipeline, Pipeline::TmaWgmma { .. }), "{ctx}: {} is not sm_90a", choice.kernel);
-    assert_eq!(choice.config.pingpong(), a.block_size() == 64, "{ctx}: {}", choice.kernel);
-    let tiles = a.rows() / a.block_size() * n.div_ceil(choice.config.bn as usize);
-    gpu.tile_grid(&choice.config, choice.ctas_per_sm, tiles).unwrap()
+/// The plan of a launch of `a` (uploaded) with `n` columns into an f32 C on `gpu`, after checking that an sm_90a
+/// kernel serves it.
+fn sm90_plan(gpu: &Gpu, a: &Bsr<f16>, n: usize, ctx: &str) -> LaunchPlan {
+    let plan = plan_of::<f32>(gpu, a, n, Epilogue::default());
+    assert!(is_sm90(&plan), "{ctx}: not sm_90a: {plan}");
+    plan
 }
 
-fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
-    x.as_slice().iter().zip(y.as_slice()).all(|(a, b)| a.to_bits() == b.to_bits())
+/// The rows of tiles a plan walks per N tile: A's block rows, and for the sm_90a split rows `chunks - 1` more for
+/// each split row.
+fn tile_rows(plan: &LaunchPlan, block_rows: usize) -> usize {
+    match plan.decomposition {
+        Decomposition::HopperSplitRows { split_rows, chunks, .. } => {
+            block_rows + split_rows as usize * (chunks as usize - 1)
+        }
+        _ => block_rows,
+    }
 }
 
 /// Integer-valued A, B and C (every sum exact in f32): the persistent grid with the counter, with the static
@@ -78,18 +82,19 @@ fn persistent_grid_is_exact() {
             let ep = Epilogue::new(1.0, beta);
             let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} {density} beta={beta} nnzb={}", a.nnzb());
             if a.nnzb() > 0 {
-                let g = grid_of(&counter, &a, n, &ctx);
-                assert!(g.counter && g.ctas as usize <= sms, "{ctx}: {g:?}");
-                let g = grid_of(&stride, &a, n, &ctx);
-                assert!(!g.counter && g.ctas as usize <= sms, "{ctx}: {g:?}");
+                let p = sm90_plan(&counter, &a, n, &ctx);
+                assert!(p.tile_counter && p.ctas as usize <= sms, "{ctx}: {p}");
+                let p = sm90_plan(&stride, &a, n, &ctx);
+                assert!(!p.tile_counter && p.ctas as usize <= sms, "{ctx}: {p}");
                 // One tile per consumer set: the ping-pong kernels (bs 64) take two per CTA.
-                let tiles = rows * n.div_ceil(256);
+                let p = sm90_plan(&per_tile, &a, n, &ctx);
+                let tiles = tile_rows(&p, rows) * n.div_ceil(256);
                 let ctas = if bs == 64 { tiles.div_ceil(2) } else { tiles } as u32;
-                assert_eq!(grid_of(&per_tile, &a, n, &ctx), TileGrid { ctas, counter: false }, "{ctx}");
+                assert!(!p.tile_counter && p.ctas == ctas, "{ctx}: {ctas} CTAs expected: {p}");
             }
             let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
             for (what, gpu) in [("counter", &counter), ("static stride", &stride), ("one tile per set", &per_tile)] {
-                let report = compare_exact(&spmm_once(gpu, &a, &b, &c0, ep), &expected);
+                let report = compare_exact(&spmm_planned(gpu, &a, &b, &c0, ep).0, &expected);
                 assert!(report.passed(), "{ctx}: {what}: {report}");
             }
         }
@@ -109,11 +114,12 @@ fn persistent_grid_is_deterministic() {
         for pattern in [Pattern::Uniform, Pattern::Skewed] {
             let a: Bsr<f16> = generate(pattern, m, k, bs, density, (bs + n) as u64).unwrap();
             let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} {density}");
-            assert!(grid_of(&persistent, &a, n, &ctx).counter, "{ctx}: no counter");
+            let plan = sm90_plan(&persistent, &a, n, &ctx);
+            assert!(plan.tile_counter, "{ctx}: no counter: {plan}");
             let b = Matrix::<f16>::random(k, n, 5).unwrap();
             let poisoned = Matrix::<f32>::filled(m, n, n.next_multiple_of(4), f32::NAN).unwrap();
             let ep = Epilogue::new(1.0, 0.0);
-            let run = |gpu: &Gpu| spmm_once(gpu, &a, &b, &poisoned, ep);
+            let run = |gpu: &Gpu| spmm_planned(gpu, &a, &b, &poisoned, ep).0;
             let want = run(&per_tile);
             let expected = sparsek::check::Expected::compute(
                 &a,
@@ -151,14 +157,15 @@ fn persistent_launches_on_many_streams_are_ordered() {
     let Some(gpu) = hopper_gpu(test, TileSchedule::Auto) else { return };
     let (m, k, n) = (4096, 4096, 768);
     let a: Bsr<f16> = generate(Pattern::Skewed, m, k, 64, 0.15, 41).unwrap();
-    assert!(grid_of(&gpu, &a, n, "many streams").counter, "no counter");
+    let plan = sm90_plan(&gpu, &a, n, "many streams");
+    assert!(plan.tile_counter, "no counter: {plan}");
     let b = Matrix::<f16>::random(k, n, 42).unwrap();
     let c0 = Matrix::<f32>::random(m, n, 43).unwrap();
     threads_match_one_launch(&gpu, &a, &b, &c0, Epilogue::new(0.5, -1.0), 6);
 }
 
 /// Launches captured into a CUDA graph never touch the Gpu's counters (a replayed graph is not ordered with other
-/// launches). Where the balance pays for the graph's nodes (`graph_balance_pays`: here bs 128's 16 block rows of
+/// launches). Where the balance pays for the graph's nodes (here bs 128's 16 block rows of
 /// about 410 KB on few N tiles, at most half the SMs) they take two counters of their own, in the graph (an allocation, a memset
 /// zeroing them and a free node), and run the persistent grid; elsewhere (bs 64's 64 rows on several N tiles)
 /// one tile per consumer set, no memory node. Captured on a stream of the test's own, over views of memory
@@ -210,29 +217,26 @@ fn captured_launches_replay_exactly() {
             r.unwrap_or_else(|e| panic!("{ctx}: launch during capture: {e}"));
             let graph = graph.expect("end capture").expect("a graph");
             let held = graph_nodes(&graph);
-            let cfg = gpu
-                .plan_kernel(
-                    bs,
-                    (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor),
-                    (m, k, n),
-                    a.nnzb(),
-                    None,
-                )
-                .unwrap()
-                .config;
-            let whole = m / bs * n.div_ceil(cfg.bn as usize);
-            let pays = graph_balance_pays((a.nnzb(), m / bs, bs * bs * 2), None, whole, gpu.info().sm_count as usize);
-            assert_eq!(pays, bs == 128, "{ctx}: test setup: {whole} tiles");
+            // The balance pays for the graph's nodes at bs 128 (16 long block rows on few N tiles), not at bs 64.
+            let pays = bs == 128;
             let nodes = if pays { 1 } else { 0 };
             assert_eq!(
                 (held.allocs, held.memsets, held.frees, held.others),
                 (nodes, nodes, nodes, 0),
                 "{ctx}: {held:?}"
             );
-            let grid = grid_of(if pays { &gpu } else { &per_tile }, &a, n, &ctx);
-            assert_eq!(grid.counter, pays, "{ctx}: {grid:?}");
-            let ctas: Vec<u32> = held.kernels.iter().map(|k| k.1).collect();
-            assert_eq!(ctas, vec![grid.ctas], "{ctx}: one kernel on the grid {grid:?}: {held:?}");
+            // What a raw view (no schedule) launches outside a graph: the persistent grid where the graph has
+            // counters of its own, else one tile per consumer set.
+            let plan = plan_unscheduled::<f32>(if pays { &gpu } else { &per_tile }, &a, n, ep);
+            assert!(is_sm90(&plan) && plan.tile_counter == pays, "{ctx}: {plan}");
+            assert_eq!(held.kernels, vec![(plan.kernel.to_string(), plan.ctas)], "{ctx}: the kernel of {plan}");
+            if !pays {
+                // Without a graph workspace the captured launch records its plan: the per-tile one, no counter.
+                let captured = gpu.last_plan().expect("the captured launch's plan");
+                let same = (captured.kernel, captured.ctas, captured.decomposition, captured.tile_counter)
+                    == (plan.kernel, plan.ctas, plan.decomposition, false);
+                assert!(same && !captured.graph_workspace, "{ctx}: captured {captured}, expected {plan}");
+            }
             for i in 0..3 {
                 graph.launch().unwrap();
                 let got = stream.clone_dtoh(&c_dev).unwrap();
@@ -263,20 +267,15 @@ fn dense_rows(
     .unwrap()
 }
 
-/// The split that `gpu` gives a launch of `a` with `n` columns (f16 in, row-major B, `out` C), after checking that
-/// an sm_90a kernel serves it.
-fn hopper_split_of(gpu: &Gpu, a: &Bsr<f16>, n: usize, out: OutType, ctx: &str) -> Option<sparsek::gpu::HopperSplit> {
-    let mut lengths: Vec<u32> = a.row_ptr().windows(2).map(|w| w[1] - w[0]).collect();
-    lengths.sort_by(|x, y| y.cmp(x));
-    let types = (InType::F16, Layout::RowMajor, out, Layout::RowMajor);
-    let choice =
-        gpu.plan_kernel(a.block_size(), types, (a.rows(), a.cols(), n), a.nnzb(), lengths.first().map(|&l| l as usize));
-    let choice = choice.unwrap_or_else(|| panic!("{ctx}: no kernel"));
-    assert!(matches!(choice.config.pipeline, Pipeline::TmaWgmma { .. }), "{ctx}: {}", choice.kernel);
-    gpu.hopper_split_for(&choice.config, choice.ctas_per_sm, (&lengths, a.nnzb()), n)
+/// The sm_90a split rows of a plan (the split rows and the most parts per row), if it has them.
+fn hopper_split_in(plan: &LaunchPlan) -> Option<(u32, u32)> {
+    match plan.decomposition {
+        Decomposition::HopperSplitRows { split_rows, chunks, .. } => Some((split_rows, chunks)),
+        _ => None,
+    }
 }
 
-/// Long rows split over several CTAs of the sm_90a kernels (`hopper_split_choice`; parts of 16 blocks asked for with
+/// Long rows split over several CTAs of the sm_90a kernels (`Decomposition::HopperSplitRows`; parts of 16 blocks asked for with
 /// `RowSplit::Blocks`, so bs 64's ping-pong kernel, which Auto leaves whole, splits too): integer-valued operands
 /// give the oracle's bits and whole rows' (`RowSplit::Off`), f32 and f16 C, beta 0 (C through the tensor map
 /// elsewhere) and beta != 0, N tails; three more launches give the same bits.
@@ -298,20 +297,22 @@ fn long_rows_split_on_the_sm90_kernels_are_exact() {
         let seed = 0x5b11_7000 + i as u64;
         let a = dense_rows(bs, shape, rows, seed, true);
         let ctx = format!("case {i}: {}x{n}x{} bs {bs}, {} dense rows, nnzb {}", a.rows(), a.cols(), rows.0, a.nnzb());
-        let split = hopper_split_of(&gpu, &a, n, OutType::F32, &ctx);
-        assert!(split.is_some_and(|s| s.split_rows as usize >= rows.0 && s.chunks >= 2), "{ctx}: {split:?}");
         let (b, c0) = sparsek_tests::exact_b_c((a.rows(), a.cols(), n), beta, seed);
         let ep = Epilogue::new(1.0, beta);
         let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
-        let got = spmm_once(&gpu, &a, &b, &c0, ep);
+        let (got, plan) = spmm_planned(&gpu, &a, &b, &c0, ep);
+        let split = hopper_split_in(&plan);
+        let long_rows_split = split.is_some_and(|(split_rows, chunks)| split_rows as usize >= rows.0 && chunks >= 2);
+        assert!(is_sm90(&plan) && long_rows_split, "{ctx}: {plan}");
         let report = compare_exact(&got, &expected);
         assert!(report.passed(), "{ctx}: split rows: {report}");
-        let report = compare_exact(&spmm_once(&whole, &a, &b, &c0, ep), &expected);
+        let (whole_got, whole_plan) = spmm_planned(&whole, &a, &b, &c0, ep);
+        assert!(hopper_split_in(&whole_plan).is_none(), "{ctx}: RowSplit::Off: {whole_plan}");
+        let report = compare_exact(&whole_got, &expected);
         assert!(report.passed(), "{ctx}: whole rows: {report}");
         for k in 0..3 {
             let again = spmm_once(&gpu, &a, &b, &c0, ep);
-            let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
-            assert!(same, "{ctx}: launch {k} differs from the first");
+            assert!(same_bits(&again, &got), "{ctx}: launch {k} differs from the first");
         }
         // A 16-bit C (its own tensor map and epilogue): the oracle's exact sums rounded once to f16 (sums past 2048
         // are not all f16 values).
@@ -319,7 +320,9 @@ fn long_rows_split_on_the_sm90_kernels_are_exact() {
             let c16 = Matrix::<f16>::filled(a.rows(), n, n.next_multiple_of(8), f16::from_f32(f32::NAN)).unwrap();
             let exact = sparsek::cpu::reference(&a, &b, &c16, ep).unwrap();
             let want = Matrix::<f64>::from_fn(a.rows(), n, |r, c| f16::from_f64(exact.row(r)[c]).to_f64()).unwrap();
-            let report = compare_exact(&spmm_once(&gpu, &a, &b, &c16, ep), &want);
+            let (got, plan) = spmm_planned(&gpu, &a, &b, &c16, ep);
+            assert!(is_sm90(&plan) && hopper_split_in(&plan).is_some(), "{ctx}: f16 C: {plan}");
+            let report = compare_exact(&got, &want);
             assert!(report.passed(), "{ctx}: f16 C: {report}");
         }
     }
@@ -340,14 +343,11 @@ fn long_rows_split_on_the_sm90_kernels_match_the_oracle() {
         let seed = 0x5b11_8000 + i as u64;
         let a = dense_rows(bs, shape, rows, seed, false);
         let ctx = format!("case {i}: {}x{n}x{} bs {bs}, {} dense rows", a.rows(), a.cols(), rows.0);
-        let split = hopper_split_of(&gpu, &a, n, OutType::F32, &ctx);
-        assert!(split.is_some(), "{ctx}: not split");
-        let got =
-            sparsek_tests::check_case::<f32>(&gpu, &a, n, (1.0, 0.0), seed, &ctx).unwrap_or_else(|e| panic!("{e}"));
+        let (got, plan) = check_planned::<f32>(&gpu, &a, n, (1.0, 0.0), seed, &ctx).unwrap_or_else(|e| panic!("{e}"));
+        assert!(is_sm90(&plan) && hopper_split_in(&plan).is_some(), "{ctx}: not split: {plan}");
         for k in 0..3 {
-            let again = sparsek_tests::check_case::<f32>(&gpu, &a, n, (1.0, 0.0), seed, &ctx).unwrap();
-            let same = again.as_slice().iter().zip(got.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits());
-            assert!(same, "{ctx}: launch {k} differs from the first");
+            let (again, _) = check_planned::<f32>(&gpu, &a, n, (1.0, 0.0), seed, &ctx).unwrap();
+            assert!(same_bits(&again, &got), "{ctx}: launch {k} differs from the first");
         }
     }
 }

@@ -169,7 +169,7 @@ fn bs128_tile_of_64_splits_rows() {
 
 /// bs 64's tile of 64 columns (`_n64`, 33 to 64 columns) cannot split rows, and its flat block list serves only an
 /// f32 C: with an f16 C and one row over four times the mean, `RowSplit::Auto` takes the tile of 32 in its place
-/// (`Gpu::skew_tile_for`), which splits that row over both N tiles. At 33, 48 and 64 columns: integer-valued
+/// (the plan's `skew_tile`), which splits that row over both N tiles. At 33, 48 and 64 columns: integer-valued
 /// operands give the oracle's bits and whole rows' (the tile of 64, `RowSplit::Off`), on every launch; random
 /// values match every row of the oracle (C poisoned, and with beta). An f32 C, uniform rows and `RowSplit::Off`
 /// keep the tile of 64 (or its flat list).

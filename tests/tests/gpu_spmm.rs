@@ -7,10 +7,13 @@
 use proptest::prelude::*;
 use sparsek::check::{Expected, RowSample, compare_exact};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, InType, OutType, OutputElement, TuneOptions, TuneProblem};
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, LaunchPlan, OutType, OutputElement, TuneOptions, TuneProblem};
 use sparsek::tune::{KernelFamily, Plan, PlanCache, PlanSource};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Scalar, f16};
-use sparsek_tests::{exact_operands, gpu, gpu_cases, own_gpu, spmm_once, threads_match_one_launch};
+use sparsek_tests::{
+    ROW_MAJOR, exact_operands, family, gpu, gpu_cases, own_gpu, plan_in, plan_of, plan_view_in, spmm_planned,
+    threads_match_one_launch,
+};
 
 /// One random case.
 #[derive(Clone, Debug)]
@@ -82,23 +85,35 @@ fn padding_untouched<TC: Scalar>(got: &Matrix<TC>, before: &Matrix<TC>) -> Resul
 /// with everything needed to reproduce it.
 /// Where the built-in heuristic takes the sm_90a short-row kernel, the five-stage sm_90a kernel runs the same case
 /// too: the random shapes have short rows, and both kernels must stay tested on them.
-fn run_case<TC: OutputElement>(gpu: &Gpu, case: &Case) -> Result<(), String> {
-    let short = std::cell::Cell::new(false);
+/// A case launched through `Gpu::spmm` (then, where that ran the sm_90a short-row kernel, again on the five-stage
+/// one); returns the plan `Gpu::plan` predicted for the launch and the plan `Gpu::last_plan` held right after it
+/// (the launch's, where no other thread launches on `gpu`: [`run_planned`]).
+fn run_case<TC: OutputElement>(gpu: &Gpu, case: &Case) -> Result<(LaunchPlan, Option<LaunchPlan>), String> {
+    let plans = std::cell::RefCell::new(None);
     run_case_with::<TC>(gpu, case, |a, b, c, ep| {
-        short.set(takes_short_rows::<TC>(gpu, a, b.cols()));
-        gpu.spmm(a, b, c, ep)
+        let predicted = gpu.plan::<f16, TC>(a, b.cols(), ROW_MAJOR, ep)?;
+        gpu.spmm(a, b, c, ep)?;
+        *plans.borrow_mut() = Some((predicted, gpu.last_plan()));
+        Ok(())
     })?;
-    if short.get() {
+    let (predicted, ran) = plans.into_inner().expect("the case launched");
+    if family(&predicted) == KernelFamily::HopperShort {
         run_plan::<TC>(gpu, case, &Plan::new(KernelFamily::Hopper)).map_err(|e| format!("five-stage sm_90a: {e}"))?;
     }
-    Ok(())
+    Ok((predicted, ran))
 }
 
-/// Whether the built-in heuristic serves `a` times `n` columns (row-major B and C) with the sm_90a short-row kernel.
-fn takes_short_rows<TC: OutputElement>(gpu: &Gpu, a: &DeviceBsr, n: usize) -> bool {
-    let types = (InType::F16, Layout::RowMajor, TC::OUT_TYPE, Layout::RowMajor);
-    gpu.plan_kernel(a.block_size(), types, (a.rows(), a.cols(), n), a.nnzb(), Some(a.max_row_blocks()))
-        .is_some_and(|c| c.plan.family == KernelFamily::HopperShort)
+/// Whether `gpu` launches `a` times `n` columns (row-major B and C, an f32 C, epilogue `ep`) on the sm_90a short-row
+/// kernel (`Gpu::plan`).
+fn takes_short_rows(gpu: &Gpu, a: &DeviceBsr, n: usize, ep: Epilogue) -> bool {
+    family(&gpu.plan::<f16, f32>(a, n, ROW_MAJOR, ep).unwrap()) == KernelFamily::HopperShort
+}
+
+/// [`run_case`] on a Gpu of the test's own: the launch must run the plan `Gpu::plan` predicted, which is returned.
+fn run_planned<TC: OutputElement>(gpu: &Gpu, case: &Case) -> LaunchPlan {
+    let (predicted, ran) = run_case::<TC>(gpu, case).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ran.as_ref(), Some(&predicted), "{case:?} {} out: predicted == ran", TC::NAME);
+    predicted
 }
 
 /// [`run_case`] with any launch (a tuning variant, for instance).
@@ -147,7 +162,7 @@ fn property<TC: OutputElement>(test: &str) {
     let Some(gpu) = gpu(test) else { return };
     let config = ProptestConfig { cases: gpu_cases(300), failure_persistence: None, ..ProptestConfig::default() };
     let mut runner = proptest::test_runner::TestRunner::new(config);
-    let result = runner.run(&case_strategy(), |case| run_case::<TC>(gpu, &case).map_err(TestCaseError::fail));
+    let result = runner.run(&case_strategy(), |case| run_case::<TC>(gpu, &case).map(drop).map_err(TestCaseError::fail));
     if let Err(e) = result {
         panic!("{test}: {e}");
     }
@@ -165,26 +180,19 @@ fn spmm_f16_out_matches_oracle() {
 
 /// Every configuration of the tuning module (host/ptx/sparsek_sm80_tune.ptx) against the oracle on random cases of its
 /// block size: a configuration is only promoted to the product kernels after passing this.
-/// Around the narrow tile's threshold (`layout::NARROW_MAX_N`): the launcher takes the narrow kernel up to 64
-/// columns and the wide one beyond; both sides, every block size, with N tails, skewed rows, alpha/beta, f32 and
-/// f16 C, against every row of the oracle.
+/// Around the narrow tile's threshold (64 columns today): the launcher takes the narrow kernel (or the decode
+/// kernels) up to 64 columns, the mid tiles from 17 to 64 columns at bs 64 and 128 (`_n32`; at bs 64 from 33 columns
+/// `_n64`, and at bs 128 only on many more blocks than these: gpu_split.rs tests it), and the wide or sm_90a one
+/// beyond; both sides, every block size, with N tails, skewed rows, alpha/beta, f32 and f16 C, against every row of
+/// the oracle, each launch running the plan `Gpu::plan` predicted.
 #[test]
 fn narrow_and_wide_tiles_around_the_threshold() {
-    let Some(gpu) = gpu("narrow_and_wide_tiles_around_the_threshold") else { return };
-    assert_eq!(sparsek_layout::NARROW_MAX_N, 64, "the cases below straddle the threshold");
-    assert_eq!(sparsek_layout::MID_MIN_N, 17, "the cases below straddle the mid tile's threshold");
-    assert_eq!(sparsek_layout::MID64_MIN_N, 33, "the cases below straddle the wide mid tile's threshold");
+    let Some(gpu) = own_gpu("narrow_and_wide_tiles_around_the_threshold", |g| g) else { return };
     let mut seed = 0x5eed_u64;
     for bs in [16usize, 32, 64, 128] {
         for n in [1usize, 2, 7, 15, 16, 17, 32, 33, 63, 64, 65, 80] {
-            // The kernel the launch gets: the mid tiles from 17 to 64 columns at bs 64 and 128 (`_n32`; at bs 64
-            // from 33 columns `_n64`, and at bs 128 only on many more blocks than these: gpu_split.rs tests it).
-            let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
-            let choice = gpu.plan_kernel(bs, types, (5 * bs, 4 * bs, n), 10, Some(4)).unwrap();
             let mid64 = bs == 64 && (33..=64).contains(&n);
             let mid = matches!(bs, 64 | 128) && (17..=64).contains(&n) && !mid64;
-            assert_eq!(choice.kernel.ends_with("_n32"), mid, "bs {bs} n {n}: {}", choice.kernel);
-            assert_eq!(choice.kernel.ends_with("_n64"), mid64, "bs {bs} n {n}: {}", choice.kernel);
             for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, -0.5)] {
                 seed += 1;
                 let case = Case {
@@ -199,14 +207,20 @@ fn narrow_and_wide_tiles_around_the_threshold() {
                     beta,
                     seed,
                 };
-                run_case::<f32>(gpu, &case).unwrap_or_else(|e| panic!("narrow/wide threshold: {e}"));
-                run_case::<f16>(gpu, &case).unwrap_or_else(|e| panic!("narrow/wide threshold: {e}"));
+                let plan = run_planned::<f32>(&gpu, &case);
+                let ctx = format!("bs {bs} n {n} {pattern}: {plan}");
+                assert_eq!(plan.kernel.ends_with("_n32"), mid, "{ctx}");
+                assert_eq!(plan.kernel.ends_with("_n64"), mid64, "{ctx}");
+                let wide =
+                    matches!(family(&plan), KernelFamily::Wide | KernelFamily::Hopper | KernelFamily::HopperShort);
+                assert_eq!(wide, n > 64, "{ctx}");
+                run_planned::<f16>(&gpu, &case);
             }
         }
     }
 }
 
-/// Few columns (decode: N = 1..=64, the decode kernels up to `layout::DECODE_MAX_N`, the narrow tile beyond)
+/// Few columns (decode: N = 1..=64, the decode kernels up to 16 columns, the narrow tile beyond)
 /// on long block rows (up to 40 blocks, so every warp of a decode CTA walks several) with every pattern,
 /// skewed rows (one row holding most blocks) included, f32 and f16 C, alpha/beta, padded C.
 fn few_columns_strategy() -> impl Strategy<Value = Case> {
@@ -232,29 +246,47 @@ fn few_columns_match_oracle() {
     let config = ProptestConfig { cases: gpu_cases(300), failure_persistence: None, ..ProptestConfig::default() };
     let mut runner = proptest::test_runner::TestRunner::new(config);
     let result = runner.run(&few_columns_strategy(), |case| {
-        run_case::<f32>(gpu, &case).and_then(|()| run_case::<f16>(gpu, &case)).map_err(TestCaseError::fail)
+        run_case::<f32>(gpu, &case).and_then(|_| run_case::<f16>(gpu, &case)).map(drop).map_err(TestCaseError::fail)
     });
     if let Err(e) = result {
         panic!("{test}: {e}");
     }
 }
 
-/// Few columns over many block rows (the narrow tile) and over few (the decode kernels: `Gpu::decode_serves`),
-/// skewed and uniform rows, N tails, long rows (40 blocks), against every row of the oracle.
+/// Few columns over many block rows (the narrow tile) and over few (the decode kernels; at bs 64 a row of 256 KiB or
+/// more takes the narrow tile's split rows instead), skewed and uniform rows, N tails, long rows (40 blocks),
+/// against every row of the oracle, each launch running the plan `Gpu::plan` predicted.
 #[test]
 fn few_columns_on_few_and_many_block_rows() {
-    let Some(gpu) = gpu("few_columns_on_few_and_many_block_rows") else { return };
+    let Some(gpu) = own_gpu("few_columns_on_few_and_many_block_rows", |g| g) else { return };
     let mut seed = 0xdec0_u64;
-    for (bs, block_rows, block_cols) in
-        [(32usize, 512usize, 16usize), (64, 256, 8), (128, 128, 4), (64, 12, 40), (32, 24, 40)]
-    {
+    // (bs, block rows, block columns, the decode kernels serve): many block rows for the narrow tile (over two per
+    // SM at bs 32, half as many as SMs at bs 64, any at bs 128), few for the decode kernels.
+    for (bs, block_rows, block_cols, decode) in [
+        (32usize, 512usize, 16usize, false),
+        (64, 256, 8, false),
+        (128, 128, 4, false),
+        (64, 12, 40, true),
+        (32, 24, 40, true),
+    ] {
         for n in [1usize, 9, 16] {
             for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, -0.5)] {
                 seed += 1;
                 let case =
                     Case { bs, block_rows, block_cols, n, c_pad: 8, density: 0.5, pattern, alpha: 1.5, beta, seed };
-                run_case::<f32>(gpu, &case).unwrap_or_else(|e| panic!("few columns: {e}"));
-                run_case::<f16>(gpu, &case).unwrap_or_else(|e| panic!("few columns: {e}"));
+                for plan in [run_planned::<f32>(&gpu, &case), run_planned::<f16>(&gpu, &case)] {
+                    let ctx = format!("few columns: {case:?}: {plan}");
+                    match family(&plan) {
+                        KernelFamily::Decode => assert!(decode, "{ctx}"),
+                        // A bs-64 row of 40 blocks holds 320 KiB: the narrow tile splits it.
+                        KernelFamily::Narrow if decode => assert!(
+                            bs == 64 && matches!(plan.decomposition, sparsek::gpu::Decomposition::SplitRows { .. }),
+                            "{ctx}"
+                        ),
+                        KernelFamily::Narrow => {}
+                        _ => panic!("{ctx}: neither the decode kernels nor the narrow tile"),
+                    }
+                }
             }
         }
     }
@@ -375,18 +407,32 @@ fn tune_chooses_a_checked_plan_and_remembers_it() {
         assert!(report.candidates.iter().any(|c| c.plan == report.plan), "{ctx}");
         assert!(report.tuned_us <= report.heuristic_us, "{ctx}");
         assert!(matches!(&report.saved, Some(Ok(p)) if p.exists()), "{ctx}: {:?}", report.saved);
-        let types = (InType::F16, problem.b_layout, problem.out, problem.c_layout);
-        let choice = |g: &Gpu| g.plan_kernel(bs, types, (m, k, n), a.nnzb(), Some(a_d.max_row_blocks())).unwrap();
-        let now = choice(&tuned);
-        assert_eq!((now.plan, now.source), (report.plan, PlanSource::Tuned), "{ctx}");
+        // The launch plans of the problem (its layouts and C type; uploaded: row lengths known, or a raw view:
+        // unknown) on a Gpu: the family and the source of the choice, and the rasterization group the tuned plan
+        // fixed (where it fixed one).
+        let layouts = (problem.b_layout, problem.c_layout);
+        let ep = Epilogue::default();
+        let launch_plan = |g: &Gpu, uploaded: bool| match (problem.out, uploaded) {
+            (OutType::F16, true) => plan_in::<f16, f16>(g, &a, n, layouts, ep),
+            (OutType::F16, false) => plan_view_in::<f16>(g, &a, n, layouts, ep),
+            (_, true) => plan_in::<f16, f32>(g, &a, n, layouts, ep),
+            (_, false) => plan_view_in::<f32>(g, &a, n, layouts, ep),
+        };
+        let takes_tuned = |g: &Gpu, uploaded: bool, what: &str| {
+            let plan = launch_plan(g, uploaded);
+            assert_eq!(plan.choice, Some((report.plan.family, PlanSource::Tuned)), "{ctx}: {what}: {plan}");
+            let groups = report.plan.group_rows.is_none_or(|r| r == plan.group_rows);
+            assert!(groups || family(&plan) == KernelFamily::Decode, "{ctx}: {what}: groups of {plan}");
+        };
+        takes_tuned(&tuned, true, "tuned");
         // Read back from the file by a new Gpu; ignored with plans off.
         let reread = open(PlanCache::in_dir(&dir));
         assert!(reread.plan_cache_warning().is_none());
-        assert_eq!((choice(&reread).plan, choice(&reread).source), (report.plan, PlanSource::Tuned), "{ctx}");
-        assert_eq!(choice(&open(PlanCache::off())).source, PlanSource::Heuristic, "{ctx}");
+        takes_tuned(&reread, true, "read back");
+        let off = launch_plan(&open(PlanCache::off()), true);
+        assert_eq!(off.choice.map(|c| c.1), Some(PlanSource::Heuristic), "{ctx}: plans off: {off}");
         // Views (row lengths unknown) of the same shape and block count take the plan too.
-        let view = tuned.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
-        assert_eq!((view.plan, view.source), (report.plan, PlanSource::Tuned), "{ctx}");
+        takes_tuned(&tuned, false, "a view");
         // The tuned launch is still right (row-major problems through Gpu::spmm, which consults the plan).
         if problem.b_layout == Layout::RowMajor {
             let case = Case {
@@ -469,7 +515,7 @@ fn exact_case(gpu: &Gpu, bs: usize, block_rows: usize, block_cols: usize, n: usi
         let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
         // The heuristic's kernel, and the five-stage sm_90a one where the heuristic takes the short-row kernel.
         let mut plans = vec![None];
-        if takes_short_rows::<f32>(gpu, &a_d, n) {
+        if takes_short_rows(gpu, &a_d, n, ep) {
             plans.push(Some(Plan::new(KernelFamily::Hopper)));
         }
         for plan in plans {
@@ -512,110 +558,110 @@ exact_tests! {
     exact_bs128_m512_n33_k1024: 128, 4, 8, 33, 0.6;
 }
 
-/// The small-grid rule (`Gpu::small_grid_serves`, on by default; the other tests turn it off to keep testing the
-/// wide and sm_90a kernels on small shapes): a launch of 65 to `SMALL_GRID_MAX_N` columns whose wide or sm_90a
-/// grid has at most three tiles for every four SMs takes the mid tile where its grid has at least half as many
-/// CTAs as SMs, else the narrow tile; any other launch keeps its kernel. Every case bit-exact against the oracle
-/// with the rule on and off (integer-valued operands, skewed rows).
+/// The small-grid rule (on by default; the other tests turn it off to keep testing the wide and sm_90a kernels on
+/// small shapes): a launch of 65 to 512 columns whose wide or sm_90a grid has at most three tiles for every four SMs
+/// takes the mid tile where its grid has at least half as many CTAs as SMs, else the narrow tile; any other launch
+/// keeps its kernel. With the rule off every case runs the wide or sm_90a kernels; with it on each either keeps that
+/// kernel or runs the narrow or mid tile, and the cases (made for a GPU of 100 to 144 SMs) see all three: a mid tile,
+/// the narrow tile, and a kernel kept (past 512 columns, and on many tiles). Every case bit-exact against the oracle
+/// with the rule on and off (integer-valued operands, skewed rows), each launch running the plan `Gpu::plan`
+/// predicted.
 #[test]
 fn small_grids_take_the_narrow_and_mid_tiles() {
     let test = "small_grids_take_the_narrow_and_mid_tiles";
     let Some(rule) = own_gpu(test, |g| g.with_small_grids(true)) else { return };
-    let off = gpu(test).unwrap();
-    let sms = rule.info().sm_count as usize;
-    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
-    let types3 = (types.0, types.1, types.2);
+    let off = own_gpu(test, |g| g).unwrap();
+    // (bs, block rows, block columns, N, what the rule does on 100 to 144 SMs: 'm' the mid tile, 'n' the narrow
+    // tile, 'k' the kernel kept).
     let cases = [
-        (16usize, 24usize, 24usize, 512usize),
-        (32, 12, 48, 512),
-        (32, 48, 12, 65),
-        (64, 6, 24, 512),
-        (64, 24, 6, 128),
-        (64, 32, 32, 512),
-        (64, 24, 8, 513),
-        (64, 60, 8, 512),
-        (128, 3, 12, 512),
-        (128, 8, 8, 300),
-        (128, 160, 2, 256),
+        (16usize, 24usize, 24usize, 512usize, 'n'),
+        (32, 12, 48, 512, 'n'),
+        (32, 48, 12, 65, 'n'),
+        (64, 6, 24, 512, 'n'),
+        (64, 24, 6, 128, 'n'),
+        (64, 32, 32, 512, 'm'),
+        (64, 24, 8, 513, 'k'),
+        (64, 60, 8, 512, 'k'),
+        (128, 3, 12, 512, 'n'),
+        (128, 8, 8, 300, 'n'),
+        (128, 160, 2, 256, 'k'),
     ];
-    for (i, &(bs, block_rows, block_cols, n)) in cases.iter().enumerate() {
+    let sms = rule.info().sm_count;
+    let expected_holds = (100..=144).contains(&sms);
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, &(bs, block_rows, block_cols, n, expect)) in cases.iter().enumerate() {
         let (m, k) = (block_rows * bs, block_cols * bs);
         let (a, b, c0) = exact_operands(Pattern::Skewed, (m, k, n), bs, 0.5, 0.0, 900 + i as u64);
-        let ctx = format!("bs{bs} {m}x{k}x{n} ({block_rows} block rows)");
-        let with = rule.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
-        let without = off.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
-        let tiles = block_rows * n.div_ceil(without.config.bn as usize);
-        let small = n > sparsek_layout::NARROW_MAX_N && n <= sparsek::gpu::SMALL_GRID_MAX_N && 4 * tiles <= 3 * sms;
-        assert_eq!(rule.small_grid_serves(bs as u32, types3, n, block_rows), small, "{ctx}: {tiles} tiles");
-        assert!(!off.small_grid_serves(bs as u32, types3, n, block_rows), "{ctx}: the rule is off");
-        if small {
-            // The mid tile where it has one and its grid fills half the SMs, else the narrow tile.
-            let mid = sparsek_layout::mid64_config_for(bs as u32).or(sparsek_layout::mid_config_for(bs as u32));
-            let mid_rows = bs > 32 || block_rows >= sparsek::gpu::MID_SMALL_BS_MIN_ROWS_PER_SM * sms;
-            let mid_fills = mid_rows && mid.is_some_and(|c| 2 * block_rows * n.div_ceil(c.bn as usize) >= sms);
-            let suffix =
-                if mid_fills { mid.map_or("_n16", |c| if c.bn == 64 { "_n64" } else { "_n32" }) } else { "_n16" };
-            assert!(with.kernel.ends_with(suffix), "{ctx}: {tiles} tiles of {}: got {}", without.kernel, with.kernel);
-        } else {
-            assert_eq!(with.kernel, without.kernel, "{ctx}: {tiles} tiles");
-        }
+        let ctx = format!("bs{bs} {m}x{k}x{n} ({block_rows} block rows, {sms} SMs)");
         let ep = Epilogue::new(1.0, 0.0);
         let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
-        for (g, what) in [(&rule, with.kernel), (off, without.kernel)] {
-            let report = compare_exact(&spmm_once(g, &a, &b, &c0, ep), &expected);
-            assert!(report.passed(), "{ctx} on {what}: {report}");
+        let (got, without) = spmm_planned(&off, &a, &b, &c0, ep);
+        assert!(compare_exact(&got, &expected).passed(), "{ctx} on {without}");
+        let wide =
+            |p: &LaunchPlan| matches!(family(p), KernelFamily::Wide | KernelFamily::Hopper | KernelFamily::HopperShort);
+        assert!(wide(&without), "{ctx}: the rule is off: {without}");
+        let (got, with) = spmm_planned(&rule, &a, &b, &c0, ep);
+        assert!(compare_exact(&got, &expected).passed(), "{ctx} on {with}");
+        let did = match family(&with) {
+            KernelFamily::Mid => 'm',
+            KernelFamily::Narrow => 'n',
+            _ if with.kernel == without.kernel => 'k',
+            _ => panic!("{ctx}: {with}, the rule off {without}"),
+        };
+        assert!(did == 'k' || (65..=512).contains(&n), "{ctx}: {with}");
+        if expected_holds {
+            assert_eq!(did, expect, "{ctx}: {with}, the rule off {without}");
         }
+        seen.insert(did);
+    }
+    if expected_holds {
+        assert_eq!(seen.len(), 3, "the cases must see a mid tile, the narrow tile and a kernel kept: {seen:?}");
     }
 }
 
-/// The short-row rule: on an H100/H200 with the sm_90a module, a bs-64 launch of more than
-/// `sparsek_layout::NARROW_MAX_N` columns whose rows hold at most `sparsek_layout::SHORT_ROW_MAX_K_TILES` k-tiles
-/// (blocks) on average and an f32 C takes the `_short` kernel (family sm90a-short), any other launch keeps its
-/// kernel, and
-/// `Gpu::with_short_rows(false)` gives the five-stage one. Every case bit-exact against the oracle on both.
+/// The short-row rule: on an H100/H200 with the sm_90a module, a bs-64 launch of more than 64 columns whose rows hold
+/// at most 8 k-tiles (blocks) on average and an f32 C takes the `_short` kernel (family sm90a-short), any other
+/// launch keeps its kernel, and `Gpu::with_short_rows(false)` gives the five-stage one. Every case bit-exact against
+/// the oracle on both, each launch running the plan `Gpu::plan` predicted.
 #[test]
 fn short_rows_take_the_short_row_kernel() {
     let test = "short_rows_take_the_short_row_kernel";
     let Some(off) = own_gpu(test, |g| g.with_short_rows(false)) else { return };
-    let on = gpu(test).unwrap();
+    let on = own_gpu(test, |g| g).unwrap();
     let hopper = on.hopper_module().is_some();
-    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
-    let limit = sparsek_layout::SHORT_ROW_MAX_K_TILES;
-    // (bs, block rows, block columns, n, pattern, density): dense rows of exactly `block columns` blocks, and
-    // skewed rows whose mean is below the limit although one row is long.
+    // (bs, block rows, block columns, n, pattern, density, short rows): dense rows of exactly `block columns`
+    // blocks, and skewed rows whose mean is below the limit although one row is long.
     let cases = [
-        (64usize, 16usize, limit, 256usize, Pattern::Dense, 1.0f64),
-        (64, 16, limit + 1, 256, Pattern::Dense, 1.0),
-        (64, 16, limit, 65, Pattern::Dense, 1.0),
-        (64, 16, limit, 64, Pattern::Dense, 1.0),
-        (64, 40, 16, 300, Pattern::Skewed, 0.3),
-        (64, 3, 2, 1000, Pattern::Uniform, 0.7),
-        (128, 8, limit / 2, 256, Pattern::Dense, 1.0),
+        (64usize, 16usize, 8usize, 256usize, Pattern::Dense, 1.0f64, true),
+        (64, 16, 9, 256, Pattern::Dense, 1.0, false),
+        (64, 16, 8, 65, Pattern::Dense, 1.0, true),
+        (64, 16, 8, 64, Pattern::Dense, 1.0, false),
+        (64, 40, 16, 300, Pattern::Skewed, 0.3, true),
+        (64, 3, 2, 1000, Pattern::Uniform, 0.7, true),
+        (128, 8, 4, 256, Pattern::Dense, 1.0, false),
     ];
-    for (i, &(bs, block_rows, block_cols, n, pattern, density)) in cases.iter().enumerate() {
+    for (i, &(bs, block_rows, block_cols, n, pattern, density, short)) in cases.iter().enumerate() {
+        let short = short && hopper;
         let (m, k) = (block_rows * bs, block_cols * bs);
         let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, density, 0.0, 700 + i as u64);
         let ctx = format!("bs{bs} {m}x{k}x{n} {pattern}: {} blocks in {block_rows} block rows", a.nnzb());
-        let with = on.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
-        let without = off.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
-        let short = hopper && bs == 64 && n > sparsek_layout::NARROW_MAX_N && a.nnzb() <= limit * block_rows;
-        assert_eq!(with.plan.family == KernelFamily::HopperShort, short, "{ctx}: got {}", with.kernel);
-        assert_eq!(with.kernel.ends_with("_short"), short, "{ctx}: got {}", with.kernel);
-        assert_ne!(without.plan.family, KernelFamily::HopperShort, "{ctx}: short rows are off");
-        // A 16-bit C keeps the five-stage kernel (the short-row kernels are f32 C only).
-        let f16_out = on.plan_kernel(bs, (types.0, types.1, OutType::F16, types.3), (m, k, n), a.nnzb(), None);
-        assert_ne!(f16_out.map(|c| c.plan.family), Some(KernelFamily::HopperShort), "{ctx}: f16 C");
-        if short {
-            assert_eq!(without.plan.family, KernelFamily::Hopper, "{ctx}");
-            assert_eq!((with.config.stages, without.config.stages), (4, 5), "{ctx}");
-        } else {
-            assert_eq!(with.kernel, without.kernel, "{ctx}");
-        }
         let ep = Epilogue::new(1.0, 0.0);
         let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
-        for (g, what) in [(on, with.kernel), (&off, without.kernel)] {
-            let report = compare_exact(&spmm_once(g, &a, &b, &c0, ep), &expected);
-            assert!(report.passed(), "{ctx} on {what}: {report}");
+        let (got, with) = spmm_planned(&on, &a, &b, &c0, ep);
+        assert!(compare_exact(&got, &expected).passed(), "{ctx} on {with}");
+        let (got, without) = spmm_planned(&off, &a, &b, &c0, ep);
+        assert!(compare_exact(&got, &expected).passed(), "{ctx} on {without}");
+        assert_eq!(family(&with) == KernelFamily::HopperShort, short, "{ctx}: {with}");
+        assert_eq!(with.kernel.ends_with("_short"), short, "{ctx}: {with}");
+        assert_ne!(family(&without), KernelFamily::HopperShort, "{ctx}: short rows are off: {without}");
+        // A 16-bit C keeps the five-stage kernel (the short-row kernels are f32 C only).
+        let f16_out = plan_of::<f16>(&on, &a, n, ep);
+        assert_ne!(family(&f16_out), KernelFamily::HopperShort, "{ctx}: f16 C: {f16_out}");
+        if short {
+            assert_eq!(family(&without), KernelFamily::Hopper, "{ctx}: {without}");
+            assert_ne!(with.kernel, without.kernel, "{ctx}");
+        } else {
+            assert_eq!(with.kernel, without.kernel, "{ctx}");
         }
     }
 }
@@ -625,19 +671,17 @@ fn short_rows_take_the_short_row_kernel() {
 /// oracle on skewed and uniform rows.
 #[test]
 fn many_wave_grids_are_exact() {
-    let Some(gpu) = gpu("many_wave_grids_are_exact") else { return };
+    let Some(gpu) = own_gpu("many_wave_grids_are_exact", |g| g) else { return };
     let (bs, m, k, n) = (16, 16384, 512, 512);
-    let types = (InType::F16, Layout::RowMajor, OutType::F32, Layout::RowMajor);
     for (pattern, beta) in [(Pattern::Skewed, 1.0f32), (Pattern::Uniform, 0.0)] {
         let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, 0.3, beta, 4242);
-        // The grid must need more than one wave, or this tests the one-wave path again.
-        let choice = gpu.plan_kernel(bs, types, (m, k, n), a.nnzb(), None).unwrap();
-        let ctas = m / bs * n.div_ceil(choice.config.bn as usize);
-        let wave = choice.ctas_per_sm as usize * gpu.info().sm_count as usize;
-        assert!(ctas > wave, "{}: {ctas} CTAs fit in one wave of {wave}", choice.kernel);
         let ep = Epilogue::new(1.0, beta);
         let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
-        let report = compare_exact(&spmm_once(gpu, &a, &b, &c0, ep), &expected);
+        let (got, plan) = spmm_planned(&gpu, &a, &b, &c0, ep);
+        // The grid must need more than one wave (so the rows run longest first), or this tests the one-wave path
+        // again.
+        assert!(plan.longest_rows_first && plan.ctas as usize > m / bs, "not a grid of several waves: {plan}");
+        let report = compare_exact(&got, &expected);
         assert!(report.passed(), "bs{bs} {m}x{k}x{n} {pattern} beta={beta}: {report}");
     }
 }
@@ -695,7 +739,7 @@ fn back_to_back_random_launches_all_match() {
         let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
         let mut c_d = gpu.upload_matrix(&c0).unwrap();
         // Every other launch the heuristic gives the sm_90a short-row kernel takes the five-stage one instead.
-        let five_stage = i % 2 == 1 && takes_short_rows::<f32>(gpu, &a_d, n);
+        let five_stage = i % 2 == 1 && takes_short_rows(gpu, &a_d, n, ep);
         if five_stage {
             gpu.spmm_with_plan(&Plan::new(KernelFamily::Hopper), &a_d, &b_d, &mut c_d, ep).unwrap();
         } else {
