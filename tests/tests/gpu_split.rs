@@ -26,6 +26,11 @@ fn splits(plan: &LaunchPlan) -> bool {
     matches!(plan.decomposition, Decomposition::SplitRows { .. })
 }
 
+/// Whether a plan spreads long rows over several CTAs: split rows or the flat block list.
+fn balances(plan: &LaunchPlan) -> bool {
+    splits(plan) || matches!(plan.decomposition, Decomposition::FlatList { .. })
+}
+
 /// Whether the plan's kernel is one that can split rows: the narrow and mid tiles, but not bs 64's tile of 64
 /// columns (`_n64`; bs 128's can).
 fn can_split(plan: &LaunchPlan, bs: usize) -> bool {
@@ -236,7 +241,7 @@ fn split_launches_on_many_streams_are_ordered() {
 
 /// A long row at few columns goes to the narrow tile's split rows instead of the decode kernels (rows of 256 KiB or
 /// more): 64 block rows of bs 64 (within the decode kernels' row limit) whose first row holds all 256 block columns
-/// (2 MB) take the narrow tile, split, and match every row of the oracle; with `RowSplit::Off` (no split to give the
+/// (2 MB) take the narrow tile, split (or on its flat block list), and match every row of the oracle; with `RowSplit::Off` (no split to give the
 /// row), the longest row unknown, or rows of 112 KB they keep the decode kernels.
 #[test]
 fn long_rows_leave_the_decode_kernels_for_split_rows() {
@@ -249,7 +254,7 @@ fn long_rows_leave_the_decode_kernels_for_split_rows() {
     let ep = Epilogue::default();
     for n in [1usize, 9, 16] {
         let plan = plan_of::<f32>(&gpu, &long, n, ep);
-        assert!(family(&plan) == KernelFamily::Narrow && splits(&plan), "N = {n}: the long row: {plan}");
+        assert!(family(&plan) == KernelFamily::Narrow && balances(&plan), "N = {n}: the long row: {plan}");
         let plan = plan_of::<f32>(&off, &long, n, ep);
         assert_eq!(family(&plan), KernelFamily::Decode, "N = {n}: RowSplit::Off: {plan}");
         let plan = plan_unscheduled::<f32>(&gpu, &long, n, ep);
@@ -258,8 +263,8 @@ fn long_rows_leave_the_decode_kernels_for_split_rows() {
         assert_eq!(family(&plan), KernelFamily::Decode, "N = {n}: short rows ({} blocks): {plan}", longest(&short));
         let ctx = format!("long row, N = {n}");
         let (_, plan) = check_planned::<f32>(&gpu, &long, n, (1.0, 0.0), 0x73 + n as u64, &ctx).unwrap();
-        assert!(family(&plan) == KernelFamily::Narrow && splits(&plan), "{ctx}: {plan}");
+        assert!(family(&plan) == KernelFamily::Narrow && balances(&plan), "{ctx}: {plan}");
         let (_, plan) = check_planned::<f16>(&gpu, &long, n, (0.5, -1.0), 0x83 + n as u64, &ctx).unwrap();
-        assert!(family(&plan) == KernelFamily::Narrow && splits(&plan), "{ctx}, f16 C: {plan}");
+        assert!(family(&plan) == KernelFamily::Narrow && balances(&plan), "{ctx}, f16 C: {plan}");
     }
 }
