@@ -273,23 +273,8 @@ pub fn threads_match_one_launch(
 
 /// One product on `gpu` of `a` and a random B of `n` columns against every row of the f64 oracle, with
 /// `C = alpha * A @ B + beta * C`: C poisoned with NaN (beta = 0: it must not be read) or random (its padding
-/// NaN); returns C, or the failure with `ctx`.
-pub fn check_case<TC: OutputElement>(
-    gpu: &Gpu,
-    a: &Bsr<f16>,
-    n: usize,
-    (alpha, beta): (f32, f32),
-    seed: u64,
-    ctx: &str,
-) -> Result<Matrix<TC>, String> {
-    check_with(gpu, a, n, (alpha, beta), seed, ctx, |a, b_d, c_d, ep| {
-        gpu.upload(a).and_then(|a_d| gpu.spmm(&a_d, b_d, c_d, ep)).map_err(|e| format!("{ctx}: {e}"))
-    })
-    .map(|(c, ())| c)
-}
-
-/// [`check_case`] that also returns the plan the launch ran, after checking it is the plan `Gpu::plan` predicted
-/// (predicted == ran; `Err` otherwise). `gpu` must be the test's own ([`own_gpu`]).
+/// NaN). Returns C and the plan the launch ran, after checking that it is the plan `Gpu::plan` predicted
+/// (predicted == ran), or the failure with `ctx`. `gpu` must be the test's own ([`own_gpu`]).
 pub fn check_planned<TC: OutputElement>(
     gpu: &Gpu,
     a: &Bsr<f16>,
@@ -298,27 +283,6 @@ pub fn check_planned<TC: OutputElement>(
     seed: u64,
     ctx: &str,
 ) -> Result<(Matrix<TC>, LaunchPlan), String> {
-    check_with(gpu, a, n, (alpha, beta), seed, ctx, |a, b_d, c_d, ep| {
-        let a_d = gpu.upload(a).map_err(|e| format!("{ctx}: {e}"))?;
-        planned_spmm(gpu, &a_d, b_d, c_d, ep).map_err(|e| format!("{ctx}: {e}"))
-    })
-}
-
-/// The operands, oracle and check of [`check_case`] around any launch of `a` into C (uploaded).
-fn check_with<TC: OutputElement, R>(
-    gpu: &Gpu,
-    a: &Bsr<f16>,
-    n: usize,
-    (alpha, beta): (f32, f32),
-    seed: u64,
-    ctx: &str,
-    launch: impl FnOnce(
-        &Bsr<f16>,
-        &sparsek::gpu::DeviceMatrix<f16>,
-        &mut sparsek::gpu::DeviceMatrix<TC>,
-        Epilogue,
-    ) -> Result<R, String>,
-) -> Result<(Matrix<TC>, R), String> {
     let (m, k) = (a.rows(), a.cols());
     let b = Matrix::<f16>::random(k, n, seed ^ 0xb).unwrap();
     let ld = n.next_multiple_of(16 / std::mem::size_of::<TC>());
@@ -329,15 +293,15 @@ fn check_with<TC: OutputElement, R>(
     };
     let ep = Epilogue::new(alpha, beta);
     let expected = Expected::compute(a, &b, &c0, ep, RowSample::All, |_, _| {}).map_err(|e| e.to_string())?;
-    let b_d = gpu.upload_matrix(&b).unwrap();
+    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(&b).unwrap());
     let mut c_d = gpu.upload_matrix(&c0).unwrap();
-    let r = launch(a, &b_d, &mut c_d, ep)?;
+    let plan = planned_spmm(gpu, &a_d, &b_d, &mut c_d, ep).map_err(|e| format!("{ctx}: {e}"))?;
     let got = c_d.to_host().unwrap();
     let report = expected.check(&got);
     if !report.passed() {
-        return Err(format!("{ctx} {} out: {report}", TC::NAME));
+        return Err(format!("{ctx} {} out: {report}\nplan: {plan}", TC::NAME));
     }
-    Ok((got, r))
+    Ok((got, plan))
 }
 
 /// An exact-integer case's operands (every product and sum exact in f32): A of `pattern` with blocks of `bs` and
@@ -372,6 +336,13 @@ pub fn exact_b_c((m, k, n): (usize, usize, usize), beta: f32, seed: u64) -> (Mat
 // Tests of one binary that use the GPU concurrently hold this lock shared; a test that must run alone holds it
 // exclusively (see gpu_alone).
 static GPU_USE: RwLock<()> = RwLock::new(());
+
+/// The process-wide GPU ([`gpu`]) for a test that uses it alongside the binary's other tests, with its
+/// [`gpu_shared`] guard; `None` (after the skip line) without a GPU.
+pub fn gpu_for(test: &str) -> Option<(RwLockReadGuard<'static, ()>, &'static Gpu)> {
+    let shared = gpu_shared();
+    Some((shared, gpu(test)?))
+}
 
 /// Shared use of the GPU by a test: other tests holding it run alongside, none holding [`gpu_alone`] does. A test
 /// that panicked while holding the lock does not poison it.

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DeviceRepr};
 use sparsek::format::{Pattern, generate_int};
 use sparsek::gpu::{BsrArrays, BsrView, DenseView, DenseViewMut, DeviceMatrix, IndexType, VectorView};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, f16};
-use sparsek_tests::gpu;
+use sparsek_tests::{gpu, gpu_for};
 
 fn addr<T>(stream: &Arc<CudaStream>, s: &CudaSlice<T>) -> u64 {
     let (p, _record) = s.device_ptr(stream);
@@ -64,8 +64,7 @@ fn is_outside(r: Result<impl Sized, Error>) -> bool {
 /// owned path and the view path. Poisoned C buffers stay untouched by the refusals. For compute-sanitizer memcheck.
 #[test]
 fn inflated_slice_length_is_refused() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("inflated_slice_length_is_refused") else { return };
+    let Some((_shared, gpu)) = gpu_for("inflated_slice_length_is_refused") else { return };
     let stream = gpu.stream();
     let mut fake = inflated(stream);
     assert!(fake.len() > 1 << 62, "the slice claims {} elements", fake.len());
@@ -127,8 +126,7 @@ fn inflated_slice_length_is_refused() {
 /// written (the indices keep their bits).
 #[test]
 fn c_over_the_indices_is_refused() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("c_over_the_indices_is_refused") else { return };
+    let Some((_shared, gpu)) = gpu_for("c_over_the_indices_is_refused") else { return };
     let stream = gpu.stream();
     let (bs, m, k, n) = (32usize, 64usize, 64usize, 16usize);
     let a: Bsr<f16> = generate_int(Pattern::Uniform, m, k, bs, 1.0, 3, 7).unwrap();
@@ -257,8 +255,7 @@ fn dropping_a_safe_view_buffer_after_the_launch_is_safe() {
 /// A's values). A bad structure is refused with the block row; 32- and 64-bit indices.
 #[test]
 fn launches_read_the_checked_copy_of_the_indices() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("launches_read_the_checked_copy_of_the_indices") else { return };
+    let Some((_shared, gpu)) = gpu_for("launches_read_the_checked_copy_of_the_indices") else { return };
     let stream = gpu.stream();
     let (bs, m, k, n) = (32usize, 128usize, 256usize, 24usize);
     let a: Bsr<f16> = generate_int(Pattern::Skewed, m, k, bs, 0.4, 11, 4).unwrap();

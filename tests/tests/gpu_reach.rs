@@ -17,7 +17,7 @@ use sparsek::gpu::{
     LaunchPlan, OutType, OutputElement, VectorView,
 };
 use sparsek::{Activation, Bsr, BsrError, Epilogue, Error, Layout, Matrix, Scalar, bf16, f16};
-use sparsek_tests::{gpu, gpu_cases, hopper_enabled, is_sm90, longest, own_gpu, plan_in, plan_of};
+use sparsek_tests::{gpu, gpu_cases, gpu_for, hopper_enabled, is_sm90, longest, own_gpu, plan_in, plan_of};
 
 /// One random case.
 #[derive(Clone, Debug)]
@@ -275,36 +275,29 @@ fn property<TA: InputElement, TC: OutputElement>(test: &str) {
     }
 }
 
-#[test]
-fn views_f16_in_f32_out_match_oracle() {
-    let _shared = sparsek_tests::gpu_shared();
-    property::<f16, f32>("views_f16_in_f32_out_match_oracle");
+/// One test per input and output type, each running [`property`] with the GPU shared.
+macro_rules! view_properties {
+    ($($name:ident: $ta:ty => $tc:ty;)*) => {$(
+        #[test]
+        fn $name() {
+            let _shared = sparsek_tests::gpu_shared();
+            property::<$ta, $tc>(stringify!($name));
+        }
+    )*};
 }
 
-#[test]
-fn views_f16_in_f16_out_match_oracle() {
-    let _shared = sparsek_tests::gpu_shared();
-    property::<f16, f16>("views_f16_in_f16_out_match_oracle");
-}
-
-#[test]
-fn views_bf16_in_f32_out_match_oracle() {
-    let _shared = sparsek_tests::gpu_shared();
-    property::<bf16, f32>("views_bf16_in_f32_out_match_oracle");
-}
-
-#[test]
-fn views_bf16_in_bf16_out_match_oracle() {
-    let _shared = sparsek_tests::gpu_shared();
-    property::<bf16, bf16>("views_bf16_in_bf16_out_match_oracle");
+view_properties! {
+    views_f16_in_f32_out_match_oracle: f16 => f32;
+    views_f16_in_f16_out_match_oracle: f16 => f16;
+    views_bf16_in_f32_out_match_oracle: bf16 => f32;
+    views_bf16_in_bf16_out_match_oracle: bf16 => bf16;
 }
 
 /// Owned buffers with bf16 inputs (`Gpu::upload` of a `Bsr<bf16>`, `Gpu::spmm`), against the oracle and against
 /// the CPU backend, both outputs.
 #[test]
 fn owned_bf16_matches_oracle_and_cpu_backend() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("owned_bf16_matches_oracle_and_cpu_backend") else { return };
+    let Some((_shared, gpu)) = gpu_for("owned_bf16_matches_oracle_and_cpu_backend") else { return };
     for (bs, seed) in [(16usize, 1u64), (32, 2), (64, 3), (128, 4)] {
         let (m, k, n) = (4 * bs, 3 * bs, 77);
         let a: Bsr<bf16> = generate(Pattern::Skewed, m, k, bs, 0.5, seed).unwrap();
@@ -336,8 +329,7 @@ fn owned_bf16_matches_oracle_and_cpu_backend() {
 /// widths, a bias and ReLU give bit-identical f32 results to the oracle, and the same bits run after run.
 #[test]
 fn exact_integer_results_in_every_layout() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("exact_integer_results_in_every_layout") else { return };
+    let Some((_shared, gpu)) = gpu_for("exact_integer_results_in_every_layout") else { return };
     let stream = gpu.stream();
     for bs in [16usize, 32, 64, 128] {
         let (m, k, n) = (3 * bs, 4 * bs, 133);
@@ -583,8 +575,7 @@ fn small_block_mid_tiles_in_every_layout() {
 /// (or with SPARSEK_TEST_MODULE=sm80) the same layouts run through the sm_80 kernels.
 #[test]
 fn row_major_b_in_64_column_chunks() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("row_major_b_in_64_column_chunks") else { return };
+    let Some((_shared, gpu)) = gpu_for("row_major_b_in_64_column_chunks") else { return };
     let stream = gpu.stream();
     for bs in [64usize, 128] {
         let (m, k) = (3 * bs, 5 * bs);
@@ -635,8 +626,7 @@ fn row_major_b_in_64_column_chunks() {
 /// for 32- and 64-bit indices; the launch then never happens.
 #[test]
 fn device_structure_check_finds_bad_indices() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("device_structure_check_finds_bad_indices") else { return };
+    let Some((_shared, gpu)) = gpu_for("device_structure_check_finds_bad_indices") else { return };
     let stream = gpu.stream();
     let (bs, m, k) = (16usize, 64usize, 64usize);
     let values = htod(stream, &vec![f16::ONE; 5 * bs * bs]);
@@ -689,8 +679,7 @@ fn device_structure_check_finds_bad_indices() {
 /// Everything the host can check is checked before the launch, and a rejected call changes nothing.
 #[test]
 fn bad_views_are_rejected_and_change_nothing() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("bad_views_are_rejected_and_change_nothing") else { return };
+    let Some((_shared, gpu)) = gpu_for("bad_views_are_rejected_and_change_nothing") else { return };
     let stream = gpu.stream();
     let (bs, m, k, n) = (32usize, 64usize, 64usize, 40usize);
     let a: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 1.0, 5).unwrap();
@@ -891,8 +880,7 @@ fn capture_and_replay(gpu: &Gpu, (bs, m, k, n): (usize, usize, usize, usize), de
 /// remain sparsek's: using and dropping a view never frees them.
 #[test]
 fn views_of_owned_buffers_never_free_them() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("views_of_owned_buffers_never_free_them") else { return };
+    let Some((_shared, gpu)) = gpu_for("views_of_owned_buffers_never_free_them") else { return };
     let (bs, m, k, n) = (16usize, 64usize, 32usize, 24usize);
     let a: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 1.0, 31).unwrap();
     let b = Matrix::<f16>::random(k, n, 32).unwrap();
@@ -920,8 +908,7 @@ fn _types_are_device_elements<T: DeviceElement>() {}
 /// and a weight without blocks (values and col_idx null: C = act(bias) + beta * C, computed by the kernel).
 #[test]
 fn empty_operands_at_address_zero() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = gpu("empty_operands_at_address_zero") else { return };
+    let Some((_shared, gpu)) = gpu_for("empty_operands_at_address_zero") else { return };
     let stream = gpu.stream();
     let (bs, m, k) = (32usize, 96usize, 64usize);
     let row_ptr = htod(stream, &[0i64; 4]);

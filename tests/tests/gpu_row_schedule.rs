@@ -6,49 +6,11 @@
 //! beta; schedules of another structure are refused. Without a GPU every test prints a skip line
 //! (SPARSEK_REQUIRE_GPU=1 makes that a failure).
 
-use std::sync::Arc;
-
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{BsrArrays, BsrView, Decomposition, Gpu, IndexType, RowSchedule, RowSplit};
+use sparsek::gpu::{BsrView, Decomposition, Gpu, RowSchedule, RowSplit};
 use sparsek::{Bsr, BsrError, Epilogue, Error, Layout, Matrix, f16};
-use sparsek_tests::{gpu, gpu_shared};
-
-fn addr<T>(stream: &Arc<CudaStream>, s: &CudaSlice<T>) -> u64 {
-    let (p, _record) = s.device_ptr(stream);
-    p
-}
-
-/// A's arrays as a framework would hold them (64-bit indices, as PyTorch's), uploaded on `stream`.
-struct Caller {
-    values: CudaSlice<f16>,
-    row_ptr: CudaSlice<i64>,
-    col_idx: CudaSlice<i64>,
-}
-
-impl Caller {
-    fn upload(stream: &Arc<CudaStream>, a: &Bsr<f16>) -> Caller {
-        let wide = |v: &[u32]| v.iter().map(|&x| i64::from(x)).collect::<Vec<_>>();
-        let col = if a.col_idx().is_empty() { vec![0] } else { wide(a.col_idx()) };
-        Caller {
-            values: stream.clone_htod(a.values()).unwrap(),
-            row_ptr: stream.clone_htod(&wide(a.row_ptr())).unwrap(),
-            col_idx: stream.clone_htod(&col).unwrap(),
-        }
-    }
-
-    fn view<'a>(&'a self, stream: &Arc<CudaStream>, a: &Bsr<f16>) -> BsrView<'a, f16> {
-        let arrays = BsrArrays {
-            values: addr(stream, &self.values),
-            row_ptr: addr(stream, &self.row_ptr),
-            col_idx: addr(stream, &self.col_idx),
-            index: IndexType::I64,
-        };
-        // SAFETY: the arrays above hold a's validated structure and values, alive for the view's lifetime.
-        unsafe { BsrView::from_raw(arrays, a.rows(), a.cols(), a.block_size(), a.nnzb()) }.unwrap()
-    }
-}
+use sparsek_tests::{RawBsr, gpu_for, same_bits};
 
 /// `C = A @ B + beta * C0` through `spmm_raw` on `a_v`, row-major B and C on the Gpu's stream; C downloaded.
 fn raw_product(gpu: &Gpu, a_v: &BsrView<'_, f16>, b: &Matrix<f16>, c0: &Matrix<f32>, ep: Epilogue) -> Matrix<f32> {
@@ -62,10 +24,6 @@ fn raw_product(gpu: &Gpu, a_v: &BsrView<'_, f16>, b: &Matrix<f16>, c0: &Matrix<f
         unsafe { gpu.spmm_raw(stream.cu_stream(), a_v, &b_v, &mut c_v, None, ep) }.unwrap();
     }
     c_d.to_host().unwrap()
-}
-
-fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
-    x.as_slice().iter().zip(y.as_slice()).all(|(p, q)| p.to_bits() == q.to_bits())
 }
 
 /// Each case: (bs, block rows, block columns, density, pattern, N, beta).
@@ -85,8 +43,9 @@ const CASES: [(usize, usize, usize, f64, Pattern, usize, f32); 7] = [
 /// schedule, so the test sees the launcher use it.
 #[test]
 fn raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does() {
-    let _shared = gpu_shared();
-    let Some(gpu) = gpu("raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does") else { return };
+    let Some((_shared, gpu)) = gpu_for("raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does") else {
+        return;
+    };
     let stream = gpu.stream();
     let mut split_only_with_schedule = 0;
     for (i, &(bs, block_rows, block_cols, density, pattern, n, beta)) in CASES.iter().enumerate() {
@@ -113,7 +72,7 @@ fn raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does() {
         let report = expected.check(&owned);
         assert!(report.passed(), "{ctx}: uploaded: {report}");
 
-        let caller = Caller::upload(stream, &a);
+        let caller = RawBsr::upload(stream, &a);
         let schedule = gpu.row_schedule(a.row_ptr()).unwrap();
         assert_eq!(
             (schedule.block_rows(), schedule.nnzb(), schedule.max_row_blocks()),
@@ -122,15 +81,15 @@ fn raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does() {
         // What the launcher decides with the schedule and without it: the plans of the two raw launches (split
         // rows, the flat list or the sm_90a split rows only where the view knows its rows).
         let plan = |v: &BsrView<'_, f16>| gpu.plan_view::<f16, f32>(v, n, (Layout::RowMajor, Layout::RowMajor), ep);
-        let with = plan(&caller.view(stream, &a).with_schedule(&schedule).unwrap()).unwrap();
-        let without = plan(&caller.view(stream, &a)).unwrap();
+        let with = plan(&caller.view(stream).with_schedule(&schedule).unwrap()).unwrap();
+        let without = plan(&caller.view(stream)).unwrap();
         if with.decomposition != Decomposition::WholeRows && without.decomposition == Decomposition::WholeRows {
             split_only_with_schedule += 1;
         }
-        let scheduled = raw_product(gpu, &caller.view(stream, &a).with_schedule(&schedule).unwrap(), &b, &c0, ep);
+        let scheduled = raw_product(gpu, &caller.view(stream).with_schedule(&schedule).unwrap(), &b, &c0, ep);
         assert!(same_bits(&scheduled, &owned), "{ctx}: raw view with its schedule differs from the uploaded matrix");
 
-        let plain = raw_product(gpu, &caller.view(stream, &a), &b, &c0, ep);
+        let plain = raw_product(gpu, &caller.view(stream), &b, &c0, ep);
         let report = expected.check(&plain);
         assert!(report.passed(), "{ctx}: raw view without a schedule: {report}");
     }
@@ -144,18 +103,17 @@ fn raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does() {
 /// is a `row_ptr` that is not one.
 #[test]
 fn bad_schedules_are_refused() {
-    let _shared = gpu_shared();
-    let Some(gpu) = gpu("bad_schedules_are_refused") else { return };
+    let Some((_shared, gpu)) = gpu_for("bad_schedules_are_refused") else { return };
     let stream = gpu.stream();
     let (bs, m, k) = (64, 512, 512);
     let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, 0.3, 7).unwrap();
-    let caller = Caller::upload(stream, &a);
+    let caller = RawBsr::upload(stream, &a);
     let rows = m / bs;
 
     let mut longer = a.row_ptr().to_vec();
     longer.push(*longer.last().unwrap());
     let other: RowSchedule = gpu.row_schedule(&longer).unwrap();
-    let got = caller.view(stream, &a).with_schedule(&other).map(|_| ());
+    let got = caller.view(stream).with_schedule(&other).map(|_| ());
     assert!(
         matches!(got, Err(Error::InvalidBsr(BsrError::RowPtrLength { expected, got })) if expected == rows + 1 && got == rows + 2),
         "{got:?}"
@@ -163,7 +121,7 @@ fn bad_schedules_are_refused() {
     let mut fewer = a.row_ptr().to_vec();
     *fewer.last_mut().unwrap() -= 1;
     let other = gpu.row_schedule(&fewer).unwrap();
-    let got = caller.view(stream, &a).with_schedule(&other).map(|_| ());
+    let got = caller.view(stream).with_schedule(&other).map(|_| ());
     assert!(matches!(got, Err(Error::InvalidBsr(BsrError::RowPtrEnd { .. }))), "{got:?}");
     assert!(matches!(gpu.row_schedule(&[1u32, 2]), Err(Error::InvalidBsr(BsrError::RowPtrStart { got: 1 }))));
     assert!(matches!(gpu.row_schedule(&[0i64, 3, 2]), Err(Error::InvalidBsr(BsrError::RowPtrDecreasing { .. }))));
@@ -177,7 +135,7 @@ fn bad_schedules_are_refused() {
     let b = Matrix::<f16>::random(k, 8, 11).unwrap();
     let c0 = Matrix::<f32>::filled(m, 8, 8, f32::NAN).unwrap();
     let ep = Epilogue::new(1.0, 0.0);
-    let got = raw_product(gpu, &caller.view(stream, &a).with_schedule(&stale).unwrap(), &b, &c0, ep);
+    let got = raw_product(gpu, &caller.view(stream).with_schedule(&stale).unwrap(), &b, &c0, ep);
     let report = Expected::compute(&a, &b, &c0, ep, RowSample::All, |_, _| {}).unwrap().check(&got);
     assert!(report.passed(), "a schedule of other row lengths: {report}");
 }
