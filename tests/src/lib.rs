@@ -77,22 +77,8 @@ pub fn gpu_cases(default: u32) -> u32 {
 pub const ROW_MAJOR: (Layout, Layout) = (Layout::RowMajor, Layout::RowMajor);
 
 /// One product on `gpu`'s default stream from host operands: A, B and C (starting as `c0`) uploaded, `Gpu::spmm`
-/// with epilogue `ep`, and C downloaded (panics on any error).
-pub fn spmm_once<TC: OutputElement>(
-    gpu: &Gpu,
-    a: &Bsr<f16>,
-    b: &Matrix<f16>,
-    c0: &Matrix<TC>,
-    ep: Epilogue,
-) -> Matrix<TC> {
-    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
-    let mut c_d = gpu.upload_matrix(c0).unwrap();
-    gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();
-    c_d.to_host().unwrap()
-}
-
-/// [`spmm_once`] that also returns the plan the launch ran, after asserting it is the plan `Gpu::plan` predicted
-/// for it (predicted == ran). `gpu` must be the test's own ([`own_gpu`]): `Gpu::last_plan` is the last launch's
+/// with epilogue `ep`, and C downloaded, with the plan the launch ran, after asserting that it is the plan
+/// `Gpu::plan` predicted (predicted == ran; panics on any error). `gpu` must be the test's own ([`own_gpu`]): `Gpu::last_plan` is the last launch's
 /// from any thread.
 pub fn spmm_planned<TC: OutputElement>(
     gpu: &Gpu,
@@ -233,18 +219,14 @@ impl RawBsr {
     }
 }
 
-/// A product of `a` and `b` (C starting as `c0`, epilogue `ep`) launched once on `gpu`'s default stream and
-/// checked against every row of the oracle; then six threads launch it `rounds` times each, the odd ones on
-/// streams of their own and the even ones on the default stream, each into its own C, and every result must equal
-/// the single launch's bit for bit (panics naming the thread and launch otherwise).
-pub fn threads_match_one_launch(
-    gpu: &Gpu,
-    a: &Bsr<f16>,
-    b: &Matrix<f16>,
-    c0: &Matrix<f32>,
-    ep: Epilogue,
-    rounds: usize,
-) {
+/// A product of `a` and a random B of `n` columns (C starting random, epilogue `ep`; both drawn from `seed`)
+/// launched once on `gpu`'s default stream and checked against every row of the oracle; then six threads launch it
+/// `rounds` times each, the odd ones on streams of their own and the even ones on the default stream, each into its
+/// own C, and every result must equal the single launch's bit for bit (panics naming the thread and launch
+/// otherwise).
+pub fn threads_match_one_launch(gpu: &Gpu, a: &Bsr<f16>, n: usize, seed: u64, ep: Epilogue, rounds: usize) {
+    let b = &Matrix::<f16>::random(a.cols(), n, seed).unwrap();
+    let c0 = &Matrix::<f32>::random(a.rows(), n, seed ^ 0xc).unwrap();
     let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
     let mut c_d = gpu.upload_matrix(c0).unwrap();
     gpu.spmm(&a_d, &b_d, &mut c_d, ep).unwrap();

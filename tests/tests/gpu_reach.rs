@@ -376,6 +376,37 @@ fn exact_integer_results_in_every_layout() {
     }
 }
 
+/// The case of the `i`-th pair of B and C layouts in the every-layout tests: C's leading dimension padded by 8 on odd
+/// ones, u32 indices on even ones and i64 on odd ones, a bias but on the second, an activation cycling with `i` and N,
+/// alpha 1.5, beta 0, the device structure check on the fourth, the row schedule on odd ones.
+fn layout_case(
+    i: usize,
+    (b_layout, c_layout): (Layout, Layout),
+    (bs, block_rows, block_cols, n): (usize, usize, usize, usize),
+    (density, pattern): (f64, Pattern),
+    seed: u64,
+) -> Case {
+    Case {
+        bs,
+        block_rows,
+        block_cols,
+        n,
+        pad: 8 * (i % 2),
+        density,
+        pattern,
+        b_layout,
+        c_layout,
+        index: if i.is_multiple_of(2) { IndexType::U32 } else { IndexType::I64 },
+        bias: i != 1,
+        activation: Activation::ALL[(i + n) % Activation::ALL.len()],
+        alpha: 1.5,
+        beta: 0.0,
+        checked_structure: i == 3,
+        scheduled: i % 2 == 1,
+        seed,
+    }
+}
+
 /// Every pair of B and C layouts.
 fn b_and_c_layouts() -> impl Iterator<Item = (Layout, Layout)> {
     [Layout::RowMajor, Layout::ColMajor].into_iter().flat_map(|b| [Layout::RowMajor, Layout::ColMajor].map(|c| (b, c)))
@@ -413,24 +444,14 @@ fn bs128_tile_of_64_in_every_layout() {
     for (i, (b_layout, c_layout)) in b_and_c_layouts().enumerate() {
         for n in [64usize, 41] {
             seed += 1;
+            let pattern = if n == 64 { Pattern::Uniform } else { Pattern::Skewed };
             let case = Case {
-                bs: 128,
-                block_rows,
-                block_cols,
-                n,
-                pad: 8 * (i % 2),
-                density,
-                pattern: if n == 64 { Pattern::Uniform } else { Pattern::Skewed },
-                b_layout,
-                c_layout,
-                index: if i % 2 == 0 { IndexType::U32 } else { IndexType::I64 },
                 bias: true,
                 activation: Activation::ALL[i % Activation::ALL.len()],
                 alpha: 1.0,
                 beta: if n == 64 { 0.0 } else { -0.5 },
                 checked_structure: false,
-                scheduled: i % 2 == 1,
-                seed,
+                ..layout_case(i, (b_layout, c_layout), (128, block_rows, block_cols, n), (density, pattern), seed)
             };
             for (input, out, plan) in run_every_type(gpu, &case) {
                 assert!(plan.kernel.ends_with("_n64"), "{case:?} {input:?} -> {out:?}: {plan}");
@@ -456,23 +477,15 @@ fn bs64_dominating_row_takes_the_tile_of_32_in_every_layout() {
         for n in [33usize, 64] {
             seed += 1;
             let case = Case {
-                bs,
-                block_rows,
-                block_cols,
-                n,
-                pad: 8 * (i % 2),
-                density,
-                pattern: Pattern::Skewed,
-                b_layout,
-                c_layout,
-                index: if i % 2 == 0 { IndexType::U32 } else { IndexType::I64 },
-                bias: i != 1,
-                activation: Activation::ALL[(i + n) % Activation::ALL.len()],
-                alpha: 1.5,
                 beta: if n == 33 { 0.0 } else { -0.5 },
-                checked_structure: i == 3,
                 scheduled: true,
-                seed,
+                ..layout_case(
+                    i,
+                    (b_layout, c_layout),
+                    (bs, block_rows, block_cols, n),
+                    (density, Pattern::Skewed),
+                    seed,
+                )
             };
             let (m, k) = (block_rows * bs, block_cols * bs);
             let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, density, seed).unwrap();
@@ -516,23 +529,9 @@ fn small_block_mid_tiles_in_every_layout() {
                 // Skewed: a long first row needs many block columns (at density 0.1, rows of 10 blocks on average).
                 let (block_cols, density) = if pattern == Pattern::Skewed { (100usize, 0.1) } else { (6, 0.5) };
                 let case = Case {
-                    bs,
-                    block_rows,
-                    block_cols,
-                    n,
-                    pad: 8 * (i % 2),
-                    density,
-                    pattern,
-                    b_layout,
-                    c_layout,
-                    index: if i % 2 == 0 { IndexType::U32 } else { IndexType::I64 },
-                    bias: i != 1,
-                    activation: Activation::ALL[(i + n) % Activation::ALL.len()],
-                    alpha: 1.5,
                     beta: if pattern == Pattern::Uniform { 0.0 } else { -0.5 },
-                    checked_structure: i == 3,
                     scheduled: i == 2,
-                    seed,
+                    ..layout_case(i, (b_layout, c_layout), (bs, block_rows, block_cols, n), (density, pattern), seed)
                 };
                 let (m, k) = (block_rows * bs, block_cols * bs);
                 let a: Bsr<f16> = generate(pattern, m, k, bs, density, seed).unwrap();

@@ -18,7 +18,7 @@ use sparsek::gpu::{
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
 use sparsek_tests::{
     check_planned, exact_operands, gpu_required, graph_nodes, hopper_enabled, is_sm90, own_gpu, plan_of,
-    plan_unscheduled, same_bits, spmm_once, spmm_planned, threads_match_one_launch,
+    plan_unscheduled, same_bits, spmm_planned, threads_match_one_launch,
 };
 
 /// A Gpu with the given schedule, or `None` (after a skip line) without a GPU or without the sm_90a module (a
@@ -138,7 +138,7 @@ fn persistent_grid_is_deterministic() {
             }
             // f16 C, beta = 1: the same check through the 16-bit epilogue.
             let c16 = Matrix::<f16>::random(m, n, 9).unwrap();
-            let run16 = |gpu: &Gpu| spmm_once(gpu, &a, &b, &c16, Epilogue::new(0.5, 1.0));
+            let run16 = |gpu: &Gpu| spmm_planned(gpu, &a, &b, &c16, Epilogue::new(0.5, 1.0)).0;
             let (x, y) = (run16(&per_tile), run16(&persistent));
             let same = x.as_slice().iter().zip(y.as_slice()).all(|(p, q)| p.to_bits() == q.to_bits());
             assert!(same, "{ctx}: f16 C differs between the schedules");
@@ -159,9 +159,7 @@ fn persistent_launches_on_many_streams_are_ordered() {
     let a: Bsr<f16> = generate(Pattern::Skewed, m, k, 64, 0.15, 41).unwrap();
     let plan = sm90_plan(&gpu, &a, n, "many streams");
     assert!(plan.tile_counter, "no counter: {plan}");
-    let b = Matrix::<f16>::random(k, n, 42).unwrap();
-    let c0 = Matrix::<f32>::random(m, n, 43).unwrap();
-    threads_match_one_launch(&gpu, &a, &b, &c0, Epilogue::new(0.5, -1.0), 6);
+    threads_match_one_launch(&gpu, &a, n, 42, Epilogue::new(0.5, -1.0), 6);
 }
 
 /// Launches captured into a CUDA graph never touch the Gpu's counters (a replayed graph is not ordered with other
@@ -186,7 +184,7 @@ fn captured_launches_replay_exactly() {
         let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, 0.2, 61).unwrap();
         let b = Matrix::<f16>::random(k, n, 62).unwrap();
         let ep = Epilogue::new(1.0, 0.0);
-        let want = spmm_once(&per_tile, &a, &b, &Matrix::<f32>::filled(m, n, n, f32::NAN).unwrap(), ep);
+        let want = spmm_planned(&per_tile, &a, &b, &Matrix::<f32>::filled(m, n, n, f32::NAN).unwrap(), ep).0;
         let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
         let values = stream.clone_htod(&bits(a.values())).unwrap();
         let row_ptr = stream.clone_htod(a.row_ptr()).unwrap();
@@ -311,7 +309,7 @@ fn long_rows_split_on_the_sm90_kernels_are_exact() {
         let report = compare_exact(&whole_got, &expected);
         assert!(report.passed(), "{ctx}: whole rows: {report}");
         for k in 0..3 {
-            let again = spmm_once(&gpu, &a, &b, &c0, ep);
+            let (again, _) = spmm_planned(&gpu, &a, &b, &c0, ep);
             assert!(same_bits(&again, &got), "{ctx}: launch {k} differs from the first");
         }
         // A 16-bit C (its own tensor map and epilogue): the oracle's exact sums rounded once to f16 (sums past 2048

@@ -837,10 +837,7 @@ fn threads_and_streams_give_identical_results() {
     let Some(gpu) = gpu("threads_and_streams_give_identical_results") else { return };
     let (m, k, n) = (512, 1024, 200);
     let a: Bsr<f16> = generate(Pattern::Skewed, m, k, 64, 0.3, 21).unwrap();
-    let b = Matrix::<f16>::random(k, n, 22).unwrap();
-    let c0 = Matrix::<f32>::random(m, n, 23).unwrap();
-    let ep = Epilogue::new(0.5, -1.0);
-    threads_match_one_launch(gpu, &a, &b, &c0, ep, 5);
+    threads_match_one_launch(gpu, &a, n, 22, Epilogue::new(0.5, -1.0), 5);
 }
 
 /// Empty is valid on the GPU too: 0 rows, 0 columns of A (K = 0), N = 0, no blocks; uploads, the launch (or no
