@@ -114,39 +114,43 @@ pub fn planned_spmm<TA: InputElement, TC: OutputElement>(
 /// The plan `gpu` gives a launch of `a` (uploaded: its row lengths known) with `n` columns, row-major B and C and
 /// epilogue `ep` into a `TC` C (panics on an error).
 pub fn plan_of<TC: OutputElement>(gpu: &Gpu, a: &Bsr<f16>, n: usize, ep: Epilogue) -> LaunchPlan {
-    plan_in::<f16, TC>(gpu, a, n, ROW_MAJOR, ep)
-}
-
-/// [`plan_of`] for any input type and layouts: A (converted to `TA`) uploaded, `Gpu::plan` asked.
-pub fn plan_in<TA: InputElement, TC: OutputElement>(
-    gpu: &Gpu,
-    a: &Bsr<f16>,
-    n: usize,
-    layouts: (Layout, Layout),
-    ep: Epilogue,
-) -> LaunchPlan {
-    let a_d = gpu.upload(&convert::<TA>(a)).unwrap();
-    gpu.plan::<TA, TC>(&a_d, n, layouts, ep)
-        .unwrap_or_else(|e| panic!("Gpu::plan of {}x{}x{n} bs {}: {e}", a.rows(), a.cols(), a.block_size()))
+    plan_in::<f16, TC>(gpu, a, Rows::Uploaded, n, (ROW_MAJOR, ep))
 }
 
 /// The plan `gpu` gives a launch over a raw view of `a` that knows nothing of its rows (no `RowSchedule`: the
 /// longest row and the row order unknown), `n` columns, row-major B and C, into a `TC` C.
 pub fn plan_unscheduled<TC: OutputElement>(gpu: &Gpu, a: &Bsr<f16>, n: usize, ep: Epilogue) -> LaunchPlan {
-    plan_view_in::<TC>(gpu, a, n, ROW_MAJOR, ep)
+    plan_in::<f16, TC>(gpu, a, Rows::Unknown, n, (ROW_MAJOR, ep))
 }
 
-/// [`plan_unscheduled`] with B and C in `layouts`.
-pub fn plan_view_in<TC: OutputElement>(
+/// What a launch knows of A's rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// An uploaded matrix (`Gpu::upload`): the row lengths and the longest-first order known.
+    Uploaded,
+    /// A raw view without a `RowSchedule`: nothing known of the rows.
+    Unknown,
+}
+
+/// [`plan_of`] and [`plan_unscheduled`] for any input type (A's values converted to `TA`) and B and C in `layouts`:
+/// `Gpu::plan` of the uploaded matrix, or `Gpu::plan_view` of a raw view (panics on an error).
+pub fn plan_in<TA: InputElement, TC: OutputElement>(
     gpu: &Gpu,
     a: &Bsr<f16>,
+    rows: Rows,
     n: usize,
-    layouts: (Layout, Layout),
-    ep: Epilogue,
+    (layouts, ep): ((Layout, Layout), Epilogue),
 ) -> LaunchPlan {
-    let stream = gpu.stream();
-    let raw = RawBsr::upload(stream, a);
-    gpu.plan_view::<f16, TC>(&raw.view(stream), n, layouts, ep).unwrap()
+    let a = convert::<TA>(a);
+    let plan = match rows {
+        Rows::Uploaded => gpu.upload(&a).and_then(|a_d| gpu.plan::<TA, TC>(&a_d, n, layouts, ep)),
+        Rows::Unknown => {
+            let stream = gpu.stream();
+            let raw = RawBsr::upload(stream, &a);
+            gpu.plan_view::<TA, TC>(&raw.view(stream), n, layouts, ep)
+        }
+    };
+    plan.unwrap_or_else(|e| panic!("plan of {}x{}x{n} bs {} ({rows:?}): {e}", a.rows(), a.cols(), a.block_size()))
 }
 
 /// `a` with its values converted to `T` (the same structure).
@@ -184,19 +188,19 @@ pub fn addr<T>(stream: &Arc<CudaStream>, s: &CudaSlice<T>) -> u64 {
 
 /// A's arrays as a framework would hold them (64-bit indices, as PyTorch's), uploaded on a stream, for raw views
 /// (`BsrView::from_raw`) that know nothing of their rows unless given a `RowSchedule`.
-pub struct RawBsr {
-    values: CudaSlice<f16>,
+pub struct RawBsr<T: InputElement = f16> {
+    values: CudaSlice<T>,
     row_ptr: CudaSlice<i64>,
     col_idx: CudaSlice<i64>,
     shape: (usize, usize, usize, usize),
 }
 
-impl RawBsr {
+impl<T: InputElement> RawBsr<T> {
     /// `a`'s values and structure (indices widened to i64) uploaded on `stream`.
-    pub fn upload(stream: &Arc<CudaStream>, a: &Bsr<f16>) -> RawBsr {
+    pub fn upload(stream: &Arc<CudaStream>, a: &Bsr<T>) -> RawBsr<T> {
         let wide = |v: &[u32]| v.iter().map(|&x| i64::from(x)).collect::<Vec<_>>();
         let col = if a.col_idx().is_empty() { vec![0] } else { wide(a.col_idx()) };
-        let values = if a.values().is_empty() { vec![f16::ZERO] } else { a.values().to_vec() };
+        let values = if a.values().is_empty() { vec![T::from_f64(0.0)] } else { a.values().to_vec() };
         RawBsr {
             values: stream.clone_htod(&values).unwrap(),
             row_ptr: stream.clone_htod(&wide(a.row_ptr())).unwrap(),
@@ -206,7 +210,7 @@ impl RawBsr {
     }
 
     /// A raw view of the arrays (no schedule).
-    pub fn view<'a>(&'a self, stream: &Arc<CudaStream>) -> BsrView<'a, f16> {
+    pub fn view<'a>(&'a self, stream: &Arc<CudaStream>) -> BsrView<'a, T> {
         let arrays = BsrArrays {
             values: addr(stream, &self.values),
             row_ptr: addr(stream, &self.row_ptr),
@@ -324,6 +328,13 @@ static GPU_USE: RwLock<()> = RwLock::new(());
 pub fn gpu_for(test: &str) -> Option<(RwLockReadGuard<'static, ()>, &'static Gpu)> {
     let shared = gpu_shared();
     Some((shared, gpu(test)?))
+}
+
+/// A GPU of the test's own ([`own_gpu`]) for a test that runs alongside the binary's other tests, with its
+/// [`gpu_shared`] guard; `None` (after the skip line) without a GPU.
+pub fn own_gpu_for(test: &str, configure: impl FnOnce(Gpu) -> Gpu) -> Option<(RwLockReadGuard<'static, ()>, Gpu)> {
+    let shared = gpu_shared();
+    Some((shared, own_gpu(test, configure)?))
 }
 
 /// Shared use of the GPU by a test: other tests holding it run alongside, none holding [`gpu_alone`] does. A test

@@ -200,70 +200,105 @@ fn flat_list_falls_back_where_it_does_not_apply() {
 fn flat_launches_on_many_streams_are_ordered() {
     let test = "flat_launches_on_many_streams_are_ordered";
     let Some(gpu) = narrow_gpu(test, RowSplit::Flat(0)) else { return };
-    let (m, k, n) = (8192, 8192, 16);
-    let a: Bsr<f16> = generate(Pattern::Uniform, m, k, 64, 0.1, 41).unwrap();
-    assert!(flat_of::<f32>(&gpu, &a, n).is_some(), "no flat list");
-    threads_match_one_launch(&gpu, &a, n, 42, Epilogue::new(0.5, -1.0), 8);
+    let a: Bsr<f16> = generate(Pattern::Uniform, 8192, 8192, 64, 0.1, 41).unwrap();
+    assert!(flat_of::<f32>(&gpu, &a, 16).is_some(), "no flat list");
+    threads_match_one_launch(&gpu, &a, 16, 42, Epilogue::new(0.5, -1.0), 8);
 }
+
+/// What a launch's plan holds of the flat list.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Flat {
+    /// The flat list over two CTAs per SM per N tile (the auto setting's).
+    TwoPerSm,
+    /// A flat list.
+    Any,
+    /// No flat list.
+    No,
+}
+
+/// One matrix of the auto cases: pattern, M = K, bs, density, seed, and its launches: N, f16 C (else f32), what
+/// the plan holds, why.
+type AutoMatrix = (Pattern, usize, usize, f64, u64, &'static [(usize, bool, Flat, &'static str)]);
 
 /// `RowSplit::Auto` takes the flat list (two CTAs per SM) for one N tile, many k-tiles per CTA and rows of
 /// unequal length, and keeps whole rows on rows of equal length (banded), on few k-tiles per CTA, for f16 C and
 /// without the longest row; on bs 64's tiles of 32 and 64 columns where the busiest SM's whole rows exceed an
-/// equal share by enough; the auto launches match the oracle.
-/// An auto launch: A, N, (alpha, beta), seed, what.
-type AutoCase<'a> = (&'a Bsr<f16>, usize, (f32, f32), u64, &'static str);
-
+/// equal share by enough; the auto launches (with the flat list) match the oracle, each running the plan
+/// `Gpu::plan` predicted.
 #[test]
 fn auto_takes_the_flat_list_where_it_measured_faster() {
     let test = "auto_takes_the_flat_list_where_it_measured_faster";
     let Some(gpu) = narrow_gpu(test, RowSplit::Auto) else { return };
-    // The auto flat list runs two CTAs per SM per N tile.
-    let two_per_sm = Some(2 * gpu.info().sm_count);
-    let upload = |pattern, (m, bs): (usize, usize), density, seed| {
+    let two_per_sm = 2 * gpu.info().sm_count;
+    use Flat::{Any, No, TwoPerSm};
+    let matrices: [AutoMatrix; 10] = [
+        (
+            Pattern::Uniform,
+            16384,
+            64,
+            0.22,
+            21,
+            &[
+                (8, false, TwoPerSm, "uniform"),
+                (8, true, No, "f16 C"),
+                (32, false, TwoPerSm, "32 columns"),
+                (64, false, TwoPerSm, "64 columns"),
+            ],
+        ),
+        (Pattern::Skewed, 16384, 64, 0.22, 22, &[(1, false, Any, "skewed rows")]),
+        (
+            Pattern::Banded,
+            16384,
+            64,
+            0.22,
+            23,
+            &[
+                (8, false, No, "rows of equal length"),
+                (64, false, No, "64 columns, rows of equal length"),
+                (24, false, No, "24 columns, rows of equal length"),
+            ],
+        ),
+        (Pattern::Uniform, 16384, 128, 0.22, 24, &[(8, false, TwoPerSm, "bs 128 at 22%")]),
+        (Pattern::Uniform, 16384, 128, 0.1, 31, &[(8, false, No, "bs 128 at 10%: too few k-tiles per CTA")]),
+        (Pattern::Uniform, 16384, 128, 0.5, 26, &[(1, false, TwoPerSm, "bs 128 at 50%")]),
+        (Pattern::Uniform, 16384, 64, 0.1, 27, &[(1, false, No, "bs 64 at 10%: too few k-tiles per CTA")]),
+        (Pattern::Uniform, 8192, 64, 0.22, 25, &[(8, false, No, "8192 x 8192: too few k-tiles per CTA")]),
+        (
+            Pattern::Skewed,
+            8192,
+            64,
+            0.1,
+            29,
+            &[(48, false, Any, "48 columns, skewed rows"), (20, false, Any, "20 columns, skewed rows")],
+        ),
+        (Pattern::Uniform, 8192, 64, 0.05, 30, &[(64, false, No, "64 columns, rows of about 6 blocks")]),
+    ];
+    let mut launched = 0;
+    for (pattern, m, bs, density, seed, launches) in matrices {
         let a: Bsr<f16> = generate(pattern, m, m, bs, density, seed).unwrap();
         let a_d = gpu.upload(&a).unwrap();
-        (a, a_d)
-    };
-    let (uniform, uniform_d) = upload(Pattern::Uniform, (16384, 64), 0.22, 21);
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &uniform_d, 8), two_per_sm);
-    assert_eq!(flat_of_uploaded::<f16>(&gpu, &uniform_d, 8), None, "f16 C");
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &uniform_d, 32), two_per_sm, "32");
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &uniform_d, 64), two_per_sm, "64");
-    let (skewed, skewed_d) = upload(Pattern::Skewed, (16384, 64), 0.22, 22);
-    assert!(flat_of_uploaded::<f32>(&gpu, &skewed_d, 1).is_some(), "skewed rows");
-    let (_, banded_d) = upload(Pattern::Banded, (16384, 64), 0.22, 23);
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &banded_d, 8), None, "rows of equal length");
-    let (_, bs128_d) = upload(Pattern::Uniform, (16384, 128), 0.22, 24);
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &bs128_d, 8), two_per_sm, "bs 128 at 22%");
-    let (_, bs128_sparse_d) = upload(Pattern::Uniform, (16384, 128), 0.1, 31);
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &bs128_sparse_d, 8), None, "bs 128 at 10%: too few k-tiles per CTA");
-    let (bs128_dense, bs128_dense_d) = upload(Pattern::Uniform, (16384, 128), 0.5, 26);
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &bs128_dense_d, 1), two_per_sm, "bs 128");
-    let (_, sparser_d) = upload(Pattern::Uniform, (16384, 64), 0.1, 27);
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &sparser_d, 1), None, "bs 64 at 10%: too few k-tiles per CTA");
-    let (_, small_d) = upload(Pattern::Uniform, (8192, 64), 0.22, 25);
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &small_d, 8), None, "8192 x 8192: too few k-tiles per CTA");
-    // bs 64's tile of 64 columns: where the busiest SM's whole rows exceed an equal share by enough.
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &banded_d, 64), None, "64 columns, rows of equal length");
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &banded_d, 24), None, "24 columns, rows of equal length");
-    let (skewed_small, skewed_small_d) = upload(Pattern::Skewed, (8192, 64), 0.1, 29);
-    assert!(flat_of_uploaded::<f32>(&gpu, &skewed_small_d, 48).is_some(), "48 columns, skewed rows");
-    assert!(flat_of_uploaded::<f32>(&gpu, &skewed_small_d, 20).is_some(), "20 columns, skewed rows");
-    let (_, sparsest_d) = upload(Pattern::Uniform, (8192, 64), 0.05, 30);
-    assert_eq!(flat_of_uploaded::<f32>(&gpu, &sparsest_d, 64), None, "64 columns, rows of about 6 blocks");
-    let unknown = plan_unscheduled::<f32>(&gpu, &uniform, 8, Epilogue::default());
-    assert_eq!(flat_in(&unknown), None, "longest row unknown: {unknown}");
-    // The auto launches: predicted == ran, against the oracle, each with the flat list asserted above.
-    let cases: [AutoCase; 6] = [
-        (&uniform, 8, (1.0, 0.0), 21, "auto, uniform"),
-        (&skewed, 1, (-2.0, 0.5), 22, "auto, skewed"),
-        (&bs128_dense, 16, (1.0, 0.0), 26, "auto, bs 128"),
-        (&uniform, 64, (1.0, 0.0), 28, "auto, 64 columns"),
-        (&skewed_small, 48, (-2.0, 0.5), 29, "auto, 48 columns, skewed"),
-        (&skewed_small, 20, (1.0, 0.0), 30, "auto, 20 columns, skewed"),
-    ];
-    for (a, n, ab, seed, ctx) in cases {
-        let (_, plan) = check_planned::<f32>(&gpu, a, n, ab, seed, ctx).unwrap();
-        assert!(flat_in(&plan).is_some(), "{ctx}: {plan}");
+        for &(n, f16_c, want, what) in launches {
+            let ctas =
+                if f16_c { flat_of_uploaded::<f16>(&gpu, &a_d, n) } else { flat_of_uploaded::<f32>(&gpu, &a_d, n) };
+            let got = match ctas {
+                Some(g) if g == two_per_sm => TwoPerSm,
+                Some(_) => Any,
+                None => No,
+            };
+            assert!(got == want || (want == Any && got == TwoPerSm), "{what}: {ctas:?}, {two_per_sm} is two per SM");
+            // Each flat list runs against the oracle, alpha and beta alternating.
+            if want != No {
+                let ab = if launched % 2 == 0 { (1.0, 0.0) } else { (-2.0, 0.5) };
+                let ctx = format!("auto, {what}");
+                let (_, plan) = check_planned::<f32>(&gpu, &a, n, ab, seed + n as u64, &ctx).unwrap();
+                assert!(flat_in(&plan).is_some(), "{ctx}: {plan}");
+                launched += 1;
+            }
+        }
+        if seed == 21 {
+            let unknown = plan_unscheduled::<f32>(&gpu, &a, 8, Epilogue::default());
+            assert_eq!(flat_in(&unknown), None, "longest row unknown: {unknown}");
+        }
     }
+    assert_eq!(launched, 8, "the auto launches checked against the oracle");
 }

@@ -16,6 +16,18 @@ use sparsek::gpu::{Decomposition, DeviceBsr, DeviceMatrix, Gpu, LaunchPlan, Outp
 use sparsek::{Bsr, Epilogue, Matrix, f16};
 use sparsek_tests::{gpu_alone, graph_nodes as nodes, own_gpu, plan_of, planned_spmm};
 
+/// The GPU alone ([`gpu_alone`]: capture in global mode) and a Gpu of the test's own whose few-column launches take
+/// the narrow and mid tiles (decode off), rows as `split` says; `None` (after the skip line) without a GPU.
+fn narrow_alone(test: &str, split: RowSplit) -> Option<(std::sync::RwLockWriteGuard<'static, ()>, Gpu)> {
+    let alone = gpu_alone();
+    Some((alone, own_gpu(test, |g| g.with_decode(false).with_row_split(split))?))
+}
+
+/// Another Gpu as [`narrow_alone`]'s, for a test that holds the GPU alone already.
+fn narrow(test: &str, split: RowSplit) -> Gpu {
+    own_gpu(test, |g| g.with_decode(false).with_row_split(split)).expect("a second Gpu")
+}
+
 /// Whether a plan balances its rows (a flat list or split rows).
 fn balances(plan: &LaunchPlan) -> bool {
     matches!(plan.decomposition, Decomposition::FlatList { .. } | Decomposition::SplitRows { .. })
@@ -73,21 +85,33 @@ fn captured_matches_eager<TC: OutputElement>(gpu: &Gpu, (a, b, c0): (&Bsr<f16>, 
     assert!(report.passed(), "{ctx}: outside a graph: {report}");
     let stream = gpu.new_stream().unwrap();
     let graph = capture(gpu, &stream, (&a_d, &b_d, &mut c_d), ctx);
-    let held = nodes(&graph);
-    assert_eq!(
-        held.kernels,
-        vec![(eager.kernel.to_string(), eager.ctas)],
-        "{ctx}: the captured kernel and grid ({held:?})"
-    );
-    assert_eq!((held.allocs, held.memsets, held.frees, held.others), (1, 1, 1, 0), "{ctx}: {held:?}");
+    assert_graph_holds(&graph, &eager, 1, ctx);
     for replay in 0..3 {
-        c_d.copy_from_host(c0).unwrap();
-        gpu.synchronize().unwrap();
-        graph.launch().unwrap();
-        stream.synchronize().unwrap();
-        let got = c_d.to_host().unwrap();
+        let got = replay_into(gpu, (&graph, &stream), &mut c_d, c0);
         assert!(bits(&got) == bits(&want), "{ctx}: replay {replay} differs from the launch outside the graph");
     }
+}
+
+/// The graph holds one kernel node, `plan`'s kernel on `plan`'s grid, and `memory` allocation, memset and free
+/// nodes each, nothing else.
+fn assert_graph_holds(graph: &CudaGraph, plan: &LaunchPlan, memory: usize, ctx: &str) {
+    let held = nodes(graph);
+    assert_eq!(held.kernels, vec![(plan.kernel.to_string(), plan.ctas)], "{ctx}: the kernel of {plan} ({held:?})");
+    assert_eq!((held.allocs, held.memsets, held.frees, held.others), (memory, memory, memory, 0), "{ctx}: {held:?}");
+}
+
+/// C reset to `c0`, then one replay of the graph captured on `stream`; C downloaded.
+fn replay_into<TC: OutputElement>(
+    gpu: &Gpu,
+    (graph, stream): (&CudaGraph, &CudaStream),
+    c_d: &mut DeviceMatrix<TC>,
+    c0: &Matrix<TC>,
+) -> Matrix<TC> {
+    c_d.copy_from_host(c0).unwrap();
+    gpu.synchronize().unwrap();
+    graph.launch().unwrap();
+    stream.synchronize().unwrap();
+    c_d.to_host().unwrap()
 }
 
 /// A case whose balance does not pay in a graph (on few block rows, no dominating row): balanced outside a graph,
@@ -110,26 +134,16 @@ fn captured_keeps_whole_rows(gpu: &Gpu, whole: &Gpu, (a, b, c0): (&Bsr<f16>, &Ma
     let same = (captured.kernel, captured.decomposition, captured.ctas)
         == (whole_plan.kernel, whole_plan.decomposition, whole_plan.ctas);
     assert!(same && !captured.graph_workspace, "{ctx}: the balance must not pay in a graph: captured {captured}");
-    let held = nodes(&graph);
-    assert_eq!(
-        held.kernels,
-        vec![(whole_plan.kernel.to_string(), whole_plan.ctas)],
-        "{ctx}: whole rows in the graph ({held:?})"
-    );
-    assert_eq!((held.allocs, held.memsets, held.frees, held.others), (0, 0, 0, 0), "{ctx}: {held:?}");
-    c_d.copy_from_host(c0).unwrap();
-    gpu.synchronize().unwrap();
-    graph.launch().unwrap();
-    stream.synchronize().unwrap();
-    assert!(bits(&c_d.to_host().unwrap()) == bits(&want), "{ctx}: the replay differs from whole rows");
+    assert_graph_holds(&graph, &whole_plan, 0, ctx);
+    let got = replay_into(gpu, (&graph, &stream), &mut c_d, c0);
+    assert!(bits(&got) == bits(&want), "{ctx}: the replay differs from whole rows");
 }
 
 #[test]
 fn captured_launches_balance_as_outside_a_graph() {
     const TEST: &str = "captured_launches_balance_as_outside_a_graph";
-    let _alone = gpu_alone();
     // The narrow and mid tiles (decode off), rows split where the launcher splits them.
-    let Some(auto) = own_gpu(TEST, |g| g.with_decode(false)) else { return };
+    let Some((_alone, auto)) = narrow_alone(TEST, RowSplit::Auto) else { return };
     // Skewed rows at 16 columns: split rows on the narrow tile.
     let (a, b, c) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x91);
     captured_matches_eager(&auto, (&a, &b, &c), "4096x16x4096 bs64 skewed, f32 C");
@@ -140,12 +154,12 @@ fn captured_launches_balance_as_outside_a_graph() {
     let (a, b, c) = operands::<f32>(Pattern::Uniform, (4096, 8192, 1), 128, 0x93);
     captured_matches_eager(&auto, (&a, &b, &c), "4096x1x8192 bs128 uniform, f32 C");
     // The flat block list, asked for.
-    let flat = own_gpu(TEST, |g| g.with_decode(false).with_row_split(RowSplit::Flat(2))).unwrap();
+    let flat = narrow(TEST, RowSplit::Flat(2));
     let (a, b, c) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x94);
     captured_matches_eager(&flat, (&a, &b, &c), "4096x16x4096 bs64 skewed, flat list, f32 C");
     // Uniform rows of about 225 KiB on one CTA per two SMs (64 block rows at bs 64, the longest 43 blocks): split
     // outside a graph, whole rows inside one.
-    let whole = own_gpu(TEST, |g| g.with_decode(false).with_row_split(RowSplit::Off)).unwrap();
+    let whole = narrow(TEST, RowSplit::Off);
     let (a, b, c) = operands::<f32>(Pattern::Uniform, (4096, 8192, 16), 64, 0x97);
     captured_keeps_whole_rows(&auto, &whole, (&a, &b, &c), "4096x16x8192 bs64 uniform, f32 C");
 }
@@ -155,9 +169,9 @@ fn captured_launches_balance_as_outside_a_graph() {
 /// alone. A graph that used the Gpu's workspace would run unordered with those launches and mix their parts.
 #[test]
 fn graphs_and_eager_split_launches_run_at_once() {
-    const TEST: &str = "graphs_and_eager_split_launches_run_at_once";
-    let _alone = gpu_alone();
-    let Some(gpu) = own_gpu(TEST, |g| g.with_decode(false)) else { return };
+    let Some((_alone, gpu)) = narrow_alone("graphs_and_eager_split_launches_run_at_once", RowSplit::Auto) else {
+        return;
+    };
     let (a, _, c0) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x95);
     let plan = plan_of::<f32>(&gpu, &a, 16, Epilogue::default());
     assert!(matches!(plan.decomposition, Decomposition::SplitRows { .. }), "the case must split its rows: {plan}");
@@ -176,10 +190,8 @@ fn graphs_and_eager_split_launches_run_at_once() {
     let (c0_d, c1_d) = c01.split_at_mut(1);
     let g0 = capture(&gpu, &streams[0], (&a_d, &b_d[0], &mut c0_d[0]), "graph 0");
     let g1 = capture(&gpu, &streams[1], (&a_d, &b_d[1], &mut c1_d[0]), "graph 1");
-    for g in [&g0, &g1] {
-        let held = nodes(g);
-        assert_eq!((held.allocs, held.memsets, held.frees), (1, 1, 1), "{held:?}");
-        assert_eq!(held.kernels, vec![(plan.kernel.to_string(), plan.ctas)], "outside a graph {plan}: {held:?}");
+    for (i, g) in [&g0, &g1].into_iter().enumerate() {
+        assert_graph_holds(g, &plan, 1, &format!("graph {i}"));
     }
     for round in 0..5 {
         for c in c01.iter_mut().chain(c23.iter_mut()) {

@@ -17,7 +17,7 @@ use sparsek::gpu::{
     LaunchPlan, OutType, OutputElement, VectorView,
 };
 use sparsek::{Activation, Bsr, BsrError, Epilogue, Error, Layout, Matrix, Scalar, bf16, f16};
-use sparsek_tests::{gpu, gpu_cases, gpu_for, hopper_enabled, is_sm90, longest, own_gpu, plan_in, plan_of};
+use sparsek_tests::{Rows, gpu, gpu_cases, gpu_for, hopper_enabled, is_sm90, longest, own_gpu_for, plan_in, plan_of};
 
 /// One random case.
 #[derive(Clone, Debug)]
@@ -434,8 +434,7 @@ fn run_every_type(gpu: &Gpu, case: &Case) -> [(InType, OutType, LaunchPlan); 4] 
 /// plan `Gpu::plan_view` predicted.
 #[test]
 fn bs128_tile_of_64_in_every_layout() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = own_gpu("bs128_tile_of_64_in_every_layout", |g| g) else { return };
+    let Some((_shared, gpu)) = own_gpu_for("bs128_tile_of_64_in_every_layout", |g| g) else { return };
     let gpu = &gpu;
     let min_blocks = 4 * gpu.info().sm_count as usize;
     let (block_rows, density) = (6usize, 0.75);
@@ -468,8 +467,9 @@ fn bs128_tile_of_64_in_every_layout() {
 /// plan `Gpu::plan_view` predicted.
 #[test]
 fn bs64_dominating_row_takes_the_tile_of_32_in_every_layout() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = own_gpu("bs64_dominating_row_takes_the_tile_of_32_in_every_layout", |g| g) else { return };
+    let Some((_shared, gpu)) = own_gpu_for("bs64_dominating_row_takes_the_tile_of_32_in_every_layout", |g| g) else {
+        return;
+    };
     let gpu = &gpu;
     let (bs, block_rows, block_cols, density) = (64usize, 20usize, 90usize, 0.1);
     let mut seed = 0x6432;
@@ -513,8 +513,7 @@ fn bs64_dominating_row_takes_the_tile_of_32_in_every_layout() {
 /// narrow tile.
 #[test]
 fn small_block_mid_tiles_in_every_layout() {
-    let _shared = sparsek_tests::gpu_shared();
-    let Some(gpu) = own_gpu("small_block_mid_tiles_in_every_layout", |g| g) else { return };
+    let Some((_shared, gpu)) = own_gpu_for("small_block_mid_tiles_in_every_layout", |g| g) else { return };
     let gpu = &gpu;
     let block_rows = 3 * gpu.info().sm_count as usize;
     let mut seed = 0x3200;
@@ -541,8 +540,8 @@ fn small_block_mid_tiles_in_every_layout() {
                 let expect = pattern == Pattern::Skewed && longest * bs * bs * 2 > 128 << 10;
                 let ep = Epilogue::default();
                 let uploaded = [
-                    (InType::F16, plan_in::<f16, f32>(gpu, &a, n, (b_layout, c_layout), ep)),
-                    (InType::Bf16, plan_in::<bf16, f32>(gpu, &a, n, (b_layout, c_layout), ep)),
+                    (InType::F16, plan_in::<f16, f32>(gpu, &a, Rows::Uploaded, n, ((b_layout, c_layout), ep))),
+                    (InType::Bf16, plan_in::<bf16, f32>(gpu, &a, Rows::Uploaded, n, ((b_layout, c_layout), ep))),
                 ];
                 for (input, plan) in &uploaded {
                     let split = matches!(plan.decomposition, Decomposition::SplitRows { .. });

@@ -39,6 +39,13 @@ fn hopper_gpu(test: &str, schedule: TileSchedule) -> Option<Gpu> {
     Some(gpu)
 }
 
+/// A Gpu of each schedule (`hopper_gpu`), or `None` (after a skip line).
+fn hopper_gpus<const N: usize>(test: &str, schedules: [TileSchedule; N]) -> Option<[Gpu; N]> {
+    let mut gpus = vec![hopper_gpu(test, schedules[0])?];
+    gpus.extend(schedules[1..].iter().map(|&s| hopper_gpu(test, s).expect("a second Gpu with the sm_90a module")));
+    gpus.try_into().ok()
+}
+
 /// The plan of a launch of `a` (uploaded) with `n` columns into an f32 C on `gpu`, after checking that an sm_90a
 /// kernel serves it.
 fn sm90_plan(gpu: &Gpu, a: &Bsr<f16>, n: usize, ctx: &str) -> LaunchPlan {
@@ -65,9 +72,8 @@ fn tile_rows(plan: &LaunchPlan, block_rows: usize) -> usize {
 fn persistent_grid_is_exact() {
     let _shared = sparsek_tests::gpu_shared();
     let test = "persistent_grid_is_exact";
-    let Some(counter) = hopper_gpu(test, TileSchedule::Auto) else { return };
-    let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
-    let stride = hopper_gpu(test, TileSchedule::Static).unwrap();
+    let schedules = [TileSchedule::Auto, TileSchedule::PerTile, TileSchedule::Static];
+    let Some([counter, per_tile, stride]) = hopper_gpus(test, schedules) else { return };
     let sms = counter.info().sm_count as usize;
     // (bs, block rows, block columns, N): one tile; fewer tiles than SMs; several tiles per CTA (N tiles of
     // 256 and a tail); many short rows.
@@ -108,8 +114,7 @@ fn persistent_grid_is_exact() {
 fn persistent_grid_is_deterministic() {
     let _shared = sparsek_tests::gpu_shared();
     let test = "persistent_grid_is_deterministic";
-    let Some(persistent) = hopper_gpu(test, TileSchedule::Auto) else { return };
-    let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap();
+    let Some([persistent, per_tile]) = hopper_gpus(test, [TileSchedule::Auto, TileSchedule::PerTile]) else { return };
     for (bs, m, k, n, density) in [(64usize, 4096usize, 4096usize, 1000usize, 0.12), (128, 2048, 8192, 600, 0.22)] {
         for pattern in [Pattern::Uniform, Pattern::Skewed] {
             let a: Bsr<f16> = generate(pattern, m, k, bs, density, (bs + n) as u64).unwrap();
@@ -173,10 +178,10 @@ fn persistent_launches_on_many_streams_are_ordered() {
 fn captured_launches_replay_exactly() {
     let _alone = sparsek_tests::gpu_alone();
     let test = "captured_launches_replay_exactly";
-    let Some(gpu) = hopper_gpu(test, TileSchedule::Auto) else { return };
+    let Some([gpu, per_tile]) = hopper_gpus(test, [TileSchedule::Auto, TileSchedule::PerTile]) else { return };
     // Whole rows, as the captured launches of raw views (no row schedule, so no split rows) run: an upload has its
     // schedule, and the skewed bs-128 weight would have its longest rows split outside the graph.
-    let per_tile = hopper_gpu(test, TileSchedule::PerTile).unwrap().with_row_split(sparsek::gpu::RowSplit::Off);
+    let per_tile = per_tile.with_row_split(sparsek::gpu::RowSplit::Off);
     let stream = gpu.new_stream().unwrap();
     let addr = |s: &CudaSlice<u16>| s.device_ptr(&stream).0;
     for (bs, m, k, n) in [(64usize, 4096usize, 2048usize, 600usize), (128, 2048, 8192, 296)] {

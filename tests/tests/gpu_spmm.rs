@@ -13,7 +13,7 @@ use sparsek::gpu::{
 use sparsek::tune::{KernelFamily, Plan, PlanCache, PlanSource};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Scalar, f16};
 use sparsek_tests::{
-    ROW_MAJOR, exact_operands, family, gpu, gpu_cases, own_gpu, plan_in, plan_of, plan_view_in, spmm_planned,
+    ROW_MAJOR, Rows, exact_operands, family, gpu, gpu_cases, own_gpu, plan_in, plan_of, spmm_planned,
     threads_match_one_launch,
 };
 
@@ -418,27 +418,25 @@ fn tune_chooses_a_checked_plan_and_remembers_it() {
         // fixed (where it fixed one).
         let layouts = (problem.b_layout, problem.c_layout);
         let ep = Epilogue::default();
-        let launch_plan = |g: &Gpu, uploaded: bool| match (problem.out, uploaded) {
-            (OutType::F16, true) => plan_in::<f16, f16>(g, &a, n, layouts, ep),
-            (OutType::F16, false) => plan_view_in::<f16>(g, &a, n, layouts, ep),
-            (_, true) => plan_in::<f16, f32>(g, &a, n, layouts, ep),
-            (_, false) => plan_view_in::<f32>(g, &a, n, layouts, ep),
+        let launch_plan = |g: &Gpu, rows: Rows| match problem.out {
+            OutType::F16 => plan_in::<f16, f16>(g, &a, rows, n, (layouts, ep)),
+            _ => plan_in::<f16, f32>(g, &a, rows, n, (layouts, ep)),
         };
-        let takes_tuned = |g: &Gpu, uploaded: bool, what: &str| {
-            let plan = launch_plan(g, uploaded);
+        let takes_tuned = |g: &Gpu, rows: Rows, what: &str| {
+            let plan = launch_plan(g, rows);
             assert_eq!(plan.choice, Some((report.plan.family, PlanSource::Tuned)), "{ctx}: {what}: {plan}");
             let groups = report.plan.group_rows.is_none_or(|r| r == plan.group_rows);
             assert!(groups || family(&plan) == KernelFamily::Decode, "{ctx}: {what}: groups of {plan}");
         };
-        takes_tuned(&tuned, true, "tuned");
+        takes_tuned(&tuned, Rows::Uploaded, "tuned");
         // Read back from the file by a new Gpu; ignored with plans off.
         let reread = open(PlanCache::in_dir(&dir));
         assert!(reread.plan_cache_warning().is_none());
-        takes_tuned(&reread, true, "read back");
-        let off = launch_plan(&open(PlanCache::off()), true);
+        takes_tuned(&reread, Rows::Uploaded, "read back");
+        let off = launch_plan(&open(PlanCache::off()), Rows::Uploaded);
         assert_eq!(off.choice.map(|c| c.1), Some(PlanSource::Heuristic), "{ctx}: plans off: {off}");
         // Views (row lengths unknown) of the same shape and block count take the plan too.
-        takes_tuned(&tuned, false, "a view");
+        takes_tuned(&tuned, Rows::Unknown, "a view");
         // The tuned launch is still right (row-major problems through Gpu::spmm, which consults the plan).
         if problem.b_layout == Layout::RowMajor {
             let case = Case {
