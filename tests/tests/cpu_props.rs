@@ -121,28 +121,30 @@ fn naive<TA: Scalar, TB: Scalar, TC: Scalar>(a: &Bsr<TA>, b: &Matrix<TB>, c: &Ma
     .unwrap()
 }
 
+/// One property per type combination (A's, B's, C's): the CPU backend against the oracle.
+macro_rules! backend_properties {
+    ($($name:ident: $ta:ty, $tb:ty => $tc:ty;)*) => {
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(96))]
+            $(
+                #[test]
+                fn $name(case in any_case()) {
+                    backend_matches_oracle::<$ta, $tb, $tc>(&case)?;
+                }
+            )*
+        }
+    };
+}
+
+backend_properties! {
+    backend_f16_in_f32_out: f16, f16 => f32;
+    backend_f16_in_f16_out: f16, f16 => f16;
+    backend_f32: f32, f32 => f32;
+    backend_bf16_in_f32_out: bf16, bf16 => f32;
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
-
-    #[test]
-    fn backend_f16_in_f32_out(case in any_case()) {
-        backend_matches_oracle::<f16, f16, f32>(&case)?;
-    }
-
-    #[test]
-    fn backend_f16_in_f16_out(case in any_case()) {
-        backend_matches_oracle::<f16, f16, f16>(&case)?;
-    }
-
-    #[test]
-    fn backend_f32(case in any_case()) {
-        backend_matches_oracle::<f32, f32, f32>(&case)?;
-    }
-
-    #[test]
-    fn backend_bf16_in_f32_out(case in any_case()) {
-        backend_matches_oracle::<bf16, bf16, f32>(&case)?;
-    }
 
     #[test]
     fn oracle_matches_naive_dense(case in any_case()) {
