@@ -78,8 +78,8 @@ pub const ROW_MAJOR: (Layout, Layout) = (Layout::RowMajor, Layout::RowMajor);
 
 /// One product on `gpu`'s default stream from host operands: A, B and C (starting as `c0`) uploaded, `Gpu::spmm`
 /// with epilogue `ep`, and C downloaded, with the plan the launch ran, after asserting that it is the plan
-/// `Gpu::plan` predicted (predicted == ran; panics on any error). `gpu` must be the test's own ([`own_gpu`]): `Gpu::last_plan` is the last launch's
-/// from any thread.
+/// `Gpu::plan` predicted (predicted == ran; panics on any error). `gpu` must be the test's own ([`own_gpu`]):
+/// `Gpu::last_plan` is the last launch's from any thread.
 pub fn spmm_planned<TC: OutputElement>(
     gpu: &Gpu,
     a: &Bsr<f16>,

@@ -39,8 +39,8 @@ const CASES: [(usize, usize, usize, f64, Pattern, usize, f32); 7] = [
     (128, 160, 16, 0.25, Pattern::Skewed, 16, 0.0),
 ];
 
-/// With its schedule a raw view launches what the uploaded matrix does: the same bits; without one the result still matches the oracle. At least one case must be split only with the
-/// schedule, so the test sees the launcher use it.
+/// With its schedule a raw view launches what the uploaded matrix does: the same bits; without one the result still
+/// matches the oracle. At least one case must be split only with the schedule, so the test sees the launcher use it.
 #[test]
 fn raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does() {
     let Some((_shared, gpu)) = gpu_for("raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does") else {

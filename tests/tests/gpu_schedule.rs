@@ -168,12 +168,13 @@ fn persistent_launches_on_many_streams_are_ordered() {
 }
 
 /// Launches captured into a CUDA graph never touch the Gpu's counters (a replayed graph is not ordered with other
-/// launches). Where the balance pays for the graph's nodes (here bs 128's 16 block rows of
-/// about 410 KB on few N tiles, at most half the SMs) they take two counters of their own, in the graph (an allocation, a memset
-/// zeroing them and a free node), and run the persistent grid; elsewhere (bs 64's 64 rows on several N tiles)
-/// one tile per consumer set, no memory node. Captured on a stream of the test's own, over views of memory
-/// uploaded on it (as PyTorch's graphs launch): each replay gives the bits of the per-tile launch outside the
-/// capture, the first into a poisoned C.
+/// launches). Where the balance pays for the graph's nodes (here bs 128's 16 block rows of about 410 KB on few N
+/// tiles, at most half the SMs) they take two counters of their own, in the graph (an allocation, a memset zeroing
+/// them and a free node), and run the persistent grid, the kernel and grid of the plan of a raw view outside a graph;
+/// elsewhere (bs 64's 64 rows on several N tiles) one tile per consumer set, no memory node, the per-tile plan (the
+/// captured launch's plan). Captured on a stream of the test's own, over views of memory uploaded on it (as
+/// PyTorch's graphs launch): each replay gives the bits of the per-tile launch outside the capture, the first into a
+/// poisoned C.
 #[test]
 fn captured_launches_replay_exactly() {
     let _alone = sparsek_tests::gpu_alone();
@@ -278,10 +279,11 @@ fn hopper_split_in(plan: &LaunchPlan) -> Option<(u32, u32)> {
     }
 }
 
-/// Long rows split over several CTAs of the sm_90a kernels (`Decomposition::HopperSplitRows`; parts of 16 blocks asked for with
-/// `RowSplit::Blocks`, so bs 64's ping-pong kernel, which Auto leaves whole, splits too): integer-valued operands
-/// give the oracle's bits and whole rows' (`RowSplit::Off`), f32 and f16 C, beta 0 (C through the tensor map
-/// elsewhere) and beta != 0, N tails; three more launches give the same bits.
+/// Long rows split over several CTAs of the sm_90a kernels (`Decomposition::HopperSplitRows`; parts of 16 blocks
+/// asked for with `RowSplit::Blocks`, so bs 64's ping-pong kernel, which Auto leaves whole, splits too):
+/// integer-valued operands give the oracle's bits and whole rows' (`RowSplit::Off`), f32 and f16 C, beta 0 (C
+/// through the tensor map elsewhere) and beta != 0, N tails; three more launches give the same bits; every launch
+/// runs the plan `Gpu::plan` predicted.
 #[test]
 fn long_rows_split_on_the_sm90_kernels_are_exact() {
     let _shared = sparsek_tests::gpu_shared();

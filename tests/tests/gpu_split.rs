@@ -238,8 +238,9 @@ fn split_launches_on_many_streams_are_ordered() {
 
 /// A long row at few columns goes to the narrow tile's split rows instead of the decode kernels (rows of 256 KiB or
 /// more): 64 block rows of bs 64 (within the decode kernels' row limit) whose first row holds all 256 block columns
-/// (2 MB) take the narrow tile, split (or on its flat block list), and match every row of the oracle; with `RowSplit::Off` (no split to give the
-/// row), the longest row unknown, or rows of 112 KB they keep the decode kernels.
+/// (2 MB) take the narrow tile, split (or on its flat block list), and match every row of the oracle; with
+/// `RowSplit::Off` (no split to give the row), the longest row unknown, or rows of 112 KB they keep the decode
+/// kernels.
 #[test]
 fn long_rows_leave_the_decode_kernels_for_split_rows() {
     let test = "long_rows_leave_the_decode_kernels_for_split_rows";
