@@ -166,12 +166,13 @@ impl DeviceStructure {
 }
 
 /// Runs one case through `spmm_raw` over the caller's memory and compares with the oracle; Err describes the
-/// failure with everything needed to reproduce it. Returns the plan `Gpu::plan_view` predicted for the launch and
-/// the plan `Gpu::last_plan` holds after it (the launch's where no other thread launches on `gpu`).
+/// failure with everything needed to reproduce it. Returns, for an A of at least one row (a launch without rows runs
+/// nothing), the plan `Gpu::plan_view` predicted for the launch and the plan `Gpu::last_plan` holds after it (the
+/// launch's where no other thread launches on `gpu`).
 fn run_case<TA: InputElement, TC: OutputElement>(
     gpu: &Gpu,
     case: &Case,
-) -> Result<(LaunchPlan, Option<LaunchPlan>), String> {
+) -> Result<Option<(LaunchPlan, Option<LaunchPlan>)>, String> {
     let (m, k, n) = (case.block_rows * case.bs, case.block_cols * case.bs, case.n);
     let ctx = format!("{case:?} in {} out {}", TA::NAME, TC::NAME);
     let a: Bsr<TA> = generate(case.pattern, m, k, case.bs, case.density, case.seed).map_err(|e| e.to_string())?;
@@ -231,7 +232,10 @@ fn run_case<TA: InputElement, TC: OutputElement>(
     let bias_v = unsafe { VectorView::<TA>::from_raw(addr(stream, &bias_d), m) }.unwrap();
     let c_len = c_host.len();
     let layouts = (case.b_layout, case.c_layout);
-    let predicted = gpu.plan_view::<TA, TC>(&a_v, n, layouts, ep).map_err(|e| format!("{ctx}: plan: {e}"))?;
+    let predicted = (m > 0)
+        .then(|| gpu.plan_view::<TA, TC>(&a_v, n, layouts, ep))
+        .transpose()
+        .map_err(|e| format!("{ctx}: plan: {e}"))?;
     {
         let mut c_v = DenseViewMut::<TC>::from_cuda_slice(&mut c_d, m, n, ldc, case.c_layout)
             .map_err(|e| format!("{ctx}: {e}"))?;
@@ -261,7 +265,7 @@ fn run_case<TA: InputElement, TC: OutputElement>(
     if bits(&dtoh(stream, &b_d)) != bits(&b_host) || bits(&dtoh(stream, &values_d)) != bits(&values_host) {
         return Err(format!("{ctx}: an input buffer changed"));
     }
-    Ok((predicted, ran))
+    Ok(predicted.map(|p| (p, ran)))
 }
 
 fn property<TA: InputElement, TC: OutputElement>(test: &str) {
@@ -416,7 +420,8 @@ fn b_and_c_layouts() -> impl Iterator<Item = (Layout, Layout)> {
 /// Gpu of the test's own: each launch must run the plan `Gpu::plan_view` predicted, which is returned with its types.
 fn run_every_type(gpu: &Gpu, case: &Case) -> [(InType, OutType, LaunchPlan); 4] {
     fn planned<TA: InputElement, TC: OutputElement>(gpu: &Gpu, case: &Case) -> (InType, OutType, LaunchPlan) {
-        let (predicted, ran) = run_case::<TA, TC>(gpu, case).unwrap_or_else(|e| panic!("{e}"));
+        let planned = run_case::<TA, TC>(gpu, case).unwrap_or_else(|e| panic!("{e}"));
+        let (predicted, ran) = planned.unwrap_or_else(|| panic!("{case:?}: no rows, no launch"));
         assert_eq!(ran.as_ref(), Some(&predicted), "{case:?} in {} out {}: predicted == ran", TA::NAME, TC::NAME);
         (TA::IN_TYPE, TC::OUT_TYPE, predicted)
     }

@@ -87,22 +87,26 @@ fn padding_untouched<TC: Scalar>(got: &Matrix<TC>, before: &Matrix<TC>) -> Resul
 /// with everything needed to reproduce it.
 /// Where the built-in heuristic takes the sm_90a short-row kernel, the five-stage sm_90a kernel runs the same case
 /// too: the random shapes have short rows, and both kernels must stay tested on them.
+/// The plan `Gpu::plan` predicted for a launch and the plan `Gpu::last_plan` held right after it.
+type Planned = (LaunchPlan, Option<LaunchPlan>);
+
 /// A case launched through `Gpu::spmm` (then, where that ran the sm_90a short-row kernel, again on the five-stage
-/// one); returns the plan `Gpu::plan` predicted for the launch and the plan `Gpu::last_plan` held right after it
-/// (the launch's, where no other thread launches on `gpu`: [`run_planned`]).
-fn run_case<TC: OutputElement>(gpu: &Gpu, case: &Case) -> Result<(LaunchPlan, Option<LaunchPlan>), String> {
+/// one); returns, for an A of at least one row (a launch without rows runs nothing), the plan `Gpu::plan` predicted
+/// for the launch and the plan `Gpu::last_plan` held right after it (the launch's, where no other thread launches
+/// on `gpu`: [`run_planned`]).
+fn run_case<TC: OutputElement>(gpu: &Gpu, case: &Case) -> Result<Option<Planned>, String> {
     let plans = std::cell::RefCell::new(None);
     run_case_with::<TC>(gpu, case, |a, b, c, ep| {
-        let predicted = gpu.plan::<f16, TC>(a, b.cols(), ROW_MAJOR, ep)?;
+        let predicted = if a.rows() == 0 { None } else { Some(gpu.plan::<f16, TC>(a, b.cols(), ROW_MAJOR, ep)?) };
         gpu.spmm(a, b, c, ep)?;
-        *plans.borrow_mut() = Some((predicted, gpu.last_plan()));
+        *plans.borrow_mut() = predicted.map(|p| (p, gpu.last_plan()));
         Ok(())
     })?;
-    let (predicted, ran) = plans.into_inner().expect("the case launched");
-    if family(&predicted) == KernelFamily::HopperShort {
+    let planned = plans.into_inner();
+    if planned.as_ref().is_some_and(|(p, _)| family(p) == KernelFamily::HopperShort) {
         run_plan::<TC>(gpu, case, &Plan::new(KernelFamily::Hopper)).map_err(|e| format!("five-stage sm_90a: {e}"))?;
     }
-    Ok((predicted, ran))
+    Ok(planned)
 }
 
 /// Whether `gpu` launches `a` times `n` columns (row-major B and C, an f32 C, epilogue `ep`) on the sm_90a short-row
@@ -113,7 +117,8 @@ fn takes_short_rows(gpu: &Gpu, a: &DeviceBsr, n: usize, ep: Epilogue) -> bool {
 
 /// [`run_case`] on a Gpu of the test's own: the launch must run the plan `Gpu::plan` predicted, which is returned.
 fn run_planned<TC: OutputElement>(gpu: &Gpu, case: &Case) -> LaunchPlan {
-    let (predicted, ran) = run_case::<TC>(gpu, case).unwrap_or_else(|e| panic!("{e}"));
+    let planned = run_case::<TC>(gpu, case).unwrap_or_else(|e| panic!("{e}"));
+    let (predicted, ran) = planned.unwrap_or_else(|| panic!("{case:?}: no rows, no launch"));
     assert_eq!(ran.as_ref(), Some(&predicted), "{case:?} {} out: predicted == ran", TC::NAME);
     predicted
 }
