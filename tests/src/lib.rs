@@ -186,6 +186,11 @@ pub fn addr<T>(stream: &Arc<CudaStream>, s: &CudaSlice<T>) -> u64 {
     p
 }
 
+/// `v` copied to a new device buffer on `stream` (the caller's memory; panics on an error).
+pub fn htod<T: cudarc::driver::DeviceRepr>(stream: &Arc<CudaStream>, v: &[T]) -> CudaSlice<T> {
+    stream.clone_htod(v).unwrap()
+}
+
 /// A's arrays as a framework would hold them (64-bit indices, as PyTorch's), uploaded on a stream, for raw views
 /// (`BsrView::from_raw`) that know nothing of their rows unless given a `RowSchedule`.
 pub struct RawBsr<T: InputElement = f16> {

@@ -10,20 +10,11 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUresult;
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use cudarc::driver::{CudaSlice, CudaStream};
 use sparsek::format::{Pattern, generate_int};
 use sparsek::gpu::{BsrArrays, BsrView, DenseView, DenseViewMut, DeviceMatrix, IndexType, VectorView};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, f16};
-use sparsek_tests::{gpu, gpu_for};
-
-fn addr<T>(stream: &Arc<CudaStream>, s: &CudaSlice<T>) -> u64 {
-    let (p, _record) = s.device_ptr(stream);
-    p
-}
-
-fn htod<T: DeviceRepr>(stream: &Arc<CudaStream>, v: &[T]) -> CudaSlice<T> {
-    stream.clone_htod(v).unwrap()
-}
+use sparsek_tests::{addr, gpu, gpu_for, htod};
 
 fn bits_f32(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()

@@ -15,7 +15,7 @@ use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, RowSplit};
 use sparsek::{Bsr, Epilogue, Matrix, f16};
-use sparsek_tests::{gpu_alone, gpu_shared, graph_nodes, own_gpu};
+use sparsek_tests::{gpu_alone, gpu_shared, graph_nodes, own_gpu, same_bits};
 
 /// Products per chain.
 const LAYERS: usize = 6;
@@ -62,10 +62,6 @@ impl Chain {
         let last_out = x[LAYERS % 2].to_host().unwrap();
         (last_in, last_out)
     }
-}
-
-fn same_bits(x: &Matrix<f16>, y: &Matrix<f16>) -> bool {
-    x.as_slice().iter().zip(y.as_slice()).all(|(p, q)| p.to_bits() == q.to_bits())
 }
 
 #[test]

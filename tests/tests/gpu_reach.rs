@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUresult, CUstreamCaptureMode};
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
 use proptest::prelude::*;
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate, generate_int};
@@ -17,7 +17,9 @@ use sparsek::gpu::{
     LaunchPlan, OutType, OutputElement, VectorView,
 };
 use sparsek::{Activation, Bsr, BsrError, Epilogue, Error, Layout, Matrix, Scalar, bf16, f16};
-use sparsek_tests::{Rows, gpu, gpu_cases, gpu_for, hopper_enabled, is_sm90, longest, own_gpu_for, plan_in, plan_of};
+use sparsek_tests::{
+    Rows, addr, gpu, gpu_cases, gpu_for, hopper_enabled, htod, is_sm90, longest, own_gpu_for, plan_in, plan_of,
+};
 
 /// One random case.
 #[derive(Clone, Debug)]
@@ -102,16 +104,6 @@ fn lay_out<T: Scalar>(m: &Matrix<T>, layout: Layout, ld: usize, extra: usize, pa
         }
     }
     v
-}
-
-/// Device address of a cudarc slice (the caller's memory, as a framework would hand it over).
-fn addr<T>(stream: &Arc<CudaStream>, s: &CudaSlice<T>) -> u64 {
-    let (p, _record) = s.device_ptr(stream);
-    p
-}
-
-fn htod<T: DeviceRepr>(stream: &Arc<CudaStream>, v: &[T]) -> CudaSlice<T> {
-    stream.clone_htod(v).unwrap()
 }
 
 fn dtoh<T: DeviceRepr + Scalar>(stream: &Arc<CudaStream>, s: &CudaSlice<T>) -> Vec<T> {
