@@ -11,7 +11,7 @@ use cudarc::cublas::{result as cublas_result, sys};
 use cudarc::driver::{CudaSlice, CudaViewMut, DevicePtr, DevicePtrMut};
 use half::f16;
 
-use super::catch;
+use crate::cuda::catch;
 use sparsek::gpu::Gpu;
 
 /// What the bench names this contender.

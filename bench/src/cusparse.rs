@@ -16,7 +16,7 @@ use cudarc::cusparse::sys;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use half::f16;
 
-use super::catch;
+use crate::cuda::{catch, poison};
 use sparsek::format::Bsr;
 use sparsek::gpu::{DeviceMatrix, Gpu};
 use sparsek::matrix::Matrix;
@@ -595,11 +595,11 @@ impl DeviceSet {
         self.kind
     }
 
-    /// Fills C with a poison pattern (see [`super::poison`]).
+    /// Fills C with a poison pattern (see [`poison`]).
     pub fn poison_c(&mut self, gpu: &Gpu) -> Result<(), String> {
         match &mut self.c {
-            Dense::F16(m) => super::poison(gpu, m.as_view_mut()),
-            Dense::F32(m) => super::poison(gpu, m.as_view_mut()),
+            Dense::F16(m) => poison(gpu, m.as_view_mut()),
+            Dense::F32(m) => poison(gpu, m.as_view_mut()),
         }
     }
 

@@ -17,25 +17,18 @@
 //! infinite: a non-finite output). Seeds are strings (a u64 does not fit a JSON reader's double); a number is
 //! accepted too.
 //!
-//! The in-memory types ([`Header`], [`Record`], [`Outcome`]) convert to and from the wire types here with
-//! `#[serde(into, try_from)]`; [`Check`] maps onto its JSON object directly.
+//! The in-memory types ([`Header`], [`Record`], [`Outcome`]) are serialized here, through the wire types of this
+//! module (their `Serialize` / `Deserialize` impls convert); [`Check`] maps onto its JSON object directly.
 
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::grid::{Case, Source};
+use crate::num::{opt_sig6, u64_string};
 use crate::report::{Check, Header, Outcome, Record, Results, Timing};
 use sparsek::error::{Error, Result};
 use sparsek::format::Pattern;
-
-/// `x` rounded to `digits` significant decimal digits.
-pub fn round_sig(x: f64, digits: usize) -> f64 {
-    if x == 0.0 || !x.is_finite() {
-        return x;
-    }
-    format!("{:.*e}", digits.saturating_sub(1), x).parse().unwrap_or(x)
-}
 
 /// The whole run as pretty-printed JSON (two-space indentation, a final newline):
 /// `{"header": ..., "complete": bool, "records": [...]}`. `complete` is false while a run is still going (the
@@ -70,48 +63,22 @@ pub fn parse_results(text: &str) -> Result<Results> {
         .map_err(|e| Error::Io { path: "<results>".into(), reason: format!("not a sparsek bench results file: {e}") })
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// Field helpers.
-
-/// A measured value: rounded to 6 significant digits; `null` when not finite.
-pub(crate) fn sig6<S: Serializer>(x: &f64, s: S) -> std::result::Result<S::Ok, S::Error> {
-    if x.is_finite() { s.serialize_f64(round_sig(*x, 6)) } else { s.serialize_none() }
-}
-
-/// [`sig6`] of an optional value.
-fn opt_sig6<S: Serializer>(x: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
-    match x {
-        Some(v) => sig6(v, s),
-        None => s.serialize_none(),
-    }
-}
-
-/// An error written by [`sig6`]: `null` (a non-finite error) reads back as infinity.
-pub(crate) fn f64_or_inf<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
-}
-
-/// A u64 written as a string (exact for JSON readers that hold numbers as doubles); a number reads too.
-mod u64_string {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(v)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum U64OrString {
-            Number(u64),
-            String(String),
+/// `Serialize` and `Deserialize` for an in-memory type through its wire type (`From` one way, `TryFrom` back).
+macro_rules! serde_via {
+    ($($ty:ty => $wire:ty),* $(,)?) => {$(
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                <$wire>::from(self.clone()).serialize(s)
+            }
         }
-        match U64OrString::deserialize(d)? {
-            U64OrString::Number(n) => Ok(n),
-            U64OrString::String(s) => s.trim().parse().map_err(serde::de::Error::custom),
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                <$ty>::try_from(<$wire>::deserialize(d)?).map_err(serde::de::Error::custom)
+            }
         }
-    }
+    )*};
 }
+serde_via!(Header => HeaderJson, Outcome => OutcomeJson, Record => RecordJson);
 
 // ---------------------------------------------------------------------------------------------------------
 // The header.
@@ -119,7 +86,7 @@ mod u64_string {
 /// `header` as written.
 #[derive(Serialize, Deserialize, Default)]
 #[serde(default)]
-pub(crate) struct HeaderJson {
+struct HeaderJson {
     gpu: String,
     /// "9.0".
     compute_capability: String,
@@ -225,7 +192,7 @@ impl TryFrom<HeaderJson> for Header {
 
 /// `contenders.<name>` as written: the kind, the timing flattened, the input sets, trust and the check.
 #[derive(Serialize, Deserialize)]
-pub(crate) struct OutcomeJson {
+struct OutcomeJson {
     kind: String,
     #[serde(default, serialize_with = "opt_sig6")]
     median_ms: Option<f64>,
@@ -278,7 +245,7 @@ impl From<OutcomeJson> for Outcome {
 
 /// A record as written: the flat keys first, then `contenders`.
 #[derive(Serialize, Deserialize)]
-pub(crate) struct RecordJson {
+struct RecordJson {
     m: usize,
     n: usize,
     k: usize,
@@ -427,14 +394,6 @@ mod tests {
     }
 
     #[test]
-    fn round_sig_keeps_six_digits() {
-        assert_eq!(round_sig(1.234_567_8, 6), 1.234_57);
-        assert_eq!(round_sig(987_654_321.0, 3), 988_000_000.0);
-        assert_eq!(round_sig(0.0, 6), 0.0);
-        assert!(round_sig(f64::NAN, 6).is_nan());
-    }
-
-    #[test]
     fn round_trip() {
         let mut recs = vec![record(64, 0.22, 1.0, Some(1.5)), record(16, 0.05, 0.5, None)];
         // A failed check with a non-finite error, an untimed contender, a sparsek error, a file case.
@@ -565,5 +524,17 @@ mod tests {
         assert!(parse_results(unknown).is_err());
         let e = read_results("/nonexistent/latest.json").unwrap_err().to_string();
         assert!(e.contains("/nonexistent/latest.json"), "{e}");
+    }
+
+    #[test]
+    fn plot_of_the_committed_results_is_small() {
+        let r = committed();
+        let canvas = crate::report::speedup_plot(&r.header, &r.records)
+            .expect("the committed grid has uniform cases with cuBLAS");
+        let file = canvas.to_png();
+        assert!(file.len() < 100_000, "speedup.png of the committed grid takes {} bytes", file.len());
+        let (w, h, rgb) = crate::png::tests::decode_rgb(&file);
+        assert_eq!((w as usize, h as usize), (canvas.width(), canvas.height()));
+        assert!(rgb == canvas.pixels());
     }
 }

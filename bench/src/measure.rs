@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::json::round_sig;
+use crate::num::round_sig;
 use crate::report::Timing;
 
 /// The most input sets one contender rotates through. Every default case reaches 2x L2 well below it; the sets
@@ -12,12 +12,21 @@ use crate::report::Timing;
 pub const MAX_SETS: usize = 1024;
 
 /// Input sets to rotate through for a contender whose one set moves `set_bytes`: enough that together they span
-/// at least 2x L2, at most [`MAX_SETS`]; one when a set alone is that large. ([`crate::rotation_sets`] stops at
+/// at least 2x L2, at most [`MAX_SETS`]; one when a set alone is that large. ([`rotation_sets`] stops at
 /// 128 sets, which would leave the small shapes' sets of a few hundred KB in L2.)
 pub fn rotation_depth(set_bytes: u64, l2_bytes: u64) -> usize {
     let target = 2 * u128::from(l2_bytes);
     let set = u128::from(set_bytes.max(1));
     if set >= target { 1 } else { target.div_ceil(set).min(MAX_SETS as u128) as usize }
+}
+
+/// Input sets to rotate through for a contender whose one set (every operand a launch reads) takes
+/// `set_bytes`: enough that together they span at least 2x L2 (so no launch finds its operands in L2 from
+/// its previous use), at most 128; one when a set alone is that large.
+pub fn rotation_sets(set_bytes: usize, l2_bytes: u64) -> usize {
+    let target = 2 * l2_bytes as u128;
+    let set = set_bytes.max(1) as u128;
+    if set >= target { 1 } else { target.div_ceil(set).clamp(1, 128) as usize }
 }
 
 /// The bytes one product must move: A read once, B read once, C written once (see the module documentation).
@@ -65,5 +74,23 @@ impl Times {
         let t = Timing::from_samples(samples)?;
         let us = |ms: f64| round_sig(ms * 1e3, 6);
         Some(Times { median_us: us(t.median_ms), min_us: us(t.min_ms), max_us: us(t.max_ms), samples: t.samples })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_covers_twice_l2() {
+        let l2 = 50u64 << 20;
+        assert_eq!(rotation_sets(512 << 20, l2), 1);
+        assert_eq!(rotation_sets(100 << 20, l2), 1);
+        assert_eq!(rotation_sets(30 << 20, l2), 4);
+        assert_eq!(rotation_sets(1, l2), 128);
+        for bytes in [1usize << 20, 7 << 20, 33 << 20, 99 << 20] {
+            let r = rotation_sets(bytes, l2);
+            assert!(r as u64 * bytes as u64 >= 2 * l2, "{r} sets of {bytes} bytes");
+        }
     }
 }

@@ -238,7 +238,7 @@ fn measure(
             .map_err(|e| format!("uploading the input sets: {e}"))?;
         let mut s = PlanSets { plan, sets };
         let (_, _, c) = &mut s.sets[0];
-        crate::poison(gpu, c.as_view_mut())?;
+        crate::cuda::poison(gpu, c.as_view_mut())?;
         s.launch(gpu, 0)?;
         let host = s.sets[0].2.to_host().map_err(|e| e.to_string())?;
         slot.check = Some(Check::from(&expected.check(&host)));

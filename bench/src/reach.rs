@@ -23,10 +23,11 @@ use half::{bf16, f16};
 use serde::Serialize;
 
 use crate::cublas::{self, Cublas};
+use crate::cuda::poison;
 use crate::grid::{Case, percent};
-use crate::json::round_sig;
+use crate::measure::rotation_sets;
+use crate::num::round_sig;
 use crate::report::{Check, Header, Timing};
-use crate::{poison, rotation_sets};
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected};
 use sparsek::error::{Error, Result};

@@ -5,9 +5,8 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 
-use super::grid::{Case, Source, percent};
-use super::json::{HeaderJson, OutcomeJson, RecordJson};
-use super::plot::{self, Labels, Series};
+use crate::grid::{Case, Source, percent};
+use crate::plot::{self, Labels, Series};
 use sparsek::check::CheckReport;
 
 /// The comparison of one contender's output with the oracle (sampled rows). In the JSON as is, numbers to 6
@@ -21,16 +20,16 @@ pub struct Check {
     /// Elements outside the tolerance.
     pub failures: usize,
     /// Largest absolute error (infinite when a non-finite value was got for a finite expectation).
-    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
+    #[serde(serialize_with = "crate::num::sig6", deserialize_with = "crate::num::f64_or_inf")]
     pub max_abs_err: f64,
     /// Largest relative error (elements whose expected magnitude exceeds `atol`).
-    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
+    #[serde(serialize_with = "crate::num::sig6", deserialize_with = "crate::num::f64_or_inf")]
     pub max_rel_err: f64,
     /// Absolute part of the tolerance.
-    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
+    #[serde(serialize_with = "crate::num::sig6", deserialize_with = "crate::num::f64_or_inf")]
     pub atol: f64,
     /// Relative part of the tolerance.
-    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
+    #[serde(serialize_with = "crate::num::sig6", deserialize_with = "crate::num::f64_or_inf")]
     pub rtol: f64,
     /// The report's one-line summary (first failure, worst element).
     pub detail: String,
@@ -80,8 +79,7 @@ impl Timing {
 }
 
 /// One contender's outcome in one case (in the JSON: `contenders.<name>`, the timing flattened).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(into = "OutcomeJson", from = "OutcomeJson")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
     /// What ran ("sparsek", "cublas-gemmex-f16-f32", "bsr-spmm-f16", ...) or `"unavailable: <reason>"`.
     pub kind: String,
@@ -111,8 +109,7 @@ impl Outcome {
 }
 
 /// One case's results (in the JSON: the flat keys of DESIGN.md, then `contenders`; see [`crate::json`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(into = "RecordJson", try_from = "RecordJson")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Record {
     /// The case as requested (for a file: M and K after padding, the density measured).
     pub case: Case,
@@ -223,8 +220,7 @@ impl Record {
 }
 
 /// Facts about the run, written once at the top (in the JSON: `header`, the run's parameters under `method`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(into = "HeaderJson", try_from = "HeaderJson")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Header {
     /// GPU name.
     pub gpu: String,
@@ -595,17 +591,5 @@ pub(crate) mod tests {
         let no_cublas: Vec<Record> =
             recs.iter().map(|r| Record { cublas: Outcome::unavailable("x"), ..r.clone() }).collect();
         assert!(speedup_plot(&header(), &no_cublas).is_none());
-    }
-
-    #[test]
-    fn plot_of_the_committed_results_is_small() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench/latest.json");
-        let r = crate::json::read_results(path).unwrap();
-        let canvas = speedup_plot(&r.header, &r.records).expect("the committed grid has uniform cases with cuBLAS");
-        let file = canvas.to_png();
-        assert!(file.len() < 100_000, "speedup.png of the committed grid takes {} bytes", file.len());
-        let (w, h, rgb) = crate::png::tests::decode_rgb(&file);
-        assert_eq!((w as usize, h as usize), (canvas.width(), canvas.height()));
-        assert!(rgb == canvas.pixels());
     }
 }

@@ -1,22 +1,244 @@
-//! One case on the GPU: build the operands ([`Case::operands`]) and the oracle's sampled rows
+//! The main benchmark's run ([`run`]: every case of a [`Config`], then the outputs), and one case on the GPU
+//! ([`run_case`]): build the operands ([`Case::operands`]) and the oracle's sampled rows
 //! ([`Expected`]), set up every contender with its rotated input sets, check each contender's output (C
 //! poisoned first) with the library's verification path, then time them interleaved launch by launch
 //! ([`EventTimer`]).
 
+use std::path::{Path, PathBuf};
+
 use half::f16;
 
-use super::cublas::{self, Cublas};
-use super::cusparse::{self, Cusparse, HostC, HostOperands};
-use super::grid::Case;
-use super::report::{Check, Outcome, Record, Timing};
-use super::{Config, CusparseChoice, env, poison, rotation_sets};
+use crate::cublas::{self, Cublas};
+use crate::cuda::poison;
+use crate::cusparse::{self, Cusparse, HostC, HostOperands, Kind as CusparseKind};
+use crate::grid::Case;
+use crate::measure::rotation_sets;
+use crate::report::{Check, Header, Outcome, Record, Timing};
+use crate::{env, json, report};
 use sparsek::Epilogue;
 use sparsek::check::{Expected, RowSample, Tolerance, max_abs};
-use sparsek::error::Result;
+use sparsek::error::{Error, Result};
 use sparsek::format::Bsr;
 use sparsek::gpu::timing::EventTimer;
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::matrix::Matrix;
+
+/// Which cuSPARSE entry point to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CusparseChoice {
+    /// The first of [`CusparseKind::AUTO`] the library accepts.
+    Auto,
+    /// Only this one (reported unavailable if refused).
+    Only(CusparseKind),
+    /// No cuSPARSE baseline.
+    Off,
+}
+
+impl std::str::FromStr for CusparseChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(CusparseChoice::Auto),
+            "off" => Ok(CusparseChoice::Off),
+            _ => CusparseKind::parse(s).map(CusparseChoice::Only).ok_or_else(|| Error::InvalidArgument {
+                name: "--cusparse",
+                reason: format!(
+                    "'{s}' is none of auto, off, {}",
+                    CusparseKind::AUTO.map(CusparseKind::name).join(", ")
+                ),
+            }),
+        }
+    }
+}
+
+/// What to run and where to write it.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The cases, in order.
+    pub cases: Vec<Case>,
+    /// Untimed launches per contender before the timed ones.
+    pub warmup: usize,
+    /// Timed launches per contender (the median is reported).
+    pub iters: usize,
+    /// Rows of C compared with the oracle per contender (plus the first and the last).
+    pub check_rows: usize,
+    /// Seed mixed into every case's matrices.
+    pub seed: u64,
+    /// Where `latest.json`, `speedup.png` (and `bench.md` when `../BENCHMARKS.md` has no markers) go.
+    pub out_dir: PathBuf,
+    /// The cuSPARSE entry point.
+    pub cusparse: CusparseChoice,
+    /// The command line, recorded in the header.
+    pub command: String,
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct Summary {
+    /// Facts about the run (as written in `latest.json`).
+    pub header: Header,
+    /// One record per case.
+    pub records: Vec<Record>,
+    /// Every case ran and sparsek's output passed every check.
+    pub all_sparsek_passed: bool,
+}
+
+/// Runs every case of `cfg` on `gpu`, printing progress on stderr, and writes the results (see the module
+/// documentation). Returns the records; errors only when an output cannot be written.
+pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
+    let info = gpu.info();
+    let libs = Libs { cublas: cublas::Cublas::new(gpu), cusparse: cusparse::Cusparse::new(gpu) };
+    let header = Header {
+        cublas: match &libs.cublas {
+            Ok(l) => format!("libcublas {}", l.version()),
+            Err(e) => format!("unavailable: {e}"),
+        },
+        cusparse: match (&libs.cusparse, cfg.cusparse) {
+            (Err(e), _) => format!("unavailable: {e}"),
+            (Ok(_), CusparseChoice::Off) => "off".into(),
+            (Ok(l), CusparseChoice::Only(k)) => format!("libcusparse {}, {} only", l.version(), k.name()),
+            (Ok(l), CusparseChoice::Auto) => format!(
+                "libcusparse {}, first accepted of {}",
+                l.version(),
+                CusparseKind::AUTO.map(CusparseKind::name).join(", ")
+            ),
+        },
+        warmup: cfg.warmup,
+        iters: cfg.iters,
+        check_rows: cfg.check_rows,
+        seed: cfg.seed,
+        command: cfg.command.clone(),
+        ..Header::for_gpu(gpu)
+    };
+    eprintln!(
+        "sparsek bench on {} (sm_{}{}, driver CUDA {}), {} cases, median of {} launches after {} warm-up",
+        header.gpu,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        header.driver,
+        cfg.cases.len(),
+        cfg.iters,
+        cfg.warmup
+    );
+    eprintln!("  cuBLAS: {}", header.cublas);
+    eprintln!("  cuSPARSE: {}", header.cusparse);
+    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| io_err(&cfg.out_dir, e))?;
+    let json_path = cfg.out_dir.join("latest.json");
+
+    let mut records = Vec::with_capacity(cfg.cases.len());
+    for (i, case) in cfg.cases.iter().enumerate() {
+        let rec = run_case(gpu, &libs, cfg, case);
+        eprintln!("[{}/{}] {}", i + 1, cfg.cases.len(), progress_line(&rec));
+        records.push(rec);
+        // Written after every case, so an interrupted run leaves its results behind ("complete": false).
+        write(&json_path, json::to_json(&header, &records, i + 1 == cfg.cases.len()).as_bytes())?;
+    }
+    if cfg.cases.is_empty() {
+        write(&json_path, json::to_json(&header, &records, true).as_bytes())?;
+    }
+    drop(libs);
+
+    let table = report::markdown(&header, &records);
+    println!("{table}");
+    let doc_path = cfg.out_dir.parent().map(|p| p.join("BENCHMARKS.md"));
+    let spliced =
+        doc_path.as_ref().and_then(|p| std::fs::read_to_string(p).ok().map(|doc| (p, report::splice(&doc, &table))));
+    match spliced {
+        Some((p, Some(doc))) => {
+            write(p, doc.as_bytes())?;
+            eprintln!("wrote {} (between {} and {})", p.display(), report::BEGIN_MARKER, report::END_MARKER);
+        }
+        other => {
+            if let Some((p, None)) = other {
+                eprintln!(
+                    "{} has no {} / {} markers; leaving it alone",
+                    p.display(),
+                    report::BEGIN_MARKER,
+                    report::END_MARKER
+                );
+            }
+            let p = cfg.out_dir.join("bench.md");
+            write(&p, table.as_bytes())?;
+            eprintln!("wrote {}", p.display());
+        }
+    }
+    eprintln!("wrote {}", json_path.display());
+    match report::speedup_plot(&header, &records) {
+        Some(canvas) => {
+            let p = cfg.out_dir.join("speedup.png");
+            write(&p, &canvas.to_png())?;
+            eprintln!("wrote {}", p.display());
+        }
+        None => eprintln!("no speedup plot: no uniform case with a trusted cuBLAS time"),
+    }
+    let all_sparsek_passed = records.iter().all(Record::sparsek_passed);
+    if !all_sparsek_passed {
+        for r in records.iter().filter(|r| !r.sparsek_passed()) {
+            let why = r.error.clone().or_else(|| r.sparsek.check.as_ref().map(|c| c.detail.clone()));
+            eprintln!("FAILED {}: {}", r.case, why.unwrap_or_default());
+        }
+    }
+    Ok(Summary { header, records, all_sparsek_passed })
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> Error {
+    Error::Io { path: path.display().to_string(), reason: e.to_string() }
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(|e| io_err(path, e))
+}
+
+/// `8192x8192x8192 bs64 22% uniform: sparsek 1.234 ms (412.3 TFLOPS), cuBLAS 1.500 ms (sparsek 1.22x), ...`
+fn progress_line(r: &Record) -> String {
+    let mut s = format!("{}: ", r.case);
+    if let Some(e) = &r.error {
+        s.push_str(&format!("ERROR {e}"));
+        return s;
+    }
+    let ms = |o: &report::Outcome| o.ms().map_or_else(|| "-".to_string(), |t| format!("{t:.3} ms"));
+    s.push_str(&format!("sparsek {}", ms(&r.sparsek)));
+    if let Some(t) = r.sparsek_tflops() {
+        s.push_str(&format!(" ({t:.1} TFLOPS)"));
+    }
+    match r.cublas.ms() {
+        Some(_) => {
+            s.push_str(&format!(", cuBLAS {}", ms(&r.cublas)));
+            if let Some(x) = r.speedup_vs_cublas() {
+                s.push_str(&format!(" (sparsek {x:.2}x)"));
+            }
+        }
+        None => s.push_str(&format!(", cuBLAS n/a ({})", short(&r.cublas.kind))),
+    }
+    match r.cusparse.ms() {
+        Some(_) => {
+            s.push_str(&format!(", cuSPARSE {} {}", r.cusparse.kind, ms(&r.cusparse)));
+            if let Some(x) = r.speedup_vs_cusparse() {
+                s.push_str(&format!(" (sparsek {x:.2}x)"));
+            }
+        }
+        None => s.push_str(&format!(", cuSPARSE n/a ({})", short(&r.cusparse.kind))),
+    }
+    if let Some(c) = r.sm_clock_mhz {
+        s.push_str(&format!(", SM {c} MHz"));
+    }
+    let fails: Vec<&str> = [("sparsek", &r.sparsek), ("cuBLAS", &r.cublas), ("cuSPARSE", &r.cusparse)]
+        .iter()
+        .filter(|(_, o)| o.check.as_ref().is_some_and(|c| !c.passed))
+        .map(|(n, _)| *n)
+        .collect();
+    s.push_str(
+        if fails.is_empty() { ", checks pass".into() } else { format!(", CHECK FAILED: {}", fails.join(", ")) }
+            .as_str(),
+    );
+    s
+}
+
+/// At most 160 characters of `s`, without its "unavailable: " prefix.
+fn short(s: &str) -> String {
+    let s = s.strip_prefix("unavailable: ").unwrap_or(s);
+    if s.chars().count() > 160 { format!("{}...", s.chars().take(157).collect::<String>()) } else { s.to_string() }
+}
 
 /// The baseline libraries, loaded once per run (or why they could not be).
 pub struct Libs {
@@ -355,4 +577,17 @@ pub(crate) fn pci_address(gpu: &Gpu) -> Option<env::PciAddress> {
         get(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
         get(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cusparse_choice_parses() {
+        assert_eq!("auto".parse::<CusparseChoice>().unwrap(), CusparseChoice::Auto);
+        assert_eq!("off".parse::<CusparseChoice>().unwrap(), CusparseChoice::Off);
+        assert_eq!("bsrmm-f32".parse::<CusparseChoice>().unwrap(), CusparseChoice::Only(CusparseKind::Bsrmm));
+        assert!("cusparse".parse::<CusparseChoice>().is_err());
+    }
 }

@@ -74,9 +74,9 @@ use half::f16;
 use serde::Serialize;
 
 use crate::cublas::{self, Cublas};
+use crate::cuda::poison;
 use crate::grid::{Case, Source, percent};
-use crate::json::round_sig;
-use crate::poison;
+use crate::num::round_sig;
 use crate::report::{Check, Header};
 use crate::research::floor::{self, FloorSets, ReadFloor};
 use crate::research::queued::{self, Hold, Queued};

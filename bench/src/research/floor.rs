@@ -15,8 +15,8 @@ use cudarc::driver::{CudaFunction, CudaSlice, DriverError, LaunchConfig, PushKer
 use cudarc::nvrtc::Ptx;
 use serde::Serialize;
 
+use crate::cuda::poison;
 use crate::measure::Times;
-use crate::poison;
 use crate::runner::Contender;
 use sparsek::gpu::Gpu;
 
