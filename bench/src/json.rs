@@ -24,10 +24,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::error::{Error, Result};
 use crate::grid::{Case, Source};
 use crate::num::{opt_sig6, u64_string};
 use crate::report::{Check, Header, Outcome, Record, Results, Timing};
-use sparsek::error::{Error, Result};
 use sparsek::format::Pattern;
 
 /// The whole run as pretty-printed JSON (two-space indentation, a final newline):
@@ -49,18 +49,23 @@ pub fn to_json(header: &Header, records: &[Record], complete: bool) -> String {
 /// Reads a results file written by `sparsek bench` (this version or the earlier hand-written writer).
 pub fn read_results(path: impl AsRef<Path>) -> Result<Results> {
     let path = path.as_ref();
-    let io = |reason: String| Error::Io { path: path.display().to_string(), reason };
-    let text = std::fs::read_to_string(path).map_err(|e| io(e.to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     parse_results(&text).map_err(|e| match e {
-        Error::Io { reason, .. } => io(reason),
+        Error::Parse { line, column, source, .. } => {
+            Error::Parse { file: path.display().to_string(), line, column, source }
+        }
         e => e,
     })
 }
 
 /// Parses the text of a results file (see [`read_results`]).
 pub fn parse_results(text: &str) -> Result<Results> {
-    serde_json::from_str(text)
-        .map_err(|e| Error::Io { path: "<results>".into(), reason: format!("not a sparsek bench results file: {e}") })
+    serde_json::from_str(text).map_err(|source| Error::Parse {
+        file: "<results>".into(),
+        line: source.line(),
+        column: source.column(),
+        source,
+    })
 }
 
 /// `Serialize` and `Deserialize` for an in-memory type through its wire type (`From` one way, `TryFrom` back).
@@ -155,15 +160,15 @@ impl From<Header> for HeaderJson {
 }
 
 impl TryFrom<HeaderJson> for Header {
-    type Error = String;
-    fn try_from(h: HeaderJson) -> std::result::Result<Self, String> {
+    type Error = Error;
+    fn try_from(h: HeaderJson) -> Result<Self> {
         let cc = &h.compute_capability;
         let compute_capability = if cc.is_empty() {
             (0, 0)
         } else {
-            cc.split_once('.')
-                .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)))
-                .ok_or_else(|| format!("compute_capability '{cc}' is not MAJOR.MINOR"))?
+            cc.split_once('.').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?))).ok_or_else(
+                || Error::Field { field: "compute_capability", value: cc.clone(), expected: "MAJOR.MINOR" },
+            )?
         };
         Ok(Header {
             gpu: h.gpu,
@@ -361,11 +366,11 @@ impl From<Record> for RecordJson {
 }
 
 impl TryFrom<RecordJson> for Record {
-    type Error = String;
-    fn try_from(r: RecordJson) -> std::result::Result<Self, String> {
+    type Error = Error;
+    fn try_from(r: RecordJson) -> Result<Self> {
         let source = match r.pattern.strip_prefix("file:") {
             Some(name) => Source::File(r.matrix_path.unwrap_or_else(|| name.to_string()).into()),
-            None => Source::Synthetic(r.pattern.parse::<Pattern>().map_err(|e| e.to_string())?),
+            None => Source::Synthetic(r.pattern.parse::<Pattern>()?),
         };
         let record = Record {
             case: Case { m: r.m, n: r.n, k: r.k, bs: r.bs, density: r.density, source },
@@ -378,7 +383,7 @@ impl TryFrom<RecordJson> for Record {
             error: r.error,
         };
         // A malformed record (bs 0, a density of 500%, a time of 0) is refused, not compared.
-        record.validate().map_err(|why| format!("malformed record ({}x{}x{} bs{}): {why}", r.m, r.n, r.k, r.bs))?;
+        record.validate().map_err(|why| Error::MalformedRecord { m: r.m, n: r.n, k: r.k, bs: r.bs, why })?;
         Ok(record)
     }
 }
@@ -522,8 +527,29 @@ mod tests {
         let unknown = r#"{"header": {}, "complete": true, "records": [{"m": 1, "n": 1, "k": 1, "bs": 16,
             "density": 0.5, "pattern": "zigzag", "nnzb": 0, "seed": "1", "contenders": {}}]}"#;
         assert!(parse_results(unknown).is_err());
-        let e = read_results("/nonexistent/latest.json").unwrap_err().to_string();
-        assert!(e.contains("/nonexistent/latest.json"), "{e}");
+        let e = read_results("/nonexistent/latest.json").unwrap_err();
+        assert!(matches!(&e, Error::Io { path, .. } if path == Path::new("/nonexistent/latest.json")), "{e:?}");
+        assert!(e.to_string().starts_with("/nonexistent/latest.json: "), "{e}");
+    }
+
+    #[test]
+    fn a_malformed_record_is_a_parse_error_with_its_file_and_line() {
+        let text =
+            to_json(&header(), &[record(64, 0.22, 1.0, Some(1.5))], true).replacen("\"bs\": 64,", "\"bs\": 0,", 1);
+        let line = 1 + text[..text.find("\"bs\": 0").unwrap()].lines().count();
+        let e = parse_results(&text).unwrap_err();
+        let Error::Parse { file, line: at, .. } = &e else { panic!("{e:?}") };
+        assert_eq!(file, "<results>");
+        assert!(*at >= line, "the error at line {at}, the record's bs at line {line}");
+        let msg = e.to_string();
+        assert!(msg.starts_with("<results>: not a sparsek bench results file: malformed record"), "{msg}");
+        assert!(msg.contains("(8192x8192x8192 bs0): block size 0 is not one of [16, 32, 64, 128]"), "{msg}");
+        // Read from a file, the error names it.
+        let path = std::env::temp_dir().join(format!("sparsek-bench-malformed-{}.json", std::process::id()));
+        std::fs::write(&path, &text).unwrap();
+        let e = read_results(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(&e, Error::Parse { file, .. } if *file == path.display().to_string()), "{e:?}");
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod cuda;
 mod cusparse;
 pub mod decode;
 pub mod env;
+pub mod error;
 pub mod grid;
 pub mod json;
 pub mod measure;
@@ -46,6 +47,7 @@ pub mod tune;
 
 pub use compare::{Comparison, compare};
 pub use cusparse::Kind as CusparseKind;
+pub use error::{Error, Result};
 pub use grid::{Case, Source, default_grid, parse_case, quick_grid};
 pub use json::read_results;
 pub use measure::rotation_sets;

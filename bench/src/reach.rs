@@ -24,13 +24,13 @@ use serde::Serialize;
 
 use crate::cublas::{self, Cublas};
 use crate::cuda::poison;
+use crate::error::{self, Error, Result};
 use crate::grid::{Case, percent};
 use crate::measure::rotation_sets;
 use crate::num::round_sig;
 use crate::report::{Check, Header, Timing};
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected};
-use sparsek::error::{Error, Result};
 use sparsek::format::{Bsr, Pattern};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::matrix::Matrix;
@@ -257,17 +257,17 @@ pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
         let rec = run_case(gpu, &lib, cfg, iters, case, &tag);
         eprintln!("{tag} {}", progress_line(&rec));
         records.push(rec);
-        crate::side::write(&json_path, to_json(&header, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
+        error::write(&json_path, to_json(&header, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
     }
     if cfg.cases.is_empty() {
-        crate::side::write(&json_path, to_json(&header, &records, true)?.as_bytes())?;
+        error::write(&json_path, to_json(&header, &records, true)?.as_bytes())?;
     }
     drop(lib);
 
     let table = markdown(&header, &records);
     println!("{table}");
     let md_path = cfg.out_dir.join("reach.md");
-    crate::side::write(&md_path, table.as_bytes())?;
+    error::write(&md_path, table.as_bytes())?;
     eprintln!("wrote {}", md_path.display());
     eprintln!("wrote {}", json_path.display());
     let all_passed = records.iter().all(ReachRecord::sparsek_passed);
@@ -291,16 +291,7 @@ pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
 /// The whole run as pretty-printed JSON: `{"header": ..., "complete": bool, "records": [...]}` (the header as
 /// in `latest.json`).
 pub fn to_json(header: &Header, records: &[ReachRecord], complete: bool) -> Result<String> {
-    #[derive(Serialize)]
-    struct Out<'a> {
-        header: &'a Header,
-        complete: bool,
-        records: &'a [ReachRecord],
-    }
-    let mut s = serde_json::to_string_pretty(&Out { header, complete, records })
-        .map_err(|e| Error::Io { path: "reach.json".into(), reason: format!("serializing the results: {e}") })?;
-    s.push('\n');
-    Ok(s)
+    crate::side::to_json("reach.json", header, (), records, complete)
 }
 
 /// The host operands of one case and their oracles.
@@ -318,25 +309,18 @@ struct Operands {
 }
 
 /// Runs one case: operands and oracles, then each contender set up and checked, then all timed interleaved.
-fn run_case(
-    gpu: &Gpu,
-    lib: &std::result::Result<Cublas, String>,
-    cfg: &ReachConfig,
-    iters: usize,
-    case: &Case,
-    tag: &str,
-) -> ReachRecord {
+fn run_case(gpu: &Gpu, lib: &Result<Cublas>, cfg: &ReachConfig, iters: usize, case: &Case, tag: &str) -> ReachRecord {
     let mut case = case.clone();
     let seed = case.seed(cfg.seed);
     let mut rec = ReachRecord::new(&case, seed);
-    if let crate::grid::Source::File(p) = &case.source {
-        rec.error = Some(format!("--reach measures generated cases only, not {}", p.display()));
+    if let crate::grid::Source::File(path) = &case.source {
+        rec.error = Some(Error::FileCase { mode: "--reach", path: path.clone() }.to_string());
         return rec;
     }
     let ops = match operands(&mut case, cfg, seed, tag) {
         Ok(o) => o,
         Err(e) => {
-            rec.error = Some(format!("building the operands: {e}"));
+            rec.error = Some(Error::step::<sparsek::Error>("building the operands")(e).to_string());
             return rec;
         }
     };
@@ -346,7 +330,7 @@ fn run_case(
     for (i, form) in Form::ALL.into_iter().enumerate() {
         eprintln!("{tag}   {}: setting up and checking", form.name());
         let result = match (form, lib) {
-            (Form::Cublas, Err(why)) => Err(format!("cuBLAS unavailable: {why}")),
+            (Form::Cublas, Err(why)) => Err(Error::Unavailable { lib: "cuBLAS", reason: why.to_string() }),
             _ => setup(gpu, lib.as_ref().ok(), form, &ops),
         };
         match result {
@@ -356,7 +340,7 @@ fn run_case(
                 sets.push(Some(s));
             }
             Err(e) => {
-                rec.contenders[i].error = Some(e);
+                rec.contenders[i].error = Some(e.to_string());
                 sets.push(None);
             }
         }
@@ -380,14 +364,14 @@ fn run_case(
                 rec.contenders[*i].set_timing(t, flops);
             }
         }
-        Err(e) => rec.error = Some(format!("timing: {e}")),
+        Err(e) => rec.error = Some(Error::step("timing")(e).to_string()),
     }
     rec.ratios = Ratios::of(&rec.contenders);
     rec
 }
 
 /// A and B ([`Case::operands`]), their bf16 copies, B^T, and the oracle of each on the same sampled rows.
-fn operands(case: &mut Case, cfg: &ReachConfig, seed: u64, tag: &str) -> Result<Operands> {
+fn operands(case: &mut Case, cfg: &ReachConfig, seed: u64, tag: &str) -> sparsek::Result<Operands> {
     let (a, b, sample, expected) = crate::side::f16_operands(case, cfg, seed, tag)?;
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     let a_bf16 = a.convert::<bf16>()?;
@@ -410,7 +394,7 @@ enum Sets<'l> {
 }
 
 impl crate::runner::Contender for Sets<'_> {
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         Sets::launch(self, gpu, set)
     }
     fn sets(&self) -> usize {
@@ -428,17 +412,16 @@ impl Sets<'_> {
     }
 
     /// Queues one product on input set `set` on the GPU's stream.
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
-        let s = |e: Error| e.to_string();
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         let ep = Epilogue::default();
         match self {
             Sets::F16(sets) => {
                 let (a, b, c) = &mut sets[set];
-                gpu.spmm(a, b, c, ep).map_err(s)
+                Ok(gpu.spmm(a, b, c, ep)?)
             }
             Sets::Bf16(sets) => {
                 let (a, b, c) = &mut sets[set];
-                gpu.spmm(a, b, c, ep).map_err(s)
+                Ok(gpu.spmm(a, b, c, ep)?)
             }
             Sets::Linear(sets) => {
                 let (a, b_t, c_t) = &mut sets[set];
@@ -447,7 +430,7 @@ impl Sets<'_> {
                 // SAFETY: the stream is the Gpu's own, alive as long as `gpu`; the views describe buffers this
                 // contender owns and borrows for the call, and every use of those buffers is queued on that
                 // same stream, so nothing writes A or B or touches C while the kernel runs.
-                unsafe { gpu.spmm_raw(gpu.stream().cu_stream(), &a, &b, &mut c, None, ep) }.map_err(s)
+                Ok(unsafe { gpu.spmm_raw(gpu.stream().cu_stream(), &a, &b, &mut c, None, ep) }?)
             }
             Sets::Cublas(c) => c.launch(gpu, set),
         }
@@ -465,13 +448,7 @@ impl Sets<'_> {
 
 /// Uploads `form`'s input sets (as many as [`rotation_sets`] asks for), poisons C of set 0, launches on it and
 /// checks the output against the oracle.
-fn setup<'l>(
-    gpu: &Gpu,
-    lib: Option<&'l Cublas>,
-    form: Form,
-    ops: &Operands,
-) -> std::result::Result<(Sets<'l>, Check), String> {
-    let s = |e: Error| e.to_string();
+fn setup<'l>(gpu: &Gpu, lib: Option<&'l Cublas>, form: Form, ops: &Operands) -> Result<(Sets<'l>, Check)> {
     let (a, b) = (&ops.a, &ops.b);
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     // Bytes one launch reads and writes: A (values, row_ptr, col_idx twice over: indices and schedule), B, C.
@@ -481,31 +458,28 @@ fn setup<'l>(
         Form::F16 => Sets::F16(
             (0..count(sparse_bytes))
                 .map(|_| Ok((gpu.upload(a)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
-                .collect::<Result<_>>()
-                .map_err(s)?,
+                .collect::<sparsek::Result<_>>()?,
         ),
         Form::Bf16 => Sets::Bf16(
             (0..count(sparse_bytes))
                 .map(|_| Ok((gpu.upload(&ops.a_bf16)?, gpu.upload_matrix(&ops.b_bf16)?, gpu.zeros(m, n)?)))
-                .collect::<Result<_>>()
-                .map_err(s)?,
+                .collect::<sparsek::Result<_>>()?,
         ),
         Form::F16Linear => Sets::Linear(
             (0..count(sparse_bytes))
                 .map(|_| Ok((gpu.upload(a)?, gpu.upload_matrix(&ops.b_t)?, gpu.zeros(n, m)?)))
-                .collect::<Result<_>>()
-                .map_err(s)?,
+                .collect::<sparsek::Result<_>>()?,
         ),
         Form::Cublas => {
-            let lib = lib.ok_or("cuBLAS unavailable")?;
+            let lib = lib.ok_or(Error::Unsupported("cuBLAS unavailable"))?;
             let depth = count(2 * m * k + 2 * k * n + 4 * m * n);
             Sets::Cublas(crate::side::CublasSets::upload(gpu, lib, a, b, depth)?)
         }
     };
-    let c = sets.output().ok_or("no input set")?;
+    let c = sets.output().ok_or(Error::Unsupported("no input set"))?;
     poison(gpu, c.as_view_mut())?;
     sets.launch(gpu, 0)?;
-    let host = sets.output().ok_or("no input set")?.to_host().map_err(s)?;
+    let host = sets.output().ok_or(Error::Unsupported("no input set"))?.to_host()?;
     Ok((sets, Check::from(&check_output(form, ops, &host))))
 }
 

@@ -4,20 +4,20 @@
 //! poisoned first) with the library's verification path, then time them interleaved launch by launch
 //! ([`EventTimer`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use half::f16;
 
 use crate::cublas::{self, Cublas};
 use crate::cuda::poison;
 use crate::cusparse::{self, Cusparse, HostC, HostOperands, Kind as CusparseKind};
+use crate::error::{self, Error, Result};
 use crate::grid::Case;
 use crate::measure::rotation_sets;
 use crate::report::{Check, Header, Outcome, Record, Timing};
 use crate::{env, json, report};
 use sparsek::Epilogue;
 use sparsek::check::{Expected, RowSample, Tolerance, max_abs};
-use sparsek::error::{Error, Result};
 use sparsek::format::Bsr;
 use sparsek::gpu::timing::EventTimer;
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
@@ -40,12 +40,10 @@ impl std::str::FromStr for CusparseChoice {
         match s {
             "auto" => Ok(CusparseChoice::Auto),
             "off" => Ok(CusparseChoice::Off),
-            _ => CusparseKind::parse(s).map(CusparseChoice::Only).ok_or_else(|| Error::InvalidArgument {
-                name: "--cusparse",
-                reason: format!(
-                    "'{s}' is none of auto, off, {}",
-                    CusparseKind::AUTO.map(CusparseKind::name).join(", ")
-                ),
+            _ => CusparseKind::parse(s).map(CusparseChoice::Only).ok_or_else(|| {
+                let kinds = CusparseKind::AUTO.map(CusparseKind::name).join(", ");
+                let reason = format!("'{s}' is none of auto, off, {kinds}");
+                sparsek::Error::InvalidArgument { name: "--cusparse", reason }.into()
             }),
         }
     }
@@ -122,7 +120,7 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
     );
     eprintln!("  cuBLAS: {}", header.cublas);
     eprintln!("  cuSPARSE: {}", header.cusparse);
-    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| io_err(&cfg.out_dir, e))?;
+    error::create_dir(&cfg.out_dir)?;
     let json_path = cfg.out_dir.join("latest.json");
 
     let mut records = Vec::with_capacity(cfg.cases.len());
@@ -131,10 +129,10 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
         eprintln!("[{}/{}] {}", i + 1, cfg.cases.len(), progress_line(&rec));
         records.push(rec);
         // Written after every case, so an interrupted run leaves its results behind ("complete": false).
-        write(&json_path, json::to_json(&header, &records, i + 1 == cfg.cases.len()).as_bytes())?;
+        error::write(&json_path, json::to_json(&header, &records, i + 1 == cfg.cases.len()).as_bytes())?;
     }
     if cfg.cases.is_empty() {
-        write(&json_path, json::to_json(&header, &records, true).as_bytes())?;
+        error::write(&json_path, json::to_json(&header, &records, true).as_bytes())?;
     }
     drop(libs);
 
@@ -145,7 +143,7 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
         doc_path.as_ref().and_then(|p| std::fs::read_to_string(p).ok().map(|doc| (p, report::splice(&doc, &table))));
     match spliced {
         Some((p, Some(doc))) => {
-            write(p, doc.as_bytes())?;
+            error::write(p, doc.as_bytes())?;
             eprintln!("wrote {} (between {} and {})", p.display(), report::BEGIN_MARKER, report::END_MARKER);
         }
         other => {
@@ -158,7 +156,7 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
                 );
             }
             let p = cfg.out_dir.join("bench.md");
-            write(&p, table.as_bytes())?;
+            error::write(&p, table.as_bytes())?;
             eprintln!("wrote {}", p.display());
         }
     }
@@ -166,7 +164,7 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
     match report::speedup_plot(&header, &records) {
         Some(canvas) => {
             let p = cfg.out_dir.join("speedup.png");
-            write(&p, &canvas.to_png())?;
+            error::write(&p, &canvas.to_png())?;
             eprintln!("wrote {}", p.display());
         }
         None => eprintln!("no speedup plot: no uniform case with a trusted cuBLAS time"),
@@ -179,14 +177,6 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
         }
     }
     Ok(Summary { header, records, all_sparsek_passed })
-}
-
-fn io_err(path: &Path, e: std::io::Error) -> Error {
-    Error::Io { path: path.display().to_string(), reason: e.to_string() }
-}
-
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| io_err(path, e))
 }
 
 /// `8192x8192x8192 bs64 22% uniform: sparsek 1.234 ms (412.3 TFLOPS), cuBLAS 1.500 ms (sparsek 1.22x), ...`
@@ -243,15 +233,15 @@ fn short(s: &str) -> String {
 /// The baseline libraries, loaded once per run (or why they could not be).
 pub struct Libs {
     /// cuBLAS, or why it is unavailable.
-    pub cublas: std::result::Result<Cublas, String>,
+    pub cublas: Result<Cublas>,
     /// cuSPARSE, or why it is unavailable.
-    pub cusparse: std::result::Result<Cusparse, String>,
+    pub cusparse: Result<Cusparse>,
 }
 
 /// Something the timed loop can launch: one product on input set `set` (`0..sets()`), queued on the GPU's
 /// stream without waiting.
 pub(crate) trait Contender {
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String>;
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()>;
     fn sets(&self) -> usize;
 }
 
@@ -260,9 +250,9 @@ struct SparsekSets {
 }
 
 impl Contender for SparsekSets {
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         let (a, b, c) = &mut self.sets[set];
-        gpu.spmm(a, b, c, Epilogue::default()).map_err(|e| e.to_string())
+        Ok(gpu.spmm(a, b, c, Epilogue::default())?)
     }
     fn sets(&self) -> usize {
         self.sets.len()
@@ -276,7 +266,7 @@ struct CublasSets<'l> {
 }
 
 impl Contender for CublasSets<'_> {
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         let (a, b, c) = &mut self.sets[set];
         let (lda, ldb, ldc) = (a.ld(), b.ld(), c.ld());
         self.lib.gemm(gpu, self.shape, a.as_slice(), lda, b.as_slice(), ldb, &mut c.as_view_mut(), ldc)
@@ -292,7 +282,7 @@ struct CusparseSets<'l> {
 }
 
 impl Contender for CusparseSets<'_> {
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         self.lib.launch(gpu, &mut self.sets[set])
     }
     fn sets(&self) -> usize {
@@ -338,21 +328,21 @@ pub fn run_case(gpu: &Gpu, libs: &Libs, cfg: &Config, case: &Case) -> Record {
         Ok(i) => i,
         Err(e) => {
             rec.case = case;
-            rec.error = Some(format!("building the operands: {e}"));
+            rec.error = Some(Error::step::<sparsek::Error>("building the operands")(e).to_string());
             return rec;
         }
     };
     rec.case = case;
     rec.nnzb = inputs.a.nnzb();
     if let Err(e) = measure(gpu, libs, cfg, &inputs, &mut rec) {
-        rec.error = Some(e);
+        rec.error = Some(e.to_string());
     }
     rec
 }
 
 /// A and B ([`Case::operands`], which fills in a file's shape and density) and the oracle on `check_rows`
 /// random rows of C plus the first and the last ([`Expected::compute`]).
-fn inputs(case: &mut Case, cfg: &Config, seed: u64) -> Result<Inputs> {
+fn inputs(case: &mut Case, cfg: &Config, seed: u64) -> sparsek::Result<Inputs> {
     // A file's BSR may use at most half of the host memory available now.
     let budget = crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
     let (a, b) = case.operands(seed, budget)?;
@@ -369,24 +359,23 @@ fn set_count(gpu: &Gpu, bytes: usize) -> usize {
     rotation_sets(bytes, gpu.info().l2_bytes)
 }
 
-fn measure(gpu: &Gpu, libs: &Libs, cfg: &Config, inputs: &Inputs, rec: &mut Record) -> std::result::Result<(), String> {
+fn measure(gpu: &Gpu, libs: &Libs, cfg: &Config, inputs: &Inputs, rec: &mut Record) -> Result<()> {
     let (a, b) = (&inputs.a, &inputs.b);
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     let k_eff = a.max_row_length() * a.block_size();
-    let s = |e: sparsek::Error| e.to_string();
 
     // sparsek.
     let sparse_bytes = 2 * a.values().len() + 4 * (a.row_ptr().len() + 2 * a.col_idx().len()) + 2 * k * n + 4 * m * n;
     let mut sparsek = SparsekSets { sets: Vec::new() };
     for _ in 0..set_count(gpu, sparse_bytes) {
-        sparsek.sets.push((gpu.upload(a).map_err(s)?, gpu.upload_matrix(b).map_err(s)?, gpu.zeros(m, n).map_err(s)?));
+        sparsek.sets.push((gpu.upload(a)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?));
     }
     {
         let c = &mut sparsek.sets[0].2;
         poison(gpu, c.as_view_mut())?;
     }
     sparsek.launch(gpu, 0)?;
-    let host = sparsek.sets[0].2.to_host().map_err(s)?;
+    let host = sparsek.sets[0].2.to_host()?;
     rec.sparsek = Outcome {
         kind: "sparsek".into(),
         check: Some(Check::from(&inputs.expected.check(&host))),
@@ -457,27 +446,18 @@ fn measure(gpu: &Gpu, libs: &Libs, cfg: &Config, inputs: &Inputs, rec: &mut Reco
     Ok(())
 }
 
-fn setup_cublas<'l>(
-    gpu: &Gpu,
-    lib: &'l Cublas,
-    inputs: &Inputs,
-) -> std::result::Result<(CublasSets<'l>, Check), String> {
+fn setup_cublas<'l>(gpu: &Gpu, lib: &'l Cublas, inputs: &Inputs) -> Result<(CublasSets<'l>, Check)> {
     let (a, b) = (&inputs.a, &inputs.b);
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
-    let s = |e: sparsek::Error| e.to_string();
-    let dense = a.to_dense().map_err(s)?;
+    let dense = a.to_dense()?;
     let mut sets = CublasSets { lib, shape: (m, n, k), sets: Vec::new() };
     for _ in 0..set_count(gpu, 2 * m * k + 2 * k * n + 4 * m * n) {
-        sets.sets.push((
-            gpu.upload_matrix(&dense).map_err(s)?,
-            gpu.upload_matrix(b).map_err(s)?,
-            gpu.zeros(m, n).map_err(s)?,
-        ));
+        sets.sets.push((gpu.upload_matrix(&dense)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?));
     }
     drop(dense);
     poison(gpu, sets.sets[0].2.as_view_mut())?;
     sets.launch(gpu, 0)?;
-    let host = sets.sets[0].2.to_host().map_err(s)?;
+    let host = sets.sets[0].2.to_host()?;
     // A dense GEMM sums all K products (the zeros of A included) and may split K: bound the error with K terms.
     let check = Check::from(&inputs.expected_with(k, false).check(&host));
     Ok((sets, check))
@@ -489,20 +469,20 @@ fn setup_cusparse<'l>(
     cfg: &Config,
     inputs: &Inputs,
     k_eff: usize,
-) -> std::result::Result<(CusparseSets<'l>, Check), String> {
+) -> Result<(CusparseSets<'l>, Check)> {
     let kinds: Vec<cusparse::Kind> = match cfg.cusparse {
         CusparseChoice::Only(k) => vec![k],
         _ => cusparse::Kind::AUTO.to_vec(),
     };
     let mut why = Vec::new();
     for kind in kinds {
-        let attempt = || -> std::result::Result<(CusparseSets<'l>, Check), String> {
+        let attempt = || -> Result<(CusparseSets<'l>, Check)> {
             lib.missing_symbol(kind)?;
             let host = HostOperands::new(kind, &inputs.a, &inputs.b)?;
             let mut sets = CusparseSets { lib, sets: vec![lib.upload(gpu, &host)?] };
             // One trial launch: the library refuses unsupported combinations here.
             sets.launch(gpu, 0)?;
-            gpu.synchronize().map_err(|e| e.to_string())?;
+            gpu.synchronize()?;
             for _ in 1..set_count(gpu, host.set_bytes()) {
                 sets.sets.push(lib.upload(gpu, &host)?);
             }
@@ -522,10 +502,10 @@ fn setup_cusparse<'l>(
         };
         match attempt() {
             Ok(r) => return Ok(r),
-            Err(e) => why.push(format!("{}: {e}", kind.name())),
+            Err(e) => why.push((kind.name(), e)),
         }
     }
-    Err(why.join("; "))
+    Err(Error::NoneAccepted(why))
 }
 
 /// Warm-up, then `iters` rounds of one launch per contender, each between its own pair of events
@@ -538,7 +518,7 @@ pub(crate) fn time_interleaved(
     contenders: &mut [&mut dyn Contender],
     warmup: usize,
     iters: usize,
-) -> std::result::Result<(Vec<Vec<f32>>, Option<u32>), String> {
+) -> Result<(Vec<Vec<f32>>, Option<u32>)> {
     let total = (warmup + iters) * contenders.len();
     let mut launched = vec![0usize; contenders.len()];
     let mut queued = 0;
@@ -551,8 +531,9 @@ pub(crate) fn time_interleaved(
         let set = launched[i] % c.sets();
         launched[i] += 1;
         c.launch(gpu, set).map_err(|e| {
-            failure = Some(e.clone());
-            sparsek::Error::InvalidArgument { name: "launch", reason: e }
+            let reason = e.to_string();
+            failure = Some(e);
+            sparsek::Error::InvalidArgument { name: "launch", reason }
         })?;
         queued += 1;
         if queued == total {
@@ -564,7 +545,7 @@ pub(crate) fn time_interleaved(
     let clock = env::finish_clock_query(smi, pci_address(gpu));
     match times {
         Ok(t) => Ok((t, clock)),
-        Err(e) => Err(failure.unwrap_or_else(|| e.to_string())),
+        Err(e) => Err(failure.unwrap_or(Error::Sparsek(e))),
     }
 }
 

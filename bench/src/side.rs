@@ -2,16 +2,16 @@
 //! (header, cuBLAS, the first progress lines, the output directory), their host operands with the oracle, and
 //! writing their files. Each mode keeps its own contenders, records and tables.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
 use crate::cublas::Cublas;
+use crate::error::{self, Result};
 use crate::grid::Case;
 use crate::report::Header;
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, max_abs};
-use sparsek::error::{Error, Result};
 use sparsek::format::Bsr;
 use sparsek::gpu::{DeviceMatrix, Gpu};
 use sparsek::{Matrix, f16};
@@ -82,7 +82,7 @@ impl CaseFacts {
 /// A side run once opened: its header, cuBLAS (or why it is unavailable) and the timed launches per contender.
 pub(crate) struct Opened {
     pub header: Header,
-    pub cublas: std::result::Result<Cublas, String>,
+    pub cublas: Result<Cublas>,
     pub iters: usize,
 }
 
@@ -116,7 +116,7 @@ pub(crate) fn open(gpu: &Gpu, cfg: &SideConfig, mode: &str) -> Result<Opened> {
         cfg.warmup
     );
     eprintln!("  cuBLAS: {}", header.cublas);
-    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| io_err(&cfg.out_dir, e))?;
+    error::create_dir(&cfg.out_dir)?;
     Ok(Opened { header, cublas, iters })
 }
 
@@ -127,7 +127,7 @@ pub(crate) fn f16_operands(
     cfg: &SideConfig,
     seed: u64,
     tag: &str,
-) -> Result<(Bsr<f16>, Matrix<f16>, RowSample, Expected)> {
+) -> sparsek::Result<(Bsr<f16>, Matrix<f16>, RowSample, Expected)> {
     let budget = crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
     eprintln!("{tag} {case}: building A and B");
     let (a, b) = case.operands(seed, budget)?;
@@ -149,24 +149,17 @@ pub(crate) struct CublasSets<'l> {
 
 impl<'l> CublasSets<'l> {
     /// Uploads `depth` sets of dense A, B and a zeroed C.
-    pub fn upload(
-        gpu: &Gpu,
-        lib: &'l Cublas,
-        a: &Bsr<f16>,
-        b: &Matrix<f16>,
-        depth: usize,
-    ) -> std::result::Result<Self, String> {
+    pub fn upload(gpu: &Gpu, lib: &'l Cublas, a: &Bsr<f16>, b: &Matrix<f16>, depth: usize) -> Result<Self> {
         let (m, n, k) = (a.rows(), b.cols(), a.cols());
-        let dense = a.to_dense().map_err(|e| e.to_string())?;
+        let dense = a.to_dense()?;
         let sets = (0..depth)
             .map(|_| Ok((gpu.upload_matrix(&dense)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
-            .collect::<Result<_>>()
-            .map_err(|e| e.to_string())?;
+            .collect::<Result<_>>()?;
         Ok(CublasSets { lib, shape: (m, n, k), sets })
     }
 
     /// Queues one GEMM on input set `set` on the GPU's stream.
-    pub fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+    pub fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         let (a, b, c) = &mut self.sets[set];
         let (lda, ldb, ldc) = (a.ld(), b.ld(), c.ld());
         self.lib.gemm(gpu, self.shape, a.as_slice(), lda, b.as_slice(), ldb, &mut c.as_view_mut(), ldc)
@@ -190,13 +183,28 @@ pub(crate) fn check_cublas(expected: &Expected, a: &Bsr<f16>, b: &Matrix<f16>, h
     expected.clone().with_tolerance(tol).check(host)
 }
 
-fn io_err(path: &Path, e: std::io::Error) -> Error {
-    Error::Io { path: path.display().to_string(), reason: e.to_string() }
-}
-
-/// Writes `bytes` to `path` (the error names the file).
-pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| io_err(path, e))
+/// A side run's file as pretty-printed JSON (two-space indentation, a final newline): `{"header": ..., <the
+/// keys of extra>, "complete": bool, "records": [...]}`, the header as in `latest.json`. `file` names it in an
+/// error.
+pub(crate) fn to_json<X: Serialize, R: Serialize>(
+    file: &'static str,
+    header: &Header,
+    extra: X,
+    records: &[R],
+    complete: bool,
+) -> Result<String> {
+    #[derive(Serialize)]
+    struct Out<'a, X, R> {
+        header: &'a Header,
+        #[serde(flatten)]
+        extra: X,
+        complete: bool,
+        records: &'a [R],
+    }
+    let mut s = serde_json::to_string_pretty(&Out { header, extra, complete, records })
+        .map_err(|source| error::Error::Serialize { file, source })?;
+    s.push('\n');
+    Ok(s)
 }
 
 #[cfg(test)]

@@ -50,11 +50,12 @@ impl From<CusparseArg> for CusparseChoice {
 }
 
 /// Parses `--split`: `auto`, `off`, `flat`, `flat:K` (K CTAs per SM) or a positive number of blocks per part.
-pub fn parse_split(s: &str) -> Result<RowSplit, String> {
-    let bad = || {
-        format!(
+pub fn parse_split(s: &str) -> Result<RowSplit, sparsek::Error> {
+    let bad = || sparsek::Error::InvalidArgument {
+        name: "--split",
+        reason: format!(
             "expected auto, off, flat, flat:K (K >= 1 CTAs per SM) or a positive number of blocks per part, got {s:?}"
-        )
+        ),
     };
     match s {
         "auto" => Ok(RowSplit::Auto),
@@ -313,7 +314,7 @@ pub struct BenchArgs {
 const REACH_OUT_DIR: &str = "target/bench-reach";
 
 /// `sparsek bench --reach` (see [`BenchArgs::reach`]).
-fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
+fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
     use sparsek_bench::reach::default_cases;
     let cases = if args.cases.is_empty() {
         default_cases()
@@ -366,7 +367,7 @@ fn side_cases(
 const DECODE_OUT_DIR: &str = "target/bench-decode";
 
 /// `sparsek bench --decode` (see [`BenchArgs::decode`]).
-fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
+fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
     let cases = side_cases(args, sparsek_bench::decode::default_cases, sparsek_bench::decode::quick_cases)?;
     let cfg = side_config(args, cases, "--decode", DECODE_OUT_DIR);
     let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --decode") else {
@@ -393,7 +394,7 @@ fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
 const TUNED_OUT_DIR: &str = "target/bench-tuned";
 
 /// `sparsek bench --tuned` (see [`BenchArgs::tuned`]).
-fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
+fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
     let cases = side_cases(args, sparsek_bench::plans::default_cases, sparsek_bench::plans::quick_cases)?;
     let cfg = side_config(args, cases, "--tuned", TUNED_OUT_DIR);
     let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --tuned") else {
@@ -405,7 +406,7 @@ fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
     Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
+pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
     crate::run::check_launches("--iters", args.iters)?;
     crate::run::check_launches("--warmup", args.warmup as u64)?;
     if args.tuned {
@@ -421,9 +422,10 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
         return Err(sparsek::Error::InvalidArgument {
             name: "--threshold",
             reason: format!("{} is not a percentage >= 0", args.threshold),
-        });
+        }
+        .into());
     }
-    let read = |path: &PathBuf| -> Result<Results, sparsek::Error> {
+    let read = |path: &PathBuf| -> Result<Results, sparsek_bench::Error> {
         let r = sparsek_bench::read_results(path)?;
         if !r.complete {
             eprintln!("sparsek bench: {} is from an interrupted run (\"complete\": false)", path.display());
@@ -451,7 +453,8 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
             return Err(sparsek::Error::InvalidArgument {
                 name: "--compare",
                 reason: "the results file has no cases to run again".into(),
-            });
+            }
+            .into());
         }
         old.cases()
     } else {

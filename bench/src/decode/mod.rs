@@ -66,15 +66,16 @@
 //! (rewritten after the references and after every case) and `OUT_DIR/decode.md`, and the table to stdout.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaFunction, CudaSlice, DriverError, LaunchConfig};
-use cudarc::nvrtc::Ptx;
 use half::f16;
 use serde::Serialize;
 
 use crate::cublas::{self, Cublas};
-use crate::cuda::poison;
+use crate::cuda::{load_kernel, poison};
+use crate::error::{self, Error, Loaded, Result, loaded};
 use crate::grid::{Case, Source, percent};
 use crate::num::round_sig;
 use crate::report::{Check, Header};
@@ -83,7 +84,6 @@ use crate::research::queued::{self, Hold, Queued};
 use crate::runner::{Contender, time_interleaved};
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected};
-use sparsek::error::{Error, Result};
 use sparsek::format::{Bsr, Pattern};
 use sparsek::gpu::timing::EventTimer;
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
@@ -108,6 +108,7 @@ const SMALL_N: [usize; 3] = [1, 16, 512];
 
 /// The empty kernel's name and PTX (ISA 8.0, sm_80, as the product module: JIT-compiled for any sm_80+ GPU).
 const EMPTY_KERNEL: &str = "sparsek_empty";
+const EMPTY_LAUNCH: &str = "cuLaunchKernel (sparsek_empty)";
 const EMPTY_PTX: &str =
     ".version 8.0\n.target sm_80\n.address_size 64\n\n.visible .entry sparsek_empty()\n{\n\tret;\n}\n";
 
@@ -526,8 +527,8 @@ pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<
     let crate::side::Opened { header, cublas: lib, iters } = crate::side::open(gpu, cfg, "decode")?;
     let json_path = cfg.out_dir.join("decode.json");
 
-    let hold = Hold::load(gpu);
-    let floor_kernel = floor::load(gpu);
+    let hold = Hold::load(gpu).map_err(Arc::new);
+    let floor_kernel = floor::load(gpu).map_err(Arc::new);
     let copy = measure_copy(gpu, cfg.warmup, iters);
     let references = References {
         read: measure_read(gpu, &floor_kernel, copy.bytes, cfg.warmup, iters),
@@ -540,20 +541,20 @@ pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<
     eprintln!("  empty launch: {}", empty_text(&references.empty_launch));
     eprintln!("  empty launch, queued: {}", queued_text(&references.queued_empty_launch));
     let mut records = Vec::with_capacity(cfg.cases.len());
-    crate::side::write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
+    error::write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
     for (i, case) in cfg.cases.iter().enumerate() {
         let tag = format!("case {}/{}", i + 1, cfg.cases.len());
         let rec = run_case((gpu, programmatic), (&lib, &floor_kernel), &hold, cfg, iters, case, &references, &tag);
         eprintln!("{tag} {}", progress_line(&rec));
         records.push(rec);
-        crate::side::write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
+        error::write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
     }
     drop(lib);
 
     let report = markdown(&header, &references, &records);
     println!("{report}");
     let md_path = cfg.out_dir.join("decode.md");
-    crate::side::write(&md_path, report.as_bytes())?;
+    error::write(&md_path, report.as_bytes())?;
     eprintln!("wrote {}", md_path.display());
     eprintln!("wrote {}", json_path.display());
     for r in records.iter().filter(|r| !r.sparsek_passed()) {
@@ -569,16 +570,10 @@ pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<
 /// "complete": bool, "records": [...]}` (the header as in `latest.json`).
 pub fn to_json(header: &Header, references: &References, records: &[DecodeRecord], complete: bool) -> Result<String> {
     #[derive(Serialize)]
-    struct Out<'a> {
-        header: &'a Header,
+    struct Extra<'a> {
         references: &'a References,
-        complete: bool,
-        records: &'a [DecodeRecord],
     }
-    let mut s = serde_json::to_string_pretty(&Out { header, references, complete, records })
-        .map_err(|e| Error::Io { path: "decode.json".into(), reason: format!("serializing the results: {e}") })?;
-    s.push('\n');
-    Ok(s)
+    crate::side::to_json("decode.json", header, Extra { references }, records, complete)
 }
 
 mod markdown;

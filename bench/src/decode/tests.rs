@@ -288,7 +288,7 @@ fn table_and_json() {
     queued.sparsek_queued_programmatic =
         Some(Queued { batch: 32, time: Some(times(7.5)), hold_us: Some(2000.0), error: None });
     queued.sparsek_graph = Some(Queued { batch: 32, time: Some(times(9.5)), hold_us: None, error: None });
-    queued.sparsek_graph_programmatic = Some(Queued::failed("the graph's output differs".into()));
+    queued.sparsek_graph_programmatic = Some(Queued::failed("the graph's output differs"));
     queued.read_floor_queued = Queued { batch: 32, time: Some(times(8.25)), hold_us: Some(2000.0), error: None };
     queued.evaluate(&large, &refs);
     assert_eq!(queued.queued_launch_ratio, Some(6.0));
