@@ -99,14 +99,11 @@ impl Form {
 }
 
 /// One contender's result in one case.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ContenderResult {
-    /// [`Form::name`].
-    pub name: String,
-    /// [`Form::description`].
-    pub description: String,
-    /// The check of its output against the oracle, if it ran.
-    pub check: Option<Check>,
+pub type ContenderResult = crate::side::ContenderResult<Figures>;
+
+/// A reach contender's figures (in its JSON object, after the check).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Figures {
     /// Median launch time in ms, if timed.
     pub median_ms: Option<f64>,
     /// Fastest launch in ms.
@@ -120,34 +117,16 @@ pub struct ContenderResult {
     pub tflops: Option<f64>,
     /// Input sets rotated through (each a separate copy of every operand a launch reads).
     pub sets: usize,
-    /// Why it did not run or was not timed.
-    pub error: Option<String>,
 }
 
 impl ContenderResult {
-    fn new(form: Form) -> Self {
-        ContenderResult {
-            name: form.name().into(),
-            description: form.description().into(),
-            check: None,
-            median_ms: None,
-            min_ms: None,
-            max_ms: None,
-            samples: 0,
-            tflops: None,
-            sets: 0,
-            error: None,
-        }
+    fn of(form: Form) -> Self {
+        ContenderResult::new(form.name(), form.description())
     }
 
     /// The median time, when the output passed its check (a failed check makes the time untrusted).
     pub fn trusted_ms(&self) -> Option<f64> {
         self.median_ms.filter(|&t| t > 0.0 && self.passed())
-    }
-
-    /// Whether it ran and its output passed its check.
-    pub fn passed(&self) -> bool {
-        self.error.is_none() && self.check.as_ref().is_some_and(|c| c.passed)
     }
 
     fn set_timing(&mut self, samples: &[f32], flops: f64) {
@@ -211,7 +190,7 @@ impl ReachRecord {
     fn new(case: &Case, seed: u64) -> Self {
         ReachRecord {
             facts: crate::side::CaseFacts::new(case, seed),
-            contenders: Form::ALL.iter().map(|&f| ContenderResult::new(f)).collect(),
+            contenders: Form::ALL.iter().map(|&f| ContenderResult::of(f)).collect(),
             ratios: Ratios::default(),
             sm_clock_mhz: None,
             error: None,

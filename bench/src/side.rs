@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::cublas::Cublas;
 use crate::error::{self, Result};
 use crate::grid::Case;
-use crate::report::Header;
+use crate::report::{Check, Header};
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, max_abs};
 use sparsek::format::Bsr;
@@ -183,6 +183,52 @@ pub(crate) fn check_cublas(expected: &Expected, a: &Bsr<f16>, b: &Matrix<f16>, h
     expected.clone().with_tolerance(tol).check(host)
 }
 
+/// One contender's result in one case of a side run: what ran, the check of its output, the mode's own figures
+/// (`F`, written into the same JSON object between the check and the error; their fields read through this value)
+/// and why it did not run or was not timed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContenderResult<F> {
+    /// The contender's name (its form's).
+    pub name: String,
+    /// What it runs, in words.
+    pub description: String,
+    /// The check of its output against the oracle, if it ran.
+    pub check: Option<Check>,
+    /// The mode's figures: times, input sets.
+    #[serde(flatten)]
+    pub figures: F,
+    /// Why it did not run or was not timed.
+    pub error: Option<String>,
+}
+
+impl<F: Default> ContenderResult<F> {
+    /// A contender not yet run.
+    pub(crate) fn new(name: &str, description: &str) -> Self {
+        let (name, description) = (name.into(), description.into());
+        ContenderResult { name, description, check: None, figures: F::default(), error: None }
+    }
+}
+
+impl<F> ContenderResult<F> {
+    /// Whether it ran and its output passed its check.
+    pub fn passed(&self) -> bool {
+        self.error.is_none() && self.check.as_ref().is_some_and(|c| c.passed)
+    }
+}
+
+impl<F> std::ops::Deref for ContenderResult<F> {
+    type Target = F;
+    fn deref(&self) -> &F {
+        &self.figures
+    }
+}
+
+impl<F> std::ops::DerefMut for ContenderResult<F> {
+    fn deref_mut(&mut self) -> &mut F {
+        &mut self.figures
+    }
+}
+
 /// A side run's file as pretty-printed JSON (two-space indentation, a final newline): `{"header": ..., <the
 /// keys of extra>, "complete": bool, "records": [...]}`, the header as in `latest.json`. `file` names it in an
 /// error.
@@ -223,5 +269,40 @@ pub(crate) mod tests {
             rtol: 1e-6,
             detail: if passed { "PASS".into() } else { "FAIL".into() },
         }
+    }
+
+    /// The keys of the first JSON object of `text` whose key is `first`, in their order.
+    fn keys_from(text: &str, first: &str) -> Vec<String> {
+        let start = text.find(&format!("\"{first}\":")).expect("the key is written");
+        let indent = text[..start].rsplit('\n').next().unwrap().len();
+        let mut keys = Vec::new();
+        for line in text[start - indent..].lines() {
+            let depth = line.len() - line.trim_start().len();
+            if depth < indent {
+                break;
+            }
+            if depth == indent && line.trim_start().starts_with('"') {
+                keys.push(line.trim_start()[1..].split('"').next().unwrap().to_string());
+            }
+        }
+        keys
+    }
+
+    /// The files of the side runs keep the layout of the committed ones (docs/bench/*-decode-*.json and
+    /// *-reach.json): the top-level keys, and each contender's keys with the mode's figures in place.
+    #[test]
+    fn side_files_keep_their_layout() {
+        let header = crate::report::tests::header();
+        let mut d = crate::decode::ContenderResult::new("sparsek-f16", "spmm");
+        d.check = Some(check(true));
+        let text = super::to_json("decode.json", &header, serde_json::json!({"references": {}}), &[d], true).unwrap();
+        assert_eq!(keys_from(&text, "header"), ["header", "references", "complete", "records"]);
+        let contender = ["name", "description", "check", "time", "sets", "rotated_bytes", "error"];
+        assert_eq!(keys_from(&text, "name"), contender);
+        let r = crate::reach::ContenderResult::new("sparsek-f16", "spmm");
+        let text = super::to_json("reach.json", &header, (), &[r], false).unwrap();
+        assert_eq!(keys_from(&text, "header"), ["header", "complete", "records"]);
+        let contender = ["name", "description", "check", "median_ms", "min_ms", "max_ms", "samples", "tflops", "sets"];
+        assert_eq!(keys_from(&text, "name"), [&contender[..], &["error"]].concat());
     }
 }

@@ -303,14 +303,11 @@ impl Form {
 }
 
 /// One contender's result in one case.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ContenderResult {
-    /// [`Form::name`].
-    pub name: String,
-    /// [`Form::description`].
-    pub description: String,
-    /// The check of its output against the oracle, if it ran.
-    pub check: Option<Check>,
+pub type ContenderResult = crate::side::ContenderResult<Figures>;
+
+/// A decode contender's figures (in its JSON object, after the check).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Figures {
     /// Its launch times, if timed.
     pub time: Option<Times>,
     /// Input sets rotated through (each a separate copy of every operand a launch reads).
@@ -318,26 +315,11 @@ pub struct ContenderResult {
     /// `sets` times the bytes one launch moves (for cuBLAS: dense A, B and C): at least 2x L2 unless capped by
     /// [`MAX_SETS`].
     pub rotated_bytes: u64,
-    /// Why it did not run or was not timed.
-    pub error: Option<String>,
 }
 
 impl ContenderResult {
-    fn new(form: Form) -> Self {
-        ContenderResult {
-            name: form.name().into(),
-            description: form.description().into(),
-            check: None,
-            time: None,
-            sets: 0,
-            rotated_bytes: 0,
-            error: None,
-        }
-    }
-
-    /// Whether it ran and its output passed its check.
-    pub fn passed(&self) -> bool {
-        self.error.is_none() && self.check.as_ref().is_some_and(|c| c.passed)
+    fn of(form: Form) -> Self {
+        ContenderResult::new(form.name(), form.description())
     }
 
     /// The median time, when the output passed its check (a failed check makes the time untrusted).
@@ -425,8 +407,8 @@ impl DecodeRecord {
         DecodeRecord {
             facts: crate::side::CaseFacts::new(case, seed),
             bytes: BytesMoved::default(),
-            sparsek: ContenderResult::new(Form::Sparsek),
-            cublas: ContenderResult::new(Form::Cublas),
+            sparsek: ContenderResult::of(Form::Sparsek),
+            cublas: ContenderResult::of(Form::Cublas),
             same_size_copy: SameSizeCopy::default(),
             achieved_gbps: None,
             copy_fraction: None,

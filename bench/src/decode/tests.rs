@@ -279,7 +279,7 @@ fn table_and_json() {
     let large = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
     let small = Case::synthetic(1536, 1, 384, 64, 0.5, Pattern::Uniform);
     let mut missing = record(&small, 72, 6.0, 6.0, true, &refs);
-    missing.cublas = ContenderResult::new(Form::Cublas);
+    missing.cublas = ContenderResult::of(Form::Cublas);
     missing.cublas.error = Some("cuBLAS unavailable: no | library".into());
     missing.evaluate(&small, &refs);
     // Queued: 9 µs per launch against the queued empty launch's 1.5 (no figure when the check failed).
