@@ -144,8 +144,7 @@ impl Cusparse {
     pub fn upload(&self, gpu: &Gpu, host: &HostOperands<'_>) -> Result<DeviceSet> {
         let stream = gpu.stream();
         let up_i32 = |v: &[i32], what: &str| stream.clone_htod(v).map_err(Error::driver(format!("uploading {what}")));
-        let kind = host.kind;
-        let (m, n, k, bs) = (host.m, host.n, host.k, host.bs);
+        let Dims { kind, m, n, .. } = host.dims;
         let row_ptr = up_i32(&host.row_ptr, "row offsets")?;
         let col_idx = up_i32(&host.col_idx, "column indices")?;
         let err = |what: &'static str| Error::step::<sparsek::Error>(what);
@@ -168,21 +167,7 @@ impl Cusparse {
                 (Buf::F16(values), Dense::F16(gpu.upload_matrix(host.b).map_err(err("B"))?), c)
             }
         };
-        let mut set = DeviceSet {
-            kind,
-            m,
-            n,
-            k,
-            bs,
-            nnz: host.nnz,
-            row_ptr,
-            col_idx,
-            values,
-            b,
-            c,
-            descr: Descr::None,
-            buffer: None,
-        };
+        let mut set = DeviceSet { dims: host.dims, row_ptr, col_idx, values, b, c, descr: Descr::None, buffer: None };
         set.describe(self, gpu)?;
         Ok(set)
     }
@@ -208,7 +193,7 @@ impl Cusparse {
                         (&beta as *const f32).cast::<c_void>(),
                         *c,
                         sys::cudaDataType_t::CUDA_R_32F,
-                        set.kind.alg(),
+                        set.dims.kind.alg(),
                         buf as *mut c_void,
                     )
                 }
@@ -217,8 +202,9 @@ impl Cusparse {
             }
             Descr::Legacy(descr) => {
                 let int = |what, v: usize| Error::fit::<i32>(what, v as u64, "int");
-                let (mb, kb, n) = (int("mb", set.m / set.bs)?, int("kb", set.k / set.bs)?, int("n", set.n)?);
-                let (nnzb, bs) = (int("nnzb", set.nnz)?, int("bs", set.bs)?);
+                let Dims { m, n, k, bs, nnz, .. } = set.dims;
+                let (mb, kb, n) = (int("mb", m / bs)?, int("kb", k / bs)?, int("n", n)?);
+                let (nnzb, bs) = (int("nnzb", nnz)?, int("bs", bs)?);
                 let (Buf::F32(vals), Dense::F32(b), Dense::F32(c)) = (&set.values, &set.b, &mut set.c) else {
                     return Err(Error::Unsupported("bsrmm needs f32 operands"));
                 };
@@ -290,8 +276,9 @@ impl Kind {
     }
 }
 
-/// The host operands of one case in the form a [`Kind`] needs, built once and uploaded per input set.
-pub struct HostOperands<'a> {
+/// The kind and the sizes of one case's operands, on the host and on the device.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
     kind: Kind,
     m: usize,
     n: usize,
@@ -299,6 +286,11 @@ pub struct HostOperands<'a> {
     bs: usize,
     /// Stored blocks (BSR kinds) or elements (CSR).
     nnz: usize,
+}
+
+/// The host operands of one case in the form a [`Kind`] needs, built once and uploaded per input set.
+pub struct HostOperands<'a> {
+    dims: Dims,
     a: &'a Bsr<f16>,
     b: &'a Matrix<f16>,
     row_ptr: Vec<i32>,
@@ -318,13 +310,9 @@ impl<'a> HostOperands<'a> {
         let to_i32 = |v: &[u32], what| -> Result<Vec<i32>> {
             v.iter().map(|&x| Error::fit::<i32>(what, x.into(), "int")).collect()
         };
+        let dims = Dims { kind, m: a.rows(), n: b.cols(), k: a.cols(), bs: a.block_size(), nnz: a.nnzb() };
         let mut h = HostOperands {
-            kind,
-            m: a.rows(),
-            n: b.cols(),
-            k: a.cols(),
-            bs: a.block_size(),
-            nnz: a.nnzb(),
+            dims,
             a,
             b,
             row_ptr: Vec::new(),
@@ -344,7 +332,7 @@ impl<'a> HostOperands<'a> {
             }
             Kind::CsrSpmm { .. } => {
                 let csr = bsr_to_csr(a)?;
-                h.nnz = csr.values.len();
+                h.dims.nnz = csr.values.len();
                 h.row_ptr = csr.indptr;
                 h.col_idx = csr.indices;
                 h.csr_values = Some(csr.values);
@@ -359,8 +347,8 @@ impl<'a> HostOperands<'a> {
 
     /// Device bytes of one input set (A's arrays, B and C), for the rotation count.
     pub fn set_bytes(&self) -> usize {
-        let (m, n, k) = (self.m, self.n, self.k);
-        let (val, b, c) = match self.kind {
+        let Dims { kind, m, n, k, .. } = self.dims;
+        let (val, b, c) = match kind {
             Kind::Bsrmm => (4 * self.a.values().len(), 4 * k * n, 4 * m * n),
             Kind::BsrSpmm { out16 } | Kind::CsrSpmm { out16 } => {
                 (2 * self.values_f16().len(), 2 * k * n, if out16 { 2 } else { 4 } * m * n)
@@ -463,12 +451,7 @@ pub enum HostC {
 
 /// One input set on the device with its descriptors. Dropping it destroys the descriptors before the buffers.
 pub struct DeviceSet {
-    kind: Kind,
-    m: usize,
-    n: usize,
-    k: usize,
-    bs: usize,
-    nnz: usize,
+    dims: Dims,
     row_ptr: CudaSlice<i32>,
     col_idx: CudaSlice<i32>,
     values: Buf,
@@ -482,7 +465,8 @@ impl DeviceSet {
     /// Creates the descriptors (and sizes the work buffer) for this set's buffers.
     fn describe(&mut self, lib: &Cusparse, gpu: &Gpu) -> Result<()> {
         let stream = gpu.stream();
-        if self.kind == Kind::Bsrmm {
+        let Dims { kind, m, k, bs, nnz, .. } = self.dims;
+        if kind == Kind::Bsrmm {
             let mut d: sys::cusparseMatDescr_t = std::ptr::null_mut();
             // SAFETY: writes a new descriptor (general matrix, zero-based: the defaults bsrmm needs).
             unsafe { sys::cusparseCreateMatDescr(&mut d) }.result().map_err(st("cusparseCreateMatDescr"))?;
@@ -504,14 +488,14 @@ impl DeviceSet {
         // SAFETY: the arrays are this set's device buffers, which outlive the descriptor (destroyed in Drop
         // first); shapes and counts are those of the uploaded, validated matrix.
         let status = unsafe {
-            match self.kind {
+            match kind {
                 Kind::BsrSpmm { .. } => sys::cusparseCreateBsr(
                     &mut a,
-                    i64_of(self.m / self.bs),
-                    i64_of(self.k / self.bs),
-                    i64_of(self.nnz),
-                    i64_of(self.bs),
-                    i64_of(self.bs),
+                    i64_of(m / bs),
+                    i64_of(k / bs),
+                    i64_of(nnz),
+                    i64_of(bs),
+                    i64_of(bs),
                     pr as *mut c_void,
                     pc as *mut c_void,
                     pv as *mut c_void,
@@ -523,9 +507,9 @@ impl DeviceSet {
                 ),
                 _ => sys::cusparseCreateCsr(
                     &mut a,
-                    i64_of(self.m),
-                    i64_of(self.k),
-                    i64_of(self.nnz),
+                    i64_of(m),
+                    i64_of(k),
+                    i64_of(nnz),
                     pr as *mut c_void,
                     pc as *mut c_void,
                     pv as *mut c_void,
@@ -580,7 +564,7 @@ impl DeviceSet {
                 (&beta as *const f32).cast::<c_void>(),
                 c,
                 sys::cudaDataType_t::CUDA_R_32F,
-                self.kind.alg(),
+                kind.alg(),
                 &mut size,
             )
         }
@@ -598,7 +582,7 @@ impl DeviceSet {
 
     /// The kind this set runs.
     pub fn kind(&self) -> Kind {
-        self.kind
+        self.dims.kind
     }
 
     /// Fills C with a poison pattern (see [`poison`]).
@@ -611,7 +595,7 @@ impl DeviceSet {
 
     /// Downloads C (waits for the stream).
     pub fn output(&self) -> Result<HostC> {
-        let transposed = self.kind == Kind::Bsrmm;
+        let transposed = self.dims.kind == Kind::Bsrmm;
         match &self.c {
             Dense::F16(m) => m.to_host().map(HostC::F16),
             Dense::F32(m) => m.to_host().map(|m| HostC::F32 { m, transposed }),

@@ -127,9 +127,30 @@ struct MethodJson {
     cublas_tflops: String,
 }
 
+/// `$ty { .. }` with the header's fields that are written as they are moved from `$h`, and the others given.
+macro_rules! same_fields {
+    ($ty:ident, $h:ident, { $($rest:tt)* }) => {
+        $ty {
+            gpu: $h.gpu,
+            driver: $h.driver,
+            sm_count: $h.sm_count,
+            l2_bytes: $h.l2_bytes,
+            sm_clock_max_mhz: $h.sm_clock_max_mhz,
+            date_utc: $h.date_utc,
+            git_commit: $h.git_commit,
+            git_dirty: $h.git_dirty,
+            sparsek_version: $h.sparsek_version,
+            cublas: $h.cublas,
+            cusparse: $h.cusparse,
+            command: $h.command,
+            $($rest)*
+        }
+    };
+}
+
 impl From<Header> for HeaderJson {
     fn from(h: Header) -> Self {
-        HeaderJson {
+        same_fields!(HeaderJson, h, {
             compute_capability: format!("{}.{}", h.compute_capability.0, h.compute_capability.1),
             method: MethodJson {
                 timer: "CUDA events, one pair per launch, read after the loop".into(),
@@ -143,19 +164,7 @@ impl From<Header> for HeaderJson {
                 effective_tflops: "2 * nnzb * bs^2 * N / time".into(),
                 cublas_tflops: "2 * M * N * K / time".into(),
             },
-            gpu: h.gpu,
-            driver: h.driver,
-            sm_count: h.sm_count,
-            l2_bytes: h.l2_bytes,
-            sm_clock_max_mhz: h.sm_clock_max_mhz,
-            date_utc: h.date_utc,
-            git_commit: h.git_commit,
-            git_dirty: h.git_dirty,
-            sparsek_version: h.sparsek_version,
-            cublas: h.cublas,
-            cusparse: h.cusparse,
-            command: h.command,
-        }
+        })
     }
 }
 
@@ -170,25 +179,13 @@ impl TryFrom<HeaderJson> for Header {
                 || Error::Field { field: "compute_capability", value: cc.clone(), expected: "MAJOR.MINOR" },
             )?
         };
-        Ok(Header {
-            gpu: h.gpu,
+        Ok(same_fields!(Header, h, {
             compute_capability,
-            driver: h.driver,
-            sm_count: h.sm_count,
-            l2_bytes: h.l2_bytes,
-            sm_clock_max_mhz: h.sm_clock_max_mhz,
-            date_utc: h.date_utc,
-            git_commit: h.git_commit,
-            git_dirty: h.git_dirty,
-            sparsek_version: h.sparsek_version,
-            cublas: h.cublas,
-            cusparse: h.cusparse,
             warmup: h.method.warmup,
             iters: h.method.iters,
             check_rows: h.method.check_rows,
             seed: h.method.seed,
-            command: h.command,
-        })
+        }))
     }
 }
 
