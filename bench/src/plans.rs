@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::{self, Error, Result};
-use crate::grid::{Case, Source};
+use crate::grid::Case;
 use crate::measure::{BytesMoved, Times, rotation_depth};
 use crate::report::{Check, Header};
 use crate::runner::{Contender, time_interleaved};
@@ -204,11 +204,7 @@ fn measure(
     rec: &mut TunedRecord,
     tag: &str,
 ) -> Result<()> {
-    if let Source::File(path) = &case.source {
-        return Err(Error::FileCase { mode: "--tuned", path: path.clone() });
-    }
-    let (a, b, _, expected) =
-        crate::side::f16_operands(case, cfg, rec.facts.seed, tag).map_err(Error::step("building the operands"))?;
+    let (a, b, _, expected) = crate::side::generated_operands(case, cfg, rec.facts.seed, tag, "--tuned")?;
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     rec.facts.nnzb = a.nnzb();
     let a_d = gpu.upload(&a)?;

@@ -23,12 +23,12 @@ use half::{bf16, f16};
 use serde::Serialize;
 
 use crate::cublas::{self, Cublas};
-use crate::cuda::poison;
 use crate::error::{self, Error, Result};
 use crate::grid::{Case, percent};
 use crate::measure::rotation_sets;
 use crate::num::round_sig;
 use crate::report::{Check, Header, Timing};
+use crate::side::Checked;
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected};
 use sparsek::format::{Bsr, Pattern};
@@ -292,14 +292,10 @@ fn run_case(gpu: &Gpu, lib: &Result<Cublas>, cfg: &ReachConfig, iters: usize, ca
     let mut case = case.clone();
     let seed = case.seed(cfg.seed);
     let mut rec = ReachRecord::new(&case, seed);
-    if let crate::grid::Source::File(path) = &case.source {
-        rec.error = Some(Error::FileCase { mode: "--reach", path: path.clone() }.to_string());
-        return rec;
-    }
     let ops = match operands(&mut case, cfg, seed, tag) {
         Ok(o) => o,
         Err(e) => {
-            rec.error = Some(Error::step::<sparsek::Error>("building the operands")(e).to_string());
+            rec.error = Some(e.to_string());
             return rec;
         }
     };
@@ -350,15 +346,19 @@ fn run_case(gpu: &Gpu, lib: &Result<Cublas>, cfg: &ReachConfig, iters: usize, ca
 }
 
 /// A and B ([`Case::operands`]), their bf16 copies, B^T, and the oracle of each on the same sampled rows.
-fn operands(case: &mut Case, cfg: &ReachConfig, seed: u64, tag: &str) -> sparsek::Result<Operands> {
-    let (a, b, sample, expected) = crate::side::f16_operands(case, cfg, seed, tag)?;
+fn operands(case: &mut Case, cfg: &ReachConfig, seed: u64, tag: &str) -> Result<Operands> {
+    let (a, b, sample, expected) = crate::side::generated_operands(case, cfg, seed, tag, "--reach")?;
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
-    let a_bf16 = a.convert::<bf16>()?;
-    let b_bf16 = b.convert::<bf16>()?;
-    let b_t = Matrix::from_fn(n, k, |r, c| b.row(c)[r])?;
-    let c0 = Matrix::<f32>::zeros(m, n)?;
-    eprintln!("{tag}   oracle of the bf16 copies");
-    let expected_bf16 = Expected::compute(&a_bf16, &b_bf16, &c0, Epilogue::default(), sample, |_, _| {})?;
+    let copies = || -> sparsek::Result<_> {
+        let a_bf16 = a.convert::<bf16>()?;
+        let b_bf16 = b.convert::<bf16>()?;
+        let b_t = Matrix::from_fn(n, k, |r, c| b.row(c)[r])?;
+        let c0 = Matrix::<f32>::zeros(m, n)?;
+        eprintln!("{tag}   oracle of the bf16 copies");
+        let expected_bf16 = Expected::compute(&a_bf16, &b_bf16, &c0, Epilogue::default(), sample, |_, _| {})?;
+        Ok((a_bf16, b_bf16, b_t, expected_bf16))
+    };
+    let (a_bf16, b_bf16, b_t, expected_bf16) = copies().map_err(Error::step(crate::side::OPERANDS))?;
     Ok(Operands { a, b, a_bf16, b_bf16, b_t, expected, expected_bf16 })
 }
 
@@ -414,8 +414,9 @@ impl Sets<'_> {
             Sets::Cublas(c) => c.launch(gpu, set),
         }
     }
+}
 
-    /// C of set 0.
+impl Checked for Sets<'_> {
     fn output(&mut self) -> Option<&mut DeviceMatrix<f32>> {
         match self {
             Sets::F16(s) | Sets::Linear(s) => s.first_mut().map(|t| &mut t.2),
@@ -455,10 +456,7 @@ fn setup<'l>(gpu: &Gpu, lib: Option<&'l Cublas>, form: Form, ops: &Operands) -> 
             Sets::Cublas(crate::side::CublasSets::upload(gpu, lib, a, b, depth)?)
         }
     };
-    let c = sets.output().ok_or(Error::Unsupported("no input set"))?;
-    poison(gpu, c.as_view_mut())?;
-    sets.launch(gpu, 0)?;
-    let host = sets.output().ok_or(Error::Unsupported("no input set"))?.to_host()?;
+    let host = sets.first_output(gpu)?;
     Ok((sets, Check::from(&check_output(form, ops, &host))))
 }
 

@@ -7,9 +7,11 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::cublas::Cublas;
-use crate::error::{self, Result};
-use crate::grid::Case;
+use crate::cuda::poison;
+use crate::error::{Error, Result};
+use crate::grid::{Case, Source};
 use crate::report::{Check, Header};
+use crate::runner::Contender;
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, max_abs};
 use sparsek::format::Bsr;
@@ -116,29 +118,57 @@ pub(crate) fn open(gpu: &Gpu, cfg: &SideConfig, mode: &str) -> Result<Opened> {
         cfg.warmup
     );
     eprintln!("  cuBLAS: {}", header.cublas);
-    error::create_dir(&cfg.out_dir)?;
+    crate::error::create_dir(&cfg.out_dir)?;
     Ok(Opened { header, cublas, iters })
 }
 
-/// A case's f16 A and B ([`Case::operands`], within half the host memory available), the sampled rows of C,
-/// and the oracle of those rows for an f32 C with `beta == 0`.
-pub(crate) fn f16_operands(
+/// A generated case's f16 A and B ([`Case::operands`], within half the host memory available), the sampled rows
+/// of C, and the oracle of those rows for an f32 C with `beta == 0`. A matrix file is refused (side mode `mode`,
+/// "--decode", measures generated cases only).
+pub(crate) fn generated_operands(
     case: &mut Case,
     cfg: &SideConfig,
     seed: u64,
     tag: &str,
-) -> sparsek::Result<(Bsr<f16>, Matrix<f16>, RowSample, Expected)> {
-    let budget = crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
-    eprintln!("{tag} {case}: building A and B");
-    let (a, b) = case.operands(seed, budget)?;
-    let (m, n) = (a.rows(), b.cols());
-    let sample = RowSample::auto(m, n, cfg.check_rows, seed ^ 0x5EED);
-    // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, every sparsek output here).
-    let c0 = Matrix::<f32>::zeros(m, n)?;
-    eprintln!("{tag}   oracle ({} rows)", sample.rows(m).len());
-    let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
-    Ok((a, b, sample, expected))
+    mode: &'static str,
+) -> Result<(Bsr<f16>, Matrix<f16>, RowSample, Expected)> {
+    if let Source::File(path) = &case.source {
+        return Err(Error::FileCase { mode, path: path.clone() });
+    }
+    let build = |case: &mut Case| -> sparsek::Result<_> {
+        let budget =
+            crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
+        eprintln!("{tag} {case}: building A and B");
+        let (a, b) = case.operands(seed, budget)?;
+        let (m, n) = (a.rows(), b.cols());
+        let sample = RowSample::auto(m, n, cfg.check_rows, seed ^ 0x5EED);
+        // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, every sparsek output here).
+        let c0 = Matrix::<f32>::zeros(m, n)?;
+        eprintln!("{tag}   oracle ({} rows)", sample.rows(m).len());
+        let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
+        Ok((a, b, sample, expected))
+    };
+    build(case).map_err(Error::step(OPERANDS))
 }
+
+/// The step that builds a case's operands, as its errors name it.
+pub(crate) const OPERANDS: &str = "building the operands";
+
+/// A side mode's contender whose output, C of its input set 0, is checked before it is timed.
+pub(crate) trait Checked: Contender {
+    /// C of set 0 (`None` without input sets).
+    fn output(&mut self) -> Option<&mut DeviceMatrix<f32>>;
+
+    /// Poisons C of set 0, launches on set 0 and downloads C.
+    fn first_output(&mut self, gpu: &Gpu) -> Result<Matrix<f32>> {
+        poison(gpu, self.output().ok_or(NO_SET)?.as_view_mut())?;
+        self.launch(gpu, 0)?;
+        Ok(self.output().ok_or(NO_SET)?.to_host()?)
+    }
+}
+
+/// What a missing input set reports (none was uploaded).
+pub(crate) const NO_SET: Error = Error::Unsupported("no input set");
 
 /// cuBLAS's rotated input sets of a side run: A expanded to dense f16, B, and an f32 C, every set identical.
 pub(crate) struct CublasSets<'l> {
@@ -248,7 +278,7 @@ pub(crate) fn to_json<X: Serialize, R: Serialize>(
         records: &'a [R],
     }
     let mut s = serde_json::to_string_pretty(&Out { header, extra, complete, records })
-        .map_err(|source| error::Error::Serialize { file, source })?;
+        .map_err(|source| Error::Serialize { file, source })?;
     s.push('\n');
     Ok(s)
 }

@@ -2,6 +2,7 @@
 //! empty launch, the queued and graph-replayed times, and the checks of each output.
 
 use super::*;
+use crate::side::{Checked, NO_SET};
 
 pub(super) fn is_out_of_memory(e: &DriverError) -> bool {
     e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY
@@ -188,10 +189,7 @@ pub(super) fn measure(
     rec: &mut DecodeRecord,
     tag: &str,
 ) -> Result<()> {
-    if let Source::File(path) = &case.source {
-        return Err(Error::FileCase { mode: "--decode", path: path.clone() });
-    }
-    let ops = operands(case, cfg, rec.facts.seed, tag).map_err(Error::step("building the operands"))?;
+    let ops = operands(case, cfg, rec.facts.seed, tag)?;
     let (m, n, k) = (ops.a.rows(), ops.b.cols(), ops.a.cols());
     rec.facts.nnzb = ops.a.nnzb();
     rec.bytes = BytesMoved::new(m, n, k, ops.a.block_size(), rec.facts.nnzb);
@@ -451,9 +449,6 @@ pub(super) struct CopySets {
     failure: Option<String>,
 }
 
-/// What a missing input set reports (none was uploaded).
-const NO_SET: Error = Error::Unsupported("no input set");
-
 impl CopySets {
     /// `depth` pairs of `bytes` each (at least one), or why they could not be allocated.
     fn new(gpu: &Gpu, bytes: u64, depth: usize) -> Result<CopySets> {
@@ -490,8 +485,8 @@ impl Contender for CopySets {
 }
 
 /// A and B ([`Case::operands`]) and the oracle on the sampled rows of C.
-pub(super) fn operands(case: &mut Case, cfg: &DecodeConfig, seed: u64, tag: &str) -> sparsek::Result<Operands> {
-    let (a, b, _, expected) = crate::side::f16_operands(case, cfg, seed, tag)?;
+pub(super) fn operands(case: &mut Case, cfg: &DecodeConfig, seed: u64, tag: &str) -> Result<Operands> {
+    let (a, b, _, expected) = crate::side::generated_operands(case, cfg, seed, tag, "--decode")?;
     Ok(Operands { a, b, expected })
 }
 
@@ -525,8 +520,9 @@ impl Sets<'_> {
             Sets::Cublas(c) => c.len(),
         }
     }
+}
 
-    /// C of set 0.
+impl Checked for Sets<'_> {
     fn output(&mut self) -> Option<&mut DeviceMatrix<f32>> {
         match self {
             Sets::Sparsek(s) => s.first_mut().map(|t| &mut t.2),
@@ -557,10 +553,7 @@ pub(super) fn setup<'l>(
             Sets::Cublas(crate::side::CublasSets::upload(gpu, lib, a, b, depth)?)
         }
     };
-    let c = sets.output().ok_or(NO_SET)?;
-    poison(gpu, c.as_view_mut())?;
-    sets.launch(gpu, 0)?;
-    let host = sets.output().ok_or(NO_SET)?.to_host()?;
+    let host = sets.first_output(gpu)?;
     Ok((sets, Check::from(&check_output(form, ops, &host))))
 }
 

@@ -76,7 +76,7 @@ use serde::Serialize;
 use crate::cublas::{self, Cublas};
 use crate::cuda::{load_kernel, poison};
 use crate::error::{self, Error, Loaded, Result, loaded};
-use crate::grid::{Case, Source, percent};
+use crate::grid::{Case, percent};
 use crate::num::round_sig;
 use crate::report::{Check, Header};
 use crate::research::floor::{self, FloorSets, ReadFloor};
