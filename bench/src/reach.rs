@@ -743,5 +743,12 @@ mod tests {
         assert_eq!(v["records"][0]["contenders"][2]["name"], "sparsek-f16-linear");
         assert_eq!(v["records"][0]["ratios"]["linear_over_row_major"], 1.05);
         assert!(v["records"][1]["ratios"]["f16_speedup_vs_cublas"].is_null());
+        // The layout of the committed files (docs/bench/*-reach.json): the top-level keys, and each contender's
+        // keys with its figures in place.
+        use crate::side::tests::keys_from;
+        assert_eq!(keys_from(&json, "header"), ["header", "complete", "records"]);
+        let figures = ["median_ms", "min_ms", "max_ms", "samples", "tflops", "sets"];
+        let contender = [&["name", "description", "check"][..], &figures, &["error"]].concat();
+        assert_eq!(keys_from(&json, "name"), contender);
     }
 }

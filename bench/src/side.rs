@@ -302,7 +302,7 @@ pub(crate) mod tests {
     }
 
     /// The keys of the first JSON object of `text` whose key is `first`, in their order.
-    fn keys_from(text: &str, first: &str) -> Vec<String> {
+    pub(crate) fn keys_from(text: &str, first: &str) -> Vec<String> {
         let start = text.find(&format!("\"{first}\":")).expect("the key is written");
         let indent = text[..start].rsplit('\n').next().unwrap().len();
         let mut keys = Vec::new();
@@ -316,23 +316,5 @@ pub(crate) mod tests {
             }
         }
         keys
-    }
-
-    /// The files of the side runs keep the layout of the committed ones (docs/bench/*-decode-*.json and
-    /// *-reach.json): the top-level keys, and each contender's keys with the mode's figures in place.
-    #[test]
-    fn side_files_keep_their_layout() {
-        let header = crate::report::tests::header();
-        let mut d = crate::decode::ContenderResult::new("sparsek-f16", "spmm");
-        d.check = Some(check(true));
-        let text = super::to_json("decode.json", &header, serde_json::json!({"references": {}}), &[d], true).unwrap();
-        assert_eq!(keys_from(&text, "header"), ["header", "references", "complete", "records"]);
-        let contender = ["name", "description", "check", "time", "sets", "rotated_bytes", "error"];
-        assert_eq!(keys_from(&text, "name"), contender);
-        let r = crate::reach::ContenderResult::new("sparsek-f16", "spmm");
-        let text = super::to_json("reach.json", &header, (), &[r], false).unwrap();
-        assert_eq!(keys_from(&text, "header"), ["header", "complete", "records"]);
-        let contender = ["name", "description", "check", "median_ms", "min_ms", "max_ms", "samples", "tflops", "sets"];
-        assert_eq!(keys_from(&text, "name"), [&contender[..], &["error"]].concat());
     }
 }

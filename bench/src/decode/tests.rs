@@ -360,3 +360,16 @@ fn table_and_json() {
     assert_eq!(r1["launch_ratio"], 2.4);
     assert_eq!(r1["goals"][0]["met"], false);
 }
+
+/// The file keeps the layout of the committed ones (docs/bench/*-decode-*.json): the top-level keys, and each
+/// contender's keys with its figures in place.
+#[test]
+fn decode_file_keeps_its_layout() {
+    use crate::side::tests::{check, keys_from};
+    let mut d = ContenderResult::of(Form::Sparsek);
+    d.check = Some(check(true));
+    let refs = serde_json::json!({"references": {}});
+    let text = crate::side::to_json("decode.json", &crate::report::tests::header(), refs, &[d], true).unwrap();
+    assert_eq!(keys_from(&text, "header"), ["header", "references", "complete", "records"]);
+    assert_eq!(keys_from(&text, "name"), ["name", "description", "check", "time", "sets", "rotated_bytes", "error"]);
+}
