@@ -11,12 +11,15 @@ use cudarc::cublas::{result as cublas_result, sys};
 use cudarc::driver::{CudaSlice, CudaViewMut, DevicePtr, DevicePtrMut};
 use half::f16;
 
-use crate::cuda::catch;
+use crate::cuda::{Library, catch, library};
 use crate::error::{Error, Result};
 use sparsek::gpu::Gpu;
 
 /// What the bench names this contender.
 pub const KIND: &str = "cublas-gemmex-f16-f32";
+
+/// libcublas, as cudarc opens it.
+const LIB: Library = library!(sys, "libcublas", "CUDA 13: libcublas.so.13");
 
 /// A cuBLAS handle bound to the [`Gpu`]'s stream.
 pub struct Cublas {
@@ -29,18 +32,13 @@ impl Cublas {
     /// loader's path, symbol missing, handle creation failed). cudarc panics when a library or symbol is
     /// missing; that is checked first and any remaining panic is caught.
     pub fn new(gpu: &Gpu) -> Result<Self> {
-        // SAFETY: only tries to open the shared library by the names cudarc knows.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(Error::LibraryNotFound { lib: "libcublas", names: "CUDA 13: libcublas.so.13" });
-        }
-        for sym in ["cublasCreate_v2", "cublasSetStream_v2", "cublasGemmEx", "cublasGetVersion_v2", "cublasDestroy_v2"]
-        {
-            // SAFETY: looks a symbol up in the loaded library without calling it.
-            let found = catch(|| unsafe { sys::culib().get::<unsafe extern "C" fn()>(sym.as_bytes()).is_ok() })?;
-            if !found {
-                return Err(Error::MissingSymbol { lib: "libcublas", symbol: sym });
-            }
-        }
+        LIB.require(&[
+            "cublasCreate_v2",
+            "cublasSetStream_v2",
+            "cublasGemmEx",
+            "cublasGetVersion_v2",
+            "cublasDestroy_v2",
+        ])?;
         gpu.context().bind_to_thread().map_err(Error::driver("binding the CUDA context"))?;
         let handle =
             catch(cublas_result::create_handle)?.map_err(|source| Error::Cublas { call: "cublasCreate", source })?;

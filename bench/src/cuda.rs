@@ -1,4 +1,5 @@
-//! Around the CUDA libraries: a panic of their bindings as an error ([`catch`]), a poisoned output ([`poison`]).
+//! Around the CUDA libraries: whether one is there ([`Library`]), a panic of their bindings as an error
+//! ([`catch`]), a poisoned output ([`poison`]), a PTX kernel loaded ([`load_kernel`]).
 
 use cudarc::driver::{CudaFunction, CudaViewMut, DevicePtrMut};
 use cudarc::nvrtc::Ptx;
@@ -16,6 +17,49 @@ pub(crate) fn catch<T>(f: impl FnOnce() -> T) -> Result<T> {
                 .unwrap_or_else(|| "panic in the CUDA library bindings".into()),
         )
     })
+}
+
+/// A CUDA library that cudarc opens on first use: how to tell it is there and has a symbol (cudarc panics when
+/// either is missing; [`Library::require`] asks first, and catches what panics anyway).
+pub(crate) struct Library {
+    /// Its name in errors ("libcublas").
+    pub name: &'static str,
+    /// The files the loader looks for, in errors.
+    pub files: &'static str,
+    /// Whether the loader finds it.
+    pub present: fn() -> bool,
+    /// Whether it has a symbol.
+    pub has: fn(&str) -> bool,
+}
+
+/// The [`Library`] of the cudarc bindings module `$sys` (`cudarc::cublas::sys`, imported under that name).
+macro_rules! library {
+    ($sys:ident, $name:literal, $files:literal) => {
+        crate::cuda::Library {
+            name: $name,
+            files: $files,
+            // SAFETY: only tries to open the shared library by the names cudarc knows.
+            present: || unsafe { $sys::is_culib_present() },
+            // SAFETY: looks a symbol up in the loaded library without calling it.
+            has: |sym| unsafe { $sys::culib().get::<unsafe extern "C" fn()>(sym.as_bytes()).is_ok() },
+        }
+    };
+}
+pub(crate) use library;
+
+impl Library {
+    /// Errors unless the library is found with every one of `symbols`.
+    pub fn require(&self, symbols: &[&'static str]) -> Result<()> {
+        if !catch(self.present)? {
+            return Err(Error::LibraryNotFound { lib: self.name, names: self.files });
+        }
+        for &symbol in symbols {
+            if !catch(|| (self.has)(symbol))? {
+                return Err(Error::MissingSymbol { lib: self.name, symbol });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Fills a device buffer with the byte 0x7B: 1.3e36 as f32, 61280 as f16 — finite (so a library that reads C

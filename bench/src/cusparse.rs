@@ -17,7 +17,7 @@ use cudarc::cusparse::sys;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use half::f16;
 
-use crate::cuda::{catch, poison};
+use crate::cuda::{Library, catch, library, poison};
 use crate::error::{Error, Result};
 use sparsek::format::Bsr;
 use sparsek::gpu::{DeviceMatrix, Gpu};
@@ -103,15 +103,7 @@ pub struct Cusparse {
 impl Cusparse {
     /// Loads cuSPARSE and creates a handle on `gpu`'s stream, or says why it cannot.
     pub fn new(gpu: &Gpu) -> Result<Self> {
-        // SAFETY: only tries to open the shared library by the names cudarc knows.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(Error::LibraryNotFound { lib: "libcusparse", names: "libcusparse.so.12 or .13" });
-        }
-        for sym in ["cusparseCreate", "cusparseSetStream", "cusparseGetVersion", "cusparseDestroy"] {
-            if !has_symbol(sym)? {
-                return Err(Error::MissingSymbol { lib: "libcusparse", symbol: sym });
-            }
-        }
+        LIB.require(&["cusparseCreate", "cusparseSetStream", "cusparseGetVersion", "cusparseDestroy"])?;
         gpu.context().bind_to_thread().map_err(Error::driver("binding the CUDA context"))?;
         let handle = catch(cudarc::cusparse::result::create)?.map_err(st("cusparseCreate"))?;
         let mut me = Cusparse { handle, version: 0 };
@@ -132,12 +124,7 @@ impl Cusparse {
 
     /// Why `kind` cannot be used with this library (a missing symbol), if it cannot.
     pub fn missing_symbol(&self, kind: Kind) -> Result<()> {
-        for sym in kind.symbols() {
-            if !has_symbol(sym)? {
-                return Err(Error::MissingSymbol { lib: "libcusparse", symbol: sym });
-            }
-        }
-        Ok(())
+        LIB.require(kind.symbols())
     }
 
     /// Uploads one input set (A in the form `kind` needs, B, a C) and creates its descriptors and work buffer.
@@ -262,10 +249,8 @@ fn st(call: &'static str) -> impl FnOnce(CusparseError) -> Error {
     move |status| Error::Cusparse { call, status }
 }
 
-fn has_symbol(sym: &str) -> Result<bool> {
-    // SAFETY: looks a symbol up in the loaded library without calling it.
-    catch(|| unsafe { sys::culib().get::<unsafe extern "C" fn()>(sym.as_bytes()).is_ok() })
-}
+/// libcusparse, as cudarc opens it.
+const LIB: Library = library!(sys, "libcusparse", "libcusparse.so.12 or .13");
 
 impl Kind {
     fn alg(self) -> sys::cusparseSpMMAlg_t {

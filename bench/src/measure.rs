@@ -15,18 +15,20 @@ pub const MAX_SETS: usize = 1024;
 /// at least 2x L2, at most [`MAX_SETS`]; one when a set alone is that large. ([`rotation_sets`] stops at
 /// 128 sets, which would leave the small shapes' sets of a few hundred KB in L2.)
 pub fn rotation_depth(set_bytes: u64, l2_bytes: u64) -> usize {
-    let target = 2 * u128::from(l2_bytes);
-    let set = u128::from(set_bytes.max(1));
-    if set >= target { 1 } else { target.div_ceil(set).min(MAX_SETS as u128) as usize }
+    sets_spanning(set_bytes as u128, l2_bytes, MAX_SETS)
 }
 
 /// Input sets to rotate through for a contender whose one set (every operand a launch reads) takes
 /// `set_bytes`: enough that together they span at least 2x L2 (so no launch finds its operands in L2 from
 /// its previous use), at most 128; one when a set alone is that large.
 pub fn rotation_sets(set_bytes: usize, l2_bytes: u64) -> usize {
-    let target = 2 * l2_bytes as u128;
-    let set = set_bytes.max(1) as u128;
-    if set >= target { 1 } else { target.div_ceil(set).clamp(1, 128) as usize }
+    sets_spanning(set_bytes as u128, l2_bytes, 128)
+}
+
+/// Sets of `set_bytes` (at least one byte) that together span 2x L2, between 1 and `most`.
+fn sets_spanning(set_bytes: u128, l2_bytes: u64, most: usize) -> usize {
+    let target = 2 * u128::from(l2_bytes);
+    target.div_ceil(set_bytes.max(1)).clamp(1, most as u128) as usize
 }
 
 /// The bytes one product must move: A read once, B read once, C written once (see the module documentation).
@@ -84,13 +86,22 @@ mod tests {
     #[test]
     fn rotation_covers_twice_l2() {
         let l2 = 50u64 << 20;
-        assert_eq!(rotation_sets(512 << 20, l2), 1);
-        assert_eq!(rotation_sets(100 << 20, l2), 1);
-        assert_eq!(rotation_sets(30 << 20, l2), 4);
-        assert_eq!(rotation_sets(1, l2), 128);
-        for bytes in [1usize << 20, 7 << 20, 33 << 20, 99 << 20] {
-            let r = rotation_sets(bytes, l2);
-            assert!(r as u64 * bytes as u64 >= 2 * l2, "{r} sets of {bytes} bytes");
+        for (most, sets) in
+            [(128, rotation_sets as fn(usize, u64) -> usize), (MAX_SETS, |b, l2| rotation_depth(b as u64, l2))]
+        {
+            assert_eq!(sets(512 << 20, l2), 1);
+            assert_eq!(sets(100 << 20, l2), 1);
+            assert_eq!(sets(30 << 20, l2), 4);
+            assert_eq!(sets(1, l2), most);
+            assert_eq!(sets(0, l2), most);
+            for bytes in [1usize << 20, 7 << 20, 33 << 20, 99 << 20] {
+                let r = sets(bytes, l2);
+                assert!(r as u64 * bytes as u64 >= 2 * l2, "{r} sets of {bytes} bytes");
+            }
         }
+        // The smallest decode set (1536 x 384 bs 32 25%, N 1) needs more than the main benchmark's 128 sets.
+        let small = BytesMoved::new(1536, 1, 384, 32, 144).total;
+        let depth = rotation_depth(small, l2);
+        assert!(depth > 128 && depth < MAX_SETS && depth as u64 * small >= 2 * l2, "{depth} sets of {small}");
     }
 }

@@ -120,19 +120,6 @@ fn target_rule() {
 }
 
 #[test]
-fn rotation_spans_twice_l2() {
-    let l2 = 50u64 << 20;
-    assert_eq!(rotation_depth(200 << 20, l2), 1);
-    assert_eq!(rotation_depth(100 << 20, l2), 1);
-    assert_eq!(rotation_depth(30 << 20, l2), 4);
-    assert_eq!(rotation_depth(0, l2), MAX_SETS);
-    // The smallest default set (1536 x 384 bs 32 25%, N 1) needs more than the main benchmark's 128 sets.
-    let small = BytesMoved::new(1536, 1, 384, 32, 144).total;
-    let depth = rotation_depth(small, l2);
-    assert!(depth > 128 && depth < MAX_SETS && depth as u64 * small >= 2 * l2, "{depth} sets of {small}");
-}
-
-#[test]
 fn figures_and_verdicts() {
     let refs = references(Some(3000.0), Some(2.5));
     // 8192 x 8192 bs 64 22%, N 16: 3604 blocks.
