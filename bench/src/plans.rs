@@ -18,7 +18,7 @@ use crate::grid::Case;
 use crate::measure::{BytesMoved, Times, rotation_depth};
 use crate::report::{Check, Header};
 use crate::runner::{Contender, time_interleaved};
-use crate::side::{CaseFacts, SideConfig};
+use crate::side::{CaseFacts, RunConfig};
 use sparsek::Epilogue;
 use sparsek::f16;
 use sparsek::format::Pattern;
@@ -150,7 +150,7 @@ pub struct TunedSummary {
 
 /// Runs every case of `cfg` with a tuning budget of `budget` per case, printing progress on stderr, and writes
 /// OUT_DIR/tuned.json (after each case) and OUT_DIR/tuned.md. Errors only when an output cannot be written.
-pub fn run(gpu: &Gpu, cfg: &SideConfig, budget: Duration) -> Result<TunedSummary> {
+pub fn run(gpu: &Gpu, cfg: &RunConfig, budget: Duration) -> Result<TunedSummary> {
     let crate::side::Opened { mut header, cublas, iters } = crate::side::open(gpu, cfg, "tuned")?;
     drop(cublas);
     header.cublas = "not measured (--tuned)".into();
@@ -197,7 +197,7 @@ impl Contender for PlanSets {
 /// Tunes the case, then checks and re-measures the heuristic's and the tuned plan.
 fn measure(
     gpu: &Gpu,
-    cfg: &SideConfig,
+    cfg: &RunConfig,
     iters: usize,
     budget: Duration,
     case: &mut Case,

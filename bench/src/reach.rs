@@ -50,7 +50,7 @@ pub fn default_cases() -> Vec<Case> {
 }
 
 /// What to run and where to write it (`reach.json` and `reach.md` go into `out_dir`).
-pub type ReachConfig = crate::side::SideConfig;
+pub type ReachConfig = crate::side::RunConfig;
 
 /// The contenders, in the order of the table and of the JSON's `contenders` list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

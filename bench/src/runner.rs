@@ -49,23 +49,34 @@ impl std::str::FromStr for CusparseChoice {
     }
 }
 
-/// What to run and where to write it.
+/// What the main benchmark runs and where it writes: a run's configuration and the cuSPARSE entry point.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The cases, in order.
-    pub cases: Vec<Case>,
-    /// Untimed launches per contender before the timed ones.
-    pub warmup: usize,
-    /// Timed launches per contender (the median is reported).
-    pub iters: usize,
-    /// Rows of C compared with the oracle per contender (plus the first and the last).
-    pub check_rows: usize,
-    /// Seed mixed into every case's matrices.
-    pub seed: u64,
-    /// Where `latest.json`, `speedup.png` (and `bench.md` when `../BENCHMARKS.md` has no markers) go.
-    pub out_dir: PathBuf,
+    /// The cases, launches, checks, seed and outputs.
+    pub run: RunConfig,
     /// The cuSPARSE entry point.
     pub cusparse: CusparseChoice,
+}
+
+/// What a run runs and where it writes: a side mode's whole configuration, the main benchmark's with its
+/// cuSPARSE choice ([`Config`]).
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The cases, in order (a side mode reports a matrix file as an error).
+    pub cases: Vec<Case>,
+    /// Untimed launches per contender (and per reference) before the timed ones.
+    pub warmup: usize,
+    /// Timed launches per contender, the median reported (a side mode raises fewer than
+    /// [`MIN_ITERS`](crate::side::MIN_ITERS) to it).
+    pub iters: usize,
+    /// Random rows of C compared with the oracle per contender, plus the first and the last (a side mode checks
+    /// every row when C has at most [`RowSample::FULL_CHECK_ELEMENTS`] elements).
+    pub check_rows: usize,
+    /// Seed mixed into every case's A and B (a side mode's matrices are the main benchmark's).
+    pub seed: u64,
+    /// Where the outputs go: `latest.json`, `speedup.png` (and `bench.md` when `../BENCHMARKS.md` has no
+    /// markers), or a side mode's `.json` and `.md`.
+    pub out_dir: PathBuf,
     /// The command line, recorded in the header.
     pub command: String,
 }
@@ -101,11 +112,11 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
                 CusparseKind::AUTO.map(CusparseKind::name).join(", ")
             ),
         },
-        warmup: cfg.warmup,
-        iters: cfg.iters,
-        check_rows: cfg.check_rows,
-        seed: cfg.seed,
-        command: cfg.command.clone(),
+        warmup: cfg.run.warmup,
+        iters: cfg.run.iters,
+        check_rows: cfg.run.check_rows,
+        seed: cfg.run.seed,
+        command: cfg.run.command.clone(),
         ..Header::for_gpu(gpu)
     };
     eprintln!(
@@ -114,31 +125,31 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
         info.compute_capability.0,
         info.compute_capability.1,
         header.driver,
-        cfg.cases.len(),
-        cfg.iters,
-        cfg.warmup
+        cfg.run.cases.len(),
+        cfg.run.iters,
+        cfg.run.warmup
     );
     eprintln!("  cuBLAS: {}", header.cublas);
     eprintln!("  cuSPARSE: {}", header.cusparse);
-    error::create_dir(&cfg.out_dir)?;
-    let json_path = cfg.out_dir.join("latest.json");
+    error::create_dir(&cfg.run.out_dir)?;
+    let json_path = cfg.run.out_dir.join("latest.json");
 
-    let mut records = Vec::with_capacity(cfg.cases.len());
-    for (i, case) in cfg.cases.iter().enumerate() {
+    let mut records = Vec::with_capacity(cfg.run.cases.len());
+    for (i, case) in cfg.run.cases.iter().enumerate() {
         let rec = run_case(gpu, &libs, cfg, case);
-        eprintln!("[{}/{}] {}", i + 1, cfg.cases.len(), progress_line(&rec));
+        eprintln!("[{}/{}] {}", i + 1, cfg.run.cases.len(), progress_line(&rec));
         records.push(rec);
         // Written after every case, so an interrupted run leaves its results behind ("complete": false).
-        error::write(&json_path, json::to_json(&header, &records, i + 1 == cfg.cases.len()).as_bytes())?;
+        error::write(&json_path, json::to_json(&header, &records, i + 1 == cfg.run.cases.len()).as_bytes())?;
     }
-    if cfg.cases.is_empty() {
+    if cfg.run.cases.is_empty() {
         error::write(&json_path, json::to_json(&header, &records, true).as_bytes())?;
     }
     drop(libs);
 
     let table = report::markdown(&header, &records);
     println!("{table}");
-    let doc_path = cfg.out_dir.parent().map(|p| p.join("BENCHMARKS.md"));
+    let doc_path = cfg.run.out_dir.parent().map(|p| p.join("BENCHMARKS.md"));
     let spliced =
         doc_path.as_ref().and_then(|p| std::fs::read_to_string(p).ok().map(|doc| (p, report::splice(&doc, &table))));
     match spliced {
@@ -155,7 +166,7 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
                     report::END_MARKER
                 );
             }
-            let p = cfg.out_dir.join("bench.md");
+            let p = cfg.run.out_dir.join("bench.md");
             error::write(&p, table.as_bytes())?;
             eprintln!("wrote {}", p.display());
         }
@@ -163,7 +174,7 @@ pub fn run(gpu: &Gpu, cfg: &Config) -> Result<Summary> {
     eprintln!("wrote {}", json_path.display());
     match report::speedup_plot(&header, &records) {
         Some(canvas) => {
-            let p = cfg.out_dir.join("speedup.png");
+            let p = cfg.run.out_dir.join("speedup.png");
             error::write(&p, &canvas.to_png())?;
             eprintln!("wrote {}", p.display());
         }
@@ -313,7 +324,7 @@ impl Inputs {
 /// its outcome.
 pub fn run_case(gpu: &Gpu, libs: &Libs, cfg: &Config, case: &Case) -> Record {
     let mut case = case.clone();
-    let seed = case.seed(cfg.seed);
+    let seed = case.seed(cfg.run.seed);
     let mut rec = Record {
         case: case.clone(),
         nnzb: 0,
@@ -349,7 +360,7 @@ fn inputs(case: &mut Case, cfg: &Config, seed: u64) -> sparsek::Result<Inputs> {
     // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, as sparsek's output).
     // `zeros` of f32 is a zeroed allocation whose pages are never touched.
     let c0 = Matrix::<f32>::zeros(case.m, case.n)?;
-    let sample = RowSample::Random { count: cfg.check_rows, seed: seed ^ 0x5EED };
+    let sample = RowSample::Random { count: cfg.run.check_rows, seed: seed ^ 0x5EED };
     let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
     let max_b = max_abs(&b);
     Ok(Inputs { a, b, expected, max_b })
@@ -433,7 +444,7 @@ fn measure(gpu: &Gpu, libs: &Libs, cfg: &Config, inputs: &Inputs, rec: &mut Reco
     if let Some(c) = cusparse_sets.as_mut() {
         contenders.push(c);
     }
-    let (times, clock) = time_interleaved(gpu, &mut contenders, cfg.warmup, cfg.iters)?;
+    let (times, clock) = time_interleaved(gpu, &mut contenders, cfg.run.warmup, cfg.run.iters)?;
     rec.sm_clock_mhz = clock;
     let mut it = times.into_iter();
     rec.sparsek.timing = it.next().and_then(|t| Timing::from_samples(&t));

@@ -2,8 +2,6 @@
 //! (header, cuBLAS, the first progress lines, the output directory), their host operands with the oracle, and
 //! writing their files. Each mode keeps its own contenders, records and tables.
 
-use std::path::PathBuf;
-
 use serde::Serialize;
 
 use crate::cublas::Cublas;
@@ -21,25 +19,7 @@ use sparsek::{Matrix, f16};
 /// The fewest timed launches per contender of a side run: fewer requested are raised to this.
 pub const MIN_ITERS: usize = 30;
 
-/// What a side run runs and where it writes.
-#[derive(Clone, Debug)]
-pub struct SideConfig {
-    /// The cases, in order (synthetic; a file case is reported as an error).
-    pub cases: Vec<Case>,
-    /// Untimed launches per contender (and per reference) before the timed ones.
-    pub warmup: usize,
-    /// Timed launches per contender (at least [`MIN_ITERS`]: fewer are raised to it).
-    pub iters: usize,
-    /// Random rows of C compared with the oracle per contender (plus the first and the last; every row when C
-    /// has at most [`RowSample::FULL_CHECK_ELEMENTS`] elements).
-    pub check_rows: usize,
-    /// Seed mixed into every case's A and B (the main benchmark's derivation, so the matrices are its own).
-    pub seed: u64,
-    /// Where the mode's `.json` and `.md` go.
-    pub out_dir: PathBuf,
-    /// The command line, recorded in the header.
-    pub command: String,
-}
+pub use crate::runner::RunConfig;
 
 /// Which case a side run's record is about (flattened into each record's JSON).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -90,7 +70,7 @@ pub(crate) struct Opened {
 
 /// Opens the side run `mode` ("reach", "decode"): loads cuBLAS, fills the header, prints the opening lines on
 /// stderr and creates the output directory.
-pub(crate) fn open(gpu: &Gpu, cfg: &SideConfig, mode: &str) -> Result<Opened> {
+pub(crate) fn open(gpu: &Gpu, cfg: &RunConfig, mode: &str) -> Result<Opened> {
     let iters = cfg.iters.max(MIN_ITERS);
     let info = gpu.info();
     let cublas = Cublas::new(gpu);
@@ -127,7 +107,7 @@ pub(crate) fn open(gpu: &Gpu, cfg: &SideConfig, mode: &str) -> Result<Opened> {
 /// "--decode", measures generated cases only).
 pub(crate) fn generated_operands(
     case: &mut Case,
-    cfg: &SideConfig,
+    cfg: &RunConfig,
     seed: u64,
     tag: &str,
     mode: &'static str,

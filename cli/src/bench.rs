@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use sparsek::gpu::{Gpu, RowSplit, TileSchedule};
 use sparsek_bench::compare::DEFAULT_THRESHOLD_PCT;
-use sparsek_bench::side::{MIN_ITERS, SideConfig};
+use sparsek_bench::side::{MIN_ITERS, RunConfig};
 use sparsek_bench::{Case, CusparseChoice, CusparseKind, Results, Source};
 
 /// `--cusparse`: which cuSPARSE entry point to measure.
@@ -346,7 +346,7 @@ const TUNED: Side = Side {
 /// The configuration of a side run from the command line (its cases: those of `--case`, else its `--quick` or
 /// its default cases; at least `side::MIN_ITERS` timed launches, saying so when `--iters` asked for fewer) and
 /// the GPU it runs on; `None` without a GPU (said on stderr).
-fn side_setup(args: &BenchArgs, side: &Side) -> Result<Option<(SideConfig, Gpu)>, sparsek::Error> {
+fn side_setup(args: &BenchArgs, side: &Side) -> Result<Option<(RunConfig, Gpu)>, sparsek::Error> {
     let cases = if !args.cases.is_empty() {
         args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
     } else if args.quick {
@@ -358,7 +358,7 @@ fn side_setup(args: &BenchArgs, side: &Side) -> Result<Option<(SideConfig, Gpu)>
     if iters < MIN_ITERS {
         eprintln!("sparsek bench {}: --iters {iters} raised to {MIN_ITERS}", side.mode);
     }
-    let cfg = SideConfig {
+    let cfg = RunConfig {
         cases,
         warmup: args.warmup,
         iters: iters.max(MIN_ITERS),
@@ -465,16 +465,16 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
         .out_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(if old.is_some() { "target/bench-compare" } else { "docs/bench" }));
-    let cfg = sparsek_bench::Config {
+    let run = RunConfig {
         cases,
         warmup: args.warmup,
         iters: args.iters as usize,
         check_rows: args.check_rows,
         seed,
         out_dir,
-        cusparse: args.cusparse.into(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
+    let cfg = sparsek_bench::Config { run, cusparse: args.cusparse.into() };
     let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench") else {
         if old.is_some() {
             eprintln!("sparsek bench: to compare two results files without a GPU, add --against NEW.json");

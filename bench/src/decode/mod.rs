@@ -209,7 +209,7 @@ pub fn targets(case: &Case) -> Vec<(Figure, f64)> {
 }
 
 /// What to run and where to write it (`decode.json` and `decode.md` go into `out_dir`).
-pub type DecodeConfig = crate::side::SideConfig;
+pub type DecodeConfig = crate::side::RunConfig;
 
 /// The measured device-to-device copy bandwidth.
 #[derive(Clone, Debug, PartialEq, Serialize)]
