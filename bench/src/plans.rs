@@ -32,12 +32,7 @@ const NOISE: f64 = 0.03;
 /// and banded; 4096^3 bs 64 12.5%), the decode grid's (8192^2 bs 64 22% at N 1 and 16, skewed at N 16; 16384^2
 /// bs 128 10% at N 16; 1536 x 384 and 384 x 1536 at bs 32 and 64, 50%, N 1 and 16; 1536 x 384 bs 64 50% N 512).
 pub fn default_cases() -> Vec<Case> {
-    let mut cases = Vec::new();
-    for bs in [64, 128] {
-        for density in [0.10, 0.22] {
-            cases.push(Case::synthetic(8192, 8192, 8192, bs, density, Pattern::Uniform));
-        }
-    }
+    let mut cases = crate::grid::uniform_cubes(8192, &[64, 128], &[0.10, 0.22]);
     cases.push(Case::synthetic(8192, 8192, 8192, 64, 0.22, Pattern::Skewed));
     cases.push(Case::synthetic(8192, 8192, 8192, 64, 0.22, Pattern::Banded));
     cases.push(Case::synthetic(4096, 4096, 4096, 64, 0.125, Pattern::Uniform));

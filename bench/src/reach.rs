@@ -39,12 +39,7 @@ pub use crate::side::MIN_ITERS;
 
 /// The default cases: 8192^3 at bs 64 and 128, densities 10% and 22%, and 4096^3 bs 64 at 12.5%, all uniform.
 pub fn default_cases() -> Vec<Case> {
-    let mut cases = Vec::new();
-    for bs in [64, 128] {
-        for density in [0.10, 0.22] {
-            cases.push(Case::synthetic(8192, 8192, 8192, bs, density, Pattern::Uniform));
-        }
-    }
+    let mut cases = crate::grid::uniform_cubes(8192, &[64, 128], &[0.10, 0.22]);
     cases.push(Case::synthetic(4096, 4096, 4096, 64, 0.125, Pattern::Uniform));
     cases
 }
