@@ -57,6 +57,30 @@ impl BytesMoved {
     }
 }
 
+/// A timed transfer of bytes (a copy, the read floor): its times, its bandwidth, why it was not measured. In its
+/// owner's JSON object, after the owner's own keys.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Measured {
+    /// Its times.
+    pub time: Option<Times>,
+    /// The bytes moved per launch over the median time, in GB/s (1e9 bytes).
+    pub gbps: Option<f64>,
+    /// Why it was not measured.
+    pub error: Option<String>,
+}
+
+impl Measured {
+    /// The median, when measured (and positive).
+    pub fn median_us(&self) -> Option<f64> {
+        self.time.as_ref().map(|t| t.median_us).filter(|&t| t > 0.0)
+    }
+
+    /// Sets the bandwidth of `bytes` moved per launch (none without a median).
+    pub(crate) fn set_gbps(&mut self, bytes: u64) {
+        self.gbps = self.median_us().map(|us| round_sig(bytes as f64 / 1e3 / us, 6));
+    }
+}
+
 /// Launch times in microseconds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Times {

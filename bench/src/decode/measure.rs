@@ -14,7 +14,7 @@ pub(super) fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwi
     let l2 = gpu.info().l2_bytes;
     let floor = (2 * l2).max(1);
     let mut bytes = COPY_BYTES.max(4 * l2);
-    let mut result = CopyBandwidth { bytes: 0, time: None, gbps: None, error: None };
+    let mut result = CopyBandwidth::default();
     let stream = gpu.stream();
     let alloc = |bytes: u64| -> std::result::Result<(CudaSlice<u8>, CudaSlice<u8>), DriverError> {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
@@ -26,7 +26,7 @@ pub(super) fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwi
             Err(e) if is_out_of_memory(&e) && bytes / 2 >= floor => bytes /= 2,
             Err(e) => {
                 let what = "two buffers (each)".into();
-                result.error = Some(Error::Alloc { what, bytes, source: e }.to_string());
+                result.measured.error = Some(Error::Alloc { what, bytes, source: e }.to_string());
                 return result;
             }
         }
@@ -34,7 +34,7 @@ pub(super) fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwi
     result.bytes = bytes;
     // A non-zero source, so that nothing could profit from copying zeros.
     if let Err(e) = poison(gpu, src.as_view_mut()) {
-        result.error = Some(e.to_string());
+        result.measured.error = Some(e.to_string());
         return result;
     }
     let timer = EventTimer::new(stream);
@@ -43,11 +43,10 @@ pub(super) fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwi
     };
     match timer.time(warmup, iters, copy) {
         Ok(ms) => {
-            result.time = Times::from_ms(&ms);
-            let median_us = result.time.as_ref().map(|t| t.median_us);
-            result.gbps = ratio(Some(2.0 * bytes as f64 / 1e3), median_us);
+            result.measured.time = Times::from_ms(&ms);
+            result.measured.set_gbps(2 * bytes);
         }
-        Err(e) => result.error = Some(e.to_string()),
+        Err(e) => result.measured.error = Some(e.to_string()),
     }
     result
 }
@@ -70,17 +69,17 @@ pub(super) fn measure_read(
     let mut sets = match sets {
         Ok(s) => s,
         Err(e) => {
-            result.error = Some(e.to_string());
+            result.measured.error = Some(e.to_string());
             return result;
         }
     };
     let launch = || sets.queue(gpu, 0).map_err(|source| sparsek::Error::Cuda { op: floor::LAUNCH, source });
     match EventTimer::new(gpu.stream()).time(warmup, iters, launch) {
         Ok(ms) => {
-            result.time = Times::from_ms(&ms);
-            result.gbps = ratio(Some(bytes as f64 / 1e3), result.median_us());
+            result.measured.time = Times::from_ms(&ms);
+            result.measured.set_gbps(bytes);
         }
-        Err(e) => result.error = Some(e.to_string()),
+        Err(e) => result.measured.error = Some(e.to_string()),
     }
     result
 }
@@ -230,7 +229,7 @@ pub(super) fn measure(
             Some(c)
         }
         Err(e) => {
-            rec.same_size_copy.error = Some(e.to_string());
+            rec.same_size_copy.measured.error = Some(e.to_string());
             None
         }
     };
@@ -247,7 +246,7 @@ pub(super) fn measure(
                 Some(f)
             }
             Err(e) => {
-                rec.read_floor.error = Some(e.to_string());
+                rec.read_floor.measured.error = Some(e.to_string());
                 None
             }
         };
@@ -258,11 +257,11 @@ pub(super) fn measure(
     // failed, its error is recorded and the rest are timed again without it.
     while timing.is_err() {
         if let Some(e) = copy.as_mut().and_then(|c| c.failure.take()) {
-            rec.same_size_copy.error = Some(format!("timing: {e}"));
+            rec.same_size_copy.measured.error = Some(format!("timing: {e}"));
             eprintln!("{tag}   same-size copy failed ({e}); timing again without it");
             copy = None;
         } else if let Some(e) = floor.as_mut().and_then(|f| f.failure.take()) {
-            rec.read_floor.error = Some(format!("timing: {e}"));
+            rec.read_floor.measured.error = Some(format!("timing: {e}"));
             eprintln!("{tag}   read floor failed ({e}); timing again without it");
             floor = None;
         } else {
@@ -275,8 +274,8 @@ pub(super) fn measure(
     for (item, t) in items.into_iter().zip(&times) {
         match item {
             Item::Contender(form) => rec.contender_mut(form).time = Times::from_ms(t),
-            Item::SameSizeCopy => rec.same_size_copy.time = Times::from_ms(t),
-            Item::ReadFloor => rec.read_floor.time = Times::from_ms(t),
+            Item::SameSizeCopy => rec.same_size_copy.measured.time = Times::from_ms(t),
+            Item::ReadFloor => rec.read_floor.measured.time = Times::from_ms(t),
         }
     }
     if let Some((_, s)) = sets.iter_mut().find(|(f, _)| *f == Form::Sparsek) {

@@ -89,7 +89,7 @@ use sparsek::gpu::timing::EventTimer;
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::matrix::Matrix;
 
-pub use crate::measure::{BytesMoved, MAX_SETS, Times, rotation_depth};
+pub use crate::measure::{BytesMoved, MAX_SETS, Measured, Times, rotation_depth};
 pub use crate::side::MIN_ITERS;
 
 /// The size of the copy that measures the copy bandwidth, unless 4x L2 is larger.
@@ -212,16 +212,13 @@ pub fn targets(case: &Case) -> Vec<(Figure, f64)> {
 pub type DecodeConfig = crate::side::RunConfig;
 
 /// The measured device-to-device copy bandwidth.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CopyBandwidth {
     /// Bytes per copy (the source's size; the destination is as large). 0 when nothing could be allocated.
     pub bytes: u64,
-    /// Times of `cuMemcpyDtoDAsync`.
-    pub time: Option<Times>,
-    /// `2 * bytes / median time` (read + written), in GB/s (1e9 bytes).
-    pub gbps: Option<f64>,
-    /// Why it was not measured.
-    pub error: Option<String>,
+    /// Times of `cuMemcpyDtoDAsync` and `2 * bytes / median time` (read + written), or why it was not measured.
+    #[serde(flatten)]
+    pub measured: Measured,
 }
 
 /// The measured time of an empty kernel launch.
@@ -243,12 +240,9 @@ pub struct SameSizeCopy {
     pub bytes: u64,
     /// Buffer pairs rotated through.
     pub sets: usize,
-    /// Its times.
-    pub time: Option<Times>,
-    /// `2 * bytes / median time` (read + written), in GB/s (1e9 bytes).
-    pub gbps: Option<f64>,
-    /// Why it was not measured.
-    pub error: Option<String>,
+    /// Its times and `2 * bytes / median time` (read + written), or why it was not measured.
+    #[serde(flatten)]
+    pub measured: Measured,
 }
 
 /// The references measured once per run, before the cases.
@@ -450,21 +444,21 @@ impl DecodeRecord {
     fn evaluate(&mut self, case: &Case, refs: &References) {
         let sparsek = self.sparsek.trusted_us();
         self.achieved_gbps = ratio(Some(self.bytes.total as f64 / 1e3), sparsek);
-        self.copy_fraction = ratio(self.achieved_gbps, refs.copy.gbps);
-        let copy = &mut self.same_size_copy;
-        copy.gbps = ratio(Some(2.0 * copy.bytes as f64 / 1e3), copy.time.as_ref().map(|t| t.median_us));
-        self.same_size_copy_fraction = ratio(self.achieved_gbps, self.same_size_copy.gbps);
+        self.copy_fraction = ratio(self.achieved_gbps, refs.copy.measured.gbps);
+        self.same_size_copy.measured.set_gbps(2 * self.same_size_copy.bytes);
+        self.same_size_copy_fraction = ratio(self.achieved_gbps, self.same_size_copy.measured.gbps);
         self.speedup_vs_cublas = ratio(self.cublas.trusted_us(), sparsek);
         self.launch_ratio = ratio(sparsek, refs.empty_us());
         let queued = self.sparsek_queued.median_us().filter(|_| self.sparsek.passed());
         self.queued_launch_ratio = ratio(queued, refs.queued_empty_launch.median_us());
         let floor = self.read_floor.median_us();
-        self.read_floor.gbps =
-            ratio(Some((self.read_floor.read_bytes + self.read_floor.write_bytes) as f64 / 1e3), floor);
+        self.read_floor.measured.set_gbps(self.read_floor.read_bytes + self.read_floor.write_bytes);
         self.read_floor_fraction = ratio(floor, sparsek);
         let floor_figure = |figure: Figure| -> Option<f64> {
             match figure {
-                Figure::CopyFraction => ratio(ratio(Some(self.bytes.total as f64 / 1e3), floor), refs.copy.gbps),
+                Figure::CopyFraction => {
+                    ratio(ratio(Some(self.bytes.total as f64 / 1e3), floor), refs.copy.measured.gbps)
+                }
                 Figure::SpeedupVsCublas => ratio(self.cublas.trusted_us(), floor),
                 Figure::LaunchRatio => ratio(floor, refs.empty_us()),
             }

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::cuda::{load_kernel, poison};
 use crate::error::{Error, Result};
-use crate::measure::Times;
+use crate::measure::Measured;
 use crate::runner::Contender;
 use sparsek::gpu::Gpu;
 
@@ -110,18 +110,15 @@ pub struct ReadFloor {
     pub ctas: u64,
     /// Buffer pairs rotated through.
     pub sets: usize,
-    /// Its times.
-    pub time: Option<Times>,
-    /// `(read_bytes + write_bytes) / median time`, in GB/s (1e9 bytes).
-    pub gbps: Option<f64>,
-    /// Why it was not measured.
-    pub error: Option<String>,
+    /// Its times and `(read_bytes + write_bytes) / median time`, or why it was not measured.
+    #[serde(flatten)]
+    pub measured: Measured,
 }
 
 impl ReadFloor {
     /// Its median, when measured.
     pub fn median_us(&self) -> Option<f64> {
-        self.time.as_ref().map(|t| t.median_us).filter(|&t| t > 0.0)
+        self.measured.median_us()
     }
 }
 
