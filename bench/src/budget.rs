@@ -105,21 +105,34 @@ impl Estimate {
         self.items.iter().fold(0u128, |t, (_, b)| t.saturating_add(*b))
     }
 
-    /// `Err(message)` when the total exceeds `limit` (named `where_`), listing the items.
-    pub fn check(&self, where_: &str, limit: u128) -> Result<(), String> {
-        let total = self.total();
-        if total <= limit {
+    /// [`OverBudget`] when the total exceeds `limit` of `place`'s memory ("host", "GPU").
+    pub fn check(&self, place: &'static str, limit: u128) -> Result<(), OverBudget> {
+        let need = self.total();
+        if need <= limit {
             return Ok(());
         }
-        let items: Vec<String> = self.items.iter().map(|(w, b)| format!("{w} {}", human(*b))).collect();
-        Err(format!(
-            "this run needs about {} of {where_} memory ({}), more than the {} available; use smaller --m/--n/--k, \
-             a lower --density or fewer --check-rows",
-            human(total),
-            items.join(", "),
-            human(limit)
-        ))
+        Err(OverBudget { place, need, limit, items: self.items.clone() })
     }
+}
+
+/// A run that would need more memory than there is: the estimate, item by item, and the limit.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this run needs about {} of {place} memory ({}), more than the {} available; use smaller --m/--n/--k, a lower \
+     --density or fewer --check-rows",
+    human(*.need),
+    .items.iter().map(|(w, b)| format!("{w} {}", human(*b))).collect::<Vec<_>>().join(", "),
+    human(*.limit)
+)]
+pub struct OverBudget {
+    /// "host" or "GPU".
+    pub place: &'static str,
+    /// The estimate's total, in bytes.
+    pub need: u128,
+    /// The memory available, in bytes.
+    pub limit: u128,
+    /// The estimate, item by item.
+    pub items: Vec<(&'static str, u128)>,
 }
 
 #[cfg(test)]
@@ -132,7 +145,7 @@ mod tests {
         e.add("B", 1 << 20, 2);
         e.add("C", u128::MAX, 4); // saturates
         assert_eq!(e.total(), u128::MAX);
-        let msg = e.check("host", 1 << 30).unwrap_err();
+        let msg = e.check("host", 1 << 30).unwrap_err().to_string();
         assert!(msg.contains("B 2.0 MiB") && msg.contains("available"), "{msg}");
         let mut small = Estimate::default();
         small.add("A", 10, 2);

@@ -11,11 +11,15 @@ use cudarc::cublas::{result as cublas_result, sys};
 use cudarc::driver::{CudaSlice, CudaViewMut, DevicePtr, DevicePtrMut};
 use half::f16;
 
-use super::catch;
+use crate::cuda::{Library, catch, library};
+use crate::error::{Error, Result};
 use sparsek::gpu::Gpu;
 
 /// What the bench names this contender.
 pub const KIND: &str = "cublas-gemmex-f16-f32";
+
+/// libcublas, as cudarc opens it.
+const LIB: Library = library!(sys, "libcublas", "CUDA 13: libcublas.so.13");
 
 /// A cuBLAS handle bound to the [`Gpu`]'s stream.
 pub struct Cublas {
@@ -27,33 +31,27 @@ impl Cublas {
     /// Loads cuBLAS and creates a handle on `gpu`'s stream, or says why it cannot (library missing from the
     /// loader's path, symbol missing, handle creation failed). cudarc panics when a library or symbol is
     /// missing; that is checked first and any remaining panic is caught.
-    pub fn new(gpu: &Gpu) -> Result<Self, String> {
-        // SAFETY: only tries to open the shared library by the names cudarc knows.
-        if !unsafe { sys::is_culib_present() } {
-            return Err("libcublas (CUDA 13: libcublas.so.13) was not found by the dynamic loader; add CUDA's \
-                        lib64 or pip's nvidia/cu13/lib directory to LD_LIBRARY_PATH"
-                .into());
-        }
-        for sym in ["cublasCreate_v2", "cublasSetStream_v2", "cublasGemmEx", "cublasGetVersion_v2", "cublasDestroy_v2"]
-        {
-            // SAFETY: looks a symbol up in the loaded library without calling it.
-            let found = catch(|| unsafe { sys::culib().get::<unsafe extern "C" fn()>(sym.as_bytes()).is_ok() })?;
-            if !found {
-                return Err(format!("libcublas has no symbol {sym}"));
-            }
-        }
-        gpu.context().bind_to_thread().map_err(|e| format!("binding the CUDA context: {e}"))?;
-        let handle = catch(cublas_result::create_handle)?.map_err(|e| format!("cublasCreate: {e}"))?;
+    pub fn new(gpu: &Gpu) -> Result<Self> {
+        LIB.require(&[
+            "cublasCreate_v2",
+            "cublasSetStream_v2",
+            "cublasGemmEx",
+            "cublasGetVersion_v2",
+            "cublasDestroy_v2",
+        ])?;
+        gpu.context().bind_to_thread().map_err(Error::driver("binding the CUDA context"))?;
+        let handle =
+            catch(cublas_result::create_handle)?.map_err(|source| Error::Cublas { call: "cublasCreate", source })?;
         // Owned from here on, so every early return destroys the handle exactly once.
         let mut me = Cublas { handle, version: 0 };
         // SAFETY: `handle` is a live handle and the stream belongs to the GPU's context, alive as long as `gpu`
         // (the bench drops this handle before the Gpu).
         unsafe { cublas_result::set_stream(me.handle, gpu.stream().cu_stream() as sys::cudaStream_t) }
-            .map_err(|e| format!("cublasSetStream: {e}"))?;
+            .map_err(|source| Error::Cublas { call: "cublasSetStream", source })?;
         // SAFETY: writes one int through a valid pointer.
         unsafe { sys::cublasGetVersion_v2(me.handle, &mut me.version) }
             .result()
-            .map_err(|e| format!("cublasGetVersion: {e}"))?;
+            .map_err(|source| Error::Cublas { call: "cublasGetVersion", source })?;
         Ok(me)
     }
 
@@ -75,16 +73,16 @@ impl Cublas {
         ldb: usize,
         c: &mut CudaViewMut<'_, f32>,
         ldc: usize,
-    ) -> Result<(), String> {
-        let int = |what: &str, v: usize| i32::try_from(v).map_err(|_| format!("{what} = {v} exceeds cuBLAS's int"));
+    ) -> Result<()> {
+        let int = |what, v: usize| Error::fit::<i32>(what, v as u64, "cuBLAS's int");
         let (mi, ni, ki) = (int("m", m)?, int("n", n)?, int("k", k)?);
         let (ldai, ldbi, ldci) = (int("lda", lda)?, int("ldb", ldb)?, int("ldc", ldc)?);
         if lda < k || ldb < n || ldc < n {
-            return Err(format!("leading dimensions lda {lda}, ldb {ldb}, ldc {ldc} too small for k {k}, n {n}"));
+            return Err(Error::LeadingDimensions { lda, ldb, ldc, k, n });
         }
-        let need = |len: usize, rows: usize, ld: usize, cols: usize, what: &str| {
+        let need = |len: usize, rows: usize, ld: usize, cols: usize, what| {
             if rows > 0 && cols > 0 && len < (rows - 1) * ld + cols {
-                Err(format!("{what}: a buffer of {len} elements cannot hold {rows}x{cols} with ld {ld}"))
+                Err(Error::BufferTooSmall { what, len, rows, cols, ld })
             } else {
                 Ok(())
             }
@@ -124,7 +122,7 @@ impl Cublas {
             )
         }
         .result()
-        .map_err(|e| format!("cublasGemmEx: {e}"))
+        .map_err(|source| Error::Cublas { call: "cublasGemmEx", source })
     }
 }
 

@@ -12,11 +12,13 @@
 
 use std::ffi::c_void;
 
+use cudarc::cusparse::result::CusparseError;
 use cudarc::cusparse::sys;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use half::f16;
 
-use super::catch;
+use crate::cuda::{Library, catch, library, poison};
+use crate::error::{Error, Result};
 use sparsek::format::Bsr;
 use sparsek::gpu::{DeviceMatrix, Gpu};
 use sparsek::matrix::Matrix;
@@ -100,30 +102,18 @@ pub struct Cusparse {
 
 impl Cusparse {
     /// Loads cuSPARSE and creates a handle on `gpu`'s stream, or says why it cannot.
-    pub fn new(gpu: &Gpu) -> Result<Self, String> {
-        // SAFETY: only tries to open the shared library by the names cudarc knows.
-        if !unsafe { sys::is_culib_present() } {
-            return Err("libcusparse (libcusparse.so.12 or .13) was not found by the dynamic loader; add CUDA's \
-                        lib64 or pip's nvidia/cu13/lib directory to LD_LIBRARY_PATH"
-                .into());
-        }
-        for sym in ["cusparseCreate", "cusparseSetStream", "cusparseGetVersion", "cusparseDestroy"] {
-            if !has_symbol(sym)? {
-                return Err(format!("libcusparse has no symbol {sym}"));
-            }
-        }
-        gpu.context().bind_to_thread().map_err(|e| format!("binding the CUDA context: {e}"))?;
-        let handle = catch(cudarc::cusparse::result::create)?.map_err(|e| format!("cusparseCreate: {:?}", e.0))?;
+    pub fn new(gpu: &Gpu) -> Result<Self> {
+        LIB.require(&["cusparseCreate", "cusparseSetStream", "cusparseGetVersion", "cusparseDestroy"])?;
+        gpu.context().bind_to_thread().map_err(Error::driver("binding the CUDA context"))?;
+        let handle = catch(cudarc::cusparse::result::create)?.map_err(st("cusparseCreate"))?;
         let mut me = Cusparse { handle, version: 0 };
         // SAFETY: the handle is live; the stream belongs to the GPU's context and outlives the handle (the
         // bench drops this before the Gpu).
         unsafe { sys::cusparseSetStream(me.handle, gpu.stream().cu_stream() as sys::cudaStream_t) }
             .result()
-            .map_err(|e| format!("cusparseSetStream: {:?}", e.0))?;
+            .map_err(st("cusparseSetStream"))?;
         // SAFETY: writes one int through a valid pointer.
-        unsafe { sys::cusparseGetVersion(me.handle, &mut me.version) }
-            .result()
-            .map_err(|e| format!("cusparseGetVersion: {:?}", e.0))?;
+        unsafe { sys::cusparseGetVersion(me.handle, &mut me.version) }.result().map_err(st("cusparseGetVersion"))?;
         Ok(me)
     }
 
@@ -133,35 +123,29 @@ impl Cusparse {
     }
 
     /// Why `kind` cannot be used with this library (a missing symbol), if it cannot.
-    pub fn missing_symbol(&self, kind: Kind) -> Result<(), String> {
-        for sym in kind.symbols() {
-            if !has_symbol(sym)? {
-                return Err(format!("libcusparse has no symbol {sym}"));
-            }
-        }
-        Ok(())
+    pub fn missing_symbol(&self, kind: Kind) -> Result<()> {
+        LIB.require(kind.symbols())
     }
 
     /// Uploads one input set (A in the form `kind` needs, B, a C) and creates its descriptors and work buffer.
-    pub fn upload(&self, gpu: &Gpu, host: &HostOperands<'_>) -> Result<DeviceSet, String> {
+    pub fn upload(&self, gpu: &Gpu, host: &HostOperands<'_>) -> Result<DeviceSet> {
         let stream = gpu.stream();
-        let up_i32 = |v: &[i32], what: &str| stream.clone_htod(v).map_err(|e| format!("uploading {what}: {e}"));
-        let kind = host.kind;
-        let (m, n, k, bs) = (host.m, host.n, host.k, host.bs);
+        let up_i32 = |v: &[i32], what: &str| stream.clone_htod(v).map_err(Error::driver(format!("uploading {what}")));
+        let Dims { kind, m, n, .. } = host.dims;
         let row_ptr = up_i32(&host.row_ptr, "row offsets")?;
         let col_idx = up_i32(&host.col_idx, "column indices")?;
-        let err = |what: &'static str| move |e: sparsek::Error| format!("{what}: {e}");
+        let err = |what: &'static str| Error::step::<sparsek::Error>(what);
         let (values, b, c) = match kind {
             Kind::Bsrmm => {
-                let v32 = host.values_f32.as_deref().ok_or("f32 values were not prepared")?;
-                let b32 = host.b_f32.as_ref().ok_or("f32 B was not prepared")?;
-                let values = stream.clone_htod(v32).map_err(|e| format!("uploading A values: {e}"))?;
+                let v32 = host.values_f32.as_deref().ok_or(Error::Unsupported("f32 values were not prepared"))?;
+                let b32 = host.b_f32.as_ref().ok_or(Error::Unsupported("f32 B was not prepared"))?;
+                let values = stream.clone_htod(v32).map_err(Error::driver("uploading A values"))?;
                 // C column-major M x N is stored as a row-major N x M matrix.
                 let c = gpu.zeros::<f32>(n, m).map_err(err("C"))?;
                 (Buf::F32(values), Dense::F32(gpu.upload_matrix(b32).map_err(err("B"))?), Dense::F32(c))
             }
             Kind::BsrSpmm { out16 } | Kind::CsrSpmm { out16 } => {
-                let values = stream.clone_htod(host.values_f16()).map_err(|e| format!("uploading A values: {e}"))?;
+                let values = stream.clone_htod(host.values_f16()).map_err(Error::driver("uploading A values"))?;
                 let c = if out16 {
                     Dense::F16(gpu.zeros::<f16>(m, n).map_err(err("C"))?)
                 } else {
@@ -170,27 +154,13 @@ impl Cusparse {
                 (Buf::F16(values), Dense::F16(gpu.upload_matrix(host.b).map_err(err("B"))?), c)
             }
         };
-        let mut set = DeviceSet {
-            kind,
-            m,
-            n,
-            k,
-            bs,
-            nnz: host.nnz,
-            row_ptr,
-            col_idx,
-            values,
-            b,
-            c,
-            descr: Descr::None,
-            buffer: None,
-        };
+        let mut set = DeviceSet { dims: host.dims, row_ptr, col_idx, values, b, c, descr: Descr::None, buffer: None };
         set.describe(self, gpu)?;
         Ok(set)
     }
 
     /// Queues `C = A @ B` for one input set on the GPU's stream.
-    pub fn launch(&self, gpu: &Gpu, set: &mut DeviceSet) -> Result<(), String> {
+    pub fn launch(&self, gpu: &Gpu, set: &mut DeviceSet) -> Result<()> {
         let stream = gpu.stream();
         let (alpha, beta) = (1.0f32, 0.0f32);
         match &set.descr {
@@ -210,19 +180,20 @@ impl Cusparse {
                         (&beta as *const f32).cast::<c_void>(),
                         *c,
                         sys::cudaDataType_t::CUDA_R_32F,
-                        set.kind.alg(),
+                        set.dims.kind.alg(),
                         buf as *mut c_void,
                     )
                 }
                 .result()
-                .map_err(|e| format!("cusparseSpMM: {:?}", e.0))
+                .map_err(st("cusparseSpMM"))
             }
             Descr::Legacy(descr) => {
-                let int = |what: &str, v: usize| i32::try_from(v).map_err(|_| format!("{what} = {v} exceeds int"));
-                let (mb, kb, n) = (int("mb", set.m / set.bs)?, int("kb", set.k / set.bs)?, int("n", set.n)?);
-                let (nnzb, bs) = (int("nnzb", set.nnz)?, int("bs", set.bs)?);
+                let int = |what, v: usize| Error::fit::<i32>(what, v as u64, "int");
+                let Dims { m, n, k, bs, nnz, .. } = set.dims;
+                let (mb, kb, n) = (int("mb", m / bs)?, int("kb", k / bs)?, int("n", n)?);
+                let (nnzb, bs) = (int("nnzb", nnz)?, int("bs", bs)?);
                 let (Buf::F32(vals), Dense::F32(b), Dense::F32(c)) = (&set.values, &set.b, &mut set.c) else {
-                    return Err("bsrmm needs f32 operands".into());
+                    return Err(Error::Unsupported("bsrmm needs f32 operands"));
                 };
                 let (ldb, ldc) = (int("ldb", b.ld())?, int("ldc", c.ld())?);
                 let (pv, _g1) = vals.device_ptr(stream);
@@ -259,9 +230,9 @@ impl Cusparse {
                     )
                 }
                 .result()
-                .map_err(|e| format!("cusparseSbsrmm: {:?}", e.0))
+                .map_err(st("cusparseSbsrmm"))
             }
-            Descr::None => Err("descriptors were not created".into()),
+            Descr::None => Err(Error::Unsupported("descriptors were not created")),
         }
     }
 }
@@ -273,10 +244,13 @@ impl Drop for Cusparse {
     }
 }
 
-fn has_symbol(sym: &str) -> Result<bool, String> {
-    // SAFETY: looks a symbol up in the loaded library without calling it.
-    catch(|| unsafe { sys::culib().get::<unsafe extern "C" fn()>(sym.as_bytes()).is_ok() })
+/// The error of cuSPARSE entry point `call`.
+fn st(call: &'static str) -> impl FnOnce(CusparseError) -> Error {
+    move |status| Error::Cusparse { call, status }
 }
+
+/// libcusparse, as cudarc opens it.
+const LIB: Library = library!(sys, "libcusparse", "libcusparse.so.12 or .13");
 
 impl Kind {
     fn alg(self) -> sys::cusparseSpMMAlg_t {
@@ -287,8 +261,9 @@ impl Kind {
     }
 }
 
-/// The host operands of one case in the form a [`Kind`] needs, built once and uploaded per input set.
-pub struct HostOperands<'a> {
+/// The kind and the sizes of one case's operands, on the host and on the device.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
     kind: Kind,
     m: usize,
     n: usize,
@@ -296,6 +271,11 @@ pub struct HostOperands<'a> {
     bs: usize,
     /// Stored blocks (BSR kinds) or elements (CSR).
     nnz: usize,
+}
+
+/// The host operands of one case in the form a [`Kind`] needs, built once and uploaded per input set.
+pub struct HostOperands<'a> {
+    dims: Dims,
     a: &'a Bsr<f16>,
     b: &'a Matrix<f16>,
     row_ptr: Vec<i32>,
@@ -308,20 +288,16 @@ pub struct HostOperands<'a> {
 impl<'a> HostOperands<'a> {
     /// Converts A (and B for the f32 kind) for `kind`. Errors when A has no stored block or an index does not
     /// fit cuSPARSE's 32-bit ints.
-    pub fn new(kind: Kind, a: &'a Bsr<f16>, b: &'a Matrix<f16>) -> Result<Self, String> {
+    pub fn new(kind: Kind, a: &'a Bsr<f16>, b: &'a Matrix<f16>) -> Result<Self> {
         if a.nnzb() == 0 {
-            return Err("A has no stored block".into());
+            return Err(Error::Unsupported("A has no stored block"));
         }
-        let to_i32 = |v: &[u32], what: &str| -> Result<Vec<i32>, String> {
-            v.iter().map(|&x| i32::try_from(x).map_err(|_| format!("{what} {x} exceeds int"))).collect()
+        let to_i32 = |v: &[u32], what| -> Result<Vec<i32>> {
+            v.iter().map(|&x| Error::fit::<i32>(what, x.into(), "int")).collect()
         };
+        let dims = Dims { kind, m: a.rows(), n: b.cols(), k: a.cols(), bs: a.block_size(), nnz: a.nnzb() };
         let mut h = HostOperands {
-            kind,
-            m: a.rows(),
-            n: b.cols(),
-            k: a.cols(),
-            bs: a.block_size(),
-            nnz: a.nnzb(),
+            dims,
             a,
             b,
             row_ptr: Vec::new(),
@@ -336,12 +312,12 @@ impl<'a> HostOperands<'a> {
                 h.col_idx = to_i32(a.col_idx(), "block column")?;
                 if kind == Kind::Bsrmm {
                     h.values_f32 = Some(a.values().iter().map(|v| v.to_f32()).collect());
-                    h.b_f32 = Some(b.convert::<f32>().map_err(|e| e.to_string())?);
+                    h.b_f32 = Some(b.convert::<f32>()?);
                 }
             }
             Kind::CsrSpmm { .. } => {
                 let csr = bsr_to_csr(a)?;
-                h.nnz = csr.values.len();
+                h.dims.nnz = csr.values.len();
                 h.row_ptr = csr.indptr;
                 h.col_idx = csr.indices;
                 h.csr_values = Some(csr.values);
@@ -356,8 +332,8 @@ impl<'a> HostOperands<'a> {
 
     /// Device bytes of one input set (A's arrays, B and C), for the rotation count.
     pub fn set_bytes(&self) -> usize {
-        let (m, n, k) = (self.m, self.n, self.k);
-        let (val, b, c) = match self.kind {
+        let Dims { kind, m, n, k, .. } = self.dims;
+        let (val, b, c) = match kind {
             Kind::Bsrmm => (4 * self.a.values().len(), 4 * k * n, 4 * m * n),
             Kind::BsrSpmm { out16 } | Kind::CsrSpmm { out16 } => {
                 (2 * self.values_f16().len(), 2 * k * n, if out16 { 2 } else { 4 } * m * n)
@@ -378,11 +354,12 @@ pub struct Csr {
 }
 
 /// A BSR matrix as CSR with every element of every stored block (zeros included).
-pub fn bsr_to_csr(a: &Bsr<f16>) -> Result<Csr, String> {
+pub fn bsr_to_csr(a: &Bsr<f16>) -> Result<Csr> {
     let bs = a.block_size();
     let nnz = a.nnzb() * bs * bs;
     if nnz > i32::MAX as usize || a.cols() > i32::MAX as usize {
-        return Err(format!("{nnz} elements exceed CSR's 32-bit indices"));
+        let (what, value) = if nnz > i32::MAX as usize { ("A's elements", nnz) } else { ("A's columns", a.cols()) };
+        return Err(Error::TooLarge { what, value: value as u64, limit: "CSR's 32-bit indices" });
     }
     let mut indptr = Vec::with_capacity(a.rows() + 1);
     let mut indices = Vec::with_capacity(nnz);
@@ -459,12 +436,7 @@ pub enum HostC {
 
 /// One input set on the device with its descriptors. Dropping it destroys the descriptors before the buffers.
 pub struct DeviceSet {
-    kind: Kind,
-    m: usize,
-    n: usize,
-    k: usize,
-    bs: usize,
-    nnz: usize,
+    dims: Dims,
     row_ptr: CudaSlice<i32>,
     col_idx: CudaSlice<i32>,
     values: Buf,
@@ -476,10 +448,10 @@ pub struct DeviceSet {
 
 impl DeviceSet {
     /// Creates the descriptors (and sizes the work buffer) for this set's buffers.
-    fn describe(&mut self, lib: &Cusparse, gpu: &Gpu) -> Result<(), String> {
+    fn describe(&mut self, lib: &Cusparse, gpu: &Gpu) -> Result<()> {
         let stream = gpu.stream();
-        let st = |what: &'static str| move |e: cudarc::cusparse::result::CusparseError| format!("{what}: {:?}", e.0);
-        if self.kind == Kind::Bsrmm {
+        let Dims { kind, m, k, bs, nnz, .. } = self.dims;
+        if kind == Kind::Bsrmm {
             let mut d: sys::cusparseMatDescr_t = std::ptr::null_mut();
             // SAFETY: writes a new descriptor (general matrix, zero-based: the defaults bsrmm needs).
             unsafe { sys::cusparseCreateMatDescr(&mut d) }.result().map_err(st("cusparseCreateMatDescr"))?;
@@ -501,14 +473,14 @@ impl DeviceSet {
         // SAFETY: the arrays are this set's device buffers, which outlive the descriptor (destroyed in Drop
         // first); shapes and counts are those of the uploaded, validated matrix.
         let status = unsafe {
-            match self.kind {
+            match kind {
                 Kind::BsrSpmm { .. } => sys::cusparseCreateBsr(
                     &mut a,
-                    i64_of(self.m / self.bs),
-                    i64_of(self.k / self.bs),
-                    i64_of(self.nnz),
-                    i64_of(self.bs),
-                    i64_of(self.bs),
+                    i64_of(m / bs),
+                    i64_of(k / bs),
+                    i64_of(nnz),
+                    i64_of(bs),
+                    i64_of(bs),
                     pr as *mut c_void,
                     pc as *mut c_void,
                     pv as *mut c_void,
@@ -520,9 +492,9 @@ impl DeviceSet {
                 ),
                 _ => sys::cusparseCreateCsr(
                     &mut a,
-                    i64_of(self.m),
-                    i64_of(self.k),
-                    i64_of(self.nnz),
+                    i64_of(m),
+                    i64_of(k),
+                    i64_of(nnz),
                     pr as *mut c_void,
                     pc as *mut c_void,
                     pv as *mut c_void,
@@ -536,7 +508,7 @@ impl DeviceSet {
         status.result().map_err(st("cusparseCreateBsr/Csr"))?;
         // Record the descriptor at once so Drop destroys it if a later step fails.
         self.descr = Descr::Generic { a, b: std::ptr::null_mut(), c: std::ptr::null_mut() };
-        let dn = |m: &Dense| -> Result<sys::cusparseDnMatDescr_t, String> {
+        let dn = |m: &Dense| -> Result<sys::cusparseDnMatDescr_t> {
             let (rows, cols, ld) = m.dims();
             let mut d: sys::cusparseDnMatDescr_t = std::ptr::null_mut();
             // SAFETY: the buffer is this set's and holds rows x cols row-major with leading dimension ld.
@@ -577,40 +549,43 @@ impl DeviceSet {
                 (&beta as *const f32).cast::<c_void>(),
                 c,
                 sys::cudaDataType_t::CUDA_R_32F,
-                self.kind.alg(),
+                kind.alg(),
                 &mut size,
             )
         }
         .result()
         .map_err(st("cusparseSpMM_bufferSize"))?;
         if size > 0 {
-            self.buffer =
-                Some(stream.alloc_zeros::<u8>(size).map_err(|e| format!("work buffer of {size} bytes: {e}"))?);
+            self.buffer = Some(stream.alloc_zeros::<u8>(size).map_err(|source| Error::Alloc {
+                what: "cuSPARSE's work buffer".into(),
+                bytes: size as u64,
+                source,
+            })?);
         }
         Ok(())
     }
 
     /// The kind this set runs.
     pub fn kind(&self) -> Kind {
-        self.kind
+        self.dims.kind
     }
 
-    /// Fills C with a poison pattern (see [`super::poison`]).
-    pub fn poison_c(&mut self, gpu: &Gpu) -> Result<(), String> {
+    /// Fills C with a poison pattern (see [`poison`]).
+    pub fn poison_c(&mut self, gpu: &Gpu) -> Result<()> {
         match &mut self.c {
-            Dense::F16(m) => super::poison(gpu, m.as_view_mut()),
-            Dense::F32(m) => super::poison(gpu, m.as_view_mut()),
+            Dense::F16(m) => poison(gpu, m.as_view_mut()),
+            Dense::F32(m) => poison(gpu, m.as_view_mut()),
         }
     }
 
     /// Downloads C (waits for the stream).
-    pub fn output(&self) -> Result<HostC, String> {
-        let transposed = self.kind == Kind::Bsrmm;
+    pub fn output(&self) -> Result<HostC> {
+        let transposed = self.dims.kind == Kind::Bsrmm;
         match &self.c {
             Dense::F16(m) => m.to_host().map(HostC::F16),
             Dense::F32(m) => m.to_host().map(|m| HostC::F32 { m, transposed }),
         }
-        .map_err(|e| format!("downloading C: {e}"))
+        .map_err(Error::step("downloading C"))
     }
 }
 

@@ -116,18 +116,19 @@ pub fn percent(d: f64) -> String {
 /// 4096^3 bs 64 at 12.5%; the skewed pattern at 8192^3 bs 64 22%; and decode shapes N = 1, 16, 128 at
 /// 8192 x 8192 (K = 8192) bs 64 22%.
 pub fn default_grid() -> Vec<Case> {
-    let mut g = Vec::new();
-    for bs in [16, 32, 64, 128] {
-        for d in [0.05, 0.10, 0.22, 0.50] {
-            g.push(Case::synthetic(8192, 8192, 8192, bs, d, Pattern::Uniform));
-        }
-    }
+    let mut g = uniform_cubes(8192, &[16, 32, 64, 128], &[0.05, 0.10, 0.22, 0.50]);
     g.push(Case::synthetic(4096, 4096, 4096, 64, 0.125, Pattern::Uniform));
     g.push(Case::synthetic(8192, 8192, 8192, 64, 0.22, Pattern::Skewed));
     for n in [1, 16, 128] {
         g.push(Case::synthetic(8192, n, 8192, 64, 0.22, Pattern::Uniform));
     }
     g
+}
+
+/// Uniform `size^3` cases, each block size with each density in turn (the grids' opening rows).
+pub fn uniform_cubes(size: usize, block_sizes: &[usize], densities: &[f64]) -> Vec<Case> {
+    let case = |(bs, d): (usize, f64)| Case::synthetic(size, size, size, bs, d, Pattern::Uniform);
+    block_sizes.iter().flat_map(|&bs| densities.iter().map(move |&d| (bs, d))).map(case).collect()
 }
 
 /// A small grid for smoke tests (seconds): 2048^3 at bs 32 and 64, a skewed case and a decode shape.

@@ -17,25 +17,18 @@
 //! infinite: a non-finite output). Seeds are strings (a u64 does not fit a JSON reader's double); a number is
 //! accepted too.
 //!
-//! The in-memory types ([`Header`], [`Record`], [`Outcome`]) convert to and from the wire types here with
-//! `#[serde(into, try_from)]`; [`Check`] maps onto its JSON object directly.
+//! The in-memory types ([`Header`], [`Record`], [`Outcome`]) are serialized here, through the wire types of this
+//! module (their `Serialize` / `Deserialize` impls convert); [`Check`] maps onto its JSON object directly.
 
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::error::{Error, Result};
 use crate::grid::{Case, Source};
+use crate::num::{opt_sig6, u64_string};
 use crate::report::{Check, Header, Outcome, Record, Results, Timing};
-use sparsek::error::{Error, Result};
 use sparsek::format::Pattern;
-
-/// `x` rounded to `digits` significant decimal digits.
-pub fn round_sig(x: f64, digits: usize) -> f64 {
-    if x == 0.0 || !x.is_finite() {
-        return x;
-    }
-    format!("{:.*e}", digits.saturating_sub(1), x).parse().unwrap_or(x)
-}
 
 /// The whole run as pretty-printed JSON (two-space indentation, a final newline):
 /// `{"header": ..., "complete": bool, "records": [...]}`. `complete` is false while a run is still going (the
@@ -56,62 +49,41 @@ pub fn to_json(header: &Header, records: &[Record], complete: bool) -> String {
 /// Reads a results file written by `sparsek bench` (this version or the earlier hand-written writer).
 pub fn read_results(path: impl AsRef<Path>) -> Result<Results> {
     let path = path.as_ref();
-    let io = |reason: String| Error::Io { path: path.display().to_string(), reason };
-    let text = std::fs::read_to_string(path).map_err(|e| io(e.to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     parse_results(&text).map_err(|e| match e {
-        Error::Io { reason, .. } => io(reason),
+        Error::Parse { line, column, source, .. } => {
+            Error::Parse { file: path.display().to_string(), line, column, source }
+        }
         e => e,
     })
 }
 
 /// Parses the text of a results file (see [`read_results`]).
 pub fn parse_results(text: &str) -> Result<Results> {
-    serde_json::from_str(text)
-        .map_err(|e| Error::Io { path: "<results>".into(), reason: format!("not a sparsek bench results file: {e}") })
+    serde_json::from_str(text).map_err(|source| Error::Parse {
+        file: "<results>".into(),
+        line: source.line(),
+        column: source.column(),
+        source,
+    })
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// Field helpers.
-
-/// A measured value: rounded to 6 significant digits; `null` when not finite.
-pub(crate) fn sig6<S: Serializer>(x: &f64, s: S) -> std::result::Result<S::Ok, S::Error> {
-    if x.is_finite() { s.serialize_f64(round_sig(*x, 6)) } else { s.serialize_none() }
-}
-
-/// [`sig6`] of an optional value.
-fn opt_sig6<S: Serializer>(x: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
-    match x {
-        Some(v) => sig6(v, s),
-        None => s.serialize_none(),
-    }
-}
-
-/// An error written by [`sig6`]: `null` (a non-finite error) reads back as infinity.
-pub(crate) fn f64_or_inf<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
-}
-
-/// A u64 written as a string (exact for JSON readers that hold numbers as doubles); a number reads too.
-mod u64_string {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(v)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum U64OrString {
-            Number(u64),
-            String(String),
+/// `Serialize` and `Deserialize` for an in-memory type through its wire type (`From` one way, `TryFrom` back).
+macro_rules! serde_via {
+    ($($ty:ty => $wire:ty),* $(,)?) => {$(
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                <$wire>::from(self.clone()).serialize(s)
+            }
         }
-        match U64OrString::deserialize(d)? {
-            U64OrString::Number(n) => Ok(n),
-            U64OrString::String(s) => s.trim().parse().map_err(serde::de::Error::custom),
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                <$ty>::try_from(<$wire>::deserialize(d)?).map_err(serde::de::Error::custom)
+            }
         }
-    }
+    )*};
 }
+serde_via!(Header => HeaderJson, Outcome => OutcomeJson, Record => RecordJson);
 
 // ---------------------------------------------------------------------------------------------------------
 // The header.
@@ -119,7 +91,7 @@ mod u64_string {
 /// `header` as written.
 #[derive(Serialize, Deserialize, Default)]
 #[serde(default)]
-pub(crate) struct HeaderJson {
+struct HeaderJson {
     gpu: String,
     /// "9.0".
     compute_capability: String,
@@ -155,9 +127,30 @@ struct MethodJson {
     cublas_tflops: String,
 }
 
+/// `$ty { .. }` with the header's fields that are written as they are moved from `$h`, and the others given.
+macro_rules! same_fields {
+    ($ty:ident, $h:ident, { $($rest:tt)* }) => {
+        $ty {
+            gpu: $h.gpu,
+            driver: $h.driver,
+            sm_count: $h.sm_count,
+            l2_bytes: $h.l2_bytes,
+            sm_clock_max_mhz: $h.sm_clock_max_mhz,
+            date_utc: $h.date_utc,
+            git_commit: $h.git_commit,
+            git_dirty: $h.git_dirty,
+            sparsek_version: $h.sparsek_version,
+            cublas: $h.cublas,
+            cusparse: $h.cusparse,
+            command: $h.command,
+            $($rest)*
+        }
+    };
+}
+
 impl From<Header> for HeaderJson {
     fn from(h: Header) -> Self {
-        HeaderJson {
+        same_fields!(HeaderJson, h, {
             compute_capability: format!("{}.{}", h.compute_capability.0, h.compute_capability.1),
             method: MethodJson {
                 timer: "CUDA events, one pair per launch, read after the loop".into(),
@@ -171,52 +164,28 @@ impl From<Header> for HeaderJson {
                 effective_tflops: "2 * nnzb * bs^2 * N / time".into(),
                 cublas_tflops: "2 * M * N * K / time".into(),
             },
-            gpu: h.gpu,
-            driver: h.driver,
-            sm_count: h.sm_count,
-            l2_bytes: h.l2_bytes,
-            sm_clock_max_mhz: h.sm_clock_max_mhz,
-            date_utc: h.date_utc,
-            git_commit: h.git_commit,
-            git_dirty: h.git_dirty,
-            sparsek_version: h.sparsek_version,
-            cublas: h.cublas,
-            cusparse: h.cusparse,
-            command: h.command,
-        }
+        })
     }
 }
 
 impl TryFrom<HeaderJson> for Header {
-    type Error = String;
-    fn try_from(h: HeaderJson) -> std::result::Result<Self, String> {
+    type Error = Error;
+    fn try_from(h: HeaderJson) -> Result<Self> {
         let cc = &h.compute_capability;
         let compute_capability = if cc.is_empty() {
             (0, 0)
         } else {
-            cc.split_once('.')
-                .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)))
-                .ok_or_else(|| format!("compute_capability '{cc}' is not MAJOR.MINOR"))?
+            cc.split_once('.').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?))).ok_or_else(
+                || Error::Field { field: "compute_capability", value: cc.clone(), expected: "MAJOR.MINOR" },
+            )?
         };
-        Ok(Header {
-            gpu: h.gpu,
+        Ok(same_fields!(Header, h, {
             compute_capability,
-            driver: h.driver,
-            sm_count: h.sm_count,
-            l2_bytes: h.l2_bytes,
-            sm_clock_max_mhz: h.sm_clock_max_mhz,
-            date_utc: h.date_utc,
-            git_commit: h.git_commit,
-            git_dirty: h.git_dirty,
-            sparsek_version: h.sparsek_version,
-            cublas: h.cublas,
-            cusparse: h.cusparse,
             warmup: h.method.warmup,
             iters: h.method.iters,
             check_rows: h.method.check_rows,
             seed: h.method.seed,
-            command: h.command,
-        })
+        }))
     }
 }
 
@@ -225,7 +194,7 @@ impl TryFrom<HeaderJson> for Header {
 
 /// `contenders.<name>` as written: the kind, the timing flattened, the input sets, trust and the check.
 #[derive(Serialize, Deserialize)]
-pub(crate) struct OutcomeJson {
+struct OutcomeJson {
     kind: String,
     #[serde(default, serialize_with = "opt_sig6")]
     median_ms: Option<f64>,
@@ -278,7 +247,7 @@ impl From<OutcomeJson> for Outcome {
 
 /// A record as written: the flat keys first, then `contenders`.
 #[derive(Serialize, Deserialize)]
-pub(crate) struct RecordJson {
+struct RecordJson {
     m: usize,
     n: usize,
     k: usize,
@@ -394,11 +363,11 @@ impl From<Record> for RecordJson {
 }
 
 impl TryFrom<RecordJson> for Record {
-    type Error = String;
-    fn try_from(r: RecordJson) -> std::result::Result<Self, String> {
+    type Error = Error;
+    fn try_from(r: RecordJson) -> Result<Self> {
         let source = match r.pattern.strip_prefix("file:") {
             Some(name) => Source::File(r.matrix_path.unwrap_or_else(|| name.to_string()).into()),
-            None => Source::Synthetic(r.pattern.parse::<Pattern>().map_err(|e| e.to_string())?),
+            None => Source::Synthetic(r.pattern.parse::<Pattern>()?),
         };
         let record = Record {
             case: Case { m: r.m, n: r.n, k: r.k, bs: r.bs, density: r.density, source },
@@ -411,7 +380,7 @@ impl TryFrom<RecordJson> for Record {
             error: r.error,
         };
         // A malformed record (bs 0, a density of 500%, a time of 0) is refused, not compared.
-        record.validate().map_err(|why| format!("malformed record ({}x{}x{} bs{}): {why}", r.m, r.n, r.k, r.bs))?;
+        record.validate().map_err(|why| Error::MalformedRecord { m: r.m, n: r.n, k: r.k, bs: r.bs, why })?;
         Ok(record)
     }
 }
@@ -424,14 +393,6 @@ mod tests {
     fn committed() -> Results {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench/latest.json");
         read_results(&path).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    #[test]
-    fn round_sig_keeps_six_digits() {
-        assert_eq!(round_sig(1.234_567_8, 6), 1.234_57);
-        assert_eq!(round_sig(987_654_321.0, 3), 988_000_000.0);
-        assert_eq!(round_sig(0.0, 6), 0.0);
-        assert!(round_sig(f64::NAN, 6).is_nan());
     }
 
     #[test]
@@ -563,7 +524,40 @@ mod tests {
         let unknown = r#"{"header": {}, "complete": true, "records": [{"m": 1, "n": 1, "k": 1, "bs": 16,
             "density": 0.5, "pattern": "zigzag", "nnzb": 0, "seed": "1", "contenders": {}}]}"#;
         assert!(parse_results(unknown).is_err());
-        let e = read_results("/nonexistent/latest.json").unwrap_err().to_string();
-        assert!(e.contains("/nonexistent/latest.json"), "{e}");
+        let e = read_results("/nonexistent/latest.json").unwrap_err();
+        assert!(matches!(&e, Error::Io { path, .. } if path == Path::new("/nonexistent/latest.json")), "{e:?}");
+        assert!(e.to_string().starts_with("/nonexistent/latest.json: "), "{e}");
+    }
+
+    #[test]
+    fn a_malformed_record_is_a_parse_error_with_its_file_and_line() {
+        let text =
+            to_json(&header(), &[record(64, 0.22, 1.0, Some(1.5))], true).replacen("\"bs\": 64,", "\"bs\": 0,", 1);
+        let line = 1 + text[..text.find("\"bs\": 0").unwrap()].lines().count();
+        let e = parse_results(&text).unwrap_err();
+        let Error::Parse { file, line: at, .. } = &e else { panic!("{e:?}") };
+        assert_eq!(file, "<results>");
+        assert!(*at >= line, "the error at line {at}, the record's bs at line {line}");
+        let msg = e.to_string();
+        assert!(msg.starts_with("<results>: not a sparsek bench results file: malformed record"), "{msg}");
+        assert!(msg.contains("(8192x8192x8192 bs0): block size 0 is not one of [16, 32, 64, 128]"), "{msg}");
+        // Read from a file, the error names it.
+        let path = std::env::temp_dir().join(format!("sparsek-bench-malformed-{}.json", std::process::id()));
+        std::fs::write(&path, &text).unwrap();
+        let e = read_results(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(&e, Error::Parse { file, .. } if *file == path.display().to_string()), "{e:?}");
+    }
+
+    #[test]
+    fn plot_of_the_committed_results_is_small() {
+        let r = committed();
+        let canvas = crate::report::speedup_plot(&r.header, &r.records)
+            .expect("the committed grid has uniform cases with cuBLAS");
+        let file = canvas.to_png();
+        assert!(file.len() < 100_000, "speedup.png of the committed grid takes {} bytes", file.len());
+        let (w, h, rgb) = crate::png::tests::decode_rgb(&file);
+        assert_eq!((w as usize, h as usize), (canvas.width(), canvas.height()));
+        assert!(rgb == canvas.pixels());
     }
 }

@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::grid::{Case, Source};
+use crate::error::{self, Error, Result};
+use crate::grid::Case;
 use crate::measure::{BytesMoved, Times, rotation_depth};
 use crate::report::{Check, Header};
 use crate::runner::{Contender, time_interleaved};
-use crate::side::{CaseFacts, SideConfig};
+use crate::side::{CaseFacts, RunConfig};
 use sparsek::Epilogue;
-use sparsek::error::{Error, Result};
 use sparsek::f16;
 use sparsek::format::Pattern;
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, TuneOptions, TuneProblem};
@@ -32,12 +32,7 @@ const NOISE: f64 = 0.03;
 /// and banded; 4096^3 bs 64 12.5%), the decode grid's (8192^2 bs 64 22% at N 1 and 16, skewed at N 16; 16384^2
 /// bs 128 10% at N 16; 1536 x 384 and 384 x 1536 at bs 32 and 64, 50%, N 1 and 16; 1536 x 384 bs 64 50% N 512).
 pub fn default_cases() -> Vec<Case> {
-    let mut cases = Vec::new();
-    for bs in [64, 128] {
-        for density in [0.10, 0.22] {
-            cases.push(Case::synthetic(8192, 8192, 8192, bs, density, Pattern::Uniform));
-        }
-    }
+    let mut cases = crate::grid::uniform_cubes(8192, &[64, 128], &[0.10, 0.22]);
     cases.push(Case::synthetic(8192, 8192, 8192, 64, 0.22, Pattern::Skewed));
     cases.push(Case::synthetic(8192, 8192, 8192, 64, 0.22, Pattern::Banded));
     cases.push(Case::synthetic(4096, 4096, 4096, 64, 0.125, Pattern::Uniform));
@@ -150,7 +145,7 @@ pub struct TunedSummary {
 
 /// Runs every case of `cfg` with a tuning budget of `budget` per case, printing progress on stderr, and writes
 /// OUT_DIR/tuned.json (after each case) and OUT_DIR/tuned.md. Errors only when an output cannot be written.
-pub fn run(gpu: &Gpu, cfg: &SideConfig, budget: Duration) -> Result<TunedSummary> {
+pub fn run(gpu: &Gpu, cfg: &RunConfig, budget: Duration) -> Result<TunedSummary> {
     let crate::side::Opened { mut header, cublas, iters } = crate::side::open(gpu, cfg, "tuned")?;
     drop(cublas);
     header.cublas = "not measured (--tuned)".into();
@@ -161,16 +156,16 @@ pub fn run(gpu: &Gpu, cfg: &SideConfig, budget: Duration) -> Result<TunedSummary
         let mut case = case.clone();
         let mut rec = TunedRecord::new(&case, case.seed(cfg.seed));
         if let Err(e) = measure(gpu, cfg, iters, budget, &mut case, &mut rec, &tag) {
-            rec.error = Some(e);
+            rec.error = Some(e.to_string());
         }
         eprintln!("{tag} {}", progress_line(&rec));
         records.push(rec);
-        crate::side::write(&json_path, to_json(&header, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
+        error::write(&json_path, to_json(&header, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
     }
     let report = markdown(&header, &records, budget);
     println!("{report}");
     let md_path = cfg.out_dir.join("tuned.md");
-    crate::side::write(&md_path, report.as_bytes())?;
+    error::write(&md_path, report.as_bytes())?;
     eprintln!("wrote {}", md_path.display());
     eprintln!("wrote {}", json_path.display());
     let all_passed = records.iter().all(TunedRecord::passed);
@@ -184,9 +179,9 @@ struct PlanSets {
 }
 
 impl Contender for PlanSets {
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         let (a, b, c) = &mut self.sets[set];
-        gpu.spmm_with_plan(&self.plan, a, b, c, Epilogue::default()).map_err(|e| e.to_string())
+        Ok(gpu.spmm_with_plan(&self.plan, a, b, c, Epilogue::default())?)
     }
 
     fn sets(&self) -> usize {
@@ -197,24 +192,20 @@ impl Contender for PlanSets {
 /// Tunes the case, then checks and re-measures the heuristic's and the tuned plan.
 fn measure(
     gpu: &Gpu,
-    cfg: &SideConfig,
+    cfg: &RunConfig,
     iters: usize,
     budget: Duration,
     case: &mut Case,
     rec: &mut TunedRecord,
     tag: &str,
-) -> std::result::Result<(), String> {
-    if let Source::File(p) = &case.source {
-        return Err(format!("--tuned measures generated cases only, not {}", p.display()));
-    }
-    let (a, b, _, expected) =
-        crate::side::f16_operands(case, cfg, rec.facts.seed, tag).map_err(|e| format!("building the operands: {e}"))?;
+) -> Result<()> {
+    let (a, b, _, expected) = crate::side::generated_operands(case, cfg, rec.facts.seed, tag, "--tuned")?;
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     rec.facts.nnzb = a.nnzb();
-    let a_d = gpu.upload(&a).map_err(|e| e.to_string())?;
+    let a_d = gpu.upload(&a)?;
     eprintln!("{tag}   tuning ({} ms budget)", budget.as_millis());
     let opts = TuneOptions { budget, progress: true, save: false, seed: rec.facts.seed };
-    let report = gpu.tune(&a_d, &TuneProblem::new(n), &opts).map_err(|e| format!("tuning: {e}"))?;
+    let report = gpu.tune(&a_d, &TuneProblem::new(n), &opts).map_err(Error::step("tuning"))?;
     drop(a_d);
     rec.candidates = report.candidates.len();
     rec.tune_s = report.elapsed.as_secs_f64();
@@ -234,13 +225,13 @@ fn measure(
         eprintln!("{tag}   {plan}: {depth} input sets, checking");
         let sets = (0..depth)
             .map(|_| Ok((gpu.upload(&a)?, gpu.upload_matrix(&b)?, gpu.zeros::<f32>(m, n)?)))
-            .collect::<Result<Vec<_>>>()
-            .map_err(|e| format!("uploading the input sets: {e}"))?;
+            .collect::<sparsek::Result<Vec<_>>>()
+            .map_err(Error::step("uploading the input sets"))?;
         let mut s = PlanSets { plan, sets };
         let (_, _, c) = &mut s.sets[0];
-        crate::poison(gpu, c.as_view_mut())?;
+        crate::cuda::poison(gpu, c.as_view_mut())?;
         s.launch(gpu, 0)?;
-        let host = s.sets[0].2.to_host().map_err(|e| e.to_string())?;
+        let host = s.sets[0].2.to_host()?;
         slot.check = Some(Check::from(&expected.check(&host)));
         slot.sets = s.sets.len();
         contenders.push(s);
@@ -250,7 +241,7 @@ fn measure(
     }
     eprintln!("{tag}   timing, interleaved");
     let mut timed: Vec<&mut dyn Contender> = contenders.iter_mut().map(|c| c as &mut dyn Contender).collect();
-    let (times, _) = time_interleaved(gpu, &mut timed, cfg.warmup, iters).map_err(|e| format!("timing: {e}"))?;
+    let (times, _) = time_interleaved(gpu, &mut timed, cfg.warmup, iters).map_err(Error::step("timing"))?;
     rec.heuristic.time = Times::from_ms(&times[0]);
     rec.tuned.time = Times::from_ms(&times[1]);
     rec.speedup = match (&rec.heuristic.time, &rec.tuned.time) {
@@ -262,16 +253,7 @@ fn measure(
 
 /// The whole run as pretty-printed JSON: `{"header": ..., "complete": bool, "records": [...]}`.
 pub fn to_json(header: &Header, records: &[TunedRecord], complete: bool) -> Result<String> {
-    #[derive(Serialize)]
-    struct Out<'a> {
-        header: &'a Header,
-        complete: bool,
-        records: &'a [TunedRecord],
-    }
-    let mut s = serde_json::to_string_pretty(&Out { header, complete, records })
-        .map_err(|e| Error::Io { path: "tuned.json".into(), reason: format!("serializing the results: {e}") })?;
-    s.push('\n');
-    Ok(s)
+    crate::side::to_json("tuned.json", header, (), records, complete)
 }
 
 fn us(t: &Option<Times>) -> String {

@@ -23,13 +23,14 @@ use half::{bf16, f16};
 use serde::Serialize;
 
 use crate::cublas::{self, Cublas};
+use crate::error::{self, Error, Result};
 use crate::grid::{Case, percent};
-use crate::json::round_sig;
+use crate::measure::rotation_sets;
+use crate::num::round_sig;
 use crate::report::{Check, Header, Timing};
-use crate::{poison, rotation_sets};
+use crate::side::Checked;
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected};
-use sparsek::error::{Error, Result};
 use sparsek::format::{Bsr, Pattern};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::matrix::Matrix;
@@ -38,18 +39,13 @@ pub use crate::side::MIN_ITERS;
 
 /// The default cases: 8192^3 at bs 64 and 128, densities 10% and 22%, and 4096^3 bs 64 at 12.5%, all uniform.
 pub fn default_cases() -> Vec<Case> {
-    let mut cases = Vec::new();
-    for bs in [64, 128] {
-        for density in [0.10, 0.22] {
-            cases.push(Case::synthetic(8192, 8192, 8192, bs, density, Pattern::Uniform));
-        }
-    }
+    let mut cases = crate::grid::uniform_cubes(8192, &[64, 128], &[0.10, 0.22]);
     cases.push(Case::synthetic(4096, 4096, 4096, 64, 0.125, Pattern::Uniform));
     cases
 }
 
 /// What to run and where to write it (`reach.json` and `reach.md` go into `out_dir`).
-pub type ReachConfig = crate::side::SideConfig;
+pub type ReachConfig = crate::side::RunConfig;
 
 /// The contenders, in the order of the table and of the JSON's `contenders` list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,14 +94,11 @@ impl Form {
 }
 
 /// One contender's result in one case.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ContenderResult {
-    /// [`Form::name`].
-    pub name: String,
-    /// [`Form::description`].
-    pub description: String,
-    /// The check of its output against the oracle, if it ran.
-    pub check: Option<Check>,
+pub type ContenderResult = crate::side::ContenderResult<Figures>;
+
+/// A reach contender's figures (in its JSON object, after the check).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Figures {
     /// Median launch time in ms, if timed.
     pub median_ms: Option<f64>,
     /// Fastest launch in ms.
@@ -119,34 +112,16 @@ pub struct ContenderResult {
     pub tflops: Option<f64>,
     /// Input sets rotated through (each a separate copy of every operand a launch reads).
     pub sets: usize,
-    /// Why it did not run or was not timed.
-    pub error: Option<String>,
 }
 
 impl ContenderResult {
-    fn new(form: Form) -> Self {
-        ContenderResult {
-            name: form.name().into(),
-            description: form.description().into(),
-            check: None,
-            median_ms: None,
-            min_ms: None,
-            max_ms: None,
-            samples: 0,
-            tflops: None,
-            sets: 0,
-            error: None,
-        }
+    fn of(form: Form) -> Self {
+        ContenderResult::new(form.name(), form.description())
     }
 
     /// The median time, when the output passed its check (a failed check makes the time untrusted).
     pub fn trusted_ms(&self) -> Option<f64> {
         self.median_ms.filter(|&t| t > 0.0 && self.passed())
-    }
-
-    /// Whether it ran and its output passed its check.
-    pub fn passed(&self) -> bool {
-        self.error.is_none() && self.check.as_ref().is_some_and(|c| c.passed)
     }
 
     fn set_timing(&mut self, samples: &[f32], flops: f64) {
@@ -210,7 +185,7 @@ impl ReachRecord {
     fn new(case: &Case, seed: u64) -> Self {
         ReachRecord {
             facts: crate::side::CaseFacts::new(case, seed),
-            contenders: Form::ALL.iter().map(|&f| ContenderResult::new(f)).collect(),
+            contenders: Form::ALL.iter().map(|&f| ContenderResult::of(f)).collect(),
             ratios: Ratios::default(),
             sm_clock_mhz: None,
             error: None,
@@ -256,17 +231,17 @@ pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
         let rec = run_case(gpu, &lib, cfg, iters, case, &tag);
         eprintln!("{tag} {}", progress_line(&rec));
         records.push(rec);
-        crate::side::write(&json_path, to_json(&header, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
+        error::write(&json_path, to_json(&header, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
     }
     if cfg.cases.is_empty() {
-        crate::side::write(&json_path, to_json(&header, &records, true)?.as_bytes())?;
+        error::write(&json_path, to_json(&header, &records, true)?.as_bytes())?;
     }
     drop(lib);
 
     let table = markdown(&header, &records);
     println!("{table}");
     let md_path = cfg.out_dir.join("reach.md");
-    crate::side::write(&md_path, table.as_bytes())?;
+    error::write(&md_path, table.as_bytes())?;
     eprintln!("wrote {}", md_path.display());
     eprintln!("wrote {}", json_path.display());
     let all_passed = records.iter().all(ReachRecord::sparsek_passed);
@@ -290,16 +265,7 @@ pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
 /// The whole run as pretty-printed JSON: `{"header": ..., "complete": bool, "records": [...]}` (the header as
 /// in `latest.json`).
 pub fn to_json(header: &Header, records: &[ReachRecord], complete: bool) -> Result<String> {
-    #[derive(Serialize)]
-    struct Out<'a> {
-        header: &'a Header,
-        complete: bool,
-        records: &'a [ReachRecord],
-    }
-    let mut s = serde_json::to_string_pretty(&Out { header, complete, records })
-        .map_err(|e| Error::Io { path: "reach.json".into(), reason: format!("serializing the results: {e}") })?;
-    s.push('\n');
-    Ok(s)
+    crate::side::to_json("reach.json", header, (), records, complete)
 }
 
 /// The host operands of one case and their oracles.
@@ -317,25 +283,14 @@ struct Operands {
 }
 
 /// Runs one case: operands and oracles, then each contender set up and checked, then all timed interleaved.
-fn run_case(
-    gpu: &Gpu,
-    lib: &std::result::Result<Cublas, String>,
-    cfg: &ReachConfig,
-    iters: usize,
-    case: &Case,
-    tag: &str,
-) -> ReachRecord {
+fn run_case(gpu: &Gpu, lib: &Result<Cublas>, cfg: &ReachConfig, iters: usize, case: &Case, tag: &str) -> ReachRecord {
     let mut case = case.clone();
     let seed = case.seed(cfg.seed);
     let mut rec = ReachRecord::new(&case, seed);
-    if let crate::grid::Source::File(p) = &case.source {
-        rec.error = Some(format!("--reach measures generated cases only, not {}", p.display()));
-        return rec;
-    }
     let ops = match operands(&mut case, cfg, seed, tag) {
         Ok(o) => o,
         Err(e) => {
-            rec.error = Some(format!("building the operands: {e}"));
+            rec.error = Some(e.to_string());
             return rec;
         }
     };
@@ -345,7 +300,7 @@ fn run_case(
     for (i, form) in Form::ALL.into_iter().enumerate() {
         eprintln!("{tag}   {}: setting up and checking", form.name());
         let result = match (form, lib) {
-            (Form::Cublas, Err(why)) => Err(format!("cuBLAS unavailable: {why}")),
+            (Form::Cublas, Err(why)) => Err(Error::Unavailable { lib: "cuBLAS", reason: why.to_string() }),
             _ => setup(gpu, lib.as_ref().ok(), form, &ops),
         };
         match result {
@@ -355,7 +310,7 @@ fn run_case(
                 sets.push(Some(s));
             }
             Err(e) => {
-                rec.contenders[i].error = Some(e);
+                rec.contenders[i].error = Some(e.to_string());
                 sets.push(None);
             }
         }
@@ -379,7 +334,7 @@ fn run_case(
                 rec.contenders[*i].set_timing(t, flops);
             }
         }
-        Err(e) => rec.error = Some(format!("timing: {e}")),
+        Err(e) => rec.error = Some(Error::step("timing")(e).to_string()),
     }
     rec.ratios = Ratios::of(&rec.contenders);
     rec
@@ -387,14 +342,18 @@ fn run_case(
 
 /// A and B ([`Case::operands`]), their bf16 copies, B^T, and the oracle of each on the same sampled rows.
 fn operands(case: &mut Case, cfg: &ReachConfig, seed: u64, tag: &str) -> Result<Operands> {
-    let (a, b, sample, expected) = crate::side::f16_operands(case, cfg, seed, tag)?;
+    let (a, b, sample, expected) = crate::side::generated_operands(case, cfg, seed, tag, "--reach")?;
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
-    let a_bf16 = a.convert::<bf16>()?;
-    let b_bf16 = b.convert::<bf16>()?;
-    let b_t = Matrix::from_fn(n, k, |r, c| b.row(c)[r])?;
-    let c0 = Matrix::<f32>::zeros(m, n)?;
-    eprintln!("{tag}   oracle of the bf16 copies");
-    let expected_bf16 = Expected::compute(&a_bf16, &b_bf16, &c0, Epilogue::default(), sample, |_, _| {})?;
+    let copies = || -> sparsek::Result<_> {
+        let a_bf16 = a.convert::<bf16>()?;
+        let b_bf16 = b.convert::<bf16>()?;
+        let b_t = Matrix::from_fn(n, k, |r, c| b.row(c)[r])?;
+        let c0 = Matrix::<f32>::zeros(m, n)?;
+        eprintln!("{tag}   oracle of the bf16 copies");
+        let expected_bf16 = Expected::compute(&a_bf16, &b_bf16, &c0, Epilogue::default(), sample, |_, _| {})?;
+        Ok((a_bf16, b_bf16, b_t, expected_bf16))
+    };
+    let (a_bf16, b_bf16, b_t, expected_bf16) = copies().map_err(Error::step(crate::side::OPERANDS))?;
     Ok(Operands { a, b, a_bf16, b_bf16, b_t, expected, expected_bf16 })
 }
 
@@ -409,7 +368,7 @@ enum Sets<'l> {
 }
 
 impl crate::runner::Contender for Sets<'_> {
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         Sets::launch(self, gpu, set)
     }
     fn sets(&self) -> usize {
@@ -427,17 +386,16 @@ impl Sets<'_> {
     }
 
     /// Queues one product on input set `set` on the GPU's stream.
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
-        let s = |e: Error| e.to_string();
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         let ep = Epilogue::default();
         match self {
             Sets::F16(sets) => {
                 let (a, b, c) = &mut sets[set];
-                gpu.spmm(a, b, c, ep).map_err(s)
+                Ok(gpu.spmm(a, b, c, ep)?)
             }
             Sets::Bf16(sets) => {
                 let (a, b, c) = &mut sets[set];
-                gpu.spmm(a, b, c, ep).map_err(s)
+                Ok(gpu.spmm(a, b, c, ep)?)
             }
             Sets::Linear(sets) => {
                 let (a, b_t, c_t) = &mut sets[set];
@@ -446,13 +404,14 @@ impl Sets<'_> {
                 // SAFETY: the stream is the Gpu's own, alive as long as `gpu`; the views describe buffers this
                 // contender owns and borrows for the call, and every use of those buffers is queued on that
                 // same stream, so nothing writes A or B or touches C while the kernel runs.
-                unsafe { gpu.spmm_raw(gpu.stream().cu_stream(), &a, &b, &mut c, None, ep) }.map_err(s)
+                Ok(unsafe { gpu.spmm_raw(gpu.stream().cu_stream(), &a, &b, &mut c, None, ep) }?)
             }
             Sets::Cublas(c) => c.launch(gpu, set),
         }
     }
+}
 
-    /// C of set 0.
+impl Checked for Sets<'_> {
     fn output(&mut self) -> Option<&mut DeviceMatrix<f32>> {
         match self {
             Sets::F16(s) | Sets::Linear(s) => s.first_mut().map(|t| &mut t.2),
@@ -464,13 +423,7 @@ impl Sets<'_> {
 
 /// Uploads `form`'s input sets (as many as [`rotation_sets`] asks for), poisons C of set 0, launches on it and
 /// checks the output against the oracle.
-fn setup<'l>(
-    gpu: &Gpu,
-    lib: Option<&'l Cublas>,
-    form: Form,
-    ops: &Operands,
-) -> std::result::Result<(Sets<'l>, Check), String> {
-    let s = |e: Error| e.to_string();
+fn setup<'l>(gpu: &Gpu, lib: Option<&'l Cublas>, form: Form, ops: &Operands) -> Result<(Sets<'l>, Check)> {
     let (a, b) = (&ops.a, &ops.b);
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     // Bytes one launch reads and writes: A (values, row_ptr, col_idx twice over: indices and schedule), B, C.
@@ -480,31 +433,25 @@ fn setup<'l>(
         Form::F16 => Sets::F16(
             (0..count(sparse_bytes))
                 .map(|_| Ok((gpu.upload(a)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
-                .collect::<Result<_>>()
-                .map_err(s)?,
+                .collect::<sparsek::Result<_>>()?,
         ),
         Form::Bf16 => Sets::Bf16(
             (0..count(sparse_bytes))
                 .map(|_| Ok((gpu.upload(&ops.a_bf16)?, gpu.upload_matrix(&ops.b_bf16)?, gpu.zeros(m, n)?)))
-                .collect::<Result<_>>()
-                .map_err(s)?,
+                .collect::<sparsek::Result<_>>()?,
         ),
         Form::F16Linear => Sets::Linear(
             (0..count(sparse_bytes))
                 .map(|_| Ok((gpu.upload(a)?, gpu.upload_matrix(&ops.b_t)?, gpu.zeros(n, m)?)))
-                .collect::<Result<_>>()
-                .map_err(s)?,
+                .collect::<sparsek::Result<_>>()?,
         ),
         Form::Cublas => {
-            let lib = lib.ok_or("cuBLAS unavailable")?;
+            let lib = lib.ok_or(Error::Unsupported("cuBLAS unavailable"))?;
             let depth = count(2 * m * k + 2 * k * n + 4 * m * n);
             Sets::Cublas(crate::side::CublasSets::upload(gpu, lib, a, b, depth)?)
         }
     };
-    let c = sets.output().ok_or("no input set")?;
-    poison(gpu, c.as_view_mut())?;
-    sets.launch(gpu, 0)?;
-    let host = sets.output().ok_or("no input set")?.to_host().map_err(s)?;
+    let host = sets.first_output(gpu)?;
     Ok((sets, Check::from(&check_output(form, ops, &host))))
 }
 
@@ -791,5 +738,12 @@ mod tests {
         assert_eq!(v["records"][0]["contenders"][2]["name"], "sparsek-f16-linear");
         assert_eq!(v["records"][0]["ratios"]["linear_over_row_major"], 1.05);
         assert!(v["records"][1]["ratios"]["f16_speedup_vs_cublas"].is_null());
+        // The layout of the committed files (docs/bench/*-reach.json): the top-level keys, and each contender's
+        // keys with its figures in place.
+        use crate::side::tests::keys_from;
+        assert_eq!(keys_from(&json, "header"), ["header", "complete", "records"]);
+        let figures = ["median_ms", "min_ms", "max_ms", "samples", "tflops", "sets"];
+        let contender = [&["name", "description", "check"][..], &figures, &["error"]].concat();
+        assert_eq!(keys_from(&json, "name"), contender);
     }
 }

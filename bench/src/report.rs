@@ -5,9 +5,8 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 
-use super::grid::{Case, Source, percent};
-use super::json::{HeaderJson, OutcomeJson, RecordJson};
-use super::plot::{self, Labels, Series};
+use crate::grid::{Case, Source, percent};
+use crate::plot::{self, Labels, Series};
 use sparsek::check::CheckReport;
 
 /// The comparison of one contender's output with the oracle (sampled rows). In the JSON as is, numbers to 6
@@ -21,16 +20,16 @@ pub struct Check {
     /// Elements outside the tolerance.
     pub failures: usize,
     /// Largest absolute error (infinite when a non-finite value was got for a finite expectation).
-    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
+    #[serde(serialize_with = "crate::num::sig6", deserialize_with = "crate::num::f64_or_inf")]
     pub max_abs_err: f64,
     /// Largest relative error (elements whose expected magnitude exceeds `atol`).
-    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
+    #[serde(serialize_with = "crate::num::sig6", deserialize_with = "crate::num::f64_or_inf")]
     pub max_rel_err: f64,
     /// Absolute part of the tolerance.
-    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
+    #[serde(serialize_with = "crate::num::sig6", deserialize_with = "crate::num::f64_or_inf")]
     pub atol: f64,
     /// Relative part of the tolerance.
-    #[serde(serialize_with = "crate::json::sig6", deserialize_with = "crate::json::f64_or_inf")]
+    #[serde(serialize_with = "crate::num::sig6", deserialize_with = "crate::num::f64_or_inf")]
     pub rtol: f64,
     /// The report's one-line summary (first failure, worst element).
     pub detail: String,
@@ -80,8 +79,7 @@ impl Timing {
 }
 
 /// One contender's outcome in one case (in the JSON: `contenders.<name>`, the timing flattened).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(into = "OutcomeJson", from = "OutcomeJson")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
     /// What ran ("sparsek", "cublas-gemmex-f16-f32", "bsr-spmm-f16", ...) or `"unavailable: <reason>"`.
     pub kind: String,
@@ -111,8 +109,7 @@ impl Outcome {
 }
 
 /// One case's results (in the JSON: the flat keys of DESIGN.md, then `contenders`; see [`crate::json`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(into = "RecordJson", try_from = "RecordJson")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Record {
     /// The case as requested (for a file: M and K after padding, the density measured).
     pub case: Case,
@@ -144,32 +141,33 @@ impl Record {
     /// nonzero blocks) and, for every contender timed, a median, minimum and maximum that are finite and
     /// positive. `Err` names the first broken rule. Applied when a results file is read
     /// ([`crate::read_results`]) and by [`crate::compare()`].
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> Result<(), Malformed> {
         let c = &self.case;
-        if !sparsek::format::SUPPORTED_BLOCK_SIZES.contains(&c.bs) {
-            return Err(format!("block size {} is not one of {:?}", c.bs, sparsek::format::SUPPORTED_BLOCK_SIZES));
+        let (m, k, bs) = (c.m, c.k, c.bs);
+        if !sparsek::format::SUPPORTED_BLOCK_SIZES.contains(&bs) {
+            return Err(Malformed::BlockSize(bs));
         }
         if !(c.density.is_finite() && (0.0..=1.0).contains(&c.density)) {
-            return Err(format!("density {} is not in [0, 1]", c.density));
+            return Err(Malformed::Density(c.density));
         }
         if c.n == 0 {
-            return Err("N is 0".into());
+            return Err(Malformed::EmptyN);
         }
-        if matches!(c.source, Source::Synthetic(_)) && (c.m == 0 || c.k == 0) {
-            return Err(format!("M {} and K {} of a generated A must be positive", c.m, c.k));
+        if matches!(c.source, Source::Synthetic(_)) && (m == 0 || k == 0) {
+            return Err(Malformed::EmptyA { m, k });
         }
-        if !c.m.is_multiple_of(c.bs) || !c.k.is_multiple_of(c.bs) {
-            return Err(format!("M {} and K {} must be multiples of the block size {}", c.m, c.k, c.bs));
+        if !m.is_multiple_of(bs) || !k.is_multiple_of(bs) {
+            return Err(Malformed::NotMultiple { m, k, bs });
         }
-        let cells = (c.m / c.bs) as u128 * (c.k / c.bs) as u128;
+        let cells = (m / bs) as u128 * (k / bs) as u128;
         if self.nnzb as u128 > cells {
-            return Err(format!("{} nonzero blocks is more than the {cells} blocks of A", self.nnzb));
+            return Err(Malformed::TooManyBlocks { nnzb: self.nnzb, cells });
         }
-        for (name, o) in [("sparsek", &self.sparsek), ("cuBLAS", &self.cublas), ("cuSPARSE", &self.cusparse)] {
+        for (contender, o) in [("sparsek", &self.sparsek), ("cuBLAS", &self.cublas), ("cuSPARSE", &self.cusparse)] {
             if let Some(t) = &o.timing {
-                for (what, v) in [("median", t.median_ms), ("min", t.min_ms), ("max", t.max_ms)] {
-                    if !(v.is_finite() && v > 0.0) {
-                        return Err(format!("{name}'s {what} time {v} ms is not finite and positive"));
+                for (which, ms) in [("median", t.median_ms), ("min", t.min_ms), ("max", t.max_ms)] {
+                    if !(ms.is_finite() && ms > 0.0) {
+                        return Err(Malformed::Time { contender, which, ms });
                     }
                 }
             }
@@ -222,9 +220,61 @@ impl Record {
     }
 }
 
+/// The first rule of a valid case that a record breaks ([`Record::validate`]).
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Malformed {
+    /// A block size the library does not support.
+    #[error("block size {0} is not one of {supported:?}", supported = SUPPORTED)]
+    BlockSize(usize),
+    /// A density outside [0, 1] (or not a number).
+    #[error("density {0} is not in [0, 1]")]
+    Density(f64),
+    /// N = 0.
+    #[error("N is 0")]
+    EmptyN,
+    /// A generated A with no rows or no columns.
+    #[error("M {m} and K {k} of a generated A must be positive")]
+    EmptyA {
+        /// Rows of A.
+        m: usize,
+        /// Columns of A.
+        k: usize,
+    },
+    /// M or K not a multiple of the block size.
+    #[error("M {m} and K {k} must be multiples of the block size {bs}")]
+    NotMultiple {
+        /// Rows of A.
+        m: usize,
+        /// Columns of A.
+        k: usize,
+        /// The block size.
+        bs: usize,
+    },
+    /// More nonzero blocks than A has.
+    #[error("{nnzb} nonzero blocks is more than the {cells} blocks of A")]
+    TooManyBlocks {
+        /// The record's nonzero blocks.
+        nnzb: usize,
+        /// A's blocks.
+        cells: u128,
+    },
+    /// A time that is not finite and positive.
+    #[error("{contender}'s {which} time {ms} ms is not finite and positive")]
+    Time {
+        /// "sparsek", "cuBLAS", "cuSPARSE".
+        contender: &'static str,
+        /// "median", "min", "max".
+        which: &'static str,
+        /// The time.
+        ms: f64,
+    },
+}
+
+const SUPPORTED: [usize; 4] = sparsek::format::SUPPORTED_BLOCK_SIZES;
+
 /// Facts about the run, written once at the top (in the JSON: `header`, the run's parameters under `method`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(into = "HeaderJson", try_from = "HeaderJson")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Header {
     /// GPU name.
     pub gpu: String,
@@ -595,17 +645,5 @@ pub(crate) mod tests {
         let no_cublas: Vec<Record> =
             recs.iter().map(|r| Record { cublas: Outcome::unavailable("x"), ..r.clone() }).collect();
         assert!(speedup_plot(&header(), &no_cublas).is_none());
-    }
-
-    #[test]
-    fn plot_of_the_committed_results_is_small() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench/latest.json");
-        let r = crate::json::read_results(path).unwrap();
-        let canvas = speedup_plot(&r.header, &r.records).expect("the committed grid has uniform cases with cuBLAS");
-        let file = canvas.to_png();
-        assert!(file.len() < 100_000, "speedup.png of the committed grid takes {} bytes", file.len());
-        let (w, h, rgb) = crate::png::tests::decode_rgb(&file);
-        assert_eq!((w as usize, h as usize), (canvas.width(), canvas.height()));
-        assert!(rgb == canvas.pixels());
     }
 }

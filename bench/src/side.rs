@@ -2,16 +2,16 @@
 //! (header, cuBLAS, the first progress lines, the output directory), their host operands with the oracle, and
 //! writing their files. Each mode keeps its own contenders, records and tables.
 
-use std::path::{Path, PathBuf};
-
 use serde::Serialize;
 
 use crate::cublas::Cublas;
-use crate::grid::Case;
-use crate::report::Header;
+use crate::cuda::poison;
+use crate::error::{Error, Result};
+use crate::grid::{Case, Source};
+use crate::report::{Check, Header};
+use crate::runner::Contender;
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, max_abs};
-use sparsek::error::{Error, Result};
 use sparsek::format::Bsr;
 use sparsek::gpu::{DeviceMatrix, Gpu};
 use sparsek::{Matrix, f16};
@@ -19,25 +19,7 @@ use sparsek::{Matrix, f16};
 /// The fewest timed launches per contender of a side run: fewer requested are raised to this.
 pub const MIN_ITERS: usize = 30;
 
-/// What a side run runs and where it writes.
-#[derive(Clone, Debug)]
-pub struct SideConfig {
-    /// The cases, in order (synthetic; a file case is reported as an error).
-    pub cases: Vec<Case>,
-    /// Untimed launches per contender (and per reference) before the timed ones.
-    pub warmup: usize,
-    /// Timed launches per contender (at least [`MIN_ITERS`]: fewer are raised to it).
-    pub iters: usize,
-    /// Random rows of C compared with the oracle per contender (plus the first and the last; every row when C
-    /// has at most [`RowSample::FULL_CHECK_ELEMENTS`] elements).
-    pub check_rows: usize,
-    /// Seed mixed into every case's A and B (the main benchmark's derivation, so the matrices are its own).
-    pub seed: u64,
-    /// Where the mode's `.json` and `.md` go.
-    pub out_dir: PathBuf,
-    /// The command line, recorded in the header.
-    pub command: String,
-}
+pub use crate::runner::RunConfig;
 
 /// Which case a side run's record is about (flattened into each record's JSON).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -82,13 +64,13 @@ impl CaseFacts {
 /// A side run once opened: its header, cuBLAS (or why it is unavailable) and the timed launches per contender.
 pub(crate) struct Opened {
     pub header: Header,
-    pub cublas: std::result::Result<Cublas, String>,
+    pub cublas: Result<Cublas>,
     pub iters: usize,
 }
 
 /// Opens the side run `mode` ("reach", "decode"): loads cuBLAS, fills the header, prints the opening lines on
 /// stderr and creates the output directory.
-pub(crate) fn open(gpu: &Gpu, cfg: &SideConfig, mode: &str) -> Result<Opened> {
+pub(crate) fn open(gpu: &Gpu, cfg: &RunConfig, mode: &str) -> Result<Opened> {
     let iters = cfg.iters.max(MIN_ITERS);
     let info = gpu.info();
     let cublas = Cublas::new(gpu);
@@ -116,29 +98,57 @@ pub(crate) fn open(gpu: &Gpu, cfg: &SideConfig, mode: &str) -> Result<Opened> {
         cfg.warmup
     );
     eprintln!("  cuBLAS: {}", header.cublas);
-    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| io_err(&cfg.out_dir, e))?;
+    crate::error::create_dir(&cfg.out_dir)?;
     Ok(Opened { header, cublas, iters })
 }
 
-/// A case's f16 A and B ([`Case::operands`], within half the host memory available), the sampled rows of C,
-/// and the oracle of those rows for an f32 C with `beta == 0`.
-pub(crate) fn f16_operands(
+/// A generated case's f16 A and B ([`Case::operands`], within half the host memory available), the sampled rows
+/// of C, and the oracle of those rows for an f32 C with `beta == 0`. A matrix file is refused (side mode `mode`,
+/// "--decode", measures generated cases only).
+pub(crate) fn generated_operands(
     case: &mut Case,
-    cfg: &SideConfig,
+    cfg: &RunConfig,
     seed: u64,
     tag: &str,
+    mode: &'static str,
 ) -> Result<(Bsr<f16>, Matrix<f16>, RowSample, Expected)> {
-    let budget = crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
-    eprintln!("{tag} {case}: building A and B");
-    let (a, b) = case.operands(seed, budget)?;
-    let (m, n) = (a.rows(), b.cols());
-    let sample = RowSample::auto(m, n, cfg.check_rows, seed ^ 0x5EED);
-    // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, every sparsek output here).
-    let c0 = Matrix::<f32>::zeros(m, n)?;
-    eprintln!("{tag}   oracle ({} rows)", sample.rows(m).len());
-    let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
-    Ok((a, b, sample, expected))
+    if let Source::File(path) = &case.source {
+        return Err(Error::FileCase { mode, path: path.clone() });
+    }
+    let build = |case: &mut Case| -> sparsek::Result<_> {
+        let budget =
+            crate::budget::host_available().map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
+        eprintln!("{tag} {case}: building A and B");
+        let (a, b) = case.operands(seed, budget)?;
+        let (m, n) = (a.rows(), b.cols());
+        let sample = RowSample::auto(m, n, cfg.check_rows, seed ^ 0x5EED);
+        // The oracle reads only C's shape (beta == 0), and the tolerance its type (f32, every sparsek output here).
+        let c0 = Matrix::<f32>::zeros(m, n)?;
+        eprintln!("{tag}   oracle ({} rows)", sample.rows(m).len());
+        let expected = Expected::compute(&a, &b, &c0, Epilogue::default(), sample, |_, _| {})?;
+        Ok((a, b, sample, expected))
+    };
+    build(case).map_err(Error::step(OPERANDS))
 }
+
+/// The step that builds a case's operands, as its errors name it.
+pub(crate) const OPERANDS: &str = "building the operands";
+
+/// A side mode's contender whose output, C of its input set 0, is checked before it is timed.
+pub(crate) trait Checked: Contender {
+    /// C of set 0 (`None` without input sets).
+    fn output(&mut self) -> Option<&mut DeviceMatrix<f32>>;
+
+    /// Poisons C of set 0, launches on set 0 and downloads C.
+    fn first_output(&mut self, gpu: &Gpu) -> Result<Matrix<f32>> {
+        poison(gpu, self.output().ok_or(NO_SET)?.as_view_mut())?;
+        self.launch(gpu, 0)?;
+        Ok(self.output().ok_or(NO_SET)?.to_host()?)
+    }
+}
+
+/// What a missing input set reports (none was uploaded).
+pub(crate) const NO_SET: Error = Error::Unsupported("no input set");
 
 /// cuBLAS's rotated input sets of a side run: A expanded to dense f16, B, and an f32 C, every set identical.
 pub(crate) struct CublasSets<'l> {
@@ -149,24 +159,17 @@ pub(crate) struct CublasSets<'l> {
 
 impl<'l> CublasSets<'l> {
     /// Uploads `depth` sets of dense A, B and a zeroed C.
-    pub fn upload(
-        gpu: &Gpu,
-        lib: &'l Cublas,
-        a: &Bsr<f16>,
-        b: &Matrix<f16>,
-        depth: usize,
-    ) -> std::result::Result<Self, String> {
+    pub fn upload(gpu: &Gpu, lib: &'l Cublas, a: &Bsr<f16>, b: &Matrix<f16>, depth: usize) -> Result<Self> {
         let (m, n, k) = (a.rows(), b.cols(), a.cols());
-        let dense = a.to_dense().map_err(|e| e.to_string())?;
+        let dense = a.to_dense()?;
         let sets = (0..depth)
             .map(|_| Ok((gpu.upload_matrix(&dense)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
-            .collect::<Result<_>>()
-            .map_err(|e| e.to_string())?;
+            .collect::<Result<_>>()?;
         Ok(CublasSets { lib, shape: (m, n, k), sets })
     }
 
     /// Queues one GEMM on input set `set` on the GPU's stream.
-    pub fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+    pub fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         let (a, b, c) = &mut self.sets[set];
         let (lda, ldb, ldc) = (a.ld(), b.ld(), c.ld());
         self.lib.gemm(gpu, self.shape, a.as_slice(), lda, b.as_slice(), ldb, &mut c.as_view_mut(), ldc)
@@ -190,13 +193,74 @@ pub(crate) fn check_cublas(expected: &Expected, a: &Bsr<f16>, b: &Matrix<f16>, h
     expected.clone().with_tolerance(tol).check(host)
 }
 
-fn io_err(path: &Path, e: std::io::Error) -> Error {
-    Error::Io { path: path.display().to_string(), reason: e.to_string() }
+/// One contender's result in one case of a side run: what ran, the check of its output, the mode's own figures
+/// (`F`, written into the same JSON object between the check and the error; their fields read through this value)
+/// and why it did not run or was not timed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContenderResult<F> {
+    /// The contender's name (its form's).
+    pub name: String,
+    /// What it runs, in words.
+    pub description: String,
+    /// The check of its output against the oracle, if it ran.
+    pub check: Option<Check>,
+    /// The mode's figures: times, input sets.
+    #[serde(flatten)]
+    pub figures: F,
+    /// Why it did not run or was not timed.
+    pub error: Option<String>,
 }
 
-/// Writes `bytes` to `path` (the error names the file).
-pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| io_err(path, e))
+impl<F: Default> ContenderResult<F> {
+    /// A contender not yet run.
+    pub(crate) fn new(name: &str, description: &str) -> Self {
+        let (name, description) = (name.into(), description.into());
+        ContenderResult { name, description, check: None, figures: F::default(), error: None }
+    }
+}
+
+impl<F> ContenderResult<F> {
+    /// Whether it ran and its output passed its check.
+    pub fn passed(&self) -> bool {
+        self.error.is_none() && self.check.as_ref().is_some_and(|c| c.passed)
+    }
+}
+
+impl<F> std::ops::Deref for ContenderResult<F> {
+    type Target = F;
+    fn deref(&self) -> &F {
+        &self.figures
+    }
+}
+
+impl<F> std::ops::DerefMut for ContenderResult<F> {
+    fn deref_mut(&mut self) -> &mut F {
+        &mut self.figures
+    }
+}
+
+/// A side run's file as pretty-printed JSON (two-space indentation, a final newline): `{"header": ..., <the
+/// keys of extra>, "complete": bool, "records": [...]}`, the header as in `latest.json`. `file` names it in an
+/// error.
+pub(crate) fn to_json<X: Serialize, R: Serialize>(
+    file: &'static str,
+    header: &Header,
+    extra: X,
+    records: &[R],
+    complete: bool,
+) -> Result<String> {
+    #[derive(Serialize)]
+    struct Out<'a, X, R> {
+        header: &'a Header,
+        #[serde(flatten)]
+        extra: X,
+        complete: bool,
+        records: &'a [R],
+    }
+    let mut s = serde_json::to_string_pretty(&Out { header, extra, complete, records })
+        .map_err(|source| Error::Serialize { file, source })?;
+    s.push('\n');
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -215,5 +279,22 @@ pub(crate) mod tests {
             rtol: 1e-6,
             detail: if passed { "PASS".into() } else { "FAIL".into() },
         }
+    }
+
+    /// The keys of the first JSON object of `text` whose key is `first`, in their order.
+    pub(crate) fn keys_from(text: &str, first: &str) -> Vec<String> {
+        let start = text.find(&format!("\"{first}\":")).expect("the key is written");
+        let indent = text[..start].rsplit('\n').next().unwrap().len();
+        let mut keys = Vec::new();
+        for line in text[start - indent..].lines() {
+            let depth = line.len() - line.trim_start().len();
+            if depth < indent {
+                break;
+            }
+            if depth == indent && line.trim_start().starts_with('"') {
+                keys.push(line.trim_start()[1..].split('"').next().unwrap().to_string());
+            }
+        }
+        keys
     }
 }

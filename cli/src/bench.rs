@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use sparsek::gpu::{Gpu, RowSplit, TileSchedule};
 use sparsek_bench::compare::DEFAULT_THRESHOLD_PCT;
-use sparsek_bench::side::{MIN_ITERS, SideConfig};
+use sparsek_bench::side::{MIN_ITERS, RunConfig};
 use sparsek_bench::{Case, CusparseChoice, CusparseKind, Results, Source};
 
 /// `--cusparse`: which cuSPARSE entry point to measure.
@@ -50,11 +50,12 @@ impl From<CusparseArg> for CusparseChoice {
 }
 
 /// Parses `--split`: `auto`, `off`, `flat`, `flat:K` (K CTAs per SM) or a positive number of blocks per part.
-pub fn parse_split(s: &str) -> Result<RowSplit, String> {
-    let bad = || {
-        format!(
+pub fn parse_split(s: &str) -> Result<RowSplit, sparsek::Error> {
+    let bad = || sparsek::Error::InvalidArgument {
+        name: "--split",
+        reason: format!(
             "expected auto, off, flat, flat:K (K >= 1 CTAs per SM) or a positive number of blocks per part, got {s:?}"
-        )
+        ),
     };
     match s {
         "auto" => Ok(RowSplit::Auto),
@@ -309,69 +310,79 @@ pub struct BenchArgs {
     tune_ms: u64,
 }
 
-/// Default output directory of `--reach` (the committed results in docs/bench are left alone).
-const REACH_OUT_DIR: &str = "target/bench-reach";
-
-/// `sparsek bench --reach` (see [`BenchArgs::reach`]).
-fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
-    use sparsek_bench::reach::default_cases;
-    let cases = if args.cases.is_empty() {
-        default_cases()
-    } else {
-        args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
-    };
-    let cfg = side_config(args, cases, "--reach", REACH_OUT_DIR);
-    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --reach") else {
-        return Ok(ExitCode::FAILURE);
-    };
-    let summary = sparsek_bench::reach::run(&gpu, &cfg)?;
-    Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+/// A side mode of `sparsek bench`: its flag, its output directory unless `--out-dir` names another (the committed
+/// results in docs/bench are left alone), its default cases and those of `--quick`.
+struct Side {
+    mode: &'static str,
+    out_dir: &'static str,
+    default_cases: fn() -> Vec<Case>,
+    quick_cases: fn() -> Vec<Case>,
 }
 
-/// The configuration of a side run (`--reach`, `--decode`) from the command line: its cases, at least
-/// `side::MIN_ITERS` timed launches (saying so when `--iters` asked for fewer), and `default_out` unless
-/// `--out-dir` names another directory.
-fn side_config(args: &BenchArgs, cases: Vec<Case>, mode: &str, default_out: &str) -> SideConfig {
+/// `sparsek bench --reach` (see [`BenchArgs::reach`]).
+const REACH: Side = Side {
+    mode: "--reach",
+    out_dir: "target/bench-reach",
+    default_cases: sparsek_bench::reach::default_cases,
+    quick_cases: sparsek_bench::reach::default_cases,
+};
+
+/// `sparsek bench --decode` (see [`BenchArgs::decode`]).
+const DECODE: Side = Side {
+    mode: "--decode",
+    out_dir: "target/bench-decode",
+    default_cases: sparsek_bench::decode::default_cases,
+    quick_cases: sparsek_bench::decode::quick_cases,
+};
+
+/// `sparsek bench --tuned` (see [`BenchArgs::tuned`]).
+const TUNED: Side = Side {
+    mode: "--tuned",
+    out_dir: "target/bench-tuned",
+    default_cases: sparsek_bench::plans::default_cases,
+    quick_cases: sparsek_bench::plans::quick_cases,
+};
+
+/// The configuration of a side run from the command line (its cases: those of `--case`, else its `--quick` or
+/// its default cases; at least `side::MIN_ITERS` timed launches, saying so when `--iters` asked for fewer) and
+/// the GPU it runs on; `None` without a GPU (said on stderr).
+fn side_setup(args: &BenchArgs, side: &Side) -> Result<Option<(RunConfig, Gpu)>, sparsek::Error> {
+    let cases = if !args.cases.is_empty() {
+        args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect::<Result<_, _>>()?
+    } else if args.quick {
+        (side.quick_cases)()
+    } else {
+        (side.default_cases)()
+    };
     let iters = usize::try_from(args.iters).unwrap_or(usize::MAX);
     if iters < MIN_ITERS {
-        eprintln!("sparsek bench {mode}: --iters {iters} raised to {MIN_ITERS}");
+        eprintln!("sparsek bench {}: --iters {iters} raised to {MIN_ITERS}", side.mode);
     }
-    SideConfig {
+    let cfg = RunConfig {
         cases,
         warmup: args.warmup,
         iters: iters.max(MIN_ITERS),
         check_rows: args.check_rows,
         seed: args.seed.unwrap_or(1),
-        out_dir: args.out_dir.clone().unwrap_or_else(|| PathBuf::from(default_out)),
+        out_dir: args.out_dir.clone().unwrap_or_else(|| PathBuf::from(side.out_dir)),
         command: std::env::args().collect::<Vec<_>>().join(" "),
-    }
-}
-
-/// The cases of a side run: those of `--case`, else its `--quick` or its default cases.
-fn side_cases(
-    args: &BenchArgs,
-    default_cases: fn() -> Vec<Case>,
-    quick_cases: fn() -> Vec<Case>,
-) -> Result<Vec<Case>, sparsek::Error> {
-    if !args.cases.is_empty() {
-        args.cases.iter().map(|c| sparsek_bench::parse_case(c)).collect()
-    } else if args.quick {
-        Ok(quick_cases())
-    } else {
-        Ok(default_cases())
-    }
-}
-
-/// Default output directory of `--decode` (the committed results in docs/bench are left alone).
-const DECODE_OUT_DIR: &str = "target/bench-decode";
-
-/// `sparsek bench --decode` (see [`BenchArgs::decode`]).
-fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
-    let cases = side_cases(args, sparsek_bench::decode::default_cases, sparsek_bench::decode::quick_cases)?;
-    let cfg = side_config(args, cases, "--decode", DECODE_OUT_DIR);
-    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --decode") else {
-        return Ok(ExitCode::FAILURE);
     };
+    let what = format!("sparsek bench {}", side.mode);
+    Ok(args.module.open((args.split, args.schedule.into()), args.device, &what).map(|gpu| (cfg, gpu)))
+}
+
+/// Success when every check passed.
+fn verdict(all_passed: bool) -> ExitCode {
+    if all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn reach(args: &BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
+    let Some((cfg, gpu)) = side_setup(args, &REACH)? else { return Ok(ExitCode::FAILURE) };
+    Ok(verdict(sparsek_bench::reach::run(&gpu, &cfg)?.all_passed))
+}
+
+fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
+    let Some((cfg, gpu)) = side_setup(args, &DECODE)? else { return Ok(ExitCode::FAILURE) };
     // A second Gpu on the same context (the buffers are the first one's) and settings, with programmatic launches,
     // for the queued column of that name, when the GPU has it and the run's own launches are not programmatic.
     let programmatic = if args.module.programmatic() || !gpu.programmatic_launch_available() {
@@ -385,27 +396,17 @@ fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
             }
         }
     };
-    let summary = sparsek_bench::decode::run(&gpu, programmatic.as_ref(), &cfg)?;
-    Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(verdict(sparsek_bench::decode::run(&gpu, programmatic.as_ref(), &cfg)?.all_passed))
 }
 
-/// Default output directory of `--tuned` (the committed results in docs/bench are left alone).
-const TUNED_OUT_DIR: &str = "target/bench-tuned";
-
-/// `sparsek bench --tuned` (see [`BenchArgs::tuned`]).
-fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek::Error> {
-    let cases = side_cases(args, sparsek_bench::plans::default_cases, sparsek_bench::plans::quick_cases)?;
-    let cfg = side_config(args, cases, "--tuned", TUNED_OUT_DIR);
-    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench --tuned") else {
-        return Ok(ExitCode::FAILURE);
-    };
+fn tuned(args: &BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
+    let Some((cfg, gpu)) = side_setup(args, &TUNED)? else { return Ok(ExitCode::FAILURE) };
     // Plans tuned here serve nothing else, and the user's cache must not decide the heuristic's side.
     let gpu = gpu.with_plan_cache(sparsek::tune::PlanCache::memory());
-    let summary = sparsek_bench::plans::run(&gpu, &cfg, std::time::Duration::from_millis(args.tune_ms))?;
-    Ok(if summary.all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(verdict(sparsek_bench::plans::run(&gpu, &cfg, std::time::Duration::from_millis(args.tune_ms))?.all_passed))
 }
 
-pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
+pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
     crate::run::check_launches("--iters", args.iters)?;
     crate::run::check_launches("--warmup", args.warmup as u64)?;
     if args.tuned {
@@ -421,9 +422,10 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
         return Err(sparsek::Error::InvalidArgument {
             name: "--threshold",
             reason: format!("{} is not a percentage >= 0", args.threshold),
-        });
+        }
+        .into());
     }
-    let read = |path: &PathBuf| -> Result<Results, sparsek::Error> {
+    let read = |path: &PathBuf| -> Result<Results, sparsek_bench::Error> {
         let r = sparsek_bench::read_results(path)?;
         if !r.complete {
             eprintln!("sparsek bench: {} is from an interrupted run (\"complete\": false)", path.display());
@@ -435,7 +437,7 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
         let new = read(new_path)?;
         let comparison = sparsek_bench::compare(old, &new, args.threshold);
         print!("{comparison}");
-        return Ok(if comparison.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        return Ok(verdict(comparison.passed()));
     }
 
     let chosen = args.matrix.is_some() || !args.cases.is_empty() || args.quick;
@@ -451,7 +453,8 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
             return Err(sparsek::Error::InvalidArgument {
                 name: "--compare",
                 reason: "the results file has no cases to run again".into(),
-            });
+            }
+            .into());
         }
         old.cases()
     } else {
@@ -462,16 +465,16 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
         .out_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(if old.is_some() { "target/bench-compare" } else { "docs/bench" }));
-    let cfg = sparsek_bench::Config {
+    let run = RunConfig {
         cases,
         warmup: args.warmup,
         iters: args.iters as usize,
         check_rows: args.check_rows,
         seed,
         out_dir,
-        cusparse: args.cusparse.into(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
+    let cfg = sparsek_bench::Config { run, cusparse: args.cusparse.into() };
     let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench") else {
         if old.is_some() {
             eprintln!("sparsek bench: to compare two results files without a GPU, add --against NEW.json");
@@ -493,7 +496,7 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek::Error> {
         print!("{comparison}");
         ok &= comparison.passed();
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(verdict(ok))
 }
 
 #[cfg(test)]

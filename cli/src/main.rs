@@ -70,14 +70,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Info { device } => info::info(device),
-        Command::Bench(args) => bench::bench(args),
+    // Each command has its crate's error type (the bench's wraps the library's); all print the same way.
+    let result: Result<ExitCode, Box<dyn std::error::Error>> = match cli.command {
+        Command::Info { device } => info::info(device).map_err(Into::into),
+        Command::Bench(args) => bench::bench(args).map_err(Into::into),
         Command::Run(args) => match args.out {
             run::OutType::F32 => run::run::<f32>(&args),
             run::OutType::F16 => run::run::<f16>(&args),
-        },
-        Command::Tune(args) => tune::tune(&args),
+        }
+        .map_err(Into::into),
+        Command::Tune(args) => tune::tune(&args).map_err(Into::into),
     };
     match result {
         Ok(code) => code,

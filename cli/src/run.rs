@@ -343,7 +343,7 @@ fn check_dense_budget<TC: OutputElement>(
     args: &RunArgs,
     (m, k, n): (usize, usize, usize),
     host_limit: Option<u128>,
-) -> Result<(), String> {
+) -> Result<(), sparsek_bench::budget::OverBudget> {
     let checked_rows = if args.full_check || m.saturating_mul(n) <= RowSample::FULL_CHECK_ELEMENTS {
         m
     } else {

@@ -32,6 +32,32 @@ use sparsek_fuzz::{Rng, SPECIAL_F32, same, same_bits_f32};
 
 sparsek_fuzz::asan_options!();
 
+/// `$a.convert::<$t>()` (f16 or bf16) of a matrix holding `$values` (f32, blocks of `$bs`): each value rounded once to
+/// nearest even (`$t::from_f32` is exact-to-nearest from an f32), or `NonFinite` at the first finite value that
+/// overflows.
+macro_rules! check_narrowed {
+    ($t:ident, $a:expr, $values:expr, $bs:expr) => {{
+        let (name, bs) = (stringify!($t), $bs);
+        let bad = $values.iter().position(|v| v.is_finite() && $t::from_f32(*v).is_infinite());
+        match ($a.convert::<$t>(), bad) {
+            (Ok(h), None) => {
+                for (x, y) in h.values().iter().zip($values) {
+                    let w = $t::from_f32(*y);
+                    assert!(
+                        x.to_bits() == w.to_bits() || (x.is_nan() && w.is_nan()),
+                        "convert::<{name}>: {y:e} ({:#010x}) became {x:e} ({:#06x}), round-to-nearest-even gives {w:e} ({:#06x})",
+                        y.to_bits(),
+                        x.to_bits(),
+                        w.to_bits()
+                    );
+                }
+            }
+            (Err(Error::NonFinite { index, .. }), Some(i)) => assert_eq!(index, (i / (bs * bs), i % (bs * bs))),
+            (got, want) => panic!("convert::<{name}>: {:?}, first overflow at {want:?}", got.err()),
+        }
+    }};
+}
+
 /// Largest `rows * cols` for which dense forms are built.
 const MAX_DENSE: usize = 1 << 16;
 /// Largest number of stored values generated for `TryNew`.
@@ -452,42 +478,8 @@ fn try_new(t: TryNew) {
     let a64 = a.convert::<f64>().expect("convert to f64");
     assert!(a64.values().iter().zip(&values).all(|(&x, &y)| same(x, f64::from(y))));
     assert_eq!((a64.row_ptr(), a64.col_idx()), (&row_ptr[..], &col_idx[..]));
-    let bad16 = values.iter().position(|v| v.is_finite() && f16::from_f32(*v).is_infinite());
-    match (a.convert::<f16>(), bad16) {
-        (Ok(h), None) => {
-            // Rounded once, to nearest even: f16::from_f32 is exact-to-nearest from an f32.
-            for (x, y) in h.values().iter().zip(&values) {
-                let w = f16::from_f32(*y);
-                assert!(
-                    x.to_bits() == w.to_bits() || (x.is_nan() && w.is_nan()),
-                    "convert::<f16>: {y:e} ({:#010x}) became {x:e} ({:#06x}), round-to-nearest-even gives {w:e} ({:#06x})",
-                    y.to_bits(),
-                    x.to_bits(),
-                    w.to_bits()
-                );
-            }
-        }
-        (Err(Error::NonFinite { index, .. }), Some(i)) => assert_eq!(index, (i / (bs * bs), i % (bs * bs))),
-        (got, want) => panic!("convert::<f16>: {:?}, first overflow at {want:?}", got.err()),
-    }
-    let bad_bf = values.iter().position(|v| v.is_finite() && bf16::from_f32(*v).is_infinite());
-    match (a.convert::<bf16>(), bad_bf) {
-        (Ok(h), None) => {
-            // Rounded once, to nearest even: bf16::from_f32 is exact-to-nearest from an f32.
-            for (x, y) in h.values().iter().zip(&values) {
-                let w = bf16::from_f32(*y);
-                assert!(
-                    x.to_bits() == w.to_bits() || (x.is_nan() && w.is_nan()),
-                    "convert::<bf16>: {y:e} ({:#010x}) became {x:e} ({:#06x}), round-to-nearest-even gives {w:e} ({:#06x})",
-                    y.to_bits(),
-                    x.to_bits(),
-                    w.to_bits()
-                );
-            }
-        }
-        (Err(Error::NonFinite { index, .. }), Some(i)) => assert_eq!(index, (i / (bs * bs), i % (bs * bs))),
-        (got, want) => panic!("convert::<bf16>: {:?}, first overflow at {want:?}", got.err()),
-    }
+    check_narrowed!(f16, a, &values, bs);
+    check_narrowed!(bf16, a, &values, bs);
 
     // sprs CSR and CSC (sprs allocates per row and per column).
     if values.len() <= 1 << 16 && rows <= MAX_DENSE && cols <= MAX_DENSE {

@@ -1,5 +1,5 @@
 //! Helpers shared by the fuzz targets: value pools, a tiny deterministic generator and NaN-aware comparisons.
-//! Everything here is independent of the library under test (no sparsek code is used to compute an oracle).
+//! No sparsek code is used here to compute an oracle (the generator that draws inputs is the library's).
 
 /// Defines `__asan_default_options` in the target binary: under AddressSanitizer a failed allocation then
 /// returns null (so Rust's fallible allocation APIs see the failure and the library can report
@@ -15,26 +15,24 @@ macro_rules! asan_options {
     };
 }
 
-/// SplitMix64: the values of a fuzz input are drawn from a seed the input carries, so that inputs stay small.
+/// The library's SplitMix64 ([`sparsek::rng::Rng`]): the values of a fuzz input are drawn from a seed the input
+/// carries, so that inputs stay small. (The generator only draws inputs; the `rng` target checks it.)
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(sparsek::rng::Rng);
 
 impl Rng {
-    /// A generator for `seed`.
+    /// A generator for `seed`: the stream the committed corpus was chosen with (state `seed ^ 0x0123_4567_89ab_cdef`;
+    /// the library's `new` xors its own constant in, undone here).
     pub fn new(seed: u64) -> Self {
-        Rng(seed ^ 0x0123_4567_89ab_cdef)
+        Rng(sparsek::rng::Rng::new(seed ^ 0x0123_4567_89ab_cdef ^ 0x5851_f42d_4c95_7f2d))
     }
     /// 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in `0..n` (0 when n == 0).
     pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { ((u128::from(self.next_u64()) * n as u128) >> 64) as usize }
+        self.0.below(n as u64) as usize
     }
     /// An integer in `-m..=m`.
     pub fn int(&mut self, m: i64) -> i64 {

@@ -40,37 +40,27 @@ fn f64_to_f32_round_to_odd(v: f64) -> f32 {
     f32::from_bits(bits | 1)
 }
 
-impl Scalar for f16 {
-    const NAME: &'static str = "f16";
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn from_f64(v: f64) -> Self {
-        f16::from_f32(f64_to_f32_round_to_odd(v))
-    }
-    fn from_f32(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        self.to_f32()
-    }
+/// `Scalar` for the 16-bit types: exact in f32 and f64; from f64 through f32 rounded to odd (one rounding in all).
+macro_rules! half_scalar {
+    ($($t:ident),*) => {$(
+        impl Scalar for $t {
+            const NAME: &'static str = stringify!($t);
+            fn to_f64(self) -> f64 {
+                self.to_f64()
+            }
+            fn from_f64(v: f64) -> Self {
+                $t::from_f32(f64_to_f32_round_to_odd(v))
+            }
+            fn from_f32(v: f32) -> Self {
+                $t::from_f32(v)
+            }
+            fn to_f32(self) -> f32 {
+                self.to_f32()
+            }
+        }
+    )*};
 }
-
-impl Scalar for bf16 {
-    const NAME: &'static str = "bf16";
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f32(f64_to_f32_round_to_odd(v))
-    }
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        self.to_f32()
-    }
-}
+half_scalar!(f16, bf16);
 
 impl Scalar for f32 {
     const NAME: &'static str = "f32";

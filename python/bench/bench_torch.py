@@ -845,49 +845,45 @@ def error_notes(records: list) -> list:
             f"{', ...' if len(cases) > 1 else ''})" for msg, cases in seen.items()]
 
 
+def record_table(section: dict, head: list, row) -> str:
+    """A Markdown table of the section's records: row(r) for a case that ran, else its name and "error" in every
+    other column."""
+    rows = [[r["case"]] + ["error"] * (len(head) - 1) if "error" in r else row(r) for r in section["records"]]
+    return md_table(head, rows)
+
+
 def table_grid(section: dict) -> str:
-    rows = []
-    for r in section["records"]:
-        if "error" in r:
-            rows.append([r["case"]] + ["error"] * 10)
-            continue
+    def row(r: dict) -> list:
         res, tf = r["results"], r["effective_tflops"]
-        rows.append([
+        return [
             r["case"], r["nnzb"],
             cell(res, "sparsek"), fmt_tflops(tf, "sparsek"),
             cell(res, "triton"), fmt_tflops(tf, "triton"),
             cell(res, "dense"), fmt_tflops(tf, "dense"),
             fmt_speedup(r["speedup_vs_dense"]), fmt_speedup(r["speedup_vs_triton"]), checks_cell(res),
-        ])
+        ]
     head = ["case", "nnzb", "sparsek ms", "sparsek TFLOPS", "triton ms", "triton TFLOPS", "dense ms",
             "dense TFLOPS", "speedup vs dense", "speedup vs triton", "checks"]
-    return md_table(head, rows)
+    return record_table(section, head, row)
 
 
 def table_layer(section: dict) -> str:
-    rows = []
-    for r in section["records"]:
-        if "error" in r:
-            rows.append([r["case"]] + ["error"] * 6)
-            continue
+    def row(r: dict) -> list:
         res = r["results"]
-        rows.append([r["case"], cell(res, "sparsek"), cell(res, "triton"), cell(res, "dense"),
-                     fmt_speedup(r["speedup_vs_dense"]), fmt_speedup(r["speedup_vs_triton"]), checks_cell(res)])
+        return [r["case"], cell(res, "sparsek"), cell(res, "triton"), cell(res, "dense"),
+                fmt_speedup(r["speedup_vs_dense"]), fmt_speedup(r["speedup_vs_triton"]), checks_cell(res)]
     head = ["weight (out×in), density, tokens", "sparsek ms", "triton ms (yᵀ)", "dense ms", "speedup vs dense",
             "speedup vs triton", "checks"]
-    return md_table(head, rows)
+    return record_table(section, head, row)
 
 
 def table_mlp(section: dict) -> str:
-    rows = []
-    for r in section["records"]:
-        if "error" in r:
-            rows.append([r["case"]] + ["error"] * 5)
-            continue
+    def row(r: dict) -> list:
         res = r["results"]
-        rows.append([r["case"], "/".join(map(str, r["nnzb"])), cell(res, "sparsek"), cell(res, "dense"),
-                     fmt_speedup(r["speedup_vs_dense"]), checks_cell(res)])
-    return md_table(["case", "nnzb (up/down)", "sparse MLP ms", "dense MLP ms", "speedup", "checks"], rows)
+        return [r["case"], "/".join(map(str, r["nnzb"])), cell(res, "sparsek"), cell(res, "dense"),
+                fmt_speedup(r["speedup_vs_dense"]), checks_cell(res)]
+    head = ["case", "nnzb (up/down)", "sparse MLP ms", "dense MLP ms", "speedup", "checks"]
+    return record_table(section, head, row)
 
 
 def us_cell(r: dict) -> str:

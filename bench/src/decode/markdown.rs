@@ -4,7 +4,7 @@ use super::*;
 
 /// `2 x 1024 MiB (read + written) in 812.3 µs median of 30: 2643.9 GB/s`, or why it was not measured.
 pub(super) fn copy_text(c: &CopyBandwidth) -> String {
-    match (&c.time, c.gbps, &c.error) {
+    match (&c.measured.time, c.measured.gbps, &c.measured.error) {
         (Some(t), Some(g), None) => {
             let mib = c.bytes as f64 / f64::from(1 << 20);
             format!("2 x {mib:.0} MiB (read + written) in {:.1} µs median of {}: {g:.1} GB/s", t.median_us, t.samples)
@@ -16,11 +16,11 @@ pub(super) fn copy_text(c: &CopyBandwidth) -> String {
 
 /// `1024 MiB read in 340.2 µs median of 30: 3156.1 GB/s, 105.1% of the copy's`, or why it was not measured.
 pub(super) fn read_text(r: &ReadFloor, copy: &CopyBandwidth) -> String {
-    match (&r.time, r.gbps, &r.error) {
+    match (&r.measured.time, r.measured.gbps, &r.measured.error) {
         (Some(t), Some(g), None) => {
             let mib = r.read_bytes as f64 / f64::from(1 << 20);
-            let of_copy =
-                ratio(Some(g), copy.gbps).map_or_else(String::new, |f| format!(", {:.1}% of the copy's", 100.0 * f));
+            let of_copy = ratio(Some(g), copy.measured.gbps)
+                .map_or_else(String::new, |f| format!(", {:.1}% of the copy's", 100.0 * f));
             format!(
                 "{mib:.0} MiB read in {:.1} µs median of {}: {g:.1} GB/s{of_copy} ({}: {} CTAs of {} threads, each \
                  reading {} KiB with {}-byte loads marked evict-first in L2)",

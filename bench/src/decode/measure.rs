@@ -2,6 +2,7 @@
 //! empty launch, the queued and graph-replayed times, and the checks of each output.
 
 use super::*;
+use crate::side::{Checked, NO_SET};
 
 pub(super) fn is_out_of_memory(e: &DriverError) -> bool {
     e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY
@@ -13,7 +14,7 @@ pub(super) fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwi
     let l2 = gpu.info().l2_bytes;
     let floor = (2 * l2).max(1);
     let mut bytes = COPY_BYTES.max(4 * l2);
-    let mut result = CopyBandwidth { bytes: 0, time: None, gbps: None, error: None };
+    let mut result = CopyBandwidth::default();
     let stream = gpu.stream();
     let alloc = |bytes: u64| -> std::result::Result<(CudaSlice<u8>, CudaSlice<u8>), DriverError> {
         let len = usize::try_from(bytes).unwrap_or(usize::MAX);
@@ -24,7 +25,8 @@ pub(super) fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwi
             Ok(buffers) => break buffers,
             Err(e) if is_out_of_memory(&e) && bytes / 2 >= floor => bytes /= 2,
             Err(e) => {
-                result.error = Some(format!("allocating two buffers of {bytes} bytes: {e}"));
+                let what = "two buffers (each)".into();
+                result.measured.error = Some(Error::Alloc { what, bytes, source: e }.to_string());
                 return result;
             }
         }
@@ -32,18 +34,19 @@ pub(super) fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwi
     result.bytes = bytes;
     // A non-zero source, so that nothing could profit from copying zeros.
     if let Err(e) = poison(gpu, src.as_view_mut()) {
-        result.error = Some(e);
+        result.measured.error = Some(e.to_string());
         return result;
     }
     let timer = EventTimer::new(stream);
-    let copy = || stream.memcpy_dtod(&src, &mut dst).map_err(|source| Error::Cuda { op: "cuMemcpyDtoDAsync", source });
+    let copy = || {
+        stream.memcpy_dtod(&src, &mut dst).map_err(|source| sparsek::Error::Cuda { op: "cuMemcpyDtoDAsync", source })
+    };
     match timer.time(warmup, iters, copy) {
         Ok(ms) => {
-            result.time = Times::from_ms(&ms);
-            let median_us = result.time.as_ref().map(|t| t.median_us);
-            result.gbps = ratio(Some(2.0 * bytes as f64 / 1e3), median_us);
+            result.measured.time = Times::from_ms(&ms);
+            result.measured.set_gbps(2 * bytes);
         }
-        Err(e) => result.error = Some(e.to_string()),
+        Err(e) => result.measured.error = Some(e.to_string()),
     }
     result
 }
@@ -52,40 +55,38 @@ pub(super) fn measure_copy(gpu: &Gpu, warmup: usize, iters: usize) -> CopyBandwi
 /// of events: the read bandwidth.
 pub(super) fn measure_read(
     gpu: &Gpu,
-    kernel: &std::result::Result<CudaFunction, String>,
+    kernel: &Loaded<CudaFunction>,
     bytes: u64,
     warmup: usize,
     iters: usize,
 ) -> ReadFloor {
     let mut result = ReadFloor { read_bytes: bytes, ctas: floor::ctas(bytes, 0), sets: 1, ..ReadFloor::default() };
-    let sets = match kernel {
+    let sets = match loaded(kernel) {
         Ok(f) if bytes > 0 => FloorSets::new(gpu, f.clone(), bytes, 0, 1),
-        Ok(_) => Err("the copy was not measured".into()),
-        Err(e) => Err(e.clone()),
+        Ok(_) => Err(Error::Unsupported("the copy was not measured")),
+        Err(e) => Err(e),
     };
     let mut sets = match sets {
         Ok(s) => s,
         Err(e) => {
-            result.error = Some(e);
+            result.measured.error = Some(e.to_string());
             return result;
         }
     };
-    let launch =
-        || sets.queue(gpu, 0).map_err(|source| Error::Cuda { op: "cuLaunchKernel (sparsek_read_floor)", source });
+    let launch = || sets.queue(gpu, 0).map_err(|source| sparsek::Error::Cuda { op: floor::LAUNCH, source });
     match EventTimer::new(gpu.stream()).time(warmup, iters, launch) {
         Ok(ms) => {
-            result.time = Times::from_ms(&ms);
-            result.gbps = ratio(Some(bytes as f64 / 1e3), result.median_us());
+            result.measured.time = Times::from_ms(&ms);
+            result.measured.set_gbps(bytes);
         }
-        Err(e) => result.error = Some(e.to_string()),
+        Err(e) => result.measured.error = Some(e.to_string()),
     }
     result
 }
 
 /// Loads the empty kernel into the GPU's context.
-pub(super) fn load_empty_kernel(gpu: &Gpu) -> std::result::Result<CudaFunction, String> {
-    let module = gpu.context().load_module(Ptx::from_src(EMPTY_PTX)).map_err(|e| format!("loading its PTX: {e}"))?;
-    module.load_function(EMPTY_KERNEL).map_err(|e| format!("looking up {EMPTY_KERNEL}: {e}"))
+pub(super) fn load_empty_kernel(gpu: &Gpu) -> Result<CudaFunction> {
+    load_kernel(gpu, EMPTY_PTX, EMPTY_KERNEL)
 }
 
 /// Times launches of the empty kernel, 1 CTA of 32 threads, each between its own pair of events.
@@ -98,12 +99,11 @@ pub(super) fn measure_empty_launch(gpu: &Gpu, warmup: usize, iters: usize) -> Em
     let func = match load_empty_kernel(gpu) {
         Ok(f) => f,
         Err(e) => {
-            result.error = Some(e);
+            result.error = Some(e.to_string());
             return result;
         }
     };
-    let launch =
-        || launch_empty(gpu, &func).map_err(|source| Error::Cuda { op: "cuLaunchKernel (sparsek_empty)", source });
+    let launch = || launch_empty(gpu, &func).map_err(|source| sparsek::Error::Cuda { op: EMPTY_LAUNCH, source });
     match EventTimer::new(gpu.stream()).time(warmup, iters, launch) {
         Ok(ms) => result.time = Times::from_ms(&ms),
         Err(e) => result.error = Some(e.to_string()),
@@ -123,8 +123,8 @@ pub(super) fn launch_empty(gpu: &Gpu, func: &CudaFunction) -> std::result::Resul
 pub(super) struct EmptyKernel(CudaFunction);
 
 impl Contender for EmptyKernel {
-    fn launch(&mut self, gpu: &Gpu, _set: usize) -> std::result::Result<(), String> {
-        launch_empty(gpu, &self.0).map_err(|e| format!("cuLaunchKernel ({EMPTY_KERNEL}): {e}"))
+    fn launch(&mut self, gpu: &Gpu, _set: usize) -> Result<()> {
+        launch_empty(gpu, &self.0).map_err(Error::driver(EMPTY_LAUNCH))
     }
 
     fn sets(&self) -> usize {
@@ -133,13 +133,9 @@ impl Contender for EmptyKernel {
 }
 
 /// The empty kernel queued behind the hold ([`queued::measure`]).
-pub(super) fn measure_queued_empty_launch(gpu: &Gpu, hold: &std::result::Result<Hold, String>) -> Queued {
-    let hold = match hold {
-        Ok(h) => h,
-        Err(e) => return Queued::failed(e.clone()),
-    };
-    match load_empty_kernel(gpu) {
-        Ok(func) => queued::measure(gpu, hold, &mut EmptyKernel(func), queued::BATCH),
+pub(super) fn measure_queued_empty_launch(gpu: &Gpu, hold: &Loaded<Hold>) -> Queued {
+    match loaded(hold).and_then(|hold| Ok((hold, load_empty_kernel(gpu)?))) {
+        Ok((hold, func)) => queued::measure(gpu, hold, &mut EmptyKernel(func), queued::BATCH),
         Err(e) => Queued::failed(e),
     }
 }
@@ -158,7 +154,7 @@ pub(super) struct Operands {
 pub(super) fn run_case(
     (gpu, programmatic): (&Gpu, Option<&Gpu>),
     libs: Kernels<'_>,
-    hold: &std::result::Result<Hold, String>,
+    hold: &Loaded<Hold>,
     cfg: &DecodeConfig,
     iters: usize,
     case: &Case,
@@ -169,14 +165,14 @@ pub(super) fn run_case(
     let seed = case.seed(cfg.seed);
     let mut rec = DecodeRecord::new(&case, seed);
     if let Err(e) = measure((gpu, programmatic), libs, hold, cfg, iters, &mut case, &mut rec, tag) {
-        rec.error = Some(e);
+        rec.error = Some(e.to_string());
     }
     rec.evaluate(&case, refs);
     rec
 }
 
 /// cuBLAS and the read floor kernel, each loaded once per run (or why it could not be).
-pub(super) type Kernels<'a> = (&'a std::result::Result<Cublas, String>, &'a std::result::Result<CudaFunction, String>);
+pub(super) type Kernels<'a> = (&'a Result<Cublas>, &'a Loaded<CudaFunction>);
 
 /// Builds the operands of `case`, sets up and checks each contender, and times them with the same-size copy and
 /// the read floor; the contenders' failures are recorded in their results, the case's returned. Then sparsek is
@@ -185,17 +181,14 @@ pub(super) type Kernels<'a> = (&'a std::result::Result<Cublas, String>, &'a std:
 pub(super) fn measure(
     (gpu, programmatic): (&Gpu, Option<&Gpu>),
     (lib, floor_kernel): Kernels<'_>,
-    hold: &std::result::Result<Hold, String>,
+    hold: &Loaded<Hold>,
     cfg: &DecodeConfig,
     iters: usize,
     case: &mut Case,
     rec: &mut DecodeRecord,
     tag: &str,
-) -> std::result::Result<(), String> {
-    if let Source::File(p) = &case.source {
-        return Err(format!("--decode measures generated cases only, not {}", p.display()));
-    }
-    let ops = operands(case, cfg, rec.facts.seed, tag).map_err(|e| format!("building the operands: {e}"))?;
+) -> Result<()> {
+    let ops = operands(case, cfg, rec.facts.seed, tag)?;
     let (m, n, k) = (ops.a.rows(), ops.b.cols(), ops.a.cols());
     rec.facts.nnzb = ops.a.nnzb();
     rec.bytes = BytesMoved::new(m, n, k, ops.a.block_size(), rec.facts.nnzb);
@@ -209,7 +202,7 @@ pub(super) fn measure(
         };
         let depth = rotation_depth(set_bytes, gpu.info().l2_bytes);
         let result = match (form, lib) {
-            (Form::Cublas, Err(why)) => Err(format!("cuBLAS unavailable: {why}")),
+            (Form::Cublas, Err(why)) => Err(Error::Unavailable { lib: "cuBLAS", reason: why.to_string() }),
             _ => setup(gpu, lib.as_ref().ok(), form, &ops, depth),
         };
         let r = rec.contender_mut(form);
@@ -220,7 +213,7 @@ pub(super) fn measure(
                 r.rotated_bytes = set_bytes * s.len() as u64;
                 sets.push((form, s));
             }
-            Err(e) => r.error = Some(e),
+            Err(e) => r.error = Some(e.to_string()),
         }
     }
     // The oracle's sampled rows stay for the graph replays' check; A and B on the host go.
@@ -236,7 +229,7 @@ pub(super) fn measure(
             Some(c)
         }
         Err(e) => {
-            rec.same_size_copy.error = Some(e);
+            rec.same_size_copy.measured.error = Some(e.to_string());
             None
         }
     };
@@ -246,16 +239,17 @@ pub(super) fn measure(
     rec.read_floor.write_bytes = floor_write.next_multiple_of(16);
     rec.read_floor.ctas = floor::ctas(floor_read, floor_write);
     let depth = rotation_depth(floor_read + floor_write, gpu.info().l2_bytes);
-    let mut floor = match floor_kernel.clone().and_then(|f| FloorSets::new(gpu, f, floor_read, floor_write, depth)) {
-        Ok(f) => {
-            rec.read_floor.sets = f.sets();
-            Some(f)
-        }
-        Err(e) => {
-            rec.read_floor.error = Some(e);
-            None
-        }
-    };
+    let mut floor =
+        match loaded(floor_kernel).and_then(|f| FloorSets::new(gpu, f.clone(), floor_read, floor_write, depth)) {
+            Ok(f) => {
+                rec.read_floor.sets = f.sets();
+                Some(f)
+            }
+            Err(e) => {
+                rec.read_floor.measured.error = Some(e.to_string());
+                None
+            }
+        };
 
     eprintln!("{tag}   timing, interleaved");
     let mut timing = time_with_references(gpu, cfg.warmup, iters, &mut sets, copy.as_mut(), floor.as_mut());
@@ -263,11 +257,11 @@ pub(super) fn measure(
     // failed, its error is recorded and the rest are timed again without it.
     while timing.is_err() {
         if let Some(e) = copy.as_mut().and_then(|c| c.failure.take()) {
-            rec.same_size_copy.error = Some(format!("timing: {e}"));
+            rec.same_size_copy.measured.error = Some(format!("timing: {e}"));
             eprintln!("{tag}   same-size copy failed ({e}); timing again without it");
             copy = None;
         } else if let Some(e) = floor.as_mut().and_then(|f| f.failure.take()) {
-            rec.read_floor.error = Some(format!("timing: {e}"));
+            rec.read_floor.measured.error = Some(format!("timing: {e}"));
             eprintln!("{tag}   read floor failed ({e}); timing again without it");
             floor = None;
         } else {
@@ -275,33 +269,33 @@ pub(super) fn measure(
         }
         timing = time_with_references(gpu, cfg.warmup, iters, &mut sets, copy.as_mut(), floor.as_mut());
     }
-    let (items, times, clock) = timing.map_err(|e| format!("timing: {e}"))?;
+    let (items, times, clock) = timing.map_err(Error::step("timing"))?;
     rec.sm_clock_mhz = clock;
     for (item, t) in items.into_iter().zip(&times) {
         match item {
             Item::Contender(form) => rec.contender_mut(form).time = Times::from_ms(t),
-            Item::SameSizeCopy => rec.same_size_copy.time = Times::from_ms(t),
-            Item::ReadFloor => rec.read_floor.time = Times::from_ms(t),
+            Item::SameSizeCopy => rec.same_size_copy.measured.time = Times::from_ms(t),
+            Item::ReadFloor => rec.read_floor.measured.time = Times::from_ms(t),
         }
     }
     if let Some((_, s)) = sets.iter_mut().find(|(f, _)| *f == Form::Sparsek) {
         eprintln!("{tag}   timing sparsek queued ({} launches per batch)", queued::BATCH);
-        rec.sparsek_queued = match hold {
+        rec.sparsek_queued = match loaded(hold) {
             Ok(h) => queued::measure(gpu, h, s, queued::BATCH),
-            Err(e) => Queued::failed(e.clone()),
+            Err(e) => Queued::failed(e),
         };
         if let Some(pg) = programmatic {
             eprintln!("{tag}   timing sparsek queued, programmatic launches");
-            rec.sparsek_queued_programmatic = Some(match hold {
+            rec.sparsek_queued_programmatic = Some(match loaded(hold) {
                 Ok(h) => queued_programmatic(gpu, pg, h, s),
-                Err(e) => Queued::failed(e.clone()),
+                Err(e) => Queued::failed(e),
             });
         }
         if let Some(f) = floor.as_mut() {
             eprintln!("{tag}   timing the read floor queued ({} launches per batch)", queued::BATCH);
-            rec.read_floor_queued = match hold {
+            rec.read_floor_queued = match loaded(hold) {
                 Ok(h) => queued::measure(gpu, h, f, queued::BATCH),
-                Err(e) => Queued::failed(e.clone()),
+                Err(e) => Queued::failed(e),
             };
         }
         eprintln!("{tag}   timing sparsek replayed from a CUDA graph ({} launches)", queued::BATCH);
@@ -325,15 +319,19 @@ pub(super) fn measure(
 pub(super) fn graph_replayed(gpu: &Gpu, launcher: &Gpu, sets: &mut Sets<'_>, expected: &Expected) -> Queued {
     use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
     let batch = queued::BATCH;
-    let mut run = || -> std::result::Result<Vec<f32>, String> {
-        poison(gpu, sets.output().ok_or("no input set")?.as_view_mut())?;
-        gpu.synchronize().map_err(|e| e.to_string())?;
-        let Sets::Sparsek(own) = &mut *sets else { return Err("a graph of sparsek's launches only".into()) };
-        let stream = launcher.new_stream().map_err(|e| e.to_string())?;
+    let mut run = || -> Result<Vec<f32>> {
+        poison(gpu, sets.output().ok_or(NO_SET)?.as_view_mut())?;
+        gpu.synchronize()?;
+        let Sets::Sparsek(own) = &mut *sets else {
+            return Err(Error::Unsupported("a graph of sparsek's launches only"));
+        };
+        let stream = launcher.new_stream()?;
         // The views are made before the capture: each records an event on its buffer's stream.
         let mut views: Vec<_> = own.iter_mut().map(|(a, b, c)| (a.view(), b.view(), c.view_mut())).collect();
         let count = views.len().max(1);
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).map_err(|e| e.to_string())?;
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+            .map_err(Error::driver("cuStreamBeginCapture"))?;
         let mut captured = Ok(());
         for i in 0..batch {
             let (a, b, c) = &mut views[i % count];
@@ -341,32 +339,31 @@ pub(super) fn graph_replayed(gpu: &Gpu, launcher: &Gpu, sets: &mut Sets<'_>, exp
             // Gpu's stream was synchronised above, and nothing else is queued until the replays end).
             let r = unsafe { launcher.spmm_raw(stream.cu_stream(), a, b, c, None, Epilogue::default()) };
             if let Err(e) = r {
-                captured = Err(format!("launch during capture: {e}"));
+                captured = Err(Error::step("launch during capture")(e));
                 break;
             }
         }
         let graph = stream.end_capture(CUgraphInstantiate_flags(0));
         captured?;
-        let graph = graph.map_err(|e| format!("cuStreamEndCapture: {e}"))?.ok_or("an empty graph")?;
-        graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
+        let graph = graph.map_err(Error::driver("cuStreamEndCapture"))?.ok_or(Error::Unsupported("an empty graph"))?;
+        graph.launch().map_err(Error::driver("cuGraphLaunch"))?;
         let ctx = gpu.context();
         let mut ms = Vec::with_capacity(queued::REPS);
         for _ in 0..queued::REPS {
-            let event =
-                || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e}"));
+            let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(Error::driver("cuEventCreate"));
             let (start, end) = (event()?, event()?);
-            start.record(&stream).map_err(|e| format!("cuEventRecord: {e}"))?;
-            graph.launch().map_err(|e| format!("cuGraphLaunch: {e}"))?;
-            end.record(&stream).map_err(|e| format!("cuEventRecord: {e}"))?;
-            end.synchronize().map_err(|e| format!("cuEventSynchronize: {e}"))?;
-            ms.push(start.elapsed_ms(&end).map_err(|e| format!("cuEventElapsedTime: {e}"))? / batch as f32);
+            start.record(&stream).map_err(Error::driver("cuEventRecord"))?;
+            graph.launch().map_err(Error::driver("cuGraphLaunch"))?;
+            end.record(&stream).map_err(Error::driver("cuEventRecord"))?;
+            end.synchronize().map_err(Error::driver("cuEventSynchronize"))?;
+            ms.push(start.elapsed_ms(&end).map_err(Error::driver("cuEventElapsedTime"))? / batch as f32);
         }
-        stream.synchronize().map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(Error::driver("cuStreamSynchronize"))?;
         drop(views);
-        let after = sets.output().ok_or("no input set")?.to_host().map_err(|e| e.to_string())?;
+        let after = sets.output().ok_or(NO_SET)?.to_host()?;
         let report = expected.check(&after);
         if !report.passed() {
-            return Err(format!("the graph's output fails the oracle's check: {report}"));
+            return Err(Error::CheckFailed { what: "the graph's output", report: Box::new(report) });
         }
         Ok(ms)
     };
@@ -385,14 +382,12 @@ pub(super) fn same_bits(x: &Matrix<f32>, y: &Matrix<f32>) -> bool {
 /// (`Gpu::from_context`) whose launches are programmatic. Checked: C of set 0 (what the plain launches left,
 /// deterministic) is poisoned first and must have the same bits in every element after the batches.
 pub(super) fn queued_programmatic(gpu: &Gpu, programmatic: &Gpu, hold: &Hold, sets: &mut Sets<'_>) -> Queued {
-    let output = |sets: &mut Sets<'_>| -> std::result::Result<Matrix<f32>, String> {
-        sets.output().ok_or("no input set")?.to_host().map_err(|e| e.to_string())
-    };
+    let output = |sets: &mut Sets<'_>| -> Result<Matrix<f32>> { Ok(sets.output().ok_or(NO_SET)?.to_host()?) };
     let before = match output(sets) {
         Ok(c) => c,
         Err(e) => return Queued::failed(e),
     };
-    if let Err(e) = sets.output().ok_or("no input set".to_string()).and_then(|c| poison(gpu, c.as_view_mut())) {
+    if let Err(e) = sets.output().ok_or(NO_SET).and_then(|c| poison(gpu, c.as_view_mut())) {
         return Queued::failed(e);
     }
     let q = queued::measure(programmatic, hold, sets, queued::BATCH);
@@ -401,7 +396,7 @@ pub(super) fn queued_programmatic(gpu: &Gpu, programmatic: &Gpu, hold: &Hold, se
     }
     match output(sets) {
         Ok(after) if same_bits(&after, &before) => q,
-        Ok(_) => Queued::failed("the programmatic launches' output differs from the plain launches'".into()),
+        Ok(_) => Queued::failed("the programmatic launches' output differs from the plain launches'"),
         Err(e) => Queued::failed(e),
     }
 }
@@ -430,7 +425,7 @@ pub(super) fn time_with_references(
     sets: &mut [(Form, Sets<'_>)],
     copy: Option<&mut CopySets>,
     floor: Option<&mut FloorSets>,
-) -> std::result::Result<Timed, String> {
+) -> Result<Timed> {
     let (mut items, mut timed): (Vec<Item>, Vec<&mut dyn Contender>) =
         sets.iter_mut().map(|(f, s)| (Item::Contender(*f), s as &mut dyn Contender)).unzip();
     if let Some(c) = copy {
@@ -455,13 +450,14 @@ pub(super) struct CopySets {
 
 impl CopySets {
     /// `depth` pairs of `bytes` each (at least one), or why they could not be allocated.
-    fn new(gpu: &Gpu, bytes: u64, depth: usize) -> std::result::Result<CopySets, String> {
-        let len = usize::try_from(bytes).map_err(|_| format!("{bytes} bytes do not fit this host's usize"))?;
+    fn new(gpu: &Gpu, bytes: u64, depth: usize) -> Result<CopySets> {
+        let len = Error::fit::<usize>("the copy's bytes", bytes, "this host's usize")?;
         let stream = gpu.stream();
         let mut pairs = Vec::with_capacity(depth.max(1));
         for _ in 0..depth.max(1) {
             let alloc = |what: &str| {
-                stream.alloc_zeros::<u8>(len).map_err(|e| format!("allocating the copy's {what} of {bytes} bytes: {e}"))
+                let what = format!("the copy's {what}");
+                stream.alloc_zeros::<u8>(len).map_err(|source| Error::Alloc { what, bytes, source })
             };
             let (mut src, dst) = (alloc("source")?, alloc("destination")?);
             poison(gpu, src.as_view_mut())?;
@@ -473,11 +469,11 @@ impl CopySets {
 
 impl Contender for CopySets {
     /// Queues the copy of pair `set` on the GPU's stream.
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         let (src, dst) = &mut self.pairs[set];
-        let r = gpu.stream().memcpy_dtod(src, dst).map_err(|e| format!("cuMemcpyDtoDAsync: {e}"));
+        let r = gpu.stream().memcpy_dtod(src, dst).map_err(Error::driver("cuMemcpyDtoDAsync"));
         if let Err(e) = &r {
-            self.failure = Some(e.clone());
+            self.failure = Some(e.to_string());
         }
         r
     }
@@ -489,7 +485,7 @@ impl Contender for CopySets {
 
 /// A and B ([`Case::operands`]) and the oracle on the sampled rows of C.
 pub(super) fn operands(case: &mut Case, cfg: &DecodeConfig, seed: u64, tag: &str) -> Result<Operands> {
-    let (a, b, _, expected) = crate::side::f16_operands(case, cfg, seed, tag)?;
+    let (a, b, _, expected) = crate::side::generated_operands(case, cfg, seed, tag, "--decode")?;
     Ok(Operands { a, b, expected })
 }
 
@@ -501,11 +497,11 @@ pub(super) enum Sets<'l> {
 
 impl Contender for Sets<'_> {
     /// Queues one product on input set `set` on the GPU's stream.
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), String> {
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
         match self {
             Sets::Sparsek(sets) => {
                 let (a, b, c) = &mut sets[set];
-                gpu.spmm(a, b, c, Epilogue::default()).map_err(|e| e.to_string())
+                Ok(gpu.spmm(a, b, c, Epilogue::default())?)
             }
             Sets::Cublas(c) => c.launch(gpu, set),
         }
@@ -523,8 +519,9 @@ impl Sets<'_> {
             Sets::Cublas(c) => c.len(),
         }
     }
+}
 
-    /// C of set 0.
+impl Checked for Sets<'_> {
     fn output(&mut self) -> Option<&mut DeviceMatrix<f32>> {
         match self {
             Sets::Sparsek(s) => s.first_mut().map(|t| &mut t.2),
@@ -541,26 +538,21 @@ pub(super) fn setup<'l>(
     form: Form,
     ops: &Operands,
     depth: usize,
-) -> std::result::Result<(Sets<'l>, Check), String> {
-    let s = |e: Error| e.to_string();
+) -> Result<(Sets<'l>, Check)> {
     let (a, b) = (&ops.a, &ops.b);
     let (m, n) = (a.rows(), b.cols());
     let mut sets = match form {
         Form::Sparsek => Sets::Sparsek(
             (0..depth)
                 .map(|_| Ok((gpu.upload(a)?, gpu.upload_matrix(b)?, gpu.zeros(m, n)?)))
-                .collect::<Result<_>>()
-                .map_err(s)?,
+                .collect::<sparsek::Result<_>>()?,
         ),
         Form::Cublas => {
-            let lib = lib.ok_or("cuBLAS unavailable")?;
+            let lib = lib.ok_or(Error::Unsupported("cuBLAS unavailable"))?;
             Sets::Cublas(crate::side::CublasSets::upload(gpu, lib, a, b, depth)?)
         }
     };
-    let c = sets.output().ok_or("no input set")?;
-    poison(gpu, c.as_view_mut())?;
-    sets.launch(gpu, 0)?;
-    let host = sets.output().ok_or("no input set")?.to_host().map_err(s)?;
+    let host = sets.first_output(gpu)?;
     Ok((sets, Check::from(&check_output(form, ops, &host))))
 }
 

@@ -66,30 +66,30 @@
 //! (rewritten after the references and after every case) and `OUT_DIR/decode.md`, and the table to stdout.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaFunction, CudaSlice, DriverError, LaunchConfig};
-use cudarc::nvrtc::Ptx;
 use half::f16;
 use serde::Serialize;
 
 use crate::cublas::{self, Cublas};
-use crate::grid::{Case, Source, percent};
-use crate::json::round_sig;
-use crate::poison;
+use crate::cuda::{load_kernel, poison};
+use crate::error::{self, Error, Loaded, Result, loaded};
+use crate::grid::{Case, percent};
+use crate::num::round_sig;
 use crate::report::{Check, Header};
 use crate::research::floor::{self, FloorSets, ReadFloor};
 use crate::research::queued::{self, Hold, Queued};
 use crate::runner::{Contender, time_interleaved};
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected};
-use sparsek::error::{Error, Result};
 use sparsek::format::{Bsr, Pattern};
 use sparsek::gpu::timing::EventTimer;
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::matrix::Matrix;
 
-pub use crate::measure::{BytesMoved, MAX_SETS, Times, rotation_depth};
+pub use crate::measure::{BytesMoved, MAX_SETS, Measured, Times, rotation_depth};
 pub use crate::side::MIN_ITERS;
 
 /// The size of the copy that measures the copy bandwidth, unless 4x L2 is larger.
@@ -108,6 +108,7 @@ const SMALL_N: [usize; 3] = [1, 16, 512];
 
 /// The empty kernel's name and PTX (ISA 8.0, sm_80, as the product module: JIT-compiled for any sm_80+ GPU).
 const EMPTY_KERNEL: &str = "sparsek_empty";
+const EMPTY_LAUNCH: &str = "cuLaunchKernel (sparsek_empty)";
 const EMPTY_PTX: &str =
     ".version 8.0\n.target sm_80\n.address_size 64\n\n.visible .entry sparsek_empty()\n{\n\tret;\n}\n";
 
@@ -208,19 +209,16 @@ pub fn targets(case: &Case) -> Vec<(Figure, f64)> {
 }
 
 /// What to run and where to write it (`decode.json` and `decode.md` go into `out_dir`).
-pub type DecodeConfig = crate::side::SideConfig;
+pub type DecodeConfig = crate::side::RunConfig;
 
 /// The measured device-to-device copy bandwidth.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CopyBandwidth {
     /// Bytes per copy (the source's size; the destination is as large). 0 when nothing could be allocated.
     pub bytes: u64,
-    /// Times of `cuMemcpyDtoDAsync`.
-    pub time: Option<Times>,
-    /// `2 * bytes / median time` (read + written), in GB/s (1e9 bytes).
-    pub gbps: Option<f64>,
-    /// Why it was not measured.
-    pub error: Option<String>,
+    /// Times of `cuMemcpyDtoDAsync` and `2 * bytes / median time` (read + written), or why it was not measured.
+    #[serde(flatten)]
+    pub measured: Measured,
 }
 
 /// The measured time of an empty kernel launch.
@@ -242,12 +240,9 @@ pub struct SameSizeCopy {
     pub bytes: u64,
     /// Buffer pairs rotated through.
     pub sets: usize,
-    /// Its times.
-    pub time: Option<Times>,
-    /// `2 * bytes / median time` (read + written), in GB/s (1e9 bytes).
-    pub gbps: Option<f64>,
-    /// Why it was not measured.
-    pub error: Option<String>,
+    /// Its times and `2 * bytes / median time` (read + written), or why it was not measured.
+    #[serde(flatten)]
+    pub measured: Measured,
 }
 
 /// The references measured once per run, before the cases.
@@ -302,14 +297,11 @@ impl Form {
 }
 
 /// One contender's result in one case.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ContenderResult {
-    /// [`Form::name`].
-    pub name: String,
-    /// [`Form::description`].
-    pub description: String,
-    /// The check of its output against the oracle, if it ran.
-    pub check: Option<Check>,
+pub type ContenderResult = crate::side::ContenderResult<Figures>;
+
+/// A decode contender's figures (in its JSON object, after the check).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Figures {
     /// Its launch times, if timed.
     pub time: Option<Times>,
     /// Input sets rotated through (each a separate copy of every operand a launch reads).
@@ -317,26 +309,11 @@ pub struct ContenderResult {
     /// `sets` times the bytes one launch moves (for cuBLAS: dense A, B and C): at least 2x L2 unless capped by
     /// [`MAX_SETS`].
     pub rotated_bytes: u64,
-    /// Why it did not run or was not timed.
-    pub error: Option<String>,
 }
 
 impl ContenderResult {
-    fn new(form: Form) -> Self {
-        ContenderResult {
-            name: form.name().into(),
-            description: form.description().into(),
-            check: None,
-            time: None,
-            sets: 0,
-            rotated_bytes: 0,
-            error: None,
-        }
-    }
-
-    /// Whether it ran and its output passed its check.
-    pub fn passed(&self) -> bool {
-        self.error.is_none() && self.check.as_ref().is_some_and(|c| c.passed)
+    fn of(form: Form) -> Self {
+        ContenderResult::new(form.name(), form.description())
     }
 
     /// The median time, when the output passed its check (a failed check makes the time untrusted).
@@ -424,8 +401,8 @@ impl DecodeRecord {
         DecodeRecord {
             facts: crate::side::CaseFacts::new(case, seed),
             bytes: BytesMoved::default(),
-            sparsek: ContenderResult::new(Form::Sparsek),
-            cublas: ContenderResult::new(Form::Cublas),
+            sparsek: ContenderResult::of(Form::Sparsek),
+            cublas: ContenderResult::of(Form::Cublas),
             same_size_copy: SameSizeCopy::default(),
             achieved_gbps: None,
             copy_fraction: None,
@@ -467,21 +444,21 @@ impl DecodeRecord {
     fn evaluate(&mut self, case: &Case, refs: &References) {
         let sparsek = self.sparsek.trusted_us();
         self.achieved_gbps = ratio(Some(self.bytes.total as f64 / 1e3), sparsek);
-        self.copy_fraction = ratio(self.achieved_gbps, refs.copy.gbps);
-        let copy = &mut self.same_size_copy;
-        copy.gbps = ratio(Some(2.0 * copy.bytes as f64 / 1e3), copy.time.as_ref().map(|t| t.median_us));
-        self.same_size_copy_fraction = ratio(self.achieved_gbps, self.same_size_copy.gbps);
+        self.copy_fraction = ratio(self.achieved_gbps, refs.copy.measured.gbps);
+        self.same_size_copy.measured.set_gbps(2 * self.same_size_copy.bytes);
+        self.same_size_copy_fraction = ratio(self.achieved_gbps, self.same_size_copy.measured.gbps);
         self.speedup_vs_cublas = ratio(self.cublas.trusted_us(), sparsek);
         self.launch_ratio = ratio(sparsek, refs.empty_us());
         let queued = self.sparsek_queued.median_us().filter(|_| self.sparsek.passed());
         self.queued_launch_ratio = ratio(queued, refs.queued_empty_launch.median_us());
         let floor = self.read_floor.median_us();
-        self.read_floor.gbps =
-            ratio(Some((self.read_floor.read_bytes + self.read_floor.write_bytes) as f64 / 1e3), floor);
+        self.read_floor.measured.set_gbps(self.read_floor.read_bytes + self.read_floor.write_bytes);
         self.read_floor_fraction = ratio(floor, sparsek);
         let floor_figure = |figure: Figure| -> Option<f64> {
             match figure {
-                Figure::CopyFraction => ratio(ratio(Some(self.bytes.total as f64 / 1e3), floor), refs.copy.gbps),
+                Figure::CopyFraction => {
+                    ratio(ratio(Some(self.bytes.total as f64 / 1e3), floor), refs.copy.measured.gbps)
+                }
                 Figure::SpeedupVsCublas => ratio(self.cublas.trusted_us(), floor),
                 Figure::LaunchRatio => ratio(floor, refs.empty_us()),
             }
@@ -526,8 +503,8 @@ pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<
     let crate::side::Opened { header, cublas: lib, iters } = crate::side::open(gpu, cfg, "decode")?;
     let json_path = cfg.out_dir.join("decode.json");
 
-    let hold = Hold::load(gpu);
-    let floor_kernel = floor::load(gpu);
+    let hold = Hold::load(gpu).map_err(Arc::new);
+    let floor_kernel = floor::load(gpu).map_err(Arc::new);
     let copy = measure_copy(gpu, cfg.warmup, iters);
     let references = References {
         read: measure_read(gpu, &floor_kernel, copy.bytes, cfg.warmup, iters),
@@ -540,20 +517,20 @@ pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<
     eprintln!("  empty launch: {}", empty_text(&references.empty_launch));
     eprintln!("  empty launch, queued: {}", queued_text(&references.queued_empty_launch));
     let mut records = Vec::with_capacity(cfg.cases.len());
-    crate::side::write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
+    error::write(&json_path, to_json(&header, &references, &records, cfg.cases.is_empty())?.as_bytes())?;
     for (i, case) in cfg.cases.iter().enumerate() {
         let tag = format!("case {}/{}", i + 1, cfg.cases.len());
         let rec = run_case((gpu, programmatic), (&lib, &floor_kernel), &hold, cfg, iters, case, &references, &tag);
         eprintln!("{tag} {}", progress_line(&rec));
         records.push(rec);
-        crate::side::write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
+        error::write(&json_path, to_json(&header, &references, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
     }
     drop(lib);
 
     let report = markdown(&header, &references, &records);
     println!("{report}");
     let md_path = cfg.out_dir.join("decode.md");
-    crate::side::write(&md_path, report.as_bytes())?;
+    error::write(&md_path, report.as_bytes())?;
     eprintln!("wrote {}", md_path.display());
     eprintln!("wrote {}", json_path.display());
     for r in records.iter().filter(|r| !r.sparsek_passed()) {
@@ -569,16 +546,10 @@ pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<
 /// "complete": bool, "records": [...]}` (the header as in `latest.json`).
 pub fn to_json(header: &Header, references: &References, records: &[DecodeRecord], complete: bool) -> Result<String> {
     #[derive(Serialize)]
-    struct Out<'a> {
-        header: &'a Header,
+    struct Extra<'a> {
         references: &'a References,
-        complete: bool,
-        records: &'a [DecodeRecord],
     }
-    let mut s = serde_json::to_string_pretty(&Out { header, references, complete, records })
-        .map_err(|e| Error::Io { path: "decode.json".into(), reason: format!("serializing the results: {e}") })?;
-    s.push('\n');
-    Ok(s)
+    crate::side::to_json("decode.json", header, Extra { references }, records, complete)
 }
 
 mod markdown;

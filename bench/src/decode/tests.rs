@@ -5,9 +5,13 @@ fn times(median_us: f64) -> Times {
     Times { median_us, min_us: median_us, max_us: median_us, samples: 30 }
 }
 
+fn measured(time: Option<Times>, gbps: Option<f64>) -> Measured {
+    Measured { time, gbps, error: None }
+}
+
 fn references(copy_gbps: Option<f64>, empty_us: Option<f64>) -> References {
     References {
-        copy: CopyBandwidth { bytes: COPY_BYTES, time: copy_gbps.map(|_| times(800.0)), gbps: copy_gbps, error: None },
+        copy: CopyBandwidth { bytes: COPY_BYTES, measured: measured(copy_gbps.map(|_| times(800.0)), copy_gbps) },
         empty_launch: EmptyLaunch { kernel: "empty".into(), time: empty_us.map(times), error: None },
         queued_empty_launch: Queued { batch: 32, time: empty_us.map(|_| times(1.5)), ..Queued::default() },
         read: ReadFloor::default(),
@@ -120,19 +124,6 @@ fn target_rule() {
 }
 
 #[test]
-fn rotation_spans_twice_l2() {
-    let l2 = 50u64 << 20;
-    assert_eq!(rotation_depth(200 << 20, l2), 1);
-    assert_eq!(rotation_depth(100 << 20, l2), 1);
-    assert_eq!(rotation_depth(30 << 20, l2), 4);
-    assert_eq!(rotation_depth(0, l2), MAX_SETS);
-    // The smallest default set (1536 x 384 bs 32 25%, N 1) needs more than the main benchmark's 128 sets.
-    let small = BytesMoved::new(1536, 1, 384, 32, 144).total;
-    let depth = rotation_depth(small, l2);
-    assert!(depth > 128 && depth < MAX_SETS && depth as u64 * small >= 2 * l2, "{depth} sets of {small}");
-}
-
-#[test]
 fn figures_and_verdicts() {
     let refs = references(Some(3000.0), Some(2.5));
     // 8192 x 8192 bs 64 22%, N 16: 3604 blocks.
@@ -172,13 +163,13 @@ fn same_size_copy_figures() {
     let case = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
     let mut r = record(&case, 3604, 16.0, 48.0, true, &refs);
     // Not timed: no figure, and the targets are unaffected.
-    assert_eq!((r.same_size_copy.gbps, r.same_size_copy_fraction), (None, None));
+    assert_eq!((r.same_size_copy.measured.gbps, r.same_size_copy_fraction), (None, None));
     let goals = r.goals.clone();
     // A copy of half the bytes moved, 12 µs: sparsek's 16 µs is 75% of it.
     let bytes = r.bytes.total.div_ceil(2).next_multiple_of(16);
-    r.same_size_copy = SameSizeCopy { bytes, sets: 4, time: Some(times(12.0)), gbps: None, error: None };
+    r.same_size_copy = SameSizeCopy { bytes, sets: 4, measured: measured(Some(times(12.0)), None) };
     r.evaluate(&case, &refs);
-    assert_eq!(r.same_size_copy.gbps, Some(round_sig(2.0 * bytes as f64 / 12.0 / 1e3, 6)));
+    assert_eq!(r.same_size_copy.measured.gbps, Some(round_sig(2.0 * bytes as f64 / 12.0 / 1e3, 6)));
     let fraction = r.same_size_copy_fraction.unwrap();
     assert!((fraction - 0.75).abs() < 1e-5, "{fraction}");
     assert_eq!(r.goals, goals, "the issue's targets stay on the 1 GiB copy");
@@ -214,12 +205,11 @@ fn read_floor_figures() {
         write_bytes: r.bytes.c,
         ctas: 800,
         sets: 4,
-        time: Some(times(14.0)),
-        ..ReadFloor::default()
+        measured: measured(Some(times(14.0)), None),
     };
     r.evaluate(&case, &refs);
     assert_eq!(r.read_floor_fraction, Some(0.875));
-    assert_eq!(r.read_floor.gbps, Some(round_sig(r.bytes.total as f64 / 14.0 / 1e3, 6)));
+    assert_eq!(r.read_floor.measured.gbps, Some(round_sig(r.bytes.total as f64 / 14.0 / 1e3, 6)));
     assert_eq!(
         r.goals.iter().map(|g| (g.met, g.floor_met)).collect::<Vec<_>>(),
         vec![(Some(false), Some(false)), (Some(false), Some(false))]
@@ -234,7 +224,7 @@ fn read_floor_figures() {
     assert!(t.contains("kernel measured this way): 2."), "{t}");
     assert!(t.contains("(measured 63.2%; the read floor misses it too)"), "{t}");
 
-    r.read_floor.time = Some(times(12.0));
+    r.read_floor.measured.time = Some(times(12.0));
     r.evaluate(&case, &refs);
     assert_eq!(r.goals.iter().map(|g| g.floor_met).collect::<Vec<_>>(), vec![Some(true), Some(true)]);
     let t = markdown(&header, &refs, std::slice::from_ref(&r));
@@ -248,7 +238,7 @@ fn read_floor_figures() {
 
     // A failed sparsek check: no fraction, but the floor's verdicts stand (they do not use sparsek's time).
     let mut bad = record(&case, 3604, 16.0, 48.0, false, &refs);
-    bad.read_floor.time = Some(times(12.0));
+    bad.read_floor.measured.time = Some(times(12.0));
     bad.evaluate(&case, &refs);
     assert_eq!(bad.read_floor_fraction, None);
     assert_eq!(bad.goals.iter().map(|g| (g.met, g.floor_met)).collect::<Vec<_>>(), vec![(None, Some(true)); 2]);
@@ -256,19 +246,21 @@ fn read_floor_figures() {
 
 #[test]
 fn read_text_names_the_kernel() {
-    let copy = CopyBandwidth { bytes: 1 << 30, time: Some(times(700.0)), gbps: Some(3000.0), error: None };
+    let copy = CopyBandwidth { bytes: 1 << 30, measured: measured(Some(times(700.0)), Some(3000.0)) };
     let read = ReadFloor {
         read_bytes: 1 << 30,
         ctas: floor::ctas(1 << 30, 0),
         sets: 1,
-        time: Some(times(340.0)),
-        gbps: Some(3158.0),
+        measured: measured(Some(times(340.0)), Some(3158.0)),
         ..ReadFloor::default()
     };
     let t = read_text(&read, &copy);
     assert!(t.starts_with("1024 MiB read in 340.0 µs median of 30: 3158.0 GB/s, 105.3% of the copy's"), "{t}");
     assert!(t.contains("sparsek_read_floor: 32768 CTAs of 128 threads, each reading 32 KiB"), "{t}");
-    let failed = ReadFloor { error: Some("no PTX".into()), ..ReadFloor::default() };
+    let failed = ReadFloor {
+        measured: Measured { error: Some("no PTX".into()), ..Measured::default() },
+        ..ReadFloor::default()
+    };
     assert_eq!(read_text(&failed, &copy), "not measured (no PTX)");
 }
 
@@ -279,7 +271,7 @@ fn table_and_json() {
     let large = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
     let small = Case::synthetic(1536, 1, 384, 64, 0.5, Pattern::Uniform);
     let mut missing = record(&small, 72, 6.0, 6.0, true, &refs);
-    missing.cublas = ContenderResult::new(Form::Cublas);
+    missing.cublas = ContenderResult::of(Form::Cublas);
     missing.cublas.error = Some("cuBLAS unavailable: no | library".into());
     missing.evaluate(&small, &refs);
     // Queued: 9 µs per launch against the queued empty launch's 1.5 (no figure when the check failed).
@@ -288,7 +280,7 @@ fn table_and_json() {
     queued.sparsek_queued_programmatic =
         Some(Queued { batch: 32, time: Some(times(7.5)), hold_us: Some(2000.0), error: None });
     queued.sparsek_graph = Some(Queued { batch: 32, time: Some(times(9.5)), hold_us: None, error: None });
-    queued.sparsek_graph_programmatic = Some(Queued::failed("the graph's output differs".into()));
+    queued.sparsek_graph_programmatic = Some(Queued::failed("the graph's output differs"));
     queued.read_floor_queued = Queued { batch: 32, time: Some(times(8.25)), hold_us: Some(2000.0), error: None };
     queued.evaluate(&large, &refs);
     assert_eq!(queued.queued_launch_ratio, Some(6.0));
@@ -359,4 +351,30 @@ fn table_and_json() {
     assert!(r1["speedup_vs_cublas"].is_null());
     assert_eq!(r1["launch_ratio"], 2.4);
     assert_eq!(r1["goals"][0]["met"], false);
+}
+
+/// The file keeps the layout of the committed ones (docs/bench/*-decode-*.json): the top-level keys, and each
+/// contender's keys with its figures in place.
+#[test]
+fn decode_file_keeps_its_layout() {
+    use crate::side::tests::{check, keys_from};
+    let mut d = ContenderResult::of(Form::Sparsek);
+    d.check = Some(check(true));
+    let refs = serde_json::json!({"references": {}});
+    let text = crate::side::to_json("decode.json", &crate::report::tests::header(), refs, &[d], true).unwrap();
+    assert_eq!(keys_from(&text, "header"), ["header", "references", "complete", "records"]);
+    assert_eq!(keys_from(&text, "name"), ["name", "description", "check", "time", "sets", "rotated_bytes", "error"]);
+    // The references and a record's copy and read floor, their measured figures last.
+    let refs = references(Some(3000.0), Some(2.5));
+    let case = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
+    let text = to_json(&crate::report::tests::header(), &refs, &[record(&case, 3604, 16.0, 48.0, true, &refs)], true);
+    let text = text.unwrap();
+    let measured = ["time", "gbps", "error"];
+    assert_eq!(keys_from(&text, "bytes"), [&["bytes"][..], &measured].concat());
+    let floor = [&["read_bytes", "write_bytes", "ctas", "sets"][..], &measured].concat();
+    assert_eq!(keys_from(&text, "read_bytes"), floor);
+    let record = &text[text.find("\"same_size_copy\"").unwrap()..];
+    assert_eq!(keys_from(record, "bytes"), [&["bytes", "sets"][..], &measured].concat());
+    let record = &record[record.find("\"read_floor\"").unwrap()..];
+    assert_eq!(keys_from(record, "read_bytes"), floor);
 }

@@ -12,16 +12,19 @@
 //! into one word (xor) and stores that word into its share of the output, so no load can be dropped.
 
 use cudarc::driver::{CudaFunction, CudaSlice, DriverError, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 use serde::Serialize;
 
-use crate::measure::Times;
-use crate::poison;
+use crate::cuda::{load_kernel, poison};
+use crate::error::{Error, Result};
+use crate::measure::Measured;
 use crate::runner::Contender;
 use sparsek::gpu::Gpu;
 
 /// The kernel's name.
 pub const KERNEL: &str = "sparsek_read_floor";
+
+/// The call a failed launch names.
+pub const LAUNCH: &str = "cuLaunchKernel (sparsek_read_floor)";
 
 /// Threads per CTA.
 pub const THREADS: u32 = 128;
@@ -87,9 +90,8 @@ pub fn ptx() -> String {
 }
 
 /// Loads the kernel into the GPU's context.
-pub fn load(gpu: &Gpu) -> Result<CudaFunction, String> {
-    let module = gpu.context().load_module(Ptx::from_src(ptx())).map_err(|e| format!("loading its PTX: {e}"))?;
-    module.load_function(KERNEL).map_err(|e| format!("looking up {KERNEL}: {e}"))
+pub fn load(gpu: &Gpu) -> Result<CudaFunction> {
+    load_kernel(gpu, &ptx(), KERNEL)
 }
 
 /// CTAs for `read` bytes read and `write` bytes written.
@@ -108,18 +110,15 @@ pub struct ReadFloor {
     pub ctas: u64,
     /// Buffer pairs rotated through.
     pub sets: usize,
-    /// Its times.
-    pub time: Option<Times>,
-    /// `(read_bytes + write_bytes) / median time`, in GB/s (1e9 bytes).
-    pub gbps: Option<f64>,
-    /// Why it was not measured.
-    pub error: Option<String>,
+    /// Its times and `(read_bytes + write_bytes) / median time`, or why it was not measured.
+    #[serde(flatten)]
+    pub measured: Measured,
 }
 
 impl ReadFloor {
     /// Its median, when measured.
     pub fn median_us(&self) -> Option<f64> {
-        self.time.as_ref().map(|t| t.median_us).filter(|&t| t > 0.0)
+        self.measured.median_us()
     }
 }
 
@@ -136,15 +135,16 @@ pub struct FloorSets {
 impl FloorSets {
     /// `depth` pairs (at least one) of a source of `read` bytes and a destination of `write` bytes, each rounded
     /// up to 16, or why they could not be allocated.
-    pub fn new(gpu: &Gpu, func: CudaFunction, read: u64, write: u64, depth: usize) -> Result<FloorSets, String> {
+    pub fn new(gpu: &Gpu, func: CudaFunction, read: u64, write: u64, depth: usize) -> Result<FloorSets> {
         let (read, write) = (read.next_multiple_of(16), write.next_multiple_of(16));
-        let len = |bytes: u64| usize::try_from(bytes.max(16)).map_err(|_| format!("{bytes} bytes do not fit a usize"));
+        let len = |bytes: u64| Error::fit::<usize>("the read floor's bytes", bytes.max(16), "this host's usize");
         let (src_len, dst_len) = (len(read)?, len(write)?);
         let stream = gpu.stream();
         let mut pairs = Vec::with_capacity(depth.max(1));
         for _ in 0..depth.max(1) {
             let alloc = |what: &str, n: usize| {
-                stream.alloc_zeros::<u8>(n).map_err(|e| format!("allocating the read floor's {what} of {n} bytes: {e}"))
+                let what = format!("the read floor's {what}");
+                stream.alloc_zeros::<u8>(n).map_err(|source| Error::Alloc { what, bytes: n as u64, source })
             };
             let (mut src, dst) = (alloc("source", src_len)?, alloc("destination", dst_len)?);
             poison(gpu, src.as_view_mut())?;
@@ -159,7 +159,7 @@ impl FloorSets {
     }
 
     /// Queues one launch on pair `set` on the GPU's stream.
-    pub fn queue(&mut self, gpu: &Gpu, set: usize) -> Result<(), DriverError> {
+    pub fn queue(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), DriverError> {
         let grid = u32::try_from(self.ctas()).unwrap_or(u32::MAX);
         let shape = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let (src, dst) = &mut self.pairs[set];
@@ -174,10 +174,10 @@ impl FloorSets {
 
 impl Contender for FloorSets {
     /// Queues one launch on pair `set` on the GPU's stream.
-    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<(), String> {
-        let r = self.queue(gpu, set).map_err(|e| format!("cuLaunchKernel ({KERNEL}): {e}"));
+    fn launch(&mut self, gpu: &Gpu, set: usize) -> Result<()> {
+        let r = self.queue(gpu, set).map_err(Error::driver(LAUNCH));
         if let Err(e) = &r {
-            self.failure = Some(e.clone());
+            self.failure = Some(e.to_string());
         }
         r
     }

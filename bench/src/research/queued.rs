@@ -14,9 +14,10 @@ use std::time::Instant;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 use serde::Serialize;
 
+use crate::cuda::load_kernel;
+use crate::error::{Error, Result};
 use crate::measure::Times;
 use crate::runner::Contender;
 use sparsek::gpu::Gpu;
@@ -69,8 +70,8 @@ pub struct Queued {
 
 impl Queued {
     /// Not measured, because of `error`.
-    pub fn failed(error: String) -> Queued {
-        Queued { batch: BATCH, error: Some(error), ..Queued::default() }
+    pub fn failed(error: impl std::fmt::Display) -> Queued {
+        Queued { batch: BATCH, error: Some(error.to_string()), ..Queued::default() }
     }
 
     /// The median per-launch time in microseconds, if measured.
@@ -86,21 +87,18 @@ pub(crate) struct Hold {
 
 impl Hold {
     /// Loads the hold kernel into `gpu`'s context.
-    pub(crate) fn load(gpu: &Gpu) -> Result<Hold, String> {
-        let module =
-            gpu.context().load_module(Ptx::from_src(HOLD_PTX)).map_err(|e| format!("loading the hold kernel: {e}"))?;
-        let func = module.load_function(HOLD_KERNEL).map_err(|e| format!("looking up {HOLD_KERNEL}: {e}"))?;
-        Ok(Hold { func })
+    pub(crate) fn load(gpu: &Gpu) -> Result<Hold> {
+        Ok(Hold { func: load_kernel(gpu, HOLD_PTX, HOLD_KERNEL)? })
     }
 
     /// Queues the hold for `ns` nanoseconds on the GPU's stream.
-    fn launch(&self, gpu: &Gpu, ns: u64) -> Result<(), String> {
+    fn launch(&self, gpu: &Gpu, ns: u64) -> Result<()> {
         let shape = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
         let mut builder = gpu.stream().launch_builder(&self.func);
         builder.arg(&ns);
         // SAFETY: the kernel takes one u64 (passed) and touches no memory; the stream is the Gpu's, in the context
         // the module was loaded into.
-        unsafe { builder.launch(shape) }.map(drop).map_err(|e| format!("cuLaunchKernel ({HOLD_KERNEL}): {e}"))
+        unsafe { builder.launch(shape) }.map(drop).map_err(Error::driver(format!("cuLaunchKernel ({HOLD_KERNEL})")))
     }
 }
 
@@ -113,18 +111,13 @@ pub(crate) fn measure(gpu: &Gpu, hold: &Hold, contender: &mut dyn Contender, bat
             result.time = Times::from_ms(&ms);
             result.hold_us = Some(hold_ns as f64 / 1e3);
         }
-        Err(e) => result.error = Some(e),
+        Err(e) => result.error = Some(e.to_string()),
     }
     result
 }
 
 /// The per-launch times (ms) of the timed batches and the last hold (ns).
-fn per_launch_ms(
-    gpu: &Gpu,
-    hold: &Hold,
-    contender: &mut dyn Contender,
-    batch: usize,
-) -> Result<(Vec<f32>, u64), String> {
+fn per_launch_ms(gpu: &Gpu, hold: &Hold, contender: &mut dyn Contender, batch: usize) -> Result<(Vec<f32>, u64)> {
     let (stream, ctx) = (gpu.stream(), gpu.context());
     let batch = batch.max(1);
     let sets = contender.sets().max(1);
@@ -134,30 +127,26 @@ fn per_launch_ms(
     // The first batch is untimed (warm-up).
     let mut warm = false;
     while times.len() < REPS {
-        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e}"));
+        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(Error::driver("cuEventCreate"));
         let (start, end) = (event()?, event()?);
         let t0 = Instant::now();
         hold.launch(gpu, hold_ns)?;
-        start.record(stream).map_err(|e| format!("cuEventRecord: {e}"))?;
+        start.record(stream).map_err(Error::driver("cuEventRecord"))?;
         for _ in 0..batch {
             contender.launch(gpu, next_set % sets)?;
             next_set += 1;
         }
-        end.record(stream).map_err(|e| format!("cuEventRecord: {e}"))?;
+        end.record(stream).map_err(Error::driver("cuEventRecord"))?;
         let queued_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        end.synchronize().map_err(|e| format!("cuEventSynchronize: {e}"))?;
+        end.synchronize().map_err(Error::driver("cuEventSynchronize"))?;
         if queued_ns > hold_ns / 2 {
             if hold_ns >= HOLD_MAX_NS {
-                return Err(format!(
-                    "the host took {:.1} ms to queue {batch} launches, more than half the longest hold ({} ms)",
-                    queued_ns as f64 / 1e6,
-                    HOLD_MAX_NS / 1_000_000
-                ));
+                return Err(Error::HoldTooShort { queued_ns, batch, hold_max_ns: HOLD_MAX_NS });
             }
             hold_ns *= 2;
             continue;
         }
-        let ms = start.elapsed_ms(&end).map_err(|e| format!("cuEventElapsedTime: {e}"))?;
+        let ms = start.elapsed_ms(&end).map_err(Error::driver("cuEventElapsedTime"))?;
         if warm {
             times.push(ms / batch as f32);
         }

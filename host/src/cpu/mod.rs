@@ -257,9 +257,11 @@ fn with_scratch<R>(mut f: impl FnMut(&mut Scratch) -> R) -> R {
 /// `a` is `m x k` with rows `lda` apart, `b` `k x n` with rows `ldb` apart, `c` `m x n` with rows `ldc` apart.
 /// With `beta == 0` the old `c` is not read (sgemm's contract). Returns `None`, having touched nothing, when a
 /// slice is too short for its shape and stride, when `ldc < n` (rows of `c` would overlap) or when a stride
-/// does not fit `isize`.
+/// does not fit `isize`. Public but hidden for the CPU backend benchmark (`bench/benches/cpu_backend.rs`), whose
+/// per-block and dense baselines call the same safe wrapper.
+#[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
-fn sgemm(
+pub fn sgemm(
     (m, k, n): (usize, usize, usize),
     a: &[f32],
     lda: usize,

@@ -570,6 +570,11 @@ fn parse_value(s: &str, field: Field) -> std::result::Result<f64, String> {
     }
 }
 
+/// The value `word` names in `table` (ASCII case ignored).
+fn named<T: Copy>(word: &str, table: &[(&str, T)]) -> Option<T> {
+    table.iter().find(|(name, _)| word.eq_ignore_ascii_case(name)).map(|&(_, v)| v)
+}
+
 fn parse_header(l: &str) -> std::result::Result<(Field, Symmetry), String> {
     let mut words = l.split_whitespace();
     let w: Vec<&str> = words.by_ref().take(5).collect();
@@ -580,24 +585,18 @@ fn parse_header(l: &str) -> std::result::Result<(Field, Symmetry), String> {
     if !is(2, "coordinate") {
         return Err(format!("only the 'coordinate' format is supported, got {}", quote(w[2])));
     }
-    let field = if is(3, "real") || is(3, "double") {
-        Field::Real
-    } else if is(3, "integer") {
-        Field::Integer
-    } else if is(3, "pattern") {
-        Field::Pattern
-    } else {
-        return Err(format!("unsupported field {} (supported: real, integer, pattern)", quote(w[3])));
-    };
-    let symmetry = if is(4, "general") {
-        Symmetry::General
-    } else if is(4, "symmetric") {
-        Symmetry::Symmetric
-    } else if is(4, "skew-symmetric") {
-        Symmetry::SkewSymmetric
-    } else {
-        return Err(format!("unsupported symmetry {} (supported: general, symmetric, skew-symmetric)", quote(w[4])));
-    };
+    let fields =
+        [("real", Field::Real), ("double", Field::Real), ("integer", Field::Integer), ("pattern", Field::Pattern)];
+    let field = named(w[3], &fields)
+        .ok_or_else(|| format!("unsupported field {} (supported: real, integer, pattern)", quote(w[3])))?;
+    let symmetries = [
+        ("general", Symmetry::General),
+        ("symmetric", Symmetry::Symmetric),
+        ("skew-symmetric", Symmetry::SkewSymmetric),
+    ];
+    let symmetry = named(w[4], &symmetries).ok_or_else(|| {
+        format!("unsupported symmetry {} (supported: general, symmetric, skew-symmetric)", quote(w[4]))
+    })?;
     Ok((field, symmetry))
 }
 
