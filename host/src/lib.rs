@@ -64,6 +64,7 @@ pub mod error;
 pub mod format;
 pub mod gpu;
 pub mod matrix;
+pub mod plan;
 #[doc(hidden)]
 pub mod rng;
 pub mod scalar;

@@ -15,6 +15,7 @@ use super::timing::{EventTimer, median};
 use crate::check::{Expected, RowSample};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::plan::Choice;
 use crate::tune::{CachedPlan, KernelFamily, Plan, PlanEntry, PlanKey};
 use crate::{Bsr, Epilogue, Matrix};
 
@@ -323,9 +324,9 @@ impl Gpu {
 
         let mut candidates = Vec::with_capacity(plans.len());
         for (i, plan) in plans.iter().enumerate() {
-            let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, (a.nnzb, n))?;
+            let chosen = self.choose::<TA, TC>(a.into(), layouts, n, None, Choice::Fixed(*plan))?;
             c_d.copy_from_host(&poison)?;
-            self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, (plan.group_rows, None))?;
+            self.launch_owned(&stream, (&chosen, None), a, (&b_d, &mut c_d), layouts, ep)?;
             let got = c_d.to_host()?;
             let report = match layouts.1 {
                 Layout::RowMajor => expected.check(&got),
@@ -340,7 +341,7 @@ impl Gpu {
             ));
             candidates.push(Candidate {
                 plan: *plan,
-                kernel: kernel.variant.name,
+                kernel: chosen.loaded.variant.name,
                 passed,
                 check: if passed { "ok".into() } else { format!("WRONG: {report}") },
                 median_us: f64::NAN,
@@ -378,12 +379,12 @@ impl Gpu {
         let mut count = 0usize;
         let mut launch = |i: usize| {
             let plan = &candidates[timed[i]].plan;
-            let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, (a.nnzb, n))?;
+            let chosen = self.choose::<TA, TC>(a.into(), layouts, n, None, Choice::Fixed(*plan))?;
             let set = count % depth;
             count += 1;
             match set.checked_sub(1).map(|s| &mut copies[s]) {
-                None => self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, (plan.group_rows, None)),
-                Some((a, b, c)) => self.launch_owned(&stream, kernel, a, (b, c), layouts, ep, (plan.group_rows, None)),
+                None => self.launch_owned(&stream, (&chosen, None), a, (&b_d, &mut c_d), layouts, ep),
+                Some((a, b, c)) => self.launch_owned(&stream, (&chosen, None), a, (b, c), layouts, ep),
             }
         };
         let probe = timer.time_interleaved(1, 1, timed.len(), &mut launch)?;
