@@ -465,7 +465,12 @@ impl Gpu {
         let (family, source) = chosen.choice?;
         let kernel = self.kernel_at(chosen.kernel)?;
         Some(PlanChoice {
-            plan: Plan { family, group_rows: chosen.group_rows },
+            plan: Plan {
+                family,
+                group_rows: chosen.group_rows,
+                row_split: chosen.row_split,
+                tile_schedule: chosen.tile_schedule,
+            },
             source,
             kernel: kernel.variant.name,
             config: kernel.config(),

@@ -228,10 +228,11 @@ impl Gpu {
         }
     }
 
-    /// The plans [`Gpu::tune`] measures for a product of `n` columns with `a`, B and C stored `layouts`, C of
-    /// type `TC`, the heuristic's first: each family [`Gpu::plan_kernel`] could use, and for those with
-    /// rasterization groups the launcher's choice, groups of 4, 8, 16 and 32 block rows (those below the block
-    /// row count) and plain row order.
+    /// The plans [`Gpu::tune`] measures for a product of `n` columns with `a`, B stored `b_layout`, C of type
+    /// `TC`, the heuristic's first: each family [`Gpu::plan_kernel`] could use, each with the work decompositions
+    /// that give it another launch (the rules', whole rows, split rows, the flat list, one tile per CTA for the
+    /// sm_90a kernels), and for those with rasterization groups groups of 4, 8, 16 and 32 block rows (those below
+    /// the block row count) and plain row order.
     pub fn tune_candidates<TA: InputElement, TC: OutputElement>(
         &self,
         a: &DeviceBsr<TA>,
@@ -255,6 +256,26 @@ impl Gpu {
                 plans.push(Plan::new(family).with_group_rows(Some(r)));
             }
         }
+        // Each plan of the launcher's groups with every decomposition that changes its launch.
+        let view = a.view();
+        let problem = crate::plan::Problem {
+            input: TA::IN_TYPE,
+            output: TC::OUT_TYPE,
+            b_layout,
+            max_row_blocks: Some(a.max_row_blocks()),
+            row_lengths: view.row_lengths,
+            row_order: view.row_order != 0,
+            ..crate::plan::Problem::new(a.bs, (a.rows, a.cols, n), a.nnzb)
+        };
+        let room = self.room();
+        let plans: Vec<Plan> = plans
+            .into_iter()
+            .flat_map(|p| match p.group_rows {
+                None => crate::plan::tune_decompositions(room, &problem, p),
+                Some(_) => vec![p],
+            })
+            .collect();
+        let mut plans = plans;
         let mut seen = Vec::with_capacity(plans.len());
         plans.retain(|p| {
             let new = !seen.contains(p);

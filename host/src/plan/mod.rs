@@ -34,7 +34,7 @@ use crate::tune::{CachedPlan, KernelFamily, Plan, PlanKey, PlanSource};
 use rules::*;
 
 /// How the sm_90a kernels' CTAs take their tiles ([`Policy::tile_schedule`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TileSchedule {
     /// A persistent grid taking tiles from a counter wherever it can have one (the Gpu's when its workspace exists
     /// and no other stream holds it; a launch being captured into a CUDA graph its own where
@@ -254,6 +254,10 @@ pub(crate) struct Chosen {
     pub(crate) kernel: KernelRef,
     pub(crate) loaded: Loaded,
     pub(crate) group_rows: Option<u32>,
+    /// The decomposition a tuned or fixed plan measured ([`Plan::row_split`], [`Plan::tile_schedule`]); `Auto`:
+    /// the rules'.
+    pub(crate) row_split: RowSplit,
+    pub(crate) tile_schedule: TileSchedule,
     pub(crate) choice: Option<(KernelFamily, PlanSource)>,
 }
 
@@ -296,7 +300,8 @@ pub(crate) fn choose(room: Room<'_>, p: &Problem<'_>, cached: Option<&CachedPlan
     let types = p.types();
     match p.choice {
         Choice::Kernel(loaded, group_rows) => {
-            return Ok(Chosen { kernel: KernelRef::Given, loaded, group_rows, choice: None });
+            let (row_split, tile_schedule) = (RowSplit::Auto, TileSchedule::Auto);
+            return Ok(Chosen { kernel: KernelRef::Given, loaded, group_rows, row_split, tile_schedule, choice: None });
         }
         Choice::Fixed(plan) => {
             if plan.group_rows == Some(0) {
@@ -305,9 +310,14 @@ pub(crate) fn choose(room: Room<'_>, p: &Problem<'_>, cached: Option<&CachedPlan
             let found =
                 u32::try_from(bs).ok().and_then(|bs| room.family_kernel(plan.family, p.op, bs, types, (p.nnzb, p.n)));
             return match found {
-                Some((kernel, loaded)) => {
-                    Ok(Chosen { kernel, loaded: *loaded, group_rows: plan.group_rows, choice: None })
-                }
+                Some((kernel, loaded)) => Ok(Chosen {
+                    kernel,
+                    loaded: *loaded,
+                    group_rows: plan.group_rows,
+                    row_split: plan.row_split,
+                    tile_schedule: plan.tile_schedule,
+                    choice: None,
+                }),
                 None => Err(Error::InvalidArgument {
                     name: "plan",
                     reason: format!(
@@ -335,9 +345,14 @@ pub(crate) fn choose(room: Room<'_>, p: &Problem<'_>, cached: Option<&CachedPlan
             .map(|(plan, k)| (plan, k, PlanSource::Heuristic))
     });
     match resolved {
-        Some((plan, (kernel, loaded), source)) => {
-            Ok(Chosen { kernel, loaded: *loaded, group_rows: plan.group_rows, choice: Some((plan.family, source)) })
-        }
+        Some((plan, (kernel, loaded), source)) => Ok(Chosen {
+            kernel,
+            loaded: *loaded,
+            group_rows: plan.group_rows,
+            row_split: plan.row_split,
+            tile_schedule: plan.tile_schedule,
+            choice: Some((plan.family, source)),
+        }),
         None => Err(Error::InvalidArgument {
             name: "element types",
             reason: format!(
@@ -353,9 +368,25 @@ pub(crate) fn choose(room: Room<'_>, p: &Problem<'_>, cached: Option<&CachedPlan
 /// stream being captured into a CUDA graph a graph-owned one where the balance pays), the flat block list or bs
 /// 64's tile of 32 in its place, split rows (narrow and mid tiles, or the sm_90a kernels'), the sm_90a grid
 /// (persistent on the tile counter where the stream can have it), the CTAs, the row order, the rasterization
-/// groups, A's evict-first window, a TMA store of C and programmatic serialization.
+/// groups, A's evict-first window, a TMA store of C and programmatic serialization. A tuned or fixed plan's
+/// decomposition ([`Plan::row_split`], [`Plan::tile_schedule`]) stands in for the rules' where the policy leaves
+/// them to the rules (`Auto`); where it cannot apply (a split on a kernel that cannot split, a flat list without a
+/// flat kernel, a workspace that cannot hold it) the launch gets what that setting gives there (whole rows, or the
+/// rules').
 pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result<Decision> {
-    let Room { device, policy } = room;
+    let policy = &Policy {
+        row_split: match room.policy.row_split {
+            RowSplit::Auto => chosen.row_split,
+            fixed => fixed,
+        },
+        tile_schedule: match room.policy.tile_schedule {
+            TileSchedule::Auto => chosen.tile_schedule,
+            fixed => fixed,
+        },
+        ..*room.policy
+    };
+    let device = room.device;
+    let room = Room { device, policy };
     let (bs, nnzb, n, k, captured) = (p.bs, p.nnzb, p.n, p.k, p.captured);
     let rows = p.block_rows();
     let block_rows = u32::try_from(rows).unwrap_or(u32::MAX);
@@ -500,6 +531,38 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
         graph_workspace,
     };
     Ok(Decision { plan, kernel, cfg, workspace, flat, split, hopper_split, need })
+}
+
+/// The plans the tuner measures for `plan` on `p`: the plan as given (its decomposition by the rules, or the one
+/// it names), whole rows, split rows in parts of [`SPLIT_PART_BYTES`], the flat list at [`FLAT_AUTO_CTAS_PER_SM`]
+/// CTAs per SM, and for the sm_90a kernels one tile per CTA instead of the tile counter; each only where it gives
+/// the launch another kernel, decomposition or grid than those before it (so a kernel that cannot split rows is
+/// measured once).
+pub(crate) fn tune_decompositions(room: Room<'_>, p: &Problem<'_>, plan: Plan) -> Vec<Plan> {
+    let part = u32::try_from((SPLIT_PART_BYTES / p.block_bytes().max(1)).max(1)).unwrap_or(u32::MAX);
+    let alternatives = [
+        (plan.row_split, plan.tile_schedule),
+        (RowSplit::Off, TileSchedule::Auto),
+        (RowSplit::Blocks(part), TileSchedule::Auto),
+        (RowSplit::Flat(FLAT_AUTO_CTAS_PER_SM), TileSchedule::Auto),
+        (RowSplit::Auto, TileSchedule::PerTile),
+    ];
+    let mut seen = Vec::with_capacity(alternatives.len());
+    let mut plans = Vec::with_capacity(alternatives.len());
+    for (row_split, tile_schedule) in alternatives {
+        let candidate = plan.with_decomposition(row_split, tile_schedule);
+        let fixed = Problem { choice: Choice::Fixed(candidate), ..*p };
+        let Ok(decision) = choose(room, &fixed, None).and_then(|chosen| decide(room, &chosen, &fixed)) else {
+            continue;
+        };
+        let d = &decision.plan;
+        let shape = (d.kernel, d.decomposition, d.tile_counter, d.ctas);
+        if !seen.contains(&shape) {
+            seen.push(shape);
+            plans.push(candidate);
+        }
+    }
+    plans
 }
 
 /// Whether an sm_90a kernel would store C through a tensor map: C row-major, not read (beta 0), and at least one

@@ -8,7 +8,7 @@ use sparsek_layout::{KernelConfig, Pipeline, hopper_virtual_rows, split_slots};
 use super::rules::*;
 
 /// How launches split block rows ([`Policy::row_split`](super::Policy::row_split)).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RowSplit {
     /// The flat block list where [`flat_auto_serves`] (the bs 64 and 128 narrow tiles: one N tile, at least
     /// [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, rows of unequal length; bs 64's tiles of 32 and 64

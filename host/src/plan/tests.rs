@@ -280,7 +280,7 @@ fn the_row_order_is_kept_only_beyond_one_wave() {
 fn a_cached_plan_serves_where_its_family_can_and_fixed_plans_and_bad_input_are_errors() {
     let d = Policy::default();
     let cached = |family| CachedPlan {
-        plan: Plan { family, group_rows: Some(8) },
+        plan: Plan { group_rows: Some(8), ..Plan::new(family) },
         tuned_us: 1.0,
         heuristic_us: 2.0,
         unix_time: 0,
@@ -298,7 +298,7 @@ fn a_cached_plan_serves_where_its_family_can_and_fixed_plans_and_bad_input_are_e
     assert_eq!((wide.kernel, wide.choice), ("sparsek_bsr_bs64_f16_brow_f32", None));
     let no_decode = Problem { choice: Choice::Fixed(Plan::new(KernelFamily::Decode)), bs: 16, m: 1024, ..layer(16) };
     assert!(matches!(plan(&no_decode, &h100(), &d, None), Err(Error::InvalidArgument { name: "plan", .. })));
-    let zero = Problem { choice: Choice::Fixed(Plan { family: KernelFamily::Wide, group_rows: Some(0) }), ..layer(16) };
+    let zero = Problem { choice: Choice::Fixed(Plan::new(KernelFamily::Wide).with_group_rows(Some(0))), ..layer(16) };
     assert!(matches!(plan(&zero, &h100(), &d, None), Err(Error::InvalidArgument { name: "plan", .. })));
     // A block size without kernels; an output type without kernels.
     let bs48 = Problem { bs: 48, m: 4800, ..layer(16) };
@@ -360,4 +360,65 @@ fn a_is_marked_evict_first_only_when_read_once() {
     assert_eq!(a_window(false, (8, 1), a, L2), None);
     assert_eq!(a_window(true, (8, 1), 0, (0, 128 << 20)), None);
     assert_eq!(a_window(true, (8, 1), a, (60 << 20, 0)), None);
+}
+
+/// A cached whole plan: its decomposition replaces the rules' where the policy leaves it to them, and gives what
+/// its setting gives where it cannot apply.
+#[test]
+fn a_cached_whole_plan_fixes_the_decomposition() {
+    let d = Policy::default();
+    let cached = |plan: Plan| CachedPlan { plan, tuned_us: 1.0, heuristic_us: 2.0, unix_time: 0 };
+    // 8192^2 bs 128 at 16 columns: the rules split rows; a tuned plan of whole rows keeps them whole.
+    let split = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 16), 901) };
+    let whole = cached(Plan::new(KernelFamily::Narrow).with_decomposition(RowSplit::Off, TileSchedule::Auto));
+    let tuned = plan(&split, &h100(), &d, Some(&whole)).unwrap();
+    assert_eq!((tuned.decomposition, tuned.ctas), (Decomposition::WholeRows, 64));
+    assert_eq!(tuned.choice, Some((KernelFamily::Narrow, PlanSource::Tuned)));
+    // The flat list, one CTA per SM.
+    let flat = cached(Plan::new(KernelFamily::Narrow).with_decomposition(RowSplit::Flat(1), TileSchedule::Auto));
+    let tuned = plan(&split, &h100(), &d, Some(&flat)).unwrap();
+    assert_eq!(tuned.decomposition, Decomposition::FlatList { ctas_per_tile: 132 });
+    assert_eq!(tuned.kernel, "sparsek_bsr_bs128_f16_brow_f32_flat");
+    // A policy that fixes the split keeps its own.
+    let off = Policy { row_split: RowSplit::Blocks(3), ..d };
+    assert_eq!(
+        plan(&split, &h100(), &off, Some(&flat)).unwrap().decomposition,
+        Decomposition::SplitRows { chunks: 7, blocks: 3 }
+    );
+    // The sm_90a kernels: one tile per CTA instead of the counter.
+    let sm90 = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 8192), 901) };
+    let per_tile = cached(Plan::new(KernelFamily::Hopper).with_decomposition(RowSplit::Auto, TileSchedule::PerTile));
+    let tuned = plan(&sm90, &h100(), &d, Some(&per_tile)).unwrap();
+    assert_eq!((tuned.tile_counter, tuned.ctas), (false, 64 * 32));
+    // The flat list on the decode family (no flat kernel, no split): whole rows, as the rules give.
+    let decode = Problem { max_row_blocks: Some(16), ..Problem::new(64, (4096, 4096, 8), 832) };
+    let flat_decode = cached(Plan::new(KernelFamily::Decode).with_decomposition(RowSplit::Flat(2), TileSchedule::Auto));
+    let tuned = plan(&decode, &h100(), &d, Some(&flat_decode)).unwrap();
+    assert_eq!((tuned.kernel, tuned.decomposition), ("sparsek_bsr_bs64_f16_brow_f32_dec", Decomposition::WholeRows));
+}
+
+/// The tuner measures every decomposition that changes a launch, once.
+#[test]
+fn the_tuner_measures_each_distinct_decomposition_once() {
+    let d = Policy::default();
+    let device = h100();
+    let room = Room { device: &device, policy: &d };
+    let names = |plans: &[Plan]| plans.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+    // The narrow tile on 64 long rows: the rules' split (parts of 6 blocks), whole rows, parts of 4 blocks (128 KiB),
+    // the flat list.
+    let split = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 16), 901) };
+    let plans = tune_decompositions(room, &split, Plan::new(KernelFamily::Narrow));
+    assert_eq!(
+        names(&plans),
+        ["narrow", "narrow, whole rows", "narrow, split rows of 4 blocks", "narrow, flat list of 2 CTAs per SM"]
+    );
+    // The decode kernels cannot split or list: measured once.
+    let decode = Problem { max_row_blocks: Some(16), ..Problem::new(64, (4096, 4096, 8), 832) };
+    assert_eq!(names(&tune_decompositions(room, &decode, Plan::new(KernelFamily::Decode))), ["decode"]);
+    // The sm_90a kernel without row lengths: the counter or one tile per CTA.
+    let sm90 = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 8192), 901) };
+    assert_eq!(
+        names(&tune_decompositions(room, &sm90, Plan::new(KernelFamily::Hopper))),
+        ["sm90a", "sm90a, a tile per CTA"]
+    );
 }
