@@ -1,6 +1,7 @@
 //! The `sparsek` command line: `info` (the GPU and the kernels), `run` (one product, checked and timed),
 //! `bench` (sparsek against cuBLAS and cuSPARSE over a grid of cases) and `tune` (the plan of a product, measured
-//! and cached; or every tuning candidate configuration of the kernels on the benchmark shapes). The library is
+//! and cached; or every tuning candidate configuration of the kernels on the benchmark shapes), `plan` (the plan a
+//! product would run, or the planner's rules table). The library is
 //! `sparsek`; the benchmark runner, baselines, reports and the tuner are in `sparsek-bench`.
 //!
 //! Help: each doc comment's first paragraph is an option's `-h` line, the whole comment its `--help` text; options
@@ -9,6 +10,7 @@
 
 mod bench;
 mod info;
+mod plan;
 mod run;
 mod tune;
 
@@ -66,6 +68,14 @@ enum Command {
     /// tuning candidate configuration of the kernels (layout::TUNE_CONFIGS) on the benchmark shapes. Exits non-zero
     /// without a GPU (except --show) or if a check fails.
     Tune(tune::TuneArgs),
+    /// Prints the plan a product would run, without running it, or the planner's rules.
+    ///
+    /// The kernel, the work decomposition, the grid, the row order and the launch attributes the library would
+    /// choose for a product of A (generated, or --matrix) with N columns: on the GPU as it would launch it (its
+    /// kernels, occupancy and plan cache), or without one (or with --preset) for a named GPU whose kernels'
+    /// occupancy is estimated. `--rules` prints every threshold the planner decides by, with the measurement that
+    /// set it.
+    Plan(plan::PlanArgs),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +88,7 @@ fn main() -> ExitCode {
             run::OutType::F16 => run::run::<f16>(&args),
         },
         Command::Tune(args) => tune::tune(&args),
+        Command::Plan(args) => plan::plan(&args),
     };
     match result {
         Ok(code) => code,

@@ -20,7 +20,10 @@ use sparsek_layout::{InType, KernelConfig, Layout, Module, Op, OutType, Pipeline
 
 pub use launch_plan::{Decomposition, LaunchPlan};
 pub use rules::{RULES, Rule};
-pub use split::{HopperSplit, RowSplit, SpaceNeed, SplitChoice, SplitLimits};
+pub use split::RowSplit;
+// What the launcher and the older rule-level API (doc-hidden wrappers on Gpu) take of the decomposition rules.
+#[doc(hidden)]
+pub use split::{HopperSplit, SpaceNeed, SplitChoice, SplitLimits};
 #[doc(hidden)]
 pub use split::{
     flat_auto_serves, flat_ctas, flat_need, graph_balance_pays, hopper_need, hopper_split_choice, rows_skewed,
@@ -49,6 +52,7 @@ pub enum TileSchedule {
 }
 
 /// The grid of an sm_90a launch ([`tile_grid`]).
+#[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TileGrid {
     /// CTAs launched.
@@ -128,7 +132,52 @@ pub struct DeviceFacts {
     pub hopper: Vec<Loaded>,
 }
 
+/// A GPU to plan for without one ([`DeviceFacts::estimated`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// An H100 SXM: 132 SMs, 50 MiB of L2.
+    H100,
+    /// An H200: 132 SMs, 60 MiB of L2.
+    H200,
+}
+
 impl DeviceFacts {
+    /// The facts of a `preset` GPU as far as they are known without it: its SMs and L2, an access-policy window of
+    /// 128 MiB, the workspace and stream-ordered allocation, both modules loaded from their cubins (the sm_90a one
+    /// and the product module's programmatic launch), and every kernel's occupancy **estimated** from shared memory
+    /// (228 KiB per SM, 1 KiB reserved per CTA) and threads (2048 per SM) alone. The driver also counts registers,
+    /// so a real GPU may fit fewer CTAs: decisions that depend on the wave (the persistent grid, the flat list's
+    /// CTAs, the row order, raster groups) may differ from the GPU's own ([`Gpu::plan`](crate::gpu::Gpu::plan)).
+    pub fn estimated(preset: Preset) -> DeviceFacts {
+        let occupancy = |v: &Variant| {
+            let cfg = v.config;
+            let by_smem = (228 * 1024) / (cfg.smem_bytes() + 1024);
+            let by_threads = 2048 / cfg.threads().max(1);
+            by_smem.min(by_threads).clamp(1, 32)
+        };
+        let catalog = |module: Module, arch: sparsek_layout::Arch| -> Vec<Loaded> {
+            sparsek_layout::VARIANTS
+                .iter()
+                .filter(|v| v.module == module && v.arch == arch)
+                .map(|v| Loaded { variant: *v, ctas_per_sm: occupancy(v) })
+                .collect()
+        };
+        DeviceFacts {
+            sm_count: 132,
+            l2_bytes: match preset {
+                Preset::H100 => 50 << 20,
+                Preset::H200 => 60 << 20,
+            },
+            max_access_policy_window: 128 << 20,
+            compute_capability: (9, 0),
+            programmatic_available: true,
+            graph_memory: true,
+            workspace: true,
+            product: catalog(Module::Product, sparsek_layout::Arch::Sm80),
+            hopper: catalog(Module::Hopper, sparsek_layout::Arch::Sm90a),
+        }
+    }
+
     /// Whether the sm_90a module is loaded.
     pub fn sm90a_loaded(&self) -> bool {
         !self.hopper.is_empty()
@@ -646,6 +695,7 @@ pub(crate) fn skew_tile_for(
 /// The grid of an sm_90a launch of `cfg` (`ctas_per_sm` of it on each of `sm_count` SMs) over `tiles` output tiles
 /// under `schedule`, `counter` whether it has a tile counter; `None` for the sm_80 kernels, whose grid is their
 /// tiles.
+#[doc(hidden)]
 pub fn tile_grid(
     schedule: TileSchedule,
     cfg: &KernelConfig,

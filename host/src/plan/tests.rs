@@ -1,40 +1,14 @@
 //! The planner without a GPU: a fake H100-like device (132 SMs, 50 MB of L2, the sm_90a module loaded, occupancy
 //! from shared memory and threads) and problems that take each branch; each test asserts on the whole plan.
 
-use sparsek_layout::{Arch, Module, OutType, VARIANTS};
+use sparsek_layout::{OutType, VARIANTS};
 
 use super::*;
 
-/// CTAs per SM as a driver would answer for a kernel limited by shared memory (228 KiB per SM, 1 KiB reserved
-/// per CTA) and threads (2048 per SM): the fake device's occupancy.
-fn occupancy(v: &Variant) -> u32 {
-    let cfg = v.config;
-    let by_smem = (228 * 1024) / (cfg.smem_bytes() + 1024);
-    let by_threads = 2048 / cfg.threads().max(1);
-    by_smem.min(by_threads).clamp(1, 32)
-}
-
-fn catalog(module: Module, arch: Arch) -> Vec<Loaded> {
-    VARIANTS
-        .iter()
-        .filter(|v| v.module == module && v.arch == arch)
-        .map(|v| Loaded { variant: *v, ctas_per_sm: occupancy(v) })
-        .collect()
-}
-
-/// 132 SMs, 50 MB of L2, windows up to 128 MiB, the sm_90a module loaded, the workspace allocated.
+/// 132 SMs, 50 MiB of L2, windows up to 128 MiB, the sm_90a module loaded, the workspace allocated, occupancy
+/// from shared memory and threads ([`DeviceFacts::estimated`]).
 fn h100() -> DeviceFacts {
-    DeviceFacts {
-        sm_count: 132,
-        l2_bytes: 50 << 20,
-        max_access_policy_window: 128 << 20,
-        compute_capability: (9, 0),
-        programmatic_available: true,
-        graph_memory: true,
-        workspace: true,
-        product: catalog(Module::Product, Arch::Sm80),
-        hopper: catalog(Module::Hopper, Arch::Sm90a),
-    }
+    DeviceFacts::estimated(Preset::H100)
 }
 
 fn planned(p: &Problem<'_>, policy: &Policy) -> LaunchPlan {
