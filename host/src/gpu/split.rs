@@ -318,11 +318,7 @@ impl Gpu {
         n: usize,
     ) -> Option<HopperSplit> {
         self.split.as_ref()?;
-        let sm_count = self.info().sm_count as usize;
-        let workers = ctas_per_sm as usize * sm_count * if cfg.pingpong() { 2 } else { 1 };
-        let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
-        let limits = SplitLimits::with_sms(sm_count);
-        crate::plan::hopper_split_choice(cfg, self.policy.row_split, lengths, (nnzb, n_tiles, workers), limits)
+        crate::plan::hopper_split_for(self.room(), cfg, ctas_per_sm, (lengths, nnzb), n)
     }
 
     /// Whether this GPU has its split-row workspace (it has unless the memory could not be allocated when it

@@ -481,8 +481,7 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
     // known.
     let hopper_split = match (workspace, p.row_lengths) {
         (true, Some(lengths)) if hopper_kernel && p.row_order => {
-            let workers = loaded.ctas_per_sm as usize * sm_count * if cfg.pingpong() { 2 } else { 1 };
-            hopper_split_choice(&cfg, policy.row_split, lengths, (nnzb, n_tiles, workers), limits)
+            hopper_split_for(room, &cfg, loaded.ctas_per_sm, (lengths, nnzb), n)
         }
         _ => None,
     };
@@ -690,6 +689,22 @@ pub(crate) fn skew_tile_for(
         return None;
     }
     room.product(v.op, v.bs, types, Tile::Mid).filter(|(_, k)| k.variant.config.splits_rows()).map(|(r, k)| (r, *k))
+}
+
+/// The split rows a launch of the sm_90a kernel of `cfg` (`ctas_per_sm` of it on an SM) over block rows of
+/// `lengths` blocks (longest first; `nnzb` in all) and `n` columns gets ([`hopper_split_choice`] for the device's
+/// persistent grid: its CTAs times the consumer sets per CTA). Assumes the workspace.
+pub(crate) fn hopper_split_for(
+    room: Room<'_>,
+    cfg: &KernelConfig,
+    ctas_per_sm: u32,
+    (lengths, nnzb): (&[u32], usize),
+    n: usize,
+) -> Option<HopperSplit> {
+    let sm_count = room.device.sm_count as usize;
+    let workers = ctas_per_sm as usize * sm_count * if cfg.pingpong() { 2 } else { 1 };
+    let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
+    hopper_split_choice(cfg, room.policy.row_split, lengths, (nnzb, n_tiles, workers), room.device.limits())
 }
 
 /// The grid of an sm_90a launch of `cfg` (`ctas_per_sm` of it on each of `sm_count` SMs) over `tiles` output tiles
