@@ -114,7 +114,8 @@ pub const FLAT_MID_AUTO_MIN_K_TILES_PER_CTA: usize = 3;
 pub const SMALL_GRID_MAX_TILES_PER_4_SMS: usize = 3;
 
 /// A small grid takes the mid tile where its grid has at least one CTA for every this many SMs (else the narrow
-/// tile): half the SMs (docs/perf-notes.md, issue 12 step 8, the same 31 shapes).
+/// tile): half the SMs, the tuner's pick between the two on the 31 shapes of docs/perf-notes.md, issue 12 step 8
+/// (H200).
 pub const MID_SMALL_GRID_SMS_PER_CTA: usize = 2;
 
 /// The most block rows per two SMs for which the built-in heuristic takes the decode kernels at bs 32 (2x the SMs).
@@ -131,8 +132,9 @@ pub const DECODE_BS64_MAX_ROWS_PER_2_SMS: usize = 1;
 /// often to win (the tuner's candidates since docs/perf-notes.md "Tuned plans").
 pub const TUNE_DECODE_MAX_N: usize = 64;
 
-/// A block row dominates when it holds more than this many times the mean row ([`rows_skewed`]): the skewed layers
-/// of docs/perf-notes.md "Step 5" (2.35x faster split at 8192 x 8192, 16 columns, H200) and issue 12 steps 28-29.
+/// A block row dominates when it holds more than this many times the mean row ([`rows_skewed`]). The rule's form,
+/// not measured at other factors; the skewed layers it was set with exceed it: docs/perf-notes.md "Step 5" (split
+/// 2.35x faster at 8192 x 8192, 16 columns, H200), issue 12 steps 28 (the tile of 32) and 29 (graphs, H100).
 ///
 /// [`rows_skewed`]: super::split::rows_skewed
 pub const ROW_SKEW_FACTOR: usize = 4;
@@ -158,8 +160,8 @@ pub const FLAT_AUTO_MIN_LONGEST_PERCENT_OF_MEAN: usize = 115;
 /// but -2% (bs 32) and up to -11% (bs 16) on an H100 (docs/perf-notes.md, step 3).
 pub const RASTER_MIN_BS: usize = 64;
 
-/// The plain row order is kept where A and a wave's B strips fit in one part in this many of L2 (half of it; the
-/// working-set model of docs/perf-notes.md, step 3).
+/// The plain row order is kept where A and a wave's B strips fit in one part in this many of L2 (half of it: the
+/// working-set model's margin, not measured at other fractions; the groups themselves: docs/perf-notes.md, step 3).
 pub const RASTER_PLAIN_L2_FRACTION: u64 = 2;
 
 /// A's values are marked evict-first only from one part in this many of L2 (an eighth). Measured on an H200
@@ -299,7 +301,7 @@ pub static RULES: &[Rule] = &[
         ROW_SKEW_FACTOR,
         "x the mean row",
         "a row dominates (split rows on several N tiles, bs 64's tile of 32, graph balance)",
-        "H200, docs/perf-notes.md \"Step 5\", issue 12 steps 28-29",
+        "the rule's form; the skewed layers of docs/perf-notes.md \"Step 5\", issue 12 steps 28-29 exceed it",
     ),
     rule(
         "SPLIT_PARTIALS_BYTES",
@@ -418,7 +420,7 @@ pub static RULES: &[Rule] = &[
         RASTER_PLAIN_L2_FRACTION as usize,
         "1/x of L2",
         "plain row order where A and a wave's B strips fit in this part of L2",
-        "docs/perf-notes.md step 3",
+        "the working-set model's margin (not measured at other fractions)",
     ),
     rule(
         "A_WINDOW_MIN_L2_FRACTION",
