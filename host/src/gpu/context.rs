@@ -39,7 +39,7 @@ pub struct DeviceInfo {
     /// Peak SM clock in kHz as the driver reports it.
     pub sm_clock_khz: u32,
     /// The largest L2 access policy window a launch may carry, in bytes (0: none); see
-    /// [`Gpu::with_a_evict_first`].
+    /// [`Policy::a_evict_first`].
     pub max_access_policy_window: usize,
 }
 
@@ -324,14 +324,14 @@ impl Gpu {
     }
 
     /// Whether product-module launches carry programmatic serialization: enabled
-    /// ([`Gpu::with_programmatic_launch`]) and possible on this GPU (the product module was loaded from its sm_90a
+    /// ([`Policy::programmatic`]) and possible on this GPU (the product module was loaded from its sm_90a
     /// cubin, whose kernels wait for the grid before them).
     pub fn programmatic_launch(&self) -> bool {
         self.policy.programmatic && self.product.programmatic
     }
 
     /// Whether this GPU can launch the product module's kernels with programmatic serialization (whether or not
-    /// [`Gpu::with_programmatic_launch`] enabled it): the module was loaded from its sm_90a cubin.
+    /// [`Policy::programmatic`] enabled it): the module was loaded from its sm_90a cubin.
     pub fn programmatic_launch_available(&self) -> bool {
         self.product.programmatic
     }

@@ -1,7 +1,8 @@
 //! The split-row workspace (which decompositions a launch takes is the planner's: crate::plan). Split rows: the
-//! narrow kernels ([`KernelConfig::splits_rows`]) can spread one block row over several CTAs, each multiplying an equal range of the row's blocks; the row's last CTA adds the parts' partial tiles in part
-//! order (the same bits run to run) and writes C. Few, long block rows (a weight of 128 block rows on 132 SMs,
-//! or one row holding most blocks) then fill the GPU instead of leaving it waiting on the longest row.
+//! narrow kernels ([`KernelConfig::splits_rows`]) can spread one block row over several CTAs, each multiplying an
+//! equal range of the row's blocks; the row's last CTA adds the parts' partial tiles in part order (the same bits
+//! run to run) and writes C. Few, long block rows (a weight of 128 block rows on 132 SMs, or one row holding most
+//! blocks) then fill the GPU instead of leaving it waiting on the longest row.
 //!
 //! The partial tiles and the per-row counters live in a workspace each [`Gpu`] allocates once, when it opens
 //! ([`SPLIT_PARTIALS_BYTES`], [`SPLIT_COUNTERS`]); a launch never allocates. The counters start at zero and each
@@ -11,10 +12,11 @@
 //!
 //! A launch on a stream being captured into a CUDA graph cannot use that workspace (an event recorded outside the
 //! capture cannot be waited on inside it, and a replayed graph would reuse the workspace unordered with the
-//! launches around it). Where the balance pays for three more graph nodes ([`graph_balance_pays`](crate::plan::graph_balance_pays): a dominating
-//! row, or long whole rows filling at most half the SMs) it makes the same choices and takes a workspace of its
-//! own in the graph ([`GraphSpace`]: an allocation node of the bytes it needs, a memset node zeroing its counters,
-//! the kernel, a free node), so a replay gives the bits of the same launch outside the graph. Elsewhere, and on a
+//! launches around it). Where the balance pays for three more graph nodes
+//! ([`graph_balance_pays`](crate::plan::graph_balance_pays): a dominating row, or long whole rows filling at most
+//! half the SMs) it makes the same choices and takes a workspace of its own in the graph ([`GraphSpace`]: an
+//! allocation node of the bytes it needs, a memset node zeroing its counters, the kernel, a free node), so a replay
+//! gives the bits of the same launch outside the graph. Elsewhere, and on a
 //! device without stream-ordered allocation, a captured launch keeps whole rows.
 //!
 //! The workspace also holds the sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs). Those are

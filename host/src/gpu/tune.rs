@@ -229,7 +229,7 @@ impl Gpu {
     }
 
     /// The plans [`Gpu::tune`] measures for a product of `n` columns with `a`, B stored `b_layout`, C of type
-    /// `TC`, the heuristic's first: each family [`Gpu::plan_kernel`] could use, each with the work decompositions
+    /// `TC`, the heuristic's first: each family the planner could use, each with the work decompositions
     /// that give it another launch (the rules', whole rows, split rows, the flat list, one tile per CTA for the
     /// sm_90a kernels), and for those with rasterization groups groups of 4, 8, 16 and 32 block rows (those below
     /// the block row count) and plain row order.

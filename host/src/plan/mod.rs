@@ -74,10 +74,25 @@ pub struct Policy {
     pub small_grids: bool,
     /// Launches may use the sm_90a short-row kernels.
     pub short_rows: bool,
-    /// A decode launch that reads each block of A once marks A's values evict-first in L2.
+    /// A decode launch that reads each block of A once marks A's values evict-first in L2 (default: yes): at most
+    /// [`sparsek_layout::NARROW_MAX_N`] columns in one N tile of its kernel, with at least an eighth of L2 in A
+    /// (`A_WINDOW_MIN_L2_FRACTION` in [`RULES`]). Streaming a weight through L2 then pushes out neither what the
+    /// launch itself reads again (B, the indices) nor what the next kernels read. It is an L2 access policy window
+    /// on the launch (streaming hits and misses) over A's values, up to the device's largest window; a GPU without
+    /// windows launches without it. The results are the same either way. On an H200 it made the decode launches' own time
+    /// 5-12% shorter (docs/perf-notes.md, issue 12 step 13). `false`: plain launches, for comparisons.
     pub a_evict_first: bool,
-    /// The product module's launches may start before the kernel ahead of them finishes (programmatic dependent
-    /// launch). Enable it only when the kernel before each product does not write A (`Gpu::with_programmatic_launch`).
+    /// The product module's launches (the decode, narrow and mid tiles, and the portable wide tile) may start
+    /// before the kernel ahead of them on the stream has finished (programmatic dependent launch; default: no).
+    /// Such a launch reads A's values and structure while that kernel still runs, then waits for it before it
+    /// reads B or the bias or touches C, hiding its own launch and the first round trips of A.
+    ///
+    /// **Enable it only when the kernel before each product does not write A** (its values or indices): weights
+    /// in inference do not change between layers; an optimizer step that updates them in place, right before the
+    /// product on the same stream, does. B, the bias and C may be produced and consumed by neighbouring kernels as
+    /// usual. Only where the product module loads from its sm_90a cubin (H100, H200:
+    /// `Gpu::programmatic_launch_available`); elsewhere, and for the sm_90a module's kernels, launches stay plain.
+    /// The results are the same either way.
     pub programmatic: bool,
     /// How long block rows are split over several CTAs.
     pub row_split: RowSplit,

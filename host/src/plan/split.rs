@@ -44,8 +44,8 @@ pub struct HopperSplit {
 }
 
 /// Split rows on the sm_90a kernels: a launch of `cfg` over block rows of `lengths` blocks (in the row order's
-/// order: longest first; `nnzb` in all), `n_tiles` N tiles, and `workers` consumer sets running at once (the persistent grid's
-/// CTAs times the sets per CTA). Under [`RowSplit::Auto`] (and `Flat`, which does not apply there), on the kernels
+/// order: longest first; `nnzb` in all), `n_tiles` N tiles, and `workers` consumer sets running at once (the
+/// persistent grid's CTAs times the sets per CTA). Under [`RowSplit::Auto`] (and `Flat`, which does not apply there), on the kernels
 /// without ping-pong (bs 128), a row is split when its tile holds more than twice an equal share of the launch's
 /// blocks (`nnzb * n_tiles / workers`, at least
 /// [`HOPPER_SPLIT_MIN_PART_K_TILES`]): otherwise the longest rows, which the row order starts first, end with the

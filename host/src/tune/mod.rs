@@ -4,7 +4,7 @@
 //!
 //! A [`Plan`] names a [`KernelFamily`] (the decode kernels, the narrow or the wide N tile of the portable module,
 //! or the sm_90a kernels) and the rasterization group of its launch; the family fixes the tile shape and the
-//! pipeline depth (its `KernelConfig`, reported by [`Gpu::plan_kernel`](crate::gpu::Gpu::plan_kernel)). Plans
+//! pipeline depth (its `KernelConfig`; [`Gpu::plan`](crate::gpu::Gpu::plan) shows the kernel a launch runs). Plans
 //! are keyed by a [`PlanKey`]: the element types and layouts, the block size, M, K, and buckets of N, of the
 //! nonzero block count and of the longest-row / mean-row ratio. The cache file holds them per device, driver and
 //! PTX module build ([`DeviceKey`]), so a plan measured on one GPU or build never serves another.

@@ -634,7 +634,7 @@ impl Gpu {
             // claimed for this stream only when free or last used on it (SplitWorkspace::claim_scheduler).
             // The window only names A's values (an address range; nothing is read through it). A programmatic
             // launch is one of the product module's sm_90a kernels, which wait for the grid before them ahead of
-            // every read of B, the bias or C and every use of the split workspace (Gpu::launches_programmatic); the
+            // every read of B, the bias or C and every use of the split workspace (plan::decide); the
             // caller promised that A is not written by that grid (Gpu::with_programmatic_launch).
             unsafe {
                 launch_with(
@@ -754,7 +754,7 @@ pub(crate) struct LaunchAttributes {
     pub(crate) window: Option<(CUdeviceptr, usize)>,
     /// Programmatic stream serialization: the kernel may start before the grid ahead of it on the stream has
     /// finished, and waits for it (`griddepcontrol.wait`) before it reads B or touches C
-    /// ([`Gpu::with_programmatic_launch`]).
+    /// ([`Policy::programmatic`](crate::plan::Policy::programmatic)).
     pub(crate) programmatic: bool,
 }
 
