@@ -61,7 +61,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Measures which kernels serve a product fastest and saves the plan to the cache (GPU only).
     ///
-    /// Tunes the plan of a product: every kernel family and rasterization group that can serve it runs on the
+    /// Tunes the plan of a product: every kernel family and rasterization group that can serve it, and each work
+    /// decomposition that changes its launch (whole rows, split rows, the flat list, one tile per CTA), runs on the
     /// matrix (generated, or --matrix), is checked against the f64 oracle and timed in alternating blocks; the
     /// fastest, when it beats the built-in heuristic by more than 3%, is saved to the plan cache, which later
     /// launches of the same problem on this GPU use. `--show` lists the cache; `--configs` instead times every
