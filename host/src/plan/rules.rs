@@ -287,7 +287,7 @@ pub static RULES: &[Rule] = &[
         sparsek_layout::SHORT_ROW_MAX_K_TILES,
         "k-tiles per block row",
         "the sm_90a short-row kernel for rows this short on average",
-        "layout/src/config.rs",
+        "H200, docs/perf-notes.md \"Hopper\" steps 12 and 17 (layout/src/config.rs)",
     ),
     rule(
         "TUNE_DECODE_MAX_N",
