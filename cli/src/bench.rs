@@ -141,16 +141,25 @@ impl ModuleChoice {
         self == ModuleChoice::Programmatic
     }
 
+    /// The policy of the kernels this choice allows, rows split as `split` says and the sm_90a tiles scheduled as
+    /// `schedule` says.
+    pub fn policy(self, (row_split, tile_schedule): (RowSplit, TileSchedule)) -> sparsek::plan::Policy {
+        sparsek::plan::Policy {
+            hopper: self.hopper(),
+            decode: self.decode(),
+            short_rows: self.short_rows(),
+            a_evict_first: self.a_evict_first(),
+            programmatic: self.programmatic(),
+            row_split,
+            tile_schedule,
+            ..sparsek::plan::Policy::default()
+        }
+    }
+
     /// `g` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles scheduled as
     /// `schedule` says.
-    pub fn configure(self, g: Gpu, (split, schedule): (RowSplit, TileSchedule)) -> Gpu {
-        g.with_hopper(self.hopper())
-            .with_decode(self.decode())
-            .with_short_rows(self.short_rows())
-            .with_a_evict_first(self.a_evict_first())
-            .with_programmatic_launch(self.programmatic())
-            .with_row_split(split)
-            .with_tile_schedule(schedule)
+    pub fn configure(self, g: Gpu, settings: (RowSplit, TileSchedule)) -> Gpu {
+        g.with_policy(self.policy(settings))
     }
 
     /// Opens GPU `device` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles
@@ -389,7 +398,10 @@ fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
         None
     } else {
         match Gpu::from_context(gpu.context().clone()) {
-            Ok(g) => Some(args.module.configure(g, (args.split, args.schedule.into())).with_programmatic_launch(true)),
+            Ok(g) => {
+                let policy = args.module.policy((args.split, args.schedule.into()));
+                Some(g.with_policy(sparsek::plan::Policy { programmatic: true, ..policy }))
+            }
             Err(e) => {
                 eprintln!("sparsek bench --decode: no second Gpu for the programmatic column ({e})");
                 None

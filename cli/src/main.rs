@@ -1,6 +1,7 @@
 //! The `sparsek` command line: `info` (the GPU and the kernels), `run` (one product, checked and timed),
 //! `bench` (sparsek against cuBLAS and cuSPARSE over a grid of cases) and `tune` (the plan of a product, measured
-//! and cached; or every tuning candidate configuration of the kernels on the benchmark shapes). The library is
+//! and cached; or every tuning candidate configuration of the kernels on the benchmark shapes), `plan` (the plan a
+//! product would run, or the planner's rules table). The library is
 //! `sparsek`; the benchmark runner, baselines, reports and the tuner are in `sparsek-bench`.
 //!
 //! Help: each doc comment's first paragraph is an option's `-h` line, the whole comment its `--help` text; options
@@ -9,6 +10,7 @@
 
 mod bench;
 mod info;
+mod plan;
 mod run;
 mod tune;
 
@@ -59,13 +61,22 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Measures which kernels serve a product fastest and saves the plan to the cache (GPU only).
     ///
-    /// Tunes the plan of a product: every kernel family and rasterization group that can serve it runs on the
+    /// Tunes the plan of a product: every kernel family and rasterization group that can serve it, and each work
+    /// decomposition that changes its launch (whole rows, split rows, the flat list, one tile per CTA), runs on the
     /// matrix (generated, or --matrix), is checked against the f64 oracle and timed in alternating blocks; the
     /// fastest, when it beats the built-in heuristic by more than 3%, is saved to the plan cache, which later
     /// launches of the same problem on this GPU use. `--show` lists the cache; `--configs` instead times every
     /// tuning candidate configuration of the kernels (layout::TUNE_CONFIGS) on the benchmark shapes. Exits non-zero
     /// without a GPU (except --show) or if a check fails.
     Tune(tune::TuneArgs),
+    /// Prints the plan a product would run, without running it, or the planner's rules.
+    ///
+    /// The kernel, the work decomposition, the grid, the row order and the launch attributes the library would
+    /// choose for a product of A (generated, or --matrix) with N columns: on the GPU as it would launch it (its
+    /// kernels, occupancy and plan cache), or without one (or with --preset) for a named GPU whose kernels'
+    /// occupancy is estimated. `--rules` prints every threshold the planner decides by, with the measurement that
+    /// set it.
+    Plan(plan::PlanArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +91,7 @@ fn main() -> ExitCode {
         }
         .map_err(Into::into),
         Command::Tune(args) => tune::tune(&args).map_err(Into::into),
+        Command::Plan(args) => plan::plan(&args).map_err(Into::into),
     };
     match result {
         Ok(code) => code,

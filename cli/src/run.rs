@@ -235,15 +235,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     let gpu = if args.cpu {
         None
     } else {
-        match Gpu::new(args.device).map(|g| {
-            g.with_hopper(args.module.hopper())
-                .with_decode(args.module.decode())
-                .with_short_rows(args.module.short_rows())
-                .with_a_evict_first(args.module.a_evict_first())
-                .with_programmatic_launch(args.module.programmatic())
-                .with_row_split(args.split)
-                .with_tile_schedule(args.schedule.into())
-        }) {
+        match Gpu::new(args.device).map(|g| args.module.configure(g, (args.split, args.schedule.into()))) {
             Ok(g) => {
                 // Device buffers: A, B and C with their leading dimensions rounded up to 16 bytes.
                 let ld = |cols: usize, size: usize| (cols.max(1).div_ceil(16 / size) * (16 / size)) as u128;

@@ -1,4 +1,4 @@
-//! `sparsek tune`: tunes the plan of one product (`Gpu::tune`: every kernel family and rasterization group on
+//! `sparsek tune`: tunes the plan of one product (`Gpu::tune`: every kernel family, decomposition and group on
 //! the matrix, checked, timed, the fastest remembered in the plan cache), lists the cache (`--show`), or runs the
 //! kernel-configuration sweep that chose `layout::CONFIGS` (`--configs`, `sparsek_bench::tune`).
 

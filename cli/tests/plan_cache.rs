@@ -53,9 +53,9 @@ fn special_files_are_refused_without_blocking() {
 fn a_bad_line_does_not_hide_the_other_plans() {
     let dir = scratch("bad-line");
     let good = "NVIDIA H100\t9.0\t13000\tsm80:x\tspmm\tf16\trow\tf32\trow\t64\t8192\t8192\t16\t2048\t1\tnarrow\tauto\t\
-                12.500\t20.250\t1795000000\n";
+                whole\tauto\t12.500\t20.250\t1795000000\n";
     let bad = good.replace("8192\t8192", "8192\tNaN").replace("narrow", &"z".repeat(100_000));
-    std::fs::write(dir.join("plans-v1.tsv"), format!("sparsek-plans\t1\n{bad}{good}")).unwrap();
+    std::fs::write(dir.join("plans-v1.tsv"), format!("sparsek-plans\t2\n{bad}{good}")).unwrap();
     let (ok, text) = show(&dir);
     assert!(!ok && text.contains("skipped 1 unreadable lines (the first, line 2:"), "{text}");
     assert!(text.contains("NVIDIA H100") && text.contains("narrow"), "the good plan is listed:\n{text}");
@@ -66,7 +66,7 @@ fn a_bad_line_does_not_hide_the_other_plans() {
 #[test]
 fn waiting_for_the_lock_is_said_once() {
     let dir = scratch("lock");
-    std::fs::write(dir.join("plans-v1.tsv"), "sparsek-plans\t1\n").unwrap();
+    std::fs::write(dir.join("plans-v1.tsv"), "sparsek-plans\t2\n").unwrap();
     // Another process holds the writers' lock for a while.
     let held = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("plans-v1.tsv.lock"));
     let held = held.unwrap();

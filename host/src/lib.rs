@@ -15,11 +15,13 @@
 //! - [`format`](mod@format): the validated [`Bsr`] type and its conversions (dense, COO, CSR, Matrix Market, `sprs`);
 //! - [`cpu`]: the f64 oracle and a multi-threaded CPU backend with the GPU's contract;
 //! - [`gpu`]: the GPU context ([`gpu::Gpu`]), device buffers and the typed, validated launchers;
+//! - [`plan`]: the planning room, pure: which kernel a launch runs and how its work is split ([`plan::plan`] ->
+//!   [`plan::LaunchPlan`]), every threshold in one table ([`plan::RULES`]), the settings as one [`plan::Policy`];
 //! - [`check`]: the tolerance model and the one verification path ([`check::Expected`]);
 //! - [`tune`]: plans (which kernels serve a product), the plan cache file, and [`gpu::Gpu::tune`], which
 //!   measures every kernel that can serve a product on the caller's matrix and remembers the fastest.
 //!
-//! The CLI (`sparsek info | run | bench | tune`) and the benchmarks against cuBLAS and cuSPARSE live in separate
+//! The CLI (`sparsek info | run | bench | tune | plan`) and the benchmarks against cuBLAS and cuSPARSE live in separate
 //! crates of the repository; this crate carries only what an embedder needs.
 //!
 //! ```
@@ -64,6 +66,7 @@ pub mod error;
 pub mod format;
 pub mod gpu;
 pub mod matrix;
+pub mod plan;
 #[doc(hidden)]
 pub mod rng;
 pub mod scalar;

@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 use sparsek::gpu::{
     BsrArrays, BsrView, CUstream, DenseView, DenseViewMut, Gpu, IndexType, InputElement, OutputElement, VectorView,
 };
+use sparsek::plan::Policy;
 use sparsek::{Activation, Bsr, BsrError, Epilogue, Error, Layout, Matrix, Scalar, bf16, f16};
 
 /// The library's error as the Python exception a torch user expects, with the library's message.
@@ -53,7 +54,10 @@ fn gpu(py: Python<'_>, ordinal: usize) -> PyResult<Arc<Gpu>> {
     if let Some(g) = gpus.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
         return Ok(g.clone());
     }
-    let opened = Arc::new(py.detach(|| Gpu::new(ordinal).map(|g| g.with_programmatic_launch(key.1))).map_err(to_py)?);
+    let opened = Arc::new(
+        py.detach(|| Gpu::new(ordinal).map(|g| g.with_policy(Policy { programmatic: key.1, ..Policy::default() })))
+            .map_err(to_py)?,
+    );
     Ok(gpus.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_insert(opened).clone())
 }
 

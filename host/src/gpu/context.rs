@@ -6,13 +6,13 @@ use std::sync::{Arc, RwLock};
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
-use sparsek_layout::{InType, Layout, Module, Op, OutType, Pipeline, Tile};
+use sparsek_layout::{InType, Layout, Op, OutType};
 
 use super::driver::{cuda, device_count, driver_version, guard};
 use super::registry::{self, Kernel, KernelReport, Registry};
-use super::schedule::TileSchedule;
-use super::split::{RowSplit, SplitWorkspace};
+use super::split::SplitWorkspace;
 use crate::error::{Error, Result};
+use crate::plan::{DeviceFacts, KernelRef, Loaded, Policy, Room};
 use crate::tune::{CachedPlan, DeviceKey, KernelFamily, Plan, PlanCache, PlanKey, PlanSource};
 
 /// Static facts about the GPU, read once when the [`Gpu`] is created.
@@ -39,7 +39,7 @@ pub struct DeviceInfo {
     /// Peak SM clock in kHz as the driver reports it.
     pub sm_clock_khz: u32,
     /// The largest L2 access policy window a launch may carry, in bytes (0: none); see
-    /// [`Gpu::with_a_evict_first`].
+    /// [`Policy::a_evict_first`].
     pub max_access_policy_window: usize,
 }
 
@@ -69,37 +69,6 @@ impl DeviceInfo {
     }
 }
 
-/// At bs 128 and up to 64 columns, the fewest nonzero blocks per SM for which the mid family takes its tile of 64
-/// columns (one N tile, rows split) rather than two tiles of 32 ([`Gpu::plan_kernel`] shows the choice). Measured
-/// on an H200 (docs/perf-notes.md, issue 12 step 19): at 64 columns the tile of 64 was 1.15x faster on 16384 x
-/// 16384 at 22% (27 blocks per SM), 1.12x at 10% (12) and 1.09x on 8192 x 8192 at 22% (6.8), but 1.10x slower at
-/// 10% (3.1); on eight more shapes from 4.3 to 27 blocks per SM 1.04-1.37x faster.
-pub const MID64_BS128_MIN_BLOCKS_PER_SM: usize = 4;
-
-/// At bs 16 and 32, the fewest block rows per SM for which the built-in heuristic takes the mid tile (BN 32) for 17
-/// to 64 columns instead of the narrow tile (BN 16), and for small grids. Measured on an H200 (docs/perf-notes.md,
-/// issue 12 step 21): at bs 32 on 16384 x 16384 (512 block rows, 3.9 per SM) the mid tile was 1.10-1.78x faster at
-/// 32 to 64 columns; on 8192 x 8192 (256 rows) 1.08-1.10x faster at 64 columns but 1.5% slower at 32 and 6% at 48,
-/// on 4096 x 4096 3% slower at 64, and on small grids of 12 block rows at 512 columns 5-6% slower. At bs 16 on 16384
-/// x 16384 (1024 rows) 1.06-2.05x faster at 32 to 64 columns; on 8192 x 8192 (512 rows) level to 1.19x faster at 32
-/// and 64 columns, 6.5% slower at 48.
-pub const MID_SMALL_BS_MIN_ROWS_PER_SM: usize = 3;
-
-/// The most columns for which [`Gpu::small_grid_serves`] moves a launch to the mid or narrow tile: the widest
-/// shape measured (docs/perf-notes.md, issue 12 step 8), and the widest the tuner offers those tiles for.
-pub const SMALL_GRID_MAX_N: usize = 512;
-
-/// The bytes of A's values in a block row from which the built-in heuristic leaves few columns to the narrow tile's
-/// split rows rather than the decode kernels ([`Gpu::decode_serves`]): 256 KiB, two parts of
-/// [`crate::gpu::SPLIT_PART_BYTES`]. The decode kernels give a row to `bs / 16` CTAs, each reading the whole row's
-/// slice; split rows spread a long row over parts of 128 KiB. Measured on an H100 (docs/perf-notes.md, issue 12
-/// step 30), queued, decode kernels against the narrow tile: skewed rows (one row holding every block column)
-/// 1.18-3.2x faster split (4096 x 4096 and 4096 x 16384 bs 64, 2048 x 16384 bs 64 10%, 8192 x 8192 and 4096 x 8192
-/// bs 32; the longest rows 512 KB to 2 MB), uniform 4096 x 16384 bs 64 22% (rows of 448 KB) 1.19x; but the decode
-/// kernels 1.1x faster on uniform 8192 x 8192 bs 32 (112 KB rows) and 4-35% on skewed layers (1536 x 384 bs 32 and
-/// 384 x 1536 bs 64 at 50%, longest rows 24 and 192 KB).
-pub const DECODE_MAX_ROW_BYTES: usize = 256 << 10;
-
 /// A GPU ready to run sparsek's kernels: a CUDA context (the device's primary context), a default stream, and
 /// the product PTX module for its architecture, loaded once with every kernel looked up and configured.
 ///
@@ -110,26 +79,14 @@ pub struct Gpu {
     pub(crate) product: Registry,
     /// The sm_90a module on H100/H200 (bs 64 and 128 at N above `layout::NARROW_MAX_N`).
     hopper: Option<Registry>,
-    /// Whether launches may use `hopper` ([`Gpu::with_hopper`]).
-    use_hopper: bool,
-    /// Whether launches of few columns may use the decode kernels ([`Gpu::with_decode`]).
-    use_decode: bool,
-    /// Whether small grids take the narrow and mid tiles ([`Gpu::with_small_grids`]).
-    use_small_grids: bool,
-    /// Whether launches may use the sm_90a short-row kernels ([`Gpu::with_short_rows`]).
-    use_short_rows: bool,
-    /// Whether launches that read A once mark its values evict-first in L2 ([`Gpu::with_a_evict_first`]).
-    pub(crate) a_evict_first: bool,
-    /// Whether product launches may start before the grid ahead of them finishes ([`Gpu::with_programmatic_launch`]).
-    programmatic_launch: bool,
+    /// The settings launches are planned with ([`Gpu::with_policy`]).
+    pub(crate) policy: Policy,
+    /// What the planner knows of this device and its loaded kernels (in the registries' order).
+    pub(crate) facts: DeviceFacts,
     info: DeviceInfo,
     plans: Plans,
-    /// How the narrow kernels split long block rows ([`Gpu::with_row_split`]).
-    pub(crate) row_split: RowSplit,
     /// The split-row workspace, allocated when the GPU opened (`None` if the memory could not be spared).
     pub(crate) split: Option<SplitWorkspace>,
-    /// How the sm_90a kernels take their tiles ([`Gpu::with_tile_schedule`]).
-    pub(crate) tile_schedule: TileSchedule,
     /// The plan of the last launch queued through this `Gpu` ([`Gpu::last_plan`]).
     pub(crate) last_plan: std::sync::Mutex<Option<crate::gpu::LaunchPlan>>,
 }
@@ -225,22 +182,30 @@ impl Gpu {
         let device = DeviceKey::new(&info.name, info.compute_capability, info.driver_version, &modules);
         let plans = Plans::load(PlanCache::from_env(), device);
         let split = SplitWorkspace::new(&ctx, &stream);
+        let catalog = |r: &Registry| -> Vec<Loaded> {
+            r.kernels().iter().map(|k| Loaded { variant: k.variant, ctas_per_sm: k.ctas_per_sm }).collect()
+        };
+        let facts = DeviceFacts {
+            sm_count: info.sm_count,
+            l2_bytes: info.l2_bytes,
+            max_access_policy_window: info.max_access_policy_window,
+            compute_capability: info.compute_capability,
+            programmatic_available: product.programmatic,
+            graph_memory: split.as_ref().is_some_and(|ws| ws.graph_memory),
+            workspace: split.is_some(),
+            product: catalog(&product),
+            hopper: hopper.as_ref().map(catalog).unwrap_or_default(),
+        };
         Ok(Gpu {
             ctx,
             stream,
             product,
             hopper,
-            use_hopper: true,
-            use_decode: true,
-            use_small_grids: true,
-            use_short_rows: true,
-            a_evict_first: true,
-            programmatic_launch: false,
+            policy: Policy::default(),
+            facts,
             info,
             plans,
-            row_split: RowSplit::Auto,
             split,
-            tile_schedule: TileSchedule::Auto,
             last_plan: std::sync::Mutex::new(None),
         })
     }
@@ -287,32 +252,36 @@ impl Gpu {
     /// Whether launches may use the sm_90a kernels where this GPU has them (the default: yes). `false` keeps
     /// every launch on the portable sm_80 module: for comparisons, tests of that module on a Hopper GPU, or
     /// callers who want the same kernels on every GPU.
+    #[doc(hidden)]
     pub fn with_hopper(mut self, enabled: bool) -> Self {
-        self.use_hopper = enabled;
+        self.policy.hopper = enabled;
         self
     }
 
     /// Whether launches of at most [`sparsek_layout::DECODE_MAX_N`] columns may use the decode kernels (bs 32, 64
     /// and 128; the default: yes). `false` gives them the narrow-tile kernels instead: for comparisons and tests
     /// of those.
+    #[doc(hidden)]
     pub fn with_decode(mut self, enabled: bool) -> Self {
-        self.use_decode = enabled;
+        self.policy.decode = enabled;
         self
     }
 
     /// Whether the built-in heuristic gives launches whose wide or sm_90a grid would leave SMs idle
     /// ([`Gpu::small_grid_serves`]) the mid or narrow tile instead (the default: yes). `false` keeps them on the
     /// wide and sm_90a kernels: for comparisons and tests of those kernels on small shapes.
+    #[doc(hidden)]
     pub fn with_small_grids(mut self, enabled: bool) -> Self {
-        self.use_small_grids = enabled;
+        self.policy.small_grids = enabled;
         self
     }
 
     /// Whether launches may use the sm_90a kernels for short rows (bs 64, [`sparsek_layout::HOPPER_SHORT_CONFIGS`];
     /// the default: yes). `false` gives rows of every length the [`KernelFamily::Hopper`] kernel, and the tuner
     /// does not measure them: for comparisons and tests of that kernel on short rows.
+    #[doc(hidden)]
     pub fn with_short_rows(mut self, enabled: bool) -> Self {
-        self.use_short_rows = enabled;
+        self.policy.short_rows = enabled;
         self
     }
 
@@ -326,8 +295,9 @@ impl Gpu {
     /// the decode launches' own time 5-12% shorter and kept a 30 MB working set in L2 through a 118 MB weight;
     /// below an eighth of L2 it only added 0.1-0.2 us per launch (docs/perf-notes.md, issue 12 step 13).
     /// `false`: plain launches, for comparisons.
+    #[doc(hidden)]
     pub fn with_a_evict_first(mut self, enabled: bool) -> Self {
-        self.a_evict_first = enabled;
+        self.policy.a_evict_first = enabled;
         self
     }
 
@@ -347,32 +317,23 @@ impl Gpu {
     /// Only on GPUs where the product module loads from its sm_90a cubin (H100, H200: [`Gpu::programmatic_launch`]
     /// says whether launches use it); elsewhere, and for the sm_90a module's kernels, launches stay plain. A
     /// driver that refuses the attribute gets a plain launch instead. The results are the same either way.
+    #[doc(hidden)]
     pub fn with_programmatic_launch(mut self, enabled: bool) -> Self {
-        self.programmatic_launch = enabled;
+        self.policy.programmatic = enabled;
         self
     }
 
     /// Whether product-module launches carry programmatic serialization: enabled
-    /// ([`Gpu::with_programmatic_launch`]) and possible on this GPU (the product module was loaded from its sm_90a
+    /// ([`Policy::programmatic`]) and possible on this GPU (the product module was loaded from its sm_90a
     /// cubin, whose kernels wait for the grid before them).
     pub fn programmatic_launch(&self) -> bool {
-        self.programmatic_launch && self.product.programmatic
+        self.policy.programmatic && self.product.programmatic
     }
 
     /// Whether this GPU can launch the product module's kernels with programmatic serialization (whether or not
-    /// [`Gpu::with_programmatic_launch`] enabled it): the module was loaded from its sm_90a cubin.
+    /// [`Policy::programmatic`] enabled it): the module was loaded from its sm_90a cubin.
     pub fn programmatic_launch_available(&self) -> bool {
         self.product.programmatic
-    }
-
-    /// Whether a launch of `kernel` carries programmatic serialization: [`Gpu::programmatic_launch`], and the
-    /// kernel is one of the product module's (`Pipeline::CpAsync` or `Pipeline::Direct`, every one of which holds
-    /// the wait: `cargo xtask build-ptx` checks it).
-    pub(crate) fn launches_programmatic(&self, kernel: &Kernel) -> bool {
-        let v = &kernel.variant;
-        self.programmatic_launch()
-            && v.module == Module::Product
-            && matches!(v.config.pipeline, Pipeline::CpAsync | Pipeline::Direct)
     }
 
     /// The sm_90a module's name and description, when it is loaded and enabled ([`Gpu::with_hopper`]).
@@ -387,7 +348,7 @@ impl Gpu {
 
     /// The sm_90a module when it is loaded and launches may use it.
     fn active_hopper(&self) -> Option<&Registry> {
-        self.hopper.as_ref().filter(|_| self.use_hopper)
+        self.hopper.as_ref().filter(|_| self.policy.hopper)
     }
 
     /// Facts about the device.
@@ -426,65 +387,40 @@ impl Gpu {
         &self.product.loaded_from
     }
 
-    /// The kernel of `family` for blocks of `bs` with `types` (inputs, B's order, output), when this GPU has it
-    /// and may use it on `nnzb` blocks and `n` columns: the decode kernels unless [`Gpu::with_decode`] turned them
-    /// off; the mid family's tile of 64 columns from [`sparsek_layout::MID64_MIN_N`] columns where the block size
-    /// has one (at bs 128 and up to [`sparsek_layout::NARROW_MAX_N`] columns only with at least
-    /// [`MID64_BS128_MIN_BLOCKS_PER_SM`] blocks per SM), else its tile of 32; the sm_90a ones where that module is
-    /// loaded and enabled (the short-row ones unless [`Gpu::with_short_rows`] turned them off), with at least one
-    /// block (a tensor map cannot describe none) and `nnzb * bs` below 2^32 (their row coordinates are 32-bit).
-    pub(crate) fn family_kernel(
-        &self,
-        family: KernelFamily,
-        op: Op,
-        bs: u32,
-        types: (InType, Layout, OutType),
-        (nnzb, n): (usize, usize),
-    ) -> Option<&Kernel> {
-        match family {
-            KernelFamily::Decode => self.product.find(op, bs, types, Tile::Decode).filter(|_| self.use_decode),
-            KernelFamily::Narrow => self.product.find(op, bs, types, Tile::Narrow),
-            KernelFamily::Mid => (n >= sparsek_layout::MID64_MIN_N && self.mid64_serves(bs, n, nnzb))
-                .then(|| self.product.find(op, bs, types, Tile::Mid64))
-                .flatten()
-                .or_else(|| self.product.find(op, bs, types, Tile::Mid)),
-            KernelFamily::Wide => self.product.find(op, bs, types, Tile::Wide),
-            KernelFamily::Hopper | KernelFamily::HopperShort => {
-                let fits = (nnzb as u64).saturating_mul(u64::from(bs)) <= u64::from(u32::MAX);
-                let (tile, allowed) = match family {
-                    KernelFamily::Hopper => (Tile::Wide, true),
-                    _ => (Tile::ShortRows, self.use_short_rows),
-                };
-                self.active_hopper().filter(|_| allowed && nnzb > 0 && fits)?.find(op, bs, types, tile)
-            }
+    /// The settings launches are planned with (default [`Policy::default`]): which kernels they may use, how rows
+    /// are split, how the sm_90a kernels take their tiles, and the launch attributes. Every launch's decisions are
+    /// [`crate::plan::plan`]'s for this policy ([`Gpu::plan`] shows them).
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The policy launches are planned with ([`Gpu::with_policy`]).
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// What the planner knows of this device: its SMs, L2, and the loaded kernels with their occupancy
+    /// ([`crate::plan::plan`] takes it).
+    pub fn device_facts(&self) -> &DeviceFacts {
+        &self.facts
+    }
+
+    /// The planner's view of this Gpu: its facts under its policy.
+    pub(crate) fn room(&self) -> Room<'_> {
+        Room { device: &self.facts, policy: &self.policy }
+    }
+
+    /// The loaded kernel a plan names.
+    pub(crate) fn kernel_at(&self, r: KernelRef) -> Option<&Kernel> {
+        match r {
+            KernelRef::Product(i) => self.product.kernels().get(i),
+            KernelRef::Hopper(i) => self.hopper.as_ref().and_then(|h| h.kernels().get(i)),
+            KernelRef::Given => None,
         }
     }
 
-    /// Whether the mid family may take its tile of 64 columns for `n` columns over `nnzb` blocks of `bs`: always
-    /// at bs 64, and at bs 128 above [`sparsek_layout::NARROW_MAX_N`] columns or with at least
-    /// [`MID64_BS128_MIN_BLOCKS_PER_SM`] blocks per SM ([`Gpu::family_kernel`]).
-    fn mid64_serves(&self, bs: u32, n: usize, nnzb: usize) -> bool {
-        bs != 128
-            || n > sparsek_layout::NARROW_MAX_N
-            || nnzb >= MID64_BS128_MIN_BLOCKS_PER_SM.saturating_mul(self.info.sm_count as usize)
-    }
-
-    /// Whether `block_rows` block rows of `bs` are enough for the built-in heuristic to take the mid tile: always,
-    /// except at bs 16 and 32, where it needs at least [`MID_SMALL_BS_MIN_ROWS_PER_SM`] block rows per SM.
-    fn mid_rows_suffice(&self, bs: u32, block_rows: usize) -> bool {
-        bs > 32 || block_rows >= MID_SMALL_BS_MIN_ROWS_PER_SM.saturating_mul(self.info.sm_count as usize)
-    }
-
-    /// The built-in heuristic (the longest block row holding `max_row_blocks`, when known): the decode kernels where
-    /// [`Gpu::decode_serves`] says so; for a small grid
-    /// ([`Gpu::small_grid_serves`]) the mid tile where its grid has at least half as many CTAs as the GPU has SMs,
-    /// else the narrow tile (at bs 16 and 32, in both places, the mid tile only on [`MID_SMALL_BS_MIN_ROWS_PER_SM`]
-    /// block rows per SM); else the sm_90a ones above [`sparsek_layout::NARROW_MAX_N`] columns where
-    /// [`Gpu::family_kernel`] has them (the short-row kernel where the block size has one and the rows hold at most
-    /// [`sparsek_layout::SHORT_ROW_MAX_K_TILES`] k-tiles on average: `nnzb` over `block_rows`); else the mid tile
-    /// from [`sparsek_layout::MID_MIN_N`] to `NARROW_MAX_N` columns and the narrow tile up to `NARROW_MAX_N`, where
-    /// the block size has one; else the wide tile.
-    /// Rasterization groups: the launcher's.
+    /// The built-in heuristic's plan and kernel (the planner's rule).
     pub(crate) fn heuristic_plan(
         &self,
         op: Op,
@@ -492,79 +428,49 @@ impl Gpu {
         types: (InType, Layout, OutType),
         n: usize,
         nnzb: usize,
-        (block_rows, max_row_blocks): (usize, Option<usize>),
+        rows: (usize, Option<usize>),
     ) -> Option<(Plan, &Kernel)> {
-        let narrow = n <= sparsek_layout::NARROW_MAX_N;
-        let small = self.small_grid_serves(bs, types, n, block_rows);
-        let half_the_sms = (self.info.sm_count as usize).div_ceil(2);
-        let mid_rows = self.mid_rows_suffice(bs, block_rows);
-        let mid_fills = small
-            && mid_rows
-            && self
-                .family_kernel(KernelFamily::Mid, op, bs, types, (nnzb, n))
-                .is_some_and(|k| block_rows.saturating_mul(n.div_ceil(k.config().bn as usize)) >= half_the_sms);
-        // Looked up only above NARROW_MAX_N columns, where it can serve (the decode launches skip it). A loaded
-        // kernel's BK divides its bs (KernelConfig::check).
-        let short_rows = !narrow
-            && self.family_kernel(KernelFamily::HopperShort, op, bs, types, (nnzb, n)).is_some_and(|k| {
-                let k_tiles_per_block = (bs / k.config().bk) as usize;
-                nnzb.saturating_mul(k_tiles_per_block)
-                    <= sparsek_layout::SHORT_ROW_MAX_K_TILES.saturating_mul(block_rows)
-            });
-        let order = [
-            (KernelFamily::Decode, self.decode_serves(bs, n, block_rows, max_row_blocks)),
-            (KernelFamily::Mid, mid_fills),
-            (KernelFamily::Narrow, small),
-            (KernelFamily::HopperShort, short_rows),
-            (KernelFamily::Hopper, !narrow),
-            (KernelFamily::Mid, narrow && n >= sparsek_layout::MID_MIN_N && mid_rows),
-            (KernelFamily::Narrow, narrow),
-            (KernelFamily::Wide, true),
-        ];
-        order
-            .into_iter()
-            .filter(|&(_, wanted)| wanted)
-            .find_map(|(f, _)| self.family_kernel(f, op, bs, types, (nnzb, n)).map(|k| (Plan::new(f), k)))
+        let (plan, (r, _)) = self.room().heuristic_plan(op, bs, types, n, nnzb, rows)?;
+        self.kernel_at(r).map(|k| (plan, k))
     }
 
-    /// The kernel and plan for a launch: the cached plan for its [`PlanKey`] when there is one and its family
-    /// can serve the launch, else the heuristic's ([`Gpu::heuristic_plan`]).
-    pub(crate) fn resolve(
+    /// The cached plan for `key`, if any.
+    pub(crate) fn cached_plan(&self, key: &PlanKey) -> Option<CachedPlan> {
+        self.plans.get(key)
+    }
+
+    /// Which kernel and plan serve a product of an `m x k` A with blocks of `bs` (`nnzb` of them, the longest
+    /// block row holding `max_row_blocks` when known) and a `k x n` B of `types`: a tuned plan from the cache or
+    /// the built-in heuristic's. `None` for a block size or type combination no kernel serves. Prefer
+    /// [`Gpu::plan`], which shows every decision of the launch.
+    #[doc(hidden)]
+    pub fn plan_kernel(
         &self,
-        op: Op,
         bs: usize,
         (input, b_layout, out, c_layout): crate::tune::ProductTypes,
         (m, k, n): (usize, usize, usize),
         nnzb: usize,
         max_row_blocks: Option<usize>,
-    ) -> Option<(&Kernel, Plan, PlanSource)> {
-        let bs32 = u32::try_from(bs).ok()?;
-        let types = (input, b_layout, out);
-        let key = PlanKey::new((input, b_layout, out, c_layout), bs, (m, k, n), nnzb, max_row_blocks);
-        if let Some(cached) = self.plans.get(&key)
-            && let Some(kernel) = self.family_kernel(cached.plan.family, op, bs32, types, (nnzb, n))
-        {
-            return Some((kernel, cached.plan, PlanSource::Tuned));
-        }
-        let block_rows = m.checked_div(bs).unwrap_or(0);
-        self.heuristic_plan(op, bs32, types, n, nnzb, (block_rows, max_row_blocks))
-            .map(|(p, k)| (k, p, PlanSource::Heuristic))
-    }
-
-    /// Which kernel and plan serve a product of an `m x k` A with blocks of `bs` (`nnzb` of them, the longest
-    /// block row holding `max_row_blocks` when known) and a `k x n` B of `types`: a tuned plan from the cache or
-    /// the built-in heuristic's (`sparsek run` prints it). `None` for a block size or type combination no kernel
-    /// serves.
-    pub fn plan_kernel(
-        &self,
-        bs: usize,
-        types: crate::tune::ProductTypes,
-        (m, k, n): (usize, usize, usize),
-        nnzb: usize,
-        max_row_blocks: Option<usize>,
     ) -> Option<PlanChoice> {
-        self.resolve(Op::BsrSpmm, bs, types, (m, k, n), nnzb, max_row_blocks).map(|(kernel, plan, source)| PlanChoice {
-            plan,
+        let problem = crate::plan::Problem {
+            input,
+            output: out,
+            b_layout,
+            c_layout,
+            max_row_blocks,
+            ..crate::plan::Problem::new(bs, (m, k, n), nnzb)
+        };
+        let cached = self.cached_plan(&problem.plan_key());
+        let chosen = crate::plan::choose(self.room(), &problem, cached.as_ref()).ok()?;
+        let (family, source) = chosen.choice?;
+        let kernel = self.kernel_at(chosen.kernel)?;
+        Some(PlanChoice {
+            plan: Plan {
+                family,
+                group_rows: chosen.group_rows,
+                row_split: chosen.row_split,
+                tile_schedule: chosen.tile_schedule,
+            },
             source,
             kernel: kernel.variant.name,
             config: kernel.config(),
@@ -572,10 +478,7 @@ impl Gpu {
         })
     }
 
-    /// The families a tuner measures for a product of `n` columns over `nnzb` blocks in `block_rows` block rows
-    /// of `bs` with `types`, each with the kernel that would serve it: every family this GPU has for it, the
-    /// decode kernels up to 64 columns and the narrow tile up to 512 (beyond, their N tiles of 16 re-read A too
-    /// often to win).
+    /// The families a tuner measures for a product, each with the kernel that would serve it (the planner's rule).
     pub(crate) fn tune_families(
         &self,
         bs: u32,
@@ -583,73 +486,37 @@ impl Gpu {
         n: usize,
         nnzb: usize,
     ) -> Vec<(KernelFamily, &Kernel)> {
-        KernelFamily::ALL
+        let room = self.room();
+        room.tune_families(bs, types, n, nnzb)
             .into_iter()
-            .filter(|f| match f {
-                KernelFamily::Decode => n <= 64,
-                KernelFamily::Narrow | KernelFamily::Mid => n <= SMALL_GRID_MAX_N,
-                KernelFamily::Wide | KernelFamily::Hopper | KernelFamily::HopperShort => true,
-            })
-            .filter_map(|f| self.family_kernel(f, Op::BsrSpmm, bs, types, (nnzb, n)).map(|k| (f, k)))
+            .filter_map(|(f, (r, _))| self.kernel_at(r).map(|k| (f, k)))
             .collect()
     }
 
     /// Whether the built-in heuristic gives a launch of `n` columns over `block_rows` block rows of `bs` the mid or
-    /// narrow tile although it has more than [`sparsek_layout::NARROW_MAX_N`] columns (unless
-    /// [`Gpu::with_small_grids`] turned that off): at most [`SMALL_GRID_MAX_N`] columns, and at most three tiles
-    /// of the kernel that would serve it otherwise (sm_90a, else the wide tile) for every four SMs. Such a grid
-    /// leaves SMs idle while each CTA walks its whole block row; the narrow and mid tiles cut every row into more
-    /// CTAs of fewer columns. Measured on an H200 (132 SMs; `sparsek bench --tuned` on 31 shapes, docs/perf-notes.md,
-    /// issue 12 step 8): at 6 to 96 such tiles and N = 96 to 512 the narrow or mid tile was 1.12-1.75x faster in 19
-    /// of 20 cases (level in the last); at 128 tiles the sm_90a kernel was 1.3-1.6x faster than the mid tile, and
-    /// at N of 1024 and 2048 the tuner kept the sm_90a kernel.
+    /// narrow tile although it has more than [`sparsek_layout::NARROW_MAX_N`] columns (the planner's rule).
+    #[doc(hidden)]
     pub fn small_grid_serves(&self, bs: u32, types: (InType, Layout, OutType), n: usize, block_rows: usize) -> bool {
-        if !self.use_small_grids || n <= sparsek_layout::NARROW_MAX_N || n > SMALL_GRID_MAX_N {
-            return false;
-        }
-        let op = Op::BsrSpmm;
-        let serving = self
-            .family_kernel(KernelFamily::Hopper, op, bs, types, (1, n))
-            .or_else(|| self.family_kernel(KernelFamily::Wide, op, bs, types, (1, n)));
-        serving.is_some_and(|k| {
-            let tiles = block_rows.saturating_mul(n.div_ceil(k.config().bn as usize));
-            tiles.saturating_mul(4) <= 3 * self.info.sm_count as usize
-        })
+        self.room().small_grid_serves(bs, types, n, block_rows)
     }
 
-    /// Whether the built-in heuristic gives a launch of `n` columns over `block_rows` block rows of `bs` (the
-    /// longest holding `max_row_blocks`, when known) the decode kernels (unless [`Gpu::with_decode`] turned them
-    /// off): at most [`sparsek_layout::DECODE_MAX_N`] columns, at most [`Gpu::decode_row_limit`] block rows, and no
-    /// row of [`DECODE_MAX_ROW_BYTES`] or more where the narrow tile can split it (the workspace exists and
-    /// [`Gpu::with_row_split`] is not [`RowSplit::Off`]).
+    /// Whether the built-in heuristic gives a launch the decode kernels (the planner's rule).
+    #[doc(hidden)]
     pub fn decode_serves(&self, bs: u32, n: usize, block_rows: usize, max_row_blocks: Option<usize>) -> bool {
-        let block_bytes = (bs as usize).pow(2) * 2;
-        let long_row = max_row_blocks.is_some_and(|l| l.saturating_mul(block_bytes) >= DECODE_MAX_ROW_BYTES)
-            && self.split.is_some()
-            && self.row_split != RowSplit::Off;
-        self.use_decode && n <= sparsek_layout::DECODE_MAX_N && block_rows <= self.decode_row_limit(bs) && !long_row
+        self.room().decode_serves(bs, n, block_rows, max_row_blocks)
     }
 
-    /// The most block rows for which the built-in heuristic takes the decode kernels at few columns: where the
-    /// narrow tile's one CTA per block row leaves SMs idle and the decode kernels' 16-row slices, their warps
-    /// splitting each row's blocks, fill them. Measured on an H100 (132 SMs) with every launch interleaved and
-    /// inputs rotated beyond L2 (`sparsek bench --tuned`, docs/perf-notes.md "Tuned plans"): at bs 32 the decode
-    /// kernels won 1.04-1.5x from 12 to 256 block rows (limit: 2x the SMs); at bs 64 1.07-1.19x from 24 to 64
-    /// block rows and level at 96 and 128 (limit: half the SMs); at bs 128 (four warps per CTA) the narrow tile
-    /// was 1.0-1.22x faster from 4 block rows up (limit 0: never). A tuned plan overrides it per problem.
+    /// The most block rows for which the built-in heuristic takes the decode kernels at few columns (the planner's
+    /// rule, [`crate::plan::RULES`]).
+    #[doc(hidden)]
     pub fn decode_row_limit(&self, bs: u32) -> usize {
-        let sms = self.info.sm_count as usize;
-        match bs {
-            32 => 2 * sms,
-            64 => sms / 2,
-            _ => 0,
-        }
+        self.room().decode_row_limit(bs)
     }
 
     /// The entry point that serves a product of blocks of `bs` with `types` (inputs, B's order, output) at `n`
     /// columns over an A of `block_rows` block rows holding `nnzb` blocks (at least one) by the built-in heuristic
-    /// (`sparsek info`, benchmark records; a tuned plan may choose another: [`Gpu::plan_kernel`]), and whether it
-    /// is an sm_90a kernel.
+    /// (`sparsek info`, benchmark records; a tuned plan may choose another), and whether it is an sm_90a kernel.
+    #[doc(hidden)]
     pub fn serving_kernel(
         &self,
         bs: u32,

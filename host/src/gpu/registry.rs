@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
-use sparsek_layout::{
-    Arch, BSR_CHECK_KERNEL, InType, KernelConfig, Layout, Module, Op, OutType, Tile, VARIANTS, Variant,
-};
+use sparsek_layout::{Arch, BSR_CHECK_KERNEL, InType, KernelConfig, Layout, Module, OutType, VARIANTS, Variant};
 
 use super::DeviceInfo;
 use super::driver::{cuda, describe};
@@ -315,21 +313,6 @@ impl Registry {
             _module: module,
             kernels,
             check,
-        })
-    }
-
-    /// The kernel for `op` on blocks of `bs` with inputs `input`, B stored `b_layout`, writing `out`, with N tile
-    /// `tile`, if the module has one.
-    pub(crate) fn find(
-        &self,
-        op: Op,
-        bs: u32,
-        (input, b_layout, out): (InType, Layout, OutType),
-        tile: Tile,
-    ) -> Option<&Kernel> {
-        self.kernels.iter().find(|k| {
-            let v = &k.variant;
-            v.op == op && v.bs == bs && v.input == input && v.b_layout == b_layout && v.out == out && v.tile == tile
         })
     }
 

@@ -15,6 +15,7 @@ use super::timing::{EventTimer, median};
 use crate::check::{Expected, RowSample};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::plan::Choice;
 use crate::tune::{CachedPlan, KernelFamily, Plan, PlanEntry, PlanKey};
 use crate::{Bsr, Epilogue, Matrix};
 
@@ -227,10 +228,11 @@ impl Gpu {
         }
     }
 
-    /// The plans [`Gpu::tune`] measures for a product of `n` columns with `a`, B and C stored `layouts`, C of
-    /// type `TC`, the heuristic's first: each family [`Gpu::plan_kernel`] could use, and for those with
-    /// rasterization groups the launcher's choice, groups of 4, 8, 16 and 32 block rows (those below the block
-    /// row count) and plain row order.
+    /// The plans [`Gpu::tune`] measures for a product of `n` columns with `a`, B stored `b_layout`, C of type
+    /// `TC`, the heuristic's first: each family the planner could use, each with the work decompositions
+    /// that give it another launch (the rules', whole rows, split rows, the flat list, one tile per CTA for the
+    /// sm_90a kernels), and for those with rasterization groups groups of 4, 8, 16 and 32 block rows (those below
+    /// the block row count) and plain row order.
     pub fn tune_candidates<TA: InputElement, TC: OutputElement>(
         &self,
         a: &DeviceBsr<TA>,
@@ -254,6 +256,26 @@ impl Gpu {
                 plans.push(Plan::new(family).with_group_rows(Some(r)));
             }
         }
+        // Each plan of the launcher's groups with every decomposition that changes its launch.
+        let view = a.view();
+        let problem = crate::plan::Problem {
+            input: TA::IN_TYPE,
+            output: TC::OUT_TYPE,
+            b_layout,
+            max_row_blocks: Some(a.max_row_blocks()),
+            row_lengths: view.row_lengths,
+            row_order: view.row_order != 0,
+            ..crate::plan::Problem::new(a.bs, (a.rows, a.cols, n), a.nnzb)
+        };
+        let room = self.room();
+        let plans: Vec<Plan> = plans
+            .into_iter()
+            .flat_map(|p| match p.group_rows {
+                None => crate::plan::tune_decompositions(room, &problem, p),
+                Some(_) => vec![p],
+            })
+            .collect();
+        let mut plans = plans;
         let mut seen = Vec::with_capacity(plans.len());
         plans.retain(|p| {
             let new = !seen.contains(p);
@@ -323,9 +345,9 @@ impl Gpu {
 
         let mut candidates = Vec::with_capacity(plans.len());
         for (i, plan) in plans.iter().enumerate() {
-            let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, (a.nnzb, n))?;
+            let chosen = self.choose::<TA, TC>(a.into(), layouts, n, None, Choice::Fixed(*plan))?;
             c_d.copy_from_host(&poison)?;
-            self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, (plan.group_rows, None))?;
+            self.launch_owned(&stream, (&chosen, None), a, (&b_d, &mut c_d), layouts, ep)?;
             let got = c_d.to_host()?;
             let report = match layouts.1 {
                 Layout::RowMajor => expected.check(&got),
@@ -340,7 +362,7 @@ impl Gpu {
             ));
             candidates.push(Candidate {
                 plan: *plan,
-                kernel: kernel.variant.name,
+                kernel: chosen.loaded.variant.name,
                 passed,
                 check: if passed { "ok".into() } else { format!("WRONG: {report}") },
                 median_us: f64::NAN,
@@ -378,12 +400,12 @@ impl Gpu {
         let mut count = 0usize;
         let mut launch = |i: usize| {
             let plan = &candidates[timed[i]].plan;
-            let kernel = self.plan_family_kernel::<TA, TC>(plan, bs, layouts.0, (a.nnzb, n))?;
+            let chosen = self.choose::<TA, TC>(a.into(), layouts, n, None, Choice::Fixed(*plan))?;
             let set = count % depth;
             count += 1;
             match set.checked_sub(1).map(|s| &mut copies[s]) {
-                None => self.launch_owned(&stream, kernel, a, (&b_d, &mut c_d), layouts, ep, (plan.group_rows, None)),
-                Some((a, b, c)) => self.launch_owned(&stream, kernel, a, (b, c), layouts, ep, (plan.group_rows, None)),
+                None => self.launch_owned(&stream, (&chosen, None), a, (&b_d, &mut c_d), layouts, ep),
+                Some((a, b, c)) => self.launch_owned(&stream, (&chosen, None), a, (b, c), layouts, ep),
             }
         };
         let probe = timer.time_interleaved(1, 1, timed.len(), &mut launch)?;

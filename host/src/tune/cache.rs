@@ -33,10 +33,10 @@ use super::{DeviceKey, InType, KernelFamily, Layout, OutType, Plan, PlanKey};
 use crate::error::{Error, Result};
 
 /// The format version written in the file's header; a file with another version is ignored.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const MAGIC: &str = "sparsek-plans";
 /// Fields of a plan line.
-const FIELDS: usize = 20;
+const FIELDS: usize = 22;
 const MAX_FILE_BYTES: u64 = PlanCache::MAX_FILE_BYTES;
 const QUOTE_BYTES: usize = PlanCache::QUOTE_BYTES;
 
@@ -414,7 +414,7 @@ fn render(entries: &[PlanEntry]) -> String {
     let mut s = String::from(
         "# sparsek plan cache: tuned kernel plans, one per line, tab-separated (written by Gpu::tune and `sparsek \
          tune`; safe to delete)\n# device\tcc\tdriver\tmodules\top\tinput\tb\tout\tc\tbs\tm\tk\tn_bucket\t\
-         nnzb_bucket\tskew_bucket\tfamily\tgroup_rows\ttuned_us\theuristic_us\tunix_time\n",
+         nnzb_bucket\tskew_bucket\tfamily\tgroup_rows\trow_split\ttile_schedule\ttuned_us\theuristic_us\tunix_time\n",
     );
     s.push_str(&format!("{MAGIC}\t{VERSION}\n"));
     for e in entries {
@@ -427,7 +427,7 @@ fn render(entries: &[PlanEntry]) -> String {
 fn render_entry(e: &PlanEntry) -> String {
     let (d, k, c) = (&e.device, &e.key, &e.cached);
     format!(
-        "{}\t{}.{}\t{}\t{}\tspmm\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.3}\t{:.3}\t{}\n",
+        "{}\t{}.{}\t{}\t{}\tspmm\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.3}\t{:.3}\t{}\n",
         d.name,
         d.compute_capability.0,
         d.compute_capability.1,
@@ -445,6 +445,8 @@ fn render_entry(e: &PlanEntry) -> String {
         k.skew_bucket,
         c.plan.family.name(),
         c.plan.group_name(),
+        c.plan.row_split_name(),
+        c.plan.tile_schedule_name(),
         c.tuned_us,
         c.heuristic_us,
         c.unix_time,
@@ -536,6 +538,10 @@ fn parse_entry(line: &str) -> std::result::Result<PlanEntry, String> {
             r => Some(r),
         },
     };
+    let row_split =
+        Plan::parse_row_split(f[17]).ok_or_else(|| format!("unknown row split {}", quote(f[17].as_bytes())))?;
+    let tile_schedule =
+        Plan::parse_tile_schedule(f[18]).ok_or_else(|| format!("unknown tile schedule {}", quote(f[18].as_bytes())))?;
     let time = |what: &str, s: &str| {
         num::<f64>(what, s).and_then(|t| if t.is_finite() && t >= 0.0 { Ok(t) } else { Err(format!("{what} {t}")) })
     };
@@ -554,10 +560,10 @@ fn parse_entry(line: &str) -> std::result::Result<PlanEntry, String> {
             skew_bucket: num("skew_bucket", f[14])?,
         },
         cached: CachedPlan {
-            plan: Plan { family, group_rows },
-            tuned_us: time("tuned_us", f[17])?,
-            heuristic_us: time("heuristic_us", f[18])?,
-            unix_time: num("unix_time", f[19])?,
+            plan: Plan { family, group_rows, row_split, tile_schedule },
+            tuned_us: time("tuned_us", f[19])?,
+            heuristic_us: time("heuristic_us", f[20])?,
+            unix_time: num("unix_time", f[21])?,
         },
     })
 }
@@ -565,6 +571,7 @@ fn parse_entry(line: &str) -> std::result::Result<PlanEntry, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::{RowSplit, TileSchedule};
 
     fn device(name: &str) -> DeviceKey {
         DeviceKey::new(name, (9, 0), 13000, "sm80:c803521177bb51ad+sm90a:9d45bd550b941dbc")
@@ -582,7 +589,7 @@ mod tests {
             device: device(dev),
             key: PlanKey { m, k: 4096, ..key },
             cached: CachedPlan {
-                plan: Plan { family, group_rows },
+                plan: Plan { group_rows, ..Plan::new(family) },
                 tuned_us: 12.5,
                 heuristic_us: 20.25,
                 unix_time: 1_795_000_000,
@@ -595,6 +602,44 @@ mod tests {
         let d = std::env::temp_dir().join(format!("sparsek-plan-cache-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         d
+    }
+
+    /// Whole plans (the decomposition the tuner measured) round-trip; a file of the previous format (version 1:
+    /// family and group only) is ignored whole with the other-version warning and replaced on the next save.
+    #[test]
+    fn whole_plans_round_trip_and_version_1_files_are_ignored() {
+        let dir = scratch("whole-plans");
+        let cache = PlanCache::in_dir(&dir);
+        let mut entries = Vec::new();
+        for (i, (row_split, tile_schedule)) in [
+            (RowSplit::Off, TileSchedule::Auto),
+            (RowSplit::Blocks(12), TileSchedule::Auto),
+            (RowSplit::Flat(2), TileSchedule::Auto),
+            (RowSplit::Flat(0), TileSchedule::Auto),
+            (RowSplit::Auto, TileSchedule::PerTile),
+            (RowSplit::Auto, TileSchedule::Static),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut e = entry("GPU", 1000 + i as u64, KernelFamily::Narrow, Some(8));
+            e.cached.plan = e.cached.plan.with_decomposition(row_split, tile_schedule);
+            entries.push(e);
+        }
+        cache.save(&entries).unwrap();
+        let read = cache.read();
+        assert!(read.warning.is_none(), "{:?}", read.warning);
+        assert_eq!(read.entries, entries);
+        // What version 1 wrote (sparsek at 9e7fe91): 20 fields, no decomposition.
+        let v1 = "# sparsek plan cache\nsparsek-plans\t1\nNVIDIA H100 80GB HBM3\t9.0\t13000\tsm80:aa+sm90a:bb\tspmm\t\
+                  f16\trow\tf32\trow\t64\t8192\t8192\t16\t40\t3\tnarrow\tauto\t12.500\t20.250\t1795000000\n";
+        fs::write(cache.path().unwrap(), v1).unwrap();
+        let read = cache.read();
+        let warning = read.warning.unwrap();
+        assert!(read.entries.is_empty() && warning.contains("another version"), "{warning}");
+        assert_eq!(cache.save(&entries[..1]).unwrap(), 1);
+        assert_eq!(cache.read().entries, entries[..1]);
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -638,7 +683,10 @@ mod tests {
         let lines = [
             (line.replace("\tnarrow\t", "\tfastest\t"), "unknown kernel family"),
             (line.replace("\t64\t1024\t", "\t48\t1024\t"), "block size 48"),
-            (line.replace("\tauto\t", "\t0\t"), "group_rows 0"),
+            (line.replace("\tauto\tauto\tauto\t", "\t0\tauto\tauto\t"), "group_rows 0"),
+            (line.replace("\tauto\tauto\t12.5", "\tsplit\tauto\t12.5"), "unknown row split"),
+            (line.replace("\tauto\tauto\t12.5", "\trows-0\tauto\t12.5"), "unknown row split"),
+            (line.replace("\tauto\tauto\t12.5", "\tauto\tcounter\t12.5"), "unknown tile schedule"),
             (line.replace("\t12.500\t", "\tNaN\t"), "tuned_us"),
             (line.replace("\t12.500\t", "\t12.500\textra\t"), "fields"),
             (line.replace("\tnarrow\t", &format!("\t{long}\t")), "unknown kernel family"),
@@ -665,7 +713,8 @@ mod tests {
         assert!(read.warning.unwrap().contains("not UTF-8"));
         // Not a plan cache, or another version's: ignored whole, with a short warning, and replaced on save.
         for (bad, why) in [
-            (text.replace("sparsek-plans\t1", "sparsek-plans\t2"), "another version"),
+            (text.replace("sparsek-plans\t2", "sparsek-plans\t1"), "another version"),
+            (text.replace("sparsek-plans\t2", "sparsek-plans\t3"), "another version"),
             ("\u{0}\u{1}binary".to_string(), "header"),
             (format!("{long}\n{text}"), "header"),
         ] {

@@ -4,7 +4,7 @@
 //!
 //! A [`Plan`] names a [`KernelFamily`] (the decode kernels, the narrow or the wide N tile of the portable module,
 //! or the sm_90a kernels) and the rasterization group of its launch; the family fixes the tile shape and the
-//! pipeline depth (its `KernelConfig`, reported by [`Gpu::plan_kernel`](crate::gpu::Gpu::plan_kernel)). Plans
+//! pipeline depth (its `KernelConfig`; [`Gpu::plan`](crate::gpu::Gpu::plan) shows the kernel a launch runs). Plans
 //! are keyed by a [`PlanKey`]: the element types and layouts, the block size, M, K, and buckets of N, of the
 //! nonzero block count and of the longest-row / mean-row ratio. The cache file holds them per device, driver and
 //! PTX module build ([`DeviceKey`]), so a plan measured on one GPU or build never serves another.
@@ -15,6 +15,8 @@
 mod cache;
 
 use std::fmt;
+
+use crate::plan::{RowSplit, TileSchedule};
 
 pub use cache::{CacheContents, CachedPlan, PlanCache, PlanEntry};
 pub use sparsek_layout::{InType, Layout, OutType};
@@ -75,7 +77,8 @@ impl fmt::Display for KernelFamily {
     }
 }
 
-/// How one product is launched: the kernel family and the rasterization group.
+/// How one product is launched: the kernel family, the rasterization group, and the work decomposition the tuner
+/// measured (else the planner's rules).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Plan {
     /// Which kernels.
@@ -85,12 +88,64 @@ pub struct Plan {
     /// fixes it (`r >= 1`; `r` at or above the block-row count is plain row-fastest order). The decode kernels
     /// have no groups and ignore it.
     pub group_rows: Option<u32>,
+    /// How rows are split: [`RowSplit::Auto`] the planner's rules; [`RowSplit::Off`] whole rows,
+    /// [`RowSplit::Blocks`] split rows, [`RowSplit::Flat`] the flat block list, where the kernel can (elsewhere the
+    /// rules'). A `Gpu` whose policy fixes the row split keeps its own.
+    pub row_split: RowSplit,
+    /// How the sm_90a kernels take their tiles: [`TileSchedule::Auto`] the planner's rules (the tile counter where
+    /// the stream can have it), [`TileSchedule::PerTile`] one tile per consumer set. A `Gpu` whose policy fixes the
+    /// schedule keeps its own.
+    pub tile_schedule: TileSchedule,
 }
 
 impl Plan {
-    /// `family` with the launcher's rasterization groups.
+    /// `family` with the launcher's rasterization groups and decomposition.
     pub const fn new(family: KernelFamily) -> Plan {
-        Plan { family, group_rows: None }
+        Plan { family, group_rows: None, row_split: RowSplit::Auto, tile_schedule: TileSchedule::Auto }
+    }
+
+    /// The same plan with the work decomposition `row_split` and `tile_schedule`.
+    pub const fn with_decomposition(self, row_split: RowSplit, tile_schedule: TileSchedule) -> Plan {
+        Plan { row_split, tile_schedule, ..self }
+    }
+
+    /// The row split written as in the cache file: "auto", "whole", "rows-B" (parts of B blocks) or "flat-C" (C
+    /// CTAs per SM).
+    pub fn row_split_name(&self) -> String {
+        match self.row_split {
+            RowSplit::Auto => "auto".into(),
+            RowSplit::Off => "whole".into(),
+            RowSplit::Blocks(b) => format!("rows-{b}"),
+            RowSplit::Flat(c) => format!("flat-{c}"),
+        }
+    }
+
+    /// The tile schedule written as in the cache file: "auto", "per-tile" or "static".
+    pub fn tile_schedule_name(&self) -> &'static str {
+        match self.tile_schedule {
+            TileSchedule::Auto => "auto",
+            TileSchedule::PerTile => "per-tile",
+            TileSchedule::Static => "static",
+        }
+    }
+
+    /// [`Plan::row_split_name`]'s inverse.
+    pub fn parse_row_split(s: &str) -> Option<RowSplit> {
+        let number = |p: &str| s.strip_prefix(p).and_then(|n| n.parse::<u32>().ok());
+        match s {
+            "auto" => Some(RowSplit::Auto),
+            "whole" => Some(RowSplit::Off),
+            _ => {
+                number("rows-").filter(|&b| b > 0).map(RowSplit::Blocks).or_else(|| number("flat-").map(RowSplit::Flat))
+            }
+        }
+    }
+
+    /// [`Plan::tile_schedule_name`]'s inverse.
+    pub fn parse_tile_schedule(s: &str) -> Option<TileSchedule> {
+        [TileSchedule::Auto, TileSchedule::PerTile, TileSchedule::Static]
+            .into_iter()
+            .find(|&t| Plan { tile_schedule: t, ..Plan::new(KernelFamily::Wide) }.tile_schedule_name() == s)
     }
 
     /// The same plan with `group_rows` block rows per rasterization group (`None`: the launcher's choice).
@@ -112,6 +167,17 @@ impl fmt::Display for Plan {
         match (self.family, self.group_rows) {
             (KernelFamily::Decode, _) | (_, None) => write!(f, "{}", self.family),
             (family, Some(r)) => write!(f, "{family} (groups of {r} block rows)"),
+        }?;
+        match self.row_split {
+            RowSplit::Auto => {}
+            RowSplit::Off => write!(f, ", whole rows")?,
+            RowSplit::Blocks(b) => write!(f, ", split rows of {b} blocks")?,
+            RowSplit::Flat(c) => write!(f, ", flat list of {c} CTAs per SM")?,
+        }
+        match self.tile_schedule {
+            TileSchedule::Auto => Ok(()),
+            TileSchedule::PerTile => write!(f, ", a tile per CTA"),
+            TileSchedule::Static => write!(f, ", static tiles"),
         }
     }
 }

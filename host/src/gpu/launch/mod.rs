@@ -3,7 +3,5 @@
 //! the kernel's one argument.
 
 mod check;
-mod plan;
 mod spmm;
 pub use check::CheckedIndices;
-pub use plan::{Decomposition, LaunchPlan};

@@ -6,24 +6,23 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
-use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, KernelConfig, Layout, NARROW_MAX_N, Op, Pipeline};
+use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, Layout, Pipeline};
 
 use crate::Epilogue;
-use crate::error::{BsrError, Error, Result};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
 use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
-use crate::gpu::split::{self, GraphSpace, HopperSplit, SpaceNeed, SplitChoice, SplitWorkspace, capturing};
+use crate::gpu::split::{self, GraphSpace, capturing};
 use crate::gpu::tma;
 use crate::gpu::views::{Alloc, BsrView, DenseView, DenseViewMut, IndexType, VectorView, bytes_of, span};
-use crate::gpu::{Gpu, TileSchedule};
-use crate::tune::{KernelFamily, Plan, PlanSource};
-
-use super::plan::{Decomposition, LaunchPlan};
+use crate::plan::{self, Choice, Chosen, LaunchPlan, Problem};
+use crate::tune::Plan;
 
 /// A's shape as the kernel choice sees it.
 #[derive(Clone, Copy)]
-struct Shape {
+pub(crate) struct Shape {
     rows: usize,
     cols: usize,
     bs: usize,
@@ -40,59 +39,6 @@ impl<T> From<&BsrView<'_, T>> for Shape {
     fn from(a: &BsrView<'_, T>) -> Shape {
         Shape { rows: a.rows, cols: a.cols, bs: a.bs, nnzb: a.nnzb }
     }
-}
-
-/// What a launch was given besides its kernel: the rasterization group its plan fixes (`None`: the launcher sizes
-/// it), and the plan's family and source when it resolved its own kernel (the launch's [`LaunchPlan::choice`]).
-pub(crate) type Chosen = (Option<u32>, Option<(KernelFamily, PlanSource)>);
-
-/// What a launch's decisions ([`Gpu::decide`]) are made from, besides the Gpu's settings and the device.
-#[derive(Clone, Copy)]
-pub(crate) struct LaunchFacts<'r> {
-    /// A: block size, blocks, block rows, K.
-    pub(crate) a: (usize, usize, u32, usize),
-    /// Columns of B and C.
-    pub(crate) n: usize,
-    /// The longest block row's blocks, when known.
-    pub(crate) max_row_blocks: Option<usize>,
-    /// Every block row's length in the row order (longest first), when known.
-    pub(crate) row_lengths: Option<&'r [u32]>,
-    /// Whether A has a row order (longest rows first) on the device.
-    pub(crate) row_order: bool,
-    /// Bytes of one block of A.
-    pub(crate) block_bytes: usize,
-    /// C is row-major and not read (beta 0): an sm_90a kernel may store it through a tensor map.
-    pub(crate) c_tma_possible: bool,
-    /// The stream is being captured into a CUDA graph.
-    pub(crate) captured: bool,
-}
-
-/// The decisions of one launch ([`Gpu::decide`]): the plan, and what executing it needs.
-pub(crate) struct Decided<'k, C> {
-    /// The kernel that runs (the flat list's or the tile of 32 in place of the resolved one).
-    pub(crate) kernel: &'k Kernel,
-    pub(crate) cfg: KernelConfig,
-    /// The Gpu's workspace where the launch may use one.
-    pub(crate) workspace: Option<&'k SplitWorkspace>,
-    /// The flat list's CTAs per N tile.
-    pub(crate) flat: Option<u32>,
-    pub(crate) split: Option<SplitChoice>,
-    pub(crate) hopper_split: Option<HopperSplit>,
-    /// What the launch takes of the workspace.
-    pub(crate) need: SpaceNeed,
-    /// The tile counter: `Some(Some(claim))` the Gpu's, claimed for the stream; `Some(None)` a captured launch's
-    /// own; `None` no counter.
-    pub(crate) claim: Option<Option<C>>,
-    pub(crate) plan: LaunchPlan,
-}
-
-/// Whether an sm_90a kernel would store C through a tensor map ([`tma::c_map`]): C row-major, not read (beta 0),
-/// and at least one whole 16 bytes of a row for the map to cover.
-fn c_tma_possible<TC: OutputElement>(layout: Layout, ep: Epilogue, n: usize) -> bool {
-    let bytes = std::mem::size_of::<TC>() as u32;
-    layout == Layout::RowMajor
-        && ep.beta == 0.0
-        && u32::try_from(n).is_ok_and(|n| sparsek_layout::c_map_columns(n, bytes) > 0)
 }
 
 /// Largest N the kernels take: column indices of a CTA's tile (`n0 + BN`) stay below 2^32.
@@ -130,9 +76,8 @@ impl Gpu {
         ep: Epilogue,
     ) -> Result<()> {
         let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let (kernel, plan, source) =
-            self.resolve_kernel::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()))?;
-        self.launch_owned(stream, kernel, a, (b, c), layouts, ep, (plan.group_rows, Some((plan.family, source))))
+        let chosen = self.choose::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()), Choice::Resolve)?;
+        self.launch_owned(stream, (&chosen, None), a, (b, c), layouts, ep)
     }
 
     /// [`Gpu::spmm`] with the kernels and rasterization of `plan` instead of the cached or heuristic choice (for
@@ -148,36 +93,10 @@ impl Gpu {
         ep: Epilogue,
     ) -> Result<()> {
         let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let kernel = self.plan_family_kernel::<TA, TC>(plan, a.bs, layouts.0, (a.nnzb, b.cols()))?;
+        let chosen =
+            self.choose::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()), Choice::Fixed(*plan))?;
         let stream = self.stream().clone();
-        self.launch_owned(&stream, kernel, a, (b, c), layouts, ep, (plan.group_rows, None))
-    }
-
-    /// The kernel of `plan`'s family for this product (`nnzb` blocks, `n` columns), or why there is none.
-    pub(crate) fn plan_family_kernel<TA: InputElement, TC: OutputElement>(
-        &self,
-        plan: &Plan,
-        bs: usize,
-        b_layout: Layout,
-        (nnzb, n): (usize, usize),
-    ) -> Result<&Kernel> {
-        if plan.group_rows == Some(0) {
-            return Err(Error::InvalidArgument { name: "plan", reason: "group_rows is 0 (at least 1)".into() });
-        }
-        let types = (TA::IN_TYPE, b_layout, TC::OUT_TYPE);
-        u32::try_from(bs)
-            .ok()
-            .and_then(|bs| self.family_kernel(plan.family, Op::BsrSpmm, bs, types, (nnzb, n)))
-            .ok_or_else(|| Error::InvalidArgument {
-                name: "plan",
-                reason: format!(
-                    "no {} kernel for bs {bs}, {} inputs, B {}-major, {} output, {nnzb} blocks on this GPU",
-                    plan.family,
-                    TA::IN_TYPE.name(),
-                    b_layout.name(),
-                    TC::OUT_TYPE.name()
-                ),
-            })
+        self.launch_owned(&stream, (&chosen, None), a, (b, c), layouts, ep)
     }
 
     /// `C = act(alpha * (A @ B) + bias) + beta * C` over borrowed device memory, queued on the caller's raw CUDA
@@ -224,8 +143,8 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let (kernel, plan, source) =
-            self.resolve_kernel::<TA, TC>(a.into(), (b.layout, c.view.layout), b.cols, a.max_row_blocks)?;
+        let layouts = (b.layout, c.view.layout);
+        let chosen = self.choose::<TA, TC>(a.into(), layouts, b.cols, a.max_row_blocks, Choice::Resolve)?;
         self.ctx_current()?;
         self.check_stream(stream)?;
         if let Some(ordinal) = a.schedule_ordinal
@@ -250,7 +169,7 @@ impl Gpu {
                 self.check_pointer_of(what, ptr)?;
             }
         }
-        self.launch(stream, kernel, a, b, &c.view, bias, ep, (plan.group_rows, Some((plan.family, source))))?;
+        self.launch(stream, (&chosen, None), a, b, &c.view, bias, ep)?;
         let allocs = [
             a.allocs.values,
             a.allocs.row_ptr,
@@ -326,20 +245,14 @@ impl Gpu {
         layouts: (Layout, Layout),
         ep: Epilogue,
     ) -> Result<LaunchPlan> {
-        let shape = Shape::from(a);
-        let (kernel, plan, source) = self.resolve_kernel::<TA, TC>(shape, layouts, n, a.max_row_blocks)?;
-        let facts = LaunchFacts {
-            a: (a.bs, a.nnzb, (a.rows / a.bs.max(1)) as u32, a.cols),
-            n,
-            max_row_blocks: a.max_row_blocks,
+        let chosen = self.choose::<TA, TC>(a.into(), layouts, n, a.max_row_blocks, Choice::Resolve)?;
+        let problem = Problem {
             row_lengths: a.row_lengths,
             row_order: a.row_order != 0,
-            block_bytes: a.bs * a.bs * std::mem::size_of::<TA>(),
-            c_tma_possible: c_tma_possible::<TC>(layouts.1, ep, n),
-            captured: false,
+            beta_zero: ep.beta == 0.0,
+            ..self.problem::<TA, TC>(a.into(), layouts, n, a.max_row_blocks, Choice::Resolve)
         };
-        let choice = Some((plan.family, source));
-        Ok(self.decide(kernel, facts, plan.group_rows, choice, |_| Some(()), || true)?.plan)
+        Ok(plan::decide(self.room(), &chosen, &problem)?.plan)
     }
 
     /// The plan of the last launch queued through this `Gpu` (from any thread), if any: what ran, as
@@ -381,34 +294,50 @@ impl Gpu {
             });
         }
         let stream = self.stream().clone();
-        self.launch_owned(&stream, k, a, (b, c), (Layout::RowMajor, Layout::RowMajor), ep, (group_rows, None))
+        let loaded = plan::Loaded { variant: v, ctas_per_sm: k.ctas_per_sm };
+        let layouts = (Layout::RowMajor, Layout::RowMajor);
+        let chosen = self.choose::<TA, TC>(a.into(), layouts, b.cols(), None, Choice::Kernel(loaded, group_rows))?;
+        self.launch_owned(&stream, (&chosen, Some(k)), a, (b, c), layouts, ep)
     }
 
-    /// The kernel and plan for a product of `a` (its shape, blocks and longest row when known) with `n` columns
-    /// in `layouts` (B's, C's): the cached plan for the problem's key when there is one, else the built-in
-    /// heuristic's ([`Gpu::plan_kernel`]).
-    fn resolve_kernel<TA: InputElement, TC: OutputElement>(
+    /// The planner's problem for a product of `a` (its shape, blocks and longest row when known) with `n` columns
+    /// in `layouts` (B's, C's), as far as the kernel choice needs it (the launch fills in the rest).
+    fn problem<TA: InputElement, TC: OutputElement>(
         &self,
         a: Shape,
         (b_layout, c_layout): (Layout, Layout),
         n: usize,
         max_row_blocks: Option<usize>,
-    ) -> Result<(&Kernel, Plan, PlanSource)> {
-        let bs = a.bs;
-        if !matches!(bs, 16 | 32 | 64 | 128) {
-            return Err(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs }));
+        choice: Choice,
+    ) -> Problem<'static> {
+        Problem {
+            input: TA::IN_TYPE,
+            output: TC::OUT_TYPE,
+            b_layout,
+            c_layout,
+            max_row_blocks,
+            choice,
+            ..Problem::new(a.bs, (a.rows, a.cols, n), a.nnzb)
         }
-        let types = (TA::IN_TYPE, b_layout, TC::OUT_TYPE, c_layout);
-        self.resolve(Op::BsrSpmm, bs, types, (a.rows, a.cols, n), a.nnzb, max_row_blocks).ok_or_else(|| {
-            Error::InvalidArgument {
-                name: "element types",
-                reason: format!(
-                    "{} inputs with a {} output are not supported: C is f32 or the inputs' own type",
-                    TA::IN_TYPE.name(),
-                    TC::OUT_TYPE.name()
-                ),
-            }
-        })
+    }
+
+    /// The kernel of a product of `a` with `n` columns in `layouts` (B's, C's): `choice`'s, or for
+    /// [`Choice::Resolve`] the cached plan for the problem's key when there is one, else the built-in heuristic's
+    /// (the planner's first decision).
+    pub(crate) fn choose<TA: InputElement, TC: OutputElement>(
+        &self,
+        a: Shape,
+        layouts: (Layout, Layout),
+        n: usize,
+        max_row_blocks: Option<usize>,
+        choice: Choice,
+    ) -> Result<Chosen> {
+        let problem = self.problem::<TA, TC>(a, layouts, n, max_row_blocks, choice);
+        let cached = match choice {
+            Choice::Resolve => self.cached_plan(&problem.plan_key()),
+            _ => None,
+        };
+        plan::choose(self.room(), &problem, cached.as_ref())
     }
 
     /// The owned-buffer path: context checks, then the device addresses taken on `stream` (cudarc's event
@@ -419,12 +348,11 @@ impl Gpu {
     pub(crate) fn launch_owned<TA: InputElement, TC: OutputElement>(
         &self,
         stream: &Arc<CudaStream>,
-        kernel: &Kernel,
+        chosen: (&Chosen, Option<&Kernel>),
         a: &DeviceBsr<TA>,
         (b, c): (&DeviceMatrix<TA>, &mut DeviceMatrix<TC>),
         (b_layout, c_layout): (Layout, Layout),
         ep: Epilogue,
-        chosen: Chosen,
     ) -> Result<()> {
         let same_ctx = |ctx: &Arc<cudarc::driver::CudaContext>| Arc::ptr_eq(ctx, self.context());
         if !same_ctx(stream.context())
@@ -451,7 +379,7 @@ impl Gpu {
         let av = BsrView::<TA>::trusted((values, row_ptr, col_idx, row_order), a);
         let bv = DenseView::<TA>::trusted(b_ptr, (b.rows(), b.cols(), b.ld()), b.alloc()).stored(b_layout);
         let cv = DenseView::<TC>::trusted(c_ptr, (c_rows, c_cols, c_ld), c_alloc).stored(c_layout);
-        self.launch(stream.cu_stream(), kernel, &av, &bv, &cv, None, ep, chosen)
+        self.launch(stream.cu_stream(), chosen, &av, &bv, &cv, None, ep)
     }
 
     /// Makes this `Gpu`'s context current on the calling thread (the raw launch and the driver queries use it).
@@ -511,19 +439,18 @@ impl Gpu {
     }
 
     /// Validates everything the kernel relies on that the host can know (shapes, layouts, sizes against the
-    /// kernel's 32-bit indexing, the bias, overlaps) and launches `kernel` on `stream`: every entry point comes
-    /// through here.
+    /// kernel's 32-bit indexing, the bias, overlaps), takes the plan of the `chosen` kernel (the given one for a
+    /// tuning candidate) for this launch and executes it on `stream`: every entry point comes through here.
     #[allow(clippy::too_many_arguments)]
     fn launch<TA: InputElement, TC: OutputElement>(
         &self,
         stream: CUstream,
-        kernel: &Kernel,
+        (chosen, given): (&Chosen, Option<&Kernel>),
         a: &BsrView<'_, TA>,
         b: &DenseView<'_, TA>,
         c: &DenseView<'_, TC>,
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
-        (group_rows, choice): Chosen,
     ) -> Result<()> {
         let (m, k, n) = (a.rows, a.cols, b.cols);
         let max_row_blocks = a.max_row_blocks;
@@ -556,26 +483,41 @@ impl Gpu {
             return Ok(());
         }
         let captured = capturing(stream);
-        let facts = LaunchFacts {
-            a: (a.bs, a.nnzb, (m / a.bs) as u32, k),
-            n,
-            max_row_blocks,
+        // Whether a captured launch follows kernel nodes only: asked of the driver only where the launch could be
+        // programmatic at all.
+        let may_be_programmatic = self.policy.programmatic && self.facts.programmatic_available;
+        let follows_kernels =
+            captured && may_be_programmatic && split::follows_kernels(stream, self.info().driver_version);
+        let mut problem = Problem {
             row_lengths: a.row_lengths,
             row_order: a.row_order != 0,
-            block_bytes: a.bs * a.bs * std::mem::size_of::<TA>(),
-            c_tma_possible: c_tma_possible::<TC>(c.layout, ep, n),
+            beta_zero: ep.beta == 0.0,
             captured,
+            follows_kernels,
+            ..self.problem::<TA, TC>(a.into(), (b.layout, c.layout), n, max_row_blocks, Choice::Resolve)
         };
-        let d = self.decide(
-            kernel,
-            facts,
-            group_rows,
-            choice,
-            |ws| ws.claim_scheduler(stream),
-            || split::follows_kernels(stream, self.info().driver_version),
-        )?;
-        let Decided { kernel, cfg, workspace, flat, split, hopper_split, need, claim, ref plan } = d;
-        let block_rows = facts.a.2;
+        let room = self.room();
+        let mut d = plan::decide(room, chosen, &problem)?;
+        // The plan takes the Gpu's tile counter: claimed for this stream, or (held by another stream) planned again
+        // without it. A captured launch has its own.
+        let mut claim = None;
+        if d.plan.tile_counter && !captured {
+            claim = self.split.as_ref().and_then(|ws| ws.claim_scheduler(stream));
+            if claim.is_none() {
+                problem.tile_counter_free = false;
+                d = plan::decide(room, chosen, &problem)?;
+            }
+        }
+        let plan::Decision { kernel, cfg, workspace, flat, split, hopper_split, need, ref plan } = d;
+        let kernel = match (kernel, given) {
+            (plan::KernelRef::Given, Some(k)) => k,
+            (r, _) => self.kernel_at(r).ok_or_else(|| Error::InvalidArgument {
+                name: "plan",
+                reason: format!("the planned kernel {} is not loaded on this Gpu", plan.kernel),
+            })?,
+        };
+        let workspace = self.split.as_ref().filter(|_| workspace);
+        let block_rows = (m / a.bs) as u32;
         let row_order = if plan.longest_rows_first { a.row_order } else { 0 };
         let (ctas, group_rows) = (plan.ctas, plan.group_rows);
         let mut params = BsrSpmmParams {
@@ -692,7 +634,7 @@ impl Gpu {
             // claimed for this stream only when free or last used on it (SplitWorkspace::claim_scheduler).
             // The window only names A's values (an address range; nothing is read through it). A programmatic
             // launch is one of the product module's sm_90a kernels, which wait for the grid before them ahead of
-            // every read of B, the bias or C and every use of the split workspace (Gpu::launches_programmatic); the
+            // every read of B, the bias or C and every use of the split workspace (plan::decide); the
             // caller promised that A is not written by that grid (Gpu::with_programmatic_launch).
             unsafe {
                 launch_with(
@@ -712,7 +654,6 @@ impl Gpu {
             return launched.and(freed);
         }
         let shared = workspace.filter(|_| need.partials_bytes > 0 || need.counters > 0);
-        let claim = claim.flatten();
         if let Ok(mut last) = self.last_plan.lock() {
             *last = Some(plan.clone());
         }
@@ -724,170 +665,6 @@ impl Gpu {
             claim.launched();
         }
         Ok(())
-    }
-
-    /// Every decision of a launch of `kernel` (the family's kernel the plan resolved, or a tuning candidate) on
-    /// `facts`, in one place: the workspace it may use (the Gpu's, or on a stream being captured into a CUDA graph
-    /// a graph-owned one where the balance pays), the flat block list or bs 64's tile of 32 in its place, split
-    /// rows (narrow and mid tiles, or the sm_90a kernels'), the sm_90a grid (persistent on the tile counter when
-    /// `claim` gets it), the CTAs, the row order, the rasterization groups (`group_rows` when the plan fixes them),
-    /// A's evict-first window, a TMA store of C and programmatic serialization (`follows_kernels`: whether a
-    /// captured launch follows kernel nodes). The launch executes what this returns; [`Gpu::plan`] shows it.
-    pub(crate) fn decide<'k, C>(
-        &'k self,
-        kernel: &'k Kernel,
-        facts: LaunchFacts<'_>,
-        group_rows: Option<u32>,
-        choice: Option<(KernelFamily, PlanSource)>,
-        claim: impl FnOnce(&'k SplitWorkspace) -> Option<C>,
-        follows_kernels: impl FnOnce() -> bool,
-    ) -> Result<Decided<'k, C>> {
-        let LaunchFacts { a: (bs, nnzb, block_rows, k), n, max_row_blocks, row_lengths, captured, .. } = facts;
-        let rows = block_rows as usize;
-        // Split rows, the flat list and the sm_90a tile counter need a workspace: the Gpu's own, or on a stream
-        // being captured into a CUDA graph (one driver query for the launch) one allocated in the graph for this
-        // launch alone (gpu/split.rs, GraphSpace), where the device has stream-ordered allocation and the balance
-        // pays for the graph's three more nodes (graph_balance_pays: a dominating row, or long whole rows filling
-        // at most half the SMs); there the launch makes the choices it makes outside a graph, with the same bits.
-        let graph_pays = || {
-            let cfg = kernel.config();
-            let whole_ctas = rows * cfg.slices() as usize * n.div_ceil(cfg.bn.max(1) as usize);
-            split::graph_balance_pays(
-                (nnzb, rows, facts.block_bytes),
-                max_row_blocks,
-                whole_ctas,
-                self.info().sm_count as usize,
-            )
-        };
-        let workspace = self.split.as_ref().filter(|ws| !captured || (ws.graph_memory && graph_pays()));
-        // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one,
-        // one share of A's blocks per CTA.
-        let flat = workspace.and_then(|_| self.flat_for_kernel(kernel, (nnzb, rows, n), max_row_blocks));
-        // Else bs 64's tile of 32 columns in place of its tile of 64 where one row dominates and no flat list
-        // serves the types: the tile of 32 can split that row.
-        let skew = match (workspace, flat) {
-            (Some(_), None) => self.skew_tile_for_kernel(kernel, (nnzb, rows, n), max_row_blocks),
-            _ => None,
-        };
-        let kernel = flat.map(|(k, _)| k).or(skew).unwrap_or(kernel);
-        let cfg = kernel.config();
-        let n_tiles = n.div_ceil(cfg.bn as usize);
-        // Split rows (the narrow kernels): long block rows spread over several CTAs.
-        let split = match (workspace, flat) {
-            (Some(_), None) => self.split_for(&cfg, (nnzb, rows, n), max_row_blocks),
-            _ => None,
-        };
-        let chunks = split.map_or(1, |c| c.chunks as usize);
-        // Split rows on the sm_90a kernels (gpu/split.rs, hopper_split_choice): where the longest rows' tiles would
-        // outlast an equal share of the work, those rows' tiles are split into parts that other CTAs take; only where
-        // the row order and its lengths are known.
-        let hopper_split = match (workspace, row_lengths) {
-            (Some(_), Some(lengths)) if matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) && facts.row_order => {
-                self.hopper_split_for(&cfg, kernel.ctas_per_sm, (lengths, nnzb), n)
-            }
-            _ => None,
-        };
-        let virtual_rows = hopper_split
-            .map_or(block_rows, |c| sparsek_layout::hopper_virtual_rows(block_rows, c.split_rows, c.chunks))
-            as usize;
-        // The sm_90a kernels' grid (gpu/schedule.rs): persistent on a tile counter when the schedule wants it and
-        // the stream can have the Gpu's counter without waiting for another stream (a captured launch has its own);
-        // else without it.
-        let claim = match (cfg.pipeline, workspace) {
-            (Pipeline::TmaWgmma { .. }, Some(ws)) if self.tile_schedule == TileSchedule::Auto => {
-                if captured {
-                    Some(None)
-                } else {
-                    claim(ws).map(Some)
-                }
-            }
-            _ => None,
-        };
-        let tile_grid = self.tile_grid_on(&cfg, kernel.ctas_per_sm, virtual_rows * n_tiles, claim.is_some());
-        // What the launch takes of the workspace, and where it is.
-        let need = match (flat, split, hopper_split) {
-            (Some((_, g)), _, _) => split::flat_need(&cfg, g, n_tiles),
-            (None, Some(c), _) => split::split_need(&cfg, c, (nnzb, rows, n_tiles)),
-            (None, None, Some(c)) => split::hopper_need(&cfg, c, n_tiles),
-            (None, None, None) => SpaceNeed::default(),
-        };
-        let need = SpaceNeed { scheduler: claim.is_some(), ..need };
-        // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
-        let ctas = rows * cfg.slices() as usize * chunks * n_tiles;
-        if ctas > i32::MAX as usize {
-            return Err(Error::InvalidArgument {
-                name: "CTAs (M / bs * slices * split parts * N / BN)",
-                reason: format!("{ctas} exceeds the kernel's limit of {}", i32::MAX),
-            });
-        }
-        let ctas = tile_grid.map_or(ctas as u32, |g| g.ctas);
-        let ctas = flat.map_or(ctas, |(_, g)| g * n_tiles as u32);
-        let wave = kernel.ctas_per_sm as usize * self.info().sm_count as usize;
-        // Longest rows first matters only when CTAs wait for a free SM. A grid of one CTA per tile that fits in
-        // one wave starts every CTA at once, so it takes the rows in their natural order and saves each CTA its
-        // first dependent load (row_order, then row_ptr, then col_idx: a DRAM round trip each on a cold matrix;
-        // docs/perf-notes.md, issue 12 step 7). The sm_90a kernels walk their tiles in that order: they keep it.
-        let longest_rows_first =
-            facts.row_order && !matches!(cfg.pipeline, Pipeline::CpAsync | Pipeline::Direct if ctas as usize <= wave);
-        let group_rows = group_rows.unwrap_or_else(|| {
-            // Grouping measured +5% (bs 128) and +13% (bs 64, skewed rows) but -2% (bs 32) and up to -11%
-            // (bs 16) on an H100 (docs/perf-notes.md, step 3), so small blocks keep the plain order.
-            if bs < 64 {
-                return block_rows;
-            }
-            // The sm_90a ping-pong kernels (bs 64) walk their tiles from a counter in plain order: every row of one N
-            // tile before the next, so the wave shares one B strip, read once. Measured on an H100 (docs/perf-notes.md
-            // "Hopper", step 20): under `sparsek tune --dry-run` (every group, rotated inputs) 3-9% faster than the
-            // groups below at 8192^3 15-50%, 8192 x 4096 x 8192, 8192 x 8192 x 16384 and 16384 x 8192 x 8192 at 22%
-            // (A over L2 at 50%), back to back 2.6-3.8%, level on skewed rows; at bs 128 the groups stay (plain order
-            // 6% slower at 22% and 30%).
-            if cfg.pingpong() {
-                return block_rows;
-            }
-            let wave = (kernel.ctas_per_sm.max(1) * self.info().sm_count) as usize;
-            let a_row_bytes = nnzb * bs * bs * 2 / rows.max(1);
-            let b_tile_bytes = k * cfg.bn as usize * 2;
-            raster_group_rows(rows, n_tiles, a_row_bytes, b_tile_bytes, wave, self.info().l2_bytes)
-        });
-        // A decode launch of one N tile reads each block of A once: its values are marked evict-first in L2
-        // (Gpu::with_a_evict_first).
-        let a_bytes = nnzb.saturating_mul(facts.block_bytes);
-        let info = self.info();
-        let evict_first_bytes =
-            a_window(self.a_evict_first, (n, n_tiles), a_bytes, (info.l2_bytes, info.max_access_policy_window));
-        let graph_workspace = workspace.is_some() && captured && need.any();
-        // A row-major C written without reading it (beta 0) is stored through a tensor map from shared memory, whole
-        // 128-byte rows at a time: stored from the registers, each warp's store wrote 8 rows of 32 bytes and took
-        // 17-48% of the time at 5-22% density (docs/perf-notes.md, Hopper step 11).
-        let c_tma = matches!(cfg.pipeline, Pipeline::TmaWgmma { .. }) && facts.c_tma_possible;
-        // Under capture only after kernels: a graph's programmatic edge runs from a kernel node, and a captured
-        // launch with its own workspace follows its memset node.
-        let programmatic = self.launches_programmatic(kernel) && !graph_workspace && (!captured || follows_kernels());
-        let decomposition = match (flat, split, hopper_split) {
-            (Some((_, g)), _, _) => Decomposition::FlatList { ctas_per_tile: g },
-            (None, Some(c), _) => Decomposition::SplitRows { chunks: c.chunks, blocks: c.blocks },
-            (None, None, Some(c)) => {
-                Decomposition::HopperSplitRows { split_rows: c.split_rows, chunks: c.chunks, blocks: c.blocks }
-            }
-            (None, None, None) => Decomposition::WholeRows,
-        };
-        let plan = LaunchPlan {
-            kernel: kernel.variant.name,
-            choice,
-            skew_tile: skew.is_some(),
-            decomposition,
-            tile_counter: need.scheduler,
-            ctas,
-            threads: cfg.threads(),
-            smem_bytes: cfg.smem_bytes(),
-            longest_rows_first,
-            group_rows,
-            evict_first_bytes,
-            c_tma,
-            programmatic,
-            graph_workspace,
-        };
-        Ok(Decided { kernel, cfg, workspace, flat: flat.map(|(_, g)| g), split, hopper_split, need, claim, plan })
     }
 
     /// Checks every byte the launch will touch, each extent computed from the launch's shapes with checked
@@ -969,56 +746,15 @@ pub(crate) fn first_overlap(c: (u64, u128), inputs: &[(&'static str, u64, u128)]
     })
 }
 
-/// Block rows per rasterization group (see `layout::raster`). A wave of `wave` concurrent CTAs covers `R` block
-/// rows and about `wave / R` N tiles, so its working set is `R * a_row_bytes + (wave / R) * b_tile_bytes`,
-/// smallest at `R = sqrt(wave * b_tile_bytes / a_row_bytes)`. When the whole of A plus the B strips of a wave in
-/// plain row-fastest order fit in half of L2, the plain order (one group) is kept.
-pub(crate) fn raster_group_rows(
-    block_rows: usize,
-    n_tiles: usize,
-    a_row_bytes: usize,
-    b_tile_bytes: usize,
-    wave: usize,
-    l2_bytes: u64,
-) -> u32 {
-    let block_rows = block_rows.max(1);
-    let plain_tiles = wave.div_ceil(block_rows).min(n_tiles.max(1));
-    let plain_set = block_rows * a_row_bytes + plain_tiles * b_tile_bytes;
-    if (plain_set as u64) <= l2_bytes / 2 || a_row_bytes == 0 {
-        return block_rows.min(u32::MAX as usize) as u32;
-    }
-    let r = ((wave as f64) * (b_tile_bytes as f64) / (a_row_bytes as f64)).sqrt().round() as usize;
-    r.clamp(1, block_rows).min(u32::MAX as usize) as u32
-}
-
-/// The bytes of A's values that a launch of `n` columns in `n_tiles` N tiles marks evict-first in L2 (an access
-/// policy window from A's first value), or `None` for a plain launch. Only when `enabled`
-/// ([`Gpu::with_a_evict_first`]), for the decode launches (at most [`NARROW_MAX_N`] columns: the narrow, mid and
-/// decode kernels) of one N tile (each block of A is read once: by one CTA, or one part of a split row), with at
-/// least an eighth of L2 (`l2_bytes`) in A, on a GPU that takes windows (`max_window` bytes at most: a longer A is
-/// marked up to that). Measured on an H200 (docs/perf-notes.md, issue 12 step 13): the decode launches' own time
-/// 5-12% shorter from 13.5 MB of A on; on layers of under 1 MB, 0.1-0.2 us longer (the window's cost per
-/// launch, with nothing to gain); wide launches of one N tile level or 1.3% slower.
-pub(crate) fn a_window(
-    enabled: bool,
-    (n, n_tiles): (usize, usize),
-    a_bytes: usize,
-    (l2_bytes, max_window): (u64, usize),
-) -> Option<usize> {
-    let read_once = n <= NARROW_MAX_N && n_tiles == 1;
-    let large = a_bytes as u64 >= l2_bytes / 8 && a_bytes > 0;
-    (enabled && read_once && large && max_window > 0).then(|| a_bytes.min(max_window))
-}
-
 /// What a launch carries beyond grid, block and shared memory ([`launch_with`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct LaunchAttributes {
     /// An L2 access policy window over `.1` bytes from `.0` whose hits and misses are streaming (evict-first): the
-    /// lines the kernel brings into L2 from there are the first to go ([`a_window`]).
+    /// lines the kernel brings into L2 from there are the first to go (the plan's `evict_first_bytes`).
     pub(crate) window: Option<(CUdeviceptr, usize)>,
     /// Programmatic stream serialization: the kernel may start before the grid ahead of it on the stream has
     /// finished, and waits for it (`griddepcontrol.wait`) before it reads B or touches C
-    /// ([`Gpu::with_programmatic_launch`]).
+    /// ([`Policy::programmatic`](crate::plan::Policy::programmatic)).
     pub(crate) programmatic: bool,
 }
 
@@ -1125,7 +861,7 @@ const FALLBACK_LAUNCH: &str = "cuLaunchKernel (sparsek_bsr, after the driver ref
 
 #[cfg(test)]
 mod tests {
-    use super::{LaunchAttributes, LaunchPath, a_window, launch_with, raster_group_rows};
+    use super::{LaunchAttributes, LaunchPath, launch_with};
     use crate::gpu::Gpu;
     use cudarc::driver::{DevicePtr, DevicePtrMut};
     use sparsek_layout::{BSR_CHECK_THREADS, BsrCheckParams, check_code};
@@ -1250,37 +986,5 @@ mod tests {
         assert_eq!(first_overlap((0x20_0000, 0), &extents), None);
         // An extent whose element count overflowed (saturated) overlaps everything after its start.
         assert_eq!(first_overlap((u64::MAX - 8, 4), &[("huge", 0x1000, u128::MAX)]), Some("huge"));
-    }
-
-    #[test]
-    fn group_rows_balance_a_and_b() {
-        // 8192^3, bs 128, 22%: 64 block rows of ~14 blocks (460 KB of A each), B strips of 2 MiB, wave 264, 50 MB L2.
-        let r = raster_group_rows(64, 64, 14 * 128 * 128 * 2, 8192 * 128 * 2, 264, 50 << 20);
-        assert!((30..=40).contains(&r), "{r}");
-        // Small problems keep the plain order.
-        assert_eq!(raster_group_rows(16, 4, 64 * 1024, 1 << 20, 264, 50 << 20), 16);
-        // No blocks at all: plain order.
-        assert_eq!(raster_group_rows(64, 64, 0, 1 << 21, 264, 50 << 20), 64);
-    }
-
-    #[test]
-    fn a_is_marked_evict_first_only_when_read_once() {
-        // An H200: 60 MiB of L2, windows up to 128 MiB.
-        const L2: (u64, usize) = (60 << 20, 128 << 20);
-        let a = 29_523_968; // 8192^2 bs 64 22%
-        // A decode launch of one N tile: the whole of A, up to the window's limit.
-        assert_eq!(a_window(true, (1, 1), a, L2), Some(a));
-        assert_eq!(a_window(true, (64, 1), a, L2), Some(a));
-        assert_eq!(a_window(true, (16, 1), 200 << 20, L2), Some(128 << 20));
-        // From an eighth of L2 on.
-        assert_eq!(a_window(true, (16, 1), (60 << 20) / 8, L2), Some((60 << 20) / 8));
-        assert_eq!(a_window(true, (16, 1), (60 << 20) / 8 - 1, L2), None);
-        // Read again by another N tile, a wide launch, switched off, no values, or a GPU without windows: plain.
-        assert_eq!(a_window(true, (40, 2), a, L2), None);
-        assert_eq!(a_window(true, (65, 1), a, L2), None);
-        assert_eq!(a_window(true, (256, 1), a, L2), None);
-        assert_eq!(a_window(false, (8, 1), a, L2), None);
-        assert_eq!(a_window(true, (8, 1), 0, (0, 128 << 20)), None);
-        assert_eq!(a_window(true, (8, 1), a, (60 << 20, 0)), None);
     }
 }

@@ -1,6 +1,6 @@
 //! The plan of one launch: which kernel runs and how its work is split, as one printable value
-//! ([`LaunchPlan`]). [`Gpu::plan`](crate::gpu::Gpu::plan) returns the plan a launch of a product would run; every
-//! launch makes its decisions in one function (`Gpu::decide`, launch/spmm.rs) and executes them.
+//! ([`LaunchPlan`]). [`plan`](super::plan) makes it; [`Gpu::plan`](crate::gpu::Gpu::plan) returns the plan a launch
+//! of a product would run, and every launch executes the plan it was given.
 
 use std::fmt;
 
