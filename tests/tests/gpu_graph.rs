@@ -72,8 +72,8 @@ fn bits<TC: OutputElement>(x: &Matrix<TC>) -> Vec<u64> {
 /// A case through `gpu`: the launch outside a graph (its plan balances and is the one `Gpu::plan` predicted; C
 /// checked against every row of the oracle), then the same launch captured on a workspace the graph owns: the graph
 /// holds one allocation, one memset, the plan's kernel with the plan's grid, and one free; three replays into a
-/// poisoned C give the first launch's bits. (A captured launch with a graph-owned workspace records no plan for
-/// `Gpu::last_plan` today, so the graph's nodes are what is compared.)
+/// poisoned C give the first launch's bits. The captured launch records its plan (`Gpu::last_plan`): the eager
+/// plan's decisions on a graph-owned workspace.
 fn captured_matches_eager<TC: OutputElement>(gpu: &Gpu, (a, b, c0): (&Bsr<f16>, &Matrix<f16>, &Matrix<TC>), ctx: &str) {
     let ep = Epilogue::default();
     let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
@@ -85,6 +85,10 @@ fn captured_matches_eager<TC: OutputElement>(gpu: &Gpu, (a, b, c0): (&Bsr<f16>, 
     assert!(report.passed(), "{ctx}: outside a graph: {report}");
     let stream = gpu.new_stream().unwrap();
     let graph = capture(gpu, &stream, (&a_d, &b_d, &mut c_d), ctx);
+    let captured = gpu.last_plan().unwrap_or_else(|| panic!("{ctx}: the captured launch recorded no plan"));
+    let same =
+        (captured.kernel, captured.decomposition, captured.ctas) == (eager.kernel, eager.decomposition, eager.ctas);
+    assert!(same && captured.graph_workspace, "{ctx}: captured {captured}, eager {eager}");
     assert_graph_holds(&graph, &eager, 1, ctx);
     for replay in 0..3 {
         let got = replay_into(gpu, (&graph, &stream), &mut c_d, c0);

@@ -647,6 +647,10 @@ impl Gpu {
             }
             .map(drop)
         };
+        // Recorded before either path launches, a captured launch with a workspace of its own included.
+        if let Ok(mut last) = self.last_plan.lock() {
+            *last = Some(plan.clone());
+        }
         if let Some(space) = graph_space {
             let launched = launch();
             // SAFETY: allocated on this stream above; freed after the launch in stream order, launched or not.
@@ -654,9 +658,6 @@ impl Gpu {
             return launched.and(freed);
         }
         let shared = workspace.filter(|_| need.partials_bytes > 0 || need.counters > 0);
-        if let Ok(mut last) = self.last_plan.lock() {
-            *last = Some(plan.clone());
-        }
         match shared {
             Some(ws) => ws.ordered(stream, launch)?,
             None => launch()?,
