@@ -32,7 +32,7 @@ pub const SMALL_GRID_MAX_N: usize = 512;
 
 /// The bytes of A's values in a block row from which the built-in heuristic leaves few columns to the narrow tile's
 /// split rows rather than the decode kernels (the decode rule): 256 KiB, two parts of
-/// [`crate::gpu::SPLIT_PART_BYTES`]. The decode kernels give a row to `bs / 16` CTAs, each reading the whole row's
+/// [`SPLIT_PART_BYTES`]. The decode kernels give a row to `bs / 16` CTAs, each reading the whole row's
 /// slice; split rows spread a long row over parts of 128 KiB. Measured on an H100 (docs/perf-notes.md, issue 12
 /// step 30), queued, decode kernels against the narrow tile: skewed rows (one row holding every block column)
 /// 1.18-3.2x faster split (4096 x 4096 and 4096 x 16384 bs 64, 2048 x 16384 bs 64 10%, 8192 x 8192 and 4096 x 8192
@@ -41,6 +41,7 @@ pub const SMALL_GRID_MAX_N: usize = 512;
 /// 384 x 1536 bs 64 at 50%, longest rows 24 and 192 KB).
 pub const DECODE_MAX_ROW_BYTES: usize = 256 << 10;
 
+/// Bytes of partial tiles a `Gpu` allocates for split rows: enough for 8192 x 8192 at bs 64 and 64 columns
 /// (four N tiles) with parts of 8 blocks (9.4 MB), or 16384 x 16384 at 16 columns (8.4 MB); a launch that needs
 /// more gets longer parts.
 pub const SPLIT_PARTIALS_BYTES: usize = 16 << 20;
