@@ -82,45 +82,13 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
         println!("  split rows           off: the workspace could not be allocated");
     }
     println!();
-    println!("kernels the built-in heuristic picks for each block size (tuned plans override it for their problems:");
-    println!("`sparsek tune --show`; f16 inputs, row-major B, f32 C; the other types follow the same rule):");
-    let types = (sparsek::gpu::InType::F16, sparsek::Layout::RowMajor, sparsek::gpu::OutType::F32);
-    // Few block rows: the most for which the heuristic takes the decode kernels at N <= 16 (Gpu::decode_row_limit,
-    // per block size); many: twice as many as the GPU has SMs, beyond every limit. Rows of 32 blocks, and for the
-    // last column rows of SHORT_ROW_MAX_K_TILES k-tiles.
-    let many = 4 * i.sm_count as usize;
-    let short = sparsek::gpu::SHORT_ROW_MAX_K_TILES;
     println!(
-        "  columns: N <= 16 on few block rows (the decode limit) | N <= 16 on {many} | N = 32 | N = 64 | N > 64 | \
-         N > 64, rows of {short} k-tiles of 64 columns"
+        "the plans the built-in heuristic makes (tuned plans override it for their problems: `sparsek tune --show`;"
     );
-    for bs in [16u32, 32, 64, 128] {
-        let limit = gpu.decode_row_limit(bs);
-        let few = limit.max(1);
-        let serving = |n: usize, rows: usize, row_blocks: usize| match gpu.serving_kernel(
-            bs,
-            types,
-            n,
-            (rows, rows * row_blocks),
-        ) {
-            Some((name, hopper)) => format!("{name} ({})", if hopper { "sm_90a" } else { "sm_80" }),
-            None => "none".into(),
-        };
-        let short_blocks = (short * 64 / bs as usize).max(1);
-        println!(
-            "  bs {bs:>3}: {:<52} {:<44} {:<44} {:<44} {:<44} {}",
-            if limit == 0 {
-                format!("{} (no decode)", serving(1, few, 32))
-            } else {
-                format!("{} (<= {limit})", serving(1, few, 32))
-            },
-            serving(1, many, 32),
-            serving(32, many, 32),
-            serving(64, many, 32),
-            serving(65, many, 32),
-            serving(65, many, short_blocks)
-        );
-    }
+    println!(
+        "`sparsek plan` for any other problem; f16 inputs, row-major B and C, f32 C, beta 0, rows of equal length):"
+    );
+    print_plans(&gpu, i.sm_count as usize)?;
     println!();
     println!(
         "{:<36} {:>4} {:>4} {:<22} {:>7} {:>5} {:>11} {:>12} {:>6} {:>8}",
@@ -164,4 +132,37 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line per block size and kind of problem: the plan the planner makes for it on this `Gpu` (its kernels,
+/// occupancy and policy; no plan cache): few columns on few block rows (the decode kernels' limit) and on many,
+/// 32, 64, 512 and 4096 columns on many block rows (four per SM) of 32 blocks, and 4096 columns on rows of
+/// [`sparsek::gpu::SHORT_ROW_MAX_K_TILES`] k-tiles of 64 columns. The same value `sparsek run` prints for the plan
+/// that ran.
+fn print_plans(gpu: &sparsek::gpu::Gpu, sms: usize) -> Result<(), sparsek::Error> {
+    let (facts, policy) = (gpu.device_facts(), gpu.policy());
+    let short = sparsek::gpu::SHORT_ROW_MAX_K_TILES;
+    for bs in [16usize, 32, 64, 128] {
+        let few = gpu.decode_row_limit(bs as u32).max(1);
+        let short_blocks = (short * 64 / bs).max(1);
+        let cases = [(1, few, 32), (16, 4 * sms, 32), (32, 4 * sms, 32), (64, 4 * sms, 32), (512, 4 * sms, 32)]
+            .into_iter()
+            .chain([(4096, 4 * sms, 32), (4096, 4 * sms, short_blocks)]);
+        for (n, rows, row_blocks) in cases {
+            let lengths = vec![row_blocks as u32; rows];
+            let (m, k) = (rows * bs, 4 * row_blocks * bs);
+            let problem = sparsek::plan::Problem {
+                max_row_blocks: Some(row_blocks),
+                row_lengths: Some(&lengths),
+                row_order: true,
+                ..sparsek::plan::Problem::new(bs, (m, k, n), rows * row_blocks)
+            };
+            let plan = match sparsek::plan::plan(&problem, facts, &policy, None) {
+                Ok(plan) => plan.to_string(),
+                Err(e) => format!("no plan: {e}"),
+            };
+            println!("  bs {bs:>3} N {n:>4}, {rows:>4} block rows of {row_blocks:>2} blocks: {plan}");
+        }
+    }
+    Ok(())
 }
