@@ -110,33 +110,33 @@ pub enum ModuleChoice {
     /// The library's choice without marking A evict-first in L2 when a launch reads it once (for comparisons).
     NoEvictFirst,
     /// The library's choice, with programmatic dependent launch where the GPU has it (H100, H200): a product
-    /// may start before the kernel ahead of it ends, reading A meanwhile (`Gpu::with_programmatic_launch`; the
+    /// may start before the kernel ahead of it ends, reading A meanwhile (`Policy::programmatic`; the
     /// benchmarks' kernels never write A).
     Programmatic,
 }
 
 impl ModuleChoice {
-    /// Whether launches may use the sm_90a kernels (`Gpu::with_hopper`).
+    /// Whether launches may use the sm_90a kernels (`Policy::hopper`).
     pub fn hopper(self) -> bool {
         self != ModuleChoice::Sm80
     }
 
-    /// Whether launches of few columns may use the decode kernels (`Gpu::with_decode`).
+    /// Whether launches of few columns may use the decode kernels (`Policy::decode`).
     pub fn decode(self) -> bool {
         self != ModuleChoice::NoDecode
     }
 
-    /// Whether short bs-64 rows may use the sm_90a short-row kernels (`Gpu::with_short_rows`).
+    /// Whether short bs-64 rows may use the sm_90a short-row kernels (`Policy::short_rows`).
     pub fn short_rows(self) -> bool {
         self != ModuleChoice::NoShortRows
     }
 
-    /// Whether launches that read A once mark it evict-first in L2 (`Gpu::with_a_evict_first`).
+    /// Whether launches that read A once mark it evict-first in L2 (`Policy::a_evict_first`).
     pub fn a_evict_first(self) -> bool {
         self != ModuleChoice::NoEvictFirst
     }
 
-    /// Whether product launches may start before the kernel ahead of them ends (`Gpu::with_programmatic_launch`).
+    /// Whether product launches may start before the kernel ahead of them ends (`Policy::programmatic`).
     pub fn programmatic(self) -> bool {
         self == ModuleChoice::Programmatic
     }

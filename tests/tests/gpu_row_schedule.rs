@@ -94,7 +94,7 @@ fn raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does() {
         assert!(report.passed(), "{ctx}: raw view without a schedule: {report}");
     }
     // The split rows of the narrow and mid kernels are what the schedule changes (with the split workspace on).
-    if gpu.row_split() != RowSplit::Off {
+    if gpu.policy().row_split != RowSplit::Off {
         assert!(split_only_with_schedule > 0, "no case was split only with the schedule: the test sees no difference");
     }
 }
