@@ -346,20 +346,6 @@ impl Gpu {
         }
     }
 
-    /// The built-in heuristic's plan and kernel (the planner's rule).
-    pub(crate) fn heuristic_plan(
-        &self,
-        op: Op,
-        bs: u32,
-        types: (InType, Layout, OutType),
-        n: usize,
-        nnzb: usize,
-        rows: (usize, Option<usize>),
-    ) -> Option<(Plan, &Kernel)> {
-        let (plan, (r, _)) = self.room().heuristic_plan(op, bs, types, n, nnzb, rows)?;
-        self.kernel_at(r).map(|k| (plan, k))
-    }
-
     /// The cached plan for `key`, if any.
     pub(crate) fn cached_plan(&self, key: &PlanKey) -> Option<CachedPlan> {
         self.plans.get(key)
@@ -437,8 +423,8 @@ impl Gpu {
         n: usize,
         (block_rows, nnzb): (usize, usize),
     ) -> Option<(&'static str, bool)> {
-        self.heuristic_plan(Op::BsrSpmm, bs, types, n, nnzb.max(1), (block_rows, None))
-            .map(|(_, k)| (k.variant.name, k.variant.arch == sparsek_layout::Arch::Sm90a))
+        let (_, (r, _)) = self.room().heuristic_plan(Op::BsrSpmm, bs, types, n, nnzb.max(1), (block_rows, None))?;
+        self.kernel_at(r).map(|k| (k.variant.name, k.variant.arch == sparsek_layout::Arch::Sm90a))
     }
 
     pub(crate) fn check_kernel(&self) -> Option<&cudarc::driver::CudaFunction> {
