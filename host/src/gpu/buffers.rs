@@ -105,18 +105,7 @@ impl<T: DeviceElement> DeviceMatrix<T> {
         self.alloc.map(|(base, bytes)| Alloc { base, bytes, stream: Some(self.data.stream()) })
     }
 
-    /// Rows.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    /// Columns.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-    /// Leading dimension in elements.
-    pub fn ld(&self) -> usize {
-        self.ld
-    }
+    shape_getters!(rows, cols, ld);
     /// The device buffer.
     pub fn as_slice(&self) -> &CudaSlice<T> {
         &self.data
@@ -314,22 +303,7 @@ impl std::fmt::Debug for RowSchedule {
 }
 
 impl<T> DeviceBsr<T> {
-    /// Rows of A.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    /// Columns of A.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-    /// Block size.
-    pub fn block_size(&self) -> usize {
-        self.bs
-    }
-    /// Nonzero blocks.
-    pub fn nnzb(&self) -> usize {
-        self.nnzb
-    }
+    shape_getters!(rows, cols, block_size, nnzb);
     /// The most nonzero blocks in one block row.
     pub fn max_row_blocks(&self) -> usize {
         self.row_lengths.first().map_or(0, |&l| l as usize)

@@ -75,15 +75,28 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
+        self.spmm_owned(stream, Choice::Resolve, a, (b, c), ep)
+    }
+
+    /// A product of owned buffers (row-major B and C) on `stream`, its plan as `choice` says.
+    fn spmm_owned<TA: InputElement, TC: OutputElement>(
+        &self,
+        stream: &Arc<CudaStream>,
+        choice: Choice,
+        a: &DeviceBsr<TA>,
+        (b, c): (&DeviceMatrix<TA>, &mut DeviceMatrix<TC>),
+        ep: Epilogue,
+    ) -> Result<()> {
         let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let chosen = self.choose::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()), Choice::Resolve)?;
+        let chosen = self.choose::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()), choice)?;
         self.launch_owned(stream, (&chosen, None), a, (b, c), layouts, ep)
     }
 
     /// [`Gpu::spmm`] with the kernels and rasterization of `plan` instead of the cached or heuristic choice (for
     /// tests of every plan a tuner may pick, and for callers who fix their plan). [`Error::InvalidArgument`] when
     /// the plan's family has no kernel for this product on this GPU (an sm_90a plan on another GPU, the decode
-    /// family for bs 16 or with [`Policy::decode`](crate::plan::Policy::decode) off, the sm_90a family without blocks), or its group is 0.
+    /// family for bs 16 or with [`Policy::decode`](crate::plan::Policy::decode) off, the sm_90a family without
+    /// blocks), or its group is 0.
     pub fn spmm_with_plan<TA: InputElement, TC: OutputElement>(
         &self,
         plan: &Plan,
@@ -92,11 +105,8 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let chosen =
-            self.choose::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()), Choice::Fixed(*plan))?;
         let stream = self.stream().clone();
-        self.launch_owned(&stream, (&chosen, None), a, (b, c), layouts, ep)
+        self.spmm_owned(&stream, Choice::Fixed(*plan), a, (b, c), ep)
     }
 
     /// `C = act(alpha * (A @ B) + bias) + beta * C` over borrowed device memory, queued on the caller's raw CUDA
