@@ -13,7 +13,7 @@ use super::registry::{self, Kernel, KernelReport, Registry};
 use super::split::SplitWorkspace;
 use crate::error::{Error, Result};
 use crate::plan::{DeviceFacts, KernelRef, Loaded, Policy, Room};
-use crate::tune::{CachedPlan, DeviceKey, KernelFamily, Plan, PlanCache, PlanKey, PlanSource};
+use crate::tune::{CachedPlan, DeviceKey, Plan, PlanCache, PlanKey, PlanSource};
 
 /// Static facts about the GPU, read once when the [`Gpu`] is created.
 #[derive(Clone, Debug)]
@@ -388,21 +388,6 @@ impl Gpu {
             config: kernel.config(),
             ctas_per_sm: kernel.ctas_per_sm,
         })
-    }
-
-    /// The families a tuner measures for a product, each with the kernel that would serve it (the planner's rule).
-    pub(crate) fn tune_families(
-        &self,
-        bs: u32,
-        types: (InType, Layout, OutType),
-        n: usize,
-        nnzb: usize,
-    ) -> Vec<(KernelFamily, &Kernel)> {
-        let room = self.room();
-        room.tune_families(bs, types, n, nnzb)
-            .into_iter()
-            .filter_map(|(f, (r, _))| self.kernel_at(r).map(|k| (f, k)))
-            .collect()
     }
 
     /// The most block rows for which the built-in heuristic takes the decode kernels at few columns (the planner's

@@ -247,7 +247,8 @@ impl Gpu {
         if let Some((h, _)) = heuristic.filter(|(_, (r, _))| self.kernel_at(*r).is_some()) {
             plans.push(h);
         }
-        for (family, _) in self.tune_families(bs, types, n, a.nnzb) {
+        let families = self.room().tune_families(bs, types, n, a.nnzb);
+        for (family, _) in families.into_iter().filter(|(_, (r, _))| self.kernel_at(*r).is_some()) {
             plans.push(Plan::new(family));
             if family == KernelFamily::Decode {
                 continue;

@@ -61,8 +61,7 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let stream = self.stream().clone();
-        self.spmm_on(&stream, a, b, c, ep)
+        self.spmm_on(self.stream(), a, b, c, ep)
     }
 
     /// [`Gpu::spmm`] on a stream of the caller's choice (from [`Gpu::new_stream`]). Buffers used on other
@@ -105,8 +104,7 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let stream = self.stream().clone();
-        self.spmm_owned(&stream, Choice::Fixed(*plan), a, (b, c), ep)
+        self.spmm_owned(self.stream(), Choice::Fixed(*plan), a, (b, c), ep)
     }
 
     /// `C = act(alpha * (A @ B) + bias) + beta * C` over borrowed device memory, queued on the caller's raw CUDA
