@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use sparsek::gpu::{Gpu, RowSplit, TileSchedule};
-use sparsek::plan::Policy;
+use sparsek::gpu::Gpu;
+use sparsek::plan::{Policy, RowSplit, TileSchedule};
 use sparsek_bench::compare::DEFAULT_THRESHOLD_PCT;
 use sparsek_bench::side::{MIN_ITERS, RunConfig};
 use sparsek_bench::{Case, CusparseChoice, CusparseKind, Results, Source};

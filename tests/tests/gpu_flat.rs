@@ -11,8 +11,8 @@
 use proptest::prelude::*;
 use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate, generate_int};
-use sparsek::gpu::{Decomposition, DeviceBsr, Gpu, LaunchPlan, OutputElement, RowSplit};
-use sparsek::plan::Policy;
+use sparsek::gpu::{Decomposition, DeviceBsr, Gpu, LaunchPlan, OutputElement};
+use sparsek::plan::{Policy, RowSplit};
 use sparsek::{Bsr, Epilogue, f16};
 use sparsek_tests::{
     ROW_MAJOR, check_planned, exact_b_c, gpu_cases, longest, own_gpu, plan_of, plan_unscheduled, same_bits,

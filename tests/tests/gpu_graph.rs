@@ -12,8 +12,8 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream};
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{Decomposition, DeviceBsr, DeviceMatrix, Gpu, LaunchPlan, OutputElement, RowSplit};
-use sparsek::plan::Policy;
+use sparsek::gpu::{Decomposition, DeviceBsr, DeviceMatrix, Gpu, LaunchPlan, OutputElement};
+use sparsek::plan::{Policy, RowSplit};
 use sparsek::{Bsr, Epilogue, Matrix, f16};
 use sparsek_tests::{gpu_alone, graph_nodes as nodes, own_gpu, plan_of, planned_spmm, test_policy};
 

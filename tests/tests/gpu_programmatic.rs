@@ -13,8 +13,8 @@
 
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, RowSplit};
-use sparsek::plan::Policy;
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
+use sparsek::plan::{Policy, RowSplit};
 use sparsek::{Bsr, Epilogue, Matrix, f16};
 use sparsek_tests::{gpu_alone, gpu_shared, graph_nodes, own_gpu, same_bits, test_policy};
 

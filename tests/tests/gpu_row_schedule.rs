@@ -8,7 +8,8 @@
 
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{BsrView, Decomposition, Gpu, RowSchedule, RowSplit};
+use sparsek::gpu::{BsrView, Decomposition, Gpu, RowSchedule};
+use sparsek::plan::RowSplit;
 use sparsek::{Bsr, BsrError, Epilogue, Error, Layout, Matrix, f16};
 use sparsek_tests::{RawBsr, gpu_for, same_bits};
 

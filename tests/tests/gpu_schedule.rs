@@ -12,10 +12,8 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{
-    BsrArrays, BsrView, Decomposition, DenseView, DenseViewMut, Gpu, IndexType, LaunchPlan, RowSplit, TileSchedule,
-};
-use sparsek::plan::Policy;
+use sparsek::gpu::{BsrArrays, BsrView, Decomposition, DenseView, DenseViewMut, Gpu, IndexType, LaunchPlan};
+use sparsek::plan::{Policy, RowSplit, TileSchedule};
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
 use sparsek_tests::{
     check_planned, exact_operands, gpu_required, graph_nodes, hopper_enabled, is_sm90, own_gpu, plan_of,

@@ -8,8 +8,8 @@
 use proptest::prelude::*;
 use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate, generate_int};
-use sparsek::gpu::{Decomposition, Gpu, LaunchPlan, OutputElement, RowSplit};
-use sparsek::plan::Policy;
+use sparsek::gpu::{Decomposition, Gpu, LaunchPlan, OutputElement};
+use sparsek::plan::{Policy, RowSplit};
 use sparsek::tune::KernelFamily;
 use sparsek::{Bsr, Epilogue, Matrix, f16};
 use sparsek_tests::{

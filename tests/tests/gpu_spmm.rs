@@ -489,7 +489,7 @@ fn tuner_times_identical_launches_alike() {
     let narrow: Vec<f64> = report
         .candidates
         .iter()
-        .filter(|c| c.plan.family == KernelFamily::Narrow && c.plan.row_split == sparsek::gpu::RowSplit::Auto)
+        .filter(|c| c.plan.family == KernelFamily::Narrow && c.plan.row_split == sparsek::plan::RowSplit::Auto)
         .map(|c| c.median_us)
         .collect();
     assert!(narrow.len() >= 2, "{test}: fewer than two narrow plans:\n{report}");

@@ -32,9 +32,6 @@ mod tune;
 mod views;
 
 pub use crate::plan::{Decomposition, LaunchPlan, Policy};
-// The policy's enums where callers found them before the planning room (crate::plan has them).
-#[doc(hidden)]
-pub use crate::plan::{RowSplit, TileSchedule};
 pub use buffers::{DeviceBsr, DeviceElement, DeviceMatrix, InputElement, OutputElement, RowSchedule};
 #[cfg(feature = "tuning")]
 #[doc(hidden)]
