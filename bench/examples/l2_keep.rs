@@ -1,11 +1,11 @@
 //! What a product that reads A once leaves of L2 to the data around it (issue 12: A's values marked evict-first,
-//! `Gpu::with_a_evict_first`).
+//! `Policy::a_evict_first`).
 //!
 //! A resident pair of buffers X and Y (a quarter of L2 each) is copied X -> Y once, which leaves both in L2; then
 //! one product runs (or nothing), and the copy X -> Y is timed between two CUDA events. The more of X and Y the
 //! product pushed out of L2, the longer that copy takes. Three contenders, interleaved iteration by iteration on
 //! the same device: nothing between the copies, sparsek as the library launches it (A evict-first), and sparsek
-//! with `with_a_evict_first(false)`. A is rotated over enough copies to span twice L2, so that each product reads
+//! with `a_evict_first: false`. A is rotated over enough copies to span twice L2, so that each product reads
 //! its A from DRAM. The product's own time (events around it) is reported too, and both sparsek forms' C must be
 //! bit-identical.
 //!
@@ -19,6 +19,7 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use sparsek::format::{Pattern, generate};
 use sparsek::gpu::timing::median;
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
+use sparsek::plan::Policy;
 use sparsek::{Epilogue, Matrix, f16};
 
 /// M, N, K, block size, density.
@@ -99,7 +100,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         let b = Matrix::<f16>::random(k, n, 0xb0b + i as u64)?;
         let a_bytes = a.nnzb() * bs * bs * 2;
         let depth = (2 * info.l2_bytes as usize).div_ceil(a_bytes).max(1);
-        let plain = Gpu::new(0)?.with_a_evict_first(false);
+        let plain = Gpu::new(0)?.with_policy(Policy { a_evict_first: false, ..Policy::default() });
         let mut sides = [Side::new(Gpu::new(0)?, &a, &b, depth)?, Side::new(plain, &a, &b, depth)?];
         let ev = |s: &Side| -> Result<[CudaEvent; 3], Box<dyn Error>> {
             let ctx = s.gpu.context();

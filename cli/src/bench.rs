@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use sparsek::gpu::{Gpu, RowSplit, TileSchedule};
+use sparsek::gpu::Gpu;
+use sparsek::plan::{Policy, RowSplit, TileSchedule};
 use sparsek_bench::compare::DEFAULT_THRESHOLD_PCT;
 use sparsek_bench::side::{MIN_ITERS, RunConfig};
 use sparsek_bench::{Case, CusparseChoice, CusparseKind, Results, Source};
@@ -110,64 +111,93 @@ pub enum ModuleChoice {
     /// The library's choice without marking A evict-first in L2 when a launch reads it once (for comparisons).
     NoEvictFirst,
     /// The library's choice, with programmatic dependent launch where the GPU has it (H100, H200): a product
-    /// may start before the kernel ahead of it ends, reading A meanwhile (`Gpu::with_programmatic_launch`; the
+    /// may start before the kernel ahead of it ends, reading A meanwhile (`Policy::programmatic`; the
     /// benchmarks' kernels never write A).
     Programmatic,
 }
 
 impl ModuleChoice {
-    /// Whether launches may use the sm_90a kernels (`Gpu::with_hopper`).
+    /// Whether launches may use the sm_90a kernels (`Policy::hopper`).
     pub fn hopper(self) -> bool {
         self != ModuleChoice::Sm80
     }
 
-    /// Whether launches of few columns may use the decode kernels (`Gpu::with_decode`).
+    /// Whether launches of few columns may use the decode kernels (`Policy::decode`).
     pub fn decode(self) -> bool {
         self != ModuleChoice::NoDecode
     }
 
-    /// Whether short bs-64 rows may use the sm_90a short-row kernels (`Gpu::with_short_rows`).
+    /// Whether short bs-64 rows may use the sm_90a short-row kernels (`Policy::short_rows`).
     pub fn short_rows(self) -> bool {
         self != ModuleChoice::NoShortRows
     }
 
-    /// Whether launches that read A once mark it evict-first in L2 (`Gpu::with_a_evict_first`).
+    /// Whether launches that read A once mark it evict-first in L2 (`Policy::a_evict_first`).
     pub fn a_evict_first(self) -> bool {
         self != ModuleChoice::NoEvictFirst
     }
 
-    /// Whether product launches may start before the kernel ahead of them ends (`Gpu::with_programmatic_launch`).
+    /// Whether product launches may start before the kernel ahead of them ends (`Policy::programmatic`).
     pub fn programmatic(self) -> bool {
         self == ModuleChoice::Programmatic
     }
+}
 
-    /// The policy of the kernels this choice allows, rows split as `split` says and the sm_90a tiles scheduled as
-    /// `schedule` says.
-    pub fn policy(self, (row_split, tile_schedule): (RowSplit, TileSchedule)) -> sparsek::plan::Policy {
-        sparsek::plan::Policy {
-            hopper: self.hopper(),
-            decode: self.decode(),
-            short_rows: self.short_rows(),
-            a_evict_first: self.a_evict_first(),
-            programmatic: self.programmatic(),
-            row_split,
-            tile_schedule,
-            ..sparsek::plan::Policy::default()
+/// Which kernels a run launches and how their work is split (`--module`, `--split`, `--schedule`): the library's
+/// choice, or it with one kind of kernel turned off or one decomposition fixed, for comparisons (`sparsek bench`
+/// and `sparsek run`).
+#[derive(clap::Args)]
+pub struct KernelChoiceArgs {
+    /// Which kernels sparsek launches: the library's choice, or it with one kind of kernel turned off.
+    ///
+    /// `auto` is the library's choice: the sm_90a kernels for bs 64 and 128 on an H100/H200, the decode kernels at
+    /// N <= 16. With `programmatic`, the queued times show what programmatic dependent launch is worth back to
+    /// back.
+    #[arg(long, value_enum, default_value_t = ModuleChoice::Auto, help_heading = "Kernel choice (for comparisons)")]
+    pub module: ModuleChoice,
+    /// How long block rows split over several CTAs.
+    ///
+    /// For the narrow kernels (N <= 64) and the sm_90a ones: `auto` (the library's choice: parts of about 128 KiB
+    /// of A, more at bs 128, for launches of one N tile where whole rows leave the GPU short of CTAs; on the
+    /// sm_90a kernels at bs 128, rows over twice an equal share of the work), `off` (one CTA per block row),
+    /// `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16 in, f32 out: the flat block-list
+    /// kernel, CTAs each taking an equal share of A's blocks across row boundaries, a wave of them or K per SM) or
+    /// a number of blocks per part.
+    #[arg(
+        long,
+        value_name = "auto|off|flat[:K]|BLOCKS",
+        default_value = "auto",
+        value_parser = parse_split,
+        help_heading = "Kernel choice (for comparisons)"
+    )]
+    pub split: RowSplit,
+    /// How the sm_90a kernels (bs 64 and 128 on an H100/H200) take their tiles.
+    #[arg(long, value_enum, default_value_t = ScheduleArg::Auto, help_heading = "Kernel choice (for comparisons)")]
+    pub schedule: ScheduleArg,
+}
+
+impl KernelChoiceArgs {
+    /// The policy of the kernels this choice allows, rows split as `--split` says and the sm_90a tiles scheduled
+    /// as `--schedule` says.
+    pub fn policy(&self) -> Policy {
+        let module = self.module;
+        Policy {
+            hopper: module.hopper(),
+            decode: module.decode(),
+            short_rows: module.short_rows(),
+            a_evict_first: module.a_evict_first(),
+            programmatic: module.programmatic(),
+            row_split: self.split,
+            tile_schedule: self.schedule.into(),
+            ..Policy::default()
         }
     }
 
-    /// `g` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles scheduled as
-    /// `schedule` says.
-    pub fn configure(self, g: Gpu, settings: (RowSplit, TileSchedule)) -> Gpu {
-        g.with_policy(self.policy(settings))
-    }
-
-    /// Opens GPU `device` with the kernels this choice allows, rows split as `split` says and the sm_90a tiles
-    /// scheduled as `schedule` says, or says why there is none (the line starts with `what`, the command) and
-    /// returns `None`.
-    pub fn open(self, (split, schedule): (RowSplit, TileSchedule), device: usize, what: &str) -> Option<Gpu> {
+    /// Opens GPU `device` with [`KernelChoiceArgs::policy`], or says why there is none (the line starts with
+    /// `what`, the command) and returns `None`.
+    pub fn open(&self, device: usize, what: &str) -> Option<Gpu> {
         match Gpu::new(device) {
-            Ok(g) => Some(self.configure(g, (split, schedule))),
+            Ok(g) => Some(g.with_policy(self.policy())),
             Err(e) => {
                 eprintln!("{what}: no usable GPU ({e}); it needs an NVIDIA GPU (sm_80 or newer)");
                 None
@@ -230,32 +260,9 @@ pub struct BenchArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
-    /// Which kernels sparsek launches: the library's choice, or it with one kind of kernel turned off.
-    ///
-    /// `auto` is the library's choice: the sm_90a kernels for bs 64 and 128 on an H100/H200, the decode kernels at
-    /// N <= 16. With `programmatic`, the queued times show what programmatic dependent launch is worth back to
-    /// back.
-    #[arg(long, value_enum, default_value_t = ModuleChoice::Auto, help_heading = "Kernel choice (for comparisons)")]
-    module: ModuleChoice,
-    /// How long block rows split over several CTAs.
-    ///
-    /// For the narrow kernels (N <= 64) and the sm_90a ones: `auto` (the library's choice: parts of about 128 KiB
-    /// of A, more at bs 128, for launches of one N tile where whole rows leave the GPU short of CTAs; on the
-    /// sm_90a kernels at bs 128, rows over twice an equal share of the work), `off` (one CTA per block row),
-    /// `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16 in, f32 out: the flat block-list
-    /// kernel, CTAs each taking an equal share of A's blocks across row boundaries, a wave of them or K per SM) or
-    /// a number of blocks per part.
-    #[arg(
-        long,
-        value_name = "auto|off|flat[:K]|BLOCKS",
-        default_value = "auto",
-        value_parser = parse_split,
-        help_heading = "Kernel choice (for comparisons)"
-    )]
-    split: RowSplit,
-    /// How the sm_90a kernels (bs 64 and 128 on an H100/H200) take their tiles.
-    #[arg(long, value_enum, default_value_t = ScheduleArg::Auto, help_heading = "Kernel choice (for comparisons)")]
-    schedule: ScheduleArg,
+    /// Which kernels sparsek launches, and how their work is split.
+    #[command(flatten)]
+    kernels: KernelChoiceArgs,
     /// Compare with an earlier run's results (e.g. docs/bench/latest.json).
     ///
     /// Runs the same cases (or those of --quick / --case / --matrix, comparing the cases both have), then prints
@@ -377,7 +384,7 @@ fn side_setup(args: &BenchArgs, side: &Side) -> Result<Option<(RunConfig, Gpu)>,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let what = format!("sparsek bench {}", side.mode);
-    Ok(args.module.open((args.split, args.schedule.into()), args.device, &what).map(|gpu| (cfg, gpu)))
+    Ok(args.kernels.open(args.device, &what).map(|gpu| (cfg, gpu)))
 }
 
 /// Success when every check passed.
@@ -394,14 +401,11 @@ fn decode(args: &BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
     let Some((cfg, gpu)) = side_setup(args, &DECODE)? else { return Ok(ExitCode::FAILURE) };
     // A second Gpu on the same context (the buffers are the first one's) and settings, with programmatic launches,
     // for the queued column of that name, when the GPU has it and the run's own launches are not programmatic.
-    let programmatic = if args.module.programmatic() || !gpu.programmatic_launch_available() {
+    let programmatic = if args.kernels.module.programmatic() || !gpu.programmatic_launch_available() {
         None
     } else {
         match Gpu::from_context(gpu.context().clone()) {
-            Ok(g) => {
-                let policy = args.module.policy((args.split, args.schedule.into()));
-                Some(g.with_policy(sparsek::plan::Policy { programmatic: true, ..policy }))
-            }
+            Ok(g) => Some(g.with_policy(Policy { programmatic: true, ..args.kernels.policy() })),
             Err(e) => {
                 eprintln!("sparsek bench --decode: no second Gpu for the programmatic column ({e})");
                 None
@@ -487,7 +491,7 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, sparsek_bench::Error> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let cfg = sparsek_bench::Config { run, cusparse: args.cusparse.into() };
-    let Some(gpu) = args.module.open((args.split, args.schedule.into()), args.device, "sparsek bench") else {
+    let Some(gpu) = args.kernels.open(args.device, "sparsek bench") else {
         if old.is_some() {
             eprintln!("sparsek bench: to compare two results files without a GPU, add --against NEW.json");
         }

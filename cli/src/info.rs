@@ -35,7 +35,7 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     println!(
         "  programmatic launch  {}",
         if gpu.programmatic_launch_available() {
-            "available: its kernels wait for the kernel ahead of them (Gpu::with_programmatic_launch, off by default)"
+            "available: its kernels wait for the kernel ahead of them (Policy::programmatic, off by default)"
         } else {
             "not on this GPU (needs the product module's sm_90a cubin: H100, H200)"
         }

@@ -85,7 +85,7 @@ fn main() -> ExitCode {
     let result: Result<ExitCode, Box<dyn std::error::Error>> = match cli.command {
         Command::Info { device } => info::info(device).map_err(Into::into),
         Command::Bench(args) => bench::bench(args).map_err(Into::into),
-        Command::Run(args) => match args.out {
+        Command::Run(args) => match args.problem.out {
             run::OutType::F32 => run::run::<f32>(&args),
             run::OutType::F16 => run::run::<f16>(&args),
         }

@@ -7,24 +7,14 @@ use clap::ValueEnum;
 use sparsek::gpu::Gpu;
 use sparsek::plan::{DeviceFacts, Policy, Preset, Problem, RULES};
 use sparsek::{Epilogue, Layout, f16};
-use sparsek_bench::{Case, Source};
 
-use crate::run::{MatrixArgs, OutType};
+use crate::run::{OutType, ProblemArgs};
 
 #[derive(clap::Args)]
 pub struct PlanArgs {
-    /// A: generated or from a file (only its structure matters).
+    /// The product (only A's structure matters).
     #[command(flatten)]
-    a: MatrixArgs,
-    /// Columns of B and C.
-    #[arg(long, default_value_t = 4096)]
-    n: usize,
-    /// Block size: 16, 32, 64 or 128.
-    #[arg(long, default_value_t = 64)]
-    bs: usize,
-    /// Element type of C.
-    #[arg(long, value_enum, default_value_t = OutType::F32)]
-    out: OutType,
+    problem: ProblemArgs,
     /// C = alpha * A @ B + beta * C (0: C is write-only, which lets the sm_90a kernels store it by TMA).
     #[arg(long, default_value_t = 0.0)]
     beta: f32,
@@ -70,19 +60,16 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, sparsek::Error> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let mut case = match &args.a.matrix {
-        Some(path) => Case { m: 0, n: 1, k: 0, bs: args.bs, density: 0.0, source: Source::File(path.clone()) },
-        None => Case::synthetic(args.a.m, 1, args.a.k, args.bs, args.a.density, args.a.pattern.into()),
-    };
-    let (a, _) = case.operands(args.a.seed, usize::MAX)?;
-    let (m, k, n) = (a.rows(), a.cols(), args.n);
+    let mut case = args.problem.case(1);
+    let (a, _) = case.operands(args.problem.a.seed, usize::MAX)?;
+    let (m, k, n) = (a.rows(), a.cols(), args.problem.n);
     println!(
         "A         {m}x{k} bs {} nnzb {} (density {:.4}, longest block row {} blocks), N {n}, C {}",
         a.block_size(),
         a.nnzb(),
         a.density(),
         a.max_row_length(),
-        match args.out {
+        match args.problem.out {
             OutType::F32 => "f32",
             OutType::F16 => "f16",
         }
@@ -102,7 +89,7 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, sparsek::Error> {
     let plan = match &gpu {
         Some(gpu) => {
             let a_d = gpu.upload(&a)?;
-            let plan = match args.out {
+            let plan = match args.problem.out {
                 OutType::F32 => gpu.plan::<f16, f32>(&a_d, n, layouts, ep)?,
                 OutType::F16 => gpu.plan::<f16, f16>(&a_d, n, layouts, ep)?,
             };
@@ -115,7 +102,7 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, sparsek::Error> {
             let mut lengths: Vec<u32> = a.row_lengths().map(|l| l as u32).collect();
             lengths.sort_unstable_by(|x, y| y.cmp(x));
             let problem = Problem {
-                output: match args.out {
+                output: match args.problem.out {
                     OutType::F32 => sparsek::gpu::OutType::F32,
                     OutType::F16 => sparsek::gpu::OutType::F16,
                 },

@@ -38,20 +38,38 @@ pub struct MatrixArgs {
     pub matrix: Option<PathBuf>,
 }
 
+/// The product of `sparsek run` and `sparsek plan`: A, the columns of B and C, the block size and C's type.
 #[derive(clap::Args)]
-pub struct RunArgs {
+pub struct ProblemArgs {
     /// A: generated or from a file.
     #[command(flatten)]
-    a: MatrixArgs,
+    pub a: MatrixArgs,
     /// Columns of B and C.
     #[arg(long, default_value_t = 4096)]
-    n: usize,
+    pub n: usize,
     /// Block size: 16, 32, 64 or 128.
     #[arg(long, default_value_t = 64)]
-    bs: usize,
+    pub bs: usize,
     /// Element type of C.
     #[arg(long, value_enum, default_value_t = OutType::F32)]
     pub out: OutType,
+}
+
+impl ProblemArgs {
+    /// The benchmark case of A with `n` columns of B and C (A read from its file, or its generator's settings).
+    pub fn case(&self, n: usize) -> Case {
+        match &self.a.matrix {
+            Some(path) => Case { m: 0, n, k: 0, bs: self.bs, density: 0.0, source: Source::File(path.clone()) },
+            None => Case::synthetic(self.a.m, n, self.a.k, self.bs, self.a.density, self.a.pattern.into()),
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The product.
+    #[command(flatten)]
+    pub problem: ProblemArgs,
     /// C = alpha * A @ B + beta * C.
     #[arg(long, default_value_t = 1.0)]
     alpha: f32,
@@ -80,35 +98,9 @@ pub struct RunArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
-    /// Which kernels run: the library's choice, or it with one kind of kernel turned off.
-    #[arg(
-        long,
-        value_enum,
-        default_value_t = crate::bench::ModuleChoice::Auto,
-        help_heading = "Kernel choice (for comparisons)"
-    )]
-    module: crate::bench::ModuleChoice,
-    /// How long block rows split over several CTAs.
-    ///
-    /// For the narrow kernels (N <= 64) and the sm_90a ones: `auto` (the library's choice), `off` (one CTA per
-    /// block row), `flat` or `flat:K` (bs 64 and 128 up to 16 columns, bs 64 up to 64; f16 in, f32 out: the flat
-    /// block-list kernel in place of the narrow one, a wave of CTAs or K per SM) or a number of blocks per part.
-    #[arg(
-        long,
-        value_name = "auto|off|flat[:K]|BLOCKS",
-        default_value = "auto",
-        value_parser = crate::bench::parse_split,
-        help_heading = "Kernel choice (for comparisons)"
-    )]
-    split: sparsek::gpu::RowSplit,
-    /// How the sm_90a kernels take their tiles.
-    #[arg(
-        long,
-        value_enum,
-        default_value_t = crate::bench::ScheduleArg::Auto,
-        help_heading = "Kernel choice (for comparisons)"
-    )]
-    schedule: crate::bench::ScheduleArg,
+    /// Which kernels run, and how their work is split.
+    #[command(flatten)]
+    kernels: crate::bench::KernelChoiceArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -163,17 +155,15 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     check_launches("--iters", args.iters as u64)?;
     check_launches("--warmup", args.warmup as u64)?;
     let t = Instant::now();
-    let mut case = match &args.a.matrix {
-        Some(path) => Case { m: 0, n: args.n, k: 0, bs: args.bs, density: 0.0, source: Source::File(path.clone()) },
-        None => Case::synthetic(args.a.m, args.n, args.a.k, args.bs, args.a.density, args.a.pattern.into()),
-    };
+    let mut case = args.problem.case(args.problem.n);
     let host_limit = sparsek_bench::budget::host_available();
-    if args.a.matrix.is_none() {
+    if args.problem.a.matrix.is_none() {
         // A (values, indices and the generator's per-block-row scratch) before it is generated.
-        let (br, bc) = ((args.a.m / args.bs.max(1)) as u128, (args.a.k / args.bs.max(1)) as u128);
-        let nnzb = (args.a.density.clamp(0.0, 1.0) * (br * bc) as f64).ceil() as u128;
+        let (br, bc) =
+            ((args.problem.a.m / args.problem.bs.max(1)) as u128, (args.problem.a.k / args.problem.bs.max(1)) as u128);
+        let nnzb = (args.problem.a.density.clamp(0.0, 1.0) * (br * bc) as f64).ceil() as u128;
         let mut est = sparsek_bench::budget::Estimate::default();
-        est.add("A values", nnzb.saturating_mul((args.bs * args.bs) as u128), 2);
+        est.add("A values", nnzb.saturating_mul((args.problem.bs * args.problem.bs) as u128), 2);
         est.add("A structure", nnzb.saturating_add(br.saturating_mul(14)), 4);
         if let Some(limit) = host_limit
             && let Err(msg) = est.check("host", limit)
@@ -184,34 +174,38 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     }
     // B, C and the oracle's rows: checked before anything is allocated (after A for a file, whose shape the file
     // gives; A itself is bounded by the reader).
-    if args.a.matrix.is_none()
+    if args.problem.a.matrix.is_none()
         && let Err(msg) = check_dense_budget::<TC>(args, (case.m, case.k, case.n), host_limit)
     {
         eprintln!("sparsek run: {msg}");
         return Ok(ExitCode::FAILURE);
     }
-    if args.a.matrix.is_none() {
+    if args.problem.a.matrix.is_none() {
         eprintln!(
             "generating A: {}x{} bs {} density {} {} (seed {})",
-            args.a.m,
-            args.a.k,
-            args.bs,
-            args.a.density,
-            Pattern::from(args.a.pattern),
-            args.a.seed
+            args.problem.a.m,
+            args.problem.a.k,
+            args.problem.bs,
+            args.problem.a.density,
+            Pattern::from(args.problem.a.pattern),
+            args.problem.a.seed
         );
     }
     // A file's BSR may use at most half of the host memory available now (the rest is for B, C and the check).
     let file_budget = host_limit.map_or(usize::MAX, |b| usize::try_from(b / 2).unwrap_or(usize::MAX));
-    let (a, b, underflow) = case.operands_with_underflow(args.a.seed, file_budget)?;
+    let (a, b, underflow) = case.operands_with_underflow(args.problem.a.seed, file_budget)?;
     let (m, k, n) = (a.rows(), a.cols(), b.cols());
-    if args.a.matrix.is_some()
+    if args.problem.a.matrix.is_some()
         && let Err(msg) = check_dense_budget::<TC>(args, (m, k, n), host_limit)
     {
         eprintln!("sparsek run: {msg}");
         return Ok(ExitCode::FAILURE);
     }
-    let c0 = if args.beta != 0.0 { Matrix::<TC>::random(m, n, args.a.seed ^ 0xC)? } else { Matrix::<TC>::zeros(m, n)? };
+    let c0 = if args.beta != 0.0 {
+        Matrix::<TC>::random(m, n, args.problem.a.seed ^ 0xC)?
+    } else {
+        Matrix::<TC>::zeros(m, n)?
+    };
     // A file's values below f16's range are stored as zero: said here, as an overflow would be (an error).
     if let Some(u) = underflow.filter(|u| u.count > 0) {
         let (r, c, v) = u.first.unwrap_or_default();
@@ -235,7 +229,7 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
     let gpu = if args.cpu {
         None
     } else {
-        match Gpu::new(args.device).map(|g| args.module.configure(g, (args.split, args.schedule.into()))) {
+        match Gpu::new(args.device).map(|g| g.with_policy(args.kernels.policy())) {
             Ok(g) => {
                 // Device buffers: A, B and C with their leading dimensions rounded up to 16 bytes.
                 let ld = |cols: usize, size: usize| (cols.max(1).div_ceil(16 / size) * (16 / size)) as u128;
@@ -289,8 +283,11 @@ pub fn run<TC: OutputElement>(args: &RunArgs) -> Result<ExitCode, sparsek::Error
         }
     };
 
-    let sample =
-        if args.full_check { RowSample::All } else { RowSample::auto(m, n, args.check_rows, args.a.seed ^ 0x5EED) };
+    let sample = if args.full_check {
+        RowSample::All
+    } else {
+        RowSample::auto(m, n, args.check_rows, args.problem.a.seed ^ 0x5EED)
+    };
     let t = Instant::now();
     let mut last = Instant::now();
     let expected = Expected::compute(&a, &b, &c0, ep, sample, |done, total| {

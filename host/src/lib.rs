@@ -59,6 +59,33 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+/// The plain getters of a matrix type's shape fields, inside its `impl` block: `shape_getters!(rows, cols, ld)` for
+/// fields of the same names (`bs` for `block_size`), `shape_getters!(view: rows, cols)` for those of a field `view`.
+macro_rules! shape_getters {
+    ($inner:ident: $($name:ident),+ $(,)?) => {
+        $(shape_getters!(@get $name [$inner]);)+
+    };
+    ($($name:ident),+ $(,)?) => {
+        $(shape_getters!(@get $name []);)+
+    };
+    (@get block_size [$($inner:ident)?]) => {
+        #[doc = "The block size `bs` (blocks are `bs x bs`)."]
+        pub fn block_size(&self) -> usize {
+            self$(.$inner)?.bs
+        }
+    };
+    (@get $name:ident [$($inner:ident)?]) => {
+        #[doc = shape_getters!(@doc $name)]
+        pub fn $name(&self) -> usize {
+            self$(.$inner)?.$name
+        }
+    };
+    (@doc rows) => { "Rows." };
+    (@doc cols) => { "Columns." };
+    (@doc ld) => { "Leading dimension: elements between the starts of consecutive rows (columns, column-major)." };
+    (@doc nnzb) => { "Nonzero (stored) blocks." };
+}
+
 mod alloc;
 pub mod check;
 pub mod cpu;

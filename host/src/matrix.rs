@@ -106,18 +106,7 @@ impl<T: Scalar> Matrix<T> {
         Ok(out)
     }
 
-    /// Number of rows.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    /// Number of columns.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-    /// Leading dimension (elements between the starts of consecutive rows).
-    pub fn ld(&self) -> usize {
-        self.ld
-    }
+    shape_getters!(rows, cols, ld);
     /// The backing storage, padding included.
     pub fn as_slice(&self) -> &[T] {
         &self.data

@@ -519,23 +519,35 @@ def layer_case(run: Run, w: torch.Tensor, w_dense: torch.Tensor, name: str, toke
     }
 
 
+def token_records(run: Run, section: str, models: list, token_counts: tuple, case) -> dict:
+    """The records of `section`: for each `(model_name, build)` of `models`, its operands built once (`build()`, with
+    torch seeded from the name) and freed after its cases, then one case per token count,
+    `case(operands, name, tokens)`."""
+    n = len(models) * len(token_counts)
+    records, i = [], 0
+    for model_name, build in models:
+        torch.manual_seed(seed_for(model_name))
+        operands = build()
+        for tokens in token_counts:
+            i += 1
+            name = f"{model_name} tokens={tokens}"
+            records.append(run.case(section, i, n, name, lambda: case(operands, name, tokens)))
+        del operands
+        free_memory()
+    return {"records": records}
+
+
 def section_layer(run: Run) -> dict:
     densities, token_counts = ((0.2,), (1, 16)) if run.quick else ((0.1, 0.2, 0.3), (1, 16, 512, 4096))
-    n = len(LAYER_SHAPES) * len(densities) * len(token_counts)
-    records, i = [], 0
-    for proj, out_f, in_f in LAYER_SHAPES:
-        for d in densities:
-            weight_name = f"{proj} {out_f}×{in_f} bs64 {d * 100:g}%"
-            torch.manual_seed(seed_for(weight_name))
-            w = random_bsr(out_f, in_f, 64, d, "uniform", run.device)
-            w_dense = bsr_to_dense(w)
-            for tokens in token_counts:
-                i += 1
-                name = f"{weight_name} tokens={tokens}"
-                records.append(run.case("layer", i, n, name, lambda: layer_case(run, w, w_dense, name, tokens)))
-            del w, w_dense
-            free_memory()
-    return {"records": records}
+
+    def weight(out_f: int, in_f: int, d: float):
+        w = random_bsr(out_f, in_f, 64, d, "uniform", run.device)
+        return w, bsr_to_dense(w)
+
+    models = [(f"{proj} {out_f}×{in_f} bs64 {d * 100:g}%", lambda out_f=out_f, in_f=in_f, d=d: weight(out_f, in_f, d))
+              for proj, out_f, in_f in LAYER_SHAPES for d in densities]
+    return token_records(run, "layer", models, token_counts,
+                         lambda ops, name, tokens: layer_case(run, *ops, name, tokens))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -589,19 +601,10 @@ def mlp_case(run: Run, dense, sparse, name: str, tokens: int) -> dict:
 
 def section_mlp(run: Run) -> dict:
     densities, token_counts = ((0.2,), (16,)) if run.quick else ((0.1, 0.2, 0.3), (1, 16, 512, 4096))
-    n = len(densities) * len(token_counts)
-    records, i = [], 0
-    for d in densities:
-        model_name = f"MLP {MLP_DIMS[0]}→{MLP_DIMS[1]}→{MLP_DIMS[0]} bs64 {d * 100:g}%"
-        torch.manual_seed(seed_for(model_name))
-        dense, sparse = mlp_models(d, run.device)
-        for tokens in token_counts:
-            i += 1
-            name = f"{model_name} tokens={tokens}"
-            records.append(run.case("mlp", i, n, name, lambda: mlp_case(run, dense, sparse, name, tokens)))
-        del dense, sparse
-        free_memory()
-    return {"records": records}
+    models = [(f"MLP {MLP_DIMS[0]}→{MLP_DIMS[1]}→{MLP_DIMS[0]} bs64 {d * 100:g}%",
+               lambda d=d: mlp_models(d, run.device)) for d in densities]
+    return token_records(run, "mlp", models, token_counts,
+                         lambda ops, name, tokens: mlp_case(run, *ops, name, tokens))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ fn to_py(e: Error) -> PyErr {
 }
 
 /// Whether launches may start before the kernel ahead of them on the stream ends (`set_programmatic_launch`;
-/// `Gpu::with_programmatic_launch`). Process-wide, off until the caller says otherwise.
+/// `Policy::programmatic`). Process-wide, off until the caller says otherwise.
 static PROGRAMMATIC: AtomicBool = AtomicBool::new(false);
 
 /// One `Gpu` per device ordinal and programmatic-launch setting, opened on first use (the module load takes about
@@ -473,7 +473,7 @@ fn device_info(py: Python<'_>, device: usize) -> PyResult<DeviceInfoTuple> {
 }
 
 /// Sets whether later products may start before the kernel ahead of them on the stream ends
-/// (`Gpu::with_programmatic_launch`, on GPUs that have it): process-wide, for every device. The caller
+/// (`Policy::programmatic`, on GPUs that have it): process-wide, for every device. The caller
 /// guarantees that the kernel just before each product does not write its weight (values or indices).
 #[pyfunction]
 fn set_programmatic_launch(enabled: bool) {

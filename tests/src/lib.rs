@@ -7,6 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use sparsek::check::{Expected, RowSample};
 use sparsek::gpu::{BsrArrays, BsrView, DeviceBsr, Gpu, IndexType, InputElement, LaunchPlan, OutputElement};
+use sparsek::plan::Policy;
 use sparsek::tune::{KernelFamily, PlanCache};
 use sparsek::{Bsr, Epilogue, Layout, Matrix, Scalar, f16};
 
@@ -16,7 +17,7 @@ pub fn gpu_required() -> bool {
 }
 
 /// `SPARSEK_TEST_MODULE=sm80` runs the GPU tests on the portable sm_80 module even on a GPU that has the sm_90a
-/// one (`Gpu::with_hopper(false)`); unset or `auto`, launches take the kernels the library chooses.
+/// one (`Policy::hopper` off); unset or `auto`, launches take the kernels the library chooses.
 pub fn hopper_enabled() -> bool {
     match std::env::var("SPARSEK_TEST_MODULE").as_deref() {
         Ok("sm80") => false,
@@ -32,7 +33,7 @@ pub fn gpu(test: &str) -> Option<&'static Gpu> {
     static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
     // Plans off: the tests launch exactly the kernels the built-in heuristic picks, whatever a tuned plan cache
     // on the machine says (the plan tests open their own Gpu with their own cache). Small grids stay on the wide
-    // and sm_90a kernels (`Gpu::with_small_grids`): most test shapes are small, and those kernels are what they
+    // and sm_90a kernels (`Policy::small_grids` off): most test shapes are small, and those kernels are what they
     // test; `small_grids_take_the_narrow_and_mid_tiles` tests the rule.
     let open = || Gpu::new(0).map(test_settings);
     match GPU.get_or_init(|| open().map_err(|e| e.to_string())) {
@@ -62,10 +63,16 @@ pub fn own_gpu(test: &str, configure: impl FnOnce(Gpu) -> Gpu) -> Option<Gpu> {
     Some(configure(test_settings(g)))
 }
 
-/// The settings of every test's Gpu ([`gpu`], [`own_gpu`]): the module choice, plans off, small grids on the wide
-/// and sm_90a kernels.
+/// The policy of every test's Gpu ([`gpu`], [`own_gpu`]): the module choice ([`hopper_enabled`]), small grids on
+/// the wide and sm_90a kernels. A test that needs other settings starts from it:
+/// `g.with_policy(Policy { decode: false, ..test_policy() })`.
+pub fn test_policy() -> Policy {
+    Policy { hopper: hopper_enabled(), small_grids: false, ..Policy::default() }
+}
+
+/// The settings of every test's Gpu ([`gpu`], [`own_gpu`]): [`test_policy`], plans off.
 fn test_settings(g: Gpu) -> Gpu {
-    g.with_hopper(hopper_enabled()).with_plan_cache(PlanCache::off()).with_small_grids(false)
+    g.with_policy(test_policy()).with_plan_cache(PlanCache::off())
 }
 
 /// Number of proptest cases for GPU property tests: `SPARSEK_GPU_CASES` or `default`.

@@ -11,16 +11,17 @@
 use proptest::prelude::*;
 use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate, generate_int};
-use sparsek::gpu::{Decomposition, DeviceBsr, Gpu, LaunchPlan, OutputElement, RowSplit};
+use sparsek::gpu::{Decomposition, DeviceBsr, Gpu, LaunchPlan, OutputElement};
+use sparsek::plan::{Policy, RowSplit};
 use sparsek::{Bsr, Epilogue, f16};
 use sparsek_tests::{
     ROW_MAJOR, check_planned, exact_b_c, gpu_cases, longest, own_gpu, plan_of, plan_unscheduled, same_bits,
-    spmm_planned, threads_match_one_launch,
+    spmm_planned, test_policy, threads_match_one_launch,
 };
 
 /// A Gpu whose few-column launches take the narrow kernels (decode off), rows as `split` says.
 fn narrow_gpu(test: &str, split: RowSplit) -> Option<Gpu> {
-    own_gpu(test, |g| g.with_decode(false).with_row_split(split))
+    own_gpu(test, |g| g.with_policy(Policy { decode: false, row_split: split, ..test_policy() }))
 }
 
 /// The CTAs per N tile of a plan's flat list, if it walks one.

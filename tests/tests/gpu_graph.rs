@@ -12,20 +12,21 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream};
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{Decomposition, DeviceBsr, DeviceMatrix, Gpu, LaunchPlan, OutputElement, RowSplit};
+use sparsek::gpu::{Decomposition, DeviceBsr, DeviceMatrix, Gpu, LaunchPlan, OutputElement};
+use sparsek::plan::{Policy, RowSplit};
 use sparsek::{Bsr, Epilogue, Matrix, f16};
-use sparsek_tests::{gpu_alone, graph_nodes as nodes, own_gpu, plan_of, planned_spmm};
+use sparsek_tests::{gpu_alone, graph_nodes as nodes, own_gpu, plan_of, planned_spmm, test_policy};
 
 /// The GPU alone ([`gpu_alone`]: capture in global mode) and a Gpu of the test's own whose few-column launches take
 /// the narrow and mid tiles (decode off), rows as `split` says; `None` (after the skip line) without a GPU.
 fn narrow_alone(test: &str, split: RowSplit) -> Option<(std::sync::RwLockWriteGuard<'static, ()>, Gpu)> {
     let alone = gpu_alone();
-    Some((alone, own_gpu(test, |g| g.with_decode(false).with_row_split(split))?))
+    Some((alone, own_gpu(test, |g| g.with_policy(Policy { decode: false, row_split: split, ..test_policy() }))?))
 }
 
 /// Another Gpu as [`narrow_alone`]'s, for a test that holds the GPU alone already.
 fn narrow(test: &str, split: RowSplit) -> Gpu {
-    own_gpu(test, |g| g.with_decode(false).with_row_split(split)).expect("a second Gpu")
+    own_gpu(test, |g| g.with_policy(Policy { decode: false, row_split: split, ..test_policy() })).expect("a second Gpu")
 }
 
 /// Whether a plan balances its rows (a flat list or split rows).

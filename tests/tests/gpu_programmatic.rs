@@ -1,4 +1,4 @@
-//! Programmatic dependent launch (`Gpu::with_programmatic_launch`): products queued back to back on one stream with no
+//! Programmatic dependent launch (`Policy::programmatic`): products queued back to back on one stream with no
 //! host synchronisation, each reading the previous one's output as its B and writing the buffer the one before it read
 //! (ping-pong). A launch that got past its grid-dependency wait too early would read a B not yet written (its buffer
 //! starts poisoned) or overwrite one still being read. Every chain is checked against the same chain launched plainly
@@ -13,9 +13,10 @@
 
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, RowSplit};
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
+use sparsek::plan::{Policy, RowSplit};
 use sparsek::{Bsr, Epilogue, Matrix, f16};
-use sparsek_tests::{gpu_alone, gpu_shared, graph_nodes, own_gpu, same_bits};
+use sparsek_tests::{gpu_alone, gpu_shared, graph_nodes, own_gpu, same_bits, test_policy};
 
 /// Products per chain.
 const LAYERS: usize = 6;
@@ -67,10 +68,10 @@ impl Chain {
 #[test]
 fn chains_of_programmatic_launches_match_synchronised_ones() {
     const TEST: &str = "chains_of_programmatic_launches_match_synchronised_ones";
-    let Some(plain) = own_gpu(TEST, |g| g.with_programmatic_launch(false)) else { return };
-    let programmatic = own_gpu(TEST, |g| g.with_programmatic_launch(true)).unwrap();
+    let Some(plain) = own_gpu(TEST, |g| g.with_policy(Policy { programmatic: false, ..test_policy() })) else { return };
+    let programmatic = own_gpu(TEST, |g| g.with_policy(Policy { programmatic: true, ..test_policy() })).unwrap();
     let _shared = gpu_shared();
-    assert!(!plain.programmatic_launch(), "with_programmatic_launch(false) launches plainly");
+    assert!(!plain.programmatic_launch(), "programmatic: false launches plainly");
     assert_eq!(programmatic.programmatic_launch(), programmatic.programmatic_launch_available());
     if !programmatic.programmatic_launch() {
         use std::io::Write;
@@ -140,11 +141,13 @@ fn captured_programmatic_chains_replay_like_synchronised_ones() {
     // A captured launch splits rows only where that pays for its workspace's graph nodes (gpu/split.rs,
     // graph_balance_pays), and then as outside a graph; else it runs whole rows. The reference is the synchronised
     // chain that adds in the same order: split rows add their parts in another order than whole rows.
-    let Some(plain) = own_gpu(TEST, |g| g.with_programmatic_launch(false)) else {
+    let Some(plain) = own_gpu(TEST, |g| g.with_policy(Policy { programmatic: false, ..test_policy() })) else {
         return;
     };
-    let whole = own_gpu(TEST, |g| g.with_programmatic_launch(false).with_row_split(RowSplit::Off)).unwrap();
-    let gpu = own_gpu(TEST, |g| g.with_programmatic_launch(true)).unwrap();
+    let whole =
+        own_gpu(TEST, |g| g.with_policy(Policy { programmatic: false, row_split: RowSplit::Off, ..test_policy() }))
+            .unwrap();
+    let gpu = own_gpu(TEST, |g| g.with_policy(Policy { programmatic: true, ..test_policy() })).unwrap();
     // The decode kernel and the narrow tile (whole rows in the graph), and bs 128's tile of 32 columns on 64 block
     // rows of 14 blocks (split in the graph).
     let mut balanced = [false; 3];

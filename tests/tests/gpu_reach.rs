@@ -807,7 +807,7 @@ fn caller_stream_is_independent_and_ordered() {
 
 /// A launch captured in a CUDA graph (global capture mode, as `torch.cuda.graph` uses) and replayed: each replay
 /// computes with the current contents of B, into a poisoned C. Two launches: a small layer, and a decode launch
-/// whose A (20 MB) takes the L2 access policy window marking it evict-first (`Gpu::with_a_evict_first`), which
+/// whose A (20 MB) takes the L2 access policy window marking it evict-first (`Policy::a_evict_first`), which
 /// the graph's kernel node must carry.
 #[test]
 fn graph_capture_and_replay() {

@@ -8,7 +8,8 @@
 
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{BsrView, Decomposition, Gpu, RowSchedule, RowSplit};
+use sparsek::gpu::{BsrView, Decomposition, Gpu, RowSchedule};
+use sparsek::plan::RowSplit;
 use sparsek::{Bsr, BsrError, Epilogue, Error, Layout, Matrix, f16};
 use sparsek_tests::{RawBsr, gpu_for, same_bits};
 
@@ -94,7 +95,7 @@ fn raw_views_with_a_schedule_launch_what_the_uploaded_matrix_does() {
         assert!(report.passed(), "{ctx}: raw view without a schedule: {report}");
     }
     // The split rows of the narrow and mid kernels are what the schedule changes (with the split workspace on).
-    if gpu.row_split() != RowSplit::Off {
+    if gpu.policy().row_split != RowSplit::Off {
         assert!(split_only_with_schedule > 0, "no case was split only with the schedule: the test sees no difference");
     }
 }

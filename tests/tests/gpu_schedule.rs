@@ -1,4 +1,4 @@
-//! The sm_90a kernels' tile scheduler (`Gpu::with_tile_schedule`, host/src/gpu/schedule.rs): a persistent grid whose
+//! The sm_90a kernels' tile scheduler (`Policy::tile_schedule`, host/src/gpu/schedule.rs): a persistent grid whose
 //! CTAs take tiles from a counter in the Gpu's workspace (the last CTA resets it), and at bs 64 the ping-pong kernel,
 //! whose two consumer warpgroups alternate tiles. Exact integer-valued cases bit-equal to the oracle, to a persistent
 //! grid with a static stride and to one tile per consumer set, over few and many tiles per CTA, N tails, skewed and
@@ -12,19 +12,18 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate};
-use sparsek::gpu::{
-    BsrArrays, BsrView, Decomposition, DenseView, DenseViewMut, Gpu, IndexType, LaunchPlan, TileSchedule,
-};
+use sparsek::gpu::{BsrArrays, BsrView, Decomposition, DenseView, DenseViewMut, Gpu, IndexType, LaunchPlan};
+use sparsek::plan::{Policy, RowSplit, TileSchedule};
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
 use sparsek_tests::{
     check_planned, exact_operands, gpu_required, graph_nodes, hopper_enabled, is_sm90, own_gpu, plan_of,
-    plan_unscheduled, same_bits, spmm_planned, threads_match_one_launch,
+    plan_unscheduled, same_bits, spmm_planned, test_policy, threads_match_one_launch,
 };
 
 /// A Gpu with the given schedule, or `None` (after a skip line) without a GPU or without the sm_90a module (a
 /// launch of 256 columns over 64 block rows of bs 64 does not take an sm_90a kernel).
 fn hopper_gpu(test: &str, schedule: TileSchedule) -> Option<Gpu> {
-    let gpu = own_gpu(test, |g| g.with_tile_schedule(schedule))?;
+    let gpu = own_gpu(test, |g| g.with_policy(Policy { tile_schedule: schedule, ..test_policy() }))?;
     let probe: Bsr<f16> = generate(Pattern::Uniform, 64 * 64, 8 * 64, 64, 0.5, 1).unwrap();
     let hopper = hopper_enabled() && is_sm90(&plan_of::<f32>(&gpu, &probe, 256, Epilogue::default()));
     if !hopper {
@@ -182,7 +181,8 @@ fn captured_launches_replay_exactly() {
     let Some([gpu, per_tile]) = hopper_gpus(test, [TileSchedule::Auto, TileSchedule::PerTile]) else { return };
     // Whole rows, as the captured launches of raw views (no row schedule, so no split rows) run: an upload has its
     // schedule, and the skewed bs-128 weight would have its longest rows split outside the graph.
-    let per_tile = per_tile.with_row_split(sparsek::gpu::RowSplit::Off);
+    let policy = Policy { row_split: RowSplit::Off, ..per_tile.policy() };
+    let per_tile = per_tile.with_policy(policy);
     let stream = gpu.new_stream().unwrap();
     let addr = |s: &CudaSlice<u16>| s.device_ptr(&stream).0;
     for (bs, m, k, n) in [(64usize, 4096usize, 2048usize, 600usize), (128, 2048, 8192, 296)] {
@@ -288,10 +288,12 @@ fn hopper_split_in(plan: &LaunchPlan) -> Option<(u32, u32)> {
 fn long_rows_split_on_the_sm90_kernels_are_exact() {
     let _shared = sparsek_tests::gpu_shared();
     let Some(gpu) = hopper_gpu("long_rows_split_on_the_sm90_kernels_are_exact", TileSchedule::Auto) else { return };
-    let gpu = gpu.with_row_split(sparsek::gpu::RowSplit::Blocks(16));
-    let whole =
-        own_gpu("long_rows_split_on_the_sm90_kernels_are_exact", |g| g.with_row_split(sparsek::gpu::RowSplit::Off))
-            .unwrap();
+    let policy = Policy { row_split: RowSplit::Blocks(16), ..gpu.policy() };
+    let gpu = gpu.with_policy(policy);
+    let whole = own_gpu("long_rows_split_on_the_sm90_kernels_are_exact", |g| {
+        g.with_policy(Policy { row_split: RowSplit::Off, ..test_policy() })
+    })
+    .unwrap();
     let cases = [
         (64, (48, 64), (2, 8), 512, 0.0),
         (64, (48, 64), (1, 8), 300, 0.5),
@@ -341,7 +343,8 @@ fn long_rows_split_on_the_sm90_kernels_match_the_oracle() {
     let Some(gpu) = hopper_gpu("long_rows_split_on_the_sm90_kernels_match_the_oracle", TileSchedule::Auto) else {
         return;
     };
-    let gpu = gpu.with_row_split(sparsek::gpu::RowSplit::Blocks(16));
+    let policy = Policy { row_split: RowSplit::Blocks(16), ..gpu.policy() };
+    let gpu = gpu.with_policy(policy);
     for (i, &(bs, shape, rows, n)) in
         [(64, (40, 96), (1, 6), 384), (128, (20, 64), (2, 6), 520), (128, (32, 32), (4, 5), 130)].iter().enumerate()
     {

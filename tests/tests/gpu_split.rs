@@ -1,4 +1,4 @@
-//! Split rows (`Gpu::with_row_split`, host/src/gpu/split.rs): the narrow kernels spread a long block row over
+//! Split rows (`Policy::row_split`, host/src/gpu/split.rs): the narrow kernels spread a long block row over
 //! several CTAs and the row's last CTA adds the parts' partial tiles in part order. Against the f64 oracle with
 //! poisoned outputs, on uniform and skewed rows (one row holding most blocks), every block size, N from 1 to 64
 //! with tails, f32 and f16 C, alpha and beta; exact integer-valued cases bit-equal to the oracle and to whole
@@ -8,17 +8,18 @@
 use proptest::prelude::*;
 use sparsek::check::compare_exact;
 use sparsek::format::{Pattern, generate, generate_int};
-use sparsek::gpu::{Decomposition, Gpu, LaunchPlan, OutputElement, RowSplit};
+use sparsek::gpu::{Decomposition, Gpu, LaunchPlan, OutputElement};
+use sparsek::plan::{Policy, RowSplit};
 use sparsek::tune::KernelFamily;
 use sparsek::{Bsr, Epilogue, Matrix, f16};
 use sparsek_tests::{
     check_planned, exact_operands, family, gpu_cases, longest, own_gpu, plan_of, plan_unscheduled, same_bits,
-    spmm_planned, threads_match_one_launch,
+    spmm_planned, test_policy, threads_match_one_launch,
 };
 
 /// A Gpu whose few-column launches take the narrow kernels (decode off), rows split as `split` says.
 fn narrow_gpu(test: &str, split: RowSplit) -> Option<Gpu> {
-    own_gpu(test, |g| g.with_decode(false).with_row_split(split))
+    own_gpu(test, |g| g.with_policy(Policy { decode: false, row_split: split, ..test_policy() }))
 }
 
 /// Whether a plan splits rows (the narrow and mid tiles' split rows).
@@ -245,7 +246,7 @@ fn split_launches_on_many_streams_are_ordered() {
 fn long_rows_leave_the_decode_kernels_for_split_rows() {
     let test = "long_rows_leave_the_decode_kernels_for_split_rows";
     let Some(gpu) = own_gpu(test, |g| g) else { return };
-    let off = own_gpu(test, |g| g.with_row_split(RowSplit::Off)).unwrap();
+    let off = own_gpu(test, |g| g.with_policy(Policy { row_split: RowSplit::Off, ..test_policy() })).unwrap();
     let long: Bsr<f16> = generate(Pattern::Skewed, 4096, 16384, 64, 0.22, 0x71).unwrap();
     let short: Bsr<f16> = generate(Pattern::Uniform, 4096, 4096, 64, 0.22, 0x72).unwrap();
     assert_eq!(longest(&long), 256, "test setup: the first row is full");

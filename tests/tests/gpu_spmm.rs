@@ -10,10 +10,11 @@ use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{
     Decomposition, DeviceBsr, DeviceMatrix, Gpu, LaunchPlan, OutType, OutputElement, TuneOptions, TuneProblem,
 };
+use sparsek::plan::Policy;
 use sparsek::tune::{KernelFamily, Plan, PlanCache, PlanSource};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Scalar, f16};
 use sparsek_tests::{
-    ROW_MAJOR, Rows, exact_operands, family, gpu, gpu_cases, own_gpu, plan_in, plan_of, spmm_planned,
+    ROW_MAJOR, Rows, exact_operands, family, gpu, gpu_cases, own_gpu, plan_in, plan_of, spmm_planned, test_policy,
     threads_match_one_launch,
 };
 
@@ -398,8 +399,8 @@ fn tune_chooses_a_checked_plan_and_remembers_it() {
     }
     let dir = std::env::temp_dir().join(format!("sparsek-tune-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let open =
-        |cache: PlanCache| Gpu::new(0).unwrap().with_hopper(sparsek_tests::hopper_enabled()).with_plan_cache(cache);
+    let policy = Policy { hopper: sparsek_tests::hopper_enabled(), ..Policy::default() };
+    let open = |cache: PlanCache| Gpu::new(0).unwrap().with_policy(policy).with_plan_cache(cache);
     let tuned = open(PlanCache::in_dir(&dir));
     let opts = TuneOptions::with_budget(std::time::Duration::from_millis(300));
     for (bs, block_rows, block_cols, n, problem) in [
@@ -476,7 +477,8 @@ fn tuner_times_identical_launches_alike() {
     if gpu(test).is_none() {
         return;
     }
-    let g = Gpu::new(0).unwrap().with_hopper(sparsek_tests::hopper_enabled()).with_plan_cache(PlanCache::off());
+    let policy = Policy { hopper: sparsek_tests::hopper_enabled(), ..Policy::default() };
+    let g = Gpu::new(0).unwrap().with_policy(policy).with_plan_cache(PlanCache::off());
     let (m, k, bs, n) = (8192, 8192, 64, 16);
     let a: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 0.22, 0x1d3).unwrap();
     let a_d = g.upload(&a).unwrap();
@@ -487,7 +489,7 @@ fn tuner_times_identical_launches_alike() {
     let narrow: Vec<f64> = report
         .candidates
         .iter()
-        .filter(|c| c.plan.family == KernelFamily::Narrow && c.plan.row_split == sparsek::gpu::RowSplit::Auto)
+        .filter(|c| c.plan.family == KernelFamily::Narrow && c.plan.row_split == sparsek::plan::RowSplit::Auto)
         .map(|c| c.median_us)
         .collect();
     assert!(narrow.len() >= 2, "{test}: fewer than two narrow plans:\n{report}");
@@ -583,7 +585,7 @@ exact_tests! {
 #[test]
 fn small_grids_take_the_narrow_and_mid_tiles() {
     let test = "small_grids_take_the_narrow_and_mid_tiles";
-    let Some(rule) = own_gpu(test, |g| g.with_small_grids(true)) else { return };
+    let Some(rule) = own_gpu(test, |g| g.with_policy(Policy { small_grids: true, ..test_policy() })) else { return };
     let off = own_gpu(test, |g| g).unwrap();
     // (bs, block rows, block columns, N, what the rule does on 100 to 144 SMs: 'm' the mid tile, 'n' the narrow
     // tile, 'k' the kernel kept).
@@ -635,12 +637,12 @@ fn small_grids_take_the_narrow_and_mid_tiles() {
 
 /// The short-row rule: on an H100/H200 with the sm_90a module, a bs-64 launch of more than 64 columns whose rows hold
 /// at most 8 k-tiles (blocks) on average and an f32 C takes the `_short` kernel (family sm90a-short), any other
-/// launch keeps its kernel, and `Gpu::with_short_rows(false)` gives the five-stage one. Every case bit-exact against
+/// launch keeps its kernel, and `Policy::short_rows` off gives the five-stage one. Every case bit-exact against
 /// the oracle on both, each launch running the plan `Gpu::plan` predicted.
 #[test]
 fn short_rows_take_the_short_row_kernel() {
     let test = "short_rows_take_the_short_row_kernel";
-    let Some(off) = own_gpu(test, |g| g.with_short_rows(false)) else { return };
+    let Some(off) = own_gpu(test, |g| g.with_policy(Policy { short_rows: false, ..test_policy() })) else { return };
     let on = own_gpu(test, |g| g).unwrap();
     let hopper = on.hopper_module().is_some();
     // (bs, block rows, block columns, n, pattern, density, short rows): dense rows of exactly `block columns`
@@ -798,14 +800,16 @@ fn repeated_launches_are_bit_identical() {
 
 /// A decode launch that reads A once (at most 64 columns in one N tile: the narrow, mid and decode kernels) with
 /// at least an eighth of L2 in A carries an L2 access policy window marking A's values evict-first
-/// (`Gpu::with_a_evict_first`); launches of several N tiles and wide ones go without it. Every result passes the
+/// (`Policy::a_evict_first`); launches of several N tiles and wide ones go without it. Every result passes the
 /// oracle (256 random rows, the first and the last) and equals a plain launch's bit for bit: the window decides
 /// which lines L2 evicts first, never a value.
 #[test]
 fn a_evict_first_launches_match_plain_launches() {
     let test = "a_evict_first_launches_match_plain_launches";
     let Some(gpu) = gpu(test) else { return };
-    let Some(plain) = own_gpu(test, |g| g.with_a_evict_first(false)) else { return };
+    let Some(plain) = own_gpu(test, |g| g.with_policy(Policy { a_evict_first: false, ..test_policy() })) else {
+        return;
+    };
     let (m, k) = (4096, 8192);
     for bs in [16, 32, 64, 128] {
         let a: Bsr<f16> = generate(Pattern::Uniform, m, k, bs, 0.3, 40 + bs as u64).unwrap();

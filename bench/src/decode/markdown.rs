@@ -183,7 +183,7 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
          sparsek's time per launch with {} launches queued back to back behind a kernel holding the stream (the \
          GPU's own time, without the host's), and its ratio to the empty launch queued alike; read floor queued: the \
          read floor queued alike; queued, programmatic: \
-         the same with programmatic dependent launch (`Gpu::with_programmatic_launch`: each launch may start under \
+         the same with programmatic dependent launch (`Policy::programmatic`: each launch may start under \
          the one before it; its output must have the plain launches' bits; `-` where the GPU has none); graph µs: \
          sparsek's time per launch replayed from a CUDA graph of {} captured launches (global mode, as \
          `torch.cuda.graph`), its output checked against the oracle; graph, programmatic: the same \

@@ -55,7 +55,7 @@
 //!   the launch ratio);
 //! - **queued, programmatic** (where the GPU has programmatic dependent launch and the run's own launches are
 //!   plain): the same through a second `Gpu` whose launches may start under the one before
-//!   (`Gpu::with_programmatic_launch`), its output checked bit for bit against the plain launches';
+//!   (`Policy::programmatic`), its output checked bit for bit against the plain launches';
 //! - **graph**: sparsek's time per launch replayed from a CUDA graph of [`queued::BATCH`] captured launches (global
 //!   mode, as `torch.cuda.graph`; what `torch.compile(mode="reduce-overhead")` replays), its output checked against
 //!   the oracle; and the same through the programmatic `Gpu` where that is measured;
@@ -373,7 +373,7 @@ pub struct DecodeRecord {
     /// sparsek's queued time / the queued empty launch's.
     pub queued_launch_ratio: Option<f64>,
     /// sparsek queued as [`DecodeRecord::sparsek_queued`], launched with programmatic dependent launch
-    /// (`Gpu::with_programmatic_launch`): each launch may start under the one before it. Its output must have the
+    /// (`Policy::programmatic`): each launch may start under the one before it. Its output must have the
     /// plain launches' bits, else this is a failure. `None` when not measured (a GPU without it, or a run whose
     /// launches are all programmatic).
     pub sparsek_queued_programmatic: Option<Queued>,

@@ -146,18 +146,7 @@ impl<T> Bsr<T> {
         2.0 * self.nnzb() as f64 * (self.bs * self.bs) as f64 * n as f64
     }
 
-    /// Number of rows.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    /// Number of columns.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-    /// The block size `bs` (blocks are `bs x bs`).
-    pub fn block_size(&self) -> usize {
-        self.bs
-    }
+    shape_getters!(rows, cols, block_size);
     /// `rows / bs`.
     pub fn block_rows(&self) -> usize {
         self.rows / self.bs

@@ -31,12 +31,16 @@ pub trait InputElement: DeviceElement {
     /// The kernels' name for it (the registry key).
     const IN_TYPE: InType;
 }
-impl InputElement for f16 {
-    const IN_TYPE: InType = InType::F16;
+
+/// The impls of an element trait's one constant: `element_impls!(Trait::CONST: Type { rust_type => value, .. })`.
+macro_rules! element_impls {
+    ($trait:ident::$konst:ident: $ty:ty { $($t:ty => $v:expr),+ $(,)? }) => {
+        $(impl $trait for $t {
+            const $konst: $ty = $v;
+        })+
+    };
 }
-impl InputElement for bf16 {
-    const IN_TYPE: InType = InType::Bf16;
-}
+element_impls!(InputElement::IN_TYPE: InType { f16 => InType::F16, bf16 => InType::Bf16 });
 
 /// An element type the SpMM kernels can write (C's type): f32 for any input, or the input's own 16-bit type
 /// (f16 C with f16 inputs, bf16 C with bf16 inputs).
@@ -44,15 +48,7 @@ pub trait OutputElement: DeviceElement {
     /// The kernels' name for it (the registry key).
     const OUT_TYPE: OutType;
 }
-impl OutputElement for f32 {
-    const OUT_TYPE: OutType = OutType::F32;
-}
-impl OutputElement for f16 {
-    const OUT_TYPE: OutType = OutType::F16;
-}
-impl OutputElement for bf16 {
-    const OUT_TYPE: OutType = OutType::Bf16;
-}
+element_impls!(OutputElement::OUT_TYPE: OutType { f32 => OutType::F32, f16 => OutType::F16, bf16 => OutType::Bf16 });
 
 /// A dense `rows x cols` row-major matrix in device memory with leading dimension `ld` (a multiple of 16 bytes).
 ///
@@ -105,18 +101,7 @@ impl<T: DeviceElement> DeviceMatrix<T> {
         self.alloc.map(|(base, bytes)| Alloc { base, bytes, stream: Some(self.data.stream()) })
     }
 
-    /// Rows.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    /// Columns.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-    /// Leading dimension in elements.
-    pub fn ld(&self) -> usize {
-        self.ld
-    }
+    shape_getters!(rows, cols, ld);
     /// The device buffer.
     pub fn as_slice(&self) -> &CudaSlice<T> {
         &self.data
@@ -314,22 +299,7 @@ impl std::fmt::Debug for RowSchedule {
 }
 
 impl<T> DeviceBsr<T> {
-    /// Rows of A.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    /// Columns of A.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-    /// Block size.
-    pub fn block_size(&self) -> usize {
-        self.bs
-    }
-    /// Nonzero blocks.
-    pub fn nnzb(&self) -> usize {
-        self.nnzb
-    }
+    shape_getters!(rows, cols, block_size, nnzb);
     /// The most nonzero blocks in one block row.
     pub fn max_row_blocks(&self) -> usize {
         self.row_lengths.first().map_or(0, |&l| l as usize)

@@ -13,7 +13,7 @@ use super::registry::{self, Kernel, KernelReport, Registry};
 use super::split::SplitWorkspace;
 use crate::error::{Error, Result};
 use crate::plan::{DeviceFacts, KernelRef, Loaded, Policy, Room};
-use crate::tune::{CachedPlan, DeviceKey, KernelFamily, Plan, PlanCache, PlanKey, PlanSource};
+use crate::tune::{CachedPlan, DeviceKey, Plan, PlanCache, PlanKey, PlanSource};
 
 /// Static facts about the GPU, read once when the [`Gpu`] is created.
 #[derive(Clone, Debug)]
@@ -249,80 +249,6 @@ impl Gpu {
         }
     }
 
-    /// Whether launches may use the sm_90a kernels where this GPU has them (the default: yes). `false` keeps
-    /// every launch on the portable sm_80 module: for comparisons, tests of that module on a Hopper GPU, or
-    /// callers who want the same kernels on every GPU.
-    #[doc(hidden)]
-    pub fn with_hopper(mut self, enabled: bool) -> Self {
-        self.policy.hopper = enabled;
-        self
-    }
-
-    /// Whether launches of at most [`sparsek_layout::DECODE_MAX_N`] columns may use the decode kernels (bs 32, 64
-    /// and 128; the default: yes). `false` gives them the narrow-tile kernels instead: for comparisons and tests
-    /// of those.
-    #[doc(hidden)]
-    pub fn with_decode(mut self, enabled: bool) -> Self {
-        self.policy.decode = enabled;
-        self
-    }
-
-    /// Whether the built-in heuristic gives launches whose wide or sm_90a grid would leave SMs idle
-    /// ([`Gpu::small_grid_serves`]) the mid or narrow tile instead (the default: yes). `false` keeps them on the
-    /// wide and sm_90a kernels: for comparisons and tests of those kernels on small shapes.
-    #[doc(hidden)]
-    pub fn with_small_grids(mut self, enabled: bool) -> Self {
-        self.policy.small_grids = enabled;
-        self
-    }
-
-    /// Whether launches may use the sm_90a kernels for short rows (bs 64, [`sparsek_layout::HOPPER_SHORT_CONFIGS`];
-    /// the default: yes). `false` gives rows of every length the [`KernelFamily::Hopper`] kernel, and the tuner
-    /// does not measure them: for comparisons and tests of that kernel on short rows.
-    #[doc(hidden)]
-    pub fn with_short_rows(mut self, enabled: bool) -> Self {
-        self.policy.short_rows = enabled;
-        self
-    }
-
-    /// Whether a decode launch that reads each block of A once marks A's values evict-first in L2 (the default:
-    /// yes): at most [`sparsek_layout::NARROW_MAX_N`] columns in one N tile of its kernel (every launch of N <= 16,
-    /// for instance), with at least an eighth of L2 in A. Streaming a weight through L2 then pushes out neither
-    /// what the launch itself reads again (B, the indices) nor what the next kernels read (activations, a KV
-    /// cache). It is an L2 access policy window on the launch (`CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW`,
-    /// streaming hits and misses) over A's values, up to [`DeviceInfo::max_access_policy_window`] bytes of them;
-    /// a GPU without such windows launches without it. The results are the same either way. On an H200 it made
-    /// the decode launches' own time 5-12% shorter and kept a 30 MB working set in L2 through a 118 MB weight;
-    /// below an eighth of L2 it only added 0.1-0.2 us per launch (docs/perf-notes.md, issue 12 step 13).
-    /// `false`: plain launches, for comparisons.
-    #[doc(hidden)]
-    pub fn with_a_evict_first(mut self, enabled: bool) -> Self {
-        self.policy.a_evict_first = enabled;
-        self
-    }
-
-    /// Whether launches of the product module's kernels (the decode, narrow and mid tiles at up to
-    /// [`sparsek_layout::NARROW_MAX_N`] columns, and the portable wide tile) may start before the kernel ahead of
-    /// them on the stream has finished (programmatic dependent launch, `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
-    /// SERIALIZATION`; the default: no). Such a launch reads A's values and structure (`row_ptr`, `col_idx`, the
-    /// row order) while that kernel still runs, then waits for it (`griddepcontrol.wait`: its writes are all
-    /// visible) before it reads B or the bias or touches C. So it hides its own launch and the first round trips
-    /// of A under the kernel before it, and lets the kernel after it do the same.
-    ///
-    /// **Enable it only when the kernel before each product does not write A** (its values or indices): weights
-    /// in inference do not change between layers; an optimizer step that updates them in place, right before the
-    /// product on the same stream, does. B, the bias and C may be produced and consumed by neighbouring kernels as
-    /// usual.
-    ///
-    /// Only on GPUs where the product module loads from its sm_90a cubin (H100, H200: [`Gpu::programmatic_launch`]
-    /// says whether launches use it); elsewhere, and for the sm_90a module's kernels, launches stay plain. A
-    /// driver that refuses the attribute gets a plain launch instead. The results are the same either way.
-    #[doc(hidden)]
-    pub fn with_programmatic_launch(mut self, enabled: bool) -> Self {
-        self.policy.programmatic = enabled;
-        self
-    }
-
     /// Whether product-module launches carry programmatic serialization: enabled
     /// ([`Policy::programmatic`]) and possible on this GPU (the product module was loaded from its sm_90a
     /// cubin, whose kernels wait for the grid before them).
@@ -336,7 +262,7 @@ impl Gpu {
         self.product.programmatic
     }
 
-    /// The sm_90a module's name and description, when it is loaded and enabled ([`Gpu::with_hopper`]).
+    /// The sm_90a module's name and description, when it is loaded and enabled ([`Policy::hopper`]).
     pub fn hopper_module(&self) -> Option<(&'static str, &'static str)> {
         self.active_hopper().map(|r| (r.name, r.description))
     }
@@ -420,20 +346,6 @@ impl Gpu {
         }
     }
 
-    /// The built-in heuristic's plan and kernel (the planner's rule).
-    pub(crate) fn heuristic_plan(
-        &self,
-        op: Op,
-        bs: u32,
-        types: (InType, Layout, OutType),
-        n: usize,
-        nnzb: usize,
-        rows: (usize, Option<usize>),
-    ) -> Option<(Plan, &Kernel)> {
-        let (plan, (r, _)) = self.room().heuristic_plan(op, bs, types, n, nnzb, rows)?;
-        self.kernel_at(r).map(|k| (plan, k))
-    }
-
     /// The cached plan for `key`, if any.
     pub(crate) fn cached_plan(&self, key: &PlanKey) -> Option<CachedPlan> {
         self.plans.get(key)
@@ -478,34 +390,6 @@ impl Gpu {
         })
     }
 
-    /// The families a tuner measures for a product, each with the kernel that would serve it (the planner's rule).
-    pub(crate) fn tune_families(
-        &self,
-        bs: u32,
-        types: (InType, Layout, OutType),
-        n: usize,
-        nnzb: usize,
-    ) -> Vec<(KernelFamily, &Kernel)> {
-        let room = self.room();
-        room.tune_families(bs, types, n, nnzb)
-            .into_iter()
-            .filter_map(|(f, (r, _))| self.kernel_at(r).map(|k| (f, k)))
-            .collect()
-    }
-
-    /// Whether the built-in heuristic gives a launch of `n` columns over `block_rows` block rows of `bs` the mid or
-    /// narrow tile although it has more than [`sparsek_layout::NARROW_MAX_N`] columns (the planner's rule).
-    #[doc(hidden)]
-    pub fn small_grid_serves(&self, bs: u32, types: (InType, Layout, OutType), n: usize, block_rows: usize) -> bool {
-        self.room().small_grid_serves(bs, types, n, block_rows)
-    }
-
-    /// Whether the built-in heuristic gives a launch the decode kernels (the planner's rule).
-    #[doc(hidden)]
-    pub fn decode_serves(&self, bs: u32, n: usize, block_rows: usize, max_row_blocks: Option<usize>) -> bool {
-        self.room().decode_serves(bs, n, block_rows, max_row_blocks)
-    }
-
     /// The most block rows for which the built-in heuristic takes the decode kernels at few columns (the planner's
     /// rule, [`crate::plan::RULES`]).
     #[doc(hidden)]
@@ -524,8 +408,8 @@ impl Gpu {
         n: usize,
         (block_rows, nnzb): (usize, usize),
     ) -> Option<(&'static str, bool)> {
-        self.heuristic_plan(Op::BsrSpmm, bs, types, n, nnzb.max(1), (block_rows, None))
-            .map(|(_, k)| (k.variant.name, k.variant.arch == sparsek_layout::Arch::Sm90a))
+        let (_, (r, _)) = self.room().heuristic_plan(Op::BsrSpmm, bs, types, n, nnzb.max(1), (block_rows, None))?;
+        self.kernel_at(r).map(|k| (k.variant.name, k.variant.arch == sparsek_layout::Arch::Sm90a))
     }
 
     pub(crate) fn check_kernel(&self) -> Option<&cudarc::driver::CudaFunction> {

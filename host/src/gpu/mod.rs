@@ -17,7 +17,6 @@
 //!   remembering the fastest as a plan ([`crate::tune`]);
 //! - `split`: the split-row workspace (partial tiles and counters of split rows and the flat list, ordered across
 //!   streams) and a captured launch's own workspace; which decomposition a launch takes is [`crate::plan`]'s;
-//! - `schedule`: the sm_90a kernels' tile-scheduler settings and counters, in the same workspace;
 //! - [`timing`]: CUDA-event timing for the CLI, the benchmark and the tuner (not product API).
 
 mod buffers;
@@ -25,7 +24,6 @@ mod context;
 mod driver;
 mod launch;
 mod registry;
-mod schedule;
 mod split;
 #[doc(hidden)]
 pub mod timing;
@@ -34,9 +32,6 @@ mod tune;
 mod views;
 
 pub use crate::plan::{Decomposition, LaunchPlan, Policy};
-// The policy's enums where callers found them before the planning room (crate::plan has them).
-#[doc(hidden)]
-pub use crate::plan::{RowSplit, TileSchedule};
 pub use buffers::{DeviceBsr, DeviceElement, DeviceMatrix, InputElement, OutputElement, RowSchedule};
 #[cfg(feature = "tuning")]
 #[doc(hidden)]
@@ -53,14 +48,11 @@ pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline};
 pub use crate::plan::rules::{
     DECODE_MAX_ROW_BYTES, FLAT_AUTO_CTAS_PER_SM, FLAT_AUTO_MIN_K_TILES_PER_CTA, FLAT_MID_AUTO_MARGIN_K_TILES,
     FLAT_MID_AUTO_MIN_K_TILES_PER_CTA, GRAPH_BALANCE_MIN_ROW_BYTES, HOPPER_SPLIT_MIN_PART_K_TILES,
-    MID_SMALL_BS_MIN_ROWS_PER_SM, MID64_BS128_MIN_BLOCKS_PER_SM, SMALL_GRID_MAX_N, SPLIT_COUNTERS, SPLIT_PART_BYTES,
+    MID_SMALL_BS_MIN_ROWS_PER_SM, MID64_BS128_MIN_BLOCKS_PER_SM, SPLIT_COUNTERS, SPLIT_PART_BYTES,
     SPLIT_PART_MAX_GROWN_K_TILES, SPLIT_PART_SHORT_K_TILES, SPLIT_PARTIALS_BYTES,
 };
 #[doc(hidden)]
-pub use crate::plan::{
-    HopperSplit, SplitChoice, SplitLimits, TileGrid, flat_auto_serves, flat_ctas, graph_balance_pays,
-    hopper_split_choice, rows_skewed, split_choice,
-};
+pub use crate::plan::{flat_ctas, graph_balance_pays};
 #[doc(hidden)]
 pub use sparsek_layout::SHORT_ROW_MAX_K_TILES;
 pub use tune::{Candidate, TuneOptions, TuneProblem, TuneReport};

@@ -56,6 +56,18 @@ pub(crate) struct Cubin {
     pub(crate) programmatic: bool,
 }
 
+impl Cubin {
+    /// SASS for every 8.x GPU (sm_80); its kernels keep their `griddepcontrol` markers as no-ops.
+    const fn sm80(bytes: &'static [u8]) -> Cubin {
+        Cubin { major: 8, minor: None, arch: "sm_80", bytes, programmatic: false }
+    }
+
+    /// SASS for compute capability 9.0 only (sm_90a: H100, H200), `programmatic` as [`Cubin::programmatic`].
+    const fn sm90a(bytes: &'static [u8], programmatic: bool) -> Cubin {
+        Cubin { major: 9, minor: Some(0), arch: "sm_90a", bytes, programmatic }
+    }
+}
+
 /// The product module: PTX ISA 8.0 for sm_80, JIT-compiled by the driver for any sm_80+ GPU, and prebuilt for
 /// sm_80 (any 8.x GPU) and sm_90a (H100 / H200): the JIT of the 33 kernels took 20 s on an H100 (2026-11-22).
 pub(crate) static SM80: EmbeddedPtx = EmbeddedPtx {
@@ -65,20 +77,8 @@ pub(crate) static SM80: EmbeddedPtx = EmbeddedPtx {
     description: "PTX ISA 8.0, sm_80 (cp.async + ldmatrix + mma.sync)",
     ptx: include_bytes!("../../ptx/sparsek_sm80.ptx.zst"),
     cubins: &[
-        Cubin {
-            major: 8,
-            minor: None,
-            arch: "sm_80",
-            bytes: include_bytes!("../../ptx/sparsek_sm80.sm_80.cubin.zst"),
-            programmatic: false,
-        },
-        Cubin {
-            major: 9,
-            minor: Some(0),
-            arch: "sm_90a",
-            bytes: include_bytes!("../../ptx/sparsek_sm80.sm_90a.cubin.zst"),
-            programmatic: true,
-        },
+        Cubin::sm80(include_bytes!("../../ptx/sparsek_sm80.sm_80.cubin.zst")),
+        Cubin::sm90a(include_bytes!("../../ptx/sparsek_sm80.sm_90a.cubin.zst"), true),
     ],
     manifest: include_str!("../../ptx/sparsek_sm80.cubins.txt"),
 };
@@ -103,13 +103,7 @@ pub(crate) static SM90A: EmbeddedPtx = EmbeddedPtx {
     name: "sparsek_sm90a",
     description: "PTX ISA 8.3, sm_90a (TMA + mbarrier + wgmma, warp-specialised; bs 64 and 128)",
     ptx: include_bytes!("../../ptx/sparsek_sm90a.ptx.zst"),
-    cubins: &[Cubin {
-        major: 9,
-        minor: Some(0),
-        arch: "sm_90a",
-        bytes: include_bytes!("../../ptx/sparsek_sm90a.sm_90a.cubin.zst"),
-        programmatic: false,
-    }],
+    cubins: &[Cubin::sm90a(include_bytes!("../../ptx/sparsek_sm90a.sm_90a.cubin.zst"), false)],
     manifest: include_str!("../../ptx/sparsek_sm90a.cubins.txt"),
 };
 

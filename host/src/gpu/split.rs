@@ -1,8 +1,9 @@
 //! The split-row workspace (which decompositions a launch takes is the planner's: crate::plan). Split rows: the
-//! narrow kernels ([`KernelConfig::splits_rows`]) can spread one block row over several CTAs, each multiplying an
-//! equal range of the row's blocks; the row's last CTA adds the parts' partial tiles in part order (the same bits
-//! run to run) and writes C. Few, long block rows (a weight of 128 block rows on 132 SMs, or one row holding most
-//! blocks) then fill the GPU instead of leaving it waiting on the longest row.
+//! narrow kernels ([`KernelConfig::splits_rows`](sparsek_layout::KernelConfig::splits_rows)) can spread one block
+//! row over several CTAs, each multiplying an equal range of the row's blocks; the row's last CTA adds the parts'
+//! partial tiles in part order (the same bits run to run) and writes C. Few, long block rows (a weight of 128 block
+//! rows on 132 SMs, or one row holding most blocks) then fill the GPU instead of leaving it waiting on the longest
+//! row.
 //!
 //! The partial tiles and the per-row counters live in a workspace each [`Gpu`] allocates once, when it opens
 //! ([`SPLIT_PARTIALS_BYTES`], [`SPLIT_COUNTERS`]); a launch never allocates. The counters start at zero and each
@@ -19,28 +20,40 @@
 //! gives the bits of the same launch outside the graph. Elsewhere, and on a
 //! device without stream-ordered allocation, a captured launch keeps whole rows.
 //!
-//! The workspace also holds the sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs). Those are
-//! never waited for across streams: a launch takes them only when they are free or its stream used them last
+//! The workspace also holds the sm_90a kernels' two tile-scheduler counters. Those are never waited for across
+//! streams: a launch takes them only when they are free or its stream used them last
 //! ([`SplitWorkspace::claim_scheduler`]).
+//!
+//! The tile scheduler ([`TileSchedule`](crate::plan::TileSchedule), chosen by the planner: crate::plan). A kernel
+//! launched with one CTA per output tile lets the hardware hand each SM its next tile, but every CTA starts with an
+//! empty ring and ends with its epilogue while the tensor cores idle. A persistent grid (one CTA per SM, as many as
+//! fit) keeps the ring running across tiles: each CTA's producer takes the next tile from a counter in device
+//! memory with an atomic add, so SMs that finish early take more tiles, and in the ping-pong kernels one consumer
+//! warpgroup's epilogue overlaps the other's main loop. The counters are zero before a launch and the launch's
+//! last CTA sets them back to zero. A launch on another stream while they are busy gets a grid that touches no
+//! counter: one tile per consumer set (one CTA per tile, or per two tiles for the ping-pong kernels). A persistent
+//! grid walking its tiles with a static stride instead was measured 7-10% faster on uniform rows but 36% slower on
+//! skewed ones (docs/perf-notes.md). A launch on a stream being captured into a CUDA graph takes two counters of
+//! its own workspace in the graph ([`GraphSpace`]), zeroed before it, and so the persistent grid, where its balance
+//! pays for the graph's three more nodes; else one tile per consumer set.
 
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{CUevent_flags, CUevent_wait_flags, CUstream, CUstreamCaptureStatus};
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
-use sparsek_layout::KernelConfig;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::gpu::driver::cuda;
+use crate::plan::SpaceNeed;
 use crate::plan::rules::{SPLIT_COUNTERS, SPLIT_PARTIALS_BYTES};
-use crate::plan::{HopperSplit, Loaded, RowSplit, SpaceNeed, SplitChoice, SplitLimits};
 
 /// The split-row workspace of one [`Gpu`] (see the module docs).
 pub(crate) struct SplitWorkspace {
     /// Device addresses of the partial tiles and the counters (owned by `_partials` and `_counters`).
     pub(crate) partials: u64,
     pub(crate) counters: u64,
-    /// The sm_90a kernels' two tile-scheduler counters (gpu/schedule.rs), past the split counters.
+    /// The sm_90a kernels' two tile-scheduler counters (the tile scheduler, above), past the split counters.
     pub(crate) scheduler: u64,
     /// Whether the device has stream-ordered allocation, which a captured launch's own workspace needs
     /// ([`GraphSpace`]).
@@ -293,94 +306,9 @@ pub(crate) fn follows_kernels(stream: CUstream, driver_version: i32) -> bool {
 }
 
 impl Gpu {
-    /// How launches of the narrow kernels (N up to [`sparsek_layout::NARROW_MAX_N`]) and of the sm_90a kernels
-    /// split long block rows over several CTAs (default [`RowSplit::Auto`]); the policy's
-    /// [`row_split`](crate::plan::Policy::row_split) ([`Gpu::with_policy`]).
-    #[doc(hidden)]
-    pub fn with_row_split(mut self, setting: RowSplit) -> Self {
-        self.policy.row_split = setting;
-        self
-    }
-
-    /// The row-split setting ([`Gpu::with_row_split`]).
-    #[doc(hidden)]
-    pub fn row_split(&self) -> RowSplit {
-        self.policy.row_split
-    }
-
-    /// The split rows a launch of the sm_90a kernel of `cfg` (`ctas_per_sm` of it on an SM) over block rows of
-    /// `lengths` blocks (longest first; `nnzb` in all) and `n` columns gets on any stream, captured or not; `None`
-    /// without the workspace or for other kernels. Prefer [`Gpu::plan`].
-    #[doc(hidden)]
-    pub fn hopper_split_for(
-        &self,
-        cfg: &KernelConfig,
-        ctas_per_sm: u32,
-        (lengths, nnzb): (&[u32], usize),
-        n: usize,
-    ) -> Option<HopperSplit> {
-        self.split.as_ref()?;
-        crate::plan::hopper_split_for(self.room(), cfg, ctas_per_sm, (lengths, nnzb), n)
-    }
-
     /// Whether this GPU has its split-row workspace (it has unless the memory could not be allocated when it
     /// opened).
     pub fn has_split_workspace(&self) -> bool {
         self.split.is_some()
-    }
-
-    /// The loaded product kernel named `name`, as the planner sees it.
-    fn loaded_named(&self, name: &str) -> Option<Loaded> {
-        self.facts.product.iter().find(|k| k.variant.name == name).copied()
-    }
-
-    /// The flat block-list kernel's name and CTAs per N tile for a launch of the narrow kernel `narrow_name` over
-    /// `nnzb` blocks in `block_rows` block rows (the longest holding `max_row_blocks`, when known) and `n`
-    /// columns, or `None` where it would not take one. Prefer [`Gpu::plan`].
-    #[doc(hidden)]
-    pub fn flat_for(
-        &self,
-        narrow_name: &str,
-        (nnzb, block_rows, n): (usize, usize, usize),
-        max_row_blocks: Option<usize>,
-    ) -> Option<(&'static str, u32)> {
-        self.split.as_ref()?;
-        let kernel = self.loaded_named(narrow_name)?;
-        crate::plan::flat_for(self.room(), &kernel, (nnzb, block_rows, n), max_row_blocks)
-            .map(|(_, k, g)| (k.variant.name, g))
-    }
-
-    /// The name and configuration of the kernel a launch of the kernel `name` takes in its place to split a
-    /// dominating row (bs 64's tile of 32 columns for its tile of 64), or `None`. Prefer [`Gpu::plan`].
-    #[doc(hidden)]
-    pub fn skew_tile_for(
-        &self,
-        name: &str,
-        (nnzb, block_rows, n): (usize, usize, usize),
-        max_row_blocks: Option<usize>,
-    ) -> Option<(&'static str, KernelConfig)> {
-        self.split.as_ref()?;
-        let kernel = self.loaded_named(name)?;
-        crate::plan::skew_tile_for(self.room(), &kernel, (nnzb, block_rows, n), max_row_blocks)
-            .map(|(_, k)| (k.variant.name, k.variant.config))
-    }
-
-    /// The split a launch of `cfg` gets (on any stream, captured or not). Prefer [`Gpu::plan`].
-    #[doc(hidden)]
-    pub fn split_for(
-        &self,
-        cfg: &KernelConfig,
-        (nnzb, block_rows, n): (usize, usize, usize),
-        max_row_blocks: Option<usize>,
-    ) -> Option<SplitChoice> {
-        self.split.as_ref()?;
-        let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
-        crate::plan::split_choice(
-            cfg,
-            self.policy.row_split,
-            (nnzb, block_rows, n_tiles),
-            max_row_blocks,
-            SplitLimits::with_sms(self.info().sm_count as usize),
-        )
     }
 }

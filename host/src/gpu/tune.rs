@@ -243,10 +243,12 @@ impl Gpu {
         let types = (TA::IN_TYPE, b_layout, TC::OUT_TYPE);
         let mut plans = Vec::new();
         let rows = (block_rows, Some(a.max_row_blocks()));
-        if let Some((h, _)) = self.heuristic_plan(Op::BsrSpmm, bs, types, n, a.nnzb, rows) {
+        let heuristic = self.room().heuristic_plan(Op::BsrSpmm, bs, types, n, a.nnzb, rows);
+        if let Some((h, _)) = heuristic.filter(|(_, (r, _))| self.kernel_at(*r).is_some()) {
             plans.push(h);
         }
-        for (family, _) in self.tune_families(bs, types, n, a.nnzb) {
+        let families = self.room().tune_families(bs, types, n, a.nnzb);
+        for (family, _) in families.into_iter().filter(|(_, (r, _))| self.kernel_at(*r).is_some()) {
             plans.push(Plan::new(family));
             if family == KernelFamily::Decode {
                 continue;

@@ -162,6 +162,21 @@ fn check_dense<T: DeviceElement>(
     }
 }
 
+/// `Clone` and `Copy` for a view whatever `T` is (a derive would ask `T: Copy`): a view is a description of the
+/// memory it borrows, not an owner.
+macro_rules! copy_view {
+    ($($view:ident),+) => {
+        $(
+            impl<T> Clone for $view<'_, T> {
+                fn clone(&self) -> Self {
+                    *self
+                }
+            }
+            impl<T> Copy for $view<'_, T> {}
+        )+
+    };
+}
+
 /// A read-only dense matrix over device memory: `rows x cols` of `T`, [`Layout::RowMajor`] (element (r, c) at
 /// `ptr + (r * ld + c)`) or [`Layout::ColMajor`] (at `ptr + (c * ld + r)`). `Copy`: a description, not an owner.
 #[derive(Debug)]
@@ -180,12 +195,7 @@ pub struct DenseView<'a, T> {
     _borrow: PhantomData<&'a [T]>,
 }
 
-impl<T> Clone for DenseView<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for DenseView<'_, T> {}
+copy_view!(DenseView, VectorView, BsrView);
 
 /// A writable dense matrix over device memory (see [`DenseView`]); the output C of a launch.
 #[derive(Debug)]
@@ -345,18 +355,7 @@ impl<'a, T: DeviceElement> DenseView<'a, T> {
         Ok(DenseView { ptr, rows, cols, ld, layout, raw: false, alloc, _borrow: PhantomData })
     }
 
-    /// Rows.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    /// Columns.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-    /// Leading dimension in elements.
-    pub fn ld(&self) -> usize {
-        self.ld
-    }
+    shape_getters!(rows, cols, ld);
     /// Storage order.
     pub fn layout(&self) -> Layout {
         self.layout
@@ -404,18 +403,7 @@ impl<'a, T: DeviceElement> DenseViewMut<'a, T> {
         Ok(DenseViewMut { view, _borrow: PhantomData })
     }
 
-    /// Rows.
-    pub fn rows(&self) -> usize {
-        self.view.rows
-    }
-    /// Columns.
-    pub fn cols(&self) -> usize {
-        self.view.cols
-    }
-    /// Leading dimension in elements.
-    pub fn ld(&self) -> usize {
-        self.view.ld
-    }
+    shape_getters!(view: rows, cols, ld);
     /// Storage order.
     pub fn layout(&self) -> Layout {
         self.view.layout
@@ -450,13 +438,6 @@ pub struct VectorView<'a, T> {
     pub(crate) alloc: Option<Alloc<'a>>,
     _borrow: PhantomData<&'a [T]>,
 }
-
-impl<T> Clone for VectorView<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for VectorView<'_, T> {}
 
 impl<'a, T: DeviceElement> VectorView<'a, T> {
     /// `len` elements of `T` at `ptr` (non-null unless `len == 0`, aligned to the element size: checked).
@@ -539,13 +520,6 @@ pub(crate) struct BsrAllocs<'a> {
     pub(crate) col_idx: Option<Alloc<'a>>,
     pub(crate) row_order: Option<Alloc<'a>>,
 }
-
-impl<T> Clone for BsrView<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for BsrView<'_, T> {}
 
 /// The device arrays of a [`BsrView`]: values, `row_ptr`, `col_idx` (device addresses) and their index type.
 #[derive(Clone, Copy, Debug)]
@@ -643,22 +617,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
         })
     }
 
-    /// Rows.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-    /// Columns.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-    /// Block size.
-    pub fn block_size(&self) -> usize {
-        self.bs
-    }
-    /// Nonzero blocks.
-    pub fn nnzb(&self) -> usize {
-        self.nnzb
-    }
+    shape_getters!(rows, cols, block_size, nnzb);
     /// Width of the index entries.
     pub fn index_type(&self) -> IndexType {
         self.index

@@ -22,13 +22,13 @@ pub use launch_plan::{Decomposition, LaunchPlan};
 pub use rules::{RULES, Rule};
 pub use split::RowSplit;
 // What the launcher and the older rule-level API (doc-hidden wrappers on Gpu) take of the decomposition rules.
-#[doc(hidden)]
-pub use split::{HopperSplit, SpaceNeed, SplitChoice, SplitLimits};
-#[doc(hidden)]
-pub use split::{
-    flat_auto_serves, flat_ctas, flat_need, graph_balance_pays, hopper_need, hopper_split_choice, rows_skewed,
-    split_choice, split_need,
+pub(crate) use split::{HopperSplit, SpaceNeed, SplitChoice, SplitLimits};
+// Read by the tests and the decode benchmark.
+pub(crate) use split::{
+    flat_auto_serves, flat_need, hopper_need, hopper_split_choice, rows_skewed, split_choice, split_need,
 };
+#[doc(hidden)]
+pub use split::{flat_ctas, graph_balance_pays};
 
 pub(crate) use family::Room;
 
@@ -52,9 +52,8 @@ pub enum TileSchedule {
 }
 
 /// The grid of an sm_90a launch ([`tile_grid`]).
-#[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TileGrid {
+pub(crate) struct TileGrid {
     /// CTAs launched.
     pub ctas: u32,
     /// Whether they take tiles from the workspace's counter (else with a static stride).
@@ -725,8 +724,7 @@ pub(crate) fn hopper_split_for(
 /// The grid of an sm_90a launch of `cfg` (`ctas_per_sm` of it on each of `sm_count` SMs) over `tiles` output tiles
 /// under `schedule`, `counter` whether it has a tile counter; `None` for the sm_80 kernels, whose grid is their
 /// tiles.
-#[doc(hidden)]
-pub fn tile_grid(
+pub(crate) fn tile_grid(
     schedule: TileSchedule,
     cfg: &KernelConfig,
     (ctas_per_sm, sm_count): (u32, u32),

@@ -79,7 +79,7 @@ pub const HOPPER_SPLIT_MIN_PART_K_TILES: usize = 32;
 /// 2-9% slower: a short row gains less from its split than the graph's three more nodes cost.
 pub const GRAPH_BALANCE_MIN_ROW_BYTES: usize = 320 << 10;
 
-/// The CTAs per SM of a flat block-list launch that [`RowSplit::Auto`] takes ([`flat_auto_serves`]): 264 on an
+/// The CTAs per SM of a flat block-list launch that [`RowSplit::Auto`] takes (`flat_auto_serves`): 264 on an
 /// H200, about one block row of 16384 x 16384 at bs 64 each. Measured on an H200 (docs/perf-notes.md, issue 12
 /// step 24): 16384 x 8 x 16384 bs 64 22% 35.4 µs with 2 per SM, 36.0-36.3 with the kernel's wave of 3, 40.6-41.1
 /// with 1.
@@ -95,7 +95,7 @@ pub const FLAT_AUTO_CTAS_PER_SM: u32 = 2;
 pub const FLAT_AUTO_MIN_K_TILES_PER_CTA: usize = 40;
 
 /// The k-tiles by which the busiest SM's whole rows must exceed its equal share of A's blocks for
-/// [`RowSplit::Auto`] to take the flat block list on bs 64's tiles of 32 and 64 columns ([`flat_auto_serves`]):
+/// [`RowSplit::Auto`] to take the flat block list on bs 64's tiles of 32 and 64 columns (`flat_auto_serves`):
 /// what the list itself costs (its start, the cut rows' hand-over, twice the CTAs). Measured on an H200
 /// (docs/perf-notes.md, issue 12 steps 25 and 26), the list against whole rows at 40-64 columns: 8192 x 8192 at 10%
 /// (the busiest SM's row about 22 k-tiles, an equal share 12.4) 5% slower, at 22% (42 against 27) 8% faster; 4096 x
@@ -104,7 +104,7 @@ pub const FLAT_AUTO_MIN_K_TILES_PER_CTA: usize = 40;
 pub const FLAT_MID_AUTO_MARGIN_K_TILES: usize = 12;
 
 /// The fewest k-tiles per CTA (of [`FLAT_AUTO_CTAS_PER_SM`] per SM) for which [`RowSplit::Auto`] takes the flat
-/// block list on bs 64's tiles of 32 and 64 columns ([`flat_auto_serves`]): below, every row is cut into pieces
+/// block list on bs 64's tiles of 32 and 64 columns (`flat_auto_serves`): below, every row is cut into pieces
 /// of about one block and the hand-overs cost more than the balance gains (1024 x 64 x 4096 bs 64 25%, one block a
 /// CTA: 11% slower queued).
 pub const FLAT_MID_AUTO_MIN_K_TILES_PER_CTA: usize = 3;

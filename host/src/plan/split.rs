@@ -10,12 +10,12 @@ use super::rules::*;
 /// How launches split block rows ([`Policy::row_split`](super::Policy::row_split)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RowSplit {
-    /// The flat block list where [`flat_auto_serves`] (the bs 64 and 128 narrow tiles: one N tile, at least
+    /// The flat block list where `flat_auto_serves` (the bs 64 and 128 narrow tiles: one N tile, at least
     /// [`FLAT_AUTO_MIN_K_TILES_PER_CTA`] k-tiles per CTA, rows of unequal length; bs 64's tiles of 32 and 64
     /// columns: the busiest SM's whole rows exceed an equal share by enough), else parts of about
     /// [`SPLIT_PART_BYTES`] of A's values (more for short parts on many blocks:
     /// [`SPLIT_PART_SHORT_K_TILES`]) where whole rows would leave the GPU short of CTAs or a row dominates
-    /// ([`split_choice`]), and the workspace holds them.
+    /// (`split_choice`), and the workspace holds them.
     #[default]
     Auto,
     /// Never: one CTA per block row and N tile (the sm_90a kernels too: whole rows).
@@ -225,7 +225,7 @@ pub fn rows_skewed((nnzb, block_rows): (usize, usize), max_row_blocks: Option<us
 /// outside the graph (split rows, the flat block list, bs 64's tile of 32, the sm_90a tile counter and split rows),
 /// on a workspace of its own in the graph (an allocation, a memset and a free node around the kernel), rather than
 /// whole rows and one tile per CTA: where one of `block_rows` block rows holding `nnzb` blocks of `block_bytes`
-/// dominates ([`rows_skewed`]; `max_row_blocks` unknown: no), or where whole rows give at most one CTA per two SMs
+/// dominates (`rows_skewed`; `max_row_blocks` unknown: no), or where whole rows give at most one CTA per two SMs
 /// (`whole_ctas`: block rows x slices x N tiles, against `sm_count`) and hold [`GRAPH_BALANCE_MIN_ROW_BYTES`] on
 /// average. Elsewhere the three nodes cost more than the balance gains. Measured on an H100 (docs/perf-notes.md,
 /// issue 12 step 29), time per launch of a graph of 32 against whole rows in the graph: skewed rows 1.49-2.68x

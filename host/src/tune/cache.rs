@@ -597,11 +597,41 @@ mod tests {
         }
     }
 
-    /// A fresh directory under the system's temporary directory (removed by the test).
-    fn scratch(name: &str) -> PathBuf {
+    /// A fresh directory under the system's temporary directory, removed when the test passes.
+    fn scratch(name: &str) -> Scratch {
         let d = std::env::temp_dir().join(format!("sparsek-plan-cache-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
-        d
+        Scratch(d)
+    }
+
+    /// A test's directory, removed when the test ends (kept when it fails, to be looked at).
+    struct Scratch(PathBuf);
+
+    impl std::ops::Deref for Scratch {
+        type Target = PathBuf;
+        fn deref(&self) -> &PathBuf {
+            &self.0
+        }
+    }
+
+    impl AsRef<std::ffi::OsStr> for Scratch {
+        fn as_ref(&self) -> &std::ffi::OsStr {
+            self.0.as_os_str()
+        }
+    }
+
+    impl AsRef<std::path::Path> for Scratch {
+        fn as_ref(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                fs::remove_dir_all(&self.0).unwrap();
+            }
+        }
     }
 
     /// Whole plans (the decomposition the tuner measured) round-trip; a file of the previous format (version 1:
@@ -639,7 +669,6 @@ mod tests {
         assert!(read.entries.is_empty() && warning.contains("another version"), "{warning}");
         assert_eq!(cache.save(&entries[..1]).unwrap(), 1);
         assert_eq!(cache.read().entries, entries[..1]);
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -666,7 +695,6 @@ mod tests {
         let again = PlanCache::in_dir(dir.join("again"));
         again.save(&[other_gpu, b, a2]).unwrap();
         assert_eq!(fs::read_to_string(again.path().unwrap()).unwrap(), text);
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -728,7 +756,6 @@ mod tests {
         }
         fs::write(&path, [0xff, 0xfe, 0x00]).unwrap();
         assert!(cache.read().warning.is_some());
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -765,7 +792,6 @@ mod tests {
         cache.save(std::slice::from_ref(&odd)).unwrap();
         let read = cache.read();
         assert!(read.warning.is_none() && read.entries.contains(&odd), "{:?}", read.warning);
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[cfg(unix)]
@@ -812,7 +838,6 @@ mod tests {
         assert_eq!(read.entries, vec![good.clone()]);
         let w = read.warning.unwrap();
         assert!(w.contains("only its first 16777216 bytes were read") && w.len() < 400, "{w}");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -839,7 +864,6 @@ mod tests {
         });
         assert_eq!(cache.save(&[entry("GPU", 7, KernelFamily::Wide, None)]).unwrap(), 2);
         releaser.join().unwrap();
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -858,7 +882,6 @@ mod tests {
         assert!(unrelated.exists());
         fs::write(&stale[0], "x").unwrap();
         assert!(cache.clear().unwrap() && !stale[0].exists());
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -897,7 +920,6 @@ mod tests {
         assert_eq!(PlanCache::memory().save(&[entry("GPU", 1, KernelFamily::Wide, None)]).unwrap(), 0);
         assert_eq!(PlanCache::off().save(&[]).unwrap(), 0);
         assert!(PlanCache::off().read().entries.is_empty());
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -905,7 +927,7 @@ mod tests {
         let dir = scratch("concurrent");
         let threads: Vec<_> = (0..8u64)
             .map(|t| {
-                let dir = dir.clone();
+                let dir = dir.to_path_buf();
                 std::thread::spawn(move || {
                     // Each writer has its own PlanCache (its own lock-file handle, as another process would).
                     for i in 0..10 {
@@ -930,7 +952,6 @@ mod tests {
             .filter(|n| n.contains(".tmp."))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

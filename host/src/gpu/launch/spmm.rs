@@ -61,8 +61,7 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let stream = self.stream().clone();
-        self.spmm_on(&stream, a, b, c, ep)
+        self.spmm_on(self.stream(), a, b, c, ep)
     }
 
     /// [`Gpu::spmm`] on a stream of the caller's choice (from [`Gpu::new_stream`]). Buffers used on other
@@ -75,15 +74,28 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
+        self.spmm_owned(stream, Choice::Resolve, a, (b, c), ep)
+    }
+
+    /// A product of owned buffers (row-major B and C) on `stream`, its plan as `choice` says.
+    fn spmm_owned<TA: InputElement, TC: OutputElement>(
+        &self,
+        stream: &Arc<CudaStream>,
+        choice: Choice,
+        a: &DeviceBsr<TA>,
+        (b, c): (&DeviceMatrix<TA>, &mut DeviceMatrix<TC>),
+        ep: Epilogue,
+    ) -> Result<()> {
         let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let chosen = self.choose::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()), Choice::Resolve)?;
+        let chosen = self.choose::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()), choice)?;
         self.launch_owned(stream, (&chosen, None), a, (b, c), layouts, ep)
     }
 
     /// [`Gpu::spmm`] with the kernels and rasterization of `plan` instead of the cached or heuristic choice (for
     /// tests of every plan a tuner may pick, and for callers who fix their plan). [`Error::InvalidArgument`] when
     /// the plan's family has no kernel for this product on this GPU (an sm_90a plan on another GPU, the decode
-    /// family for bs 16 or with [`Gpu::with_decode`] off, the sm_90a family without blocks), or its group is 0.
+    /// family for bs 16 or with [`Policy::decode`](crate::plan::Policy::decode) off, the sm_90a family without
+    /// blocks), or its group is 0.
     pub fn spmm_with_plan<TA: InputElement, TC: OutputElement>(
         &self,
         plan: &Plan,
@@ -92,11 +104,7 @@ impl Gpu {
         c: &mut DeviceMatrix<TC>,
         ep: Epilogue,
     ) -> Result<()> {
-        let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let chosen =
-            self.choose::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()), Choice::Fixed(*plan))?;
-        let stream = self.stream().clone();
-        self.launch_owned(&stream, (&chosen, None), a, (b, c), layouts, ep)
+        self.spmm_owned(self.stream(), Choice::Fixed(*plan), a, (b, c), ep)
     }
 
     /// `C = act(alpha * (A @ B) + bias) + beta * C` over borrowed device memory, queued on the caller's raw CUDA
@@ -558,7 +566,7 @@ impl Gpu {
         }
         // The sm_90a kernels take tensor maps of A's values and B, then the same parameters, then the tile
         // scheduler: the workspace's counters for a persistent grid, or none (CTA c walks tiles c, c + grid, ...)
-        // for one tile per consumer set (gpu/schedule.rs). A persistent grid with that static stride instead of
+        // for one tile per consumer set (gpu/split.rs). A persistent grid with that static stride instead of
         // the counter leaves SMs idle behind long rows (docs/perf-notes.md, "Hopper"). The maps are encoded before
         // a captured launch's workspace is allocated, so an error leaves nothing in the graph.
         let tmaps = match cfg.pipeline {
@@ -635,7 +643,7 @@ impl Gpu {
             // The window only names A's values (an address range; nothing is read through it). A programmatic
             // launch is one of the product module's sm_90a kernels, which wait for the grid before them ahead of
             // every read of B, the bias or C and every use of the split workspace (plan::decide); the
-            // caller promised that A is not written by that grid (Gpu::with_programmatic_launch).
+            // caller promised that A is not written by that grid (Policy::programmatic).
             unsafe {
                 launch_with(
                     kernel.func.cu_function(),
