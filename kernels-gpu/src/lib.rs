@@ -43,16 +43,12 @@ macro_rules! variant_config {
     }};
 }
 
-#[cfg(not(any(feature = "test-kernels", feature = "sm90")))]
-mod bsr;
 #[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
 mod check;
-#[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
-mod decode;
 #[cfg(not(feature = "test-kernels"))]
 mod epilogue;
-#[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
-mod flat;
+#[cfg(not(any(feature = "test-kernels", feature = "sm90")))]
+mod sm80;
 #[cfg(feature = "sm90")]
 mod sm90;
 #[cfg(feature = "test-kernels")]

@@ -197,7 +197,7 @@ pub unsafe fn atom_global_min_u64(ptr: *mut u64, v: u64) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Cross-CTA hand-over of partial sums (the narrow kernel's split rows, kernels-gpu/src/bsr.rs): every thread
+// Cross-CTA hand-over of partial sums (the narrow kernel's split rows, kernels-gpu/src/sm80/bsr.rs): every thread
 // stores its partial tile, a barrier, then one thread per CTA fences at GPU scope and counts the CTA in with a
 // relaxed atomic add; the CTA that counts last fences again and reads the others' tiles from L2 (`.cg`: the
 // lines may sit stale in this SM's L1). The pattern of CUTLASS's split-K semaphore (PTX ISA §8 memory

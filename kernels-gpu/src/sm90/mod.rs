@@ -1,5 +1,5 @@
 //! BSR x dense SpMM on Hopper (sm_90a): TMA + mbarrier ring + wgmma, warp-specialised. Same
-//! contract as the sm_80 kernels (kernels-gpu/src/bsr.rs): `C = act(alpha * (A @ B) + bias) + beta * C`, f16 or
+//! contract as the sm_80 kernels (kernels-gpu/src/sm80/bsr.rs): `C = act(alpha * (A @ B) + bias) + beta * C`, f16 or
 //! bf16 inputs, f32 accumulation, B row- or column-major (one kernel each), C row- or column-major and f32 or the
 //! input's 16-bit type, 32- or 64-bit indices; parameters `layout::HopperSpmmParams` (two tensor maps, then
 //! `layout::BsrSpmmParams`).
@@ -46,14 +46,22 @@
 //!
 //! bs 64 with f32 C has two kernels per type: five stages and one staging buffer per warpgroup, and for short rows
 //! (`_short`, `layout::HOPPER_SHORT_CONFIGS`) four stages and two buffers; the template is the same.
+//!
+//! The files, by job: [`scheduler`] (where a tile's blocks are), [`split`] (a split row's hand-over), [`store`]
+//! (C's store); here the kernel body.
 
-use crate::epilogue::{
-    Bf16In, Epilogue, F16In, Input, Output, WarpCoord, load_index, scale_bias_activate, store_epilogue,
-};
+mod scheduler;
+mod split;
+mod store;
+
+use scheduler::{TileAt, tile_at};
+use split::hand_over;
+use store::{store_pieces, store_staged};
+
+use crate::epilogue::{Bf16In, Epilogue, F16In, Input, Output, WarpCoord, load_index};
 use crate::layout::{
     BsrSpmmParams, HopperSpmmParams, KernelConfig, OUT_STAGE_BYTES, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N,
-    c_map_columns, hopper_split_counter, hopper_split_slot, hopper_virtual_row, hopper_virtual_rows, raster,
-    split_parts,
+    hopper_split_counter, hopper_virtual_rows,
 };
 use crate::ptx;
 use crate::ptx::WgmmaAcc;
@@ -107,137 +115,6 @@ impl WgmmaInput for Bf16In {
         // SAFETY: forwarded.
         unsafe { ptx::wgmma_m64n256k16::<true, TRANS_B>(d, a, b, 1) }
     }
-}
-
-/// The block row at position `pos` of the CTAs' row order, and its nonzero blocks `(begin, end)`.
-///
-/// # Safety
-/// `p` satisfies the kernel's preconditions and `pos < p.block_rows`.
-#[inline(always)]
-unsafe fn row_at(p: &BsrSpmmParams, pos: u32, index_shift: u32) -> (u32, u32, u32) {
-    let row_order = p.row_order as *const u32;
-    // SAFETY: row_order is null or a permutation of the block rows; row_ptr has block_rows + 1 entries.
-    unsafe {
-        let row = if row_order.is_null() { pos } else { ptx::ld_global_u32(row_order.add(pos as usize)) };
-        (row, load_index(p.row_ptr, row, index_shift), load_index(p.row_ptr, row + 1, index_shift))
-    }
-}
-
-/// One tile of a launch: N tile `n_tile` of block row `row`, at position `pos` of the row order, and of it part
-/// `part` of `parts` (blocks `begin..end`; one part unless the row is split).
-#[derive(Clone, Copy)]
-struct TileAt {
-    pos: u32,
-    row: u32,
-    n_tile: u32,
-    part: u32,
-    parts: u32,
-    begin: u32,
-    end: u32,
-}
-
-/// Tile `t` (< `vrows * n_tiles`, [`hopper_virtual_rows`]) of the launch, or `None` for a part past its row's parts
-/// (a split row shorter than `split_chunks` parts: nothing to do).
-///
-/// # Safety
-/// `p` satisfies the kernel's preconditions and `t` is below the launch's tiles.
-#[inline(always)]
-unsafe fn tile_at(
-    p: &BsrSpmmParams,
-    t: u32,
-    (vrows, n_tiles, split_rows): (u32, u32, u32),
-    shift: u32,
-) -> Option<TileAt> {
-    let (vpos, n_tile) = raster(t, vrows, n_tiles, p.group_rows);
-    let (pos, part, split) = hopper_virtual_row(vpos, split_rows, p.split_chunks);
-    // SAFETY: pos < block_rows (the caller's t is a tile of the launch).
-    let (row, row_begin, row_end) = unsafe { row_at(p, pos, shift) };
-    let len = row_end - row_begin;
-    let parts = if split { split_parts(len, p.split_blocks, p.split_chunks) } else { 1 };
-    if part >= parts {
-        return None;
-    }
-    if parts == 1 {
-        // A whole row (every tile of a launch without split rows): no division on the way to its first copy.
-        return Some(TileAt { pos, row, n_tile, part, parts, begin: row_begin, end: row_end });
-    }
-    let start = |i: u32| row_begin + (i as u64 * len as u64 / parts as u64) as u32;
-    Some(TileAt { pos, row, n_tile, part, parts, begin: start(part), end: start(part + 1) })
-}
-
-/// A split row's hand-over, one consumer warp at a time: the warp stores its f32 accumulators (its 16 rows of the
-/// tile) to this part's slot of the workspace, each lane fences and counts itself in on the warp's counter
-/// ([`hopper_split_counter`]), and the warp holding the last count adds the parts' accumulators in part order (the
-/// same bits whichever part finishes last), resets the counter and returns `true`; the others return `false` and
-/// write nothing. No warp waits for another part: the last one only reads what every part stored before counting.
-///
-/// A slot holds the tile's accumulators thread-major per 16 bytes: register quadruple `q` (of `PIECES * 16`) of
-/// the tile's consumer thread `thread` (of `tile_threads`) at byte `(q * tile_threads + lane) * 16`.
-///
-/// # Safety
-/// Warp-collective (every lane, warp-uniform control flow); the launch's split partials and counters cover the
-/// split rows' slots and counters (host: `split_rows * split_chunks * n_tiles` slots of the tile's f32 accumulators,
-/// `split_rows * n_tiles * tile warps` counters), which are zero before the launch.
-#[inline(always)]
-unsafe fn hand_over<const PIECES: usize>(
-    acc: &mut [WgmmaAcc; PIECES],
-    p: &BsrSpmmParams,
-    at: &TileAt,
-    (n_tiles, counter): (u32, u64),
-    (thread, tile_threads): (u32, u32),
-) -> bool {
-    let slot_bytes = tile_threads as u64 * PIECES as u64 * 16 * 16;
-    let slot = |i: u32| {
-        let s = hopper_split_slot(at.pos, i, p.split_chunks, at.n_tile, n_tiles);
-        (p.split_partials + s * slot_bytes) as *mut u32
-    };
-    let at_q = |q: usize| (q * tile_threads as usize + thread as usize) * 4; // in u32
-    let mine = slot(at.part);
-    for (pc, piece) in acc.iter().enumerate() {
-        for (j, v) in piece.iter().enumerate() {
-            let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
-            // SAFETY: this part's slot, inside the workspace (the caller's contract).
-            unsafe { ptx::st_global_v4(mine.add(at_q(pc * 16 + j)), bits) };
-        }
-    }
-    // Each lane publishes its own stores at GPU scope, then counts itself in: 32 counts per part.
-    ptx::fence_acq_rel_gpu();
-    let count = (p.split_counters as *mut u32).wrapping_add(counter as usize);
-    let full = 32 * at.parts;
-    // SAFETY: the tile's counter (the caller's contract).
-    let old = unsafe { ptx::atom_global_add_u32(count, 1) };
-    if ptx::ballot(old == full - 1) == 0 {
-        return false;
-    }
-    // This warp made the last count. Every lane reads the full count itself (it is there: the last atomic has
-    // returned) and fences, so that every part's stores, each released before its lane's count, are visible to it.
-    // SAFETY: as above.
-    while unsafe { ptx::ld_relaxed_gpu_u32(count) } != full {}
-    ptx::fence_acq_rel_gpu();
-    if ptx::ballot(true) != 0 && thread % 32 == 0 {
-        // Every lane has read the full count: the next launch finds the counter at zero.
-        // SAFETY: as above.
-        unsafe { ptx::st_global_u32(count, 0) };
-    }
-    let mut i = 0;
-    while i < at.parts {
-        let part = slot(i);
-        for (pc, piece) in acc.iter_mut().enumerate() {
-            for (j, v) in piece.iter_mut().enumerate() {
-                // SAFETY: part i's slot, written and published before its count (above).
-                let t = unsafe { ptx::ld_global_cg_v4(part.add(at_q(pc * 16 + j))) }.map(f32::from_bits);
-                if i == 0 {
-                    *v = t;
-                } else {
-                    for e in 0..4 {
-                        v[e] += t[e];
-                    }
-                }
-            }
-        }
-        i += 1;
-    }
-    true
 }
 
 /// The kernel body for one configuration (see the module docs).
@@ -605,212 +482,6 @@ unsafe fn hopper_spmm<
         // Every store of this warpgroup done before the CTA (and its shared memory) goes.
         ptx::bulk_wait_group::<0>();
     }
-}
-
-/// Writes a consumer warp's accumulators (its 16 rows of each 128-column piece, the first at `col0`) through the
-/// shared epilogue, straight from the registers.
-///
-/// # Safety
-/// The rows exist in C and the bias; columns >= n are skipped.
-#[inline(always)]
-unsafe fn store_pieces<const PIECES: usize, O: Output, I: Input>(
-    epi: &Epilogue<O>,
-    acc: &mut [WgmmaAcc; PIECES],
-    (row0, col0): (u32, u32),
-    warp: WarpCoord,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        store_epilogue::<1, 16, O, I>(epi, core::array::from_mut(&mut acc[0]), row0, col0, warp);
-        if PIECES == 2 {
-            store_epilogue::<1, 16, O, I>(epi, core::array::from_mut(&mut acc[PIECES - 1]), row0, col0 + WGMMA_N, warp);
-        }
-    }
-}
-
-/// Stages a consumer warpgroup's 64 x (PIECES x 128) tile of C (accumulators `acc`; the CTA tile's first row
-/// `row0`, the warpgroup's first column `col0`, its 64 rows the `wg_m`-th of the tile) in its staging buffers and
-/// stores them through C's tensor map, 64 rows x 128 bytes at a time ([`stage_chunk`]): `act(alpha * acc + bias)`
-/// in registers (beta is 0), each thread's pairs of columns written to the 128-byte swizzled buffer (the first at
-/// `buffers.0`, then `OUT_BUFS - 1` more of `OUT_STAGE_BYTES` each, their `full` and `free` barriers at
-/// `buffers.1 + 16 b` and `buffers.2 + 16 b`), and the warpgroup's `issuer` thread issuing the store once all
-/// 128 threads have arrived on `full`, then releasing the buffer of the store before (two buffers) or of this one
-/// (one buffer) on `free` once the TMA has read it. `staged` counts the buffers this warpgroup filled before
-/// (phases of the barriers); returns the new count.
-///
-/// # Safety
-/// As the kernel's: the rows exist in C and the bias, `tmap_c` is C's map, the buffers and barriers are this
-/// warpgroup's (initialised: `full` for 128 arrivals, `free` for one), and every thread of the warpgroup calls
-/// this with the same tile and count.
-#[inline(always)]
-unsafe fn store_staged<const PIECES: usize, const OUT_BUFS: u32, O: Output, I: Input>(
-    epi: &Epilogue<O>,
-    acc: &mut [WgmmaAcc; PIECES],
-    (row0, col0): (u32, u32),
-    (warp, wg_m): (WarpCoord, u32),
-    tmap_c: u64,
-    (buf0, full0, free0): (u32, u32, u32),
-    (issuer, mut staged): (bool, u32),
-) -> u32 {
-    let lane = warp.lane;
-    if epi.alpha != 1.0 || !epi.bias.is_null() || epi.activation != 0 {
-        let row_base = row0 + warp.warp_m * 16;
-        let (alpha, bias, activation) = (epi.alpha, epi.bias, epi.activation);
-        // SAFETY: the bias holds the tile's rows.
-        unsafe {
-            scale_bias_activate::<1, 16, I>(
-                core::array::from_mut(&mut acc[0]),
-                alpha,
-                bias,
-                activation,
-                row_base,
-                lane,
-            );
-            if PIECES == 2 {
-                let last = core::array::from_mut(&mut acc[PIECES - 1]);
-                scale_bias_activate::<1, 16, I>(last, alpha, bias, activation, row_base, lane);
-            }
-        }
-    }
-    // The pieces and their chunks written out (4 of 32 f32 columns, or 2 of 64 16-bit columns), so that every
-    // accumulator index is a constant: a loop that LLVM leaves rolled would put the accumulators in local memory.
-    let warp_row = (warp.warp_m % WARPGROUP_WARPS) * 16;
-    let ctx = StageCtx { c: epi.c, ldc: epi.ldc, n: epi.n, row: row0 + wg_m * 64, lane, warp_row };
-    let bufs = (tmap_c, buf0, full0, free0, issuer);
-    // SAFETY: forwarded.
-    unsafe {
-        staged = stage_piece::<OUT_BUFS, O>(&acc[0], col0, &ctx, bufs, staged);
-        if PIECES == 2 {
-            staged = stage_piece::<OUT_BUFS, O>(&acc[PIECES - 1], col0 + WGMMA_N, &ctx, bufs, staged);
-        }
-    }
-    staged
-}
-
-/// Stages and stores one 128-column piece (first column `col`) chunk by chunk ([`stage_chunk`]).
-///
-/// # Safety
-/// As [`stage_chunk`].
-#[inline(always)]
-unsafe fn stage_piece<const OUT_BUFS: u32, O: Output>(
-    piece: &WgmmaAcc,
-    col: u32,
-    ctx: &StageCtx<O>,
-    bufs: (u64, u32, u32, u32, bool),
-    mut staged: u32,
-) -> u32 {
-    // SAFETY: forwarded.
-    unsafe {
-        staged = stage_chunk::<0, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
-        staged = stage_chunk::<1, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
-        if O::BYTES == 4 {
-            staged = stage_chunk::<2, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
-            staged = stage_chunk::<3, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
-        }
-    }
-    staged
-}
-
-/// What [`stage_chunk`] needs of the warpgroup's tile: C (for the columns past C's map), its columns, the tile's
-/// first row in C, the thread's lane and its warp's first row in the warpgroup's 64.
-struct StageCtx<O> {
-    c: *mut O,
-    ldc: u32,
-    n: u32,
-    row: u32,
-    lane: u32,
-    warp_row: u32,
-}
-
-/// Stages chunk `CI` (128 bytes of each of the warpgroup's 64 rows: columns `CI * 128 / O::BYTES ..` of `piece`,
-/// whose first column is C's `col`) in the next staging buffer and has the issuer store it (see
-/// [`store_staged`]); nothing when the chunk lies wholly past C's last column. Returns the new count of filled
-/// buffers.
-///
-/// # Safety
-/// As [`store_staged`]; `bufs` is (C's map, the first buffer, its `full` and `free` barriers, whether this thread
-/// issues the stores).
-#[inline(always)]
-unsafe fn stage_chunk<const CI: u32, const OUT_BUFS: u32, O: Output>(
-    piece: &WgmmaAcc,
-    col: u32,
-    ctx: &StageCtx<O>,
-    (tmap_c, buf0, full0, free0, issuer): (u64, u32, u32, u32, bool),
-    staged: u32,
-) -> u32 {
-    // A buffer row is 128 bytes: `cols` columns of C, `tiles` n8 accumulator tiles; each thread holds two rows of
-    // every n8 tile (g and g + 8 of its warp's 16) and two adjacent columns (2t, 2t + 1) of it.
-    let cols = 128 / O::BYTES;
-    let tiles = cols / 8;
-    let col = col + CI * cols;
-    let (g, t) = (ctx.lane / 4, ctx.lane % 4);
-    // C's map ends at the last whole 16 bytes of a row (a TMA store writes whole 16-byte units: one ending past C's
-    // last column would write the padding after it); the columns past that, fewer than 16 bytes, are stored from
-    // the registers. (The same for the whole warpgroup.)
-    let n_map = c_map_columns(ctx.n, O::BYTES);
-    if col + cols > n_map {
-        for i in 0..tiles {
-            let d = &piece[(CI * tiles + i) as usize];
-            for half in 0..2 {
-                let row = ctx.row + ctx.warp_row + g + 8 * half;
-                for j in 0..2 {
-                    let c = col + i * 8 + 2 * t + j;
-                    if c >= n_map && c < ctx.n {
-                        // SAFETY: (row, c) is an element of C.
-                        unsafe {
-                            O::store(
-                                ctx.c.add(row as usize * ctx.ldc as usize + c as usize),
-                                d[2 * half as usize + j as usize],
-                            )
-                        };
-                    }
-                }
-            }
-        }
-        if col >= n_map {
-            // Nothing of this chunk is in C's map.
-            return staged;
-        }
-    }
-    let b = staged % OUT_BUFS;
-    let (buf, full, free) = (buf0 + b * OUT_STAGE_BYTES, full0 + 16 * b, free0 + 16 * b);
-    // SAFETY (whole chunk): this warpgroup's buffer and barriers; the `free` wait says the store that last read the
-    // buffer has read it (a fresh barrier counts as released).
-    unsafe { ptx::mbarrier_wait(free, ((staged / OUT_BUFS) & 1) ^ 1) };
-    for i in 0..tiles {
-        let d = &piece[(CI * tiles + i) as usize];
-        for half in 0..2 {
-            let r = ctx.warp_row + g + 8 * half;
-            // C's map lays each group of 8 rows out as rows 0, 4, 1, 5, 2, 6, 3, 7 (host/src/gpu/tma.rs `c_map`):
-            // row r is line (r & !7) | 2 (r & 3) | (r & 7) >> 2, so the rows 0-3 (or 4-7) of a half-warp's 64-bit
-            // stores get swizzle patterns 0, 2, 4, 6 (1, 3, 5, 7) and reach all eight 16-byte units of a line.
-            let line = (r & !7) | ((r & 3) << 1) | ((r & 7) >> 2);
-            let x = (i * 8 + 2 * t) * O::BYTES;
-            // 128-byte swizzle: the 16-byte unit of a line is XORed with the line's index mod 8.
-            let addr = buf + line * 128 + ((x / 16) ^ (line % 8)) * 16 + x % 16;
-            unsafe { O::stage_pair(addr, d[2 * half as usize], d[2 * half as usize + 1]) };
-        }
-    }
-    ptx::fence_proxy_async_shared();
-    unsafe { ptx::mbarrier_arrive(full) };
-    if issuer {
-        unsafe {
-            ptx::mbarrier_wait(full, (staged / OUT_BUFS) & 1);
-            ptx::tma_store_4d(tmap_c, (col, 0, 0, ctx.row / 8), buf);
-        }
-        ptx::bulk_commit_group();
-        if OUT_BUFS == 2 {
-            // The store before this one has read its buffer: the other buffer is free.
-            ptx::bulk_wait_group_read::<1>();
-            if staged > 0 {
-                unsafe { ptx::mbarrier_arrive(free0 + 16 * ((staged - 1) % 2)) };
-            }
-        } else {
-            ptx::bulk_wait_group_read::<0>();
-            unsafe { ptx::mbarrier_arrive(free) };
-        }
-    }
-    staged + 1
 }
 
 /// Defines the sm_90a entry point `$name` from its `layout::VARIANTS` entry (which must exist, be a

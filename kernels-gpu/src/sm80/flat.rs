@@ -6,7 +6,7 @@
 //!
 //! CTA `c` of `G = flat_ctas` (N tile `blockIdx.x / G`) multiplies blocks `[c * nnzb / G, (c + 1) * nnzb / G)`
 //! (`layout::flat_range`) with one cp.async ring that runs across row boundaries: the copies need only block
-//! indices, so the prefetch and main loop are the narrow tile's ([`crate::bsr`]'s stages; the fragment
+//! indices, so the prefetch and main loop are the narrow tile's ([`super::bsr`]'s stages; the fragment
 //! double-buffered loop is written out again here with the segments' hooks: compiled into `bsr_spmm` itself,
 //! those hooks made the whole-row kernels 3-12% slower, docs/perf-notes.md issue 12 step 23). The rows the range
 //! touches are found while the prefetch's copies are in flight: a window of 32 `row_ptr` entries at the row where
@@ -31,7 +31,7 @@
 //! the host launcher. f16 inputs, row-major B and f32 C only (`layout::Tile::Flat`: the narrow tiles of bs 64
 //! and 128; `layout::Tile::Flat32`, `layout::Tile::Flat64`: bs 64's tiles of 32 and 64 columns).
 
-use crate::bsr::{
+use super::bsr::{
     CtaOperands, MAX_STAGES, load_a_slice, load_b_strip, load_fragments, load_k_tile, mma_warp_tile, next_stage,
 };
 use crate::epilogue::{Epilogue, F16In, WarpCoord, load_index, store_epilogue};
