@@ -47,21 +47,20 @@
 //! bs 64 with f32 C has two kernels per type: five stages and one staging buffer per warpgroup, and for short rows
 //! (`_short`, `layout::HOPPER_SHORT_CONFIGS`) four stages and two buffers; the template is the same.
 //!
-//! The files, by job: [`scheduler`] (where a tile's blocks are), [`split`] (a split row's hand-over), [`store`]
-//! (C's store); here the kernel body.
+//! The files, by job: [`scheduler`] (which tiles a CTA takes, where their blocks are), [`producer`] (the TMA
+//! copies), [`consumer`] (the wgmma main loop), [`split`] (a split row's hand-over), [`store`] (C's store); here
+//! the shared memory's map ([`Smem`]), the launch's shape ([`Launch`]) and the kernel body that starts both roles.
 
+mod consumer;
+mod producer;
 mod scheduler;
 mod split;
 mod store;
 
-use scheduler::{TileAt, tile_at};
-use split::hand_over;
-use store::{store_pieces, store_staged};
-
-use crate::epilogue::{Bf16In, Epilogue, F16In, Input, Output, WarpCoord, load_index};
+use crate::epilogue::{Bf16In, F16In, Input, Output};
 use crate::layout::{
     BsrSpmmParams, HopperSpmmParams, KernelConfig, OUT_STAGE_BYTES, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N,
-    hopper_split_counter, hopper_virtual_rows,
+    hopper_virtual_rows,
 };
 use crate::ptx;
 use crate::ptx::WgmmaAcc;
@@ -117,6 +116,105 @@ impl WgmmaInput for Bf16In {
     }
 }
 
+/// The CTA's dynamic shared memory: the ring's `STAGES` slots (A's BS x 64 slice, then B's 64 x BN), each
+/// consumer warpgroup's `OUT_BUFS` staging buffers, the ring's barriers, the tile queue, the turn barriers and the
+/// staging buffers' barriers (`layout::KernelConfig`'s offsets).
+#[derive(Clone, Copy)]
+struct Smem<const STAGES: u32, const OUT_BUFS: u32> {
+    ring: u32,
+    a_bytes: u32,
+    stage_bytes: u32,
+    bars: u32,
+    queue: u32,
+}
+
+impl<const STAGES: u32, const OUT_BUFS: u32> Smem<STAGES, OUT_BUFS> {
+    /// The map of a CTA of `consumer_wgs` consumer warpgroups with A slices of `a_bytes` and stages of
+    /// `stage_bytes`. The ring starts at the first 1024-byte boundary of the window (the host adds 1024 bytes for
+    /// it).
+    #[inline(always)]
+    fn new(a_bytes: u32, stage_bytes: u32, consumer_wgs: u32) -> Self {
+        let ring = (ptx::dynamic_smem_base() + 1023) & !1023;
+        // After the ring, each consumer warpgroup's output staging buffers (layout::KernelConfig::out_stage_offset),
+        // then the ring's barriers (barrier_offset).
+        let bars = ring + STAGES * stage_bytes + consumer_wgs * OUT_BUFS * OUT_STAGE_BYTES;
+        // The tile queue (layout::KernelConfig::tile_queue_offset): entry j of the CTA's tiles sits in slot
+        // j % TILE_QUEUE.
+        let queue = bars + 16 * STAGES;
+        Smem { ring, a_bytes, stage_bytes, bars, queue }
+    }
+    /// Ring slot `s`: A's slice.
+    #[inline(always)]
+    fn a_slot(self, s: u32) -> u32 {
+        self.ring + s * self.stage_bytes
+    }
+    /// Ring slot `s`: B's rows.
+    #[inline(always)]
+    fn b_slot(self, s: u32) -> u32 {
+        self.ring + s * self.stage_bytes + self.a_bytes
+    }
+    /// Staging buffer `b` of consumer warpgroup `cw`.
+    #[inline(always)]
+    fn out_stage(self, cw: u32, b: u32) -> u32 {
+        self.ring + STAGES * self.stage_bytes + (cw * OUT_BUFS + b) * OUT_STAGE_BYTES
+    }
+    /// Slot `s`'s full barrier (1 arrival + the TMA bytes).
+    #[inline(always)]
+    fn full(self, s: u32) -> u32 {
+        self.bars + 8 * s
+    }
+    /// Slot `s`'s empty barrier (one arrival per thread of a set).
+    #[inline(always)]
+    fn empty(self, s: u32) -> u32 {
+        self.bars + 8 * (STAGES + s)
+    }
+    /// Queue entry `q`'s full barrier.
+    #[inline(always)]
+    fn q_full(self, q: u32) -> u32 {
+        self.queue + 8 * q
+    }
+    /// Queue entry `q`'s empty barrier.
+    #[inline(always)]
+    fn q_empty(self, q: u32) -> u32 {
+        self.queue + 8 * (TILE_QUEUE + q)
+    }
+    /// Queue entry `q` (16 bytes: the tile, the ring position of its first k-tile).
+    #[inline(always)]
+    fn q_entry(self, q: u32) -> u32 {
+        self.queue + 16 * TILE_QUEUE + 16 * q
+    }
+    /// Ping-pong: set `w` may start a tile's main loop once the other set has passed the full barriers of every
+    /// k-tile of its previous tile (it arrives on `turn(w)` then): the ring's earlier phases have all completed,
+    /// so each full-barrier parity names the phase meant, and the two main loops take the tensor cores in turn.
+    #[inline(always)]
+    fn turn(self, w: u32) -> u32 {
+        self.queue + 32 * TILE_QUEUE + 8 * w
+    }
+    /// A staging buffer's `full` barrier (its warpgroup's 128 threads have written it), after the turn barriers
+    /// (out_barrier_offset).
+    #[inline(always)]
+    fn out_full(self, cw: u32, b: u32) -> u32 {
+        self.queue + 32 * TILE_QUEUE + 16 + 16 * (cw * OUT_BUFS + b)
+    }
+    /// A staging buffer's `free` barrier (the TMA store has read it).
+    #[inline(always)]
+    fn out_free(self, cw: u32, b: u32) -> u32 {
+        self.out_full(cw, b) + 8
+    }
+}
+
+/// What both roles know of the launch: its tiles (`vrows * n_tiles`), the tile scheduler's shape (`vrows`,
+/// `n_tiles`, `split_rows`), the index width's shift, the consumer sets and the consumer threads of one tile.
+#[derive(Clone, Copy)]
+struct Launch {
+    tiles: u32,
+    shape: (u32, u32, u32),
+    index_shift: u32,
+    sets: u32,
+    tile_threads: u32,
+    n_tiles: u32,
+}
+
 /// The kernel body for one configuration (see the module docs).
 ///
 /// # Safety
@@ -162,29 +260,7 @@ unsafe fn hopper_spmm<
     let tile_threads = WG_THREADS * (WARPS_M / WARPGROUP_WARPS) * WARPS_N;
     let sets = if PINGPONG { 2 } else { 1 };
     let consumer_wgs = tile_threads * sets / WG_THREADS;
-    // The ring starts at the first 1024-byte boundary of the window (the host adds 1024 bytes for it).
-    let ring = (ptx::dynamic_smem_base() + 1023) & !1023;
-    let a_slot = |s: u32| ring + s * stage_bytes;
-    let b_slot = |s: u32| ring + s * stage_bytes + a_bytes;
-    // After the ring, each consumer warpgroup's output staging buffers (layout::KernelConfig::out_stage_offset), then
-    // the ring's barriers (barrier_offset).
-    let out_stage = |cw: u32, b: u32| ring + STAGES * stage_bytes + (cw * OUT_BUFS + b) * OUT_STAGE_BYTES;
-    let bars = ring + STAGES * stage_bytes + consumer_wgs * OUT_BUFS * OUT_STAGE_BYTES;
-    let full = |s: u32| bars + 8 * s;
-    let empty = |s: u32| bars + 8 * (STAGES + s);
-    // The tile queue (layout::KernelConfig::tile_queue_offset): entry j of the CTA's tiles sits in slot j % TILE_QUEUE.
-    let queue = bars + 16 * STAGES;
-    let q_full = |q: u32| queue + 8 * q;
-    let q_empty = |q: u32| queue + 8 * (TILE_QUEUE + q);
-    let q_entry = |q: u32| queue + 16 * TILE_QUEUE + 16 * q;
-    // Ping-pong: set `w` may start a tile's main loop once the other set has passed the full barriers of every
-    // k-tile of its previous tile (it arrives on `turn(w)` then): the ring's earlier phases have all completed,
-    // so each full-barrier parity names the phase meant, and the two main loops take the tensor cores in turn.
-    let turn = |w: u32| queue + 32 * TILE_QUEUE + 8 * w;
-    // A staging buffer's `full` barrier (its warpgroup's 128 threads have written it) and `free` barrier (the TMA
-    // store has read it), after the turn barriers (out_barrier_offset).
-    let out_full = |cw: u32, b: u32| queue + 32 * TILE_QUEUE + 16 + 16 * (cw * OUT_BUFS + b);
-    let out_free = |cw: u32, b: u32| out_full(cw, b) + 8;
+    let smem = Smem::<STAGES, OUT_BUFS>::new(a_bytes, stage_bytes, consumer_wgs);
 
     let tid = ptx::thread_idx_x();
     if tid == 0 {
@@ -192,26 +268,26 @@ unsafe fn hopper_spmm<
         // before the CTA barrier below.
         for s in 0..STAGES {
             unsafe {
-                ptx::mbarrier_init(full(s), 1);
-                ptx::mbarrier_init(empty(s), tile_threads);
+                ptx::mbarrier_init(smem.full(s), 1);
+                ptx::mbarrier_init(smem.empty(s), tile_threads);
             }
         }
         for q in 0..TILE_QUEUE {
             unsafe {
-                ptx::mbarrier_init(q_full(q), 1);
-                ptx::mbarrier_init(q_empty(q), tile_threads);
+                ptx::mbarrier_init(smem.q_full(q), 1);
+                ptx::mbarrier_init(smem.q_empty(q), tile_threads);
             }
         }
         if PINGPONG {
             for w in 0..2 {
-                unsafe { ptx::mbarrier_init(turn(w), tile_threads) };
+                unsafe { ptx::mbarrier_init(smem.turn(w), tile_threads) };
             }
         }
         for cw in 0..consumer_wgs {
             for b in 0..OUT_BUFS {
                 unsafe {
-                    ptx::mbarrier_init(out_full(cw, b), WG_THREADS);
-                    ptx::mbarrier_init(out_free(cw, b), 1);
+                    ptx::mbarrier_init(smem.out_full(cw, b), WG_THREADS);
+                    ptx::mbarrier_init(smem.out_free(cw, b), 1);
                 }
             }
         }
@@ -219,269 +295,46 @@ unsafe fn hopper_spmm<
     }
     ptx::bar_sync();
 
-    let n = p.n;
-    let n_tiles = n.div_ceil(BN);
+    let n_tiles = p.n.div_ceil(BN);
     // Split rows: the first split_rows positions of the row order walk split_chunks virtual rows each.
     let vrows = hopper_virtual_rows(p.block_rows, split_rows, p.split_chunks);
     let tiles = vrows * n_tiles;
     let shape = (vrows, n_tiles, split_rows);
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
-    let grid = ptx::grid_dim_x();
+    let launch = Launch { tiles, shape, index_shift, sets, tile_threads, n_tiles };
     let (tmap_a, tmap_b, tmap_c) = (tmaps, tmaps + 128, tmaps + 256);
 
     if tid < WG_THREADS {
         // PRODUCER warpgroup: one thread takes the tiles and issues every copy; the others only return their
         // registers.
         ptx::setmaxnreg_dec::<PRODUCER_REGS>();
-        if tid != 0 {
-            return;
-        }
-        let counter = tile_counter as *mut u32;
-        // Entry j of the queue: tile `t` (>= tiles: no more) whose first k-tile is ring position `it`.
-        let publish = |j: u32, t: u32, it: u32| {
-            let q = j % TILE_QUEUE;
-            // SAFETY: initialised barriers and an entry of the queue; the entry's last reader released it.
+        if tid == 0 {
+            // SAFETY: the producer thread, after the barriers' initialisation; the kernel's parameters.
             unsafe {
-                ptx::mbarrier_wait(q_empty(q), ((j / TILE_QUEUE) & 1) ^ 1);
-                ptx::st_shared_v4(q_entry(q), [t, it, 0, 0]);
-                ptx::mbarrier_arrive(q_full(q));
-            }
-        };
-        let mut it = 0u32;
-        let mut j = 0u32;
-        let mut next = ptx::block_idx_x();
-        let take = |next: &mut u32| {
-            if counter.is_null() {
-                *next += grid;
-                *next - grid
-            } else {
-                // SAFETY: the launch's own zeroed counter (HopperSpmmParams::tile_counter).
-                unsafe { ptx::atom_global_add_u32(counter, 1) }
-            }
-        };
-        // From tile `t` on, the first with work (or the end): the tile and its N tile and blocks. Parts past a
-        // split row's own parts are taken and passed over.
-        let locate = |mut t: u32, next: &mut u32| loop {
-            if t >= tiles {
-                return (t, (0, 0, 0));
-            }
-            // SAFETY: t is a tile of the launch.
-            if let Some(at) = unsafe { tile_at(p, t, shape, index_shift) } {
-                return (t, (at.n_tile, at.begin, at.end));
-            }
-            t = take(next);
-        };
-        // The next tile is taken before the last block of this one is issued, and its row read after: the
-        // counter's atomic and the index loads then run while the ring holds STAGES k-tiles, not between tiles;
-        // each block's column index is loaded while the block before it is issued.
-        let (mut t, mut here) = locate(take(&mut next), &mut next);
-        loop {
-            publish(j, t, it);
-            j += 1;
-            if t >= tiles {
-                break;
-            }
-            let (n_tile, begin, end) = here;
-            let n0 = n_tile * BN;
-            let mut t_next = if begin == end { take(&mut next) } else { tiles };
-            // SAFETY (whole tile): blocks begin..end of a valid structure; every TMA box lies in the tensor maps the
-            // host encoded for these operands (out-of-bounds columns of B read as zero), and every slot and barrier
-            // lies in the ring.
-            let mut col = if begin < end { unsafe { load_index(p.col_idx, begin, index_shift) } } else { 0 };
-            for blk in begin..end {
-                let k_row0 = col * BS;
-                if blk + 1 < end {
-                    // SAFETY: blk + 1 is a block of the row.
-                    col = unsafe { load_index(p.col_idx, blk + 1, index_shift) };
-                } else {
-                    t_next = take(&mut next);
-                }
-                for kk in 0..BS / BK {
-                    let s = it % STAGES;
-                    unsafe {
-                        ptx::mbarrier_wait(empty(s), ((it / STAGES) & 1) ^ 1);
-                        ptx::mbarrier_arrive_expect_tx(full(s), stage_bytes);
-                        ptx::tma_load_2d(a_slot(s), tmap_a, kk * BK, blk * BS, full(s));
-                        if b_col {
-                            ptx::tma_load_2d(b_slot(s), tmap_b, k_row0 + kk * BK, n0, full(s));
-                        } else if b_chunked {
-                            ptx::tma_load_3d(b_slot(s), tmap_b, (0, k_row0 + kk * BK, n0 / 64), full(s));
-                        } else {
-                            for jb in 0..BN / 64 {
-                                ptx::tma_load_2d(
-                                    b_slot(s) + jb * 64 * BK * 2,
-                                    tmap_b,
-                                    n0 + 64 * jb,
-                                    k_row0 + kk * BK,
-                                    full(s),
-                                );
-                            }
-                        }
-                    }
-                    it += 1;
-                }
-            }
-            (t, here) = locate(t_next, &mut next);
-        }
-        // In ping-pong the other set reads the next entry: it gets the end too.
-        for _ in 1..sets {
-            publish(j, tiles, it);
-            j += 1;
-        }
-        if !counter.is_null() {
-            // Count this CTA out after its last take (fenced: the take happens before); the last CTA out sets the
-            // counters back to zero for the next launch (fenced: every CTA's takes happen before).
-            ptx::fence_acq_rel_gpu();
-            // SAFETY: the counters of the launch (two u32).
-            unsafe {
-                if ptx::atom_global_add_u32(counter.add(1), 1) == grid - 1 {
-                    ptx::fence_acq_rel_gpu();
-                    ptx::st_global_u32(counter, 0);
-                    ptx::st_global_u32(counter.add(1), 0);
-                }
-            }
+                producer::produce::<BS, BN, STAGES, OUT_BUFS>(
+                    p,
+                    smem,
+                    launch,
+                    (tmap_a, tmap_b),
+                    (b_col, b_chunked),
+                    tile_counter,
+                )
+            };
         }
         return;
     }
-
     // CONSUMER warpgroups: set `set` takes entries set, set + sets, ... of the queue.
     ptx::setmaxnreg_inc::<CONSUMER_REGS>();
-    let ct = tid - WG_THREADS;
-    let set = ct / tile_threads;
-    let wg = (ct % tile_threads) / WG_THREADS;
-    let wgs_m = WARPS_M / WARPGROUP_WARPS;
-    let (wg_m, wg_n) = (wg % wgs_m, wg / wgs_m);
-    // The epilogue places each 128-column piece itself (warp_n 0, its own first column).
-    let warp = WarpCoord { warp_m: wg_m * WARPGROUP_WARPS + (ct / 32) % WARPGROUP_WARPS, warp_n: 0, lane: ct % 32 };
-    // This warpgroup's rows of the A slot (64 rows of 128 bytes) and its first 128-column piece of the B slot.
-    let a_off = wg_m * 64 * BK * 2;
-    let piece0 = wg_n * PIECES as u32;
-    let epi = Epilogue::<O>::from_params(p);
-    // This warpgroup's staging buffers, its thread that issues their stores, and the buffers it has filled so far.
-    let cw = ct / WG_THREADS;
-    let issuer = ct.is_multiple_of(WG_THREADS);
-    let mut staged = 0u32;
-    let mut j = set;
-    loop {
-        let q = j % TILE_QUEUE;
-        // SAFETY: initialised barriers and an entry of the queue, published by the producer before its phase
-        // completes; this set is the entry's only reader until it releases it.
-        let [t, it0, _, _] = unsafe {
-            ptx::mbarrier_wait(q_full(q), (j / TILE_QUEUE) & 1);
-            let entry = ptx::ld_shared_v4(q_entry(q));
-            ptx::mbarrier_arrive(q_empty(q));
-            entry
-        };
-        if t >= tiles {
-            break;
-        }
-        if PINGPONG && j > 0 {
-            // The m-th tile of set 1 (j = 2m + 1) follows the other set's m-th, that of set 0 (j = 2m) its
-            // (m - 1)-th: phase ceil(j / 2) - 1 of turn(set). Strict alternation keeps the phases from aliasing.
-            // SAFETY: an initialised barrier; the other set arrives on it after each of its main loops.
-            unsafe { ptx::mbarrier_wait(turn(set), (j.div_ceil(2) - 1) & 1) };
-        }
-        j += sets;
-        // SAFETY: t is a tile of the launch, one the producer found work in (so never None).
-        let at = unsafe { tile_at(p, t, shape, index_shift) }.unwrap_or(TileAt {
-            pos: 0,
-            row: 0,
-            n_tile: 0,
-            part: 0,
-            parts: 1,
-            begin: 0,
-            end: 0,
-        });
-        let (row, n_tile) = (at.row, at.n_tile);
-        let k_tiles = (at.end - at.begin) * (BS / BK);
-        let mut acc: [WgmmaAcc; PIECES] = [[[0.0; 4]; 16]; PIECES];
-        let mut prev = 0u32;
-        for it in it0..it0 + k_tiles {
-            let s = it % STAGES;
-            // SAFETY (whole k-tile): the slot's full barrier completes when its TMA bytes have landed; the
-            // descriptors address this warpgroup's rows of A and its columns of B in that slot.
-            unsafe { ptx::mbarrier_wait(full(s), (it / STAGES) & 1) };
-            ptx::wgmma_fence();
-            for ks in 0..BK / 16 {
-                let a_desc = ptx::smem_desc_128b(a_slot(s) + a_off + 32 * ks, 16, 1024);
-                let b_desc = |pc: u32| {
-                    let piece = piece0 + pc;
-                    if b_col {
-                        // (BN, 64) K-major tile: 128 rows of 128 bytes per piece.
-                        ptx::smem_desc_128b(b_slot(s) + piece * WGMMA_N * BK * 2 + 32 * ks, 16, 1024)
-                    } else {
-                        // 64 x 64 boxes, two per piece (LBO: the next box), 16 k rows per k16 step.
-                        ptx::smem_desc_128b(b_slot(s) + piece * 2 * 64 * BK * 2 + 2048 * ks, 64 * BK * 2, 1024)
-                    }
-                };
-                // The pieces written out (PIECES is 1 or 2), so every accumulator index is a constant: a loop
-                // that LLVM leaves rolled would put the accumulators in local memory.
-                if PIECES == 2 {
-                    // One m64n256: A read once for both pieces (the descriptors of piece 0 reach piece 1 through
-                    // LBO / SBO).
-                    let both: &mut [WgmmaAcc; 2] = acc.first_chunk_mut::<2>().unwrap_or_else(|| unreachable!());
-                    unsafe { I::wgmma2::<TRANS_B>(both, a_desc, b_desc(0)) };
-                } else {
-                    unsafe { I::wgmma::<TRANS_B>(&mut acc[0], a_desc, b_desc(0)) };
-                }
-            }
-            ptx::wgmma_commit_group();
-            // Keep this k-tile's group in flight; the previous one is done, so its slot can be refilled.
-            ptx::wgmma_wait_group::<1>();
-            if it > it0 {
-                // SAFETY: an initialised barrier of the ring.
-                unsafe { ptx::mbarrier_arrive(empty(prev)) };
-            }
-            prev = s;
-        }
-        if PINGPONG {
-            // This set has passed every full barrier of its tile: the other set's next main loop may start.
-            // SAFETY: an initialised barrier.
-            unsafe { ptx::mbarrier_arrive(turn(1 - set)) };
-        }
-        ptx::wgmma_wait_group::<0>();
-        ptx::wgmma_fence_operand(&mut acc[0]);
-        if PIECES == 2 {
-            ptx::wgmma_fence_operand(&mut acc[PIECES - 1]);
-        }
-        if k_tiles > 0 {
-            // SAFETY: as above.
-            unsafe { ptx::mbarrier_arrive(empty(prev)) };
-        }
-        let (row0, col0) = (row * BS, n_tile * BN);
-        if at.parts > 1 {
-            // A split row's part: its warps hand their accumulators over; the last part's write C.
-            let thread = ct % tile_threads;
-            let counter = hopper_split_counter(at.pos, n_tile, n_tiles, thread / 32, tile_threads / 32);
-            // SAFETY: every lane of the warp (tile-uniform control flow); the host sized the workspace for the
-            // launch's split rows.
-            // (The last one writes C through the register epilogue below: one copy of it in the kernel.)
-            if !unsafe { hand_over::<PIECES>(&mut acc, p, &at, (n_tiles, counter), (thread, tile_threads)) } {
-                continue;
-            }
-        } else if c_tma {
-            // SAFETY: the tile's rows exist in C and the bias; the staging buffers and their barriers are this
-            // warpgroup's; C's map covers C (columns >= n are not written).
-            unsafe {
-                staged = store_staged::<PIECES, OUT_BUFS, O, I>(
-                    &epi,
-                    &mut acc,
-                    (row0, col0 + piece0 * WGMMA_N),
-                    (warp, wg_m),
-                    tmap_c,
-                    (out_stage(cw, 0), out_full(cw, 0), out_free(cw, 0)),
-                    (issuer, staged),
-                );
-            }
-            continue;
-        }
-        // SAFETY: the tile's rows exist in C and the bias; columns >= n are skipped.
-        unsafe { store_pieces::<PIECES, O, I>(&epi, &mut acc, (row0, col0 + piece0 * WGMMA_N), warp) };
-    }
-    if c_tma && issuer {
-        // Every store of this warpgroup done before the CTA (and its shared memory) goes.
-        ptx::bulk_wait_group::<0>();
-    }
+    // SAFETY: every consumer thread, after the barriers' initialisation; the kernel's parameters.
+    unsafe {
+        consumer::consume::<BS, BN, WARPS_M, STAGES, PIECES, TRANS_B, PINGPONG, OUT_BUFS, I, O>(
+            p,
+            smem,
+            launch,
+            tid - WG_THREADS,
+            (tmap_c, c_tma),
+        )
+    };
 }
 
 /// Defines the sm_90a entry point `$name` from its `layout::VARIANTS` entry (which must exist, be a

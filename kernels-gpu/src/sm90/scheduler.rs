@@ -60,3 +60,55 @@ pub(super) unsafe fn tile_at(
     let start = |i: u32| row_begin + (i as u64 * len as u64 / parts as u64) as u32;
     Some(TileAt { pos, row, n_tile, part, parts, begin: start(part), end: start(part + 1) })
 }
+
+/// Where a CTA's producer takes its tiles from: the launch's tile counter (`HopperSpmmParams::tile_counter`, a
+/// persistent grid: each take an atomic add), or, without one, tiles `c, c + grid, ...` for CTA `c`.
+pub(super) struct TileSource {
+    counter: *mut u32,
+    next: u32,
+    grid: u32,
+}
+
+impl TileSource {
+    /// The source of this CTA (`tile_counter`: the parameter's, 0 for none).
+    #[inline(always)]
+    pub(super) fn new(tile_counter: u64, grid: u32) -> Self {
+        TileSource { counter: tile_counter as *mut u32, next: ptx::block_idx_x(), grid }
+    }
+
+    /// The next tile this CTA takes (past the launch's tiles once they are all taken).
+    ///
+    /// # Safety
+    /// The counter, when there is one, is the launch's own (zeroed before it).
+    #[inline(always)]
+    pub(super) unsafe fn take(&mut self) -> u32 {
+        if self.counter.is_null() {
+            self.next += self.grid;
+            self.next - self.grid
+        } else {
+            // SAFETY: the launch's own zeroed counter (HopperSpmmParams::tile_counter).
+            unsafe { ptx::atom_global_add_u32(self.counter, 1) }
+        }
+    }
+
+    /// Counts this CTA out after its last take (fenced: the take happens before); the last CTA out sets the
+    /// counters back to zero for the next launch (fenced: every CTA's takes happen before). Nothing without a
+    /// counter.
+    ///
+    /// # Safety
+    /// As [`TileSource::take`]: the launch's two counters.
+    #[inline(always)]
+    pub(super) unsafe fn finish(self) {
+        if !self.counter.is_null() {
+            ptx::fence_acq_rel_gpu();
+            // SAFETY: the counters of the launch (two u32).
+            unsafe {
+                if ptx::atom_global_add_u32(self.counter.add(1), 1) == self.grid - 1 {
+                    ptx::fence_acq_rel_gpu();
+                    ptx::st_global_u32(self.counter, 0);
+                    ptx::st_global_u32(self.counter.add(1), 0);
+                }
+            }
+        }
+    }
+}

@@ -10,7 +10,8 @@ use crate::ptx::WgmmaAcc;
 /// tile) to this part's slot of the workspace, each lane fences and counts itself in on the warp's counter
 /// ([`hopper_split_counter`](crate::layout::hopper_split_counter)), and the warp holding the last count adds the
 /// parts' accumulators in part order (the same bits whichever part finishes last), resets the counter and returns
-/// `true`; the others return `false` and write nothing. No warp waits for another part: the last one only reads what every part stored before counting.
+/// `true`; the others return `false` and write nothing. No warp waits for another part: the last one only reads
+/// what every part stored before counting.
 ///
 /// A slot holds the tile's accumulators thread-major per 16 bytes: register quadruple `q` (of `PIECES * 16`) of
 /// the tile's consumer thread `thread` (of `tile_threads`) at byte `(q * tile_threads + lane) * 16`.
