@@ -47,6 +47,8 @@ macro_rules! variant_config {
 mod check;
 #[cfg(not(feature = "test-kernels"))]
 mod epilogue;
+#[cfg(not(feature = "test-kernels"))]
+mod reduce;
 #[cfg(not(any(feature = "test-kernels", feature = "sm90")))]
 mod sm80;
 #[cfg(feature = "sm90")]

@@ -38,6 +38,7 @@ use crate::layout::{
     BsrSpmmParams, CHUNK_HALVES, KernelConfig, ldsm_a_role, ldsm_b_role, ldsm_bt_role, raster, split_parts, split_slot,
 };
 use crate::ptx;
+use crate::reduce::{self, SlotLane};
 use crate::tile::{AccTile, FragA, FragB, SmemRing, SmemTile, WarpTile};
 
 /// The global operands of one CTA's k-tiles: its block row of A and the columns of B of its N tile.
@@ -286,8 +287,7 @@ impl SplitHandOver<'_> {
     /// holds the sum of every part's tile, added in part order (the same bits whichever CTA finishes last), and
     /// the counter is zero again. The other CTAs return `false` and must leave without touching C.
     ///
-    /// A slot holds the CTA's f32 accumulators thread-major per 16 bytes: fragment `j` (of MI x NI) of thread `t`
-    /// at byte `(j * threads + t) * 16`, so each store and load instruction of the CTA covers contiguous memory.
+    /// The slots, the count and the sum are [`crate::reduce`]'s (a slot thread-major per 16 bytes).
     ///
     /// `threads` threads hold the tile (`tid` is this one's index among them); with several k-groups only the
     /// `active` group's threads do (`false`: another group's thread, which only takes part in the barriers and
@@ -309,27 +309,15 @@ impl SplitHandOver<'_> {
             let slot = self.first_slot + i as u64 * self.n_tiles as u64;
             (self.p.split_partials + slot * slot_bytes as u64) as *mut u32
         };
-        let lane_offset = |j: usize| (j * threads as usize + tid as usize) * 4; // in u32
-        let mine = slot_ptr(self.part);
+        let lane = SlotLane { tid, threads };
         if active {
-            for (mi, acc_m) in acc.iter().enumerate() {
-                for (ni, v) in acc_m.iter().enumerate() {
-                    let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
-                    unsafe { ptx::st_global_v4(mine.add(lane_offset(mi * NI + ni)), bits) };
-                }
-            }
+            unsafe { reduce::store_tile(slot_ptr(self.part), lane, acc) };
         }
         // Every thread's stores are done; one thread publishes them at GPU scope and counts the CTA in.
         ptx::bar_sync();
         if active && tid == 0 {
-            ptx::fence_acq_rel_gpu();
-            let counter = (self.p.split_counters as *mut u32).wrapping_add(self.counter as usize);
-            let last = unsafe { ptx::atom_global_add_u32(counter, 1) } == self.parts - 1;
-            if last {
-                // Every part has counted in: the next launch finds the counter at zero.
-                unsafe { ptx::st_global_u32(counter, 0) };
-                ptx::fence_acq_rel_gpu();
-            }
+            let counter = || (self.p.split_counters as *mut u32).wrapping_add(self.counter as usize);
+            let last = unsafe { reduce::count_in(counter, self.parts) };
             unsafe { ptx::st_shared_v4(self.smem, [last as u32, 0, 0, 0]) };
         }
         ptx::bar_sync();
@@ -337,28 +325,7 @@ impl SplitHandOver<'_> {
             return false;
         }
         // The last CTA: the parts' tiles in order (its own from registers, bit-identical to what it stored).
-        let own = *acc;
-        let mut i = 0;
-        while i < self.parts {
-            let slot = slot_ptr(i);
-            for (mi, acc_m) in acc.iter_mut().enumerate() {
-                for (ni, v) in acc_m.iter_mut().enumerate() {
-                    let t = if i == self.part {
-                        own[mi][ni]
-                    } else {
-                        unsafe { ptx::ld_global_cg_v4(slot.add(lane_offset(mi * NI + ni))) }.map(f32::from_bits)
-                    };
-                    if i == 0 {
-                        *v = t;
-                    } else {
-                        for e in 0..4 {
-                            v[e] += t[e];
-                        }
-                    }
-                }
-            }
-            i += 1;
-        }
+        unsafe { reduce::sum_parts(acc, (self.parts, Some(self.part)), slot_ptr, lane) };
         true
     }
 }

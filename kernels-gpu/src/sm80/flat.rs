@@ -37,6 +37,7 @@ use super::bsr::{
 use crate::epilogue::{Epilogue, F16In, WarpCoord, load_index, store_epilogue};
 use crate::layout::{BsrSpmmParams, CHUNK_HALVES, KernelConfig, flat_counter, flat_cta_of, flat_range, flat_slot};
 use crate::ptx;
+use crate::reduce::{self, SlotLane, add_tile};
 use crate::tile::{AccTile, FragA, FragB, SmemRing};
 
 /// A row cut by the CTAs' ranges: its pieces are held by CTAs `first ..= first + parts - 1`.
@@ -47,11 +48,8 @@ struct CutRow {
     parts: u32,
 }
 
-/// This thread's view of the split workspace for one N tile: the partial-tile slots and the counters.
-///
-/// A slot holds a CTA's f32 accumulators thread-major per 16 bytes: fragment `j` (of MI x NI) of thread `t` at
-/// byte `(j * threads + t) * 16`, so each store and load instruction of the CTA covers contiguous memory, and each
-/// thread reads back only what the same thread of another CTA wrote.
+/// This thread's view of the split workspace for one N tile: the partial-tile slots ([`crate::reduce`]'s layout)
+/// and the counters.
 #[derive(Clone, Copy)]
 struct Workspace {
     partials: u64,
@@ -60,7 +58,8 @@ struct Workspace {
     n_tile: u32,
     n_tiles: u32,
     tid: u32,
-    threads: u32,
+    /// The slots' lane from this thread's first u32 ([`Workspace::piece`]): thread 0's of `threads`.
+    lane: SlotLane,
 }
 
 impl Workspace {
@@ -84,13 +83,8 @@ impl Workspace {
     /// The launch's workspace holds the slot (host: `flat_ctas`).
     #[inline(always)]
     unsafe fn store<const MI: usize, const NI: usize>(&self, base: *mut u32, acc: &AccTile<MI, NI>) {
-        for (mi, acc_m) in acc.iter().enumerate() {
-            for (ni, v) in acc_m.iter().enumerate() {
-                let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
-                let at = base.wrapping_add((mi * NI + ni) * self.threads as usize * 4);
-                unsafe { ptx::st_global_v4(at, bits) };
-            }
-        }
+        // SAFETY: the caller's contract.
+        unsafe { reduce::store_tile(base, self.lane, acc) }
     }
 
     /// This thread's fragments of the tile at `base` (from L2: other CTAs wrote them).
@@ -100,14 +94,8 @@ impl Workspace {
     /// thread 0 before a barrier).
     #[inline(always)]
     unsafe fn load<const MI: usize, const NI: usize>(&self, base: *mut u32) -> AccTile<MI, NI> {
-        let mut t: AccTile<MI, NI> = [[[0.0; 4]; NI]; MI];
-        for (mi, t_m) in t.iter_mut().enumerate() {
-            for (ni, v) in t_m.iter_mut().enumerate() {
-                let at = base.wrapping_add((mi * NI + ni) * self.threads as usize * 4);
-                *v = unsafe { ptx::ld_global_cg_v4(at) }.map(f32::from_bits);
-            }
-        }
-        t
+        // SAFETY: the caller's contract.
+        unsafe { reduce::load_tile(base, self.lane) }
     }
 
     /// `piece 1 + piece 2 + ... + piece (parts - 1)` of `cut`, added in that order, several pieces' loads in
@@ -146,8 +134,7 @@ impl Workspace {
         sum
     }
 
-    /// Counts one piece of `cut` in and returns whether it was the row's last: then every piece is readable (by
-    /// this thread, and by the CTA after a barrier) and the counter is zero again for the next launch. One thread,
+    /// Counts one piece of `cut` in and returns whether it was the row's last ([`reduce::count_in`]). One thread,
     /// after a barrier behind the CTA's stores of the piece.
     ///
     /// # Safety
@@ -155,25 +142,8 @@ impl Workspace {
     #[inline(always)]
     unsafe fn count_in(&self, cut: CutRow) -> bool {
         let counter = self.counter(cut);
-        ptx::fence_acq_rel_gpu();
-        let last = unsafe { ptx::atom_global_add_u32(counter, 1) } == cut.parts - 1;
-        if last {
-            unsafe { ptx::st_global_u32(counter, 0) };
-            ptx::fence_acq_rel_gpu();
-        }
-        last
-    }
-}
-
-/// `sum += t` element-wise, or `sum = t` (`first`).
-#[inline(always)]
-fn add_tile<const MI: usize, const NI: usize>(sum: &mut AccTile<MI, NI>, t: &AccTile<MI, NI>, first: bool) {
-    for (sum_m, t_m) in sum.iter_mut().zip(t.iter()) {
-        for (v, w) in sum_m.iter_mut().zip(t_m.iter()) {
-            for e in 0..4 {
-                v[e] = if first { w[e] } else { v[e] + w[e] };
-            }
-        }
+        // SAFETY: the caller's contract.
+        unsafe { reduce::count_in(|| counter, cut.parts) }
     }
 }
 
@@ -395,7 +365,7 @@ unsafe fn bsr_spmm_flat<
         n_tile,
         n_tiles,
         tid,
-        threads,
+        lane: SlotLane { tid: 0, threads },
     };
     let epi = Epilogue::<f32>::from_params(p);
 

@@ -5,6 +5,7 @@ use super::scheduler::TileAt;
 use crate::layout::{BsrSpmmParams, hopper_split_slot};
 use crate::ptx;
 use crate::ptx::WgmmaAcc;
+use crate::reduce::{self, SlotLane};
 
 /// A split row's hand-over, one consumer warp at a time: the warp stores its f32 accumulators (its 16 rows of the
 /// tile) to this part's slot of the workspace, each lane fences and counts itself in on the warp's counter
@@ -13,8 +14,9 @@ use crate::ptx::WgmmaAcc;
 /// `true`; the others return `false` and write nothing. No warp waits for another part: the last one only reads
 /// what every part stored before counting.
 ///
-/// A slot holds the tile's accumulators thread-major per 16 bytes: register quadruple `q` (of `PIECES * 16`) of
-/// the tile's consumer thread `thread` (of `tile_threads`) at byte `(q * tile_threads + lane) * 16`.
+/// The slots, the counts and the sum are [`crate::reduce`]'s: a slot holds the tile's accumulators thread-major per
+/// 16 bytes, quadruple `q` (of `PIECES * 16`) of the tile's consumer thread `thread` (of `tile_threads`) at byte
+/// `(q * tile_threads + thread) * 16`.
 ///
 /// # Safety
 /// Warp-collective (every lane, warp-uniform control flow); the launch's split partials and counters cover the
@@ -33,22 +35,14 @@ pub(super) unsafe fn hand_over<const PIECES: usize>(
         let s = hopper_split_slot(at.pos, i, p.split_chunks, at.n_tile, n_tiles);
         (p.split_partials + s * slot_bytes) as *mut u32
     };
-    let at_q = |q: usize| (q * tile_threads as usize + thread as usize) * 4; // in u32
-    let mine = slot(at.part);
-    for (pc, piece) in acc.iter().enumerate() {
-        for (j, v) in piece.iter().enumerate() {
-            let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
-            // SAFETY: this part's slot, inside the workspace (the caller's contract).
-            unsafe { ptx::st_global_v4(mine.add(at_q(pc * 16 + j)), bits) };
-        }
-    }
+    let lane = SlotLane { tid: thread, threads: tile_threads };
+    // SAFETY: this part's slot, inside the workspace (the caller's contract).
+    unsafe { reduce::store_tile(slot(at.part), lane, acc) };
     // Each lane publishes its own stores at GPU scope, then counts itself in: 32 counts per part.
-    ptx::fence_acq_rel_gpu();
     let count = (p.split_counters as *mut u32).wrapping_add(counter as usize);
     let full = 32 * at.parts;
     // SAFETY: the tile's counter (the caller's contract).
-    let old = unsafe { ptx::atom_global_add_u32(count, 1) };
-    if ptx::ballot(old == full - 1) == 0 {
+    if ptx::ballot(unsafe { reduce::arrive(|| count, full) }) == 0 {
         return false;
     }
     // This warp made the last count. Every lane reads the full count itself (it is there: the last atomic has
@@ -61,23 +55,7 @@ pub(super) unsafe fn hand_over<const PIECES: usize>(
         // SAFETY: as above.
         unsafe { ptx::st_global_u32(count, 0) };
     }
-    let mut i = 0;
-    while i < at.parts {
-        let part = slot(i);
-        for (pc, piece) in acc.iter_mut().enumerate() {
-            for (j, v) in piece.iter_mut().enumerate() {
-                // SAFETY: part i's slot, written and published before its count (above).
-                let t = unsafe { ptx::ld_global_cg_v4(part.add(at_q(pc * 16 + j))) }.map(f32::from_bits);
-                if i == 0 {
-                    *v = t;
-                } else {
-                    for e in 0..4 {
-                        v[e] += t[e];
-                    }
-                }
-            }
-        }
-        i += 1;
-    }
+    // SAFETY: every part's slot, written and published before its count (above).
+    unsafe { reduce::sum_parts(acc, (at.parts, None), slot, lane) };
     true
 }
