@@ -629,9 +629,9 @@ unsafe fn bsr_spmm<
 
 /// Defines the `extern "ptx-kernel"` entry point `$name` from its `layout::VARIANTS` entry (which must exist and
 /// have the input type, B order and output type given here): the configuration comes from the table, never from
-/// here.
+/// here; `$split` from the row's decomposition (`layout::Decomposition::SplitRows`), through `kernel!`.
 macro_rules! bsr_kernel {
-    ($name:ident, $input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat) => {
+    ($split:expr, $name:ident, $input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat) => {
         /// BSR SpMM entry point; see the module docs.
         ///
         /// # Safety
@@ -654,7 +654,7 @@ macro_rules! bsr_kernel {
                     { CFG.frag_db },
                     { CFG.k_groups },
                     $b_col,
-                    { CFG.splits_rows() },
+                    $split,
                     $input,
                     $out,
                 >(&params)

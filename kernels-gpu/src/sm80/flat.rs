@@ -587,9 +587,11 @@ unsafe fn bsr_spmm_flat<
     }
 }
 
-/// Defines the flat block-list entry point `$name` from its `layout::VARIANTS` entry (`layout::Tile::Flat`).
+/// Defines the flat block-list entry point `$name` from its `layout::VARIANTS` entry
+/// (`layout::Decomposition::FlatList`; its types are the template's one combination, which `variant_config!`
+/// checks).
 macro_rules! flat_kernel {
-    ($name:ident) => {
+    ($name:ident, $($types:tt)*) => {
         /// BSR SpMM over a flat block list; see the module docs.
         ///
         /// # Safety
