@@ -215,12 +215,20 @@ impl Variant {
     }
 }
 
+/// A BSR SpMM row of the table: `config` (`None`: the family has no configuration for the block size, a build
+/// error) on `tile`, implementing `decomposition` (`None`: the sm_80 template's whole or split rows, as `config`
+/// has them, [`Decomposition::rows`]).
 const fn spmm(
     name: &'static str,
     module: Module,
     (input, b_layout, out): (InType, Layout, OutType),
-    (config, tile, decomposition): (KernelConfig, Tile, Decomposition),
+    (config, tile, decomposition): (Option<KernelConfig>, Tile, Option<Decomposition>),
 ) -> Variant {
+    let Some(config) = config else { panic!("no configuration of this kernel family for this block size") };
+    let decomposition = match decomposition {
+        Some(d) => d,
+        None => Decomposition::rows(&config),
+    };
     let arch = match config.pipeline {
         Pipeline::CpAsync | Pipeline::Direct => Arch::Sm80,
         Pipeline::TmaWgmma { .. } => Arch::Sm90a,
@@ -228,54 +236,27 @@ const fn spmm(
     assert!(decomposition.fits(&config, tile), "a variant's decomposition does not fit its configuration and tile");
     Variant { name, arch, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config, tile, decomposition }
 }
-const fn hopper(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match hopper_config_for(bs) {
-        Some(config) => {
-            spmm(name, Module::Hopper, (input, b_layout, out), (config, Tile::Wide, Decomposition::HopperTiles))
+
+/// The table's constructors of one kernel family each, `family(name, input, B's layout, output, bs)`: its module,
+/// its configuration table's lookup, its tile and its decomposition (`None`: the sm_80 template's rows).
+macro_rules! families {
+    ($($family:ident: $module:ident, $lookup:ident, $tile:ident, $decomposition:expr;)*) => {$(
+        const fn $family(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+            spmm(name, Module::$module, (input, b_layout, out), ($lookup(bs), Tile::$tile, $decomposition))
         }
-        None => panic!("no sm_90a configuration for this block size"),
-    }
+    )*};
 }
-const fn hopper_short(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match hopper_short_config_for(bs) {
-        Some(config) => {
-            spmm(name, Module::Hopper, (input, b_layout, out), (config, Tile::ShortRows, Decomposition::HopperTiles))
-        }
-        None => panic!("no sm_90a short-row configuration for this block size"),
-    }
+
+families! {
+    hopper: Hopper, hopper_config_for, Wide, Some(Decomposition::HopperTiles);
+    hopper_short: Hopper, hopper_short_config_for, ShortRows, Some(Decomposition::HopperTiles);
+    product: Product, config_for, Wide, None;
+    narrow: Product, narrow_config_for, Narrow, None;
+    mid: Product, mid_config_for, Mid, None;
+    mid64: Product, mid64_config_for, Mid64, None;
+    decode: Product, decode_config_for, Decode, Some(Decomposition::DecodeSlices);
 }
-const fn product(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match config_for(bs) {
-        Some(config) => {
-            spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Wide, Decomposition::rows(&config)))
-        }
-        None => panic!("no product configuration for this block size"),
-    }
-}
-const fn narrow(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match narrow_config_for(bs) {
-        Some(config) => {
-            spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Narrow, Decomposition::rows(&config)))
-        }
-        None => panic!("no narrow product configuration for this block size"),
-    }
-}
-const fn mid(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match mid_config_for(bs) {
-        Some(config) => {
-            spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Mid, Decomposition::rows(&config)))
-        }
-        None => panic!("no mid product configuration for this block size"),
-    }
-}
-const fn mid64(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match mid64_config_for(bs) {
-        Some(config) => {
-            spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Mid64, Decomposition::rows(&config)))
-        }
-        None => panic!("no wide mid product configuration for this block size"),
-    }
-}
+
 /// A flat block-list kernel ([`Tile::Flat`], [`Tile::Flat32`] or [`Tile::Flat64`]): f16 inputs, row-major B, f32
 /// C.
 const fn flat(name: &'static str, bs: u32, tile: Tile) -> Variant {
@@ -285,33 +266,13 @@ const fn flat(name: &'static str, bs: u32, tile: Tile) -> Variant {
         Tile::Flat64 => flat64_config_for(bs),
         _ => None,
     };
-    match config {
-        Some(config) => spmm(
-            name,
-            Module::Product,
-            (InType::F16, Layout::RowMajor, OutType::F32),
-            (config, tile, Decomposition::FlatList),
-        ),
-        None => panic!("no flat block-list configuration of this tile for this block size"),
-    }
-}
-const fn decode(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match decode_config_for(bs) {
-        Some(config) => {
-            spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Decode, Decomposition::DecodeSlices))
-        }
-        None => panic!("no decode configuration for this block size"),
-    }
+    let types = (InType::F16, Layout::RowMajor, OutType::F32);
+    spmm(name, Module::Product, types, (config, tile, Some(Decomposition::FlatList)))
 }
 const fn tuning(name: &'static str, i: usize) -> Variant {
     // A tuning candidate is measured at every N; its tile is recorded by width for the tuner's report.
     let tile = if TUNE_CONFIGS[i].bn <= 32 { Tile::Narrow } else { Tile::Wide };
-    spmm(
-        name,
-        Module::Tuning,
-        (InType::F16, Layout::RowMajor, OutType::F32),
-        (TUNE_CONFIGS[i], tile, Decomposition::rows(&TUNE_CONFIGS[i])),
-    )
+    spmm(name, Module::Tuning, (InType::F16, Layout::RowMajor, OutType::F32), (Some(TUNE_CONFIGS[i]), tile, None))
 }
 
 /// Every kernel the build compiles, product and tuning modules alike. The kernels define their entry points from
