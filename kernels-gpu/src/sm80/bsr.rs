@@ -267,6 +267,123 @@ pub(crate) fn next_stage<const STAGES: u32>(stage: u32) -> u32 {
     if stage + 1 == STAGES { 0 } else { stage + 1 }
 }
 
+/// What a caller adds to [`mainloop_frag_db`] at its three points: nothing for whole and split rows
+/// ([`NoHooks`]); the flat block list's segment ends (`sm80::flat`).
+pub(crate) trait MainLoopHooks<const MI: usize, const NI: usize> {
+    /// Whether the caller always has k-tiles (the flat list: every CTA's range holds blocks), so that the first
+    /// fragments load without a check.
+    const NEVER_EMPTY: bool = false;
+    /// After the barrier of each k-tile's last k-step (every thread's stores before it are visible to the CTA).
+    #[inline(always)]
+    fn at_barrier(&mut self) {}
+    /// After the copies of a k-tile are issued and committed; `k_tile_next` is the next k-tile to issue.
+    #[inline(always)]
+    fn issued(&mut self, _k_tile_next: u32) {}
+    /// After the mma of k-tiles `0..k_tile`: `acc` may be stored and reset.
+    #[inline(always)]
+    fn k_tile_done(&mut self, _k_tile: u32, _acc: &mut AccTile<MI, NI>) {}
+}
+
+/// The main loop of whole and split rows: no hooks.
+pub(crate) struct NoHooks;
+
+impl<const MI: usize, const NI: usize> MainLoopHooks<MI, NI> for NoHooks {}
+
+/// The sm_80 main loop with fragments double-buffered in registers (the CUTLASS sm80 multistage order), over the
+/// `num_k_tiles` k-tiles of `g`'s blocks after the prefetch of the first STAGES - 1: the fragments of k-step
+/// ks + 1 load while the mma of ks run, the copies of the next k-tile are issued at ks == 0 (with the look-ahead,
+/// `col_next` is its column index, and each issue loads the next one with `col_of`), and the wait + barrier that
+/// hand over the next slot come before the last k-step's mma, which hide them. With several k-groups the loop
+/// runs `loop_k_tiles` (the largest group's) and a group whose share is done keeps the CTA's barriers and ring
+/// counts only. `hooks` runs the caller's work at the loop's points ([`MainLoopHooks`]).
+///
+/// # Safety
+/// CTA-collective (every thread, CTA-uniform control flow) after the prefetch; `g` and the rings as
+/// [`load_k_tile`]'s.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn mainloop_frag_db<
+    const BS: u32,
+    const BN: u32,
+    const BK: u32,
+    const MI: usize,
+    const NI: usize,
+    const STAGES: u32,
+    const K_GROUPS: u32,
+    const B_COL: bool,
+    I: Input,
+    H: MainLoopHooks<MI, NI>,
+>(
+    (s_a, s_b): (SmemRing<BS, BK, STAGES>, SmemRing<BK, BN, STAGES>),
+    g: &CtaOperands,
+    (warp, tid, threads): (WarpCoord, u32, u32),
+    (num_k_tiles, loop_k_tiles): (u32, u32),
+    (mut col_next, col_of): (u32, impl Fn(u32) -> u32),
+    acc: &mut AccTile<MI, NI>,
+    hooks: &mut H,
+) {
+    let ahead = loads_index_ahead(BN);
+    let k_steps = BK / 16; // k16 mma steps per k-tile
+    ptx::cp_async_wait_n(STAGES - 2);
+    ptx::bar_sync();
+    let mut smem_pipe_read = 0;
+    let mut smem_pipe_write = STAGES - 1;
+    let mut k_tile_next = STAGES - 1;
+    let mut a_frag: [FragA<MI>; 2] = [[[0; 4]; MI]; 2]; // (2, MI, 4): two k-steps of A fragments
+    let mut b_frag: [FragB<NI>; 2] = [[[0; 2]; NI]; 2]; // (2, NI, 2)
+    if H::NEVER_EMPTY || num_k_tiles > 0 {
+        let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
+        unsafe {
+            load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, 0, warp, &mut a_frag[0], &mut b_frag[0])
+        };
+    }
+    let mut k_tile = 0;
+    while k_tile < loop_k_tiles {
+        // With several groups, a group whose share is done keeps the CTA's barriers and ring counts only.
+        let live = K_GROUPS == 1 || k_tile < num_k_tiles;
+        for ks in 0..k_steps {
+            if ks == k_steps - 1 {
+                // Tile k_tile + 1 has landed for this thread; after the barrier for everyone. Every read of
+                // slot k_tile (its last fragments were loaded at the previous k-step) is done.
+                ptx::cp_async_wait_n(STAGES - 2);
+                ptx::bar_sync();
+                smem_pipe_read = next_stage::<STAGES>(smem_pipe_read);
+                hooks.at_barrier();
+            }
+            let (cur, nxt) = ((ks % 2) as usize, ((ks + 1) % 2) as usize);
+            if live && (ks + 1 < k_steps || k_tile + 1 < num_k_tiles) {
+                let ks_next = if ks + 1 == k_steps { 0 } else { ks + 1 };
+                let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
+                let (a_next, b_next) = (&mut a_frag[nxt], &mut b_frag[nxt]);
+                unsafe {
+                    load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, ks_next, warp, a_next, b_next)
+                };
+            }
+            if ks == 0 {
+                // Slot smem_pipe_write held tile k_tile - 1, whose reads all finished before the last barrier.
+                if k_tile_next < num_k_tiles {
+                    let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
+                    unsafe {
+                        load_k_tile::<BS, BN, BK, B_COL>(g, k_tile_next, col_next, s_a_write, s_b_write, tid, threads)
+                    };
+                    if ahead && k_tile_next + 1 < num_k_tiles {
+                        col_next = col_of(k_tile_next + 1);
+                    }
+                }
+                ptx::cp_async_commit();
+                smem_pipe_write = next_stage::<STAGES>(smem_pipe_write);
+                k_tile_next += 1;
+                hooks.issued(k_tile_next);
+            }
+            if live {
+                mma_warp_tile::<MI, NI, I>(acc, &a_frag[cur], &b_frag[cur]);
+            }
+        }
+        k_tile += 1;
+        hooks.k_tile_done(k_tile, acc);
+    }
+}
+
 /// A split row's hand-over: where this CTA's partial tile goes and how the row's CTAs count themselves in.
 struct SplitHandOver<'a> {
     p: &'a BsrSpmmParams,
@@ -479,72 +596,20 @@ unsafe fn bsr_spmm<
     let mut col_next = cols[(STAGES - 1) as usize];
 
     if FRAG_DB {
-        // MAIN LOOP, fragments double-buffered in registers (the CUTLASS sm80 multistage order): the fragments of
-        // k-step ks + 1 load while the mma of ks run, the copies of the next k-tile are issued at ks == 0, and
-        // the wait + barrier that hand over the next slot come before the last k-step's mma, which hide them.
-        ptx::cp_async_wait_n(STAGES - 2);
-        ptx::bar_sync();
-        let mut smem_pipe_read = 0;
-        let mut smem_pipe_write = STAGES - 1;
-        let mut k_tile_next = STAGES - 1;
-        let mut a_frag: [FragA<MI>; 2] = [[[0; 4]; MI]; 2]; // (2, MI, 4): two k-steps of A fragments
-        let mut b_frag: [FragB<NI>; 2] = [[[0; 2]; NI]; 2]; // (2, NI, 2)
-        if num_k_tiles > 0 {
-            let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
-            unsafe {
-                load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, 0, warp, &mut a_frag[0], &mut b_frag[0])
-            };
-        }
-        let mut k_tile = 0;
-        while k_tile < loop_k_tiles {
-            // With several groups, a group whose share is done keeps the CTA's barriers and ring counts only.
-            let live = K_GROUPS == 1 || k_tile < num_k_tiles;
-            for ks in 0..k_steps {
-                if ks == k_steps - 1 {
-                    // Tile k_tile + 1 has landed for this thread; after the barrier for everyone. Every read of
-                    // slot k_tile (its last fragments were loaded at the previous k-step) is done.
-                    ptx::cp_async_wait_n(STAGES - 2);
-                    ptx::bar_sync();
-                    smem_pipe_read = next_stage::<STAGES>(smem_pipe_read);
-                }
-                let (cur, nxt) = ((ks % 2) as usize, ((ks + 1) % 2) as usize);
-                if live && (ks + 1 < k_steps || k_tile + 1 < num_k_tiles) {
-                    let ks_next = if ks + 1 == k_steps { 0 } else { ks + 1 };
-                    let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
-                    let (a_next, b_next) = (&mut a_frag[nxt], &mut b_frag[nxt]);
-                    unsafe {
-                        load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, ks_next, warp, a_next, b_next)
-                    };
-                }
-                if ks == 0 {
-                    // Slot smem_pipe_write held tile k_tile - 1, whose reads all finished before the last barrier.
-                    if k_tile_next < num_k_tiles {
-                        let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
-                        unsafe {
-                            load_k_tile::<BS, BN, BK, B_COL>(
-                                &g,
-                                k_tile_next,
-                                col_next,
-                                s_a_write,
-                                s_b_write,
-                                tid,
-                                threads,
-                            )
-                        };
-                        if ahead && k_tile_next + 1 < num_k_tiles {
-                            col_next = col_of(k_tile_next + 1);
-                        }
-                    }
-                    ptx::cp_async_commit();
-                    smem_pipe_write = next_stage::<STAGES>(smem_pipe_write);
-                    k_tile_next += 1;
-                }
-                if live {
-                    mma_warp_tile::<MI, NI, I>(&mut acc, &a_frag[cur], &b_frag[cur]);
-                }
-            }
-            k_tile += 1;
-        }
+        // MAIN LOOP, fragments double-buffered in registers.
+        let rings = (s_a, s_b);
+        let (threads_of, k_tiles) = ((warp, tid, threads), (num_k_tiles, loop_k_tiles));
+        unsafe {
+            mainloop_frag_db::<BS, BN, BK, MI, NI, STAGES, K_GROUPS, B_COL, I, NoHooks>(
+                rings,
+                &g,
+                threads_of,
+                k_tiles,
+                (col_next, col_of),
+                &mut acc,
+                &mut NoHooks,
+            )
+        };
     } else {
         // MAIN LOOP, one barrier per k-tile before its fragments are loaded.
         let mut k_tile = 0;
