@@ -1,12 +1,13 @@
 //! Generates the kernels' entry points from the one variant table, `sparsek_layout::VARIANTS`: for the module this
 //! build makes (the product module; with feature `tune-kernels` the tuning module; with `sm90` the sm_90a module;
-//! with `test-kernels` none), one line per variant, `<template>_kernel!(name, types...)`, into
-//! `$OUT_DIR/<template>_entries.rs`, which the template's file includes. No list of entry points is written by
-//! hand: a row of the table is a kernel, with the table's configuration (`variant_config!` checks it again).
+//! with `test-kernels` none), one line per variant, `kernel!(<decomposition>, name, types...)` (lib.rs), into
+//! `$OUT_DIR/<template>_entries.rs` of the template that implements the row's decomposition, which the template's
+//! file includes. No list of entry points is written by hand: a row of the table is a kernel, with the table's
+//! configuration and decomposition (`variant_config!` checks them again).
 
 use std::fmt::Write as _;
 
-use sparsek_layout::{InType, Layout, Module, OutType, Pipeline, Tile, VARIANTS};
+use sparsek_layout::{Decomposition, InType, Layout, Module, OutType, VARIANTS};
 
 fn main() {
     let feature = |f: &str| std::env::var_os(format!("CARGO_FEATURE_{f}")).is_some();
@@ -22,11 +23,12 @@ fn main() {
     let mut files =
         [("bsr", String::new()), ("decode", String::new()), ("flat", String::new()), ("hopper", String::new())];
     for v in VARIANTS.iter().filter(|v| Some(v.module) == module) {
-        let template = match (v.config.pipeline, v.tile) {
-            (Pipeline::TmaWgmma { .. }, _) => "hopper",
-            (Pipeline::Direct, _) => "decode",
-            (Pipeline::CpAsync, Tile::Flat | Tile::Flat32 | Tile::Flat64) => "flat",
-            (Pipeline::CpAsync, _) => "bsr",
+        // The row's decomposition names the template that implements it (and its file includes the line).
+        let template = match v.decomposition {
+            Decomposition::HopperTiles => "hopper",
+            Decomposition::DecodeSlices => "decode",
+            Decomposition::FlatList => "flat",
+            Decomposition::WholeRows | Decomposition::SplitRows => "bsr",
         };
         let (input, in_type) = match v.input {
             InType::F16 => ("crate::epilogue::F16In", "crate::layout::InType::F16"),
@@ -42,14 +44,14 @@ fn main() {
             OutType::Bf16 => ("crate::epilogue::Bf16", "crate::layout::OutType::Bf16"),
         };
         let text = &mut files.iter_mut().find(|(t, _)| *t == template).expect("a template").1;
-        let name = v.name;
-        // The flat template serves one type combination (its macro checks the variant's).
-        let line = if template == "flat" {
-            format!("flat_kernel!({name});")
-        } else {
-            format!("{template}_kernel!({name}, {input}, {in_type}, {b_layout}, {b_col}, {out}, {out_type});")
-        };
-        writeln!(text, "{line}").expect("writing to a String");
+        let (name, decomposition) = (v.name, v.decomposition);
+        // One macro for every row (lib.rs `kernel!`), dispatching on the decomposition to the template's entry
+        // point.
+        writeln!(
+            text,
+            "kernel!({decomposition:?}, {name}, {input}, {in_type}, {b_layout}, {b_col}, {out}, {out_type});"
+        )
+        .expect("writing to a String");
     }
     let dir = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     for (template, text) in files {

@@ -43,16 +43,27 @@ macro_rules! variant_config {
     }};
 }
 
-#[cfg(not(any(feature = "test-kernels", feature = "sm90")))]
-mod bsr;
+/// Defines the entry point of one `layout::VARIANTS` row (build.rs writes one line per row of the module being
+/// built): dispatches on the row's `layout::Decomposition` to the entry-point macro of the template that implements
+/// it (`bsr_kernel!` with whole or split rows, `flat_kernel!`, `decode_kernel!`, `hopper_kernel!`), which the file
+/// including the line defines.
+#[cfg(not(feature = "test-kernels"))]
+macro_rules! kernel {
+    (WholeRows, $($row:tt)*) => { bsr_kernel!(false, $($row)*); };
+    (SplitRows, $($row:tt)*) => { bsr_kernel!(true, $($row)*); };
+    (FlatList, $($row:tt)*) => { flat_kernel!($($row)*); };
+    (DecodeSlices, $($row:tt)*) => { decode_kernel!($($row)*); };
+    (HopperTiles, $($row:tt)*) => { hopper_kernel!($($row)*); };
+}
+
 #[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
 mod check;
-#[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
-mod decode;
 #[cfg(not(feature = "test-kernels"))]
 mod epilogue;
-#[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
-mod flat;
+#[cfg(not(feature = "test-kernels"))]
+mod reduce;
+#[cfg(not(any(feature = "test-kernels", feature = "sm90")))]
+mod sm80;
 #[cfg(feature = "sm90")]
 mod sm90;
 #[cfg(feature = "test-kernels")]

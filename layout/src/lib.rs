@@ -33,6 +33,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_variant_names_the_decomposition_its_template_implements() {
+        let mut counts = [0usize; 5];
+        for v in VARIANTS.iter() {
+            assert!(v.decomposition.fits(&v.config, v.tile), "{}", v.name);
+            let i = match v.decomposition {
+                Decomposition::WholeRows => 0,
+                Decomposition::SplitRows => 1,
+                Decomposition::FlatList => 2,
+                Decomposition::DecodeSlices => 3,
+                Decomposition::HopperTiles => 4,
+            };
+            counts[i] += 1;
+            // The flat kernels' names end in _flat, _flat32 or _flat64; the split rows are the tiles that split.
+            assert_eq!(v.decomposition == Decomposition::FlatList, v.name.contains("_flat"), "{}", v.name);
+            assert_eq!(
+                v.decomposition == Decomposition::SplitRows,
+                v.config.splits_rows() && !v.name.contains("_flat")
+            );
+        }
+        // Every decomposition has kernels: 4 flat, 24 decode, 20 sm_90a, the rest the sm_80 template's.
+        assert_eq!(counts[2..], [4, 24, 20]);
+        assert!(counts[0] > 0 && counts[1] > 0);
+        // A decomposition that does not fit is refused: the flat list on a narrow tile, split rows on a wide one.
+        let narrow = NARROW_CONFIGS[0];
+        assert!(!Decomposition::FlatList.fits(&narrow, Tile::Narrow));
+        assert!(!Decomposition::SplitRows.fits(&CONFIGS[0], Tile::Wide));
+        assert!(!Decomposition::HopperTiles.fits(&CONFIGS[0], Tile::Wide));
+    }
+
+    #[test]
     fn hopper_virtual_rows_cover_each_part_once() {
         for (block_rows, split_rows, chunks) in [(10u32, 3u32, 4u32), (5, 0, 1), (7, 7, 2), (1, 1, 9), (6, 2, 1)] {
             let vrows = hopper_virtual_rows(block_rows, split_rows, chunks);

@@ -156,68 +156,107 @@ pub struct Variant {
     /// Which N tile it is ([`Tile::Narrow`] kernels serve launches of at most [`NARROW_MAX_N`] columns,
     /// [`Tile::Decode`] kernels at most [`DECODE_MAX_N`]).
     pub tile: Tile,
+    /// How the kernel divides the product among its CTAs: which template implements it (kernels-gpu's build.rs
+    /// generates the entry point from it).
+    pub decomposition: Decomposition,
+}
+
+/// How a kernel divides the product among its CTAs (or warps): the work its template implements. The variant table
+/// says it per kernel; kernels-gpu's build.rs generates each entry point from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decomposition {
+    /// One CTA per block row and N tile (the sm_80 template, `sm80/bsr.rs`).
+    WholeRows,
+    /// Whole rows, and long block rows split over up to `split_chunks` CTAs that hand their partial tiles over
+    /// (the same template; [`KernelConfig::splits_rows`]).
+    SplitRows,
+    /// CTAs taking equal shares of A's blocks across row boundaries, cut rows summed through the split workspace
+    /// (the flat block list, `sm80/flat.rs`: [`Tile::Flat`], [`Tile::Flat32`], [`Tile::Flat64`]).
+    FlatList,
+    /// A CTA per 16-row slice of a block row, its warps splitting the row's blocks (the decode kernels,
+    /// `sm80/decode.rs`: [`Pipeline::Direct`]).
+    DecodeSlices,
+    /// The sm_90a kernels' tiles taken by a persistent grid from a counter (or by a stride), split rows handed over
+    /// per warp (`sm90/`: [`Pipeline::TmaWgmma`]).
+    HopperTiles,
+}
+
+impl Decomposition {
+    /// The sm_80 template's rows for `config`: split rows where its tile can split them
+    /// ([`KernelConfig::splits_rows`]), else whole rows.
+    pub const fn rows(config: &KernelConfig) -> Decomposition {
+        if config.splits_rows() { Decomposition::SplitRows } else { Decomposition::WholeRows }
+    }
+    /// Whether a kernel of `config` on `tile` can implement it: the template's pipeline, split rows exactly where
+    /// the configuration splits them, and the flat tiles ([`Tile::Flat`], [`Tile::Flat32`], [`Tile::Flat64`])
+    /// exactly for the flat block list. Every row of [`VARIANTS`] passes (checked at compile time).
+    pub const fn fits(self, config: &KernelConfig, tile: Tile) -> bool {
+        let flat_tile = matches!(tile, Tile::Flat | Tile::Flat32 | Tile::Flat64);
+        match (self, config.pipeline) {
+            (Decomposition::WholeRows, Pipeline::CpAsync) => !flat_tile && !config.splits_rows(),
+            (Decomposition::SplitRows, Pipeline::CpAsync) => !flat_tile && config.splits_rows(),
+            (Decomposition::FlatList, Pipeline::CpAsync) => flat_tile,
+            (Decomposition::DecodeSlices, Pipeline::Direct)
+            | (Decomposition::HopperTiles, Pipeline::TmaWgmma { .. }) => !flat_tile,
+            _ => false,
+        }
+    }
 }
 
 impl Variant {
     /// `bar.sync` / `barrier.sync` instructions the kernel's PTX must hold: its configuration's
-    /// ([`KernelConfig::expected_barriers`]), except the flat block-list kernels ([`Tile::Flat`], [`Tile::Flat32`],
-    /// [`Tile::Flat64`]): the fragment double-buffered main loop's two and the two of the end's hand-over.
+    /// ([`KernelConfig::expected_barriers`]), except the flat block-list kernels ([`Decomposition::FlatList`]): the
+    /// fragment double-buffered main loop's two and the two of the end's hand-over.
     pub const fn expected_barriers(&self) -> u32 {
-        match self.tile {
-            Tile::Flat | Tile::Flat64 | Tile::Flat32 => 4,
+        match self.decomposition {
+            Decomposition::FlatList => 4,
             _ => self.config.expected_barriers(),
         }
     }
 }
 
+/// A BSR SpMM row of the table: `config` (`None`: the family has no configuration for the block size, a build
+/// error) on `tile`, implementing `decomposition` (`None`: the sm_80 template's whole or split rows, as `config`
+/// has them, [`Decomposition::rows`]).
 const fn spmm(
     name: &'static str,
     module: Module,
     (input, b_layout, out): (InType, Layout, OutType),
-    (config, tile): (KernelConfig, Tile),
+    (config, tile, decomposition): (Option<KernelConfig>, Tile, Option<Decomposition>),
 ) -> Variant {
+    let Some(config) = config else { panic!("no configuration of this kernel family for this block size") };
+    let decomposition = match decomposition {
+        Some(d) => d,
+        None => Decomposition::rows(&config),
+    };
     let arch = match config.pipeline {
         Pipeline::CpAsync | Pipeline::Direct => Arch::Sm80,
         Pipeline::TmaWgmma { .. } => Arch::Sm90a,
     };
-    Variant { name, arch, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config, tile }
+    assert!(decomposition.fits(&config, tile), "a variant's decomposition does not fit its configuration and tile");
+    Variant { name, arch, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config, tile, decomposition }
 }
-const fn hopper(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match hopper_config_for(bs) {
-        Some(config) => spmm(name, Module::Hopper, (input, b_layout, out), (config, Tile::Wide)),
-        None => panic!("no sm_90a configuration for this block size"),
-    }
+
+/// The table's constructors of one kernel family each, `family(name, input, B's layout, output, bs)`: its module,
+/// its configuration table's lookup, its tile and its decomposition (`None`: the sm_80 template's rows).
+macro_rules! families {
+    ($($family:ident: $module:ident, $lookup:ident, $tile:ident, $decomposition:expr;)*) => {$(
+        const fn $family(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+            spmm(name, Module::$module, (input, b_layout, out), ($lookup(bs), Tile::$tile, $decomposition))
+        }
+    )*};
 }
-const fn hopper_short(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match hopper_short_config_for(bs) {
-        Some(config) => spmm(name, Module::Hopper, (input, b_layout, out), (config, Tile::ShortRows)),
-        None => panic!("no sm_90a short-row configuration for this block size"),
-    }
+
+families! {
+    hopper: Hopper, hopper_config_for, Wide, Some(Decomposition::HopperTiles);
+    hopper_short: Hopper, hopper_short_config_for, ShortRows, Some(Decomposition::HopperTiles);
+    product: Product, config_for, Wide, None;
+    narrow: Product, narrow_config_for, Narrow, None;
+    mid: Product, mid_config_for, Mid, None;
+    mid64: Product, mid64_config_for, Mid64, None;
+    decode: Product, decode_config_for, Decode, Some(Decomposition::DecodeSlices);
 }
-const fn product(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match config_for(bs) {
-        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Wide)),
-        None => panic!("no product configuration for this block size"),
-    }
-}
-const fn narrow(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match narrow_config_for(bs) {
-        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Narrow)),
-        None => panic!("no narrow product configuration for this block size"),
-    }
-}
-const fn mid(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match mid_config_for(bs) {
-        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Mid)),
-        None => panic!("no mid product configuration for this block size"),
-    }
-}
-const fn mid64(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match mid64_config_for(bs) {
-        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Mid64)),
-        None => panic!("no wide mid product configuration for this block size"),
-    }
-}
+
 /// A flat block-list kernel ([`Tile::Flat`], [`Tile::Flat32`] or [`Tile::Flat64`]): f16 inputs, row-major B, f32
 /// C.
 const fn flat(name: &'static str, bs: u32, tile: Tile) -> Variant {
@@ -227,21 +266,13 @@ const fn flat(name: &'static str, bs: u32, tile: Tile) -> Variant {
         Tile::Flat64 => flat64_config_for(bs),
         _ => None,
     };
-    match config {
-        Some(config) => spmm(name, Module::Product, (InType::F16, Layout::RowMajor, OutType::F32), (config, tile)),
-        None => panic!("no flat block-list configuration of this tile for this block size"),
-    }
-}
-const fn decode(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
-    match decode_config_for(bs) {
-        Some(config) => spmm(name, Module::Product, (input, b_layout, out), (config, Tile::Decode)),
-        None => panic!("no decode configuration for this block size"),
-    }
+    let types = (InType::F16, Layout::RowMajor, OutType::F32);
+    spmm(name, Module::Product, types, (config, tile, Some(Decomposition::FlatList)))
 }
 const fn tuning(name: &'static str, i: usize) -> Variant {
     // A tuning candidate is measured at every N; its tile is recorded by width for the tuner's report.
     let tile = if TUNE_CONFIGS[i].bn <= 32 { Tile::Narrow } else { Tile::Wide };
-    spmm(name, Module::Tuning, (InType::F16, Layout::RowMajor, OutType::F32), (TUNE_CONFIGS[i], tile))
+    spmm(name, Module::Tuning, (InType::F16, Layout::RowMajor, OutType::F32), (Some(TUNE_CONFIGS[i]), tile, None))
 }
 
 /// Every kernel the build compiles, product and tuning modules alike. The kernels define their entry points from

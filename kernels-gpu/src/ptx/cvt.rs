@@ -3,15 +3,29 @@
 
 use core::arch::asm;
 
-/// `cvt.rn.f16x2.f32`: packs two f32 into two f16 (round to nearest even); `lo` goes to the low half.
-#[inline(always)]
-pub fn cvt_f16x2_f32(lo: f32, hi: f32) -> u32 {
-    let r: u32;
-    // SAFETY: register-only.
-    unsafe {
-        asm!("cvt.rn.f16x2.f32 {0}, {1}, {2};", out(reg32) r, in(reg32) hi, in(reg32) lo, options(pure, nomem, nostack))
-    };
-    r
+/// Defines the packing conversions: `name: "<f16x2|bf16x2>"`, `cvt.rn.<t>.f32` packing two f32 (round to
+/// nearest even), `lo` to the low half.
+macro_rules! cvt_x2 {
+    ($($(#[$doc:meta])* $name:ident: $t:literal;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name(lo: f32, hi: f32) -> u32 {
+            let r: u32;
+            // SAFETY: register-only.
+            unsafe {
+                asm!(concat!("cvt.rn.", $t, ".f32 {0}, {1}, {2};"), out(reg32) r, in(reg32) hi, in(reg32) lo,
+                     options(pure, nomem, nostack))
+            };
+            r
+        }
+    )*};
+}
+
+cvt_x2! {
+    /// `cvt.rn.f16x2.f32`: packs two f32 into two f16 (round to nearest even); `lo` goes to the low half.
+    cvt_f16x2_f32: "f16x2";
+    /// `cvt.rn.bf16x2.f32`: packs two f32 into two bf16 (round to nearest even); `lo` goes to the low half.
+    cvt_bf16x2_f32: "bf16x2";
 }
 
 /// `cvt.f32.f16`: widens the f16 in the low 16 bits of `h` (exact).
@@ -20,17 +34,6 @@ pub fn cvt_f32_f16(h: u16) -> f32 {
     let r: f32;
     // SAFETY: register-only.
     unsafe { asm!("cvt.f32.f16 {0}, {1};", out(reg32) r, in(reg16) h, options(pure, nomem, nostack)) };
-    r
-}
-
-/// `cvt.rn.bf16x2.f32`: packs two f32 into two bf16 (round to nearest even); `lo` goes to the low half.
-#[inline(always)]
-pub fn cvt_bf16x2_f32(lo: f32, hi: f32) -> u32 {
-    let r: u32;
-    // SAFETY: register-only.
-    unsafe {
-        asm!("cvt.rn.bf16x2.f32 {0}, {1}, {2};", out(reg32) r, in(reg32) hi, in(reg32) lo, options(pure, nomem, nostack))
-    };
     r
 }
 

@@ -11,88 +11,57 @@
 
 use core::arch::asm;
 
-/// `ldmatrix.sync.aligned.m8n8.x1.shared.b16`.
-///
-/// # Safety
-/// Called by all 32 lanes; lanes 0-7 pass 16-byte aligned shared addresses of 16 readable bytes.
-#[inline(always)]
-pub unsafe fn ldmatrix_x1(addr: u32) -> u32 {
-    let r: u32;
-    // SAFETY: the caller guarantees the addresses and warp convergence.
-    unsafe {
-        asm!("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {{{0}}}, [{1}];", out(reg32) r, in(reg32) addr, options(readonly, nostack))
-    };
-    r
+/// Defines one wrapper per `ldmatrix` shape: `name: "<x1|x2|x4>[.trans]", {registers} -> result`, the result the
+/// destination registers in order (a lone `u32` for .x1).
+macro_rules! ldmatrix {
+    ($($(#[$doc:meta])* $name:ident: $shape:literal, $regs:literal, [$($r:ident),+] -> $ret:ty = $out:expr;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub unsafe fn $name(addr: u32) -> $ret {
+            $(let $r: u32;)+
+            // SAFETY: the caller guarantees the addresses and warp convergence.
+            unsafe {
+                asm!(
+                    concat!("ldmatrix.sync.aligned.m8n8.", $shape, ".shared.b16 {{", $regs, "}}, [{addr}];"),
+                    $($r = out(reg32) $r,)+
+                    addr = in(reg32) addr,
+                    options(readonly, nostack)
+                )
+            };
+            $out
+        }
+    )*};
 }
 
-/// `ldmatrix.sync.aligned.m8n8.x2.shared.b16`.
-///
-/// # Safety
-/// As [`ldmatrix_x1`], lanes 0-15 passing addresses.
-#[inline(always)]
-pub unsafe fn ldmatrix_x2(addr: u32) -> [u32; 2] {
-    let (a, b): (u32, u32);
-    // SAFETY: as above.
-    unsafe {
-        asm!("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {{{0}, {1}}}, [{2}];", out(reg32) a, out(reg32) b, in(reg32) addr, options(readonly, nostack))
-    };
-    [a, b]
-}
-
-/// `ldmatrix.sync.aligned.m8n8.x4.shared.b16`.
-///
-/// # Safety
-/// As [`ldmatrix_x1`], all 32 lanes passing addresses.
-#[inline(always)]
-pub unsafe fn ldmatrix_x4(addr: u32) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    // SAFETY: as above.
-    unsafe {
-        asm!("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{0}, {1}, {2}, {3}}}, [{4}];", out(reg32) a, out(reg32) b,
-             out(reg32) c, out(reg32) d, in(reg32) addr, options(readonly, nostack))
-    };
-    [a, b, c, d]
-}
-
-/// `ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16`.
-///
-/// # Safety
-/// As [`ldmatrix_x1`].
-#[inline(always)]
-pub unsafe fn ldmatrix_x1_trans(addr: u32) -> u32 {
-    let r: u32;
-    // SAFETY: as above.
-    unsafe {
-        asm!("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {{{0}}}, [{1}];", out(reg32) r, in(reg32) addr, options(readonly, nostack))
-    };
-    r
-}
-
-/// `ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16`.
-///
-/// # Safety
-/// As [`ldmatrix_x2`].
-#[inline(always)]
-pub unsafe fn ldmatrix_x2_trans(addr: u32) -> [u32; 2] {
-    let (a, b): (u32, u32);
-    // SAFETY: as above.
-    unsafe {
-        asm!("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {{{0}, {1}}}, [{2}];", out(reg32) a, out(reg32) b, in(reg32) addr, options(readonly, nostack))
-    };
-    [a, b]
-}
-
-/// `ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16`.
-///
-/// # Safety
-/// As [`ldmatrix_x4`].
-#[inline(always)]
-pub unsafe fn ldmatrix_x4_trans(addr: u32) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    // SAFETY: as above.
-    unsafe {
-        asm!("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{0}, {1}, {2}, {3}}}, [{4}];", out(reg32) a,
-             out(reg32) b, out(reg32) c, out(reg32) d, in(reg32) addr, options(readonly, nostack))
-    };
-    [a, b, c, d]
+ldmatrix! {
+    /// `ldmatrix.sync.aligned.m8n8.x1.shared.b16`.
+    ///
+    /// # Safety
+    /// Called by all 32 lanes; lanes 0-7 pass 16-byte aligned shared addresses of 16 readable bytes.
+    ldmatrix_x1: "x1", "{a}", [a] -> u32 = a;
+    /// `ldmatrix.sync.aligned.m8n8.x2.shared.b16`.
+    ///
+    /// # Safety
+    /// As [`ldmatrix_x1`], lanes 0-15 passing addresses.
+    ldmatrix_x2: "x2", "{a}, {b}", [a, b] -> [u32; 2] = [a, b];
+    /// `ldmatrix.sync.aligned.m8n8.x4.shared.b16`.
+    ///
+    /// # Safety
+    /// As [`ldmatrix_x1`], all 32 lanes passing addresses.
+    ldmatrix_x4: "x4", "{a}, {b}, {c}, {d}", [a, b, c, d] -> [u32; 4] = [a, b, c, d];
+    /// `ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16`.
+    ///
+    /// # Safety
+    /// As [`ldmatrix_x1`].
+    ldmatrix_x1_trans: "x1.trans", "{a}", [a] -> u32 = a;
+    /// `ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16`.
+    ///
+    /// # Safety
+    /// As [`ldmatrix_x2`].
+    ldmatrix_x2_trans: "x2.trans", "{a}, {b}", [a, b] -> [u32; 2] = [a, b];
+    /// `ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16`.
+    ///
+    /// # Safety
+    /// As [`ldmatrix_x4`].
+    ldmatrix_x4_trans: "x4.trans", "{a}, {b}, {c}, {d}", [a, b, c, d] -> [u32; 4] = [a, b, c, d];
 }

@@ -197,7 +197,7 @@ pub unsafe fn atom_global_min_u64(ptr: *mut u64, v: u64) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Cross-CTA hand-over of partial sums (the narrow kernel's split rows, kernels-gpu/src/bsr.rs): every thread
+// Cross-CTA hand-over of partial sums (the narrow kernel's split rows, kernels-gpu/src/sm80/bsr.rs): every thread
 // stores its partial tile, a barrier, then one thread per CTA fences at GPU scope and counts the CTA in with a
 // relaxed atomic add; the CTA that counts last fences again and reads the others' tiles from L2 (`.cg`: the
 // lines may sit stale in this SM's L1). The pattern of CUTLASS's split-K semaphore (PTX ISA §8 memory
@@ -257,28 +257,6 @@ pub unsafe fn ld_relaxed_gpu_u32(ptr: *const u32) -> u32 {
     v
 }
 
-/// `ld.global.cg.v4.u32`: 16 bytes from L2, not cached in L1 (data other CTAs wrote during this launch).
-///
-/// # Safety
-/// `ptr` is a 16-byte aligned global address of 16 readable bytes.
-#[inline(always)]
-pub unsafe fn ld_global_cg_v4(ptr: *const u32) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    // SAFETY: the caller guarantees `ptr` is valid and aligned. Not `pure`: it must stay after the fence.
-    unsafe {
-        asm!(
-            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.cg.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
-            p = in(reg64) ptr,
-            a = out(reg32) a,
-            b = out(reg32) b,
-            c = out(reg32) c,
-            d = out(reg32) d,
-            options(readonly, nostack)
-        )
-    };
-    [a, b, c, d]
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Read-only and streaming loads (PTX ISA §9.7.9.8 ld: `.nc`, `.L1::no_allocate`, `.L2::cache_hint`; §9.7.9.17
 // createpolicy). The decode kernels read each weight byte once: those loads skip L1 and are marked evict-first
@@ -297,50 +275,58 @@ pub fn l2_evict_first_policy() -> u64 {
     p
 }
 
-/// `ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32`: 16 read-only bytes that bypass L1 and are cached in L2
-/// under `policy` (from [`l2_evict_first_policy`]): a streamed weight.
-///
-/// # Safety
-/// `ptr` is a 16-byte aligned global address of 16 bytes that nothing writes while the kernel runs.
-#[inline(always)]
-pub unsafe fn ld_global_stream_v4(ptr: *const u32, policy: u64) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    // SAFETY: the caller guarantees `ptr` is valid, aligned and read-only for the kernel's lifetime.
-    unsafe {
-        asm!(
-            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {{{a}, {b}, {c}, {d}}}, [g], {pol}; }}",
-            p = in(reg64) ptr,
-            pol = in(reg64) policy,
-            a = out(reg32) a,
-            b = out(reg32) b,
-            c = out(reg32) c,
-            d = out(reg32) d,
-            options(pure, readonly, nostack)
-        )
-    };
-    [a, b, c, d]
+/// Defines a 16-byte global load through the generic-to-global conversion (`cvta.to.global`): `name(extra
+/// 64-bit operands): "<instruction>", "<operands after the address>", [asm options]`.
+macro_rules! ld_global_v4_cvta {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident),*): $op:literal, $tail:literal, [$($opt:ident),*];)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub unsafe fn $name(ptr: *const u32 $(, $arg: u64)*) -> [u32; 4] {
+            let (a, b, c, d): (u32, u32, u32, u32);
+            // SAFETY: the caller guarantees `ptr` is valid and aligned (and, for the non-coherent loads, read-only
+            // for the kernel's lifetime).
+            unsafe {
+                asm!(
+                    concat!(
+                        "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ",
+                        $op,
+                        " {{{a}, {b}, {c}, {d}}}, [g]",
+                        $tail,
+                        "; }}"
+                    ),
+                    p = in(reg64) ptr,
+                    $($arg = in(reg64) $arg,)*
+                    a = out(reg32) a,
+                    b = out(reg32) b,
+                    c = out(reg32) c,
+                    d = out(reg32) d,
+                    options($($opt),*)
+                )
+            };
+            [a, b, c, d]
+        }
+    )*};
 }
 
-/// `ld.global.nc.v4.u32`: 16 read-only bytes through the non-coherent (texture) path, cached in L1.
-///
-/// # Safety
-/// `ptr` is a 16-byte aligned global address of 16 bytes that nothing writes while the kernel runs.
-#[inline(always)]
-pub unsafe fn ld_global_nc_v4(ptr: *const u32) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    // SAFETY: the caller guarantees `ptr` is valid, aligned and read-only for the kernel's lifetime.
-    unsafe {
-        asm!(
-            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
-            p = in(reg64) ptr,
-            a = out(reg32) a,
-            b = out(reg32) b,
-            c = out(reg32) c,
-            d = out(reg32) d,
-            options(pure, readonly, nostack)
-        )
-    };
-    [a, b, c, d]
+ld_global_v4_cvta! {
+    /// `ld.global.cg.v4.u32`: 16 bytes from L2, not cached in L1 (data other CTAs wrote during this launch). Not
+    /// `pure`: it must stay after the fence that acquires them.
+    ///
+    /// # Safety
+    /// `ptr` is a 16-byte aligned global address of 16 readable bytes.
+    ld_global_cg_v4(): "ld.global.cg.v4.u32", "", [readonly, nostack];
+    /// `ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32`: 16 read-only bytes that bypass L1 and are cached in
+    /// L2 under `policy` (from [`l2_evict_first_policy`]): a streamed weight.
+    ///
+    /// # Safety
+    /// `ptr` is a 16-byte aligned global address of 16 bytes that nothing writes while the kernel runs.
+    ld_global_stream_v4(policy): "ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32", ", {policy}",
+        [pure, readonly, nostack];
+    /// `ld.global.nc.v4.u32`: 16 read-only bytes through the non-coherent (texture) path, cached in L1.
+    ///
+    /// # Safety
+    /// `ptr` is a 16-byte aligned global address of 16 bytes that nothing writes while the kernel runs.
+    ld_global_nc_v4(): "ld.global.nc.v4.u32", "", [pure, readonly, nostack];
 }
 
 ld_global!(

@@ -11,34 +11,34 @@
 
 use core::arch::asm;
 
-/// `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`: `d += a * b` on one warp's fragments.
-/// Must be executed by all 32 lanes of the warp (warp-uniform control flow).
-#[inline(always)]
-pub fn mma_m16n8k16_f32_f16(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
-    // SAFETY: register-only instruction; convergence is the caller's contract (documented above).
-    unsafe {
-        asm!(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, {{{0}, {1}, {2}, {3}}};",
-            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3],
-            in(reg32) a[0], in(reg32) a[1], in(reg32) a[2], in(reg32) a[3],
-            in(reg32) b[0], in(reg32) b[1],
-            options(pure, nomem, nostack)
-        )
-    };
+/// Defines one wrapper per input type: `name: "<f16|bf16>"`, `mma.sync.aligned.m16n8k16.row.col.f32.<t>.<t>.f32`.
+macro_rules! mma_m16n8k16 {
+    ($($(#[$doc:meta])* $name:ident: $t:literal;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            // SAFETY: register-only instruction; convergence is the caller's contract (documented above).
+            unsafe {
+                asm!(
+                    concat!(
+                        "mma.sync.aligned.m16n8k16.row.col.f32.", $t, ".", $t, ".f32 {{{0}, {1}, {2}, {3}}}, ",
+                        "{{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, {{{0}, {1}, {2}, {3}}};"
+                    ),
+                    inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3],
+                    in(reg32) a[0], in(reg32) a[1], in(reg32) a[2], in(reg32) a[3],
+                    in(reg32) b[0], in(reg32) b[1],
+                    options(pure, nomem, nostack)
+                )
+            };
+        }
+    )*};
 }
 
-/// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`: `d += a * b` on one warp's bf16 fragments (same
-/// fragment maps as the f16 form). Must be executed by all 32 lanes of the warp (warp-uniform control flow).
-#[inline(always)]
-pub fn mma_m16n8k16_f32_bf16(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
-    // SAFETY: register-only instruction; convergence is the caller's contract (documented above).
-    unsafe {
-        asm!(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, {{{0}, {1}, {2}, {3}}};",
-            inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3],
-            in(reg32) a[0], in(reg32) a[1], in(reg32) a[2], in(reg32) a[3],
-            in(reg32) b[0], in(reg32) b[1],
-            options(pure, nomem, nostack)
-        )
-    };
+mma_m16n8k16! {
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`: `d += a * b` on one warp's fragments.
+    /// Must be executed by all 32 lanes of the warp (warp-uniform control flow).
+    mma_m16n8k16_f32_f16: "f16";
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`: `d += a * b` on one warp's bf16 fragments (same
+    /// fragment maps as the f16 form). Must be executed by all 32 lanes of the warp (warp-uniform control flow).
+    mma_m16n8k16_f32_bf16: "bf16";
 }

@@ -3,39 +3,29 @@
 
 use core::arch::asm;
 
-/// `%tid.x`: this thread's index in its CTA.
-#[inline(always)]
-pub fn thread_idx_x() -> u32 {
-    // SAFETY: reading a special register has no preconditions.
-    unsafe { core::arch::nvptx::_thread_idx_x() }
+/// Defines one wrapper per special register that `core::arch::nvptx` reads: `name: intrinsic`.
+macro_rules! special_register {
+    ($($(#[$doc:meta])* $name:ident: $intrinsic:ident;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name() -> u32 {
+            // SAFETY: reading a special register has no preconditions.
+            unsafe { core::arch::nvptx::$intrinsic() }
+        }
+    )*};
 }
 
-/// `%ctaid.x`: this CTA's index in the grid.
-#[inline(always)]
-pub fn block_idx_x() -> u32 {
-    // SAFETY: as above.
-    unsafe { core::arch::nvptx::_block_idx_x() }
-}
-
-/// `%ctaid.y`.
-#[inline(always)]
-pub fn block_idx_y() -> u32 {
-    // SAFETY: as above.
-    unsafe { core::arch::nvptx::_block_idx_y() }
-}
-
-/// `%nctaid.x`: CTAs in the grid along x.
-#[inline(always)]
-pub fn grid_dim_x() -> u32 {
-    // SAFETY: as above.
-    unsafe { core::arch::nvptx::_grid_dim_x() }
-}
-
-/// `%ntid.x`: threads per CTA along x.
-#[inline(always)]
-pub fn block_dim_x() -> u32 {
-    // SAFETY: as above.
-    unsafe { core::arch::nvptx::_block_dim_x() }
+special_register! {
+    /// `%tid.x`: this thread's index in its CTA.
+    thread_idx_x: _thread_idx_x;
+    /// `%ctaid.x`: this CTA's index in the grid.
+    block_idx_x: _block_idx_x;
+    /// `%ctaid.y`.
+    block_idx_y: _block_idx_y;
+    /// `%nctaid.x`: CTAs in the grid along x.
+    grid_dim_x: _grid_dim_x;
+    /// `%ntid.x`: threads per CTA along x.
+    block_dim_x: _block_dim_x;
 }
 
 /// `%laneid`: this thread's lane in its warp (0..32).

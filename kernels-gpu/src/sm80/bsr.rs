@@ -38,6 +38,7 @@ use crate::layout::{
     BsrSpmmParams, CHUNK_HALVES, KernelConfig, ldsm_a_role, ldsm_b_role, ldsm_bt_role, raster, split_parts, split_slot,
 };
 use crate::ptx;
+use crate::reduce::{self, SlotLane};
 use crate::tile::{AccTile, FragA, FragB, SmemRing, SmemTile, WarpTile};
 
 /// The global operands of one CTA's k-tiles: its block row of A and the columns of B of its N tile.
@@ -266,6 +267,123 @@ pub(crate) fn next_stage<const STAGES: u32>(stage: u32) -> u32 {
     if stage + 1 == STAGES { 0 } else { stage + 1 }
 }
 
+/// What a caller adds to [`mainloop_frag_db`] at its three points: nothing for whole and split rows
+/// ([`NoHooks`]); the flat block list's segment ends (`sm80::flat`).
+pub(crate) trait MainLoopHooks<const MI: usize, const NI: usize> {
+    /// Whether the caller always has k-tiles (the flat list: every CTA's range holds blocks), so that the first
+    /// fragments load without a check.
+    const NEVER_EMPTY: bool = false;
+    /// After the barrier of each k-tile's last k-step (every thread's stores before it are visible to the CTA).
+    #[inline(always)]
+    fn at_barrier(&mut self) {}
+    /// After the copies of a k-tile are issued and committed; `k_tile_next` is the next k-tile to issue.
+    #[inline(always)]
+    fn issued(&mut self, _k_tile_next: u32) {}
+    /// After the mma of k-tiles `0..k_tile`: `acc` may be stored and reset.
+    #[inline(always)]
+    fn k_tile_done(&mut self, _k_tile: u32, _acc: &mut AccTile<MI, NI>) {}
+}
+
+/// The main loop of whole and split rows: no hooks.
+pub(crate) struct NoHooks;
+
+impl<const MI: usize, const NI: usize> MainLoopHooks<MI, NI> for NoHooks {}
+
+/// The sm_80 main loop with fragments double-buffered in registers (the CUTLASS sm80 multistage order), over the
+/// `num_k_tiles` k-tiles of `g`'s blocks after the prefetch of the first STAGES - 1: the fragments of k-step
+/// ks + 1 load while the mma of ks run, the copies of the next k-tile are issued at ks == 0 (with the look-ahead,
+/// `col_next` is its column index, and each issue loads the next one with `col_of`), and the wait + barrier that
+/// hand over the next slot come before the last k-step's mma, which hide them. With several k-groups the loop
+/// runs `loop_k_tiles` (the largest group's) and a group whose share is done keeps the CTA's barriers and ring
+/// counts only. `hooks` runs the caller's work at the loop's points ([`MainLoopHooks`]).
+///
+/// # Safety
+/// CTA-collective (every thread, CTA-uniform control flow) after the prefetch; `g` and the rings as
+/// [`load_k_tile`]'s.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn mainloop_frag_db<
+    const BS: u32,
+    const BN: u32,
+    const BK: u32,
+    const MI: usize,
+    const NI: usize,
+    const STAGES: u32,
+    const K_GROUPS: u32,
+    const B_COL: bool,
+    I: Input,
+    H: MainLoopHooks<MI, NI>,
+>(
+    (s_a, s_b): (SmemRing<BS, BK, STAGES>, SmemRing<BK, BN, STAGES>),
+    g: &CtaOperands,
+    (warp, tid, threads): (WarpCoord, u32, u32),
+    (num_k_tiles, loop_k_tiles): (u32, u32),
+    (mut col_next, col_of): (u32, impl Fn(u32) -> u32),
+    acc: &mut AccTile<MI, NI>,
+    hooks: &mut H,
+) {
+    let ahead = loads_index_ahead(BN);
+    let k_steps = BK / 16; // k16 mma steps per k-tile
+    ptx::cp_async_wait_n(STAGES - 2);
+    ptx::bar_sync();
+    let mut smem_pipe_read = 0;
+    let mut smem_pipe_write = STAGES - 1;
+    let mut k_tile_next = STAGES - 1;
+    let mut a_frag: [FragA<MI>; 2] = [[[0; 4]; MI]; 2]; // (2, MI, 4): two k-steps of A fragments
+    let mut b_frag: [FragB<NI>; 2] = [[[0; 2]; NI]; 2]; // (2, NI, 2)
+    if H::NEVER_EMPTY || num_k_tiles > 0 {
+        let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
+        unsafe {
+            load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, 0, warp, &mut a_frag[0], &mut b_frag[0])
+        };
+    }
+    let mut k_tile = 0;
+    while k_tile < loop_k_tiles {
+        // With several groups, a group whose share is done keeps the CTA's barriers and ring counts only.
+        let live = K_GROUPS == 1 || k_tile < num_k_tiles;
+        for ks in 0..k_steps {
+            if ks == k_steps - 1 {
+                // Tile k_tile + 1 has landed for this thread; after the barrier for everyone. Every read of
+                // slot k_tile (its last fragments were loaded at the previous k-step) is done.
+                ptx::cp_async_wait_n(STAGES - 2);
+                ptx::bar_sync();
+                smem_pipe_read = next_stage::<STAGES>(smem_pipe_read);
+                hooks.at_barrier();
+            }
+            let (cur, nxt) = ((ks % 2) as usize, ((ks + 1) % 2) as usize);
+            if live && (ks + 1 < k_steps || k_tile + 1 < num_k_tiles) {
+                let ks_next = if ks + 1 == k_steps { 0 } else { ks + 1 };
+                let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
+                let (a_next, b_next) = (&mut a_frag[nxt], &mut b_frag[nxt]);
+                unsafe {
+                    load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, ks_next, warp, a_next, b_next)
+                };
+            }
+            if ks == 0 {
+                // Slot smem_pipe_write held tile k_tile - 1, whose reads all finished before the last barrier.
+                if k_tile_next < num_k_tiles {
+                    let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
+                    unsafe {
+                        load_k_tile::<BS, BN, BK, B_COL>(g, k_tile_next, col_next, s_a_write, s_b_write, tid, threads)
+                    };
+                    if ahead && k_tile_next + 1 < num_k_tiles {
+                        col_next = col_of(k_tile_next + 1);
+                    }
+                }
+                ptx::cp_async_commit();
+                smem_pipe_write = next_stage::<STAGES>(smem_pipe_write);
+                k_tile_next += 1;
+                hooks.issued(k_tile_next);
+            }
+            if live {
+                mma_warp_tile::<MI, NI, I>(acc, &a_frag[cur], &b_frag[cur]);
+            }
+        }
+        k_tile += 1;
+        hooks.k_tile_done(k_tile, acc);
+    }
+}
+
 /// A split row's hand-over: where this CTA's partial tile goes and how the row's CTAs count themselves in.
 struct SplitHandOver<'a> {
     p: &'a BsrSpmmParams,
@@ -286,8 +404,7 @@ impl SplitHandOver<'_> {
     /// holds the sum of every part's tile, added in part order (the same bits whichever CTA finishes last), and
     /// the counter is zero again. The other CTAs return `false` and must leave without touching C.
     ///
-    /// A slot holds the CTA's f32 accumulators thread-major per 16 bytes: fragment `j` (of MI x NI) of thread `t`
-    /// at byte `(j * threads + t) * 16`, so each store and load instruction of the CTA covers contiguous memory.
+    /// The slots, the count and the sum are [`crate::reduce`]'s (a slot thread-major per 16 bytes).
     ///
     /// `threads` threads hold the tile (`tid` is this one's index among them); with several k-groups only the
     /// `active` group's threads do (`false`: another group's thread, which only takes part in the barriers and
@@ -309,27 +426,15 @@ impl SplitHandOver<'_> {
             let slot = self.first_slot + i as u64 * self.n_tiles as u64;
             (self.p.split_partials + slot * slot_bytes as u64) as *mut u32
         };
-        let lane_offset = |j: usize| (j * threads as usize + tid as usize) * 4; // in u32
-        let mine = slot_ptr(self.part);
+        let lane = SlotLane { tid, threads };
         if active {
-            for (mi, acc_m) in acc.iter().enumerate() {
-                for (ni, v) in acc_m.iter().enumerate() {
-                    let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
-                    unsafe { ptx::st_global_v4(mine.add(lane_offset(mi * NI + ni)), bits) };
-                }
-            }
+            unsafe { reduce::store_tile(slot_ptr(self.part), lane, acc) };
         }
         // Every thread's stores are done; one thread publishes them at GPU scope and counts the CTA in.
         ptx::bar_sync();
         if active && tid == 0 {
-            ptx::fence_acq_rel_gpu();
-            let counter = (self.p.split_counters as *mut u32).wrapping_add(self.counter as usize);
-            let last = unsafe { ptx::atom_global_add_u32(counter, 1) } == self.parts - 1;
-            if last {
-                // Every part has counted in: the next launch finds the counter at zero.
-                unsafe { ptx::st_global_u32(counter, 0) };
-                ptx::fence_acq_rel_gpu();
-            }
+            let counter = || (self.p.split_counters as *mut u32).wrapping_add(self.counter as usize);
+            let last = unsafe { reduce::count_in(counter, self.parts) };
             unsafe { ptx::st_shared_v4(self.smem, [last as u32, 0, 0, 0]) };
         }
         ptx::bar_sync();
@@ -337,28 +442,7 @@ impl SplitHandOver<'_> {
             return false;
         }
         // The last CTA: the parts' tiles in order (its own from registers, bit-identical to what it stored).
-        let own = *acc;
-        let mut i = 0;
-        while i < self.parts {
-            let slot = slot_ptr(i);
-            for (mi, acc_m) in acc.iter_mut().enumerate() {
-                for (ni, v) in acc_m.iter_mut().enumerate() {
-                    let t = if i == self.part {
-                        own[mi][ni]
-                    } else {
-                        unsafe { ptx::ld_global_cg_v4(slot.add(lane_offset(mi * NI + ni))) }.map(f32::from_bits)
-                    };
-                    if i == 0 {
-                        *v = t;
-                    } else {
-                        for e in 0..4 {
-                            v[e] += t[e];
-                        }
-                    }
-                }
-            }
-            i += 1;
-        }
+        unsafe { reduce::sum_parts(acc, (self.parts, Some(self.part)), slot_ptr, lane) };
         true
     }
 }
@@ -512,72 +596,20 @@ unsafe fn bsr_spmm<
     let mut col_next = cols[(STAGES - 1) as usize];
 
     if FRAG_DB {
-        // MAIN LOOP, fragments double-buffered in registers (the CUTLASS sm80 multistage order): the fragments of
-        // k-step ks + 1 load while the mma of ks run, the copies of the next k-tile are issued at ks == 0, and
-        // the wait + barrier that hand over the next slot come before the last k-step's mma, which hide them.
-        ptx::cp_async_wait_n(STAGES - 2);
-        ptx::bar_sync();
-        let mut smem_pipe_read = 0;
-        let mut smem_pipe_write = STAGES - 1;
-        let mut k_tile_next = STAGES - 1;
-        let mut a_frag: [FragA<MI>; 2] = [[[0; 4]; MI]; 2]; // (2, MI, 4): two k-steps of A fragments
-        let mut b_frag: [FragB<NI>; 2] = [[[0; 2]; NI]; 2]; // (2, NI, 2)
-        if num_k_tiles > 0 {
-            let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
-            unsafe {
-                load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, 0, warp, &mut a_frag[0], &mut b_frag[0])
-            };
-        }
-        let mut k_tile = 0;
-        while k_tile < loop_k_tiles {
-            // With several groups, a group whose share is done keeps the CTA's barriers and ring counts only.
-            let live = K_GROUPS == 1 || k_tile < num_k_tiles;
-            for ks in 0..k_steps {
-                if ks == k_steps - 1 {
-                    // Tile k_tile + 1 has landed for this thread; after the barrier for everyone. Every read of
-                    // slot k_tile (its last fragments were loaded at the previous k-step) is done.
-                    ptx::cp_async_wait_n(STAGES - 2);
-                    ptx::bar_sync();
-                    smem_pipe_read = next_stage::<STAGES>(smem_pipe_read);
-                }
-                let (cur, nxt) = ((ks % 2) as usize, ((ks + 1) % 2) as usize);
-                if live && (ks + 1 < k_steps || k_tile + 1 < num_k_tiles) {
-                    let ks_next = if ks + 1 == k_steps { 0 } else { ks + 1 };
-                    let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
-                    let (a_next, b_next) = (&mut a_frag[nxt], &mut b_frag[nxt]);
-                    unsafe {
-                        load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, ks_next, warp, a_next, b_next)
-                    };
-                }
-                if ks == 0 {
-                    // Slot smem_pipe_write held tile k_tile - 1, whose reads all finished before the last barrier.
-                    if k_tile_next < num_k_tiles {
-                        let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
-                        unsafe {
-                            load_k_tile::<BS, BN, BK, B_COL>(
-                                &g,
-                                k_tile_next,
-                                col_next,
-                                s_a_write,
-                                s_b_write,
-                                tid,
-                                threads,
-                            )
-                        };
-                        if ahead && k_tile_next + 1 < num_k_tiles {
-                            col_next = col_of(k_tile_next + 1);
-                        }
-                    }
-                    ptx::cp_async_commit();
-                    smem_pipe_write = next_stage::<STAGES>(smem_pipe_write);
-                    k_tile_next += 1;
-                }
-                if live {
-                    mma_warp_tile::<MI, NI, I>(&mut acc, &a_frag[cur], &b_frag[cur]);
-                }
-            }
-            k_tile += 1;
-        }
+        // MAIN LOOP, fragments double-buffered in registers.
+        let rings = (s_a, s_b);
+        let (threads_of, k_tiles) = ((warp, tid, threads), (num_k_tiles, loop_k_tiles));
+        unsafe {
+            mainloop_frag_db::<BS, BN, BK, MI, NI, STAGES, K_GROUPS, B_COL, I, NoHooks>(
+                rings,
+                &g,
+                threads_of,
+                k_tiles,
+                (col_next, col_of),
+                &mut acc,
+                &mut NoHooks,
+            )
+        };
     } else {
         // MAIN LOOP, one barrier per k-tile before its fragments are loaded.
         let mut k_tile = 0;
@@ -662,9 +694,9 @@ unsafe fn bsr_spmm<
 
 /// Defines the `extern "ptx-kernel"` entry point `$name` from its `layout::VARIANTS` entry (which must exist and
 /// have the input type, B order and output type given here): the configuration comes from the table, never from
-/// here.
+/// here; `$split` from the row's decomposition (`layout::Decomposition::SplitRows`), through `kernel!`.
 macro_rules! bsr_kernel {
-    ($name:ident, $input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat) => {
+    ($split:expr, $name:ident, $input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat) => {
         /// BSR SpMM entry point; see the module docs.
         ///
         /// # Safety
@@ -687,7 +719,7 @@ macro_rules! bsr_kernel {
                     { CFG.frag_db },
                     { CFG.k_groups },
                     $b_col,
-                    { CFG.splits_rows() },
+                    $split,
                     $input,
                     $out,
                 >(&params)

@@ -6,9 +6,10 @@
 //!
 //! CTA `c` of `G = flat_ctas` (N tile `blockIdx.x / G`) multiplies blocks `[c * nnzb / G, (c + 1) * nnzb / G)`
 //! (`layout::flat_range`) with one cp.async ring that runs across row boundaries: the copies need only block
-//! indices, so the prefetch and main loop are the narrow tile's ([`crate::bsr`]'s stages; the fragment
-//! double-buffered loop is written out again here with the segments' hooks: compiled into `bsr_spmm` itself,
-//! those hooks made the whole-row kernels 3-12% slower, docs/perf-notes.md issue 12 step 23). The rows the range
+//! indices, so the prefetch and main loop are the narrow tile's ([`super::bsr`]'s stages and its one fragment
+//! double-buffered main loop, `mainloop_frag_db`, with the segments' work as its hooks, [`SegmentEnds`]; whole
+//! rows pass no hooks, so none of it is compiled into them: run-time hooks in `bsr_spmm` made the whole-row
+//! kernels 3-12% slower, docs/perf-notes.md issue 12 step 23). The rows the range
 //! touches are found while the prefetch's copies are in flight: a window of 32 `row_ptr` entries at the row where
 //! `b0` would fall with rows of equal length, loaded before the prefetch and read by shuffles, and a 32-way search
 //! of `row_ptr` per warp only when the answer lies outside it. In the order of the blocks a CTA meets:
@@ -31,13 +32,12 @@
 //! the host launcher. f16 inputs, row-major B and f32 C only (`layout::Tile::Flat`: the narrow tiles of bs 64
 //! and 128; `layout::Tile::Flat32`, `layout::Tile::Flat64`: bs 64's tiles of 32 and 64 columns).
 
-use crate::bsr::{
-    CtaOperands, MAX_STAGES, load_a_slice, load_b_strip, load_fragments, load_k_tile, mma_warp_tile, next_stage,
-};
+use super::bsr::{CtaOperands, MAX_STAGES, MainLoopHooks, load_a_slice, load_b_strip, mainloop_frag_db};
 use crate::epilogue::{Epilogue, F16In, WarpCoord, load_index, store_epilogue};
 use crate::layout::{BsrSpmmParams, CHUNK_HALVES, KernelConfig, flat_counter, flat_cta_of, flat_range, flat_slot};
 use crate::ptx;
-use crate::tile::{AccTile, FragA, FragB, SmemRing};
+use crate::reduce::{self, SlotLane, add_tile};
+use crate::tile::{AccTile, SmemRing};
 
 /// A row cut by the CTAs' ranges: its pieces are held by CTAs `first ..= first + parts - 1`.
 #[derive(Clone, Copy)]
@@ -47,11 +47,8 @@ struct CutRow {
     parts: u32,
 }
 
-/// This thread's view of the split workspace for one N tile: the partial-tile slots and the counters.
-///
-/// A slot holds a CTA's f32 accumulators thread-major per 16 bytes: fragment `j` (of MI x NI) of thread `t` at
-/// byte `(j * threads + t) * 16`, so each store and load instruction of the CTA covers contiguous memory, and each
-/// thread reads back only what the same thread of another CTA wrote.
+/// This thread's view of the split workspace for one N tile: the partial-tile slots ([`crate::reduce`]'s layout)
+/// and the counters.
 #[derive(Clone, Copy)]
 struct Workspace {
     partials: u64,
@@ -60,7 +57,8 @@ struct Workspace {
     n_tile: u32,
     n_tiles: u32,
     tid: u32,
-    threads: u32,
+    /// The slots' lane from this thread's first u32 ([`Workspace::piece`]): thread 0's of `threads`.
+    lane: SlotLane,
 }
 
 impl Workspace {
@@ -84,13 +82,8 @@ impl Workspace {
     /// The launch's workspace holds the slot (host: `flat_ctas`).
     #[inline(always)]
     unsafe fn store<const MI: usize, const NI: usize>(&self, base: *mut u32, acc: &AccTile<MI, NI>) {
-        for (mi, acc_m) in acc.iter().enumerate() {
-            for (ni, v) in acc_m.iter().enumerate() {
-                let bits = [v[0].to_bits(), v[1].to_bits(), v[2].to_bits(), v[3].to_bits()];
-                let at = base.wrapping_add((mi * NI + ni) * self.threads as usize * 4);
-                unsafe { ptx::st_global_v4(at, bits) };
-            }
-        }
+        // SAFETY: the caller's contract.
+        unsafe { reduce::store_tile(base, self.lane, acc) }
     }
 
     /// This thread's fragments of the tile at `base` (from L2: other CTAs wrote them).
@@ -100,14 +93,8 @@ impl Workspace {
     /// thread 0 before a barrier).
     #[inline(always)]
     unsafe fn load<const MI: usize, const NI: usize>(&self, base: *mut u32) -> AccTile<MI, NI> {
-        let mut t: AccTile<MI, NI> = [[[0.0; 4]; NI]; MI];
-        for (mi, t_m) in t.iter_mut().enumerate() {
-            for (ni, v) in t_m.iter_mut().enumerate() {
-                let at = base.wrapping_add((mi * NI + ni) * self.threads as usize * 4);
-                *v = unsafe { ptx::ld_global_cg_v4(at) }.map(f32::from_bits);
-            }
-        }
-        t
+        // SAFETY: the caller's contract.
+        unsafe { reduce::load_tile(base, self.lane) }
     }
 
     /// `piece 1 + piece 2 + ... + piece (parts - 1)` of `cut`, added in that order, several pieces' loads in
@@ -146,8 +133,7 @@ impl Workspace {
         sum
     }
 
-    /// Counts one piece of `cut` in and returns whether it was the row's last: then every piece is readable (by
-    /// this thread, and by the CTA after a barrier) and the counter is zero again for the next launch. One thread,
+    /// Counts one piece of `cut` in and returns whether it was the row's last ([`reduce::count_in`]). One thread,
     /// after a barrier behind the CTA's stores of the piece.
     ///
     /// # Safety
@@ -155,25 +141,8 @@ impl Workspace {
     #[inline(always)]
     unsafe fn count_in(&self, cut: CutRow) -> bool {
         let counter = self.counter(cut);
-        ptx::fence_acq_rel_gpu();
-        let last = unsafe { ptx::atom_global_add_u32(counter, 1) } == cut.parts - 1;
-        if last {
-            unsafe { ptx::st_global_u32(counter, 0) };
-            ptx::fence_acq_rel_gpu();
-        }
-        last
-    }
-}
-
-/// `sum += t` element-wise, or `sum = t` (`first`).
-#[inline(always)]
-fn add_tile<const MI: usize, const NI: usize>(sum: &mut AccTile<MI, NI>, t: &AccTile<MI, NI>, first: bool) {
-    for (sum_m, t_m) in sum.iter_mut().zip(t.iter()) {
-        for (v, w) in sum_m.iter_mut().zip(t_m.iter()) {
-            for e in 0..4 {
-                v[e] = if first { w[e] } else { v[e] + w[e] };
-            }
-        }
+        // SAFETY: the caller's contract.
+        unsafe { reduce::count_in(|| counter, cut.parts) }
     }
 }
 
@@ -324,6 +293,95 @@ impl FlatWalk {
     }
 }
 
+/// The flat list's work in the shared main loop ([`MainLoopHooks`]): a head piece counted in after the barrier
+/// that follows its stores, the tail row's counter polled once every copy is issued (and the other pieces' sum
+/// read once they are all in), and the segments that end with each k-tile (a head piece stored, whole rows
+/// written).
+struct SegmentEnds<'a, const BS: u32, const MI: usize, const NI: usize> {
+    walk: &'a mut FlatWalk,
+    ws: &'a Workspace,
+    epi: &'a Epilogue<f32>,
+    head: CutRow,
+    /// 1 once the head piece is stored, 2 once counted in; `head_last` (thread 0's) whether it was the row's last.
+    head_state: &'a mut u32,
+    head_last: &'a mut bool,
+    /// The tail's poll: the counter as last read, whether read, whether every other piece is in, their sum.
+    tail_rest: (&'a mut u32, &'a mut bool, &'a mut bool, &'a mut AccTile<MI, NI>),
+    early_rest: bool,
+    /// This CTA, the CTAs, the blocks, the CTA's k-tiles.
+    grid: (u32, u32, u32, u32),
+    /// This thread, the N tile's first column, the warp.
+    at: (u32, u32, WarpCoord),
+}
+
+impl<const BS: u32, const MI: usize, const NI: usize> MainLoopHooks<MI, NI> for SegmentEnds<'_, BS, MI, NI> {
+    const NEVER_EMPTY: bool = true;
+
+    #[inline(always)]
+    fn at_barrier(&mut self) {
+        if *self.head_state == 1 {
+            // Every thread's stores of the head piece precede the barrier: one thread counts it in.
+            if self.at.0 == 0 {
+                // SAFETY: the head row's counter, in the launch's workspace.
+                *self.head_last = unsafe { self.ws.count_in(self.head) };
+            }
+            *self.head_state = 2;
+        }
+    }
+
+    #[inline(always)]
+    fn issued(&mut self, k_tile_next: u32) {
+        let (_, ctas, nnzb, num_k_tiles) = self.grid;
+        let (poll, polled, ready, rest) =
+            (&mut *self.tail_rest.0, &mut *self.tail_rest.1, &mut *self.tail_rest.2, &mut *self.tail_rest.3);
+        if self.early_rest && self.walk.kind == TAIL && !*ready && k_tile_next >= num_k_tiles {
+            // Every copy is issued: the tail row's counter, read a k-tile later (the load's round trip under a
+            // k-tile of work). Once the other pieces are all in, their sum under the last k-tiles.
+            let cut = self.walk.cut(ctas, nnzb);
+            if *polled && *poll == cut.parts - 1 {
+                ptx::fence_acq_rel_gpu();
+                // SAFETY: every other piece is in (the counter, then the fence).
+                *rest = unsafe { self.ws.rest(cut) };
+                *ready = true;
+            } else {
+                // SAFETY: the tail row's counter, in the launch's workspace.
+                *poll = unsafe { ptx::ld_relaxed_gpu_u32(self.ws.counter(cut)) };
+                *polled = true;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn k_tile_done(&mut self, k_tile: u32, acc: &mut AccTile<MI, NI>) {
+        let (cta, _, _, _) = self.grid;
+        let (_, n0, warp) = self.at;
+        // The segments that end with this k-tile (empty rows end where they begin).
+        while self.walk.end <= k_tile {
+            if self.walk.kind == HEAD {
+                // SAFETY: this CTA's head slot, in the launch's workspace.
+                unsafe { self.ws.store(self.ws.piece(self.head, cta - self.head.first), acc) };
+                *self.head_state = 1;
+                *acc = [[[0.0; 4]; NI]; MI];
+                // SAFETY: the walk's row_ptr reads stay inside row_ptr.
+                unsafe { self.walk.enter(self.head.row + 1) };
+            } else {
+                // A whole row; an empty one holds zeros (and leaves `acc`, which may hold the next row's first
+                // k-tiles).
+                let empty = self.walk.start == self.walk.stop;
+                let mut out = if empty { [[[0.0; 4]; NI]; MI] } else { *acc };
+                // SAFETY: the row's tile of C (columns >= n skipped).
+                unsafe { store_epilogue::<MI, NI, f32, F16In>(self.epi, &mut out, self.walk.row * BS, n0, warp) };
+                if !empty {
+                    *acc = [[[0.0; 4]; NI]; MI];
+                }
+                let next = self.walk.row + 1;
+                // SAFETY: as above.
+                unsafe { self.walk.enter(next) };
+            }
+        }
+    }
+}
+
 /// The flat block-list kernel body for one configuration (f16 inputs, row-major B, f32 C). See the module docs.
 ///
 /// # Safety
@@ -362,7 +420,6 @@ unsafe fn bsr_spmm_flat<
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let threads: u32 = 32 * WARPS_M * WARPS_N;
     let k_tiles_per_block = BS / BK;
-    let k_steps = BK / 16;
 
     let tid = ptx::thread_idx_x();
     let (warp_id, lane) = (tid / 32, tid % 32);
@@ -395,7 +452,7 @@ unsafe fn bsr_spmm_flat<
         n_tile,
         n_tiles,
         tid,
-        threads,
+        lane: SlotLane { tid: 0, threads },
     };
     let epi = Epilogue::<f32>::from_params(p);
 
@@ -449,7 +506,7 @@ unsafe fn bsr_spmm_flat<
         ptx::cp_async_commit();
         s += 1;
     }
-    let mut col_next = cols[(STAGES - 1) as usize];
+    let col_next = cols[(STAGES - 1) as usize];
 
     // THE WALK, found while the prefetch's copies are in flight: a head piece first when the row holding b0
     // began before it, then the rows that start in the range.
@@ -477,91 +534,30 @@ unsafe fn bsr_spmm_flat<
     let mut rest: AccTile<MI, NI> = [[[0.0; 4]; NI]; MI];
 
     // MAIN LOOP: the narrow tile's (fragments double-buffered in registers), plus the segments' ends.
-    ptx::cp_async_wait_n(STAGES - 2);
-    ptx::bar_sync();
-    let mut smem_pipe_read = 0;
-    let mut smem_pipe_write = STAGES - 1;
-    let mut k_tile_next = STAGES - 1;
-    let mut a_frag: [FragA<MI>; 2] = [[[0; 4]; MI]; 2];
-    let mut b_frag: [FragB<NI>; 2] = [[[0; 2]; NI]; 2];
-    unsafe {
-        load_fragments::<BS, BN, BK, MI, NI, false>(s_a.stage(0), s_b.stage(0), 0, warp, &mut a_frag[0], &mut b_frag[0])
+    let mut ends = SegmentEnds::<BS, MI, NI> {
+        walk: &mut walk,
+        ws: &ws,
+        epi: &epi,
+        head,
+        head_state: &mut head_state,
+        head_last: &mut head_last,
+        tail_rest: (&mut poll, &mut polled, &mut ready, &mut rest),
+        early_rest,
+        grid: (cta, ctas, nnzb, num_k_tiles),
+        at: (tid, n0, warp),
     };
-    let mut k_tile = 0;
-    while k_tile < num_k_tiles {
-        for ks in 0..k_steps {
-            if ks == k_steps - 1 {
-                ptx::cp_async_wait_n(STAGES - 2);
-                ptx::bar_sync();
-                smem_pipe_read = next_stage::<STAGES>(smem_pipe_read);
-                if head_state == 1 {
-                    // Every thread's stores of the head piece precede the barrier: one thread counts it in.
-                    if tid == 0 {
-                        head_last = unsafe { ws.count_in(head) };
-                    }
-                    head_state = 2;
-                }
-            }
-            let (cur, nxt) = ((ks % 2) as usize, ((ks + 1) % 2) as usize);
-            if ks + 1 < k_steps || k_tile + 1 < num_k_tiles {
-                let ks_next = if ks + 1 == k_steps { 0 } else { ks + 1 };
-                let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
-                let (a_next, b_next) = (&mut a_frag[nxt], &mut b_frag[nxt]);
-                unsafe {
-                    load_fragments::<BS, BN, BK, MI, NI, false>(s_a_read, s_b_read, ks_next, warp, a_next, b_next)
-                };
-            }
-            if ks == 0 {
-                if k_tile_next < num_k_tiles {
-                    let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
-                    unsafe {
-                        load_k_tile::<BS, BN, BK, false>(&g, k_tile_next, col_next, s_a_write, s_b_write, tid, threads)
-                    };
-                    if k_tile_next + 1 < num_k_tiles {
-                        col_next = col_of(k_tile_next + 1);
-                    }
-                }
-                ptx::cp_async_commit();
-                smem_pipe_write = next_stage::<STAGES>(smem_pipe_write);
-                k_tile_next += 1;
-                if early_rest && walk.kind == TAIL && !ready && k_tile_next >= num_k_tiles {
-                    // Every copy is issued: the tail row's counter, read a k-tile later (the load's round trip
-                    // under a k-tile of work). Once the other pieces are all in, their sum under the last k-tiles.
-                    let cut = walk.cut(ctas, nnzb);
-                    if polled && poll == cut.parts - 1 {
-                        ptx::fence_acq_rel_gpu();
-                        rest = unsafe { ws.rest(cut) };
-                        ready = true;
-                    } else {
-                        poll = unsafe { ptx::ld_relaxed_gpu_u32(ws.counter(cut)) };
-                        polled = true;
-                    }
-                }
-            }
-            mma_warp_tile::<MI, NI, F16In>(&mut acc, &a_frag[cur], &b_frag[cur]);
-        }
-        k_tile += 1;
-        // The segments that end with this k-tile (empty rows end where they begin).
-        while walk.end <= k_tile {
-            if walk.kind == HEAD {
-                unsafe { ws.store(ws.piece(head, cta - head.first), &acc) };
-                head_state = 1;
-                acc = [[[0.0; 4]; NI]; MI];
-                unsafe { walk.enter(head.row + 1) };
-            } else {
-                // A whole row; an empty one holds zeros (and leaves `acc`, which may hold the next row's first
-                // k-tiles).
-                let empty = walk.start == walk.stop;
-                let mut out = if empty { [[[0.0; 4]; NI]; MI] } else { acc };
-                unsafe { store_epilogue::<MI, NI, f32, F16In>(&epi, &mut out, walk.row * BS, n0, warp) };
-                if !empty {
-                    acc = [[[0.0; 4]; NI]; MI];
-                }
-                let next = walk.row + 1;
-                unsafe { walk.enter(next) };
-            }
-        }
-    }
+    let rings = (s_a, s_b);
+    unsafe {
+        mainloop_frag_db::<BS, BN, BK, MI, NI, STAGES, 1, false, F16In, _>(
+            rings,
+            &g,
+            (warp, tid, threads),
+            (num_k_tiles, num_k_tiles),
+            (col_next, col_of),
+            &mut acc,
+            &mut ends,
+        )
+    };
     // Every copy of A is issued: the next grid on the stream may start its own (ptx/griddep.rs).
     ptx::griddep_launch_dependents();
     ptx::cp_async_wait::<0>();
@@ -617,9 +613,11 @@ unsafe fn bsr_spmm_flat<
     }
 }
 
-/// Defines the flat block-list entry point `$name` from its `layout::VARIANTS` entry (`layout::Tile::Flat`).
+/// Defines the flat block-list entry point `$name` from its `layout::VARIANTS` entry
+/// (`layout::Decomposition::FlatList`; its types are the template's one combination, which `variant_config!`
+/// checks).
 macro_rules! flat_kernel {
-    ($name:ident) => {
+    ($name:ident, $($types:tt)*) => {
         /// BSR SpMM over a flat block list; see the module docs.
         ///
         /// # Safety

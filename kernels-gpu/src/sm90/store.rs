@@ -1,0 +1,213 @@
+//! The sm_90a kernels' C store: a consumer warpgroup's tile through the shared epilogue straight from the
+//! registers, or (row-major C, beta 0) staged in swizzled shared memory and stored through C's tensor map.
+
+use crate::epilogue::{Epilogue, Input, Output, WarpCoord, scale_bias_activate, store_epilogue};
+use crate::layout::{OUT_STAGE_BYTES, WARPGROUP_WARPS, WGMMA_N, c_map_columns};
+use crate::ptx;
+use crate::ptx::WgmmaAcc;
+
+/// Writes a consumer warp's accumulators (its 16 rows of each 128-column piece, the first at `col0`) through the
+/// shared epilogue, straight from the registers.
+///
+/// # Safety
+/// The rows exist in C and the bias; columns >= n are skipped.
+#[inline(always)]
+pub(super) unsafe fn store_pieces<const PIECES: usize, O: Output, I: Input>(
+    epi: &Epilogue<O>,
+    acc: &mut [WgmmaAcc; PIECES],
+    (row0, col0): (u32, u32),
+    warp: WarpCoord,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        store_epilogue::<1, 16, O, I>(epi, core::array::from_mut(&mut acc[0]), row0, col0, warp);
+        if PIECES == 2 {
+            store_epilogue::<1, 16, O, I>(epi, core::array::from_mut(&mut acc[PIECES - 1]), row0, col0 + WGMMA_N, warp);
+        }
+    }
+}
+
+/// Stages a consumer warpgroup's 64 x (PIECES x 128) tile of C (accumulators `acc`; the CTA tile's first row
+/// `row0`, the warpgroup's first column `col0`, its 64 rows the `wg_m`-th of the tile) in its staging buffers and
+/// stores them through C's tensor map, 64 rows x 128 bytes at a time ([`stage_chunk`]): `act(alpha * acc + bias)`
+/// in registers (beta is 0), each thread's pairs of columns written to the 128-byte swizzled buffer (the first at
+/// `buffers.0`, then `OUT_BUFS - 1` more of `OUT_STAGE_BYTES` each, their `full` and `free` barriers at
+/// `buffers.1 + 16 b` and `buffers.2 + 16 b`), and the warpgroup's `issuer` thread issuing the store once all
+/// 128 threads have arrived on `full`, then releasing the buffer of the store before (two buffers) or of this one
+/// (one buffer) on `free` once the TMA has read it. `staged` counts the buffers this warpgroup filled before
+/// (phases of the barriers); returns the new count.
+///
+/// # Safety
+/// As the kernel's: the rows exist in C and the bias, `tmap_c` is C's map, the buffers and barriers are this
+/// warpgroup's (initialised: `full` for 128 arrivals, `free` for one), and every thread of the warpgroup calls
+/// this with the same tile and count.
+#[inline(always)]
+pub(super) unsafe fn store_staged<const PIECES: usize, const OUT_BUFS: u32, O: Output, I: Input>(
+    epi: &Epilogue<O>,
+    acc: &mut [WgmmaAcc; PIECES],
+    (row0, col0): (u32, u32),
+    (warp, wg_m): (WarpCoord, u32),
+    tmap_c: u64,
+    (buf0, full0, free0): (u32, u32, u32),
+    (issuer, mut staged): (bool, u32),
+) -> u32 {
+    let lane = warp.lane;
+    if epi.alpha != 1.0 || !epi.bias.is_null() || epi.activation != 0 {
+        let row_base = row0 + warp.warp_m * 16;
+        let (alpha, bias, activation) = (epi.alpha, epi.bias, epi.activation);
+        // SAFETY: the bias holds the tile's rows.
+        unsafe {
+            scale_bias_activate::<1, 16, I>(
+                core::array::from_mut(&mut acc[0]),
+                alpha,
+                bias,
+                activation,
+                row_base,
+                lane,
+            );
+            if PIECES == 2 {
+                let last = core::array::from_mut(&mut acc[PIECES - 1]);
+                scale_bias_activate::<1, 16, I>(last, alpha, bias, activation, row_base, lane);
+            }
+        }
+    }
+    // The pieces and their chunks written out (4 of 32 f32 columns, or 2 of 64 16-bit columns), so that every
+    // accumulator index is a constant: a loop that LLVM leaves rolled would put the accumulators in local memory.
+    let warp_row = (warp.warp_m % WARPGROUP_WARPS) * 16;
+    let ctx = StageCtx { c: epi.c, ldc: epi.ldc, n: epi.n, row: row0 + wg_m * 64, lane, warp_row };
+    let bufs = (tmap_c, buf0, full0, free0, issuer);
+    // SAFETY: forwarded.
+    unsafe {
+        staged = stage_piece::<OUT_BUFS, O>(&acc[0], col0, &ctx, bufs, staged);
+        if PIECES == 2 {
+            staged = stage_piece::<OUT_BUFS, O>(&acc[PIECES - 1], col0 + WGMMA_N, &ctx, bufs, staged);
+        }
+    }
+    staged
+}
+
+/// Stages and stores one 128-column piece (first column `col`) chunk by chunk ([`stage_chunk`]).
+///
+/// # Safety
+/// As [`stage_chunk`].
+#[inline(always)]
+unsafe fn stage_piece<const OUT_BUFS: u32, O: Output>(
+    piece: &WgmmaAcc,
+    col: u32,
+    ctx: &StageCtx<O>,
+    bufs: (u64, u32, u32, u32, bool),
+    mut staged: u32,
+) -> u32 {
+    // SAFETY: forwarded.
+    unsafe {
+        staged = stage_chunk::<0, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
+        staged = stage_chunk::<1, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
+        if O::BYTES == 4 {
+            staged = stage_chunk::<2, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
+            staged = stage_chunk::<3, OUT_BUFS, O>(piece, col, ctx, bufs, staged);
+        }
+    }
+    staged
+}
+
+/// What [`stage_chunk`] needs of the warpgroup's tile: C (for the columns past C's map), its columns, the tile's
+/// first row in C, the thread's lane and its warp's first row in the warpgroup's 64.
+struct StageCtx<O> {
+    c: *mut O,
+    ldc: u32,
+    n: u32,
+    row: u32,
+    lane: u32,
+    warp_row: u32,
+}
+
+/// Stages chunk `CI` (128 bytes of each of the warpgroup's 64 rows: columns `CI * 128 / O::BYTES ..` of `piece`,
+/// whose first column is C's `col`) in the next staging buffer and has the issuer store it (see
+/// [`store_staged`]); nothing when the chunk lies wholly past C's last column. Returns the new count of filled
+/// buffers.
+///
+/// # Safety
+/// As [`store_staged`]; `bufs` is (C's map, the first buffer, its `full` and `free` barriers, whether this thread
+/// issues the stores).
+#[inline(always)]
+unsafe fn stage_chunk<const CI: u32, const OUT_BUFS: u32, O: Output>(
+    piece: &WgmmaAcc,
+    col: u32,
+    ctx: &StageCtx<O>,
+    (tmap_c, buf0, full0, free0, issuer): (u64, u32, u32, u32, bool),
+    staged: u32,
+) -> u32 {
+    // A buffer row is 128 bytes: `cols` columns of C, `tiles` n8 accumulator tiles; each thread holds two rows of
+    // every n8 tile (g and g + 8 of its warp's 16) and two adjacent columns (2t, 2t + 1) of it.
+    let cols = 128 / O::BYTES;
+    let tiles = cols / 8;
+    let col = col + CI * cols;
+    let (g, t) = (ctx.lane / 4, ctx.lane % 4);
+    // C's map ends at the last whole 16 bytes of a row (a TMA store writes whole 16-byte units: one ending past C's
+    // last column would write the padding after it); the columns past that, fewer than 16 bytes, are stored from
+    // the registers. (The same for the whole warpgroup.)
+    let n_map = c_map_columns(ctx.n, O::BYTES);
+    if col + cols > n_map {
+        for i in 0..tiles {
+            let d = &piece[(CI * tiles + i) as usize];
+            for half in 0..2 {
+                let row = ctx.row + ctx.warp_row + g + 8 * half;
+                for j in 0..2 {
+                    let c = col + i * 8 + 2 * t + j;
+                    if c >= n_map && c < ctx.n {
+                        // SAFETY: (row, c) is an element of C.
+                        unsafe {
+                            O::store(
+                                ctx.c.add(row as usize * ctx.ldc as usize + c as usize),
+                                d[2 * half as usize + j as usize],
+                            )
+                        };
+                    }
+                }
+            }
+        }
+        if col >= n_map {
+            // Nothing of this chunk is in C's map.
+            return staged;
+        }
+    }
+    let b = staged % OUT_BUFS;
+    let (buf, full, free) = (buf0 + b * OUT_STAGE_BYTES, full0 + 16 * b, free0 + 16 * b);
+    // SAFETY (whole chunk): this warpgroup's buffer and barriers; the `free` wait says the store that last read the
+    // buffer has read it (a fresh barrier counts as released).
+    unsafe { ptx::mbarrier_wait(free, ((staged / OUT_BUFS) & 1) ^ 1) };
+    for i in 0..tiles {
+        let d = &piece[(CI * tiles + i) as usize];
+        for half in 0..2 {
+            let r = ctx.warp_row + g + 8 * half;
+            // C's map lays each group of 8 rows out as rows 0, 4, 1, 5, 2, 6, 3, 7 (host/src/gpu/tma.rs `c_map`):
+            // row r is line (r & !7) | 2 (r & 3) | (r & 7) >> 2, so the rows 0-3 (or 4-7) of a half-warp's 64-bit
+            // stores get swizzle patterns 0, 2, 4, 6 (1, 3, 5, 7) and reach all eight 16-byte units of a line.
+            let line = (r & !7) | ((r & 3) << 1) | ((r & 7) >> 2);
+            let x = (i * 8 + 2 * t) * O::BYTES;
+            // 128-byte swizzle: the 16-byte unit of a line is XORed with the line's index mod 8.
+            let addr = buf + line * 128 + ((x / 16) ^ (line % 8)) * 16 + x % 16;
+            unsafe { O::stage_pair(addr, d[2 * half as usize], d[2 * half as usize + 1]) };
+        }
+    }
+    ptx::fence_proxy_async_shared();
+    unsafe { ptx::mbarrier_arrive(full) };
+    if issuer {
+        unsafe {
+            ptx::mbarrier_wait(full, (staged / OUT_BUFS) & 1);
+            ptx::tma_store_4d(tmap_c, (col, 0, 0, ctx.row / 8), buf);
+        }
+        ptx::bulk_commit_group();
+        if OUT_BUFS == 2 {
+            // The store before this one has read its buffer: the other buffer is free.
+            ptx::bulk_wait_group_read::<1>();
+            if staged > 0 {
+                unsafe { ptx::mbarrier_arrive(free0 + 16 * ((staged - 1) % 2)) };
+            }
+        } else {
+            ptx::bulk_wait_group_read::<0>();
+            unsafe { ptx::mbarrier_arrive(free) };
+        }
+    }
+    staged + 1
+}
