@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _native
+from . import _native, _ops
 from ._ops import ACTIVATIONS, activation_code
 
 __version__ = _native.__version__
@@ -94,7 +94,11 @@ def bsr_mm(
     if out is None:
         if beta != 0.0:
             raise ValueError("sparsek: beta scales out's old values; pass out= to use it")
-        return torch.ops.sparsek.bsr_mm(values, crow, col, rows, cols, b, float(alpha), out_dtype)
+        try:
+            return torch.ops.sparsek.bsr_mm(values, crow, col, rows, cols, b, float(alpha), out_dtype)
+        except RuntimeError as e:
+            _ops.raise_type_error(e)
+            raise
     if out_dtype is not None and out_dtype != out.dtype:
         raise TypeError(f"sparsek: out_dtype {out_dtype} differs from out's dtype {out.dtype}")
     if torch.is_grad_enabled() and (out.requires_grad or values.requires_grad or b.requires_grad):
@@ -123,7 +127,11 @@ def linear(
         made (``y^T = W @ x^T`` on column-major views of ``x`` and ``y``), for any number of tokens.
     """
     values, crow, col, _, cols = _bsr_components(w_bsr, "w_bsr")
-    return torch.ops.sparsek.linear(x, values, crow, col, cols, bias, activation_code(activation))
+    try:
+        return torch.ops.sparsek.linear(x, values, crow, col, cols, bias, activation_code(activation))
+    except RuntimeError as e:
+        _ops.raise_type_error(e)
+        raise
 
 
 def cuda_available() -> bool:
