@@ -493,3 +493,40 @@ def raise_type_error(e: RuntimeError) -> None:
     msg = _native.take_type_error()
     if msg is not None and msg == str(e):
         raise TypeError(msg) from None
+
+
+@torch.library.register_fake("sparsek::bsr_mm")
+def _bsr_mm_fake(values, crow_indices, col_indices, rows, cols, b, alpha=1.0, out_dtype=None):
+    out_dtype = _check_mm(values, crow_indices, col_indices, rows, cols, b, out_dtype)
+    return b.new_empty((rows, b.shape[1]), dtype=out_dtype)
+
+
+@torch.library.register_fake("sparsek::bsr_mm_out")
+def _bsr_mm_out_fake(values, crow_indices, col_indices, rows, cols, b, alpha, beta, out):
+    _check_mm(values, crow_indices, col_indices, rows, cols, b, out.dtype)
+    return None
+
+
+@torch.library.register_fake("sparsek::linear")
+def _linear_fake(x, values, crow_indices, col_indices, in_features, bias=None, activation=0):
+    out_features = _check_linear(x, values, crow_indices, col_indices, in_features, bias, activation)
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
+def _no_backward(op: str):
+    def backward(ctx, grad):
+        raise NotImplementedError(
+            f"sparsek: backward through sparsek::{op} is not supported yet (this version is for inference). "
+            "Run the forward under torch.no_grad() / torch.inference_mode(), or keep the weights frozen "
+            "(requires_grad=False) and the input without grad"
+        )
+
+    return backward
+
+
+def _no_context(ctx, inputs, output):
+    return None
+
+
+torch.library.register_autograd("sparsek::bsr_mm", _no_backward("bsr_mm"), setup_context=_no_context)
+torch.library.register_autograd("sparsek::linear", _no_backward("linear"), setup_context=_no_context)
