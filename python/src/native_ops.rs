@@ -16,6 +16,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use pyo3::prelude::*;
@@ -65,6 +66,8 @@ thread_local! {
     static TYPE_ERROR: RefCell<Option<String>> = const { RefCell::new(None) };
     /// The exception the Python twin raised in a delegated call on this thread ([`stash_error`]).
     static STASHED: RefCell<Option<(Kind, String, bool)>> = const { RefCell::new(None) };
+    /// Whether a native kernel of this thread is waiting for the Python twin it called.
+    static DELEGATING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// A tensor argument, read through the shim (borrowed: the stack still owns the handle).
@@ -161,13 +164,22 @@ unsafe fn read<'a>(t: &Torch, h: Handle) -> Result<T<'a>, Stop> {
 /// `_ops._dense`: `(address, ld, col_major)` of the 2-D `(r, c)` with strides `(s0, s1)` (or its transpose), or
 /// `None` when the library cannot read it in place.
 #[allow(clippy::too_many_arguments)]
-fn dense(ptr: u64, r: i64, c: i64, s0: i64, s1: i64, align: i64, esize: i64, transposed: bool) -> Option<(u64, usize, bool)> {
+fn dense(
+    ptr: u64,
+    r: i64,
+    c: i64,
+    s0: i64,
+    s1: i64,
+    align: i64,
+    esize: i64,
+    transposed: bool,
+) -> Option<(u64, usize, bool)> {
     let (r, c, s0, s1) = if transposed { (c, r, s1, s0) } else { (r, c, s0, s1) };
     let round_up = |v: i64, m: i64| (v + m - 1) / m * m;
     if r == 0 || c == 0 {
         return Some((ptr, round_up(c.max(1), align) as usize, false));
     }
-    if ptr % (align * esize) as u64 != 0 {
+    if !ptr.is_multiple_of((align * esize) as u64) {
         return None;
     }
     if s1 == 1 || c == 1 {
@@ -189,10 +201,7 @@ fn dense(ptr: u64, r: i64, c: i64, s0: i64, s1: i64, align: i64, esize: i64, tra
 fn check_bsr(t: &Torch, values: &T, crow: &T, col: &T, rows: i64, cols: i64) -> Result<i64, Stop> {
     let d = &t.dtypes;
     if values.dtype != d.f16 && values.dtype != d.bf16 {
-        return Err(type_err(format!(
-            "sparsek: BSR values must be float16 or bfloat16, not {}",
-            d.name(values.dtype)
-        )));
+        return Err(type_err(format!("sparsek: BSR values must be float16 or bfloat16, not {}", d.name(values.dtype))));
     }
     if (crow.dtype != d.i32 && crow.dtype != d.i64) || col.dtype != crow.dtype {
         return Err(type_err(format!(
@@ -214,9 +223,7 @@ fn check_bsr(t: &Torch, values: &T, crow: &T, col: &T, rows: i64, cols: i64) -> 
         return Err(value(format!("sparsek: block size {bs} is not supported (16, 32, 64 or 128)")));
     }
     if rows.rem_euclid(bs) != 0 || cols.rem_euclid(bs) != 0 {
-        return Err(value(format!(
-            "sparsek: the matrix is {rows}x{cols}, not a multiple of the block size {bs}"
-        )));
+        return Err(value(format!("sparsek: the matrix is {rows}x{cols}, not a multiple of the block size {bs}")));
     }
     let block_rows = rows.div_euclid(bs);
     if cs.len() != 1 || cs[0] != block_rows + 1 {
@@ -227,11 +234,7 @@ fn check_bsr(t: &Torch, values: &T, crow: &T, col: &T, rows: i64, cols: i64) -> 
         )));
     }
     if cols_s.len() != 1 || cols_s[0] != vs[0] {
-        return Err(value(format!(
-            "sparsek: col_indices has shape {}; the values hold {} blocks",
-            col.shape(),
-            vs[0]
-        )));
+        return Err(value(format!("sparsek: col_indices has shape {}; the values hold {} blocks", col.shape(), vs[0])));
     }
     if !crow.same_device(values) || !col.same_device(values) {
         return Err(value(format!(
@@ -289,6 +292,9 @@ struct Checked {
 
 static CHECKED: Mutex<Option<HashMap<CheckedKey, Checked>>> = Mutex::new(None);
 
+/// Benchmarks only ([`set_native_dry_run`]): the native kernels do everything but the product itself.
+static DRY_RUN: AtomicBool = AtomicBool::new(false);
+
 /// Calls `op` (`aten::_version` or `aten::is_inference`) on `h` through the dispatcher.
 fn dispatch_int(t: &Torch, op: &std::ffi::CStr, h: Handle) -> Option<i64> {
     let mut nh: Handle = std::ptr::null_mut();
@@ -344,6 +350,9 @@ fn run(t: &Torch, call: &Call) -> Result<(), Stop> {
         ep: Epilogue::new(call.alpha, 0.0).with_activation(call.activation),
     };
     if values.dev_type == t.device_cpu {
+        if DRY_RUN.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         fn go<TA: sparsek::Scalar, TC: sparsek::Scalar>(p: &Product) -> sparsek::Result<()> {
             // SAFETY: live CPU tensors of the checked sizes, held by the stack during the call.
             unsafe { p.cpu::<TA, TC>() }
@@ -351,10 +360,7 @@ fn run(t: &Torch, call: &Call) -> Result<(), Stop> {
         return by_types!(call.in_name, call.out_name, go(&p)).map_err(lib_err);
     }
     if values.dev_type != t.device_cuda {
-        return Err(value(format!(
-            "sparsek: tensors on {} are not supported (CUDA or CPU)",
-            values.device(t)
-        )));
+        return Err(value(format!("sparsek: tensors on {} are not supported (CUDA or CPU)", values.device(t))));
     }
     let dev = values.dev_index as usize;
     let gpu = opened_gpu(dev).ok_or(Stop::Delegate)?;
@@ -390,6 +396,9 @@ fn run(t: &Torch, call: &Call) -> Result<(), Stop> {
         // SAFETY: the caller's contract, below.
         unsafe { p.launch::<TA, TC>(gpu, s, schedule) }
     }
+    if DRY_RUN.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     let sched = entry.schedule.as_ref().map(|s| &s.get().0);
     // SAFETY: live tensors of the checked sizes on `dev`, the checked copy of their structure (the entry, held
     // under the lock), torch's current stream of `dev`.
@@ -407,7 +416,15 @@ fn empty(t: &Torch, sizes: &[i64], dtype: i32, like: &T) -> Result<Handle, Stop>
     let mut h: Handle = std::ptr::null_mut();
     // SAFETY: arrays of `sizes.len()` values; `h` receives a new owning handle.
     let e = unsafe {
-        (t.empty_strided)(sizes.len() as i64, sizes.as_ptr(), strides.as_ptr(), dtype, like.dev_type, like.dev_index, &mut h)
+        (t.empty_strided)(
+            sizes.len() as i64,
+            sizes.as_ptr(),
+            strides.as_ptr(),
+            dtype,
+            like.dev_type,
+            like.dev_index,
+            &mut h,
+        )
     };
     if !torch_abi::ok(e) || h.is_null() {
         // The allocation failed (out of memory, most likely): the Python path raises torch's own error.
@@ -438,7 +455,7 @@ fn align(t: &Torch, x: &T) -> i64 {
 
 /// Whether the values, indices and bias can be read as they are (`_launch` copies them otherwise).
 fn bsr_in_place(t: &Torch, values: &T, crow: &T, col: &T, bias: Option<&T>) -> bool {
-    let aligned = |x: &T| x.contiguous() && (x.dev_type != t.device_cuda || x.ptr % 16 == 0);
+    let aligned = |x: &T| x.contiguous() && (x.dev_type != t.device_cuda || x.ptr.is_multiple_of(16));
     aligned(values) && crow.contiguous() && col.contiguous() && bias.is_none_or(|b| b.numel() == 0 || aligned(b))
 }
 
@@ -581,10 +598,7 @@ unsafe fn bsr_mm(t: &Torch, stack: *mut u64) -> Result<Handle, Stop> {
     }
     check_dense(t, &b, "b", &values)?;
     if b.sizes[0] != cols {
-        return Err(value(format!(
-            "sparsek: shape mismatch: a is {rows}x{cols}, b is {}x{}",
-            b.sizes[0], b.sizes[1]
-        )));
+        return Err(value(format!("sparsek: shape mismatch: a is {rows}x{cols}, b is {}x{}", b.sizes[0], b.sizes[1])));
     }
     let out_dtype = out_dtype.unwrap_or(values.dtype);
     if out_dtype != t.dtypes.f32 && out_dtype != values.dtype {
@@ -599,7 +613,8 @@ unsafe fn bsr_mm(t: &Torch, stack: *mut u64) -> Result<Handle, Stop> {
     }
     let al = align(t, &b);
     let esize = t.dtypes.size(b.dtype) as i64;
-    let bd = dense(b.ptr, b.sizes[0], b.sizes[1], b.strides[0], b.strides[1], al, esize, false).ok_or(Stop::Delegate)?;
+    let bd =
+        dense(b.ptr, b.sizes[0], b.sizes[1], b.strides[0], b.strides[1], al, esize, false).ok_or(Stop::Delegate)?;
     let n = b.sizes[1];
     let out = empty(t, &[rows, n], out_dtype, &b)?;
     let fail = |s: Stop| {
@@ -641,7 +656,13 @@ unsafe fn bsr_mm(t: &Torch, stack: *mut u64) -> Result<Handle, Stop> {
 ///
 /// # Safety
 /// The stack holds the inputs, owned and not yet freed.
-unsafe fn free_inputs(t: &Torch, stack: *mut u64, tensors: &[usize], opt_tensor: Option<usize>, opt_plain: Option<usize>) {
+unsafe fn free_inputs(
+    t: &Torch,
+    stack: *mut u64,
+    tensors: &[usize],
+    opt_tensor: Option<usize>,
+    opt_plain: Option<usize>,
+) {
     // SAFETY: the caller's contract.
     unsafe {
         for &i in tensors {
@@ -700,18 +721,25 @@ fn finish(
         }
         Stop::Delegate => {
             STASHED.with(|s| s.borrow_mut().take());
+            // The twin hands an exception back through `stash_error` and returns a placeholder (so that libtorch
+            // does not log it as a failed shim call).
+            let was = DELEGATING.with(|d| d.replace(true));
             // SAFETY: the stack is handed over as it came (the twin has the same schema); the call consumes the
             // inputs and leaves the output in slot 0.
-            if torch_abi::ok(unsafe { (t.call_dispatcher)(twin.as_ptr(), c"".as_ptr(), stack) }) {
-                return Ok(());
-            }
+            let called = torch_abi::ok(unsafe { (t.call_dispatcher)(twin.as_ptr(), c"".as_ptr(), stack) });
+            DELEGATING.with(|d| d.set(was));
             match STASHED.with(|s| s.borrow_mut().take()) {
                 Some((kind, msg, type_error)) => {
+                    if called {
+                        // SAFETY: the placeholder output, owned by the stack.
+                        delete(t, unsafe { *stack } as Handle);
+                    }
                     if type_error {
                         TYPE_ERROR.with(|e| *e.borrow_mut() = Some(msg.clone()));
                     }
                     Err((kind, msg))
                 }
+                None if called => Ok(()),
                 None => Err((Kind::Runtime, format!("sparsek: {} failed", twin.to_string_lossy()))),
             }
         }
@@ -796,16 +824,28 @@ pub fn forget_checked(key: CheckedKey) {
     drop(removed);
 }
 
+/// Benchmarks only: with `true`, the native kernels check, allocate and look their structure up as always but
+/// leave the product out (the output stays uninitialised), so that the host cost of the call path can be timed
+/// apart from the CPU backend's arithmetic. Private.
+#[pyfunction]
+pub fn set_native_dry_run(enabled: bool) {
+    DRY_RUN.store(enabled, Ordering::Relaxed);
+}
+
 /// Entries of the native structure cache (tests).
 #[pyfunction]
 pub fn native_checked_len() -> usize {
     CHECKED.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map_or(0, HashMap::len)
 }
 
-/// Stashes the exception the Python twin raised (its class name decides the kind), for the native kernel that
-/// delegated to it. Private.
+/// Stashes the exception the Python twin raised (its class name decides the kind) for the native kernel of this
+/// thread that called it, if one did (returns whether: the twin then returns a placeholder instead of raising).
+/// Private.
 #[pyfunction]
-pub fn stash_error(class: &str, msg: String) {
+pub fn stash_error(class: &str, msg: String) -> bool {
+    if !DELEGATING.with(|d| d.get()) {
+        return false;
+    }
     let (kind, type_error) = match class {
         "ValueError" => (Kind::Value, false),
         "TypeError" => (Kind::Runtime, true),
@@ -813,6 +853,7 @@ pub fn stash_error(class: &str, msg: String) {
         _ => (Kind::Runtime, false),
     };
     STASHED.with(|s| *s.borrow_mut() = Some((kind, msg, type_error)));
+    true
 }
 
 /// The message of the last `TypeError` a native kernel of this thread raised as `RuntimeError` (cleared). Private:
@@ -828,6 +869,7 @@ pub fn add_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(remember_checked, m)?)?;
     m.add_function(wrap_pyfunction!(forget_checked, m)?)?;
     m.add_function(wrap_pyfunction!(native_checked_len, m)?)?;
+    m.add_function(wrap_pyfunction!(set_native_dry_run, m)?)?;
     m.add_function(wrap_pyfunction!(stash_error, m)?)?;
     m.add_function(wrap_pyfunction!(take_type_error, m)?)?;
     Ok(())

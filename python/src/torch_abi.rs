@@ -140,6 +140,16 @@ fn loaded(path: &str) -> Option<*mut c_void> {
     (!h.is_null()).then_some(h)
 }
 
+/// A symbol's address as the function pointer type `F`.
+///
+/// # Safety
+/// `p` is the non-null address of a function with `F`'s signature.
+unsafe fn cast<F: Copy>(p: *mut c_void) -> F {
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: the caller's contract; F is a function pointer type of a pointer's size.
+    unsafe { std::mem::transmute_copy(&p) }
+}
+
 static TORCH: OnceLock<Torch> = OnceLock::new();
 
 /// The resolved functions, once [`Torch::load`] succeeded.
@@ -155,7 +165,8 @@ impl Torch {
         if let Some(t) = TORCH.get() {
             return Ok(t);
         }
-        let cpu = loaded(&format!("{lib_dir}/libtorch_cpu.so")).ok_or_else(|| vec![format!("{lib_dir}/libtorch_cpu.so")])?;
+        let cpu =
+            loaded(&format!("{lib_dir}/libtorch_cpu.so")).ok_or_else(|| vec![format!("{lib_dir}/libtorch_cpu.so")])?;
         let cuda = loaded(&format!("{lib_dir}/libtorch_cuda.so"));
         let mut missing = Vec::new();
         let mut m = |lib: *mut c_void, name: &str| sym(lib, name, hide, &mut missing);
@@ -210,37 +221,37 @@ impl Torch {
         // SAFETY (every transmute below): a non-null address of the named function or object of libtorch's stable
         // C ABI or libstdc++ with the signature stated by torch's headers (shim.h) and the Itanium C++ ABI.
         unsafe {
-            let code = |p: *mut c_void| std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> i32>(p)();
+            let code = |p: *mut c_void| cast::<unsafe extern "C" fn() -> i32>(p)();
             let d: Vec<i32> = dtype_fns.iter().map(|(_, p)| code(*p)).collect();
             let cxx = Cxx {
-                allocate_exception: std::mem::transmute::<*mut c_void, _>(cxx_syms[0]),
-                throw: std::mem::transmute::<*mut c_void, _>(cxx_syms[1]),
-                invalid_argument_ctor: std::mem::transmute::<*mut c_void, _>(cxx_syms[2]),
+                allocate_exception: cast(cxx_syms[0]),
+                throw: cast(cxx_syms[1]),
+                invalid_argument_ctor: cast(cxx_syms[2]),
                 invalid_argument_ti: cxx_syms[3],
-                invalid_argument_dtor: std::mem::transmute::<*mut c_void, _>(cxx_syms[4]),
-                runtime_error_ctor: std::mem::transmute::<*mut c_void, _>(cxx_syms[5]),
+                invalid_argument_dtor: cast(cxx_syms[4]),
+                runtime_error_ctor: cast(cxx_syms[5]),
                 runtime_error_ti: cxx_syms[6],
-                runtime_error_dtor: std::mem::transmute::<*mut c_void, _>(cxx_syms[7]),
+                runtime_error_dtor: cast(cxx_syms[7]),
                 bad_alloc_ti: cxx_syms[8],
-                bad_alloc_dtor: std::mem::transmute::<*mut c_void, _>(cxx_syms[9]),
+                bad_alloc_dtor: cast(cxx_syms[9]),
                 bad_alloc_vtable: cxx_syms[10],
-                operator_delete: std::mem::transmute::<*mut c_void, _>(cxx_syms[11]),
+                operator_delete: cast(cxx_syms[11]),
             };
             let t = Torch {
-                get_data_ptr: std::mem::transmute::<*mut c_void, _>(t_get_data_ptr),
-                get_dim: std::mem::transmute::<*mut c_void, _>(t_get_dim),
-                get_sizes: std::mem::transmute::<*mut c_void, _>(t_get_sizes),
-                get_strides: std::mem::transmute::<*mut c_void, _>(t_get_strides),
-                get_dtype: std::mem::transmute::<*mut c_void, _>(t_get_dtype),
-                get_device_type: std::mem::transmute::<*mut c_void, _>(t_get_device_type),
-                get_device_index: std::mem::transmute::<*mut c_void, _>(t_get_device_index),
-                delete_tensor: std::mem::transmute::<*mut c_void, _>(t_delete),
-                new_tensor_handle: std::mem::transmute::<*mut c_void, _>(t_new),
-                empty_strided: std::mem::transmute::<*mut c_void, _>(t_empty),
-                call_dispatcher: std::mem::transmute::<*mut c_void, _>(t_call),
-                library_init_impl: std::mem::transmute::<*mut c_void, _>(t_init),
-                library_impl: std::mem::transmute::<*mut c_void, _>(t_impl),
-                current_cuda_stream: stream.map(|p| std::mem::transmute::<*mut c_void, _>(p)),
+                get_data_ptr: cast(t_get_data_ptr),
+                get_dim: cast(t_get_dim),
+                get_sizes: cast(t_get_sizes),
+                get_strides: cast(t_get_strides),
+                get_dtype: cast(t_get_dtype),
+                get_device_type: cast(t_get_device_type),
+                get_device_index: cast(t_get_device_index),
+                delete_tensor: cast(t_delete),
+                new_tensor_handle: cast(t_new),
+                empty_strided: cast(t_empty),
+                call_dispatcher: cast(t_call),
+                library_init_impl: cast(t_init),
+                library_impl: cast(t_impl),
+                current_cuda_stream: stream.map(|p| cast(p)),
                 dtypes: DtypeCodes {
                     f16: d[0],
                     bf16: d[1],
@@ -266,7 +277,8 @@ impl Torch {
     pub fn register(&self, ns: &CStr, key: &CStr, kernels: &[(&CStr, BoxedKernel)]) -> Result<(), String> {
         let mut lib: *mut c_void = std::ptr::null_mut();
         // SAFETY: NUL-terminated strings that outlive the call (the file name is static); `lib` receives a handle.
-        let e = unsafe { (self.library_init_impl)(ns.as_ptr(), key.as_ptr(), c"sparsek/_native".as_ptr(), 0, &mut lib) };
+        let e =
+            unsafe { (self.library_init_impl)(ns.as_ptr(), key.as_ptr(), c"sparsek/_native".as_ptr(), 0, &mut lib) };
         if e != 0 || lib.is_null() {
             return Err(format!("aoti_torch_library_init_impl({ns:?}, {key:?}) failed"));
         }
