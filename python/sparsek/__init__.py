@@ -41,6 +41,10 @@ __all__ = [
 ]
 
 
+_LINEAR = torch.ops.sparsek.linear.default
+_BSR_MM = torch.ops.sparsek.bsr_mm.default
+
+
 def _bsr_components(a: torch.Tensor, what: str):
     if not isinstance(a, torch.Tensor) or a.layout != torch.sparse_bsr:
         layout = a.layout if isinstance(a, torch.Tensor) else type(a).__name__
@@ -95,7 +99,10 @@ def bsr_mm(
         if beta != 0.0:
             raise ValueError("sparsek: beta scales out's old values; pass out= to use it")
         try:
-            return torch.ops.sparsek.bsr_mm(values, crow, col, rows, cols, b, float(alpha), out_dtype)
+            if _ops.skips_autograd(b, values, None):
+                with _ops.below_autograd():
+                    return _BSR_MM(values, crow, col, rows, cols, b, float(alpha), out_dtype)
+            return _BSR_MM(values, crow, col, rows, cols, b, float(alpha), out_dtype)
         except RuntimeError as e:
             _ops.raise_type_error(e)
             raise
@@ -127,8 +134,12 @@ def linear(
         made (``y^T = W @ x^T`` on column-major views of ``x`` and ``y``), for any number of tokens.
     """
     values, crow, col, _, cols = _bsr_components(w_bsr, "w_bsr")
+    act = activation_code(activation)
     try:
-        return torch.ops.sparsek.linear(x, values, crow, col, cols, bias, activation_code(activation))
+        if _ops.skips_autograd(x, values, bias):
+            with _ops.below_autograd():
+                return _LINEAR(x, values, crow, col, cols, bias, act)
+        return _LINEAR(x, values, crow, col, cols, bias, act)
     except RuntimeError as e:
         _ops.raise_type_error(e)
         raise

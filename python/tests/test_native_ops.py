@@ -198,6 +198,35 @@ def test_autograd_modes(mode):
     if mode == "grad":
         with pytest.raises(NotImplementedError, match="backward through sparsek::linear"):
             y.sum().backward()
+    else:
+        assert not y.requires_grad
+
+
+def test_wrappers_skip_autograd_only_where_no_grad_is_needed():
+    """The public functions and the module skip the op's autograd kernel where grad mode is off or no input needs
+    grad (the output then needs none); any input that needs grad keeps the formula that refuses backward."""
+    gen = torch.Generator().manual_seed(seed_for("skip-autograd"))
+    a, _ = random_bsr(64, 64, 32, 0.5, torch.float16, torch.int32, "cpu", gen)
+    module = sparsek.BlockSparseLinear.from_bsr(a)
+    x = randn(3, 64, dtype=torch.float16, device="cpu", gen=gen)
+    assert _ops.skips_autograd(x, module.values, module.bias)
+    for y in (sparsek.linear(x, a), module(x), sparsek.bsr_mm(a, x.t())):
+        assert not y.requires_grad and y.grad_fn is None
+    for needs in ("x", "values", "bias"):
+        m = sparsek.BlockSparseLinear.from_bsr(a, bias=torch.zeros(64, dtype=torch.float16)) if needs == "bias" else module
+        xi = x.clone().requires_grad_(needs == "x")
+        if needs == "values":
+            m.values.requires_grad_(True)
+        if needs == "bias":
+            m.bias.requires_grad_(True)
+        assert not _ops.skips_autograd(xi, m.values, m.bias)
+        y = m(xi)
+        assert y.requires_grad
+        with pytest.raises(NotImplementedError, match="backward through sparsek::linear"):
+            y.sum().backward()
+        m.values.requires_grad_(False)
+    with torch.no_grad():
+        assert _ops.skips_autograd(x.clone().requires_grad_(True), module.values, None)
 
 
 def run_python(code: str, **env) -> subprocess.CompletedProcess:
