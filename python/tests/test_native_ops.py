@@ -227,6 +227,8 @@ def test_wrappers_skip_autograd_only_where_no_grad_is_needed():
         m.values.requires_grad_(False)
     with torch.no_grad():
         assert _ops.skips_autograd(x.clone().requires_grad_(True), module.values, None)
+    with torch.inference_mode():  # skipped already
+        assert not _ops.skips_autograd(x, module.values, None)
 
 
 def run_python(code: str, **env) -> subprocess.CompletedProcess:
