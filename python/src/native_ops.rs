@@ -752,8 +752,8 @@ unsafe extern "C-unwind" fn linear_kernel(stack: *mut u64, _args: u64, _outs: u6
     let r = catch_unwind(AssertUnwindSafe(|| unsafe { linear(t, stack) }));
     let e = finish(t, stack, r, c"sparsek::_linear_py", (&[0, 1, 2, 3], Some(5), None));
     if let Err((kind, msg)) = e {
-        // SAFETY: nothing is left to drop but `msg`, which `throw` consumes before throwing.
-        unsafe { throw_owned(t, kind, msg) }
+        // SAFETY: nothing is left to drop in this frame: `throw` consumes `msg` and frees it before throwing.
+        unsafe { torch_abi::throw(t, kind, msg) }
     }
 }
 
@@ -764,25 +764,8 @@ unsafe extern "C-unwind" fn bsr_mm_kernel(stack: *mut u64, _args: u64, _outs: u6
     let e = finish(t, stack, r, c"sparsek::_bsr_mm_py", (&[0, 1, 2, 5], None, Some(7)));
     if let Err((kind, msg)) = e {
         // SAFETY: as in `linear_kernel`.
-        unsafe { throw_owned(t, kind, msg) }
+        unsafe { torch_abi::throw(t, kind, msg) }
     }
-}
-
-/// Throws after freeing `msg` (so that no Rust value is live while the exception unwinds).
-///
-/// # Safety
-/// As [`torch_abi::throw`].
-unsafe fn throw_owned(t: &Torch, kind: Kind, msg: String) -> ! {
-    let c = std::ffi::CString::new(msg.replace('\0', " ")).expect("NULs replaced");
-    drop(msg);
-    let bytes = c.into_bytes();
-    // A fixed buffer: the exception's constructor copies it.
-    let mut buf = [0u8; 1024];
-    let n = bytes.len().min(buf.len() - 1);
-    buf[..n].copy_from_slice(&bytes[..n]);
-    drop(bytes);
-    // SAFETY: the caller's contract; `buf` is NUL-terminated and lives on this frame.
-    unsafe { torch_abi::throw(t, kind, std::str::from_utf8_unchecked(&buf[..n])) }
 }
 
 /// Registers the native CPU and CUDA kernels of `sparsek::linear` and `sparsek::bsr_mm` (their schemas and the

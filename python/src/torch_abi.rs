@@ -304,14 +304,15 @@ pub enum Kind {
     Memory,
 }
 
-/// Throws `kind` with `msg` as a C++ exception.
+/// Throws `kind` with `msg` as a C++ exception (`msg` is freed first).
 ///
 /// # Safety
 /// Called only from a frame that torch's dispatcher called through the boxed-kernel convention (`extern
 /// "C-unwind"`), with nothing left to drop in any Rust frame between here and there: the exception unwinds
 /// through them.
-pub unsafe fn throw(t: &Torch, kind: Kind, msg: &str) -> ! {
+pub unsafe fn throw(t: &Torch, kind: Kind, msg: String) -> ! {
     let c = CString::new(msg.replace('\0', " ")).expect("NULs replaced");
+    drop(msg);
     let x = &t.cxx;
     // SAFETY: the Itanium ABI: allocate room for the exception object (std::runtime_error and its subclasses are
     // one vtable pointer and one reference-counted string: 16 bytes on x86-64 and aarch64; 64 leaves room),
