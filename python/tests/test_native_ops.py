@@ -333,3 +333,29 @@ def test_cuda_native_graph_capture():
     torch.cuda.synchronize()
     assert torch.equal(out, sparsek.linear(x, a, activation="relu"))
     assert not torch.equal(out, ref)
+
+
+@native
+@pytest.mark.parametrize("exc, want", [(MemoryError("no room"), MemoryError), (RuntimeError("driver said no"),
+                                                                                  RuntimeError),
+                                       (ValueError("bad structure"), ValueError)])
+def test_handed_over_call_raises_the_python_exception(monkeypatch, capfd, exc, want):
+    """A call handed to the Python kernel (here: non-contiguous indices) whose launch fails: the native kernel
+    raises the exception's kind (MemoryError as std::bad_alloc, without its message), libtorch logs nothing."""
+    gen = torch.Generator().manual_seed(seed_for("handed-over", want.__name__))
+    a, _ = random_bsr(64, 64, 32, 1.0, torch.float16, torch.int64, "cpu", gen)
+    col = torch.stack([a.col_indices(), a.col_indices()], 1)[:, 0]  # strided: handed over
+    x = randn(2, 64, dtype=torch.float16, device="cpu", gen=gen)
+
+    def fail(*args):
+        raise exc
+
+    monkeypatch.setattr(_ops, "_launch", fail)
+    with pytest.raises(want) as info:
+        torch.ops.sparsek.linear(x, a.values(), a.crow_indices(), col, 64, None, 0)
+    if want is not MemoryError:
+        assert str(info.value) == str(exc)
+    monkeypatch.undo()
+    assert torch.equal(torch.ops.sparsek.linear(x, a.values(), a.crow_indices(), col, 64, None, 0),
+                       torch.ops.sparsek._linear_py(x, a.values(), a.crow_indices(), col, 64, None, 0))
+    assert capfd.readouterr().err == ""
