@@ -16,7 +16,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use pyo3::prelude::*;
@@ -291,6 +291,10 @@ struct Checked {
 }
 
 static CHECKED: Mutex<Option<HashMap<CheckedKey, Checked>>> = Mutex::new(None);
+
+/// Calls the native kernels finished themselves, and calls they handed to the Python kernels ([`native_counts`]).
+static FINISHED: AtomicU64 = AtomicU64::new(0);
+static HANDED_OVER: AtomicU64 = AtomicU64::new(0);
 
 /// Benchmarks only ([`set_native_dry_run`]): the native kernels do everything but the product itself.
 static DRY_RUN: AtomicBool = AtomicBool::new(false);
@@ -694,6 +698,7 @@ fn finish(
 ) -> Result<(), (Kind, String)> {
     let stop = match outcome {
         Ok(Ok(out)) => {
+            FINISHED.fetch_add(1, Ordering::Relaxed);
             // SAFETY: the inputs are owned by the stack and not used again; the output goes to slot 0.
             unsafe {
                 free_inputs(t, stack, inputs.0, inputs.1, inputs.2);
@@ -720,6 +725,7 @@ fn finish(
             Err((kind, msg))
         }
         Stop::Delegate => {
+            HANDED_OVER.fetch_add(1, Ordering::Relaxed);
             STASHED.with(|s| s.borrow_mut().take());
             // The twin hands an exception back through `stash_error` and returns a placeholder (so that libtorch
             // does not log it as a failed shim call).
@@ -815,6 +821,19 @@ pub fn set_native_dry_run(enabled: bool) {
     DRY_RUN.store(enabled, Ordering::Relaxed);
 }
 
+/// `(finished, handed over)`: calls the native kernels finished themselves and calls they handed to the Python
+/// kernels, since the process started (tests, diagnostics). Private.
+#[pyfunction]
+pub fn native_counts() -> (u64, u64) {
+    (FINISHED.load(Ordering::Relaxed), HANDED_OVER.load(Ordering::Relaxed))
+}
+
+/// Whether the native structure cache holds `key` (tests). Private.
+#[pyfunction]
+pub fn native_checked_has(key: CheckedKey) -> bool {
+    CHECKED.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|m| m.contains_key(&key))
+}
+
 /// Entries of the native structure cache (tests).
 #[pyfunction]
 pub fn native_checked_len() -> usize {
@@ -852,6 +871,8 @@ pub fn add_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(remember_checked, m)?)?;
     m.add_function(wrap_pyfunction!(forget_checked, m)?)?;
     m.add_function(wrap_pyfunction!(native_checked_len, m)?)?;
+    m.add_function(wrap_pyfunction!(native_checked_has, m)?)?;
+    m.add_function(wrap_pyfunction!(native_counts, m)?)?;
     m.add_function(wrap_pyfunction!(set_native_dry_run, m)?)?;
     m.add_function(wrap_pyfunction!(stash_error, m)?)?;
     m.add_function(wrap_pyfunction!(take_type_error, m)?)?;

@@ -57,7 +57,10 @@ def test_linear_native_equals_python(device, dtype, index_dtype):
         (randn(4, 200, dtype=dtype, device=device, gen=gen)[:, 3:99], bias, 1),  # unaligned rows: a copy (Python)
         (randn(0, 96, dtype=dtype, device=device, gen=gen), bias, 0),  # no tokens
     ]:
+        done, handed = _ops._native.native_counts()
         y, y_py = both_linear(x, v, c, ci, 96, b, act)
+        if device == "cpu":  # on the CPU every case runs natively (no alignment to keep there)
+            assert _ops._native.native_counts() == (done + 1, handed), (x.shape, x.stride())
         assert y.shape == y_py.shape == (*x.shape[:-1], 128)
         assert y.dtype == dtype and y.device == x.device
         assert torch.equal(y, y_py), (x.shape, x.stride(), act)
@@ -294,15 +297,24 @@ def test_cuda_native_cache_and_recheck():
     a, _ = random_bsr(256, 128, 32, 0.5, torch.float16, torch.int32, "cuda", gen)
     v, c, ci = a.values(), a.crow_indices().clone(), a.col_indices().clone()
     x = randn(16, 128, dtype=torch.float16, device="cuda", gen=gen)
-    before = _ops._native.native_checked_len()
+
+    def key():
+        return ((c.data_ptr(), ci.data_ptr(), False, 256, 128, 32, v.shape[0]), (c._version, ci._version), 0)
+
+    assert not _ops._native.native_checked_has(key())
+    done, handed = _ops._native.native_counts()
     y, y_py = both_linear(x, v, c, ci, 128, None, 0)
     assert torch.equal(y, y_py)
-    assert _ops._native.native_checked_len() == before + 1
+    assert _ops._native.native_counts() == (done, handed + 1)  # the first call checks (in Python)
+    assert _ops._native.native_checked_has(key())
     for _ in range(3):
         assert torch.equal(torch.ops.sparsek.linear(x, v, c, ci, 128, None, 0), y_py)
-    ci.copy_(ci)  # a new version: checked again (and recorded under the new key)
+    assert _ops._native.native_counts() == (done + 3, handed + 1)  # then native
+    ci.copy_(ci)  # a new version: checked again (in Python) and recorded under the new key
+    assert not _ops._native.native_checked_has(key())
     assert torch.equal(torch.ops.sparsek.linear(x, v, c, ci, 128, None, 0), y_py)
-    assert _ops._native.native_checked_len() == before + 2
+    assert _ops._native.native_checked_has(key())
+    assert _ops._native.native_counts() == (done + 3, handed + 2)
     if ci.numel() >= 2:
         bad = ci.clone()
         bad[0], bad[1] = bad[1].item(), bad[0].item()
@@ -356,6 +368,8 @@ def test_handed_over_call_raises_the_python_exception(monkeypatch, capfd, exc, w
     if want is not MemoryError:
         assert str(info.value) == str(exc)
     monkeypatch.undo()
+    done, handed = _ops._native.native_counts()
     assert torch.equal(torch.ops.sparsek.linear(x, a.values(), a.crow_indices(), col, 64, None, 0),
                        torch.ops.sparsek._linear_py(x, a.values(), a.crow_indices(), col, 64, None, 0))
+    assert _ops._native.native_counts() == (done, handed + 1)
     assert capfd.readouterr().err == ""
