@@ -46,10 +46,10 @@ Sections:
   autograd formula, as sparsek's op has), the module, the module under ``torch.compile(fullgraph=True)``, dense
   ``F.linear``, PyTorch's Triton ``bsr_dense_mm``, ``torch.empty`` as the floor of a Python -> torch call, and
   the module and ``F.linear`` as 100 calls captured in one CUDA graph (a replay's time / 100: what is left per
-  call without host overhead, as in a decode loop under CUDA graphs); also the Python kernel of ``sparsek::linear``
-  and ``bsr_mm`` through the dispatcher (their twins ``_linear_py`` / ``_bsr_mm_py``: what the fallback registers
-  where the native kernels are not), ``nn.Linear``, and ``sparsek.bsr_mm`` against ``torch.mm`` on the same dense
-  operand; with the ratios issue 43 targets; in grad mode, under ``torch.no_grad()`` and under ``torch.inference_mode()``.
+  call without host overhead, as in a decode loop under CUDA graphs); also the Python kernel of ``sparsek::linear`` and
+  ``bsr_mm`` through the dispatcher (their twins ``_linear_py`` / ``_bsr_mm_py``: what the fallback registers where the
+  native kernels are not), ``nn.Linear``, and ``sparsek.bsr_mm`` against ``torch.mm`` on the same dense operand; with
+  the ratios issue 43 targets; in grad mode, under ``torch.no_grad()`` and under ``torch.inference_mode()``.
   ``--overhead-dry-run`` leaves sparsek's product out (the host path alone, on the CPU). Wall clock over
   ``--overhead-calls`` calls (2000; 500 with ``--quick``) between two ``synchronize``, median of 9 rounds
   interleaved across the calls. Every call's output is checked first (the floor's excepted).
@@ -612,7 +612,9 @@ def section_mlp(run: Run) -> dict:
 # Section overhead.
 
 SPARSEK_CALLS = ("a", "b", "b_py", "c", "d", "e", "e_compiled", "i", "k", "k_op", "k_py")
-OVERHEAD_MODES = (("grad", contextlib.nullcontext), ("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode))
+OVERHEAD_MODES = (
+    ("grad", contextlib.nullcontext), ("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)
+)
 # The ratios the overhead section reports (issue 43: each within 1.25x): sparsek's call over its dense twin's.
 OVERHEAD_RATIOS = (("a", "f"), ("e", "f_mod"), ("k", "l"), ("b", "f"), ("b_py", "f"))
 

@@ -110,7 +110,11 @@ def bsr_mm(
         raise TypeError(f"sparsek: out_dtype {out_dtype} differs from out's dtype {out.dtype}")
     if torch.is_grad_enabled() and (out.requires_grad or values.requires_grad or b.requires_grad):
         raise RuntimeError("sparsek: bsr_mm(..., out=...) does not support automatic differentiation")
-    torch.ops.sparsek.bsr_mm_out(values, crow, col, rows, cols, b, float(alpha), float(beta), out)
+    try:
+        torch.ops.sparsek.bsr_mm_out(values, crow, col, rows, cols, b, float(alpha), float(beta), out)
+    except RuntimeError as e:
+        _ops.raise_type_error(e)
+        raise
     return out
 
 

@@ -34,9 +34,9 @@ _LIB.define(
     "linear(Tensor x, Tensor values, Tensor crow_indices, Tensor col_indices, SymInt in_features, "
     "Tensor? bias=None, int activation=0) -> Tensor"
 )
-# The Python implementations of ``bsr_mm`` and ``linear`` under names of their own: where the kernels are registered
-# natively (see ``NATIVE_OPS`` below), the native kernel hands a call it does not run itself (a copy to make, a
-# structure to check first) to these through the dispatcher.
+# The Python implementations of ``bsr_mm``, ``linear`` and ``bsr_mm_out`` under names of their own: where the kernels
+# are registered natively (see ``NATIVE_OPS`` below), the native kernel hands a call it does not run itself (a copy to
+# make, a structure to check first) to these through the dispatcher.
 _LIB.define(
     "_bsr_mm_py(Tensor values, Tensor crow_indices, Tensor col_indices, SymInt rows, SymInt cols, Tensor b, "
     "float alpha=1.0, ScalarType? out_dtype=None) -> Tensor"
@@ -44,6 +44,10 @@ _LIB.define(
 _LIB.define(
     "_linear_py(Tensor x, Tensor values, Tensor crow_indices, Tensor col_indices, SymInt in_features, "
     "Tensor? bias=None, int activation=0) -> Tensor"
+)
+_LIB.define(
+    "_bsr_mm_out_py(Tensor values, Tensor crow_indices, Tensor col_indices, SymInt rows, SymInt cols, Tensor b, "
+    "float alpha, float beta, Tensor(a!) out) -> ()"
 )
 
 #: Activation names accepted by ``linear`` and ``BlockSparseLinear``, with the library's codes.
@@ -440,7 +444,7 @@ def linear_impl(x, values, crow_indices, col_indices, in_features, bias=None, ac
     return y
 
 
-def _stashing(impl):
+def _stashing(impl, placeholder=lambda: torch.empty(0)):
     """``impl`` for a twin operator. Called by a native kernel, an exception is handed back to it (the
     dispatcher's C interface would report only that the call failed, and libtorch would log it) with an empty
     placeholder result, and the native kernel raises it; called directly, it raises."""
@@ -451,17 +455,17 @@ def _stashing(impl):
         except BaseException as e:
             kind = next((c.__name__ for c in (TypeError, ValueError, MemoryError) if isinstance(e, c)), "RuntimeError")
             if _native.stash_error(kind, str(e)):
-                return torch.empty(0)
+                return placeholder()
             raise
 
     return twin
 
 
 def _register_native() -> tuple[bool, str]:
-    """Registers the native CPU and CUDA kernels of ``bsr_mm`` and ``linear`` (``sparsek._native``, through torch's
-    stable C ABI found at run time). ``SPARSEK_NATIVE_OPS=0`` keeps the Python kernels; ``=1`` makes a missing
-    symbol an error; unset, a torch without the symbols silently keeps the Python kernels. Returns (registered,
-    why not)."""
+    """Registers the native CPU and CUDA kernels of ``bsr_mm``, ``bsr_mm_out`` and ``linear`` (``sparsek._native``,
+    through torch's stable C ABI found at run time). ``SPARSEK_NATIVE_OPS=0`` keeps the Python kernels; ``=1`` makes
+    a missing symbol an error; unset, a torch without the symbols silently keeps the Python kernels. Returns
+    (registered, why not)."""
     mode = os.environ.get("SPARSEK_NATIVE_OPS", "")
     if mode == "0":
         return False, "SPARSEK_NATIVE_OPS=0"
@@ -476,15 +480,16 @@ def _register_native() -> tuple[bool, str]:
 
 
 for _key in ("CUDA", "CPU"):
-    _LIB.impl("bsr_mm_out", bsr_mm_out_impl, _key)
     _LIB.impl("_bsr_mm_py", _stashing(bsr_mm_impl), _key)
     _LIB.impl("_linear_py", _stashing(linear_impl), _key)
+    _LIB.impl("_bsr_mm_out_py", _stashing(bsr_mm_out_impl, lambda: None), _key)
 
-#: Whether ``bsr_mm`` and ``linear`` run their native kernels (else the Python ones), and why not.
+#: Whether ``bsr_mm``, ``bsr_mm_out`` and ``linear`` run their native kernels (else the Python ones), and why not.
 NATIVE_OPS, NATIVE_OPS_WHY_NOT = _register_native()
 if not NATIVE_OPS:
     for _key in ("CUDA", "CPU"):
         _LIB.impl("bsr_mm", bsr_mm_impl, _key)
+        _LIB.impl("bsr_mm_out", bsr_mm_out_impl, _key)
         _LIB.impl("linear", linear_impl, _key)
 
 

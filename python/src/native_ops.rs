@@ -1,14 +1,14 @@
-//! The CPU and CUDA kernels of `sparsek::linear` and `sparsek::bsr_mm`, registered with torch's dispatcher in
-//! native code through torch's stable C ABI ([`crate::torch_abi`]): a call reads its tensors through the shim,
-//! checks exactly what `sparsek/_ops.py` checks (same exceptions, same messages), allocates the output with
-//! torch's allocator (`aoti_torch_empty_strided`), and launches on torch's current CUDA stream through
-//! `Gpu::spmm_raw` (or runs the CPU backend), with no Python in the call.
+//! The CPU and CUDA kernels of `sparsek::linear`, `sparsek::bsr_mm` and `sparsek::bsr_mm_out`, registered with torch's
+//! dispatcher in native code through torch's stable C ABI ([`crate::torch_abi`]): a call reads its tensors through the
+//! shim, checks exactly what `sparsek/_ops.py` checks (same exceptions, same messages), allocates the output with
+//! torch's allocator (`aoti_torch_empty_strided`), and launches on torch's current CUDA stream through `Gpu::spmm_raw`
+//! (or runs the CPU backend), with no Python in the call.
 //!
 //! Only the common case runs natively. A call that needs a copy (an operand whose rows are not 16-byte aligned,
-//! non-contiguous values, indices or bias, an `x` that cannot be viewed as 2-D), a structure not yet checked on
-//! the device, a device sparsek has not opened yet, or a capture that must pin a checked structure is handed,
-//! stack and all, to the Python implementation, registered as the twin operators `sparsek::_linear_py` and
-//! `sparsek::_bsr_mm_py` (`aoti_torch_call_dispatcher`); the Python layer then records the structure it checked
+//! non-contiguous values, indices or bias, an `x` that cannot be viewed as 2-D), a structure not yet checked on the
+//! device, a device sparsek has not opened yet, or a capture that must pin a checked structure is handed, stack and
+//! all, to the Python implementation, registered as the twin operators `sparsek::_linear_py`, `sparsek::_bsr_mm_py` and
+//! `sparsek::_bsr_mm_out_py` (`aoti_torch_call_dispatcher`); the Python layer then records the structure it checked
 //! here ([`remember_checked`]), so that the next call of that weight runs natively.
 //!
 //! Private API of the `sparsek` package (`sparsek/_ops.py` registers these when torch exports every symbol used).
@@ -277,6 +277,7 @@ struct Call<'a> {
     in_name: &'static str,
     out_name: &'static str,
     alpha: f32,
+    beta: f32,
     activation: Activation,
 }
 
@@ -351,7 +352,7 @@ fn run(t: &Torch, call: &Call) -> Result<(), Stop> {
         c_ld: call.c.1,
         c_col_major: call.c.2,
         bias: call.bias,
-        ep: Epilogue::new(call.alpha, 0.0).with_activation(call.activation),
+        ep: Epilogue::new(call.alpha, call.beta).with_activation(call.activation),
     };
     if values.dev_type == t.device_cpu {
         if DRY_RUN.load(Ordering::Relaxed) {
@@ -467,7 +468,7 @@ fn bsr_in_place(t: &Torch, values: &T, crow: &T, col: &T, bias: Option<&T>) -> b
 ///
 /// # Safety
 /// `stack` holds the operator's 7 arguments in the boxed convention (borrowed here).
-unsafe fn linear(t: &Torch, stack: *mut u64) -> Result<Handle, Stop> {
+unsafe fn linear(t: &Torch, stack: *mut u64) -> Result<Option<Handle>, Stop> {
     // SAFETY: the caller's contract.
     let arg = |i: usize| unsafe { *stack.add(i) };
     // SAFETY: tensor arguments are live handles.
@@ -571,17 +572,18 @@ unsafe fn linear(t: &Torch, stack: *mut u64) -> Result<Handle, Stop> {
         in_name: name,
         out_name: name,
         alpha: 1.0,
+        beta: 0.0,
         activation,
     };
     run(t, &call).map_err(fail)?;
-    Ok(y)
+    Ok(Some(y))
 }
 
 /// `sparsek::bsr_mm(values, crow, col, rows, cols, b, alpha, out_dtype)`: returns the output handle.
 ///
 /// # Safety
 /// As [`linear`], with the operator's 8 arguments.
-unsafe fn bsr_mm(t: &Torch, stack: *mut u64) -> Result<Handle, Stop> {
+unsafe fn bsr_mm(t: &Torch, stack: *mut u64) -> Result<Option<Handle>, Stop> {
     // SAFETY: the caller's contract.
     let arg = |i: usize| unsafe { *stack.add(i) };
     // SAFETY: tensor arguments are live handles.
@@ -649,10 +651,103 @@ unsafe fn bsr_mm(t: &Torch, stack: *mut u64) -> Result<Handle, Stop> {
         in_name: type_name(t, values.dtype),
         out_name: type_name(t, out_dtype),
         alpha: alpha as f32,
+        beta: 0.0,
         activation: Activation::Identity,
     };
     run(t, &call).map_err(fail)?;
-    Ok(out)
+    Ok(Some(out))
+}
+
+/// `_ops._extent`: `(first byte, one past the last byte)` of the memory `x`'s elements span.
+fn extent(t: &Torch, x: &T) -> (u64, u64) {
+    let esize = t.dtypes.size(x.dtype).max(1) as u64;
+    if x.numel() == 0 {
+        return (x.ptr, x.ptr);
+    }
+    if x.contiguous() {
+        return (x.ptr, x.ptr + x.numel() as u64 * esize);
+    }
+    let last: i64 = x.sizes.iter().zip(x.strides).map(|(&n, &st)| (n - 1) * st).sum();
+    (x.ptr, x.ptr + (last as u64 + 1) * esize)
+}
+
+/// `sparsek::bsr_mm_out(values, crow, col, rows, cols, b, alpha, beta, out)`: writes `out` (no output).
+///
+/// # Safety
+/// As [`linear`], with the operator's 9 arguments.
+unsafe fn bsr_mm_out(t: &Torch, stack: *mut u64) -> Result<Option<Handle>, Stop> {
+    // SAFETY: the caller's contract.
+    let arg = |i: usize| unsafe { *stack.add(i) };
+    // SAFETY: tensor arguments are live handles.
+    let (values, crow, col, b, out) = unsafe {
+        (
+            read(t, arg(0) as Handle)?,
+            read(t, arg(1) as Handle)?,
+            read(t, arg(2) as Handle)?,
+            read(t, arg(5) as Handle)?,
+            read(t, arg(8) as Handle)?,
+        )
+    };
+    let (rows, cols) = (arg(3) as i64, arg(4) as i64);
+    let (alpha, beta) = (f64::from_bits(arg(6)), f64::from_bits(arg(7)));
+    // _check_mm with out's dtype
+    let bs = check_bsr(t, &values, &crow, &col, rows, cols)?;
+    if b.dim() != 2 {
+        return Err(value(format!("sparsek: b must be 2-D, not of shape {}", b.shape())));
+    }
+    check_dense(t, &b, "b", &values)?;
+    if b.sizes[0] != cols {
+        return Err(value(format!("sparsek: shape mismatch: a is {rows}x{cols}, b is {}x{}", b.sizes[0], b.sizes[1])));
+    }
+    if out.dtype != t.dtypes.f32 && out.dtype != values.dtype {
+        return Err(type_err(format!(
+            "sparsek: the output must be float32 or the inputs' {}, not {}",
+            t.dtypes.name(values.dtype),
+            t.dtypes.name(out.dtype)
+        )));
+    }
+    let n = b.sizes[1];
+    if out.sizes != [rows, n] {
+        return Err(value(format!("sparsek: out has shape {}; the product is {rows}x{n}", out.shape())));
+    }
+    if !out.same_device(&b) {
+        return Err(value(format!("sparsek: out is on {}, the operands on {}", out.device(t), b.device(t))));
+    }
+    let (o0, o1) = extent(t, &out);
+    for (name, x) in [("the BSR values", &values), ("crow_indices", &crow), ("col_indices", &col), ("b", &b)] {
+        let (e0, e1) = extent(t, x);
+        if o0 < o1 && e0 < e1 && e0 < o1 && o0 < e1 {
+            return Err(value(format!("sparsek: out overlaps {name}: the output must not alias an input")));
+        }
+    }
+    if !bsr_in_place(t, &values, &crow, &col, None) {
+        return Err(Stop::Delegate);
+    }
+    let al = align(t, &b);
+    let bd = dense(b.ptr, b.sizes[0], n, b.strides[0], b.strides[1], al, t.dtypes.size(b.dtype) as i64, false)
+        .ok_or(Stop::Delegate)?;
+    let oal = align(t, &out);
+    let c = dense(out.ptr, rows, n, out.strides[0], out.strides[1], oal, t.dtypes.size(out.dtype) as i64, false)
+        .ok_or(Stop::Delegate)?;
+    let call = Call {
+        values: &values,
+        crow: &crow,
+        col: &col,
+        rows,
+        cols,
+        bs,
+        bias: 0,
+        b: bd,
+        n,
+        c,
+        in_name: type_name(t, values.dtype),
+        out_name: type_name(t, out.dtype),
+        alpha: alpha as f32,
+        beta: beta as f32,
+        activation: Activation::Identity,
+    };
+    run(t, &call)?;
+    Ok(None)
 }
 
 /// Frees the stack's inputs: the handles at `tensors` and the present optional tensor at `opt_tensor`, the heap
@@ -692,17 +787,20 @@ unsafe fn free_inputs(
 fn finish(
     t: &Torch,
     stack: *mut u64,
-    outcome: std::thread::Result<Result<Handle, Stop>>,
+    outcome: std::thread::Result<Result<Option<Handle>, Stop>>,
     twin: &std::ffi::CStr,
     inputs: (&[usize], Option<usize>, Option<usize>),
+    has_output: bool,
 ) -> Result<(), (Kind, String)> {
     let stop = match outcome {
         Ok(Ok(out)) => {
             FINISHED.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: the inputs are owned by the stack and not used again; the output goes to slot 0.
+            // SAFETY: the inputs are owned by the stack and not used again; the output (if any) goes to slot 0.
             unsafe {
                 free_inputs(t, stack, inputs.0, inputs.1, inputs.2);
-                *stack = out as u64;
+                if let Some(out) = out {
+                    *stack = out as u64;
+                }
             }
             return Ok(());
         }
@@ -736,7 +834,7 @@ fn finish(
             DELEGATING.with(|d| d.set(was));
             match STASHED.with(|s| s.borrow_mut().take()) {
                 Some((kind, msg, type_error)) => {
-                    if called {
+                    if called && has_output {
                         // SAFETY: the placeholder output, owned by the stack.
                         delete(t, unsafe { *stack } as Handle);
                     }
@@ -756,7 +854,7 @@ unsafe extern "C-unwind" fn linear_kernel(stack: *mut u64, _args: u64, _outs: u6
     let Some(t) = torch() else { return };
     // SAFETY: torch calls the kernel with the operator's arguments on the stack.
     let r = catch_unwind(AssertUnwindSafe(|| unsafe { linear(t, stack) }));
-    let e = finish(t, stack, r, c"sparsek::_linear_py", (&[0, 1, 2, 3], Some(5), None));
+    let e = finish(t, stack, r, c"sparsek::_linear_py", (&[0, 1, 2, 3], Some(5), None), true);
     if let Err((kind, msg)) = e {
         // SAFETY: nothing is left to drop in this frame: `throw` consumes `msg` and frees it before throwing.
         unsafe { torch_abi::throw(t, kind, msg) }
@@ -767,17 +865,28 @@ unsafe extern "C-unwind" fn bsr_mm_kernel(stack: *mut u64, _args: u64, _outs: u6
     let Some(t) = torch() else { return };
     // SAFETY: as `linear_kernel`.
     let r = catch_unwind(AssertUnwindSafe(|| unsafe { bsr_mm(t, stack) }));
-    let e = finish(t, stack, r, c"sparsek::_bsr_mm_py", (&[0, 1, 2, 5], None, Some(7)));
+    let e = finish(t, stack, r, c"sparsek::_bsr_mm_py", (&[0, 1, 2, 5], None, Some(7)), true);
     if let Err((kind, msg)) = e {
         // SAFETY: as in `linear_kernel`.
         unsafe { torch_abi::throw(t, kind, msg) }
     }
 }
 
-/// Registers the native CPU and CUDA kernels of `sparsek::linear` and `sparsek::bsr_mm` (their schemas and the
-/// twins `sparsek::_linear_py` / `sparsek::_bsr_mm_py` must be defined already). `lib_dir`: torch's `lib`
-/// directory; `hide`: symbols to treat as missing (tests). Returns the missing symbols (nothing registered) or an
-/// empty list (registered).
+unsafe extern "C-unwind" fn bsr_mm_out_kernel(stack: *mut u64, _args: u64, _outs: u64) {
+    let Some(t) = torch() else { return };
+    // SAFETY: as `linear_kernel`.
+    let r = catch_unwind(AssertUnwindSafe(|| unsafe { bsr_mm_out(t, stack) }));
+    let e = finish(t, stack, r, c"sparsek::_bsr_mm_out_py", (&[0, 1, 2, 5, 8], None, None), false);
+    if let Err((kind, msg)) = e {
+        // SAFETY: as in `linear_kernel`.
+        unsafe { torch_abi::throw(t, kind, msg) }
+    }
+}
+
+/// Registers the native CPU and CUDA kernels of `sparsek::linear`, `sparsek::bsr_mm` and `sparsek::bsr_mm_out` (their
+/// schemas and the twins `sparsek::_linear_py`, `_bsr_mm_py`, `_bsr_mm_out_py` must be defined already). `lib_dir`:
+/// torch's `lib` directory; `hide`: symbols to treat as missing (tests). Returns the missing symbols (nothing
+/// registered) or an empty list (registered).
 #[pyfunction]
 #[pyo3(signature = (lib_dir, hide=Vec::new()))]
 pub fn register_native_ops(lib_dir: &str, hide: Vec<String>) -> PyResult<Vec<String>> {
@@ -785,8 +894,8 @@ pub fn register_native_ops(lib_dir: &str, hide: Vec<String>) -> PyResult<Vec<Str
         Ok(t) => t,
         Err(missing) => return Ok(missing),
     };
-    let kernels: [(&std::ffi::CStr, torch_abi::BoxedKernel); 2] =
-        [(c"linear", linear_kernel), (c"bsr_mm", bsr_mm_kernel)];
+    let kernels: [(&std::ffi::CStr, torch_abi::BoxedKernel); 3] =
+        [(c"linear", linear_kernel), (c"bsr_mm", bsr_mm_kernel), (c"bsr_mm_out", bsr_mm_out_kernel)];
     for key in [c"CPU", c"CUDA"] {
         t.register(c"sparsek", key, &kernels).map_err(pyo3::exceptions::PyRuntimeError::new_err)?;
     }

@@ -83,6 +83,28 @@ def test_bsr_mm_native_equals_python(device, out_dtype):
         assert torch.equal(y, y_py), (b.shape, b.stride())
 
 
+@native
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_bsr_mm_out_native_equals_python(device, out_dtype):
+    """out = alpha A b + beta out, in place: both kernels from the same poisoned-free random start, bit for bit;
+    an out whose rows cannot be written in place (handed over: staged in Python) too."""
+    gen = torch.Generator().manual_seed(seed_for("native-mm-out", device, out_dtype))
+    a, _ = random_bsr(64, 96, 32, 0.5, torch.float16, torch.int64, device, gen)
+    v, c, ci = a.values(), a.crow_indices(), a.col_indices()
+    for n, transposed_out in [(16, False), (16, True), (5, False)]:
+        b = randn(96, n, dtype=torch.float16, device=device, gen=gen)
+        start = randn(n, 64, dtype=out_dtype, device=device, gen=gen).t() if transposed_out else \
+            randn(64, n, dtype=out_dtype, device=device, gen=gen)
+        out, out_py = start.clone(), start.clone()
+        if transposed_out:
+            out, out_py = start.t().clone().t(), start.t().clone().t()
+        torch.ops.sparsek.bsr_mm_out(v, c, ci, 64, 96, b, 0.75, -1.25, out)
+        torch.ops.sparsek._bsr_mm_out_py(v, c, ci, 64, 96, b, 0.75, -1.25, out_py)
+        assert torch.equal(out, out_py), (n, transposed_out)
+        assert not torch.equal(out, start)
+
+
 def raised(f):
     """``(type, message)`` of the exception ``f()`` raises, with the public wrappers' TypeError restored."""
     try:
@@ -144,6 +166,23 @@ def test_errors_are_the_python_kernels(device):
         got = raised(lambda: torch.ops.sparsek.bsr_mm(*args))
         want = raised(lambda: torch.ops.sparsek._bsr_mm_py(*args))
         assert got == want, args[3:]
+    out = randn(128, 8, dtype=torch.float32, device=device, gen=gen)
+    before = out.clone()
+    out_cases = [
+        (v, c, ci, 128, 64, b.float(), 1.0, 0.0, out),  # b dtype
+        (v, c, ci, 128, 64, b, 1.0, 0.0, out.to(torch.bfloat16)),  # out dtype
+        (v, c, ci, 128, 64, b, 1.0, 0.0, out[:, :4]),  # out shape
+        (v, c, ci, 128, 64, b, 1.0, 0.0, out[0]),  # 1-D out
+        (v, c, ci, 128, 64, b[:32], 1.0, 0.0, out),  # shape mismatch
+        (v, c, ci, 128, 64, out.view(torch.float16)[:64, :8], 1.0, 0.0, out),  # out over b: refused
+    ]
+    if device == "cuda":
+        out_cases.append((v, c, ci, 128, 64, b, 1.0, 0.0, out.cpu()))
+    for args in out_cases:
+        got = raised(lambda: torch.ops.sparsek.bsr_mm_out(*args))
+        want = raised(lambda: torch.ops.sparsek._bsr_mm_out_py(*args))
+        assert got == want, args[3:8]
+    assert torch.equal(out, before)
 
 
 @native
@@ -216,7 +255,8 @@ def test_wrappers_skip_autograd_only_where_no_grad_is_needed():
     for y in (sparsek.linear(x, a), module(x), sparsek.bsr_mm(a, x.t())):
         assert not y.requires_grad and y.grad_fn is None
     for needs in ("x", "values", "bias"):
-        m = sparsek.BlockSparseLinear.from_bsr(a, bias=torch.zeros(64, dtype=torch.float16)) if needs == "bias" else module
+        bias = torch.zeros(64, dtype=torch.float16)
+        m = sparsek.BlockSparseLinear.from_bsr(a, bias=bias) if needs == "bias" else module
         xi = x.clone().requires_grad_(needs == "x")
         if needs == "values":
             m.values.requires_grad_(True)
