@@ -72,36 +72,19 @@ tma_copy! {
     "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [{m}, {{{x}, {y}, {z}, {w}}}], [{s}];"
 }
 
-/// `cp.async.bulk.commit_group`: closes this thread's current bulk async-group (the stores issued since the last
-/// commit).
-#[inline(always)]
-pub fn bulk_commit_group() {
-    // SAFETY: no operands.
-    unsafe { asm!("cp.async.bulk.commit_group;", options(nostack)) };
-}
-
-/// `cp.async.bulk.wait_group.read N`: waits until at most `N` of this thread's committed bulk async-groups are
-/// still reading their shared-memory sources (their global writes may still be under way).
-#[inline(always)]
-pub fn bulk_wait_group_read<const N: u32>() {
-    // SAFETY: no operands.
-    unsafe { asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack)) };
-}
-
-/// `cp.async.bulk.wait_group N`: waits until at most `N` of this thread's committed bulk async-groups are
-/// incomplete (for 0: every store issued is done, its writes performed).
-#[inline(always)]
-pub fn bulk_wait_group<const N: u32>() {
-    // SAFETY: no operands.
-    unsafe { asm!("cp.async.bulk.wait_group {n};", n = const N, options(nostack)) };
-}
-
-/// `fence.proxy.async.shared::cta`: orders this thread's earlier shared-memory accesses (generic proxy) before
-/// later accesses of the async proxy (a TMA store reading them).
-#[inline(always)]
-pub fn fence_proxy_async_shared() {
-    // SAFETY: no operands.
-    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+ordering_asm! {
+    /// `cp.async.bulk.commit_group`: closes this thread's current bulk async-group (the stores issued since the
+    /// last commit).
+    bulk_commit_group: "cp.async.bulk.commit_group;";
+    /// `cp.async.bulk.wait_group.read N`: waits until at most `N` of this thread's committed bulk async-groups are
+    /// still reading their shared-memory sources (their global writes may still be under way).
+    bulk_wait_group_read<N>: "cp.async.bulk.wait_group.read {N};";
+    /// `cp.async.bulk.wait_group N`: waits until at most `N` of this thread's committed bulk async-groups are
+    /// incomplete (for 0: every store issued is done, its writes performed).
+    bulk_wait_group<N>: "cp.async.bulk.wait_group {N};";
+    /// `fence.proxy.async.shared::cta`: orders this thread's earlier shared-memory accesses (generic proxy) before
+    /// later accesses of the async proxy (a TMA store reading them).
+    fence_proxy_async_shared: "fence.proxy.async.shared::cta;";
 }
 
 /// The generic address of the kernel's first parameter (`<kernel>_param_0`, as LLVM names it), where the sm_90a
