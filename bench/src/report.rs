@@ -97,6 +97,27 @@ impl Outcome {
         Outcome { kind: format!("unavailable: {reason}"), ..Default::default() }
     }
 
+    /// A made-up outcome for tests and fuzz targets: `kind`, `timing`, and when `passed` is given a check of 10
+    /// elements that passed or had one failure.
+    #[doc(hidden)]
+    pub fn synthetic(kind: &str, timing: Option<Timing>, passed: Option<bool>) -> Outcome {
+        Outcome {
+            kind: kind.into(),
+            check: passed.map(|p| Check {
+                passed: p,
+                checked: 10,
+                failures: usize::from(!p),
+                max_abs_err: 1e-6,
+                max_rel_err: 1e-7,
+                atol: 1e-5,
+                rtol: 1e-6,
+                detail: if p { "PASS" } else { "FAIL" }.into(),
+            }),
+            timing,
+            sets: 1,
+        }
+    }
+
     /// The median time, if timed.
     pub fn ms(&self) -> Option<f64> {
         self.timing.as_ref().map(|t| t.median_ms)
@@ -527,21 +548,7 @@ pub(crate) mod tests {
     use sparsek::format::Pattern;
 
     pub(crate) fn outcome(kind: &str, ms: Option<f64>, passed: Option<bool>) -> Outcome {
-        Outcome {
-            kind: kind.into(),
-            check: passed.map(|p| Check {
-                passed: p,
-                checked: 10,
-                failures: usize::from(!p),
-                max_abs_err: 1e-6,
-                max_rel_err: 1e-7,
-                atol: 1e-5,
-                rtol: 1e-6,
-                detail: "PASS".into(),
-            }),
-            timing: ms.map(|t| Timing { median_ms: t, min_ms: t, max_ms: t, samples: 30 }),
-            sets: 1,
-        }
+        Outcome::synthetic(kind, ms.map(|t| Timing { median_ms: t, min_ms: t, max_ms: t, samples: 30 }), passed)
     }
 
     pub(crate) fn record(bs: usize, density: f64, sparsek: f64, cublas: Option<f64>) -> Record {

@@ -19,7 +19,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use sparsek::format::Pattern;
 use sparsek_bench::compare::Verdict;
-use sparsek_bench::report::{Check, Outcome, Timing};
+use sparsek_bench::report::{Outcome, Timing};
 use sparsek_bench::{Case, Header, Record, Results, compare};
 
 sparsek_fuzz::asan_options!();
@@ -64,21 +64,11 @@ struct Input {
 }
 
 fn outcome(kind: &str, t: Option<(f64, f64, f64)>, passed: Option<bool>) -> Outcome {
-    Outcome {
-        kind: kind.into(),
-        check: passed.map(|p| Check {
-            passed: p,
-            checked: 1,
-            failures: usize::from(!p),
-            max_abs_err: 0.0,
-            max_rel_err: 0.0,
-            atol: 1e-5,
-            rtol: 1e-6,
-            detail: String::new(),
-        }),
-        timing: t.map(|(median_ms, min_ms, max_ms)| Timing { median_ms, min_ms, max_ms, samples: 3 }),
-        sets: 1,
-    }
+    Outcome::synthetic(
+        kind,
+        t.map(|(median_ms, min_ms, max_ms)| Timing { median_ms, min_ms, max_ms, samples: 3 }),
+        passed,
+    )
 }
 
 fn record(r: &Rec) -> Record {
@@ -138,9 +128,7 @@ fn key(r: &Record) -> (usize, usize, usize, usize, u64, String) {
 }
 
 fn trusted_sparsek(r: &Record) -> bool {
-    r.error.is_none()
-        && r.sparsek.check.as_ref().is_some_and(|c| c.passed)
-        && r.sparsek.timing.is_some()
+    r.error.is_none() && r.sparsek.check.as_ref().is_some_and(|c| c.passed) && r.sparsek.timing.is_some()
 }
 
 fuzz_target!(|t: Input| {
@@ -164,10 +152,7 @@ fuzz_target!(|t: Input| {
     }
     if c.passed() {
         for case in &c.cases {
-            assert!(
-                matches!(case.verdict, Verdict::Unchanged | Verdict::Faster | Verdict::NotCompared(_)),
-                "{case:?}"
-            );
+            assert!(matches!(case.verdict, Verdict::Unchanged | Verdict::Faster | Verdict::NotCompared(_)), "{case:?}");
         }
     }
     for case in &c.cases {

@@ -17,30 +17,10 @@ pub(crate) trait Input {
 
 /// f16 inputs.
 pub(crate) struct F16In;
-impl Input for F16In {
-    #[inline(always)]
-    fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
-        ptx::mma_m16n8k16_f32_f16(d, a, b)
-    }
-    #[inline(always)]
-    fn widen(bits: u16) -> f32 {
-        ptx::cvt_f32_f16(bits)
-    }
-}
 
 /// bf16 inputs (unused by the tuning module, which is f16 only).
 #[cfg_attr(feature = "tune-kernels", allow(dead_code))]
 pub(crate) struct Bf16In;
-impl Input for Bf16In {
-    #[inline(always)]
-    fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
-        ptx::mma_m16n8k16_f32_bf16(d, a, b)
-    }
-    #[inline(always)]
-    fn widen(bits: u16) -> f32 {
-        ptx::bf16_bits_to_f32(bits)
-    }
-}
 
 /// An element type the epilogue can write.
 pub(crate) trait Output: Copy {
@@ -95,30 +75,50 @@ impl Output for f32 {
     }
 }
 
-/// f16 output, as raw bits.
-impl Output for u16 {
-    #[inline(always)]
-    unsafe fn load(p: *const u16) -> f32 {
-        // SAFETY: the caller guarantees the element is readable.
-        ptx::cvt_f32_f16(unsafe { ptx::ld_global_u16(p) })
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut u16, v: f32) {
-        // SAFETY: the caller guarantees the element is writable.
-        unsafe { ptx::st_global_u16(p, ptx::cvt_f16x2_f32(v, 0.0) as u16) }
-    }
-    #[inline(always)]
-    unsafe fn store_pair(p: *mut u16, v0: f32, v1: f32) {
-        // SAFETY: the caller guarantees the elements are writable and 4-byte aligned.
-        unsafe { ptx::st_global_u32(p as *mut u32, ptx::cvt_f16x2_f32(v0, v1)) }
-    }
-    const BYTES: u32 = 2;
-    #[inline(always)]
-    unsafe fn stage_pair(addr: u32, v0: f32, v1: f32) {
-        // SAFETY: the caller guarantees the address.
-        unsafe { ptx::st_shared_u32(addr, ptx::cvt_f16x2_f32(v0, v1)) }
-    }
+/// The [`Input`] and [`Output`] impls of a 16-bit float type: `$input` multiplies with `$mma`, `$t` holds the
+/// type's bits in memory; `$widen` turns bits into f32 (exact), `$narrow` (`cvt.rn.<type>x2.f32`) rounds two f32
+/// into one u32 of two elements, the low half the first.
+macro_rules! half_float {
+    (input $input:ty, output $t:ty, $mma:path, $widen:path, $narrow:path) => {
+        impl Input for $input {
+            #[inline(always)]
+            fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+                $mma(d, a, b)
+            }
+            #[inline(always)]
+            fn widen(bits: u16) -> f32 {
+                $widen(bits)
+            }
+        }
+
+        impl Output for $t {
+            #[inline(always)]
+            unsafe fn load(p: *const $t) -> f32 {
+                // SAFETY: the caller guarantees the element is readable.
+                $widen(unsafe { ptx::ld_global_u16(p.cast::<u16>()) })
+            }
+            #[inline(always)]
+            unsafe fn store(p: *mut $t, v: f32) {
+                // SAFETY: the caller guarantees the element is writable.
+                unsafe { ptx::st_global_u16(p.cast::<u16>(), $narrow(v, 0.0) as u16) }
+            }
+            #[inline(always)]
+            unsafe fn store_pair(p: *mut $t, v0: f32, v1: f32) {
+                // SAFETY: the caller guarantees the elements are writable and 4-byte aligned.
+                unsafe { ptx::st_global_u32(p.cast::<u32>(), $narrow(v0, v1)) }
+            }
+            const BYTES: u32 = 2;
+            #[inline(always)]
+            unsafe fn stage_pair(addr: u32, v0: f32, v1: f32) {
+                // SAFETY: the caller guarantees the address.
+                unsafe { ptx::st_shared_u32(addr, $narrow(v0, v1)) }
+            }
+        }
+    };
 }
+
+// f16: F16In's fragments, u16 outputs (the bits).
+half_float!(input F16In, output u16, ptx::mma_m16n8k16_f32_f16, ptx::cvt_f32_f16, ptx::cvt_f16x2_f32);
 
 /// bf16 output, as raw bits.
 #[derive(Clone, Copy)]
@@ -126,29 +126,7 @@ impl Output for u16 {
 #[cfg_attr(feature = "tune-kernels", allow(dead_code))]
 pub(crate) struct Bf16(u16);
 
-impl Output for Bf16 {
-    #[inline(always)]
-    unsafe fn load(p: *const Bf16) -> f32 {
-        // SAFETY: the caller guarantees the element is readable.
-        ptx::bf16_bits_to_f32(unsafe { ptx::ld_global_u16(p as *const u16) })
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut Bf16, v: f32) {
-        // SAFETY: the caller guarantees the element is writable.
-        unsafe { ptx::st_global_u16(p as *mut u16, ptx::cvt_bf16x2_f32(v, 0.0) as u16) }
-    }
-    #[inline(always)]
-    unsafe fn store_pair(p: *mut Bf16, v0: f32, v1: f32) {
-        // SAFETY: the caller guarantees the elements are writable and 4-byte aligned.
-        unsafe { ptx::st_global_u32(p as *mut u32, ptx::cvt_bf16x2_f32(v0, v1)) }
-    }
-    const BYTES: u32 = 2;
-    #[inline(always)]
-    unsafe fn stage_pair(addr: u32, v0: f32, v1: f32) {
-        // SAFETY: the caller guarantees the address.
-        unsafe { ptx::st_shared_u32(addr, ptx::cvt_bf16x2_f32(v0, v1)) }
-    }
-}
+half_float!(input Bf16In, output Bf16, ptx::mma_m16n8k16_f32_bf16, ptx::bf16_bits_to_f32, ptx::cvt_bf16x2_f32);
 
 /// Entry `i` of a BSR index array whose entries are `1 << shift` bytes wide (4: u32, 8: u64), as u32. Entries are
 /// little-endian and every valid value is below 2^32 (the host checks the structure's sizes), so the low 32 bits

@@ -27,20 +27,15 @@ import sparsek  # noqa: E402
 from sparsek import _ops  # noqa: E402
 
 # (op, M, K, N or tokens, bs, density, pattern)
-CASES = [
-    ("bsr_mm", 8192, 8192, 8192, 64, 0.22, "skewed"),
-    ("bsr_mm", 8192, 8192, 8192, 128, 0.22, "skewed"),
-    ("bsr_mm", 8192, 8192, 8192, 64, 0.22, "uniform"),
-    ("bsr_mm", 8192, 8192, 1, 64, 0.22, "skewed"),
-    ("bsr_mm", 8192, 8192, 16, 64, 0.22, "skewed"),
-    ("bsr_mm", 16384, 16384, 8, 64, 0.22, "skewed"),
-    ("bsr_mm", 16384, 16384, 64, 64, 0.22, "skewed"),
-    ("bsr_mm", 16384, 16384, 8, 64, 0.22, "uniform"),
-    ("linear", 11008, 4096, 16, 64, 0.2, "skewed"),
-    ("linear", 11008, 4096, 48, 64, 0.2, "skewed"),
-    ("linear", 11008, 4096, 512, 64, 0.2, "skewed"),
-    ("linear", 4096, 11008, 16, 64, 0.2, "skewed"),
-]
+CASES = (
+    [("bsr_mm", 8192, 8192, 8192, bs, 0.22, "skewed") for bs in (64, 128)]
+    + [("bsr_mm", 8192, 8192, 8192, 64, 0.22, "uniform")]
+    + [("bsr_mm", 8192, 8192, n, 64, 0.22, "skewed") for n in (1, 16)]
+    + [("bsr_mm", 16384, 16384, n, 64, 0.22, "skewed") for n in (8, 64)]
+    + [("bsr_mm", 16384, 16384, 8, 64, 0.22, "uniform")]
+    + [("linear", 11008, 4096, n, 64, 0.2, "skewed") for n in (16, 48, 512)]
+    + [("linear", 4096, 11008, 16, 64, 0.2, "skewed")]
+)
 QUICK = [("bsr_mm", 2048, 2048, 2048, 64, 0.22, "skewed"), ("linear", 2048, 1024, 16, 64, 0.2, "skewed")]
 
 

@@ -10,12 +10,7 @@ use crate::{output, root, run};
 
 const RUN_SCRIPT: &str = include_str!("../assets/run-gpu-tests.sh");
 
-pub fn gpu_dist(args: &[String]) -> Result<(), String> {
-    let python = match args {
-        [] => false,
-        [a] if a == "--python" => true,
-        _ => return Err(format!("gpu-dist takes only --python, got {args:?}")),
-    };
+pub fn gpu_dist(python: bool) -> Result<(), String> {
     let root = root();
     let dist = root.join("dist");
     let _ = std::fs::remove_dir_all(&dist);

@@ -28,9 +28,9 @@ verbs:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("build-ptx") => ptx::build_ptx(&args[1..]),
+        Some("build-ptx") => flag(&args, "--check").and_then(ptx::build_ptx),
         Some("fetch-ptxas") => ptx::fetch_ptxas(),
-        Some("gpu-dist") => dist::gpu_dist(&args[1..]),
+        Some("gpu-dist") => flag(&args, "--python").and_then(dist::gpu_dist),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())
@@ -43,6 +43,15 @@ fn main() -> ExitCode {
             eprintln!("xtask: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Whether the verb `args[0]`, which takes at most the one flag `flag`, was given it; anything else is an error.
+fn flag(args: &[String], flag: &str) -> Result<bool, String> {
+    match &args[1..] {
+        [] => Ok(false),
+        [a] if a == flag => Ok(true),
+        rest => Err(format!("{} takes only {flag}, got {rest:?}", args[0])),
     }
 }
 

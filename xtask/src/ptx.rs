@@ -101,12 +101,7 @@ fn manifest(ptx: &str, archs: &[&str]) -> String {
 const PTXAS_WHEEL: &str = "nvidia-cuda-nvcc==13.0.88";
 const PTXAS_MEMBER: &str = "nvidia/cu13/bin/ptxas";
 
-pub fn build_ptx(args: &[String]) -> Result<(), String> {
-    let check = match args {
-        [] => false,
-        [f] if f == "--check" => true,
-        _ => return Err(format!("build-ptx takes only --check, got {args:?}")),
-    };
+pub fn build_ptx(check: bool) -> Result<(), String> {
     let root = root();
     let linker = build_linker(&root)?;
     let mut stale: Vec<String> = Vec::new();

@@ -68,44 +68,49 @@ impl Cubin {
     }
 }
 
-/// The product module: PTX ISA 8.0 for sm_80, JIT-compiled by the driver for any sm_80+ GPU, and prebuilt for
-/// sm_80 (any 8.x GPU) and sm_90a (H100 / H200): the JIT of the 33 kernels took 20 s on an H100 (2026-11-22).
-pub(crate) static SM80: EmbeddedPtx = EmbeddedPtx {
-    module: Module::Product,
-    arch: Arch::Sm80,
-    name: "sparsek_sm80",
-    description: "PTX ISA 8.0, sm_80 (cp.async + ldmatrix + mma.sync)",
-    ptx: include_bytes!("../../ptx/sparsek_sm80.ptx.zst"),
-    cubins: &[
-        Cubin::sm80(include_bytes!("../../ptx/sparsek_sm80.sm_80.cubin.zst")),
-        Cubin::sm90a(include_bytes!("../../ptx/sparsek_sm80.sm_90a.cubin.zst"), true),
-    ],
-    manifest: include_str!("../../ptx/sparsek_sm80.cubins.txt"),
-};
+/// An [`EmbeddedPtx`] static from `host/ptx/<name>.ptx.zst`, its cubins `<name>.<arch>.cubin.zst` (each given as the
+/// [`Cubin`] constructor, the arch and the constructor's further arguments) and, where it has cubins, the manifest
+/// `<name>.cubins.txt` that `cargo xtask build-ptx` writes beside them.
+macro_rules! embedded_ptx {
+    ($(#[$attr:meta])* $static:ident: $module:ident, $arch:ident, $name:literal, $description:literal,
+     cubins [$($cubin:ident($cubin_arch:literal $(, $more:expr)*)),*]) => {
+        $(#[$attr])*
+        pub(crate) static $static: EmbeddedPtx = EmbeddedPtx {
+            module: Module::$module,
+            arch: Arch::$arch,
+            name: $name,
+            description: $description,
+            ptx: include_bytes!(concat!("../../ptx/", $name, ".ptx.zst")),
+            cubins: &[$(Cubin::$cubin(
+                include_bytes!(concat!("../../ptx/", $name, ".", $cubin_arch, ".cubin.zst")) $(, $more)*
+            )),*],
+            manifest: embedded_ptx!(@manifest $name, $($cubin)*),
+        };
+    };
+    (@manifest $name:literal,) => { "" };
+    (@manifest $name:literal, $($cubin:ident)+) => { include_str!(concat!("../../ptx/", $name, ".cubins.txt")) };
+}
 
-/// The tuning module: every `layout::TUNE_CONFIGS` candidate (f32 output).
-#[cfg(feature = "tuning")]
-pub(crate) static SM80_TUNE: EmbeddedPtx = EmbeddedPtx {
-    module: Module::Tuning,
-    arch: Arch::Sm80,
-    name: "sparsek_sm80_tune",
-    description: "the tuning candidates of layout::TUNE_CONFIGS, sm_80",
-    ptx: include_bytes!("../../ptx/sparsek_sm80_tune.ptx.zst"),
-    cubins: &[],
-    manifest: "",
-};
+embedded_ptx! {
+    /// The product module: PTX ISA 8.0 for sm_80, JIT-compiled by the driver for any sm_80+ GPU, and prebuilt for
+    /// sm_80 (any 8.x GPU) and sm_90a (H100 / H200): the JIT of the 33 kernels took 20 s on an H100 (2026-11-22).
+    SM80: Product, Sm80, "sparsek_sm80", "PTX ISA 8.0, sm_80 (cp.async + ldmatrix + mma.sync)",
+    cubins [sm80("sm_80"), sm90a("sm_90a", true)]
+}
 
-/// The sm_90a module: TMA + wgmma kernels for bs 64 and 128 (`layout::HOPPER_CONFIGS`), prebuilt for sm_90a
-/// (an sm_90a cubin or PTX loads only on compute capability 9.0).
-pub(crate) static SM90A: EmbeddedPtx = EmbeddedPtx {
-    module: Module::Hopper,
-    arch: Arch::Sm90a,
-    name: "sparsek_sm90a",
-    description: "PTX ISA 8.3, sm_90a (TMA + mbarrier + wgmma, warp-specialised; bs 64 and 128)",
-    ptx: include_bytes!("../../ptx/sparsek_sm90a.ptx.zst"),
-    cubins: &[Cubin::sm90a(include_bytes!("../../ptx/sparsek_sm90a.sm_90a.cubin.zst"), false)],
-    manifest: include_str!("../../ptx/sparsek_sm90a.cubins.txt"),
-};
+embedded_ptx! {
+    /// The tuning module: every `layout::TUNE_CONFIGS` candidate (f32 output).
+    #[cfg(feature = "tuning")]
+    SM80_TUNE: Tuning, Sm80, "sparsek_sm80_tune", "the tuning candidates of layout::TUNE_CONFIGS, sm_80", cubins []
+}
+
+embedded_ptx! {
+    /// The sm_90a module: TMA + wgmma kernels for bs 64 and 128 (`layout::HOPPER_CONFIGS`), prebuilt for sm_90a
+    /// (an sm_90a cubin or PTX loads only on compute capability 9.0).
+    SM90A: Hopper, Sm90a, "sparsek_sm90a",
+    "PTX ISA 8.3, sm_90a (TMA + mbarrier + wgmma, warp-specialised; bs 64 and 128)",
+    cubins [sm90a("sm_90a", false)]
+}
 
 /// The decoded images of the process ([`unpack`]), by the address of their embedded frame.
 static DECODED: Mutex<Vec<(usize, Arc<[u8]>)>> = Mutex::new(Vec::new());

@@ -426,17 +426,15 @@ fn render(entries: &[PlanEntry]) -> String {
 /// One plan line, with its line feed.
 fn render_entry(e: &PlanEntry) -> String {
     let (d, k, c) = (&e.device, &e.key, &e.cached);
+    let [input, b_layout, out, c_layout] = k.type_names();
     format!(
-        "{}\t{}.{}\t{}\t{}\tspmm\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.3}\t{:.3}\t{}\n",
+        "{}\t{}.{}\t{}\t{}\tspmm\t{input}\t{b_layout}\t{out}\t{c_layout}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\
+         \t{:.3}\t{:.3}\t{}\n",
         d.name,
         d.compute_capability.0,
         d.compute_capability.1,
         d.driver_version,
         d.modules,
-        k.input.name(),
-        k.b_layout.name(),
-        k.out.name(),
-        k.c_layout.name(),
         k.bs,
         k.m,
         k.k,

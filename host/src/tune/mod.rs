@@ -296,21 +296,24 @@ impl PlanKey {
         let ratio = (max_row_blocks as f64) * (block_rows as f64) / (nnzb as f64);
         1 + (2.0 * ratio.max(1.0).log2()).floor().min(39.0) as u32
     }
+
+    /// The names of A's element type, B's layout, C's type and C's layout, in that order (the key's display and the
+    /// cache file's line both show them so).
+    pub(crate) fn type_names(&self) -> [&'static str; 4] {
+        [self.input.name(), self.b_layout.name(), self.out.name(), self.c_layout.name()]
+    }
 }
 
 impl fmt::Display for PlanKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [input, b_layout, out, c_layout] = self.type_names();
         write!(
             f,
-            "{}x{} bs{} N<={} {} B {} {} C {} nnzb~2^{:.2} skew {}",
+            "{}x{} bs{} N<={} {input} B {b_layout} {out} C {c_layout} nnzb~2^{:.2} skew {}",
             self.m,
             self.k,
             self.bs,
             self.n_bucket,
-            self.input.name(),
-            self.b_layout.name(),
-            self.out.name(),
-            self.c_layout.name(),
             f64::from(self.nnzb_bucket.saturating_sub(1)) / 4.0,
             if self.skew_bucket == 0 { "unknown".to_string() } else { self.skew_bucket.to_string() }
         )

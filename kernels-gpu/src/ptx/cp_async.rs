@@ -25,18 +25,12 @@ pub unsafe fn cp_async_cg_16(dst: u32, src: *const u8, src_bytes: u32) {
     };
 }
 
-/// `cp.async.commit_group`: closes the current group of this thread's cp.async copies.
-#[inline(always)]
-pub fn cp_async_commit() {
-    // SAFETY: no preconditions.
-    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
-}
-
-/// `cp.async.wait_group N`: waits until at most `N` of this thread's most recent groups are still pending.
-#[inline(always)]
-pub fn cp_async_wait<const N: u32>() {
-    // SAFETY: no preconditions; the asm may be seen as writing memory (the copies land), which it does.
-    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
+ordering_asm! {
+    /// `cp.async.commit_group`: closes the current group of this thread's cp.async copies.
+    cp_async_commit: "cp.async.commit_group;";
+    /// `cp.async.wait_group N`: waits until at most `N` of this thread's most recent groups are still pending (the
+    /// asm may be seen as writing memory: the copies land).
+    cp_async_wait<N>: "cp.async.wait_group {N};";
 }
 
 /// [`cp_async_wait`] with a count that is a constant expression of const generics (which cannot be a const

@@ -205,13 +205,10 @@ pub unsafe fn atom_global_min_u64(ptr: *mut u64, v: u64) {
 // thread that observes the atomic and then fences).
 // ---------------------------------------------------------------------------------------------------------------
 
-/// `fence.acq_rel.gpu`: orders this thread's (and, through a preceding CTA barrier, its CTA's) memory accesses
-/// before and after it at GPU scope (sm_70+).
-#[inline(always)]
-pub fn fence_acq_rel_gpu() {
-    // SAFETY: a fence has no memory-safety preconditions; not `nomem`, so the compiler keeps accesses on their
-    // side of it.
-    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
+ordering_asm! {
+    /// `fence.acq_rel.gpu`: orders this thread's (and, through a preceding CTA barrier, its CTA's) memory accesses
+    /// before and after it at GPU scope (sm_70+).
+    fence_acq_rel_gpu: "fence.acq_rel.gpu;";
 }
 
 /// `atom.global.add.u32`: `*ptr += v` atomically (relaxed, GPU scope); returns the old value.

@@ -29,6 +29,20 @@
 //! The sm_90a-only families (mbarrier, TMA `cp.async.bulk.tensor`, `wgmma`, `setmaxnreg`) are in [`sm90`],
 //! compiled only into the sm_90a module (feature `sm90`).
 
+/// Wrappers of instructions without register operands that order or complete memory operations (fences,
+/// async-group commits and waits): `name: "asm";`, or `name<N>: "asm {N};"` with a constant count. Safe: no
+/// memory-safety preconditions; not `nomem`, so the compiler keeps memory accesses on their side.
+macro_rules! ordering_asm {
+    ($($(#[$doc:meta])* $name:ident $(<$n:ident>)?: $template:literal;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name$(<const $n: u32>)?() {
+            // SAFETY: no register operands, no memory-safety preconditions (see the macro).
+            unsafe { asm!($template, $($n = const $n,)? options(nostack)) };
+        }
+    )*};
+}
+
 pub mod barrier;
 pub mod cp_async;
 pub mod cvt;

@@ -82,14 +82,14 @@ pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, co
                 unsafe {
                     ptx::mbarrier_wait(smem.empty(s), ((it / STAGES) & 1) ^ 1);
                     ptx::mbarrier_arrive_expect_tx(full, smem.stage_bytes);
-                    ptx::tma_load_2d(a_slot, tmap_a, kk * BK, blk * BS, full);
+                    ptx::tma_load_2d(a_slot, tmap_a, (kk * BK, blk * BS), full);
                     if b_col {
-                        ptx::tma_load_2d(b_slot, tmap_b, k_row0 + kk * BK, n0, full);
+                        ptx::tma_load_2d(b_slot, tmap_b, (k_row0 + kk * BK, n0), full);
                     } else if b_chunked {
                         ptx::tma_load_3d(b_slot, tmap_b, (0, k_row0 + kk * BK, n0 / 64), full);
                     } else {
                         for jb in 0..BN / 64 {
-                            ptx::tma_load_2d(b_slot + jb * 64 * BK * 2, tmap_b, n0 + 64 * jb, k_row0 + kk * BK, full);
+                            ptx::tma_load_2d(b_slot + jb * 64 * BK * 2, tmap_b, (n0 + 64 * jb, k_row0 + kk * BK), full);
                         }
                     }
                 }

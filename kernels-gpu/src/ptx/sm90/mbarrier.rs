@@ -18,12 +18,10 @@ pub unsafe fn mbarrier_init(bar: u32, count: u32) {
     };
 }
 
-/// `fence.mbarrier_init.release.cluster`: orders this thread's `mbarrier.init`s before later arrivals and TMA
-/// completions (by any thread or the async proxy).
-#[inline(always)]
-pub fn fence_mbarrier_init() {
-    // SAFETY: a fence has no preconditions.
-    unsafe { asm!("fence.mbarrier_init.release.cluster;", options(nostack)) };
+ordering_asm! {
+    /// `fence.mbarrier_init.release.cluster`: orders this thread's `mbarrier.init`s before later arrivals and TMA
+    /// completions (by any thread or the async proxy).
+    fence_mbarrier_init: "fence.mbarrier_init.release.cluster;";
 }
 
 /// `mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], bytes`: this thread arrives on `bar` and adds `bytes` to

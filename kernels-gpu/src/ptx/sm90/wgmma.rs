@@ -13,8 +13,46 @@
 
 use core::arch::asm;
 
+/// `asm!` with the templates `$template`, then the registers of the accumulator rows `$row` as `inout` operands
+/// (row `i`'s four registers are operands `4 i .. 4 i + 3`, in order), then the further operands and options.
+macro_rules! acc_asm {
+    ($($template:expr),+; [$($row:expr),+]; $($rest:tt)*) => {
+        asm!(
+            $($template,)+
+            $(inout(reg32) $row[0], inout(reg32) $row[1], inout(reg32) $row[2], inout(reg32) $row[3],)+
+            $($rest)*
+        )
+    };
+}
+
 /// The accumulators of one `m64n128` piece, per thread: 16 n8 tiles of 4 f32 (the m16n8 fragment layout).
 pub type WgmmaAcc = [[f32; 4]; 16];
+
+/// One `wgmma.mma_async.sync.aligned.<shape>.f32.<t>.<t>` (`t` bf16 when `$bf16`, else f16): the accumulator rows
+/// in and out (the operands `$d_list` names, from `{0}`), the descriptors `$a` and `$b`, the scale-d predicate from
+/// operand `$scale` (`$scale_d`), and B's major order `$trans_b` as an immediate.
+macro_rules! mma_async {
+    ($shape:literal, $bf16:expr, $scale:literal, $d_list:literal; [$($row:expr),+]; $($args:expr),+) => {
+        if $bf16 {
+            mma_async!(@ "bf16", $shape, $scale, $d_list; [$($row),+]; $($args),+)
+        } else {
+            mma_async!(@ "f16", $shape, $scale, $d_list; [$($row),+]; $($args),+)
+        }
+    };
+    (@ $t:literal, $shape:literal, $scale:literal, $d_list:literal; [$($row:expr),+];
+     $a:expr, $b:expr, $scale_d:expr, $trans_b:expr) => {
+        acc_asm!(
+            concat!("{{ .reg .pred p; setp.ne.u32 p, {", $scale, "}, 0;"),
+            concat!("wgmma.mma_async.sync.aligned.", $shape, ".f32.", $t, ".", $t, $d_list);
+            [$($row),+];
+            in(reg64) $a,
+            in(reg64) $b,
+            in(reg32) $scale_d,
+            tb = const $trans_b,
+            options(nostack)
+        )
+    };
+}
 
 /// A shared-memory matrix descriptor with 128-byte swizzle: start address, leading byte offset (LBO) and stride
 /// byte offset (SBO), each encoded as `(x & 0x3FFFF) >> 4` (bits 0-13, 16-29, 32-45); base offset 0 (stage
@@ -73,72 +111,9 @@ pub fn wgmma_wait_group<const N: u32>() {
 pub fn wgmma_fence_operand(d: &mut WgmmaAcc) {
     // SAFETY: emits only a PTX comment.
     unsafe {
-        asm!(
-            "// wgmma accumulators: {0} {1} {2} {3} {4} {5} {6} {7} {8} {9} {10} {11} {12} {13} {14} {15} {16} {17} {18} {19} {20} {21} {22} {23} {24} {25} {26} {27} {28} {29} {30} {31} {32} {33} {34} {35} {36} {37} {38} {39} {40} {41} {42} {43} {44} {45} {46} {47} {48} {49} {50} {51} {52} {53} {54} {55} {56} {57} {58} {59} {60} {61} {62} {63}",
-            inout(reg32) d[0][0],
-            inout(reg32) d[0][1],
-            inout(reg32) d[0][2],
-            inout(reg32) d[0][3],
-            inout(reg32) d[1][0],
-            inout(reg32) d[1][1],
-            inout(reg32) d[1][2],
-            inout(reg32) d[1][3],
-            inout(reg32) d[2][0],
-            inout(reg32) d[2][1],
-            inout(reg32) d[2][2],
-            inout(reg32) d[2][3],
-            inout(reg32) d[3][0],
-            inout(reg32) d[3][1],
-            inout(reg32) d[3][2],
-            inout(reg32) d[3][3],
-            inout(reg32) d[4][0],
-            inout(reg32) d[4][1],
-            inout(reg32) d[4][2],
-            inout(reg32) d[4][3],
-            inout(reg32) d[5][0],
-            inout(reg32) d[5][1],
-            inout(reg32) d[5][2],
-            inout(reg32) d[5][3],
-            inout(reg32) d[6][0],
-            inout(reg32) d[6][1],
-            inout(reg32) d[6][2],
-            inout(reg32) d[6][3],
-            inout(reg32) d[7][0],
-            inout(reg32) d[7][1],
-            inout(reg32) d[7][2],
-            inout(reg32) d[7][3],
-            inout(reg32) d[8][0],
-            inout(reg32) d[8][1],
-            inout(reg32) d[8][2],
-            inout(reg32) d[8][3],
-            inout(reg32) d[9][0],
-            inout(reg32) d[9][1],
-            inout(reg32) d[9][2],
-            inout(reg32) d[9][3],
-            inout(reg32) d[10][0],
-            inout(reg32) d[10][1],
-            inout(reg32) d[10][2],
-            inout(reg32) d[10][3],
-            inout(reg32) d[11][0],
-            inout(reg32) d[11][1],
-            inout(reg32) d[11][2],
-            inout(reg32) d[11][3],
-            inout(reg32) d[12][0],
-            inout(reg32) d[12][1],
-            inout(reg32) d[12][2],
-            inout(reg32) d[12][3],
-            inout(reg32) d[13][0],
-            inout(reg32) d[13][1],
-            inout(reg32) d[13][2],
-            inout(reg32) d[13][3],
-            inout(reg32) d[14][0],
-            inout(reg32) d[14][1],
-            inout(reg32) d[14][2],
-            inout(reg32) d[14][3],
-            inout(reg32) d[15][0],
-            inout(reg32) d[15][1],
-            inout(reg32) d[15][2],
-            inout(reg32) d[15][3],
+        acc_asm!(
+            "// wgmma accumulators: {0} {1} {2} {3} {4} {5} {6} {7} {8} {9} {10} {11} {12} {13} {14} {15} {16} {17} {18} {19} {20} {21} {22} {23} {24} {25} {26} {27} {28} {29} {30} {31} {32} {33} {34} {35} {36} {37} {38} {39} {40} {41} {42} {43} {44} {45} {46} {47} {48} {49} {50} {51} {52} {53} {54} {55} {56} {57} {58} {59} {60} {61} {62} {63}";
+            [d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15]];
             options(nostack)
         )
     };
@@ -154,90 +129,16 @@ pub fn wgmma_fence_operand(d: &mut WgmmaAcc) {
 #[inline(always)]
 pub unsafe fn wgmma_m64n128k16<const BF16: bool, const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64, scale_d: u32) {
     const { assert!(TRANS_B <= 1, "imm-trans-b is 0 or 1") };
-    // One asm statement per element type, written once: the 64 accumulators in and out, the descriptors, the
-    // scale-d predicate, and B's major order as an immediate.
-    macro_rules! mma_async {
-        ($ty:literal, $d:ident) => {
-            asm!(
-                "{{ .reg .pred p; setp.ne.u32 p, {66}, 0;",
-                concat!(
-                    "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty,
-                    " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {64}, {65}, p, 1, 1, 0, {tb}; }}"
-                ),
-                inout(reg32) $d[0][0],
-                inout(reg32) $d[0][1],
-                inout(reg32) $d[0][2],
-                inout(reg32) $d[0][3],
-                inout(reg32) $d[1][0],
-                inout(reg32) $d[1][1],
-                inout(reg32) $d[1][2],
-                inout(reg32) $d[1][3],
-                inout(reg32) $d[2][0],
-                inout(reg32) $d[2][1],
-                inout(reg32) $d[2][2],
-                inout(reg32) $d[2][3],
-                inout(reg32) $d[3][0],
-                inout(reg32) $d[3][1],
-                inout(reg32) $d[3][2],
-                inout(reg32) $d[3][3],
-                inout(reg32) $d[4][0],
-                inout(reg32) $d[4][1],
-                inout(reg32) $d[4][2],
-                inout(reg32) $d[4][3],
-                inout(reg32) $d[5][0],
-                inout(reg32) $d[5][1],
-                inout(reg32) $d[5][2],
-                inout(reg32) $d[5][3],
-                inout(reg32) $d[6][0],
-                inout(reg32) $d[6][1],
-                inout(reg32) $d[6][2],
-                inout(reg32) $d[6][3],
-                inout(reg32) $d[7][0],
-                inout(reg32) $d[7][1],
-                inout(reg32) $d[7][2],
-                inout(reg32) $d[7][3],
-                inout(reg32) $d[8][0],
-                inout(reg32) $d[8][1],
-                inout(reg32) $d[8][2],
-                inout(reg32) $d[8][3],
-                inout(reg32) $d[9][0],
-                inout(reg32) $d[9][1],
-                inout(reg32) $d[9][2],
-                inout(reg32) $d[9][3],
-                inout(reg32) $d[10][0],
-                inout(reg32) $d[10][1],
-                inout(reg32) $d[10][2],
-                inout(reg32) $d[10][3],
-                inout(reg32) $d[11][0],
-                inout(reg32) $d[11][1],
-                inout(reg32) $d[11][2],
-                inout(reg32) $d[11][3],
-                inout(reg32) $d[12][0],
-                inout(reg32) $d[12][1],
-                inout(reg32) $d[12][2],
-                inout(reg32) $d[12][3],
-                inout(reg32) $d[13][0],
-                inout(reg32) $d[13][1],
-                inout(reg32) $d[13][2],
-                inout(reg32) $d[13][3],
-                inout(reg32) $d[14][0],
-                inout(reg32) $d[14][1],
-                inout(reg32) $d[14][2],
-                inout(reg32) $d[14][3],
-                inout(reg32) $d[15][0],
-                inout(reg32) $d[15][1],
-                inout(reg32) $d[15][2],
-                inout(reg32) $d[15][3],
-                in(reg64) a,
-                in(reg64) b,
-                in(reg32) scale_d,
-                tb = const TRANS_B,
-                options(nostack)
-            )
-        };
-    }
     // SAFETY: the caller guarantees the descriptors and convergence.
-    unsafe { if BF16 { mma_async!("bf16", d) } else { mma_async!("f16", d) } }
+    unsafe {
+        mma_async!(
+            "m64n128k16", BF16, 66,
+            " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {64}, {65}, p, 1, 1, 0, {tb}; }}";
+            [d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+             d[13], d[14], d[15]];
+            a, b, scale_d, TRANS_B
+        )
+    }
 }
 
 /// `wgmma.mma_async.sync.aligned.m64n256k16.f32.{f16|bf16}`: as [`wgmma_m64n128k16`] over 256 columns, whose
@@ -253,150 +154,16 @@ pub unsafe fn wgmma_m64n256k16<const BF16: bool, const TRANS_B: u32>(
     scale_d: u32,
 ) {
     const { assert!(TRANS_B <= 1, "imm-trans-b is 0 or 1") };
-    macro_rules! mma_async {
-        ($ty:literal, $d:ident) => {
-            asm!(
-                "{{ .reg .pred p; setp.ne.u32 p, {130}, 0;",
-                concat!(
-                    "wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty,
-                    " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}, {64}, {65}, {66}, {67}, {68}, {69}, {70}, {71}, {72}, {73}, {74}, {75}, {76}, {77}, {78}, {79}, {80}, {81}, {82}, {83}, {84}, {85}, {86}, {87}, {88}, {89}, {90}, {91}, {92}, {93}, {94}, {95}, {96}, {97}, {98}, {99}, {100}, {101}, {102}, {103}, {104}, {105}, {106}, {107}, {108}, {109}, {110}, {111}, {112}, {113}, {114}, {115}, {116}, {117}, {118}, {119}, {120}, {121}, {122}, {123}, {124}, {125}, {126}, {127}}}, {128}, {129}, p, 1, 1, 0, {tb}; }}"
-                ),
-                inout(reg32) $d[0][0][0],
-                inout(reg32) $d[0][0][1],
-                inout(reg32) $d[0][0][2],
-                inout(reg32) $d[0][0][3],
-                inout(reg32) $d[0][1][0],
-                inout(reg32) $d[0][1][1],
-                inout(reg32) $d[0][1][2],
-                inout(reg32) $d[0][1][3],
-                inout(reg32) $d[0][2][0],
-                inout(reg32) $d[0][2][1],
-                inout(reg32) $d[0][2][2],
-                inout(reg32) $d[0][2][3],
-                inout(reg32) $d[0][3][0],
-                inout(reg32) $d[0][3][1],
-                inout(reg32) $d[0][3][2],
-                inout(reg32) $d[0][3][3],
-                inout(reg32) $d[0][4][0],
-                inout(reg32) $d[0][4][1],
-                inout(reg32) $d[0][4][2],
-                inout(reg32) $d[0][4][3],
-                inout(reg32) $d[0][5][0],
-                inout(reg32) $d[0][5][1],
-                inout(reg32) $d[0][5][2],
-                inout(reg32) $d[0][5][3],
-                inout(reg32) $d[0][6][0],
-                inout(reg32) $d[0][6][1],
-                inout(reg32) $d[0][6][2],
-                inout(reg32) $d[0][6][3],
-                inout(reg32) $d[0][7][0],
-                inout(reg32) $d[0][7][1],
-                inout(reg32) $d[0][7][2],
-                inout(reg32) $d[0][7][3],
-                inout(reg32) $d[0][8][0],
-                inout(reg32) $d[0][8][1],
-                inout(reg32) $d[0][8][2],
-                inout(reg32) $d[0][8][3],
-                inout(reg32) $d[0][9][0],
-                inout(reg32) $d[0][9][1],
-                inout(reg32) $d[0][9][2],
-                inout(reg32) $d[0][9][3],
-                inout(reg32) $d[0][10][0],
-                inout(reg32) $d[0][10][1],
-                inout(reg32) $d[0][10][2],
-                inout(reg32) $d[0][10][3],
-                inout(reg32) $d[0][11][0],
-                inout(reg32) $d[0][11][1],
-                inout(reg32) $d[0][11][2],
-                inout(reg32) $d[0][11][3],
-                inout(reg32) $d[0][12][0],
-                inout(reg32) $d[0][12][1],
-                inout(reg32) $d[0][12][2],
-                inout(reg32) $d[0][12][3],
-                inout(reg32) $d[0][13][0],
-                inout(reg32) $d[0][13][1],
-                inout(reg32) $d[0][13][2],
-                inout(reg32) $d[0][13][3],
-                inout(reg32) $d[0][14][0],
-                inout(reg32) $d[0][14][1],
-                inout(reg32) $d[0][14][2],
-                inout(reg32) $d[0][14][3],
-                inout(reg32) $d[0][15][0],
-                inout(reg32) $d[0][15][1],
-                inout(reg32) $d[0][15][2],
-                inout(reg32) $d[0][15][3],
-                inout(reg32) $d[1][0][0],
-                inout(reg32) $d[1][0][1],
-                inout(reg32) $d[1][0][2],
-                inout(reg32) $d[1][0][3],
-                inout(reg32) $d[1][1][0],
-                inout(reg32) $d[1][1][1],
-                inout(reg32) $d[1][1][2],
-                inout(reg32) $d[1][1][3],
-                inout(reg32) $d[1][2][0],
-                inout(reg32) $d[1][2][1],
-                inout(reg32) $d[1][2][2],
-                inout(reg32) $d[1][2][3],
-                inout(reg32) $d[1][3][0],
-                inout(reg32) $d[1][3][1],
-                inout(reg32) $d[1][3][2],
-                inout(reg32) $d[1][3][3],
-                inout(reg32) $d[1][4][0],
-                inout(reg32) $d[1][4][1],
-                inout(reg32) $d[1][4][2],
-                inout(reg32) $d[1][4][3],
-                inout(reg32) $d[1][5][0],
-                inout(reg32) $d[1][5][1],
-                inout(reg32) $d[1][5][2],
-                inout(reg32) $d[1][5][3],
-                inout(reg32) $d[1][6][0],
-                inout(reg32) $d[1][6][1],
-                inout(reg32) $d[1][6][2],
-                inout(reg32) $d[1][6][3],
-                inout(reg32) $d[1][7][0],
-                inout(reg32) $d[1][7][1],
-                inout(reg32) $d[1][7][2],
-                inout(reg32) $d[1][7][3],
-                inout(reg32) $d[1][8][0],
-                inout(reg32) $d[1][8][1],
-                inout(reg32) $d[1][8][2],
-                inout(reg32) $d[1][8][3],
-                inout(reg32) $d[1][9][0],
-                inout(reg32) $d[1][9][1],
-                inout(reg32) $d[1][9][2],
-                inout(reg32) $d[1][9][3],
-                inout(reg32) $d[1][10][0],
-                inout(reg32) $d[1][10][1],
-                inout(reg32) $d[1][10][2],
-                inout(reg32) $d[1][10][3],
-                inout(reg32) $d[1][11][0],
-                inout(reg32) $d[1][11][1],
-                inout(reg32) $d[1][11][2],
-                inout(reg32) $d[1][11][3],
-                inout(reg32) $d[1][12][0],
-                inout(reg32) $d[1][12][1],
-                inout(reg32) $d[1][12][2],
-                inout(reg32) $d[1][12][3],
-                inout(reg32) $d[1][13][0],
-                inout(reg32) $d[1][13][1],
-                inout(reg32) $d[1][13][2],
-                inout(reg32) $d[1][13][3],
-                inout(reg32) $d[1][14][0],
-                inout(reg32) $d[1][14][1],
-                inout(reg32) $d[1][14][2],
-                inout(reg32) $d[1][14][3],
-                inout(reg32) $d[1][15][0],
-                inout(reg32) $d[1][15][1],
-                inout(reg32) $d[1][15][2],
-                inout(reg32) $d[1][15][3],
-                in(reg64) a,
-                in(reg64) b,
-                in(reg32) scale_d,
-                tb = const TRANS_B,
-                options(nostack)
-            )
-        };
-    }
     // SAFETY: the caller guarantees the descriptors and convergence.
-    unsafe { if BF16 { mma_async!("bf16", d) } else { mma_async!("f16", d) } }
+    unsafe {
+        mma_async!(
+            "m64n256k16", BF16, 130,
+            " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}, {64}, {65}, {66}, {67}, {68}, {69}, {70}, {71}, {72}, {73}, {74}, {75}, {76}, {77}, {78}, {79}, {80}, {81}, {82}, {83}, {84}, {85}, {86}, {87}, {88}, {89}, {90}, {91}, {92}, {93}, {94}, {95}, {96}, {97}, {98}, {99}, {100}, {101}, {102}, {103}, {104}, {105}, {106}, {107}, {108}, {109}, {110}, {111}, {112}, {113}, {114}, {115}, {116}, {117}, {118}, {119}, {120}, {121}, {122}, {123}, {124}, {125}, {126}, {127}}}, {128}, {129}, p, 1, 1, 0, {tb}; }}";
+            [d[0][0], d[0][1], d[0][2], d[0][3], d[0][4], d[0][5], d[0][6], d[0][7], d[0][8], d[0][9],
+             d[0][10], d[0][11], d[0][12], d[0][13], d[0][14], d[0][15], d[1][0], d[1][1], d[1][2],
+             d[1][3], d[1][4], d[1][5], d[1][6], d[1][7], d[1][8], d[1][9], d[1][10], d[1][11],
+             d[1][12], d[1][13], d[1][14], d[1][15]];
+            a, b, scale_d, TRANS_B
+        )
+    }
 }
