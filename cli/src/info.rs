@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use sparsek::gpu::Gpu;
 
 pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
+    let opening = std::time::Instant::now();
     let gpu = match Gpu::new(device) {
         Ok(g) => g,
         Err(e) => {
@@ -12,6 +13,7 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    let opened = opening.elapsed();
     let i = gpu.info();
     println!("GPU {}: {}", i.ordinal, i.name);
     println!("  compute capability   {}.{}", i.compute_capability.0, i.compute_capability.1);
@@ -29,6 +31,10 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     println!("  shared mem / block   {} KiB (opt-in)", i.smem_per_block_optin / 1024);
     println!("  shared mem / SM      {} KiB", i.smem_per_sm / 1024);
     println!("  memory               {:.1} GiB", i.total_mem as f64 / (1u64 << 30) as f64);
+    println!(
+        "  opened in            {:.1} ms (context, modules, kernels, workspace and plan cache: Gpu::new)",
+        opened.as_secs_f64() * 1e3
+    );
     let (module, description) = gpu.module();
     println!("  kernel module        {module} ({description})");
     println!("  loaded as            {}", gpu.module_loaded_from());

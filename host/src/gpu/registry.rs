@@ -284,16 +284,19 @@ impl Registry {
                 m
             }
         };
-        loaded_from.push_str(&format!(
-            "; decoded in {:.1} ms, loaded in {:.1} ms",
-            load_time.decode.as_secs_f64() * 1e3,
-            load_time.load.as_secs_f64() * 1e3
-        ));
+        let t = Instant::now();
         let kernels = VARIANTS
             .iter()
             .filter(|v| v.module == ptx.module && v.arch == ptx.arch)
             .map(|v| load_kernel(&module, ptx.name, v, info))
             .collect::<Result<Vec<_>>>()?;
+        loaded_from.push_str(&format!(
+            "; decoded in {:.1} ms, loaded in {:.1} ms, {} kernels prepared in {:.1} ms",
+            load_time.decode.as_secs_f64() * 1e3,
+            load_time.load.as_secs_f64() * 1e3,
+            kernels.len(),
+            t.elapsed().as_secs_f64() * 1e3
+        ));
         let check = if ptx.module == Module::Product {
             let f = module.load_function(BSR_CHECK_KERNEL).map_err(|e| Error::PtxLoad {
                 module: ptx.name,
