@@ -46,7 +46,11 @@ Sections:
   autograd formula, as sparsek's op has), the module, the module under ``torch.compile(fullgraph=True)``, dense
   ``F.linear``, PyTorch's Triton ``bsr_dense_mm``, ``torch.empty`` as the floor of a Python -> torch call, and
   the module and ``F.linear`` as 100 calls captured in one CUDA graph (a replay's time / 100: what is left per
-  call without host overhead, as in a decode loop under CUDA graphs); in grad mode and under ``torch.inference_mode()``. Wall clock over
+  call without host overhead, as in a decode loop under CUDA graphs); also the Python kernel of ``sparsek::linear`` and
+  ``bsr_mm`` through the dispatcher (their twins ``_linear_py`` / ``_bsr_mm_py``: what the fallback registers where the
+  native kernels are not), ``nn.Linear``, and ``sparsek.bsr_mm`` against ``torch.mm`` on the same dense operand; with
+  the ratios issue 43 targets; in grad mode, under ``torch.no_grad()`` and under ``torch.inference_mode()``.
+  ``--overhead-dry-run`` leaves sparsek's product out (the host path alone, on the CPU). Wall clock over
   ``--overhead-calls`` calls (2000; 500 with ``--quick``) between two ``synchronize``, median of 9 rounds
   interleaved across the calls. Every call's output is checked first (the floor's excepted).
 
@@ -610,8 +614,12 @@ def section_mlp(run: Run) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 # Section overhead.
 
-SPARSEK_CALLS = ("a", "b", "c", "d", "e", "e_compiled", "i")
-OVERHEAD_MODES = (("grad", contextlib.nullcontext), ("inference_mode", torch.inference_mode))
+SPARSEK_CALLS = ("a", "b", "b_py", "c", "d", "e", "e_compiled", "i", "k", "k_op", "k_py")
+OVERHEAD_MODES = (
+    ("grad", contextlib.nullcontext), ("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)
+)
+# The ratios the overhead section reports (issue 43: each within 1.25x): sparsek's call over its dense twin's.
+OVERHEAD_RATIOS = (("a", "f"), ("e", "f_mod"), ("k", "l"), ("b", "f"), ("b_py", "f"))
 
 
 def overhead_calls(run: Run):
@@ -626,10 +634,16 @@ def overhead_calls(run: Run):
     values, crow, col = w.values(), w.crow_indices(), w.col_indices()
     module = BlockSparseLinear.from_bsr(w)
     compiled = torch.compile(module, fullgraph=True)
+    dense_module = torch.nn.Linear(256, 256, bias=False, device=device, dtype=DTYPE)
+    with torch.no_grad():
+        dense_module.weight.copy_(w_dense)
+    native = "native kernel" if sparsek._ops.NATIVE_OPS else "Python kernel: native ones not registered"
     return {
         "a": ("sparsek.linear(x, w_bsr) (public wrapper)", lambda: sparsek.linear(x, w)),
-        "b": ("torch.ops.sparsek.linear (Library define/impl)",
+        "b": (f"torch.ops.sparsek.linear ({native})",
               lambda: torch.ops.sparsek.linear(x, values, crow, col, 256, None, 0)),
+        "b_py": ("torch.ops.sparsek._linear_py (the Python kernel, the fallback's registration)",
+                 lambda: torch.ops.sparsek._linear_py(x, values, crow, col, 256, None, 0)),
         "c": ("sparsek._ops.linear_impl (no dispatcher)",
               lambda: sparsek._ops.linear_impl(x, values, crow, col, 256, None, 0)),
         "d": ("torch.ops.sparsek_bench.linear (custom_op)",
@@ -637,6 +651,14 @@ def overhead_calls(run: Run):
         "e": ("BlockSparseLinear forward", lambda: module(x)),
         "e_compiled": ("torch.compile(BlockSparseLinear, fullgraph=True)", lambda: compiled(x)),
         "f": ("dense F.linear(x, w_dense)", lambda: F.linear(x, w_dense)),
+        "f_mod": ("dense nn.Linear module", lambda: dense_module(x)),
+        # bsr_mm against torch.mm on the same dense operand (16 columns); the result is y^T, checked as such.
+        "k": ("sparsek.bsr_mm(w_bsr, x.t()) (public wrapper)", lambda: sparsek.bsr_mm(w, xt).t()),
+        "k_op": (f"torch.ops.sparsek.bsr_mm ({native})",
+                 lambda: torch.ops.sparsek.bsr_mm(values, crow, col, 256, 256, xt, 1.0, None).t()),
+        "k_py": ("torch.ops.sparsek._bsr_mm_py (the Python kernel)",
+                 lambda: torch.ops.sparsek._bsr_mm_py(values, crow, col, 256, 256, xt, 1.0, None).t()),
+        "l": ("dense torch.mm(w_dense, x.t())", lambda: torch.mm(w_dense, xt).t()),
         "g": (f"torch.empty(1, device='{device.type}') (floor)", lambda: torch.empty(1, device=device)),
         **({} if run.triton_mm is None else {
             "h": ("Triton bsr_dense_mm(w_bsr, x.t()).t() (PyTorch's BSR kernel)", lambda: run.triton_mm(w, xt).t())
@@ -676,14 +698,15 @@ def graph_replay(call: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]
 
 
 def overhead_mode(run: Run, calls: dict, x: torch.Tensor, w_dense: torch.Tensor, n_calls: int) -> dict:
-    """Checks every call (all but the floor) and measures its wall-clock µs per call, in the current mode."""
+    """Checks every call (all but the floor; none under ``--overhead-dry-run``) and measures its wall-clock µs per
+    call, in the current mode."""
     ref = x.double() @ w_dense.double().t()
     atol = product_atol(x.shape[-1], amax(w_dense), amax(x))
     out, ready = {}, {}
     for key, (_, call) in calls.items():
         try:
             y = call()
-            verdict = None if key == "g" else check_close(y, ref, atol, RTOL)
+            verdict = None if key == "g" or run.args.overhead_dry_run else check_close(y, ref, atol, RTOL)
             for _ in range(50):
                 call()
             run.timer.sync()
@@ -711,18 +734,31 @@ def section_overhead(run: Run) -> dict:
     n_calls = run.args.overhead_calls or (500 if run.quick else 2000)
     run.progress("overhead", 1, 1, f"{n_calls} calls x {OVERHEAD_ROUNDS} rounds per call, per mode")
     calls, (x, w_dense) = overhead_calls(run)
+    dry = run.args.overhead_dry_run
+    if dry:
+        # The host path without sparsek's CPU backend arithmetic (native kernels: set_native_dry_run; the Python
+        # kernels: cpu_spmm replaced by a no-op): sparsek's outputs are left unwritten and are not checked.
+        sparsek._native.set_native_dry_run(True)
+        cpu_spmm, sparsek._native.cpu_spmm = sparsek._native.cpu_spmm, lambda args: None
     modes = {}
-    for mode, context in OVERHEAD_MODES:
-        with context():
-            modes[mode] = overhead_mode(run, calls, x, w_dense, n_calls)
-        for key, r in modes[mode].items():
-            # sparsek's calls must run and pass; the compiled module may fail to compile (reported), not be wrong.
-            if key in SPARSEK_CALLS and (r["status"] == "fail" or (r["status"] == "error" and key != "e_compiled")):
-                run.failures.append(f"overhead {mode} ({key}) {calls[key][0]}: {r}")
+    try:
+        for mode, context in OVERHEAD_MODES:
+            with context():
+                modes[mode] = overhead_mode(run, calls, x, w_dense, n_calls)
+            for key, r in modes[mode].items():
+                # sparsek's calls must run and pass; the compiled module may fail to compile (reported), not be
+                # wrong.
+                if key in SPARSEK_CALLS and (r["status"] == "fail" or (r["status"] == "error" and key != "e_compiled")):
+                    run.failures.append(f"overhead {mode} ({key}) {calls[key][0]}: {r}")
+    finally:
+        if dry:
+            sparsek._native.set_native_dry_run(False)
+            sparsek._native.cpu_spmm = cpu_spmm
     records = [
         {"key": key, "call": label, **{mode: modes[mode][key] for mode in modes}} for key, (label, _) in calls.items()
     ]
-    return {"records": records, "calls_per_round": n_calls, "rounds": OVERHEAD_ROUNDS}
+    return {"records": records, "calls_per_round": n_calls, "rounds": OVERHEAD_ROUNDS, "dry_run": dry,
+            "native_ops": sparsek._ops.NATIVE_OPS, "native_ops_why_not": sparsek._ops.NATIVE_OPS_WHY_NOT}
 
 
 SECTION_FUNCS = {"grid": section_grid, "layer": section_layer, "mlp": section_mlp, "overhead": section_overhead}
@@ -896,19 +932,33 @@ def us_cell(r: dict) -> str:
 
 
 def table_overhead(section: dict) -> str:
-    rows = [[f"({r['key']}) {r['call']}", us_cell(r["grad"]), us_cell(r["inference_mode"])]
-            for r in section["records"]]
-    table = md_table(["call", "µs/call", "µs/call, inference_mode"], rows)
+    modes = [m for m, _ in OVERHEAD_MODES if m in section["records"][0]]
+    rows = [[f"({r['key']}) {r['call']}", *(us_cell(r[m]) for m in modes)] for r in section["records"]]
+    table = md_table(["call", *(f"µs/call, {m}" for m in modes)], rows)
     by_key = {r["key"]: r for r in section["records"]}
+    native = "native kernels registered" if section.get("native_ops") else (
+        f"native kernels NOT registered ({section.get('native_ops_why_not')})")
     lines = [
         f"Wall clock per call: {section['calls_per_round']} calls between two synchronize, median of "
-        f"{section['rounds']} rounds; `!`: the output failed its check.",
+        f"{section['rounds']} rounds, interleaved; `!`: the output failed its check. sparsek::linear/bsr_mm: {native}."
+        + (" DRY RUN (--overhead-dry-run): sparsek's product left out, outputs unchecked: host path only."
+           if section.get("dry_run") else ""),
         "",
         table,
         "",
-        "Library define/impl (b) vs custom_op (d), µs per call:",
+        "sparsek over dense (issue 43's target: each <= 1.25):",
     ]
-    for mode in ("grad", "inference_mode"):
+    for a, b in OVERHEAD_RATIOS:
+        if a in by_key and b in by_key:
+            cells = []
+            for m in modes:
+                ra, rb = by_key[a][m], by_key[b][m]
+                ok = "us_per_call" in ra and "us_per_call" in rb
+                cells.append(f"{m} {ra['us_per_call'] / rb['us_per_call']:.2f}" if ok else f"{m} n/a")
+            lines.append(f"- ({a}) / ({b}): " + ", ".join(cells))
+    lines.append("")
+    lines.append("Library define/impl (b) vs custom_op (d), µs per call:")
+    for mode in modes:
         lines.append(f"- {mode}: {us_cell(by_key['b'][mode])} vs {us_cell(by_key['d'][mode])}")
     return "\n".join(lines)
 
@@ -975,6 +1025,9 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=30, help="timed launches per contender (default 30)")
     p.add_argument("--warmup", type=int, default=5, help="untimed launches per contender first (default 5)")
     p.add_argument("--overhead-calls", type=int, help="calls per round in the overhead section (2000; --quick 500)")
+    p.add_argument("--overhead-dry-run", action="store_true",
+                   help="overhead section without sparsek's product (native kernels' dry run, the Python kernels' "
+                        "cpu_spmm a no-op): the host path alone, outputs unchecked; for --device cpu")
     args = p.parse_args(argv)
     args.sections = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in args.sections if s not in SECTIONS]

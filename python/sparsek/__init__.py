@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _native
+from . import _native, _ops
 from ._ops import ACTIVATIONS, activation_code
 
 __version__ = _native.__version__
@@ -39,6 +39,10 @@ __all__ = [
     "ACTIVATIONS",
     "__version__",
 ]
+
+
+_LINEAR = torch.ops.sparsek.linear.default
+_BSR_MM = torch.ops.sparsek.bsr_mm.default
 
 
 def _bsr_components(a: torch.Tensor, what: str):
@@ -94,12 +98,23 @@ def bsr_mm(
     if out is None:
         if beta != 0.0:
             raise ValueError("sparsek: beta scales out's old values; pass out= to use it")
-        return torch.ops.sparsek.bsr_mm(values, crow, col, rows, cols, b, float(alpha), out_dtype)
+        try:
+            if _ops.skips_autograd(b, values, None):
+                with _ops.below_autograd():
+                    return _BSR_MM(values, crow, col, rows, cols, b, float(alpha), out_dtype)
+            return _BSR_MM(values, crow, col, rows, cols, b, float(alpha), out_dtype)
+        except RuntimeError as e:
+            _ops.raise_type_error(e)
+            raise
     if out_dtype is not None and out_dtype != out.dtype:
         raise TypeError(f"sparsek: out_dtype {out_dtype} differs from out's dtype {out.dtype}")
     if torch.is_grad_enabled() and (out.requires_grad or values.requires_grad or b.requires_grad):
         raise RuntimeError("sparsek: bsr_mm(..., out=...) does not support automatic differentiation")
-    torch.ops.sparsek.bsr_mm_out(values, crow, col, rows, cols, b, float(alpha), float(beta), out)
+    try:
+        torch.ops.sparsek.bsr_mm_out(values, crow, col, rows, cols, b, float(alpha), float(beta), out)
+    except RuntimeError as e:
+        _ops.raise_type_error(e)
+        raise
     return out
 
 
@@ -123,7 +138,15 @@ def linear(
         made (``y^T = W @ x^T`` on column-major views of ``x`` and ``y``), for any number of tokens.
     """
     values, crow, col, _, cols = _bsr_components(w_bsr, "w_bsr")
-    return torch.ops.sparsek.linear(x, values, crow, col, cols, bias, activation_code(activation))
+    act = activation_code(activation)
+    try:
+        if _ops.skips_autograd(x, values, bias):
+            with _ops.below_autograd():
+                return _LINEAR(x, values, crow, col, cols, bias, act)
+        return _LINEAR(x, values, crow, col, cols, bias, act)
+    except RuntimeError as e:
+        _ops.raise_type_error(e)
+        raise
 
 
 def cuda_available() -> bool:

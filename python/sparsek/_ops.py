@@ -14,6 +14,7 @@ aligned, e.g. a row-major B with an N that is not a multiple of 8 halves).
 from __future__ import annotations
 
 import collections
+import os
 import threading
 
 import torch
@@ -32,6 +33,21 @@ _LIB.define(
 _LIB.define(
     "linear(Tensor x, Tensor values, Tensor crow_indices, Tensor col_indices, SymInt in_features, "
     "Tensor? bias=None, int activation=0) -> Tensor"
+)
+# The Python implementations of ``bsr_mm``, ``linear`` and ``bsr_mm_out`` under names of their own: where the kernels
+# are registered natively (see ``NATIVE_OPS`` below), the native kernel hands a call it does not run itself (a copy to
+# make, a structure to check first) to these through the dispatcher.
+_LIB.define(
+    "_bsr_mm_py(Tensor values, Tensor crow_indices, Tensor col_indices, SymInt rows, SymInt cols, Tensor b, "
+    "float alpha=1.0, ScalarType? out_dtype=None) -> Tensor"
+)
+_LIB.define(
+    "_linear_py(Tensor x, Tensor values, Tensor crow_indices, Tensor col_indices, SymInt in_features, "
+    "Tensor? bias=None, int activation=0) -> Tensor"
+)
+_LIB.define(
+    "_bsr_mm_out_py(Tensor values, Tensor crow_indices, Tensor col_indices, SymInt rows, SymInt cols, Tensor b, "
+    "float alpha, float beta, Tensor(a!) out) -> ()"
 )
 
 #: Activation names accepted by ``linear`` and ``BlockSparseLinear``, with the library's codes.
@@ -239,6 +255,13 @@ _CHECKED_LOCK = threading.Lock()
 _CAPTURED: dict = {}
 
 
+def _remember(key, entry, captured: bool) -> None:
+    """Lets the native kernels launch with a checked structure (``entry`` of ``_CHECKED`` or ``_CAPTURED``, which
+    keeps its tensors alive: the native record is forgotten when the entry is dropped)."""
+    if NATIVE_OPS:
+        _native.remember_checked(key, entry[3], entry[4], captured)
+
+
 def _versions(crow: torch.Tensor, col: torch.Tensor):
     try:
         return crow._version, col._version
@@ -269,6 +292,7 @@ def _ensure_checked(crow, col, device_index, dtype_name, a_args):
     with _CHECKED_LOCK:
         entry = _CAPTURED.get(key)
         if entry is not None:
+            _remember(key, entry, True)
             return entry[3], entry[4]
         entry = _CHECKED.get(key)
         if entry is not None:
@@ -276,8 +300,10 @@ def _ensure_checked(crow, col, device_index, dtype_name, a_args):
                 # A CUDA graph will read this copy and schedule at every replay: never drop them.
                 _CAPTURED[key] = _CHECKED.pop(key)
                 _checked_bytes -= entry[2]
+                _remember(key, entry, True)
             else:
                 _CHECKED.move_to_end(key)
+                _remember(key, entry, False)
             return entry[3], entry[4]
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError(
@@ -298,9 +324,12 @@ def _ensure_checked(crow, col, device_index, dtype_name, a_args):
             _checked_bytes += nbytes
         else:
             structure, schedule = _CHECKED[key][3], _CHECKED[key][4]
+        _remember(key, _CHECKED[key], False)
         while len(_CHECKED) > 1 and (len(_CHECKED) > _CHECKED_MAX or _checked_bytes > _CHECKED_MAX_BYTES):
-            entry = _CHECKED.popitem(last=False)[1]
+            old_key, entry = _CHECKED.popitem(last=False)
             _checked_bytes -= entry[2]
+            if NATIVE_OPS:
+                _native.forget_checked(old_key)
             dropped.append(entry)
     if dropped:
         # A dropped copy's and schedule's memory is freed at once: let every launch that may still read it finish
@@ -415,10 +444,86 @@ def linear_impl(x, values, crow_indices, col_indices, in_features, bias=None, ac
     return y
 
 
+def _stashing(impl, placeholder=lambda: torch.empty(0)):
+    """``impl`` for a twin operator. Called by a native kernel, an exception is handed back to it (the
+    dispatcher's C interface would report only that the call failed, and libtorch would log it) with an empty
+    placeholder result, and the native kernel raises it; called directly, it raises."""
+
+    def twin(*args):
+        try:
+            return impl(*args)
+        except BaseException as e:
+            kind = next((c.__name__ for c in (TypeError, ValueError, MemoryError) if isinstance(e, c)), "RuntimeError")
+            if _native.stash_error(kind, str(e)):
+                return placeholder()
+            raise
+
+    return twin
+
+
+def _register_native() -> tuple[bool, str]:
+    """Registers the native CPU and CUDA kernels of ``bsr_mm``, ``bsr_mm_out`` and ``linear`` (``sparsek._native``,
+    through torch's stable C ABI found at run time). ``SPARSEK_NATIVE_OPS=0`` keeps the Python kernels; ``=1`` makes
+    a missing symbol an error; unset, a torch without the symbols silently keeps the Python kernels. Returns
+    (registered, why not)."""
+    mode = os.environ.get("SPARSEK_NATIVE_OPS", "")
+    if mode == "0":
+        return False, "SPARSEK_NATIVE_OPS=0"
+    hide = [s for s in os.environ.get("SPARSEK_NATIVE_OPS_HIDE", "").split(",") if s]  # tests: simulate a torch
+    missing = _native.register_native_ops(os.path.join(os.path.dirname(torch.__file__), "lib"), hide)
+    if missing:
+        why = "torch lacks " + ", ".join(missing)
+        if mode == "1":
+            raise RuntimeError(f"sparsek: SPARSEK_NATIVE_OPS=1 but the native operators cannot be registered: {why}")
+        return False, why
+    return True, ""
+
+
 for _key in ("CUDA", "CPU"):
-    _LIB.impl("bsr_mm", bsr_mm_impl, _key)
-    _LIB.impl("bsr_mm_out", bsr_mm_out_impl, _key)
-    _LIB.impl("linear", linear_impl, _key)
+    _LIB.impl("_bsr_mm_py", _stashing(bsr_mm_impl), _key)
+    _LIB.impl("_linear_py", _stashing(linear_impl), _key)
+    _LIB.impl("_bsr_mm_out_py", _stashing(bsr_mm_out_impl, lambda: None), _key)
+
+#: Whether ``bsr_mm``, ``bsr_mm_out`` and ``linear`` run their native kernels (else the Python ones), and why not.
+NATIVE_OPS, NATIVE_OPS_WHY_NOT = _register_native()
+if not NATIVE_OPS:
+    for _key in ("CUDA", "CPU"):
+        _LIB.impl("bsr_mm", bsr_mm_impl, _key)
+        _LIB.impl("bsr_mm_out", bsr_mm_out_impl, _key)
+        _LIB.impl("linear", linear_impl, _key)
+
+
+_BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
+_grad_enabled = torch.is_grad_enabled
+_inference_mode = torch.is_inference_mode_enabled
+_compiling = torch.compiler.is_compiling
+
+
+def skips_autograd(x: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether a public call should skip the autograd layer of the op (``below_autograd()``): when grad mode is off
+    or no input requires grad, the autograd formula does nothing (the output needs no grad_fn) but costs a Python
+    kernel per call (3.4 us on this project's CPU, ~11-16 us on the H100 host). Not under inference_mode (which
+    skips it already: the guard would only cost its 0.5 us), nor while torch.compile traces (Dynamo sees the op
+    as called)."""
+    if _grad_enabled():
+        return not (x.requires_grad or values.requires_grad or (bias is not None and bias.requires_grad)
+                    or _compiling())
+    return not _compiling() and not _inference_mode()
+
+
+def below_autograd():
+    """A context under which ops skip their autograd kernels (``torch._C._AutoDispatchBelowAutograd``, the guard
+    torch's own autograd formulas redispatch under): only where ``skips_autograd`` said so."""
+    return _BELOW_AUTOGRAD()
+
+
+def raise_type_error(e: RuntimeError) -> None:
+    """Raises ``TypeError`` in place of ``e`` where a native kernel raised a ``TypeError`` of the Python kernels as
+    ``RuntimeError`` (no C++ standard exception becomes a Python ``TypeError``); returns otherwise. The public
+    functions call it in an ``except RuntimeError`` (free when nothing is raised)."""
+    msg = _native.take_type_error()
+    if msg is not None and msg == str(e):
+        raise TypeError(msg) from None
 
 
 @torch.library.register_fake("sparsek::bsr_mm")
@@ -456,3 +561,7 @@ def _no_context(ctx, inputs, output):
 
 torch.library.register_autograd("sparsek::bsr_mm", _no_backward("bsr_mm"), setup_context=_no_context)
 torch.library.register_autograd("sparsek::linear", _no_backward("linear"), setup_context=_no_context)
+# The twins refuse backward too, so that calling one directly (the benchmarks do, to time the Python kernels beside
+# the native ones) costs what the Python registration of bsr_mm and linear costs.
+torch.library.register_autograd("sparsek::_bsr_mm_py", _no_backward("bsr_mm"), setup_context=_no_context)
+torch.library.register_autograd("sparsek::_linear_py", _no_backward("linear"), setup_context=_no_context)

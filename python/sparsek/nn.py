@@ -26,7 +26,10 @@ from typing import Iterable, Iterator
 
 import torch
 
+from . import _ops
 from ._ops import _check_bsr, activation_code
+
+_LINEAR = torch.ops.sparsek.linear.default
 
 __all__ = ["BlockSparseLinear", "sparsify", "SparsifyReport", "LayerRecord"]
 
@@ -324,17 +327,24 @@ class BlockSparseLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``act(x @ W.T + bias)`` for ``x`` of shape ``(..., in_features)``, of the values' dtype or of
         ``io_dtype`` (cast to the values' dtype and the result cast back); the result has ``x``'s dtype."""
-        values = self.values
-        if x.dtype == values.dtype:
-            return torch.ops.sparsek.linear(
-                x, values, self.crow_indices, self.col_indices, self.in_features, self.bias, self._activation_code
-            )
-        if x.dtype == self.io_dtype:
-            y = torch.ops.sparsek.linear(
-                x.to(values.dtype), values, self.crow_indices, self.col_indices, self.in_features, self.bias,
-                self._activation_code,
-            )
-            return y.to(x.dtype)
+        values, bias = self.values, self.bias
+        try:
+            if x.dtype == values.dtype:
+                args = (x, values, self.crow_indices, self.col_indices, self.in_features, bias, self._activation_code)
+                # Where no grad is needed the call skips the op's (Python) autograd kernel: see _ops.skips_autograd.
+                if _ops.skips_autograd(x, values, bias):
+                    with _ops.below_autograd():
+                        return _LINEAR(*args)
+                return _LINEAR(*args)
+            if x.dtype == self.io_dtype:
+                y = torch.ops.sparsek.linear(
+                    x.to(values.dtype), values, self.crow_indices, self.col_indices, self.in_features, bias,
+                    self._activation_code,
+                )
+                return y.to(x.dtype)
+        except RuntimeError as e:
+            _ops.raise_type_error(e)
+            raise
         raise TypeError(
             f"sparsek: x is {x.dtype}; this layer takes {self.io_dtype}"
             + ("" if self.io_dtype == values.dtype else f" or its values' {values.dtype}")

@@ -43,12 +43,19 @@ fn to_py(e: Error) -> PyErr {
 /// `Policy::programmatic`). Process-wide, off until the caller says otherwise.
 static PROGRAMMATIC: AtomicBool = AtomicBool::new(false);
 
+/// The opened `Gpu`s, keyed by (device ordinal, programmatic launch).
+type Gpus = Mutex<HashMap<(usize, bool), Arc<Gpu>>>;
+static GPUS: OnceLock<Gpus> = OnceLock::new();
+
+/// `gpu`'s `Gpu` for the current setting if it is open already (the native operators never open one).
+fn opened_gpu(ordinal: usize) -> Option<Arc<Gpu>> {
+    let key = (ordinal, PROGRAMMATIC.load(Ordering::Relaxed));
+    GPUS.get()?.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
+}
+
 /// One `Gpu` per device ordinal and programmatic-launch setting, opened on first use (the module load takes about
 /// 0.4 s) and kept for the life of the process. It holds the device's primary context, the one PyTorch uses.
 fn gpu(py: Python<'_>, ordinal: usize) -> PyResult<Arc<Gpu>> {
-    /// Keyed by (device ordinal, programmatic launch).
-    type Gpus = Mutex<HashMap<(usize, bool), Arc<Gpu>>>;
-    static GPUS: OnceLock<Gpus> = OnceLock::new();
     let gpus = GPUS.get_or_init(Default::default);
     let key = (ordinal, PROGRAMMATIC.load(Ordering::Relaxed));
     if let Some(g) = gpus.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
@@ -230,6 +237,9 @@ macro_rules! by_types {
         }
     };
 }
+
+mod native_ops;
+mod torch_abi;
 
 /// A product as the Python layer describes it, one tuple of five: the input and output type names (("f16" |
 /// "bf16", "f32" | "f16" | "bf16")); A (values, row_ptr and col_idx addresses, 64-bit indices?, M, K, block
@@ -498,6 +508,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(set_programmatic_launch, m)?)?;
     m.add_function(wrap_pyfunction!(programmatic_launch, m)?)?;
+    native_ops::add_functions(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

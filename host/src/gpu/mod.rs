@@ -41,6 +41,13 @@ pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};
 pub use launch::CheckedIndices;
 pub use registry::KernelReport;
+
+/// Whether `stream` is being captured into a CUDA graph (a failed query, e.g. a stream of no live context, counts
+/// as captured). For callers that launch on a stream they do not own (the Python package's native operators, which
+/// must not start work a capture forbids); the launcher asks the same itself.
+pub fn stream_capturing(stream: CUstream) -> bool {
+    split::capturing(stream)
+}
 pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline};
 // The planner's rules and thresholds, for the tests and `sparsek info` that still read them directly (the plan
 // itself: Gpu::plan; the table: crate::plan::RULES).

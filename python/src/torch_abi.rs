@@ -1,0 +1,355 @@
+//! torch's stable C ABI, resolved at run time: the `aoti_torch_*` shim functions that libtorch exports (tensor
+//! attributes, allocation through torch's caching allocator, the dispatcher, operator registration) and the
+//! current CUDA stream's getter, looked up with `dlopen(RTLD_NOLOAD)` + `dlsym` in the libtorch that the running
+//! `torch` already loaded. Nothing here is linked against torch, so one abi3 wheel serves every torch version;
+//! where a symbol is missing (an older or newer torch), [`Torch::load`] says which, and the Python layer keeps its
+//! own registration of the operators.
+//!
+//! Errors leave a boxed kernel as C++ exceptions (the only way an error crosses torch's dispatcher): [`throw`]
+//! builds a `std::invalid_argument` (Python `ValueError`), `std::runtime_error` (`RuntimeError`) or
+//! `std::bad_alloc` (`MemoryError`) with libstdc++'s exported constructors and throws it with the Itanium ABI's
+//! `__cxa_throw`, from an `extern "C-unwind"` frame that holds nothing to drop. pybind11, which runs the operator
+//! for Python, turns these into the Python exceptions named (checked by python/tests/test_native_ops.py).
+
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::sync::OnceLock;
+
+/// A boxed kernel: `(stack, num_args, num_outputs)` with the convention of `torch/csrc/stable/library.h`.
+pub type BoxedKernel = unsafe extern "C-unwind" fn(*mut u64, u64, u64);
+/// `AtenTensorHandle`: an owning pointer to an `at::Tensor` made by libtorch.
+pub type Handle = *mut c_void;
+type Err = i32;
+
+/// The functions this module uses, each found by name (`None` in `Torch::load`'s error lists what was not).
+#[allow(clippy::type_complexity)]
+pub struct Torch {
+    pub get_data_ptr: unsafe extern "C" fn(Handle, *mut *mut c_void) -> Err,
+    pub get_dim: unsafe extern "C" fn(Handle, *mut i64) -> Err,
+    pub get_sizes: unsafe extern "C" fn(Handle, *mut *const i64) -> Err,
+    pub get_strides: unsafe extern "C" fn(Handle, *mut *const i64) -> Err,
+    pub get_dtype: unsafe extern "C" fn(Handle, *mut i32) -> Err,
+    pub get_device_type: unsafe extern "C" fn(Handle, *mut i32) -> Err,
+    pub get_device_index: unsafe extern "C" fn(Handle, *mut i32) -> Err,
+    pub delete_tensor: unsafe extern "C" fn(Handle) -> Err,
+    pub new_tensor_handle: unsafe extern "C" fn(Handle, *mut Handle) -> Err,
+    pub empty_strided: unsafe extern "C" fn(i64, *const i64, *const i64, i32, i32, i32, *mut Handle) -> Err,
+    pub call_dispatcher: unsafe extern "C" fn(*const c_char, *const c_char, *mut u64) -> Err,
+    library_init_impl: unsafe extern "C" fn(*const c_char, *const c_char, *const c_char, u32, *mut *mut c_void) -> Err,
+    library_impl: unsafe extern "C" fn(*mut c_void, *const c_char, BoxedKernel) -> Err,
+    /// `aoti_torch_get_current_cuda_stream(device, &stream)` (libtorch_cuda; `None` in a CPU-only torch).
+    pub current_cuda_stream: Option<unsafe extern "C" fn(i32, *mut *mut c_void) -> Err>,
+    /// dtype codes (torch's, read from the `aoti_torch_dtype_*` functions).
+    pub dtypes: DtypeCodes,
+    /// device type codes.
+    pub device_cpu: i32,
+    pub device_cuda: i32,
+    cxx: Cxx,
+}
+
+/// The dtype codes of the stable ABI for the dtypes sparsek reads or names in its messages.
+#[derive(Clone, Copy)]
+pub struct DtypeCodes {
+    pub f16: i32,
+    pub bf16: i32,
+    pub f32: i32,
+    pub f64: i32,
+    pub i32: i32,
+    pub i64: i32,
+    pub i16: i32,
+    pub i8: i32,
+    pub u8: i32,
+    pub bool: i32,
+}
+
+impl DtypeCodes {
+    /// torch's own name of a dtype (`torch.float16`), as the Python layer's messages print it.
+    pub fn name(&self, code: i32) -> String {
+        let known = [
+            (self.f16, "float16"),
+            (self.bf16, "bfloat16"),
+            (self.f32, "float32"),
+            (self.f64, "float64"),
+            (self.i32, "int32"),
+            (self.i64, "int64"),
+            (self.i16, "int16"),
+            (self.i8, "int8"),
+            (self.u8, "uint8"),
+            (self.bool, "bool"),
+        ];
+        match known.iter().find(|(c, _)| *c == code) {
+            Some((_, n)) => format!("torch.{n}"),
+            None => format!("torch dtype #{code}"),
+        }
+    }
+
+    /// Bytes of one element of the dtypes sparsek reads (0 for the others).
+    pub fn size(&self, code: i32) -> usize {
+        if code == self.f16 || code == self.bf16 || code == self.i16 {
+            2
+        } else if code == self.f32 || code == self.i32 {
+            4
+        } else if code == self.f64 || code == self.i64 {
+            8
+        } else if code == self.i8 || code == self.u8 || code == self.bool {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// libstdc++'s exception machinery (the Itanium C++ ABI), for [`throw`].
+struct Cxx {
+    allocate_exception: unsafe extern "C" fn(usize) -> *mut c_void,
+    throw: unsafe extern "C-unwind" fn(*mut c_void, *const c_void, Option<unsafe extern "C" fn(*mut c_void)>) -> !,
+    invalid_argument_ctor: unsafe extern "C" fn(*mut c_void, *const c_char),
+    invalid_argument_ti: *const c_void,
+    invalid_argument_dtor: unsafe extern "C" fn(*mut c_void),
+    runtime_error_ctor: unsafe extern "C" fn(*mut c_void, *const c_char),
+    runtime_error_ti: *const c_void,
+    runtime_error_dtor: unsafe extern "C" fn(*mut c_void),
+    bad_alloc_ti: *const c_void,
+    bad_alloc_dtor: unsafe extern "C" fn(*mut c_void),
+    bad_alloc_vtable: *const c_void,
+    /// `operator delete(void*)`: frees the heap `StableIValue` that libtorch allocates for an optional argument.
+    pub operator_delete: unsafe extern "C" fn(*mut c_void),
+}
+
+// SAFETY: function pointers and addresses of immutable type descriptions, valid for the life of the process.
+unsafe impl Send for Torch {}
+// SAFETY: as above.
+unsafe impl Sync for Torch {}
+
+/// Looks one symbol up in `lib` (a `dlopen` handle), recording its name in `missing` if absent
+/// (or listed in `hide`, which lets the tests simulate an older torch).
+fn sym(lib: *mut c_void, name: &str, hide: &[String], missing: &mut Vec<String>) -> *mut c_void {
+    let c = CString::new(name).expect("symbol names have no NUL");
+    // SAFETY: `lib` is a live handle from dlopen; the name is NUL-terminated.
+    let p = if hide.iter().any(|h| h == name) { std::ptr::null_mut() } else { unsafe { libc::dlsym(lib, c.as_ptr()) } };
+    if p.is_null() {
+        missing.push(name.to_owned());
+    }
+    p
+}
+
+/// `dlopen(path, RTLD_NOLOAD | RTLD_NOW)`: the library only if the process has loaded it already.
+fn loaded(path: &str) -> Option<*mut c_void> {
+    let c = CString::new(path).ok()?;
+    // SAFETY: a NUL-terminated path; RTLD_NOLOAD loads nothing new.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_NOW) };
+    (!h.is_null()).then_some(h)
+}
+
+/// A symbol's address as the function pointer type `F`.
+///
+/// # Safety
+/// `p` is the non-null address of a function with `F`'s signature.
+unsafe fn cast<F: Copy>(p: *mut c_void) -> F {
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: the caller's contract; F is a function pointer type of a pointer's size.
+    unsafe { std::mem::transmute_copy(&p) }
+}
+
+static TORCH: OnceLock<Torch> = OnceLock::new();
+
+/// The resolved functions, once [`Torch::load`] succeeded.
+pub fn torch() -> Option<&'static Torch> {
+    TORCH.get()
+}
+
+impl Torch {
+    /// Resolves every function from the libtorch libraries in `lib_dir` (torch's `lib` directory, which the
+    /// running torch has loaded) and libstdc++. Returns the names of the symbols not found, or of a library not
+    /// loaded, as the error; `hide` names symbols to treat as missing (tests).
+    pub fn load(lib_dir: &str, hide: &[String]) -> Result<&'static Torch, Vec<String>> {
+        if let Some(t) = TORCH.get() {
+            return Ok(t);
+        }
+        let cpu =
+            loaded(&format!("{lib_dir}/libtorch_cpu.so")).ok_or_else(|| vec![format!("{lib_dir}/libtorch_cpu.so")])?;
+        let cuda = loaded(&format!("{lib_dir}/libtorch_cuda.so"));
+        let mut missing = Vec::new();
+        let mut m = |lib: *mut c_void, name: &str| sym(lib, name, hide, &mut missing);
+        // dtype and device codes are functions returning the code.
+        let dtype_fns: [(&str, *mut c_void); 10] = [
+            ("aoti_torch_dtype_float16", m(cpu, "aoti_torch_dtype_float16")),
+            ("aoti_torch_dtype_bfloat16", m(cpu, "aoti_torch_dtype_bfloat16")),
+            ("aoti_torch_dtype_float32", m(cpu, "aoti_torch_dtype_float32")),
+            ("aoti_torch_dtype_float64", m(cpu, "aoti_torch_dtype_float64")),
+            ("aoti_torch_dtype_int32", m(cpu, "aoti_torch_dtype_int32")),
+            ("aoti_torch_dtype_int64", m(cpu, "aoti_torch_dtype_int64")),
+            ("aoti_torch_dtype_int16", m(cpu, "aoti_torch_dtype_int16")),
+            ("aoti_torch_dtype_int8", m(cpu, "aoti_torch_dtype_int8")),
+            ("aoti_torch_dtype_uint8", m(cpu, "aoti_torch_dtype_uint8")),
+            ("aoti_torch_dtype_bool", m(cpu, "aoti_torch_dtype_bool")),
+        ];
+        let dev_fns = [m(cpu, "aoti_torch_device_type_cpu"), m(cpu, "aoti_torch_device_type_cuda")];
+        // libstdc++ through libtorch's handle (dlsym searches a library's dependencies; libtorch is loaded with
+        // RTLD_LOCAL, so RTLD_DEFAULT would not see them).
+        let std_lib = cpu;
+        let cxx_syms = [
+            m(std_lib, "__cxa_allocate_exception"),
+            m(std_lib, "__cxa_throw"),
+            m(std_lib, "_ZNSt16invalid_argumentC1EPKc"),
+            m(std_lib, "_ZTISt16invalid_argument"),
+            m(std_lib, "_ZNSt16invalid_argumentD1Ev"),
+            m(std_lib, "_ZNSt13runtime_errorC1EPKc"),
+            m(std_lib, "_ZTISt13runtime_error"),
+            m(std_lib, "_ZNSt13runtime_errorD1Ev"),
+            m(std_lib, "_ZTISt9bad_alloc"),
+            m(std_lib, "_ZNSt9bad_allocD1Ev"),
+            m(std_lib, "_ZTVSt9bad_alloc"),
+            m(std_lib, "_ZdlPv"),
+        ];
+        let t_get_data_ptr = m(cpu, "aoti_torch_get_data_ptr");
+        let t_get_dim = m(cpu, "aoti_torch_get_dim");
+        let t_get_sizes = m(cpu, "aoti_torch_get_sizes");
+        let t_get_strides = m(cpu, "aoti_torch_get_strides");
+        let t_get_dtype = m(cpu, "aoti_torch_get_dtype");
+        let t_get_device_type = m(cpu, "aoti_torch_get_device_type");
+        let t_get_device_index = m(cpu, "aoti_torch_get_device_index");
+        let t_delete = m(cpu, "aoti_torch_delete_tensor_object");
+        let t_new = m(cpu, "aoti_torch_new_tensor_handle");
+        let t_empty = m(cpu, "aoti_torch_empty_strided");
+        let t_call = m(cpu, "aoti_torch_call_dispatcher");
+        let t_init = m(cpu, "aoti_torch_library_init_impl");
+        let t_impl = m(cpu, "aoti_torch_library_impl");
+        let stream = cuda.map(|c| m(c, "aoti_torch_get_current_cuda_stream"));
+        if !missing.is_empty() {
+            return Err(missing);
+        }
+        // SAFETY (every transmute below): a non-null address of the named function or object of libtorch's stable
+        // C ABI or libstdc++ with the signature stated by torch's headers (shim.h) and the Itanium C++ ABI.
+        unsafe {
+            let code = |p: *mut c_void| cast::<unsafe extern "C" fn() -> i32>(p)();
+            let d: Vec<i32> = dtype_fns.iter().map(|(_, p)| code(*p)).collect();
+            let cxx = Cxx {
+                allocate_exception: cast(cxx_syms[0]),
+                throw: cast(cxx_syms[1]),
+                invalid_argument_ctor: cast(cxx_syms[2]),
+                invalid_argument_ti: cxx_syms[3],
+                invalid_argument_dtor: cast(cxx_syms[4]),
+                runtime_error_ctor: cast(cxx_syms[5]),
+                runtime_error_ti: cxx_syms[6],
+                runtime_error_dtor: cast(cxx_syms[7]),
+                bad_alloc_ti: cxx_syms[8],
+                bad_alloc_dtor: cast(cxx_syms[9]),
+                bad_alloc_vtable: cxx_syms[10],
+                operator_delete: cast(cxx_syms[11]),
+            };
+            let t = Torch {
+                get_data_ptr: cast(t_get_data_ptr),
+                get_dim: cast(t_get_dim),
+                get_sizes: cast(t_get_sizes),
+                get_strides: cast(t_get_strides),
+                get_dtype: cast(t_get_dtype),
+                get_device_type: cast(t_get_device_type),
+                get_device_index: cast(t_get_device_index),
+                delete_tensor: cast(t_delete),
+                new_tensor_handle: cast(t_new),
+                empty_strided: cast(t_empty),
+                call_dispatcher: cast(t_call),
+                library_init_impl: cast(t_init),
+                library_impl: cast(t_impl),
+                current_cuda_stream: stream.map(|p| cast(p)),
+                dtypes: DtypeCodes {
+                    f16: d[0],
+                    bf16: d[1],
+                    f32: d[2],
+                    f64: d[3],
+                    i32: d[4],
+                    i64: d[5],
+                    i16: d[6],
+                    i8: d[7],
+                    u8: d[8],
+                    bool: d[9],
+                },
+                device_cpu: code(dev_fns[0]),
+                device_cuda: code(dev_fns[1]),
+                cxx,
+            };
+            Ok(TORCH.get_or_init(|| t))
+        }
+    }
+
+    /// Registers `kernels` (operator name, boxed kernel) of namespace `ns` for dispatch key `key` ("CPU",
+    /// "CUDA"). The registration lives as long as the process (its library object is never deleted).
+    pub fn register(&self, ns: &CStr, key: &CStr, kernels: &[(&CStr, BoxedKernel)]) -> Result<(), String> {
+        let mut lib: *mut c_void = std::ptr::null_mut();
+        // SAFETY: NUL-terminated strings that outlive the call (the file name is static); `lib` receives a handle.
+        let e =
+            unsafe { (self.library_init_impl)(ns.as_ptr(), key.as_ptr(), c"sparsek/_native".as_ptr(), 0, &mut lib) };
+        if e != 0 || lib.is_null() {
+            return Err(format!("aoti_torch_library_init_impl({ns:?}, {key:?}) failed"));
+        }
+        for (name, k) in kernels {
+            // SAFETY: a live library handle, a NUL-terminated name, a kernel with the boxed convention.
+            if unsafe { (self.library_impl)(lib, name.as_ptr(), *k) } != 0 {
+                return Err(format!("aoti_torch_library_impl({name:?}) for {key:?} failed"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The Python exception a native kernel raises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `ValueError` (`std::invalid_argument`).
+    Value,
+    /// `RuntimeError` (`std::runtime_error`). Also stands for `TypeError`, which no C++ standard exception
+    /// becomes: the Python wrappers turn it back (`take_type_error`).
+    Runtime,
+    /// `MemoryError` (`std::bad_alloc`, without the message).
+    Memory,
+}
+
+/// Throws `kind` with `msg` as a C++ exception (`msg` is freed first).
+///
+/// # Safety
+/// Called only from a frame that torch's dispatcher called through the boxed-kernel convention (`extern
+/// "C-unwind"`), with nothing left to drop in any Rust frame between here and there: the exception unwinds
+/// through them.
+pub unsafe fn throw(t: &Torch, kind: Kind, msg: String) -> ! {
+    let c = CString::new(msg.replace('\0', " ")).expect("NULs replaced");
+    drop(msg);
+    let x = &t.cxx;
+    // SAFETY: the Itanium ABI: allocate room for the exception object (std::runtime_error and its subclasses are
+    // one vtable pointer and one reference-counted string: 16 bytes on x86-64 and aarch64; 64 leaves room),
+    // construct it in place, throw it with its type description and destructor. The message is copied by the
+    // constructor, so `c` may be freed before the throw.
+    unsafe {
+        let obj = (x.allocate_exception)(64);
+        let (ti, dtor) = match kind {
+            Kind::Value => {
+                (x.invalid_argument_ctor)(obj, c.as_ptr());
+                (x.invalid_argument_ti, x.invalid_argument_dtor)
+            }
+            Kind::Runtime => {
+                (x.runtime_error_ctor)(obj, c.as_ptr());
+                (x.runtime_error_ti, x.runtime_error_dtor)
+            }
+            Kind::Memory => {
+                // std::bad_alloc is one vtable pointer: the address point of its vtable (2 words past the start).
+                *(obj as *mut *const c_void) = (x.bad_alloc_vtable as *const *const c_void).add(2) as *const c_void;
+                (x.bad_alloc_ti, x.bad_alloc_dtor)
+            }
+        };
+        drop(c);
+        (x.throw)(obj, ti, Some(dtor))
+    }
+}
+
+/// Frees the heap `StableIValue` that libtorch allocated for a present optional argument.
+///
+/// # Safety
+/// `p` is such a pointer, not yet freed.
+pub unsafe fn free_optional(t: &Torch, p: *mut u64) {
+    // SAFETY: the caller's contract; libtorch allocated it with `new StableIValue`.
+    unsafe { (t.cxx.operator_delete)(p.cast()) }
+}
+
+/// `true` when the error code of a shim call means success.
+pub fn ok(e: i32) -> bool {
+    e == 0
+}
