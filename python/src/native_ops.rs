@@ -850,38 +850,46 @@ fn finish(
     }
 }
 
-unsafe extern "C-unwind" fn linear_kernel(stack: *mut u64, _args: u64, _outs: u64) {
-    let Some(t) = torch() else { return };
-    // SAFETY: torch calls the kernel with the operator's arguments on the stack.
-    let r = catch_unwind(AssertUnwindSafe(|| unsafe { linear(t, stack) }));
-    let e = finish(t, stack, r, c"sparsek::_linear_py", (&[0, 1, 2, 3], Some(5), None), true);
-    if let Err((kind, msg)) = e {
-        // SAFETY: nothing is left to drop in this frame: `throw` consumes `msg` and frees it before throwing.
-        unsafe { torch_abi::throw(t, kind, msg) }
-    }
+/// The boxed kernels torch calls. Each is two functions: `$body`, an `extern "C"` function that does all the work and
+/// drops every Rust value before it returns what is left to throw ([`torch_abi::Pending`]), and `$name`, the
+/// `extern "C-unwind"` entry that only calls `$body` and then [`torch_abi::throw`]. The C++ exception thus unwinds
+/// through two Rust frames that have no landing pad and so no personality routine: libstdc++'s unwinder (libgcc_s)
+/// never calls into this extension's own unwinder, which a zig-linked (manylinux) build carries statically and
+/// which cannot read libgcc_s's unwind context (calling it crashed CI's wheel).
+macro_rules! boxed_kernel {
+    ($name:ident, $body:ident, $run:ident, $twin:literal, $inputs:expr, $has_output:expr) => {
+        #[inline(never)] // (inlined, its landing pads would give the entry a personality routine)
+        extern "C" fn $body(stack: *mut u64) -> torch_abi::Pending {
+            let Some(t) = torch() else { return torch_abi::Pending::NONE };
+            // SAFETY: torch calls the kernel with the operator's arguments on the stack.
+            let r = catch_unwind(AssertUnwindSafe(|| unsafe { $run(t, stack) }));
+            match finish(t, stack, r, $twin, $inputs, $has_output) {
+                Ok(()) => torch_abi::Pending::NONE,
+                Err((kind, msg)) => torch_abi::Pending::new(kind, msg),
+            }
+        }
+
+        #[inline(never)]
+        unsafe extern "C-unwind" fn $name(stack: *mut u64, _args: u64, _outs: u64) {
+            let pending = $body(stack);
+            if pending.is_some() {
+                // SAFETY: a boxed kernel's frame that holds nothing to drop, called by torch's dispatcher.
+                unsafe { torch_abi::throw(pending) }
+            }
+        }
+    };
 }
 
-unsafe extern "C-unwind" fn bsr_mm_kernel(stack: *mut u64, _args: u64, _outs: u64) {
-    let Some(t) = torch() else { return };
-    // SAFETY: as `linear_kernel`.
-    let r = catch_unwind(AssertUnwindSafe(|| unsafe { bsr_mm(t, stack) }));
-    let e = finish(t, stack, r, c"sparsek::_bsr_mm_py", (&[0, 1, 2, 5], None, Some(7)), true);
-    if let Err((kind, msg)) = e {
-        // SAFETY: as in `linear_kernel`.
-        unsafe { torch_abi::throw(t, kind, msg) }
-    }
-}
-
-unsafe extern "C-unwind" fn bsr_mm_out_kernel(stack: *mut u64, _args: u64, _outs: u64) {
-    let Some(t) = torch() else { return };
-    // SAFETY: as `linear_kernel`.
-    let r = catch_unwind(AssertUnwindSafe(|| unsafe { bsr_mm_out(t, stack) }));
-    let e = finish(t, stack, r, c"sparsek::_bsr_mm_out_py", (&[0, 1, 2, 5, 8], None, None), false);
-    if let Err((kind, msg)) = e {
-        // SAFETY: as in `linear_kernel`.
-        unsafe { torch_abi::throw(t, kind, msg) }
-    }
-}
+boxed_kernel!(linear_kernel, linear_body, linear, c"sparsek::_linear_py", (&[0, 1, 2, 3], Some(5), None), true);
+boxed_kernel!(bsr_mm_kernel, bsr_mm_body, bsr_mm, c"sparsek::_bsr_mm_py", (&[0, 1, 2, 5], None, Some(7)), true);
+boxed_kernel!(
+    bsr_mm_out_kernel,
+    bsr_mm_out_body,
+    bsr_mm_out,
+    c"sparsek::_bsr_mm_out_py",
+    (&[0, 1, 2, 5, 8], None, None),
+    false
+);
 
 /// Registers the native CPU and CUDA kernels of `sparsek::linear`, `sparsek::bsr_mm` and `sparsek::bsr_mm_out` (their
 /// schemas and the twins `sparsek::_linear_py`, `_bsr_mm_py`, `_bsr_mm_out_py` must be defined already). `lib_dir`:

@@ -8,8 +8,10 @@
 //! Errors leave a boxed kernel as C++ exceptions (the only way an error crosses torch's dispatcher): [`throw`]
 //! builds a `std::invalid_argument` (Python `ValueError`), `std::runtime_error` (`RuntimeError`) or
 //! `std::bad_alloc` (`MemoryError`) with libstdc++'s exported constructors and throws it with the Itanium ABI's
-//! `__cxa_throw`, from an `extern "C-unwind"` frame that holds nothing to drop. pybind11, which runs the operator
-//! for Python, turns these into the Python exceptions named (checked by python/tests/test_native_ops.py).
+//! `__cxa_throw`, from `extern "C-unwind"` frames that have no landing pad (so no Rust personality routine runs
+//! while libstdc++'s unwinder walks them; see [`throw`]). pybind11, which runs the operator for Python, turns these
+//! into the Python exceptions named (checked by python/tests/test_native_ops.py, which CI runs on the zig-linked
+//! manylinux wheel as well).
 
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::sync::OnceLock;
@@ -294,6 +296,7 @@ impl Torch {
 
 /// The Python exception a native kernel raises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Kind {
     /// `ValueError` (`std::invalid_argument`).
     Value,
@@ -304,29 +307,61 @@ pub enum Kind {
     Memory,
 }
 
-/// Throws `kind` with `msg` as a C++ exception (`msg` is freed first).
+/// What a boxed kernel leaves to throw once its work is done and every Rust value of it dropped: nothing (`msg`
+/// null) or a C++ exception of `kind` whose message `msg` was allocated by [`Pending::new`]. Plain data, so that
+/// the frames that hold it need no landing pad ([`throw`]).
+#[repr(C)]
+pub struct Pending {
+    kind: Kind,
+    msg: *mut c_char,
+}
+
+impl Pending {
+    /// Nothing to throw.
+    pub const NONE: Pending = Pending { kind: Kind::Runtime, msg: std::ptr::null_mut() };
+
+    /// An exception of `kind` with `msg` (NULs in it become spaces).
+    pub fn new(kind: Kind, msg: String) -> Pending {
+        let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+        Pending { kind, msg: c.into_raw() }
+    }
+
+    /// There is an exception to throw.
+    pub fn is_some(&self) -> bool {
+        !self.msg.is_null()
+    }
+}
+
+/// Throws `p` as a C++ exception (its message is freed first); with nothing to throw (or without torch loaded, which
+/// cannot happen for a kernel torch called) it returns.
+///
+/// The exception unwinds with the unwinder of libstdc++ (libgcc_s), through this frame and the caller's: neither
+/// may have a landing pad, because a landing pad makes the frame's unwind entry name Rust's personality routine,
+/// which calls this extension's own unwinder (statically linked in a zig-built wheel) with libgcc_s's context.
+/// Hence only plain data here, `#[inline(never)]`, and every call one that cannot unwind, but the last.
 ///
 /// # Safety
-/// Called only from a frame that torch's dispatcher called through the boxed-kernel convention (`extern
-/// "C-unwind"`), with nothing left to drop in any Rust frame between here and there: the exception unwinds
-/// through them.
-pub unsafe fn throw(t: &Torch, kind: Kind, msg: String) -> ! {
-    let c = CString::new(msg.replace('\0', " ")).expect("NULs replaced");
-    drop(msg);
+/// Called only from a boxed kernel's `extern "C-unwind"` frame that holds nothing to drop (`boxed_kernel!`).
+#[inline(never)]
+pub unsafe extern "C-unwind" fn throw(p: Pending) {
+    let Some(t) = torch() else { return };
+    if p.msg.is_null() {
+        return;
+    }
     let x = &t.cxx;
     // SAFETY: the Itanium ABI: allocate room for the exception object (std::runtime_error and its subclasses are
     // one vtable pointer and one reference-counted string: 16 bytes on x86-64 and aarch64; 64 leaves room),
     // construct it in place, throw it with its type description and destructor. The message is copied by the
-    // constructor, so `c` may be freed before the throw.
+    // constructor, so it is freed before the throw (`p.msg` came from `CString::into_raw`).
     unsafe {
         let obj = (x.allocate_exception)(64);
-        let (ti, dtor) = match kind {
+        let (ti, dtor) = match p.kind {
             Kind::Value => {
-                (x.invalid_argument_ctor)(obj, c.as_ptr());
+                (x.invalid_argument_ctor)(obj, p.msg);
                 (x.invalid_argument_ti, x.invalid_argument_dtor)
             }
             Kind::Runtime => {
-                (x.runtime_error_ctor)(obj, c.as_ptr());
+                (x.runtime_error_ctor)(obj, p.msg);
                 (x.runtime_error_ti, x.runtime_error_dtor)
             }
             Kind::Memory => {
@@ -335,7 +370,7 @@ pub unsafe fn throw(t: &Torch, kind: Kind, msg: String) -> ! {
                 (x.bad_alloc_ti, x.bad_alloc_dtor)
             }
         };
-        drop(c);
+        drop(CString::from_raw(p.msg));
         (x.throw)(obj, ti, Some(dtor))
     }
 }
