@@ -351,8 +351,8 @@ impl Results {
     }
 }
 
-/// Milliseconds with precision that suits their size.
-fn fmt_ms(ms: Option<f64>) -> String {
+/// Milliseconds with precision that suits their size ("-" for none), as the tables and the comparison write them.
+pub(crate) fn fmt_ms(ms: Option<f64>) -> String {
     match ms {
         None => "-".into(),
         Some(t) if t < 0.1 => format!("{t:.4}"),
