@@ -281,6 +281,16 @@ pub(crate) mod tests {
         }
     }
 
+    /// The keys of [`super::CaseFacts`], which open every side record's JSON object.
+    pub(crate) const FACTS: [&str; 9] = ["case", "m", "n", "k", "bs", "density", "pattern", "nnzb", "seed"];
+
+    /// The keys of the first record of a side run's file `text`, in their order: [`FACTS`], then the mode's own.
+    pub(crate) fn record_keys(text: &str) -> Vec<String> {
+        let keys = keys_from(text, "case");
+        assert_eq!(keys[..FACTS.len()], FACTS, "a record opens with its case facts");
+        keys[FACTS.len()..].to_vec()
+    }
+
     /// The keys of the first JSON object of `text` whose key is `first`, in their order.
     pub(crate) fn keys_from(text: &str, first: &str) -> Vec<String> {
         let start = text.find(&format!("\"{first}\":")).expect("the key is written");
