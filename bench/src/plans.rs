@@ -178,12 +178,7 @@ pub fn run(gpu: &Gpu, cfg: &RunConfig, budget: Duration) -> Result<TunedSummary>
         records.push(rec);
         error::write(&json_path, to_json(&header, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
     }
-    let report = markdown(&header, &records, budget);
-    println!("{report}");
-    let md_path = cfg.out_dir.join("tuned.md");
-    error::write(&md_path, report.as_bytes())?;
-    eprintln!("wrote {}", md_path.display());
-    eprintln!("wrote {}", json_path.display());
+    crate::side::publish(cfg, "tuned.md", &markdown(&header, &records, budget), &json_path)?;
     let all_passed = records.iter().all(TunedRecord::passed);
     Ok(TunedSummary { header, records, all_passed })
 }

@@ -175,10 +175,9 @@ pub struct ReachRecord {
     pub contenders: Vec<ContenderResult>,
     /// The time ratios.
     pub ratios: Ratios,
-    /// SM clock read by nvidia-smi right after the timed loop.
-    pub sm_clock_mhz: Option<u32>,
-    /// Set when the case could not be run at all (operands, oracle, timing).
-    pub error: Option<String>,
+    /// The SM clock and why the case could not run (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub status: crate::side::CaseStatus,
 }
 
 impl ReachRecord {
@@ -187,8 +186,7 @@ impl ReachRecord {
             facts: crate::side::CaseFacts::new(case, seed),
             contenders: Form::ALL.iter().map(|&f| ContenderResult::of(f)).collect(),
             ratios: Ratios::default(),
-            sm_clock_mhz: None,
-            error: None,
+            status: crate::side::CaseStatus::default(),
         }
     }
 
@@ -199,7 +197,7 @@ impl ReachRecord {
 
     /// Whether the case ran and every sparsek contender passed its check.
     pub fn sparsek_passed(&self) -> bool {
-        self.error.is_none()
+        self.status.error.is_none()
             && Form::ALL
                 .iter()
                 .filter(|f| f.is_sparsek())
@@ -238,15 +236,10 @@ pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
     }
     drop(lib);
 
-    let table = markdown(&header, &records);
-    println!("{table}");
-    let md_path = cfg.out_dir.join("reach.md");
-    error::write(&md_path, table.as_bytes())?;
-    eprintln!("wrote {}", md_path.display());
-    eprintln!("wrote {}", json_path.display());
+    crate::side::publish(cfg, "reach.md", &markdown(&header, &records), &json_path)?;
     let all_passed = records.iter().all(ReachRecord::sparsek_passed);
     for r in records.iter().filter(|r| !r.sparsek_passed()) {
-        let why = r.error.clone().unwrap_or_else(|| {
+        let why = r.status.error.clone().unwrap_or_else(|| {
             r.contenders
                 .iter()
                 .filter(|c| c.name != cublas::KIND && !c.passed())
@@ -290,7 +283,7 @@ fn run_case(gpu: &Gpu, lib: &Result<Cublas>, cfg: &ReachConfig, iters: usize, ca
     let ops = match operands(&mut case, cfg, seed, tag) {
         Ok(o) => o,
         Err(e) => {
-            rec.error = Some(e.to_string());
+            rec.status.error = Some(e.to_string());
             return rec;
         }
     };
@@ -328,13 +321,13 @@ fn run_case(gpu: &Gpu, lib: &Result<Cublas>, cfg: &ReachConfig, iters: usize, ca
         .unzip();
     match crate::runner::time_interleaved(gpu, &mut timed, cfg.warmup, iters) {
         Ok((times, clock)) => {
-            rec.sm_clock_mhz = clock;
+            rec.status.sm_clock_mhz = clock;
             for (i, t) in which.iter().zip(&times) {
                 let flops = if Form::ALL[*i] == Form::Cublas { dense_flops } else { sparse_flops };
                 rec.contenders[*i].set_timing(t, flops);
             }
         }
-        Err(e) => rec.error = Some(Error::step("timing")(e).to_string()),
+        Err(e) => rec.status.error = Some(Error::step("timing")(e).to_string()),
     }
     rec.ratios = Ratios::of(&rec.contenders);
     rec
@@ -504,18 +497,7 @@ fn speedup_cell(v: Option<f64>) -> String {
 
 /// The checks column: "pass", or what failed or could not run.
 fn checks_cell(r: &ReachRecord) -> String {
-    if let Some(e) = &r.error {
-        return format!("error: {}", e.replace('|', "/"));
-    }
-    let mut bad = Vec::new();
-    for c in &r.contenders {
-        if c.error.is_some() {
-            bad.push(format!("{} n/a", c.name));
-        } else if c.check.as_ref().is_some_and(|k| !k.passed) {
-            bad.push(format!("{} FAIL", c.name));
-        }
-    }
-    if bad.is_empty() { "pass".into() } else { bad.join(", ") }
+    r.status.checks_cell(&r.contenders)
 }
 
 /// The Markdown table of a run: two lines of facts and method, then one row per case.
@@ -568,7 +550,7 @@ pub fn markdown(header: &Header, records: &[ReachRecord]) -> String {
             speedup_cell(q.f16_speedup_vs_cublas),
             speedup_cell(q.bf16_speedup_vs_cublas),
             speedup_cell(q.linear_speedup_vs_cublas),
-            r.sm_clock_mhz.map_or_else(|| "-".into(), |m| m.to_string()),
+            r.status.clock_cell(),
             checks_cell(r),
         );
     }
@@ -578,7 +560,7 @@ pub fn markdown(header: &Header, records: &[ReachRecord]) -> String {
 /// `8192x8192x8192 bs64 22% uniform: f16 1.234 ms (412.3 TFLOPS), bf16 1.250 ms (1.013x), ...`
 fn progress_line(r: &ReachRecord) -> String {
     let mut s = format!("{}: ", r.facts.case);
-    if let Some(e) = &r.error {
+    if let Some(e) = &r.status.error {
         s.push_str(&format!("ERROR {e}"));
         return s;
     }
@@ -599,10 +581,7 @@ fn progress_line(r: &ReachRecord) -> String {
         ms(Form::Cublas),
         tf(Form::Cublas),
     ));
-    if let Some(c) = r.sm_clock_mhz {
-        s.push_str(&format!(", SM {c} MHz"));
-    }
-    s.push_str(&format!(", checks {}", checks_cell(r)));
+    s.push_str(&format!("{}, checks {}", r.status.clock_note(), checks_cell(r)));
     s
 }
 
@@ -740,8 +719,9 @@ mod tests {
         assert!(v["records"][1]["ratios"]["f16_speedup_vs_cublas"].is_null());
         // The layout of the committed files (docs/bench/*-reach.json): the top-level keys, and each contender's
         // keys with its figures in place.
-        use crate::side::tests::keys_from;
+        use crate::side::tests::{STATUS, keys_from, record_keys};
         assert_eq!(keys_from(&json, "header"), ["header", "complete", "records"]);
+        assert_eq!(record_keys(&json), [&["contenders", "ratios"][..], &STATUS].concat());
         let figures = ["median_ms", "min_ms", "max_ms", "samples", "tflops", "sets"];
         let contender = [&["name", "description", "check"][..], &figures, &["error"]].concat();
         assert_eq!(keys_from(&json, "name"), contender);

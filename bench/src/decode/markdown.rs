@@ -120,18 +120,7 @@ pub(super) fn goals_cell(r: &DecodeRecord) -> String {
 
 /// The checks column: "pass", or what failed or could not run.
 pub(super) fn checks_cell(r: &DecodeRecord) -> String {
-    if let Some(e) = &r.error {
-        return format!("error: {}", e.replace('|', "/"));
-    }
-    let mut bad = Vec::new();
-    for c in [&r.sparsek, &r.cublas] {
-        if c.error.is_some() {
-            bad.push(format!("{} n/a", c.name));
-        } else if c.check.as_ref().is_some_and(|k| !k.passed) {
-            bad.push(format!("{} FAIL", c.name));
-        }
-    }
-    if bad.is_empty() { "pass".into() } else { bad.join(", ") }
+    r.status.checks_cell([&r.sparsek, &r.cublas])
 }
 
 /// The targets met, missed and not measured over all records, and a line per missed one.
@@ -236,7 +225,7 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
             checked_cell(r, &r.sparsek_graph),
             checked_cell(r, &r.sparsek_graph_programmatic),
             goals_cell(r),
-            r.sm_clock_mhz.map_or_else(|| "-".into(), |m| m.to_string()),
+            r.status.clock_cell(),
             checks_cell(r),
         );
     }
@@ -249,7 +238,7 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
 /// cuBLAS 45.60 µs (3.70x), 5.12x empty launch; copy ≥ 80% met; ...; checks pass`.
 pub(super) fn progress_line(r: &DecodeRecord) -> String {
     let mut s = format!("{}: ", r.facts.case);
-    if let Some(e) = &r.error {
+    if let Some(e) = &r.status.error {
         s.push_str(&format!("ERROR {e}"));
         return s;
     }
@@ -276,8 +265,6 @@ pub(super) fn progress_line(r: &DecodeRecord) -> String {
         goals_cell(r),
         checks_cell(r),
     ));
-    if let Some(c) = r.sm_clock_mhz {
-        s.push_str(&format!(", SM {c} MHz"));
-    }
+    s.push_str(&r.status.clock_note());
     s
 }

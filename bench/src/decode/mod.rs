@@ -385,10 +385,9 @@ pub struct DecodeRecord {
     pub sparsek_graph_programmatic: Option<Queued>,
     /// The targets that apply ([`targets`]) and their verdicts.
     pub goals: Vec<Goal>,
-    /// SM clock read by nvidia-smi right after the timed loop.
-    pub sm_clock_mhz: Option<u32>,
-    /// Set when the case could not be run at all (operands, oracle, timing).
-    pub error: Option<String>,
+    /// The SM clock and why the case could not run (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub status: crate::side::CaseStatus,
 }
 
 /// `num / den` to 6 significant digits, when both are known and `den` is positive.
@@ -418,8 +417,7 @@ impl DecodeRecord {
             sparsek_graph: None,
             sparsek_graph_programmatic: None,
             goals: Vec::new(),
-            sm_clock_mhz: None,
-            error: None,
+            status: crate::side::CaseStatus::default(),
         }
     }
 
@@ -476,7 +474,7 @@ impl DecodeRecord {
 
     /// Whether the case ran and sparsek's output passed its check.
     pub fn sparsek_passed(&self) -> bool {
-        self.error.is_none() && self.sparsek.passed()
+        self.status.error.is_none() && self.sparsek.passed()
     }
 }
 
@@ -527,14 +525,9 @@ pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<
     }
     drop(lib);
 
-    let report = markdown(&header, &references, &records);
-    println!("{report}");
-    let md_path = cfg.out_dir.join("decode.md");
-    error::write(&md_path, report.as_bytes())?;
-    eprintln!("wrote {}", md_path.display());
-    eprintln!("wrote {}", json_path.display());
+    crate::side::publish(cfg, "decode.md", &markdown(&header, &references, &records), &json_path)?;
     for r in records.iter().filter(|r| !r.sparsek_passed()) {
-        let why = r.error.clone().or_else(|| r.sparsek.error.clone());
+        let why = r.status.error.clone().or_else(|| r.sparsek.error.clone());
         let why = why.or_else(|| r.sparsek.check.as_ref().map(|k| k.detail.clone()));
         eprintln!("FAILED {}: {}", r.facts.case, why.unwrap_or_default());
     }

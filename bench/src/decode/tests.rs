@@ -369,6 +369,28 @@ fn decode_file_keeps_its_layout() {
     let case = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
     let text = to_json(&crate::report::tests::header(), &refs, &[record(&case, 3604, 16.0, 48.0, true, &refs)], true);
     let text = text.unwrap();
+    // A record's own keys, after its case facts.
+    let figures = [
+        "bytes",
+        "sparsek",
+        "cublas",
+        "same_size_copy",
+        "achieved_gbps",
+        "copy_fraction",
+        "same_size_copy_fraction",
+        "read_floor",
+        "read_floor_fraction",
+        "read_floor_queued",
+        "speedup_vs_cublas",
+        "launch_ratio",
+        "sparsek_queued",
+        "queued_launch_ratio",
+        "sparsek_queued_programmatic",
+        "sparsek_graph",
+        "sparsek_graph_programmatic",
+        "goals",
+    ];
+    assert_eq!(crate::side::tests::record_keys(&text), [&figures[..], &crate::side::tests::STATUS].concat());
     let measured = ["time", "gbps", "error"];
     assert_eq!(keys_from(&text, "bytes"), [&["bytes"][..], &measured].concat());
     let floor = [&["read_bytes", "write_bytes", "ctas", "sets"][..], &measured].concat();
