@@ -72,7 +72,7 @@ pub(super) fn us_cell(c: &ContenderResult) -> String {
 /// sparsek's queued time per launch (`!` when its output failed its check), or `-`.
 pub(super) fn queued_cell(r: &DecodeRecord) -> String {
     let Some(t) = r.sparsek_queued.median_us() else { return "-".into() };
-    if r.sparsek.passed() { format!("{t:.2}") } else { format!("{t:.2}!") }
+    if r.contenders.sparsek.passed() { format!("{t:.2}") } else { format!("{t:.2}!") }
 }
 
 /// sparsek's queued time per launch with programmatic launches, `failed` when it could not be measured or its
@@ -87,7 +87,7 @@ pub(super) fn checked_cell(r: &DecodeRecord, q: &Option<Queued>) -> String {
     match q {
         None => "-".into(),
         Some(q) => match (q.median_us(), &q.error) {
-            (Some(t), None) if r.sparsek.passed() => format!("{t:.2}"),
+            (Some(t), None) if r.contenders.sparsek.passed() => format!("{t:.2}"),
             (Some(t), None) => format!("{t:.2}!"),
             _ => "failed".into(),
         },
@@ -120,7 +120,7 @@ pub(super) fn goals_cell(r: &DecodeRecord) -> String {
 
 /// The checks column: "pass", or what failed or could not run.
 pub(super) fn checks_cell(r: &DecodeRecord) -> String {
-    r.status.checks_cell([&r.sparsek, &r.cublas])
+    r.status.checks_cell(r.contenders.all())
 }
 
 /// The targets met, missed and not measured over all records, and a line per missed one.
@@ -209,13 +209,13 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
             percent(r.facts.density),
             r.facts.nnzb,
             mb_cell(r.bytes.total),
-            us_cell(&r.sparsek),
+            us_cell(&r.contenders.sparsek),
             opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
             opt_cell(r.copy_fraction, |v| Figure::CopyFraction.value_text(v)),
             opt_cell(r.same_size_copy_fraction, |v| Figure::CopyFraction.value_text(v)),
             floor_cell(r),
             opt_cell(r.read_floor_fraction, |v| Figure::CopyFraction.value_text(v)),
-            us_cell(&r.cublas),
+            us_cell(&r.contenders.cublas),
             opt_cell(r.speedup_vs_cublas, |v| Figure::SpeedupVsCublas.value_text(v)),
             opt_cell(r.launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
             queued_cell(r),
@@ -248,12 +248,12 @@ pub(super) fn progress_line(r: &DecodeRecord) -> String {
          queued {} µs ({} the queued empty launch; programmatic {} µs; read floor {} µs); graph {} µs \
          (programmatic {} µs); \
          targets: {}; checks {}",
-        us_cell(&r.sparsek),
+        us_cell(&r.contenders.sparsek),
         opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
         text(Figure::CopyFraction),
         opt_cell(r.same_size_copy_fraction, |v| Figure::CopyFraction.value_text(v)),
         floor_cell(r),
-        us_cell(&r.cublas),
+        us_cell(&r.contenders.cublas),
         text(Figure::SpeedupVsCublas),
         text(Figure::LaunchRatio),
         queued_cell(r),

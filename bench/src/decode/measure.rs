@@ -205,7 +205,7 @@ pub(super) fn measure(
             (Form::Cublas, Err(why)) => Err(Error::Unavailable { lib: "cuBLAS", reason: why.to_string() }),
             _ => setup(gpu, lib.as_ref().ok(), form, &ops, depth),
         };
-        let r = rec.contender_mut(form);
+        let r = rec.contenders.get_mut(form);
         match result {
             Ok((s, check)) => {
                 r.check = Some(check);
@@ -273,7 +273,7 @@ pub(super) fn measure(
     rec.status.sm_clock_mhz = clock;
     for (item, t) in items.into_iter().zip(&times) {
         match item {
-            Item::Contender(form) => rec.contender_mut(form).time = Times::from_ms(t),
+            Item::Contender(form) => rec.contenders.get_mut(form).time = Times::from_ms(t),
             Item::SameSizeCopy => rec.same_size_copy.measured.time = Times::from_ms(t),
             Item::ReadFloor => rec.read_floor.measured.time = Times::from_ms(t),
         }
