@@ -27,7 +27,7 @@ use crate::error::{self, Error, Result};
 use crate::grid::{Case, percent};
 use crate::measure::rotation_sets;
 use crate::num::round_sig;
-use crate::report::{Check, Header, Timing};
+use crate::report::{Check, Header, Timing, TimingFields};
 use crate::side::Checked;
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected};
@@ -99,14 +99,9 @@ pub type ContenderResult = crate::side::ContenderResult<Figures>;
 /// A reach contender's figures (in its JSON object, after the check).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Figures {
-    /// Median launch time in ms, if timed.
-    pub median_ms: Option<f64>,
-    /// Fastest launch in ms.
-    pub min_ms: Option<f64>,
-    /// Slowest launch in ms.
-    pub max_ms: Option<f64>,
-    /// Timed launches.
-    pub samples: usize,
+    /// Its launch times, if timed (flattened: as `latest.json`'s contenders write them).
+    #[serde(flatten)]
+    pub timing: TimingFields,
     /// TFLOPS at the median: effective (`2 * nnzb * bs^2 * N / time`) for sparsek, dense (`2 * M * N * K /
     /// time`) for cuBLAS.
     pub tflops: Option<f64>,
@@ -121,15 +116,14 @@ impl ContenderResult {
 
     /// The median time, when the output passed its check (a failed check makes the time untrusted).
     pub fn trusted_ms(&self) -> Option<f64> {
-        self.median_ms.filter(|&t| t > 0.0 && self.passed())
+        self.timing.median_ms.filter(|&t| t > 0.0 && self.passed())
     }
 
     fn set_timing(&mut self, samples: &[f32], flops: f64) {
         if let Some(t) = Timing::from_samples(samples) {
-            self.median_ms = Some(round_sig(t.median_ms, 6));
-            self.min_ms = Some(round_sig(t.min_ms, 6));
-            self.max_ms = Some(round_sig(t.max_ms, 6));
-            self.samples = t.samples;
+            let sig6 = |ms: f64| round_sig(ms, 6);
+            let rounded = Timing { median_ms: sig6(t.median_ms), min_ms: sig6(t.min_ms), max_ms: sig6(t.max_ms), ..t };
+            self.timing = Some(&rounded).into();
             self.tflops = (t.median_ms > 0.0).then(|| round_sig(flops / (t.median_ms * 1e-3) / 1e12, 6));
         }
     }
@@ -472,7 +466,7 @@ fn check_output(form: Form, ops: &Operands, host: &Matrix<f32>) -> CheckReport {
 /// Milliseconds with precision that suits their size, `!` appended when the output failed its check.
 fn ms_cell(c: Option<&ContenderResult>) -> String {
     let Some(c) = c else { return "-".into() };
-    let Some(t) = c.median_ms else { return "-".into() };
+    let Some(t) = c.timing.median_ms else { return "-".into() };
     let s = if t < 0.1 {
         format!("{t:.4}")
     } else if t < 100.0 {
@@ -564,7 +558,9 @@ fn progress_line(r: &ReachRecord) -> String {
         s.push_str(&format!("ERROR {e}"));
         return s;
     }
-    let ms = |f: Form| r.contender(f).and_then(|c| c.median_ms).map_or_else(|| "n/a".into(), |t| format!("{t:.3} ms"));
+    let ms = |f: Form| {
+        r.contender(f).and_then(|c| c.timing.median_ms).map_or_else(|| "n/a".into(), |t| format!("{t:.3} ms"))
+    };
     let tf = |f: Form| r.contender(f).and_then(|c| c.tflops).map_or_else(String::new, |t| format!(" {t:.1} TFLOPS"));
     let q = &r.ratios;
     let x = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.3}x"));
@@ -596,7 +592,7 @@ mod tests {
         r.facts.nnzb = 292_556;
         for (i, c) in r.contenders.iter_mut().enumerate() {
             c.check = Some(check(passed[i]));
-            c.median_ms = times[i];
+            c.timing.median_ms = times[i];
             c.tflops = times[i].map(|t| 1.0 / t);
         }
         r.ratios = Ratios::of(&r.contenders);
