@@ -64,7 +64,7 @@ pub struct CaseChange {
     pub old: Speed,
     /// sparsek in the new run.
     pub new: Speed,
-    /// The change of speed, when both runs have a trusted one.
+    /// The change of speed, when both runs have a speed to compare (see the module documentation).
     pub change: Option<Change>,
     /// The outcome.
     pub verdict: Verdict,
