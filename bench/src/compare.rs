@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use crate::grid::Source;
-use crate::report::{Header, Record, Results};
+use crate::report::{Header, Record, Results, fmt_ms};
 
 /// The default regression threshold, in percent (see the module documentation).
 pub const DEFAULT_THRESHOLD_PCT: f64 = 5.0;
@@ -60,20 +60,38 @@ pub enum Verdict {
 pub struct CaseChange {
     /// The case (`8192x8192x8192 bs64 22% uniform`).
     pub case: String,
-    /// sparsek's median in the old run, ms.
-    pub old_ms: Option<f64>,
-    /// sparsek's median in the new run, ms.
-    pub new_ms: Option<f64>,
-    /// sparsek's effective TFLOPS over cuBLAS's TFLOPS in the old run (trusted cuBLAS times only).
-    pub old_ratio: Option<f64>,
-    /// The same in the new run.
-    pub new_ratio: Option<f64>,
-    /// What `change_pct` was measured on.
-    pub basis: Option<Basis>,
-    /// Speed change in percent: positive is faster, negative slower.
-    pub change_pct: Option<f64>,
+    /// sparsek in the old run (nothing when the old run does not have the case).
+    pub old: Speed,
+    /// sparsek in the new run.
+    pub new: Speed,
+    /// The change of speed, when both runs have a speed to compare (see the module documentation).
+    pub change: Option<Change>,
     /// The outcome.
     pub verdict: Verdict,
+}
+
+/// A case's change of speed between the runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Change {
+    /// What it was measured on.
+    pub basis: Basis,
+    /// In percent: positive is faster, negative slower.
+    pub pct: f64,
+}
+
+/// sparsek's speed in one run's record of a case.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Speed {
+    /// sparsek's median, ms.
+    pub ms: Option<f64>,
+    /// sparsek's effective TFLOPS over cuBLAS's TFLOPS (trusted cuBLAS times only).
+    pub ratio: Option<f64>,
+}
+
+impl Speed {
+    fn of(r: &Record) -> Speed {
+        Speed { ms: r.sparsek.ms(), ratio: r.ratio_vs_cublas().filter(|_| r.cublas.trusted()) }
+    }
 }
 
 /// A new run against an old one ([`compare`]).
@@ -81,12 +99,8 @@ pub struct CaseChange {
 pub struct Comparison {
     /// The regression threshold, in percent.
     pub threshold_pct: f64,
-    /// The old run in one line (GPU, date, commit).
-    pub old_run: String,
-    /// The new run in one line.
-    pub new_run: String,
-    /// The runs were made on GPUs of different names.
-    pub different_gpus: bool,
+    /// The two runs, as the comparison's heading names them.
+    pub runs: Runs,
     /// The new run's cases, in its order.
     pub cases: Vec<CaseChange>,
     /// Cases of the old run that the new run does not have (each fails the comparison).
@@ -106,9 +120,41 @@ fn key(r: &Record) -> Key {
     (c.m, c.n, c.k, c.bs, density, c.pattern_name())
 }
 
-fn run_line(h: &Header) -> String {
-    let dirty = if h.git_dirty == Some(true) { " (uncommitted changes)" } else { "" };
-    format!("{}, {}, sparsek {} at {}{dirty}", h.gpu, h.date_utc, h.sparsek_version, h.git_commit)
+/// The two runs of a comparison, one line each (their headers' GPU, date and commit), and whether their GPUs differ.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Runs {
+    /// The old run in one line (GPU, date, commit).
+    pub old: String,
+    /// The new run in one line.
+    pub new: String,
+    /// The runs were made on GPUs of different names.
+    pub different_gpus: bool,
+}
+
+impl Runs {
+    fn of(old: &Header, new: &Header) -> Runs {
+        let line = |h: &Header| {
+            let dirty = if h.git_dirty == Some(true) { " (uncommitted changes)" } else { "" };
+            format!("{}, {}, sparsek {} at {}{dirty}", h.gpu, h.date_utc, h.sparsek_version, h.git_commit)
+        };
+        Runs { old: line(old), new: line(new), different_gpus: old.gpu != new.gpu }
+    }
+}
+
+impl fmt::Display for Runs {
+    /// `OLD: ...` and `NEW: ...`, and a note when the GPUs differ.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "OLD: {}", self.old)?;
+        writeln!(f, "NEW: {}", self.new)?;
+        if self.different_gpus {
+            writeln!(
+                f,
+                "Note: different GPUs. Ratios to cuBLAS carry across machines better than times, but not exactly \
+                 (memory bandwidth and clocks favour the contenders differently)."
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// Compares every case of `new` with the same case of `old` (see the module documentation for the rule);
@@ -129,15 +175,7 @@ pub fn compare(old: &Results, new: &Results, threshold_pct: f64) -> Comparison {
     if new.records.is_empty() {
         problems.push("NEW has no cases".into());
     }
-    Comparison {
-        threshold_pct,
-        old_run: run_line(&old.header),
-        new_run: run_line(&new.header),
-        different_gpus: old.header.gpu != new.header.gpu,
-        cases,
-        missing,
-        problems,
-    }
+    Comparison { threshold_pct, runs: Runs::of(&old.header, &new.header), cases, missing, problems }
 }
 
 /// Why sparsek's result in `r` cannot be trusted, if it cannot.
@@ -154,15 +192,11 @@ fn sparsek_failure(r: &Record) -> Option<String> {
 }
 
 fn change(old: Option<&Record>, new: &Record, threshold_pct: f64) -> CaseChange {
-    let ratio = |r: &Record| r.ratio_vs_cublas().filter(|_| r.cublas.trusted());
     let mut c = CaseChange {
         case: new.case.to_string(),
-        old_ms: old.and_then(|o| o.sparsek.ms()),
-        new_ms: new.sparsek.ms(),
-        old_ratio: old.and_then(ratio),
-        new_ratio: ratio(new),
-        basis: None,
-        change_pct: None,
+        old: old.map(Speed::of).unwrap_or_default(),
+        new: Speed::of(new),
+        change: None,
         verdict: Verdict::Unchanged,
     };
     let old = match old {
@@ -181,7 +215,7 @@ fn change(old: Option<&Record>, new: &Record, threshold_pct: f64) -> CaseChange 
         }
     };
     if let Some(o) = old {
-        let speeds = match (c.old_ratio, c.new_ratio) {
+        let speeds = match (c.old.ratio, c.new.ratio) {
             (Some(a), Some(b)) => Some((Basis::Cublas, a, b)),
             _ => {
                 Some(Basis::SparsekTime).zip(o.sparsek_tflops()).zip(new.sparsek_tflops()).map(|((k, a), b)| (k, a, b))
@@ -192,8 +226,7 @@ fn change(old: Option<&Record>, new: &Record, threshold_pct: f64) -> CaseChange 
         }
         if let Some((basis, a, b)) = speeds.filter(|&(_, a, _)| a > 0.0) {
             let pct = 100.0 * (b / a - 1.0);
-            c.basis = Some(basis);
-            c.change_pct = Some(pct);
+            c.change = Some(Change { basis, pct });
             c.verdict = if !pct.is_finite() {
                 Verdict::Failed(format!("the change is not finite ({pct}%): a time of 0 or below?"))
             } else if pct < -threshold_pct {
@@ -241,15 +274,6 @@ impl Comparison {
     }
 }
 
-fn ms(v: Option<f64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(t) if t < 0.1 => format!("{t:.4}"),
-        Some(t) if t < 100.0 => format!("{t:.3}"),
-        Some(t) => format!("{t:.1}"),
-    }
-}
-
 fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |r| format!("{:.1}%", 100.0 * r))
 }
@@ -257,16 +281,7 @@ fn pct(v: Option<f64>) -> String {
 impl fmt::Display for Comparison {
     /// The table (one row per case, Markdown, columns aligned), then the verdict in words.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "OLD: {}", self.old_run)?;
-        writeln!(f, "NEW: {}", self.new_run)?;
-        if self.different_gpus {
-            writeln!(
-                f,
-                "Note: different GPUs. Ratios to cuBLAS carry across machines better than times, but not exactly \
-                 (memory bandwidth and clocks favour the contenders differently)."
-            )?;
-        }
-        writeln!(f)?;
+        writeln!(f, "{}", self.runs)?;
         let head = [
             "case",
             "sparsek ms OLD",
@@ -283,12 +298,12 @@ impl fmt::Display for Comparison {
             .map(|c| {
                 [
                     c.case.clone(),
-                    ms(c.old_ms),
-                    ms(c.new_ms),
-                    pct(c.old_ratio),
-                    pct(c.new_ratio),
-                    c.change_pct.map_or_else(|| "-".into(), |p| format!("{p:+.1}%")),
-                    match c.basis {
+                    fmt_ms(c.old.ms),
+                    fmt_ms(c.new.ms),
+                    pct(c.old.ratio),
+                    pct(c.new.ratio),
+                    c.change.map_or_else(|| "-".into(), |c| format!("{:+.1}%", c.pct)),
+                    match c.change.map(|c| c.basis) {
                         None => "-".into(),
                         Some(Basis::Cublas) => "ratio to cuBLAS".into(),
                         Some(Basis::SparsekTime) => "sparsek time (no cuBLAS)".into(),
@@ -387,8 +402,8 @@ mod tests {
         assert!(c.missing.is_empty());
         for case in &c.cases {
             assert_eq!(
-                (case.basis, case.change_pct, &case.verdict),
-                (Some(Basis::Cublas), Some(0.0), &Verdict::Unchanged)
+                (case.change, &case.verdict),
+                (Some(Change { basis: Basis::Cublas, pct: 0.0 }), &Verdict::Unchanged)
             );
         }
         let text = c.to_string();
@@ -408,8 +423,8 @@ mod tests {
         let c = compare(&old, &new, 5.0);
         assert!(!c.passed());
         assert_eq!(c.cases[0].verdict, Verdict::Regressed);
-        assert_eq!(c.cases[0].basis, Some(Basis::Cublas));
-        assert!((c.cases[0].change_pct.unwrap() - 100.0 * (1.0 / 1.1 - 1.0)).abs() < 1e-9);
+        assert_eq!(c.cases[0].change.map(|c| c.basis), Some(Basis::Cublas));
+        assert!((c.cases[0].change.unwrap().pct - 100.0 * (1.0 / 1.1 - 1.0)).abs() < 1e-9);
         assert_eq!(c.cases[1].verdict, Verdict::Unchanged);
         assert_eq!(c.regressions().count(), 1);
         let text = c.to_string();
@@ -425,7 +440,7 @@ mod tests {
         let new = results(vec![record(64, 0.22, 1.2, Some(1.8))]);
         let c = compare(&old, &new, 5.0);
         assert!(c.passed(), "{c}");
-        assert!(c.cases[0].change_pct.unwrap().abs() < 1e-9);
+        assert!(c.cases[0].change.unwrap().pct.abs() < 1e-9);
     }
 
     #[test]
@@ -435,7 +450,7 @@ mod tests {
         let c = compare(&old, &new, 5.0);
         assert!(c.passed());
         assert_eq!(c.cases[0].verdict, Verdict::Faster);
-        assert!((c.cases[0].change_pct.unwrap() - 25.0).abs() < 1e-9);
+        assert!((c.cases[0].change.unwrap().pct - 25.0).abs() < 1e-9);
     }
 
     #[test]
@@ -463,18 +478,21 @@ mod tests {
         let old = results(vec![record(64, 0.22, 1.0, Some(1.5)), record(32, 0.22, 1.0, Some(1.5))]);
         let new = results(vec![record(64, 0.22, 1.2, None), record(32, 0.22, 1.01, None)]);
         let c = compare(&old, &new, 5.0);
-        assert_eq!(c.cases[0].basis, Some(Basis::SparsekTime));
+        assert_eq!(c.cases[0].change.map(|c| c.basis), Some(Basis::SparsekTime));
         assert_eq!(c.cases[0].verdict, Verdict::Regressed);
-        assert!((c.cases[0].change_pct.unwrap() - 100.0 * (1.0 / 1.2 - 1.0)).abs() < 1e-9);
-        assert!(c.cases[0].old_ratio.is_some());
-        assert_eq!(c.cases[0].new_ratio, None);
+        assert!((c.cases[0].change.unwrap().pct - 100.0 * (1.0 / 1.2 - 1.0)).abs() < 1e-9);
+        assert!(c.cases[0].old.ratio.is_some());
+        assert_eq!(c.cases[0].new.ratio, None);
         assert_eq!(c.cases[1].verdict, Verdict::Unchanged);
         assert!(c.to_string().contains("sparsek time (no cuBLAS)"));
         // An untrusted cuBLAS time (its check failed) is no basis either.
         let mut bad = record(64, 0.22, 1.0, Some(1.0));
         bad.cublas.check.as_mut().unwrap().passed = false;
         let c = compare(&old, &results(vec![bad]), 5.0);
-        assert_eq!((c.cases[0].basis, &c.cases[0].verdict), (Some(Basis::SparsekTime), &Verdict::Unchanged));
+        assert_eq!(
+            (c.cases[0].change.map(|c| c.basis), &c.cases[0].verdict),
+            (Some(Basis::SparsekTime), &Verdict::Unchanged)
+        );
     }
 
     #[test]

@@ -94,6 +94,30 @@ impl Kind {
     }
 }
 
+/// `cusparseSpMM` or `cusparseSpMM_bufferSize` (`$f`) for `C = A @ B` through the generic descriptors `$a`, `$b`,
+/// `$c`: no transposes, alpha 1 and beta 0 as host f32 values (the f32 compute type), algorithm `$alg`, then the
+/// call's own last argument (the work buffer, or where to write its size). One argument list for both, so the
+/// buffer is sized for the very call that uses it. An FFI call: the caller's `unsafe` block says why the handle,
+/// the descriptors and `$last` are valid.
+macro_rules! spmm {
+    ($f:ident($handle:expr, $a:expr, $b:expr, $c:expr, $alg:expr, $last:expr)) => {{
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        sys::$f(
+            $handle,
+            sys::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE,
+            sys::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE,
+            (&alpha as *const f32).cast::<c_void>(),
+            $a as sys::cusparseConstSpMatDescr_t,
+            $b as sys::cusparseConstDnMatDescr_t,
+            (&beta as *const f32).cast::<c_void>(),
+            $c,
+            sys::cudaDataType_t::CUDA_R_32F,
+            $alg,
+            $last,
+        )
+    }};
+}
+
 /// A cuSPARSE handle bound to the [`Gpu`]'s stream.
 pub struct Cusparse {
     handle: sys::cusparseHandle_t,
@@ -162,32 +186,18 @@ impl Cusparse {
     /// Queues `C = A @ B` for one input set on the GPU's stream.
     pub fn launch(&self, gpu: &Gpu, set: &mut DeviceSet) -> Result<()> {
         let stream = gpu.stream();
-        let (alpha, beta) = (1.0f32, 0.0f32);
         match &set.descr {
             Descr::Generic { a, b, c } => {
                 let buf = set.buffer.as_ref().map_or(0, |s| s.device_ptr(stream).0);
                 // SAFETY: the descriptors point into this set's live buffers (created in `describe` from them,
                 // destroyed before them); the work buffer has the size cusparseSpMM_bufferSize asked for; alpha
                 // and beta are host f32 values matching the f32 compute type.
-                unsafe {
-                    sys::cusparseSpMM(
-                        self.handle,
-                        sys::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE,
-                        sys::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE,
-                        (&alpha as *const f32).cast::<c_void>(),
-                        *a as sys::cusparseConstSpMatDescr_t,
-                        *b as sys::cusparseConstDnMatDescr_t,
-                        (&beta as *const f32).cast::<c_void>(),
-                        *c,
-                        sys::cudaDataType_t::CUDA_R_32F,
-                        set.dims.kind.alg(),
-                        buf as *mut c_void,
-                    )
-                }
-                .result()
-                .map_err(st("cusparseSpMM"))
+                unsafe { spmm!(cusparseSpMM(self.handle, *a, *b, *c, set.dims.kind.alg(), buf as *mut c_void)) }
+                    .result()
+                    .map_err(st("cusparseSpMM"))
             }
             Descr::Legacy(descr) => {
+                let (alpha, beta) = (1.0f32, 0.0f32);
                 let int = |what, v: usize| Error::fit::<i32>(what, v as u64, "int");
                 let Dims { m, n, k, bs, nnz, .. } = set.dims;
                 let (mb, kb, n) = (int("mb", m / bs)?, int("kb", k / bs)?, int("n", n)?);
@@ -459,14 +469,18 @@ impl DeviceSet {
             return Ok(());
         }
         let i64_of = |v: usize| v as i64;
-        let (pr, pc, pv) = (
+        // What the BSR and the CSR descriptor share: the stored entries (blocks or elements), the three arrays
+        // (row offsets, column indices, f16 values), 32-bit zero-based indices.
+        let (nnz, values) = (i64_of(nnz), sys::cudaDataType_t::CUDA_R_16F);
+        let [pr, pc, pv] = [
             self.row_ptr.device_ptr(stream).0,
             self.col_idx.device_ptr(stream).0,
             match &self.values {
                 Buf::F16(v) => v.device_ptr(stream).0,
                 Buf::F32(v) => v.device_ptr(stream).0,
             },
-        );
+        ]
+        .map(|p| p as *mut c_void);
         let idx = sys::cusparseIndexType_t::CUSPARSE_INDEX_32I;
         let base = sys::cusparseIndexBase_t::CUSPARSE_INDEX_BASE_ZERO;
         let mut a: sys::cusparseSpMatDescr_t = std::ptr::null_mut();
@@ -474,35 +488,12 @@ impl DeviceSet {
         // first); shapes and counts are those of the uploaded, validated matrix.
         let status = unsafe {
             match kind {
-                Kind::BsrSpmm { .. } => sys::cusparseCreateBsr(
-                    &mut a,
-                    i64_of(m / bs),
-                    i64_of(k / bs),
-                    i64_of(nnz),
-                    i64_of(bs),
-                    i64_of(bs),
-                    pr as *mut c_void,
-                    pc as *mut c_void,
-                    pv as *mut c_void,
-                    idx,
-                    idx,
-                    base,
-                    sys::cudaDataType_t::CUDA_R_16F,
-                    sys::cusparseOrder_t::CUSPARSE_ORDER_ROW,
-                ),
-                _ => sys::cusparseCreateCsr(
-                    &mut a,
-                    i64_of(m),
-                    i64_of(k),
-                    i64_of(nnz),
-                    pr as *mut c_void,
-                    pc as *mut c_void,
-                    pv as *mut c_void,
-                    idx,
-                    idx,
-                    base,
-                    sys::cudaDataType_t::CUDA_R_16F,
-                ),
+                Kind::BsrSpmm { .. } => {
+                    let (mb, kb, bs) = (i64_of(m / bs), i64_of(k / bs), i64_of(bs));
+                    let order = sys::cusparseOrder_t::CUSPARSE_ORDER_ROW;
+                    sys::cusparseCreateBsr(&mut a, mb, kb, nnz, bs, bs, pr, pc, pv, idx, idx, base, values, order)
+                }
+                _ => sys::cusparseCreateCsr(&mut a, i64_of(m), i64_of(k), nnz, pr, pc, pv, idx, idx, base, values),
             }
         };
         status.result().map_err(st("cusparseCreateBsr/Csr"))?;
@@ -535,26 +526,11 @@ impl DeviceSet {
         if let Descr::Generic { c: slot, .. } = &mut self.descr {
             *slot = c;
         }
-        let (alpha, beta) = (1.0f32, 0.0f32);
         let mut size = 0usize;
         // SAFETY: valid descriptors; writes one usize.
-        unsafe {
-            sys::cusparseSpMM_bufferSize(
-                lib.handle,
-                sys::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE,
-                sys::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE,
-                (&alpha as *const f32).cast::<c_void>(),
-                a as sys::cusparseConstSpMatDescr_t,
-                b as sys::cusparseConstDnMatDescr_t,
-                (&beta as *const f32).cast::<c_void>(),
-                c,
-                sys::cudaDataType_t::CUDA_R_32F,
-                kind.alg(),
-                &mut size,
-            )
-        }
-        .result()
-        .map_err(st("cusparseSpMM_bufferSize"))?;
+        unsafe { spmm!(cusparseSpMM_bufferSize(lib.handle, a, b, c, kind.alg(), &mut size)) }
+            .result()
+            .map_err(st("cusparseSpMM_bufferSize"))?;
         if size > 0 {
             self.buffer = Some(stream.alloc_zeros::<u8>(size).map_err(|source| Error::Alloc {
                 what: "cuSPARSE's work buffer".into(),

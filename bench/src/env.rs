@@ -110,10 +110,15 @@ mod tests {
 
     #[test]
     fn utc_dates() {
-        assert_eq!(format_utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(format_utc(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(format_utc(1_700_000_000), "2023-11-14T22:13:20Z");
-        assert_eq!(format_utc(4_102_444_799), "2099-12-31T23:59:59Z");
+        let dates = [
+            (0, "1970-01-01T00:00:00Z"),
+            (951_782_400, "2000-02-29T00:00:00Z"),
+            (1_700_000_000, "2023-11-14T22:13:20Z"),
+            (4_102_444_799, "2099-12-31T23:59:59Z"),
+        ];
+        for (secs, date) in dates {
+            assert_eq!(format_utc(secs), date, "{secs} s after the epoch");
+        }
         assert!(now_utc().ends_with('Z'));
     }
 

@@ -27,7 +27,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::error::{Error, Result};
 use crate::grid::{Case, Source};
 use crate::num::{opt_sig6, u64_string};
-use crate::report::{Check, Header, Outcome, Record, Results, Timing};
+use crate::report::{Check, Header, Outcome, Record, Results, TimingFields};
 use sparsek::format::Pattern;
 
 /// The whole run as pretty-printed JSON (two-space indentation, a final newline):
@@ -196,14 +196,8 @@ impl TryFrom<HeaderJson> for Header {
 #[derive(Serialize, Deserialize)]
 struct OutcomeJson {
     kind: String,
-    #[serde(default, serialize_with = "opt_sig6")]
-    median_ms: Option<f64>,
-    #[serde(default, serialize_with = "opt_sig6")]
-    min_ms: Option<f64>,
-    #[serde(default, serialize_with = "opt_sig6")]
-    max_ms: Option<f64>,
-    #[serde(default)]
-    samples: usize,
+    #[serde(flatten)]
+    timing: TimingFields,
     #[serde(default)]
     input_sets: usize,
     /// Derived (the check passed); not read back.
@@ -215,13 +209,9 @@ struct OutcomeJson {
 
 impl From<Outcome> for OutcomeJson {
     fn from(o: Outcome) -> Self {
-        let t = o.timing.as_ref();
         OutcomeJson {
             trusted: o.trusted(),
-            median_ms: t.map(|t| t.median_ms),
-            min_ms: t.map(|t| t.min_ms),
-            max_ms: t.map(|t| t.max_ms),
-            samples: t.map_or(0, |t| t.samples),
+            timing: o.timing.as_ref().into(),
             input_sets: o.sets,
             kind: o.kind,
             check: o.check,
@@ -231,14 +221,7 @@ impl From<Outcome> for OutcomeJson {
 
 impl From<OutcomeJson> for Outcome {
     fn from(o: OutcomeJson) -> Self {
-        // A timing whose median could not be computed (NaN, written as null) reads back as no timing.
-        let timing = o.median_ms.map(|median_ms| Timing {
-            median_ms,
-            min_ms: o.min_ms.unwrap_or(median_ms),
-            max_ms: o.max_ms.unwrap_or(median_ms),
-            samples: o.samples,
-        });
-        Outcome { kind: o.kind, check: o.check, timing, sets: o.input_sets }
+        Outcome { kind: o.kind, check: o.check, timing: o.timing.timing(), sets: o.input_sets }
     }
 }
 
@@ -388,11 +371,29 @@ impl TryFrom<RecordJson> for Record {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Timing;
     use crate::report::tests::{header, outcome, record};
 
     fn committed() -> Results {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench/latest.json");
         read_results(&path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A contender's times as written: flat, to 6 digits, `null` when not timed; a median written as `null` (not
+    /// computable) reads back as no timing, a missing minimum or maximum as the median.
+    #[test]
+    fn contender_timing_fields() {
+        let timing = Timing { median_ms: 1.234_567_8, min_ms: 1.0, max_ms: 2.0, samples: 30 };
+        let text = serde_json::to_string(&TimingFields::from(Some(&timing))).unwrap();
+        assert_eq!(text, r#"{"median_ms":1.23457,"min_ms":1.0,"max_ms":2.0,"samples":30}"#);
+        let back: TimingFields = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.timing(), Some(Timing { median_ms: 1.23457, ..timing }));
+        let none = serde_json::to_string(&TimingFields::from(None)).unwrap();
+        assert_eq!(none, r#"{"median_ms":null,"min_ms":null,"max_ms":null,"samples":0}"#);
+        let nan = serde_json::to_string(&TimingFields::from(Some(&Timing { median_ms: f64::NAN, ..timing }))).unwrap();
+        assert_eq!(serde_json::from_str::<TimingFields>(&nan).unwrap().timing(), None);
+        let median_only: TimingFields = serde_json::from_str(r#"{"median_ms": 2.5, "samples": 3}"#).unwrap();
+        assert_eq!(median_only.timing(), Some(Timing { median_ms: 2.5, min_ms: 2.5, max_ms: 2.5, samples: 3 }));
     }
 
     #[test]

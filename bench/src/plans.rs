@@ -22,7 +22,7 @@ use crate::side::{CaseFacts, RunConfig};
 use sparsek::Epilogue;
 use sparsek::f16;
 use sparsek::format::Pattern;
-use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, TuneOptions, TuneProblem};
+use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu, TuneOptions, TuneProblem, TuneReport};
 use sparsek::tune::Plan;
 
 /// Re-measured tuned times more than this fraction above the heuristic's are flagged "slower".
@@ -84,18 +84,36 @@ impl PlanResult {
     }
 }
 
-/// One case: the heuristic's plan and the tuned plan.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TunedRecord {
-    /// The case.
-    #[serde(flatten)]
-    pub facts: CaseFacts,
+/// The tuner's search of one case, from its report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Tuning {
     /// Candidates the tuner measured.
     pub candidates: usize,
     /// Wall time of the tuning, in seconds.
     pub tune_s: f64,
     /// Whether the tuner chose another plan than the heuristic's.
     pub changed: bool,
+}
+
+impl Tuning {
+    fn of(report: &TuneReport) -> Tuning {
+        Tuning {
+            candidates: report.candidates.len(),
+            tune_s: report.elapsed.as_secs_f64(),
+            changed: report.plan != report.heuristic,
+        }
+    }
+}
+
+/// One case: the heuristic's plan and the tuned plan.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TunedRecord {
+    /// The case.
+    #[serde(flatten)]
+    pub facts: CaseFacts,
+    /// What the tuner's search came to (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub tuning: Tuning,
     /// The built-in heuristic's plan.
     pub heuristic: PlanResult,
     /// The tuned plan.
@@ -110,9 +128,7 @@ impl TunedRecord {
     fn new(case: &Case, seed: u64) -> TunedRecord {
         TunedRecord {
             facts: CaseFacts::new(case, seed),
-            candidates: 0,
-            tune_s: 0.0,
-            changed: false,
+            tuning: Tuning::default(),
             heuristic: PlanResult::default(),
             tuned: PlanResult::default(),
             speedup: None,
@@ -128,7 +144,7 @@ impl TunedRecord {
     /// The tuner chose another plan, and it re-measured more than 3% slower than the heuristic's. (Where the
     /// heuristic's plan was kept, both sides run the same kernel and their ratio shows the measurement's noise.)
     pub fn slower(&self) -> bool {
-        self.changed && self.speedup.is_some_and(|s| s < 1.0 / (1.0 + NOISE))
+        self.tuning.changed && self.speedup.is_some_and(|s| s < 1.0 / (1.0 + NOISE))
     }
 }
 
@@ -162,12 +178,7 @@ pub fn run(gpu: &Gpu, cfg: &RunConfig, budget: Duration) -> Result<TunedSummary>
         records.push(rec);
         error::write(&json_path, to_json(&header, &records, i + 1 == cfg.cases.len())?.as_bytes())?;
     }
-    let report = markdown(&header, &records, budget);
-    println!("{report}");
-    let md_path = cfg.out_dir.join("tuned.md");
-    error::write(&md_path, report.as_bytes())?;
-    eprintln!("wrote {}", md_path.display());
-    eprintln!("wrote {}", json_path.display());
+    crate::side::publish(cfg, "tuned.md", &markdown(&header, &records, budget), &json_path)?;
     let all_passed = records.iter().all(TunedRecord::passed);
     Ok(TunedSummary { header, records, all_passed })
 }
@@ -207,9 +218,7 @@ fn measure(
     let opts = TuneOptions { budget, progress: true, save: false, seed: rec.facts.seed };
     let report = gpu.tune(&a_d, &TuneProblem::new(n), &opts).map_err(Error::step("tuning"))?;
     drop(a_d);
-    rec.candidates = report.candidates.len();
-    rec.tune_s = report.elapsed.as_secs_f64();
-    rec.changed = report.plan != report.heuristic;
+    rec.tuning = Tuning::of(&report);
     let kernel_of = |plan: &Plan| {
         report.candidates.iter().find(|c| c.plan == *plan).map_or(String::new(), |c| c.kernel.to_string())
     };
@@ -314,9 +323,9 @@ pub fn markdown(header: &Header, records: &[TunedRecord], budget: Duration) -> S
             r.facts.case,
             r.facts.nnzb,
             plan(&r.heuristic),
-            if r.changed { plan(&r.tuned) } else { "(heuristic kept)".into() },
-            r.candidates,
-            r.tune_s,
+            if r.tuning.changed { plan(&r.tuned) } else { "(heuristic kept)".into() },
+            r.tuning.candidates,
+            r.tuning.tune_s,
             r.heuristic.tuner_us,
             r.tuned.tuner_us,
             us(&r.heuristic.time),
@@ -333,7 +342,7 @@ pub fn markdown(header: &Header, records: &[TunedRecord], budget: Duration) -> S
 /// One paragraph: cases measured, plans changed, geometric mean and worst re-measured speedup, slower cases.
 fn summary(records: &[TunedRecord]) -> String {
     let speedups: Vec<f64> = records.iter().filter_map(|r| r.speedup).collect();
-    let changed: Vec<f64> = records.iter().filter(|r| r.changed).filter_map(|r| r.speedup).collect();
+    let changed: Vec<f64> = records.iter().filter(|r| r.tuning.changed).filter_map(|r| r.speedup).collect();
     let geomean = |v: &[f64]| (!v.is_empty()).then(|| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp());
     let fmt = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.3}x"));
     let worst = speedups.iter().copied().fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
@@ -342,7 +351,7 @@ fn summary(records: &[TunedRecord]) -> String {
     // The same plan measured twice: how far apart two identical contenders land.
     let noise = records
         .iter()
-        .filter(|r| !r.changed)
+        .filter(|r| !r.tuning.changed)
         .filter_map(|r| r.speedup)
         .map(|x| (x - 1.0).abs())
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
@@ -352,7 +361,7 @@ fn summary(records: &[TunedRecord]) -> String {
          heuristic's: {}. Where the heuristic's plan was kept both sides run the same kernel: they differed by up \
          to {} (the noise of this measurement).\n",
         speedups.len(),
-        records.iter().filter(|r| r.changed).count(),
+        records.iter().filter(|r| r.tuning.changed).count(),
         fmt(geomean(&changed)),
         fmt(geomean(&speedups)),
         fmt(best),
@@ -383,8 +392,8 @@ mod tests {
             time: times(tuned_us),
             ..r.heuristic.clone()
         };
-        r.changed = changed;
-        r.candidates = 12;
+        r.tuning.changed = changed;
+        r.tuning.candidates = 12;
         r.speedup = Some(heuristic_us / tuned_us);
         r
     }
@@ -433,5 +442,9 @@ mod tests {
         assert_eq!(v["records"][0]["changed"], true);
         assert_eq!(v["records"][1]["tuned"]["plan"], "narrow");
         assert_eq!(v["complete"], true);
+        // The layout of the committed files (docs/bench/*-tuned.json): a record's keys after its case facts.
+        let tuning = ["candidates", "tune_s", "changed"];
+        let own = [&tuning[..], &["heuristic", "tuned", "speedup", "error"]].concat();
+        assert_eq!(crate::side::tests::record_keys(&json), own);
     }
 }

@@ -27,7 +27,7 @@ use crate::error::{self, Error, Result};
 use crate::grid::{Case, percent};
 use crate::measure::rotation_sets;
 use crate::num::round_sig;
-use crate::report::{Check, Header, Timing};
+use crate::report::{Check, Header, Timing, TimingFields};
 use crate::side::Checked;
 use sparsek::Epilogue;
 use sparsek::check::{CheckReport, Expected};
@@ -99,14 +99,9 @@ pub type ContenderResult = crate::side::ContenderResult<Figures>;
 /// A reach contender's figures (in its JSON object, after the check).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Figures {
-    /// Median launch time in ms, if timed.
-    pub median_ms: Option<f64>,
-    /// Fastest launch in ms.
-    pub min_ms: Option<f64>,
-    /// Slowest launch in ms.
-    pub max_ms: Option<f64>,
-    /// Timed launches.
-    pub samples: usize,
+    /// Its launch times, if timed (flattened: as `latest.json`'s contenders write them).
+    #[serde(flatten)]
+    pub timing: TimingFields,
     /// TFLOPS at the median: effective (`2 * nnzb * bs^2 * N / time`) for sparsek, dense (`2 * M * N * K /
     /// time`) for cuBLAS.
     pub tflops: Option<f64>,
@@ -121,15 +116,14 @@ impl ContenderResult {
 
     /// The median time, when the output passed its check (a failed check makes the time untrusted).
     pub fn trusted_ms(&self) -> Option<f64> {
-        self.median_ms.filter(|&t| t > 0.0 && self.passed())
+        self.timing.median_ms.filter(|&t| t > 0.0 && self.passed())
     }
 
     fn set_timing(&mut self, samples: &[f32], flops: f64) {
         if let Some(t) = Timing::from_samples(samples) {
-            self.median_ms = Some(round_sig(t.median_ms, 6));
-            self.min_ms = Some(round_sig(t.min_ms, 6));
-            self.max_ms = Some(round_sig(t.max_ms, 6));
-            self.samples = t.samples;
+            let sig6 = |ms: f64| round_sig(ms, 6);
+            let rounded = Timing { median_ms: sig6(t.median_ms), min_ms: sig6(t.min_ms), max_ms: sig6(t.max_ms), ..t };
+            self.timing = Some(&rounded).into();
             self.tflops = (t.median_ms > 0.0).then(|| round_sig(flops / (t.median_ms * 1e-3) / 1e12, 6));
         }
     }
@@ -175,10 +169,9 @@ pub struct ReachRecord {
     pub contenders: Vec<ContenderResult>,
     /// The time ratios.
     pub ratios: Ratios,
-    /// SM clock read by nvidia-smi right after the timed loop.
-    pub sm_clock_mhz: Option<u32>,
-    /// Set when the case could not be run at all (operands, oracle, timing).
-    pub error: Option<String>,
+    /// The SM clock and why the case could not run (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub status: crate::side::CaseStatus,
 }
 
 impl ReachRecord {
@@ -187,8 +180,7 @@ impl ReachRecord {
             facts: crate::side::CaseFacts::new(case, seed),
             contenders: Form::ALL.iter().map(|&f| ContenderResult::of(f)).collect(),
             ratios: Ratios::default(),
-            sm_clock_mhz: None,
-            error: None,
+            status: crate::side::CaseStatus::default(),
         }
     }
 
@@ -199,7 +191,7 @@ impl ReachRecord {
 
     /// Whether the case ran and every sparsek contender passed its check.
     pub fn sparsek_passed(&self) -> bool {
-        self.error.is_none()
+        self.status.error.is_none()
             && Form::ALL
                 .iter()
                 .filter(|f| f.is_sparsek())
@@ -238,15 +230,10 @@ pub fn run(gpu: &Gpu, cfg: &ReachConfig) -> Result<ReachSummary> {
     }
     drop(lib);
 
-    let table = markdown(&header, &records);
-    println!("{table}");
-    let md_path = cfg.out_dir.join("reach.md");
-    error::write(&md_path, table.as_bytes())?;
-    eprintln!("wrote {}", md_path.display());
-    eprintln!("wrote {}", json_path.display());
+    crate::side::publish(cfg, "reach.md", &markdown(&header, &records), &json_path)?;
     let all_passed = records.iter().all(ReachRecord::sparsek_passed);
     for r in records.iter().filter(|r| !r.sparsek_passed()) {
-        let why = r.error.clone().unwrap_or_else(|| {
+        let why = r.status.error.clone().unwrap_or_else(|| {
             r.contenders
                 .iter()
                 .filter(|c| c.name != cublas::KIND && !c.passed())
@@ -290,7 +277,7 @@ fn run_case(gpu: &Gpu, lib: &Result<Cublas>, cfg: &ReachConfig, iters: usize, ca
     let ops = match operands(&mut case, cfg, seed, tag) {
         Ok(o) => o,
         Err(e) => {
-            rec.error = Some(e.to_string());
+            rec.status.error = Some(e.to_string());
             return rec;
         }
     };
@@ -328,13 +315,13 @@ fn run_case(gpu: &Gpu, lib: &Result<Cublas>, cfg: &ReachConfig, iters: usize, ca
         .unzip();
     match crate::runner::time_interleaved(gpu, &mut timed, cfg.warmup, iters) {
         Ok((times, clock)) => {
-            rec.sm_clock_mhz = clock;
+            rec.status.sm_clock_mhz = clock;
             for (i, t) in which.iter().zip(&times) {
                 let flops = if Form::ALL[*i] == Form::Cublas { dense_flops } else { sparse_flops };
                 rec.contenders[*i].set_timing(t, flops);
             }
         }
-        Err(e) => rec.error = Some(Error::step("timing")(e).to_string()),
+        Err(e) => rec.status.error = Some(Error::step("timing")(e).to_string()),
     }
     rec.ratios = Ratios::of(&rec.contenders);
     rec
@@ -479,7 +466,7 @@ fn check_output(form: Form, ops: &Operands, host: &Matrix<f32>) -> CheckReport {
 /// Milliseconds with precision that suits their size, `!` appended when the output failed its check.
 fn ms_cell(c: Option<&ContenderResult>) -> String {
     let Some(c) = c else { return "-".into() };
-    let Some(t) = c.median_ms else { return "-".into() };
+    let Some(t) = c.timing.median_ms else { return "-".into() };
     let s = if t < 0.1 {
         format!("{t:.4}")
     } else if t < 100.0 {
@@ -504,18 +491,7 @@ fn speedup_cell(v: Option<f64>) -> String {
 
 /// The checks column: "pass", or what failed or could not run.
 fn checks_cell(r: &ReachRecord) -> String {
-    if let Some(e) = &r.error {
-        return format!("error: {}", e.replace('|', "/"));
-    }
-    let mut bad = Vec::new();
-    for c in &r.contenders {
-        if c.error.is_some() {
-            bad.push(format!("{} n/a", c.name));
-        } else if c.check.as_ref().is_some_and(|k| !k.passed) {
-            bad.push(format!("{} FAIL", c.name));
-        }
-    }
-    if bad.is_empty() { "pass".into() } else { bad.join(", ") }
+    r.status.checks_cell(&r.contenders)
 }
 
 /// The Markdown table of a run: two lines of facts and method, then one row per case.
@@ -568,7 +544,7 @@ pub fn markdown(header: &Header, records: &[ReachRecord]) -> String {
             speedup_cell(q.f16_speedup_vs_cublas),
             speedup_cell(q.bf16_speedup_vs_cublas),
             speedup_cell(q.linear_speedup_vs_cublas),
-            r.sm_clock_mhz.map_or_else(|| "-".into(), |m| m.to_string()),
+            r.status.clock_cell(),
             checks_cell(r),
         );
     }
@@ -578,11 +554,13 @@ pub fn markdown(header: &Header, records: &[ReachRecord]) -> String {
 /// `8192x8192x8192 bs64 22% uniform: f16 1.234 ms (412.3 TFLOPS), bf16 1.250 ms (1.013x), ...`
 fn progress_line(r: &ReachRecord) -> String {
     let mut s = format!("{}: ", r.facts.case);
-    if let Some(e) = &r.error {
+    if let Some(e) = &r.status.error {
         s.push_str(&format!("ERROR {e}"));
         return s;
     }
-    let ms = |f: Form| r.contender(f).and_then(|c| c.median_ms).map_or_else(|| "n/a".into(), |t| format!("{t:.3} ms"));
+    let ms = |f: Form| {
+        r.contender(f).and_then(|c| c.timing.median_ms).map_or_else(|| "n/a".into(), |t| format!("{t:.3} ms"))
+    };
     let tf = |f: Form| r.contender(f).and_then(|c| c.tflops).map_or_else(String::new, |t| format!(" {t:.1} TFLOPS"));
     let q = &r.ratios;
     let x = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.3}x"));
@@ -599,10 +577,7 @@ fn progress_line(r: &ReachRecord) -> String {
         ms(Form::Cublas),
         tf(Form::Cublas),
     ));
-    if let Some(c) = r.sm_clock_mhz {
-        s.push_str(&format!(", SM {c} MHz"));
-    }
-    s.push_str(&format!(", checks {}", checks_cell(r)));
+    s.push_str(&format!("{}, checks {}", r.status.clock_note(), checks_cell(r)));
     s
 }
 
@@ -617,7 +592,7 @@ mod tests {
         r.facts.nnzb = 292_556;
         for (i, c) in r.contenders.iter_mut().enumerate() {
             c.check = Some(check(passed[i]));
-            c.median_ms = times[i];
+            c.timing.median_ms = times[i];
             c.tflops = times[i].map(|t| 1.0 / t);
         }
         r.ratios = Ratios::of(&r.contenders);
@@ -740,8 +715,9 @@ mod tests {
         assert!(v["records"][1]["ratios"]["f16_speedup_vs_cublas"].is_null());
         // The layout of the committed files (docs/bench/*-reach.json): the top-level keys, and each contender's
         // keys with its figures in place.
-        use crate::side::tests::keys_from;
+        use crate::side::tests::{STATUS, keys_from, record_keys};
         assert_eq!(keys_from(&json, "header"), ["header", "complete", "records"]);
+        assert_eq!(record_keys(&json), [&["contenders", "ratios"][..], &STATUS].concat());
         let figures = ["median_ms", "min_ms", "max_ms", "samples", "tflops", "sets"];
         let contender = [&["name", "description", "check"][..], &figures, &["error"]].concat();
         assert_eq!(keys_from(&json, "name"), contender);

@@ -78,6 +78,49 @@ impl Timing {
     }
 }
 
+/// A contender's [`Timing`] as the results files write it, flat in the contender's JSON object (`latest.json`'s
+/// `contenders.<name>`, `reach.json`'s contenders): the times to 6 significant digits, `null` and 0 samples when
+/// not timed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimingFields {
+    /// Median launch time in ms, if timed.
+    #[serde(default, serialize_with = "crate::num::opt_sig6")]
+    pub median_ms: Option<f64>,
+    /// Fastest launch in ms.
+    #[serde(default, serialize_with = "crate::num::opt_sig6")]
+    pub min_ms: Option<f64>,
+    /// Slowest launch in ms.
+    #[serde(default, serialize_with = "crate::num::opt_sig6")]
+    pub max_ms: Option<f64>,
+    /// Timed launches.
+    #[serde(default)]
+    pub samples: usize,
+}
+
+impl From<Option<&Timing>> for TimingFields {
+    fn from(t: Option<&Timing>) -> Self {
+        TimingFields {
+            median_ms: t.map(|t| t.median_ms),
+            min_ms: t.map(|t| t.min_ms),
+            max_ms: t.map(|t| t.max_ms),
+            samples: t.map_or(0, |t| t.samples),
+        }
+    }
+}
+
+impl TimingFields {
+    /// The timing written: none when its median is (a median that could not be computed is written as null);
+    /// a missing minimum or maximum reads as the median.
+    pub fn timing(&self) -> Option<Timing> {
+        self.median_ms.map(|median_ms| Timing {
+            median_ms,
+            min_ms: self.min_ms.unwrap_or(median_ms),
+            max_ms: self.max_ms.unwrap_or(median_ms),
+            samples: self.samples,
+        })
+    }
+}
+
 /// One contender's outcome in one case (in the JSON: `contenders.<name>`, the timing flattened).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
@@ -351,8 +394,8 @@ impl Results {
     }
 }
 
-/// Milliseconds with precision that suits their size.
-fn fmt_ms(ms: Option<f64>) -> String {
+/// Milliseconds with precision that suits their size ("-" for none), as the tables and the comparison write them.
+pub(crate) fn fmt_ms(ms: Option<f64>) -> String {
     match ms {
         None => "-".into(),
         Some(t) if t < 0.1 => format!("{t:.4}"),

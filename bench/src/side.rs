@@ -2,6 +2,8 @@
 //! (header, cuBLAS, the first progress lines, the output directory), their host operands with the oracle, and
 //! writing their files. Each mode keeps its own contenders, records and tables.
 
+use std::path::Path;
+
 use serde::Serialize;
 
 use crate::cublas::Cublas;
@@ -61,6 +63,47 @@ impl CaseFacts {
     }
 }
 
+/// How a side run's case went as a whole (flattened into each record's JSON, after the mode's own figures).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CaseStatus {
+    /// SM clock read by nvidia-smi right after the timed loop.
+    pub sm_clock_mhz: Option<u32>,
+    /// Set when the case could not be run at all (operands, oracle, timing).
+    pub error: Option<String>,
+}
+
+impl CaseStatus {
+    /// The table's clock column: the SM clock in MHz, or "-".
+    pub(crate) fn clock_cell(&self) -> String {
+        self.sm_clock_mhz.map_or_else(|| "-".into(), |m| m.to_string())
+    }
+
+    /// The end of a progress line: `, SM 1755 MHz`, or nothing without a clock.
+    pub(crate) fn clock_note(&self) -> String {
+        self.sm_clock_mhz.map_or_else(String::new, |c| format!(", SM {c} MHz"))
+    }
+
+    /// The table's checks column: "pass", or the case's error, or which of `contenders` did not run or failed
+    /// its check.
+    pub(crate) fn checks_cell<'a, F: 'a>(
+        &self,
+        contenders: impl IntoIterator<Item = &'a ContenderResult<F>>,
+    ) -> String {
+        if let Some(e) = &self.error {
+            return format!("error: {}", e.replace('|', "/"));
+        }
+        let mut bad = Vec::new();
+        for c in contenders {
+            if c.error.is_some() {
+                bad.push(format!("{} n/a", c.name));
+            } else if c.check.as_ref().is_some_and(|k| !k.passed) {
+                bad.push(format!("{} FAIL", c.name));
+            }
+        }
+        if bad.is_empty() { "pass".into() } else { bad.join(", ") }
+    }
+}
+
 /// A side run once opened: its header, cuBLAS (or why it is unavailable) and the timed launches per contender.
 pub(crate) struct Opened {
     pub header: Header,
@@ -100,6 +143,17 @@ pub(crate) fn open(gpu: &Gpu, cfg: &RunConfig, mode: &str) -> Result<Opened> {
     eprintln!("  cuBLAS: {}", header.cublas);
     crate::error::create_dir(&cfg.out_dir)?;
     Ok(Opened { header, cublas, iters })
+}
+
+/// Ends a side run's output: prints its Markdown `report` on stdout, writes it to `md_file` in `cfg.out_dir`,
+/// and says on stderr where it and the JSON file `json_path` (written case by case) went.
+pub(crate) fn publish(cfg: &RunConfig, md_file: &str, report: &str, json_path: &Path) -> Result<()> {
+    println!("{report}");
+    let md_path = cfg.out_dir.join(md_file);
+    crate::error::write(&md_path, report.as_bytes())?;
+    eprintln!("wrote {}", md_path.display());
+    eprintln!("wrote {}", json_path.display());
+    Ok(())
 }
 
 /// A generated case's f16 A and B ([`Case::operands`], within half the host memory available), the sampled rows
@@ -279,6 +333,19 @@ pub(crate) mod tests {
             rtol: 1e-6,
             detail: if passed { "PASS".into() } else { "FAIL".into() },
         }
+    }
+
+    /// The keys of [`super::CaseFacts`], which open every side record's JSON object.
+    pub(crate) const FACTS: [&str; 9] = ["case", "m", "n", "k", "bs", "density", "pattern", "nnzb", "seed"];
+
+    /// The keys of [`super::CaseStatus`], which close the reach and decode records' JSON objects.
+    pub(crate) const STATUS: [&str; 2] = ["sm_clock_mhz", "error"];
+
+    /// The keys of the first record of a side run's file `text`, in their order: [`FACTS`], then the mode's own.
+    pub(crate) fn record_keys(text: &str) -> Vec<String> {
+        let keys = keys_from(text, "case");
+        assert_eq!(keys[..FACTS.len()], FACTS, "a record opens with its case facts");
+        keys[FACTS.len()..].to_vec()
     }
 
     /// The keys of the first JSON object of `text` whose key is `first`, in their order.

@@ -156,7 +156,7 @@ fuzz_target!(|t: Input| {
         }
     }
     for case in &c.cases {
-        if let Some(p) = case.change_pct {
+        if let Some(p) = case.change.map(|c| c.pct) {
             if case.verdict == Verdict::Regressed {
                 assert!(p.is_finite() && p < -threshold, "{case:?}");
             }

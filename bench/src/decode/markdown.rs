@@ -72,7 +72,7 @@ pub(super) fn us_cell(c: &ContenderResult) -> String {
 /// sparsek's queued time per launch (`!` when its output failed its check), or `-`.
 pub(super) fn queued_cell(r: &DecodeRecord) -> String {
     let Some(t) = r.sparsek_queued.median_us() else { return "-".into() };
-    if r.sparsek.passed() { format!("{t:.2}") } else { format!("{t:.2}!") }
+    if r.contenders.sparsek.passed() { format!("{t:.2}") } else { format!("{t:.2}!") }
 }
 
 /// sparsek's queued time per launch with programmatic launches, `failed` when it could not be measured or its
@@ -87,7 +87,7 @@ pub(super) fn checked_cell(r: &DecodeRecord, q: &Option<Queued>) -> String {
     match q {
         None => "-".into(),
         Some(q) => match (q.median_us(), &q.error) {
-            (Some(t), None) if r.sparsek.passed() => format!("{t:.2}"),
+            (Some(t), None) if r.contenders.sparsek.passed() => format!("{t:.2}"),
             (Some(t), None) => format!("{t:.2}!"),
             _ => "failed".into(),
         },
@@ -120,18 +120,7 @@ pub(super) fn goals_cell(r: &DecodeRecord) -> String {
 
 /// The checks column: "pass", or what failed or could not run.
 pub(super) fn checks_cell(r: &DecodeRecord) -> String {
-    if let Some(e) = &r.error {
-        return format!("error: {}", e.replace('|', "/"));
-    }
-    let mut bad = Vec::new();
-    for c in [&r.sparsek, &r.cublas] {
-        if c.error.is_some() {
-            bad.push(format!("{} n/a", c.name));
-        } else if c.check.as_ref().is_some_and(|k| !k.passed) {
-            bad.push(format!("{} FAIL", c.name));
-        }
-    }
-    if bad.is_empty() { "pass".into() } else { bad.join(", ") }
+    r.status.checks_cell(r.contenders.all())
 }
 
 /// The targets met, missed and not measured over all records, and a line per missed one.
@@ -220,13 +209,13 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
             percent(r.facts.density),
             r.facts.nnzb,
             mb_cell(r.bytes.total),
-            us_cell(&r.sparsek),
+            us_cell(&r.contenders.sparsek),
             opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
             opt_cell(r.copy_fraction, |v| Figure::CopyFraction.value_text(v)),
             opt_cell(r.same_size_copy_fraction, |v| Figure::CopyFraction.value_text(v)),
             floor_cell(r),
             opt_cell(r.read_floor_fraction, |v| Figure::CopyFraction.value_text(v)),
-            us_cell(&r.cublas),
+            us_cell(&r.contenders.cublas),
             opt_cell(r.speedup_vs_cublas, |v| Figure::SpeedupVsCublas.value_text(v)),
             opt_cell(r.launch_ratio, |v| Figure::LaunchRatio.value_text(v)),
             queued_cell(r),
@@ -236,7 +225,7 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
             checked_cell(r, &r.sparsek_graph),
             checked_cell(r, &r.sparsek_graph_programmatic),
             goals_cell(r),
-            r.sm_clock_mhz.map_or_else(|| "-".into(), |m| m.to_string()),
+            r.status.clock_cell(),
             checks_cell(r),
         );
     }
@@ -249,7 +238,7 @@ pub fn markdown(header: &Header, references: &References, records: &[DecodeRecor
 /// cuBLAS 45.60 µs (3.70x), 5.12x empty launch; copy ≥ 80% met; ...; checks pass`.
 pub(super) fn progress_line(r: &DecodeRecord) -> String {
     let mut s = format!("{}: ", r.facts.case);
-    if let Some(e) = &r.error {
+    if let Some(e) = &r.status.error {
         s.push_str(&format!("ERROR {e}"));
         return s;
     }
@@ -259,12 +248,12 @@ pub(super) fn progress_line(r: &DecodeRecord) -> String {
          queued {} µs ({} the queued empty launch; programmatic {} µs; read floor {} µs); graph {} µs \
          (programmatic {} µs); \
          targets: {}; checks {}",
-        us_cell(&r.sparsek),
+        us_cell(&r.contenders.sparsek),
         opt_cell(r.achieved_gbps, |v| format!("{v:.1}")),
         text(Figure::CopyFraction),
         opt_cell(r.same_size_copy_fraction, |v| Figure::CopyFraction.value_text(v)),
         floor_cell(r),
-        us_cell(&r.cublas),
+        us_cell(&r.contenders.cublas),
         text(Figure::SpeedupVsCublas),
         text(Figure::LaunchRatio),
         queued_cell(r),
@@ -276,8 +265,6 @@ pub(super) fn progress_line(r: &DecodeRecord) -> String {
         goals_cell(r),
         checks_cell(r),
     ));
-    if let Some(c) = r.sm_clock_mhz {
-        s.push_str(&format!(", SM {c} MHz"));
-    }
+    s.push_str(&r.status.clock_note());
     s
 }

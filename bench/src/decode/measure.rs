@@ -165,7 +165,7 @@ pub(super) fn run_case(
     let seed = case.seed(cfg.seed);
     let mut rec = DecodeRecord::new(&case, seed);
     if let Err(e) = measure((gpu, programmatic), libs, hold, cfg, iters, &mut case, &mut rec, tag) {
-        rec.error = Some(e.to_string());
+        rec.status.error = Some(e.to_string());
     }
     rec.evaluate(&case, refs);
     rec
@@ -205,7 +205,7 @@ pub(super) fn measure(
             (Form::Cublas, Err(why)) => Err(Error::Unavailable { lib: "cuBLAS", reason: why.to_string() }),
             _ => setup(gpu, lib.as_ref().ok(), form, &ops, depth),
         };
-        let r = rec.contender_mut(form);
+        let r = rec.contenders.get_mut(form);
         match result {
             Ok((s, check)) => {
                 r.check = Some(check);
@@ -270,10 +270,10 @@ pub(super) fn measure(
         timing = time_with_references(gpu, cfg.warmup, iters, &mut sets, copy.as_mut(), floor.as_mut());
     }
     let (items, times, clock) = timing.map_err(Error::step("timing"))?;
-    rec.sm_clock_mhz = clock;
+    rec.status.sm_clock_mhz = clock;
     for (item, t) in items.into_iter().zip(&times) {
         match item {
-            Item::Contender(form) => rec.contender_mut(form).time = Times::from_ms(t),
+            Item::Contender(form) => rec.contenders.get_mut(form).time = Times::from_ms(t),
             Item::SameSizeCopy => rec.same_size_copy.measured.time = Times::from_ms(t),
             Item::ReadFloor => rec.read_floor.measured.time = Times::from_ms(t),
         }

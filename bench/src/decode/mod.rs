@@ -337,6 +337,35 @@ pub struct Goal {
     pub floor_met: Option<bool>,
 }
 
+/// The contenders' results in one case, one per [`Form`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Contenders {
+    /// sparsek's result.
+    pub sparsek: ContenderResult,
+    /// cuBLAS's result.
+    pub cublas: ContenderResult,
+}
+
+impl Contenders {
+    /// Every contender, not yet run.
+    fn new() -> Self {
+        Contenders { sparsek: ContenderResult::of(Form::Sparsek), cublas: ContenderResult::of(Form::Cublas) }
+    }
+
+    /// The result of contender `form`.
+    fn get_mut(&mut self, form: Form) -> &mut ContenderResult {
+        match form {
+            Form::Sparsek => &mut self.sparsek,
+            Form::Cublas => &mut self.cublas,
+        }
+    }
+
+    /// Every result, in [`Form::ALL`] order.
+    pub fn all(&self) -> [&ContenderResult; 2] {
+        [&self.sparsek, &self.cublas]
+    }
+}
+
 /// One case's results.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DecodeRecord {
@@ -345,10 +374,9 @@ pub struct DecodeRecord {
     pub facts: crate::side::CaseFacts,
     /// The bytes one product must move.
     pub bytes: BytesMoved,
-    /// sparsek's result.
-    pub sparsek: ContenderResult,
-    /// cuBLAS's result.
-    pub cublas: ContenderResult,
+    /// The contenders' results (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub contenders: Contenders,
     /// The copy of the same bytes, timed with the contenders.
     pub same_size_copy: SameSizeCopy,
     /// `bytes.total / sparsek's median`, GB/s.
@@ -385,10 +413,9 @@ pub struct DecodeRecord {
     pub sparsek_graph_programmatic: Option<Queued>,
     /// The targets that apply ([`targets`]) and their verdicts.
     pub goals: Vec<Goal>,
-    /// SM clock read by nvidia-smi right after the timed loop.
-    pub sm_clock_mhz: Option<u32>,
-    /// Set when the case could not be run at all (operands, oracle, timing).
-    pub error: Option<String>,
+    /// The SM clock and why the case could not run (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub status: crate::side::CaseStatus,
 }
 
 /// `num / den` to 6 significant digits, when both are known and `den` is positive.
@@ -401,8 +428,7 @@ impl DecodeRecord {
         DecodeRecord {
             facts: crate::side::CaseFacts::new(case, seed),
             bytes: BytesMoved::default(),
-            sparsek: ContenderResult::of(Form::Sparsek),
-            cublas: ContenderResult::of(Form::Cublas),
+            contenders: Contenders::new(),
             same_size_copy: SameSizeCopy::default(),
             achieved_gbps: None,
             copy_fraction: None,
@@ -418,15 +444,7 @@ impl DecodeRecord {
             sparsek_graph: None,
             sparsek_graph_programmatic: None,
             goals: Vec::new(),
-            sm_clock_mhz: None,
-            error: None,
-        }
-    }
-
-    fn contender_mut(&mut self, form: Form) -> &mut ContenderResult {
-        match form {
-            Form::Sparsek => &mut self.sparsek,
-            Form::Cublas => &mut self.cublas,
+            status: crate::side::CaseStatus::default(),
         }
     }
 
@@ -442,14 +460,14 @@ impl DecodeRecord {
     /// Fills in the figures from the trusted times and the references, and the verdict on each of `case`'s
     /// targets.
     fn evaluate(&mut self, case: &Case, refs: &References) {
-        let sparsek = self.sparsek.trusted_us();
+        let sparsek = self.contenders.sparsek.trusted_us();
         self.achieved_gbps = ratio(Some(self.bytes.total as f64 / 1e3), sparsek);
         self.copy_fraction = ratio(self.achieved_gbps, refs.copy.measured.gbps);
         self.same_size_copy.measured.set_gbps(2 * self.same_size_copy.bytes);
         self.same_size_copy_fraction = ratio(self.achieved_gbps, self.same_size_copy.measured.gbps);
-        self.speedup_vs_cublas = ratio(self.cublas.trusted_us(), sparsek);
+        self.speedup_vs_cublas = ratio(self.contenders.cublas.trusted_us(), sparsek);
         self.launch_ratio = ratio(sparsek, refs.empty_us());
-        let queued = self.sparsek_queued.median_us().filter(|_| self.sparsek.passed());
+        let queued = self.sparsek_queued.median_us().filter(|_| self.contenders.sparsek.passed());
         self.queued_launch_ratio = ratio(queued, refs.queued_empty_launch.median_us());
         let floor = self.read_floor.median_us();
         self.read_floor.measured.set_gbps(self.read_floor.read_bytes + self.read_floor.write_bytes);
@@ -459,7 +477,7 @@ impl DecodeRecord {
                 Figure::CopyFraction => {
                     ratio(ratio(Some(self.bytes.total as f64 / 1e3), floor), refs.copy.measured.gbps)
                 }
-                Figure::SpeedupVsCublas => ratio(self.cublas.trusted_us(), floor),
+                Figure::SpeedupVsCublas => ratio(self.contenders.cublas.trusted_us(), floor),
                 Figure::LaunchRatio => ratio(floor, refs.empty_us()),
             }
         };
@@ -476,7 +494,7 @@ impl DecodeRecord {
 
     /// Whether the case ran and sparsek's output passed its check.
     pub fn sparsek_passed(&self) -> bool {
-        self.error.is_none() && self.sparsek.passed()
+        self.status.error.is_none() && self.contenders.sparsek.passed()
     }
 }
 
@@ -527,15 +545,10 @@ pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<
     }
     drop(lib);
 
-    let report = markdown(&header, &references, &records);
-    println!("{report}");
-    let md_path = cfg.out_dir.join("decode.md");
-    error::write(&md_path, report.as_bytes())?;
-    eprintln!("wrote {}", md_path.display());
-    eprintln!("wrote {}", json_path.display());
+    crate::side::publish(cfg, "decode.md", &markdown(&header, &references, &records), &json_path)?;
     for r in records.iter().filter(|r| !r.sparsek_passed()) {
-        let why = r.error.clone().or_else(|| r.sparsek.error.clone());
-        let why = why.or_else(|| r.sparsek.check.as_ref().map(|k| k.detail.clone()));
+        let why = r.status.error.clone().or_else(|| r.contenders.sparsek.error.clone());
+        let why = why.or_else(|| r.contenders.sparsek.check.as_ref().map(|k| k.detail.clone()));
         eprintln!("FAILED {}: {}", r.facts.case, why.unwrap_or_default());
     }
     let all_passed = records.iter().all(DecodeRecord::sparsek_passed);

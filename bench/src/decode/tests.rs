@@ -31,10 +31,10 @@ fn record(
     let mut r = DecodeRecord::new(case, 7);
     r.facts.nnzb = nnzb;
     r.bytes = BytesMoved::new(case.m, case.n, case.k, case.bs, nnzb);
-    r.sparsek.check = Some(check(sparsek_ok));
-    r.sparsek.time = Some(times(sparsek_us));
-    r.cublas.check = Some(check(true));
-    r.cublas.time = Some(times(cublas_us));
+    r.contenders.sparsek.check = Some(check(sparsek_ok));
+    r.contenders.sparsek.time = Some(times(sparsek_us));
+    r.contenders.cublas.check = Some(check(true));
+    r.contenders.cublas.time = Some(times(cublas_us));
     r.evaluate(case, refs);
     r
 }
@@ -271,8 +271,8 @@ fn table_and_json() {
     let large = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
     let small = Case::synthetic(1536, 1, 384, 64, 0.5, Pattern::Uniform);
     let mut missing = record(&small, 72, 6.0, 6.0, true, &refs);
-    missing.cublas = ContenderResult::of(Form::Cublas);
-    missing.cublas.error = Some("cuBLAS unavailable: no | library".into());
+    missing.contenders.cublas = ContenderResult::of(Form::Cublas);
+    missing.contenders.cublas.error = Some("cuBLAS unavailable: no | library".into());
     missing.evaluate(&small, &refs);
     // Queued: 9 µs per launch against the queued empty launch's 1.5 (no figure when the check failed).
     let mut queued = record(&large, 3604, 12.0, 48.0, true, &refs);
@@ -369,6 +369,28 @@ fn decode_file_keeps_its_layout() {
     let case = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
     let text = to_json(&crate::report::tests::header(), &refs, &[record(&case, 3604, 16.0, 48.0, true, &refs)], true);
     let text = text.unwrap();
+    // A record's own keys, after its case facts.
+    let figures = [
+        "bytes",
+        "sparsek",
+        "cublas",
+        "same_size_copy",
+        "achieved_gbps",
+        "copy_fraction",
+        "same_size_copy_fraction",
+        "read_floor",
+        "read_floor_fraction",
+        "read_floor_queued",
+        "speedup_vs_cublas",
+        "launch_ratio",
+        "sparsek_queued",
+        "queued_launch_ratio",
+        "sparsek_queued_programmatic",
+        "sparsek_graph",
+        "sparsek_graph_programmatic",
+        "goals",
+    ];
+    assert_eq!(crate::side::tests::record_keys(&text), [&figures[..], &crate::side::tests::STATUS].concat());
     let measured = ["time", "gbps", "error"];
     assert_eq!(keys_from(&text, "bytes"), [&["bytes"][..], &measured].concat());
     let floor = [&["read_bytes", "write_bytes", "ctas", "sets"][..], &measured].concat();
