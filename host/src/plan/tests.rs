@@ -222,6 +222,18 @@ fn a_captured_launch_balances_only_where_it_pays() {
     let sm90 = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 8192), 901) };
     assert!(!plan(&sm90, &none, &d, None).unwrap().tile_counter);
     assert_eq!(plan(&Problem { captured: false, ..p }, &none, &d, None).unwrap().ctas, 64);
+    // What the launcher takes of a workspace: some for the split, the flat list and the tile counter, nothing where
+    // it may have none (it reads the Gpu's workspace by that alone).
+    let need = |p: &Problem<'_>, device: &DeviceFacts| {
+        let room = Room { device, policy: &d };
+        decide(room, &choose(room, p, None).unwrap(), p).unwrap().need
+    };
+    let flat = Problem { max_row_blocks: Some(75), ..Problem::new(64, (16384, 16384, 16), 14418) };
+    for q in [p, Problem { captured: false, ..p }, sm90, flat] {
+        assert!(need(&q, &h100()).any(), "{q:?}");
+        assert_eq!(need(&q, &none), SpaceNeed::default(), "{q:?}");
+    }
+    assert_eq!(need(&p, &no_pools), SpaceNeed::default());
 }
 
 #[test]

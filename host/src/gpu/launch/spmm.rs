@@ -17,7 +17,7 @@ use crate::gpu::registry::Kernel;
 use crate::gpu::split::{self, GraphSpace, capturing};
 use crate::gpu::tma;
 use crate::gpu::views::{Alloc, BsrView, DenseView, DenseViewMut, IndexType, VectorView, bytes_of, span};
-use crate::plan::{self, Choice, Chosen, LaunchPlan, Problem};
+use crate::plan::{self, Choice, Chosen, Decomposition, LaunchPlan, Problem};
 use crate::tune::Plan;
 
 /// A's shape as the kernel choice sees it.
@@ -516,7 +516,7 @@ impl Gpu {
                 d = plan::decide(room, chosen, &problem)?;
             }
         }
-        let plan::Decision { kernel, cfg, workspace, flat, split, hopper_split, need, ref plan } = d;
+        let plan::Decision { kernel, need, ref plan } = d;
         let kernel = match (kernel, given) {
             (plan::KernelRef::Given, Some(k)) => k,
             (r, _) => self.kernel_at(r).ok_or_else(|| Error::InvalidArgument {
@@ -524,10 +524,20 @@ impl Gpu {
                 reason: format!("the planned kernel {} is not loaded on this Gpu", plan.kernel),
             })?,
         };
-        let workspace = self.split.as_ref().filter(|_| workspace);
+        let cfg = kernel.config();
+        // Read only for what the plan takes of it (`need`: nothing where the launch may not use it).
+        let workspace = self.split.as_ref();
         let block_rows = (m / a.bs) as u32;
         let row_order = if plan.longest_rows_first { a.row_order } else { 0 };
         let (ctas, group_rows) = (plan.ctas, plan.group_rows);
+        // The decomposition's parameters, as the plan records them: the flat list's CTAs per N tile, the sm_90a
+        // kernels' split rows, the most parts per split row and the blocks a part holds.
+        let (flat_ctas, split_rows, split_chunks, split_blocks) = match plan.decomposition {
+            Decomposition::WholeRows => (0, 0, 1, 1),
+            Decomposition::FlatList { ctas_per_tile } => (ctas_per_tile, 0, 1, 1),
+            Decomposition::SplitRows { chunks, blocks } => (0, 0, chunks, blocks),
+            Decomposition::HopperSplitRows { split_rows, chunks, blocks } => (0, split_rows, chunks, blocks),
+        };
         let mut params = BsrSpmmParams {
             a_values: a.values,
             row_ptr: a.row_ptr,
@@ -546,24 +556,13 @@ impl Gpu {
             index64: u32::from(a.index == IndexType::I64),
             c_col_major: u32::from(c.layout == Layout::ColMajor),
             activation: ep.activation as u32,
-            split_chunks: 1,
-            split_blocks: 1,
+            split_chunks,
+            split_blocks,
             split_partials: 0,
             split_counters: 0,
-            flat_ctas: 0,
+            flat_ctas,
             nnzb: a.nnzb as u32,
         };
-        if let Some(g) = flat {
-            params.flat_ctas = g;
-        }
-        if let Some(choice) = split {
-            params.split_chunks = choice.chunks;
-            params.split_blocks = choice.blocks;
-        }
-        if let Some(choice) = hopper_split {
-            params.split_chunks = choice.chunks;
-            params.split_blocks = choice.blocks;
-        }
         // The sm_90a kernels take tensor maps of A's values and B, then the same parameters, then the tile
         // scheduler: the workspace's counters for a persistent grid, or none (CTA c walks tiles c, c + grid, ...)
         // for one tile per consumer set (gpu/split.rs). A persistent grid with that static stride instead of
@@ -603,7 +602,7 @@ impl Gpu {
             spmm: params,
             tile_counter: if need.scheduler { scheduler } else { 0 },
             c_tma: u32::from(tmap_c.is_some()),
-            split_rows: hopper_split.map_or(0, |c| c.split_rows),
+            split_rows,
         });
         let arg = match hopper.as_mut() {
             Some(hp) => (hp as *mut HopperSpmmParams).cast::<std::ffi::c_void>(),
@@ -647,7 +646,7 @@ impl Gpu {
             unsafe {
                 launch_with(
                     kernel.func.cu_function(),
-                    (ctas, cfg.threads(), cfg.smem_bytes()),
+                    (ctas, plan.threads, plan.smem_bytes),
                     stream,
                     &mut args,
                     attributes,
