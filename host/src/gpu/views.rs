@@ -28,7 +28,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DeviceSlice};
 use sparsek_layout::Layout;
 
-use super::buffers::{DeviceBsr, DeviceElement, DeviceMatrix, RowSchedule};
+use super::buffers::{BsrShape, DeviceBsr, DeviceElement, DeviceMatrix, RowSchedule};
 use super::driver::{allocation_of, cuda};
 use crate::error::{Error, Result};
 
@@ -253,10 +253,7 @@ impl<'a, T> BsrView<'a, T> {
             schedule_ordinal: None,
             row_lengths: Some(&a.row_lengths),
             index: IndexType::U32,
-            rows: a.rows,
-            cols: a.cols,
-            bs: a.bs,
-            nnzb: a.nnzb,
+            shape: a.shape,
             raw: false,
             _borrow: PhantomData,
         }
@@ -501,10 +498,7 @@ pub struct BsrView<'a, T> {
     /// The block rows' lengths in `row_order`'s order (longest first), when known: the sm_90a kernels' split rows.
     pub(crate) row_lengths: Option<&'a [u32]>,
     pub(crate) index: IndexType,
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    pub(crate) bs: usize,
-    pub(crate) nnzb: usize,
+    pub(crate) shape: BsrShape,
     pub(crate) raw: bool,
     /// The allocations of the arrays a safe constructor took from owned buffers (an uploaded [`DeviceBsr`]'s, a
     /// [`RowSchedule`]'s order); `None` for a raw view's arrays, whose extents are the caller's contract.
@@ -565,10 +559,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             schedule_ordinal: None,
             row_lengths: None,
             index: arrays.index,
-            rows,
-            cols,
-            bs,
-            nnzb,
+            shape: BsrShape { rows, cols, bs, nnzb },
             raw: true,
             allocs: BsrAllocs::default(),
             _borrow: PhantomData,
@@ -589,16 +580,16 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
         'a: 's,
     {
         use crate::error::BsrError;
-        let block_rows = self.rows / self.bs;
+        let block_rows = self.shape.rows / self.shape.bs;
         if schedule.block_rows != block_rows {
             return Err(Error::InvalidBsr(BsrError::RowPtrLength {
                 expected: block_rows + 1,
                 got: schedule.block_rows + 1,
             }));
         }
-        if schedule.nnzb != self.nnzb {
+        if schedule.nnzb != self.shape.nnzb {
             return Err(Error::InvalidBsr(BsrError::RowPtrEnd {
-                expected: self.nnzb,
+                expected: self.shape.nnzb,
                 got: u32::try_from(schedule.nnzb).unwrap_or(u32::MAX),
             }));
         }
@@ -617,7 +608,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
         })
     }
 
-    shape_getters!(rows, cols, block_size, nnzb);
+    shape_getters!(shape: rows, cols, block_size, nnzb);
     /// Width of the index entries.
     pub fn index_type(&self) -> IndexType {
         self.index
