@@ -10,7 +10,7 @@ use sparsek_layout::{InType, OutType};
 
 use super::Gpu;
 use super::driver::{alloc_err, cuda};
-use super::views::Alloc;
+use super::views::{Alloc, BsrShape};
 use crate::error::{BsrError, Error, Result};
 use crate::format::Bsr;
 use crate::matrix::Matrix;
@@ -186,16 +186,6 @@ pub(crate) fn aligned_ld<T: DeviceElement>(ld: usize) -> Result<usize> {
         requested: ld as u128 + T::ALIGN_ELEMS as u128,
         limit: usize::MAX as u128,
     })
-}
-
-/// A BSR matrix's shape: `rows x cols` in `bs x bs` blocks, `nnzb` of them stored. What an uploaded [`DeviceBsr`]
-/// and a [`BsrView`](super::BsrView) hold of it, and what the kernel choice reads of A.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct BsrShape {
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    pub(crate) bs: usize,
-    pub(crate) nnzb: usize,
 }
 
 /// A BSR matrix in device memory (values of `T`: f16 by default, or bf16), ready for [`Gpu::spmm`]. Also holds

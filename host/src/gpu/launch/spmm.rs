@@ -11,12 +11,12 @@ use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, Layout, Pipeline};
 use crate::Epilogue;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::gpu::buffers::{BsrShape, DeviceBsr, DeviceMatrix, InputElement, OutputElement};
+use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
 use crate::gpu::split::{self, GraphSpace, capturing};
 use crate::gpu::tma;
-use crate::gpu::views::{Alloc, BsrView, DenseView, DenseViewMut, IndexType, VectorView, bytes_of, span};
+use crate::gpu::views::{Alloc, BsrShape, BsrView, DenseView, DenseViewMut, IndexType, VectorView, bytes_of};
 use crate::plan::{self, Choice, Chosen, Decomposition, LaunchPlan, Problem};
 use crate::tune::Plan;
 
@@ -130,8 +130,8 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let layouts = (b.layout, c.view.layout);
-        let chosen = self.choose::<TA, TC>(a.shape, layouts, b.cols, a.max_row_blocks, Choice::Resolve)?;
+        let layouts = (b.shape.layout, c.view.shape.layout);
+        let chosen = self.choose::<TA, TC>(a.shape, layouts, b.shape.cols, a.max_row_blocks, Choice::Resolve)?;
         self.ctx_current()?;
         self.check_stream(stream)?;
         if let Some(ordinal) = a.schedule_ordinal
@@ -439,10 +439,10 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let (m, k, n) = (a.shape.rows, a.shape.cols, b.cols);
+        let (m, k, n) = (a.shape.rows, a.shape.cols, b.shape.cols);
         let max_row_blocks = a.max_row_blocks;
-        if b.rows != k || c.rows != m || c.cols != n {
-            return Err(Error::ShapeMismatch { a: (m, k), b: (b.rows, n), c: (c.rows, c.cols) });
+        if b.shape.rows != k || c.shape.rows != m || c.shape.cols != n {
+            return Err(Error::ShapeMismatch { a: (m, k), b: (b.shape.rows, n), c: (c.shape.rows, c.shape.cols) });
         }
         if let Some(v) = bias
             && v.len != m
@@ -460,8 +460,8 @@ impl Gpu {
             }
         };
         let n32 = limit("N", n, MAX_N)?;
-        let ldb = limit("ldb", b.ld, u32::MAX as usize)?;
-        let ldc = limit("ldc", c.ld, u32::MAX as usize)?;
+        let ldb = limit("ldb", b.shape.ld, u32::MAX as usize)?;
+        let ldc = limit("ldc", c.shape.ld, u32::MAX as usize)?;
         limit("M", m, u32::MAX as usize)?;
         limit("K", k, u32::MAX as usize)?;
         limit("nnzb", a.shape.nnzb, u32::MAX as usize)?;
@@ -481,7 +481,7 @@ impl Gpu {
             beta_zero: ep.beta == 0.0,
             captured,
             follows_kernels,
-            ..self.problem::<TA, TC>(a.shape, (b.layout, c.layout), n, max_row_blocks, Choice::Resolve)
+            ..self.problem::<TA, TC>(a.shape, (b.shape.layout, c.shape.layout), n, max_row_blocks, Choice::Resolve)
         };
         let room = self.room();
         let mut d = plan::decide(room, chosen, &problem)?;
@@ -533,7 +533,7 @@ impl Gpu {
             alpha: ep.alpha,
             beta: ep.beta,
             index64: u32::from(a.index == IndexType::I64),
-            c_col_major: u32::from(c.layout == Layout::ColMajor),
+            c_col_major: u32::from(c.shape.layout == Layout::ColMajor),
             activation: ep.activation as u32,
             split_chunks,
             split_blocks,
@@ -552,9 +552,10 @@ impl Gpu {
                 // A row-major C written without reading it (beta 0) is stored through a tensor map from shared
                 // memory, whole 128-byte rows at a time: stored from the registers, each warp's store wrote 8 rows of
                 // 32 bytes and took 17-48% of the time at 5-22% density (docs/perf-notes.md, Hopper step 11).
-                let tmap_c = if plan.c_tma { tma::c_map(TC::OUT_TYPE, c.ptr, (c.rows, n32, c.ld))? } else { None };
+                let tmap_c =
+                    if plan.c_tma { tma::c_map(TC::OUT_TYPE, c.ptr, (c.shape.rows, n32, c.shape.ld))? } else { None };
                 let tmap_a = tma::a_values_map(TA::IN_TYPE, a.values, a.shape.nnzb, &cfg)?;
-                let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?;
+                let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.shape.layout, b.shape.ld), (k, n), &cfg)?;
                 Some((tmap_a, tmap_b, tmap_c))
             }
             Pipeline::CpAsync | Pipeline::Direct => None,
@@ -667,7 +668,7 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
     ) -> Result<()> {
         let inputs = launch_inputs(a, b, bias);
-        let c_bytes = bytes_of(span(c.rows, c.cols, c.ld, c.layout), std::mem::size_of::<TC>());
+        let c_bytes = bytes_of(c.shape.span(), std::mem::size_of::<TC>());
         for &(what, start, bytes, alloc) in inputs.iter().chain([&("C", c.ptr, c_bytes, c.alloc)]) {
             if let Some(alloc) = alloc {
                 alloc.holds(what, start, bytes)?;
@@ -712,7 +713,7 @@ fn launch_inputs<'a, TA: InputElement>(
         ("A's row_ptr", a.row_ptr, bytes_of(block_rows.checked_add(1), w), a.allocs.row_ptr),
         ("A's col_idx", a.col_idx, bytes_of(Some(a.shape.nnzb), w), a.allocs.col_idx),
         ("A's row order", a.row_order, order_bytes, a.allocs.row_order),
-        ("B", b.ptr, bytes_of(span(b.rows, b.cols, b.ld, b.layout), ta), b.alloc),
+        ("B", b.ptr, bytes_of(b.shape.span(), ta), b.alloc),
         (
             "the bias",
             bias.map_or(0, |v| v.ptr),
