@@ -60,24 +60,28 @@
 #![warn(missing_docs)]
 
 /// The plain getters of a matrix type's shape fields, inside its `impl` block: `shape_getters!(rows, cols, ld)` for
-/// fields of the same names (`bs` for `block_size`), `shape_getters!(view: rows, cols)` for those of a field `view`.
+/// fields of the same names (`bs` for `block_size`), `shape_getters!(shape: rows, cols)` for those of a field
+/// `shape`, `shape_getters!(view.shape: rows, cols)` for those of a field of a field.
 macro_rules! shape_getters {
+    ($outer:ident . $inner:ident: $($name:ident),+ $(,)?) => {
+        $(shape_getters!(@get $name [$outer $inner]);)+
+    };
     ($inner:ident: $($name:ident),+ $(,)?) => {
         $(shape_getters!(@get $name [$inner]);)+
     };
     ($($name:ident),+ $(,)?) => {
         $(shape_getters!(@get $name []);)+
     };
-    (@get block_size [$($inner:ident)?]) => {
+    (@get block_size [$($inner:ident)*]) => {
         #[doc = "The block size `bs` (blocks are `bs x bs`)."]
         pub fn block_size(&self) -> usize {
-            self$(.$inner)?.bs
+            self$(.$inner)*.bs
         }
     };
-    (@get $name:ident [$($inner:ident)?]) => {
+    (@get $name:ident [$($inner:ident)*]) => {
         #[doc = shape_getters!(@doc $name)]
         pub fn $name(&self) -> usize {
-            self$(.$inner)?.$name
+            self$(.$inner)*.$name
         }
     };
     (@doc rows) => { "Rows." };

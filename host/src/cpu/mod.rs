@@ -179,48 +179,37 @@ fn as_f32<T: Scalar>(s: &[T]) -> Option<&[f32]> {
     if TypeId::of::<T>() == TypeId::of::<f32>() { bytemuck::try_cast_slice(s).ok() } else { None }
 }
 
-/// `dst[i] = src[i]` as f32 (exact for f16, bf16 and f32), vectorised for f16 (F16C where the CPU has it) and
-/// bf16 (a shift); element by element for other types. Converts the common prefix when lengths differ.
-fn widen<T: Scalar>(src: &[T], dst: &mut [f32]) {
-    let len = src.len().min(dst.len());
-    let (src, dst) = (&src[..len], &mut dst[..len]);
-    let id = TypeId::of::<T>();
-    if id == TypeId::of::<f16>() {
-        if let Ok(h) = bytemuck::try_cast_slice::<T, f16>(src) {
-            h.convert_to_f32_slice(dst);
-            return;
-        }
-    } else if id == TypeId::of::<bf16>() {
-        if let Ok(h) = bytemuck::try_cast_slice::<T, u16>(src) {
-            // bf16 is the top half of an f32: widening is exact, NaN payloads included (what bf16::to_f32 does).
-            dst.iter_mut().zip(h).for_each(|(d, &s)| *d = f32::from_bits(u32::from(s) << 16));
-            return;
-        }
-    } else if let Some(s) = as_f32(src) {
-        dst.copy_from_slice(s);
-        return;
+/// `src` and `dst` as slices of `S2` and `D2` when `S` is `S2` and `D` is `D2` (the same types: the casts cannot
+/// fail), else `None`.
+fn typed<'s, 'd, S: Scalar, D: Scalar, S2: Scalar, D2: Scalar>(
+    src: &'s [S],
+    dst: &'d mut [D],
+) -> Option<(&'s [S2], &'d mut [D2])> {
+    if TypeId::of::<S>() != TypeId::of::<S2>() || TypeId::of::<D>() != TypeId::of::<D2>() {
+        return None;
     }
-    dst.iter_mut().zip(src).for_each(|(d, s)| *d = s.to_f32());
+    Some((bytemuck::try_cast_slice(src).ok()?, bytemuck::try_cast_slice_mut(dst).ok()?))
 }
 
-/// `dst[i] = src[i]` rounded to `T` (round to nearest even), vectorised for f16; the common prefix when lengths
-/// differ.
-fn narrow<T: Scalar>(src: &[f32], dst: &mut [T]) {
+/// `dst[i] = src[i]` through f32: exact from f16 and bf16 (and f32) to f32, rounded to nearest even from f32 to
+/// f16 or bf16 (the CPU backend widens A, B and C and narrows its results so). Vectorised from f16 to f32 and
+/// back (F16C where the CPU has it), from bf16 to f32 (a shift) and between equal types (a copy); element by
+/// element for other types. Converts the common prefix when lengths differ.
+fn convert<S: Scalar, D: Scalar>(src: &[S], dst: &mut [D]) {
     let len = src.len().min(dst.len());
     let (src, dst) = (&src[..len], &mut dst[..len]);
-    let id = TypeId::of::<T>();
-    if id == TypeId::of::<f16>() {
-        if let Ok(h) = bytemuck::try_cast_slice_mut::<T, f16>(dst) {
-            h.convert_from_f32_slice(src);
-            return;
-        }
-    } else if id == TypeId::of::<f32>()
-        && let Ok(d) = bytemuck::try_cast_slice_mut::<T, f32>(dst)
-    {
-        d.copy_from_slice(src);
-        return;
+    if let Some((s, d)) = typed::<S, D, f16, f32>(src, dst) {
+        s.convert_to_f32_slice(d);
+    } else if let Some((s, d)) = typed::<S, D, bf16, f32>(src, dst) {
+        // bf16 is the top half of an f32: widening is exact, NaN payloads included (what bf16::to_f32 does).
+        d.iter_mut().zip(s).for_each(|(d, s)| *d = f32::from_bits(u32::from(s.to_bits()) << 16));
+    } else if let Some((s, d)) = typed::<S, D, f32, f16>(src, dst) {
+        d.convert_from_f32_slice(s);
+    } else if let Some((s, d)) = typed::<S, D, S, S>(src, dst) {
+        d.copy_from_slice(s);
+    } else {
+        dst.iter_mut().zip(src).for_each(|(d, s)| *d = D::from_f32(s.to_f32()));
     }
-    dst.iter_mut().zip(src).for_each(|(d, &s)| *d = T::from_f32(s));
 }
 
 /// Columns of C per pass: `TILE_ELEMS / bs` (capped at N), so that a block row's `bs x tile` f32 accumulator
@@ -358,7 +347,7 @@ fn block_row_tile<TA: Scalar, TC: Scalar>(
             Some(v) => i.checked_mul(blk_len).and_then(|s| v.get(s..s.checked_add(blk_len)?)).ok_or_else(oob)?,
             None => {
                 a_buf.resize(blk_len, 0.0);
-                widen(a.block(i).ok_or_else(oob)?, a_buf);
+                convert(a.block(i).ok_or_else(oob)?, a_buf);
                 a_buf
             }
         };
@@ -382,10 +371,10 @@ fn block_row_tile<TA: Scalar, TC: Scalar>(
         }
         if beta != 0.0 {
             c_buf.resize(w, 0.0);
-            widen(c_row, c_buf);
+            convert(c_row, c_buf);
             t_row.iter_mut().zip(c_buf.iter()).for_each(|(t, &cv)| *t += beta * cv);
         }
-        narrow(t_row, c_row);
+        convert(t_row, c_row);
     }
     Ok(())
 }
@@ -463,7 +452,7 @@ pub fn spmm_with_bias<TA: Scalar, TB: Scalar, TC: Scalar>(
                 let buf = b_tile.get_mut(..k * w).unwrap_or_default();
                 buf.par_chunks_mut(w).enumerate().for_each(|(r, dst)| {
                     if let Some(src) = b.row(r).get(j0..j0 + w) {
-                        widen(src, dst);
+                        convert(src, dst);
                     }
                 });
                 F32Rows { data: buf, ld: w, col0: 0 }
@@ -518,6 +507,48 @@ mod tests {
         check_wide::<bf16, bf16, f32>(16, 4096 + 5, Epilogue::new(1.0, 1.0));
         check_wide::<f64, f64, f64>(32, 2048 + 1, Epilogue::new(1.0, -2.0));
         check_wide::<f16, f32, bf16>(32, 100, Epilogue::default());
+    }
+
+    /// `convert` against the element-wise conversion through f32, bit for bit (infinities, signed zeros,
+    /// subnormals and values that round; NaN to NaN), on the common prefix of slices of unequal lengths.
+    fn check_convert<S: Scalar, D: Scalar>(bits: impl Fn(u32) -> S) {
+        let mut rng = crate::rng::Rng::new(11);
+        let specials = [0x7fc0_1234u32, 0xffc0_0001, 0x7f80_0000, 0xff80_0000, 0x8000_0000, 0x0000_0001, 0x3f80_0001];
+        let src: Vec<S> = specials.into_iter().chain((0..997).map(|_| rng.below(1 << 32) as u32)).map(&bits).collect();
+        for dst_len in [src.len() - 3, src.len() + 5] {
+            let poison = D::from_f64(7.0);
+            let mut dst = vec![poison; dst_len];
+            convert(&src, &mut dst);
+            let what = format!("{} -> {}, {dst_len} out", S::NAME, D::NAME);
+            for (i, (d, s)) in dst.iter().zip(&src).enumerate() {
+                let want = D::from_f32(s.to_f32());
+                // A NaN stays a NaN (the vector paths may keep a signalling NaN's payload that to_f32 quiets).
+                if s.to_f64().is_nan() {
+                    assert!(d.to_f64().is_nan(), "{what}: element {i}: {s:?} gave {d:?}");
+                } else {
+                    assert_eq!(bytemuck::bytes_of(d), bytemuck::bytes_of(&want), "{what}: element {i}: {s:?}");
+                }
+            }
+            assert!(dst[src.len().min(dst_len)..].iter().all(|d| *d == poison), "{what}: past the prefix");
+        }
+    }
+
+    #[test]
+    fn conversions_match_the_element_wise_ones_bit_for_bit() {
+        let f16_of = |b: u32| f16::from_bits(b as u16);
+        let bf16_of = |b: u32| bf16::from_bits((b >> 16) as u16);
+        check_convert::<f16, f32>(f16_of);
+        check_convert::<bf16, f32>(bf16_of);
+        check_convert::<f32, f32>(f32::from_bits);
+        check_convert::<f32, f16>(f32::from_bits);
+        check_convert::<f32, bf16>(f32::from_bits);
+        check_convert::<f16, f16>(f16_of);
+        check_convert::<f64, f32>(|b| f64::from(f32::from_bits(b)) * (1.0 + 1e-12));
+        check_convert::<f32, f64>(f32::from_bits);
+        // bf16 widens by a shift: a signalling NaN keeps its payload.
+        let mut out = [0.0f32];
+        convert(&[bf16::from_bits(0xff88)], &mut out);
+        assert_eq!(out[0].to_bits(), 0xff88_0000);
     }
 
     #[test]

@@ -31,34 +31,44 @@ pub use synth::{Pattern, generate, generate_int, structure};
 /// The block sizes the kernels are built for.
 pub const SUPPORTED_BLOCK_SIZES: [usize; 4] = [16, 32, 64, 128];
 
-/// Checks the block size, that `rows` and `cols` are multiples of it, and that block rows and columns fit u32.
-fn check_shape(rows: usize, cols: usize, bs: usize) -> Result<(), BsrError> {
-    if !SUPPORTED_BLOCK_SIZES.contains(&bs) {
-        return Err(BsrError::UnsupportedBlockSize { bs });
+/// A block matrix's checked shape: `rows x cols` in `bs x bs` blocks of a supported size, block rows and columns
+/// below 2^32 ([`BlockShape::new`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BlockShape {
+    rows: usize,
+    cols: usize,
+    bs: usize,
+}
+
+impl BlockShape {
+    /// Checks the block size, that `rows` and `cols` are multiples of it, and that block rows and columns fit
+    /// u32.
+    pub(crate) fn new(rows: usize, cols: usize, bs: usize) -> Result<BlockShape, BsrError> {
+        if !SUPPORTED_BLOCK_SIZES.contains(&bs) {
+            return Err(BsrError::UnsupportedBlockSize { bs });
+        }
+        if !rows.is_multiple_of(bs) {
+            return Err(BsrError::NotMultiple { dim: "rows", value: rows, bs });
+        }
+        if !cols.is_multiple_of(bs) {
+            return Err(BsrError::NotMultiple { dim: "cols", value: cols, bs });
+        }
+        // Block-column indices are u32; block rows are limited alike (the GPU grid counts them in u32).
+        let limit = u32::MAX as usize;
+        if cols / bs > limit {
+            return Err(BsrError::TooLarge { what: "block columns", value: cols / bs, limit });
+        }
+        if rows / bs > limit {
+            return Err(BsrError::TooLarge { what: "block rows", value: rows / bs, limit });
+        }
+        Ok(BlockShape { rows, cols, bs })
     }
-    if !rows.is_multiple_of(bs) {
-        return Err(BsrError::NotMultiple { dim: "rows", value: rows, bs });
-    }
-    if !cols.is_multiple_of(bs) {
-        return Err(BsrError::NotMultiple { dim: "cols", value: cols, bs });
-    }
-    // Block-column indices are u32; block rows are limited alike (the GPU grid counts them in u32).
-    let limit = u32::MAX as usize;
-    if cols / bs > limit {
-        return Err(BsrError::TooLarge { what: "block columns", value: cols / bs, limit });
-    }
-    if rows / bs > limit {
-        return Err(BsrError::TooLarge { what: "block rows", value: rows / bs, limit });
-    }
-    Ok(())
 }
 
 /// A validated block-sparse row matrix; see the [module documentation](self) for the layout.
 #[derive(Clone, PartialEq)]
 pub struct Bsr<T> {
-    rows: usize,
-    cols: usize,
-    bs: usize,
+    shape: BlockShape,
     row_ptr: Vec<u32>,
     col_idx: Vec<u32>,
     values: Vec<T>,
@@ -69,7 +79,7 @@ impl<T> fmt::Debug for Bsr<T> {
     /// printed (a benchmark matrix holds millions of them).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Bsr");
-        d.field("rows", &self.rows).field("cols", &self.cols).field("bs", &self.bs);
+        d.field("rows", &self.shape.rows).field("cols", &self.shape.cols).field("bs", &self.shape.bs);
         d.field("nnzb", &self.col_idx.len());
         if self.row_ptr.len() <= 65 && self.col_idx.len() <= 64 {
             d.field("row_ptr", &self.row_ptr).field("col_idx", &self.col_idx);
@@ -143,17 +153,17 @@ impl<T> Bsr<T> {
     /// Floating-point operations of `A @ B` with `n` columns counted as a dense product of the stored blocks:
     /// `2 * nnzb * bs^2 * n` (the "effective" count used for TFLOPS everywhere in sparsek).
     pub fn flops(&self, n: usize) -> f64 {
-        2.0 * self.nnzb() as f64 * (self.bs * self.bs) as f64 * n as f64
+        2.0 * self.nnzb() as f64 * (self.shape.bs * self.shape.bs) as f64 * n as f64
     }
 
-    shape_getters!(rows, cols, block_size);
+    shape_getters!(shape: rows, cols, block_size);
     /// `rows / bs`.
     pub fn block_rows(&self) -> usize {
-        self.rows / self.bs
+        self.shape.rows / self.shape.bs
     }
     /// `cols / bs`.
     pub fn block_cols(&self) -> usize {
-        self.cols / self.bs
+        self.shape.cols / self.shape.bs
     }
     /// Number of stored blocks.
     pub fn nnzb(&self) -> usize {
@@ -177,7 +187,7 @@ impl<T> Bsr<T> {
     }
     /// The values of stored block `i` (`bs * bs`, row-major), `None` when `i >= nnzb`.
     pub fn block(&self, i: usize) -> Option<&[T]> {
-        let len = self.bs * self.bs;
+        let len = self.shape.bs * self.shape.bs;
         self.values.get(i.checked_mul(len)?..(i + 1).checked_mul(len)?)
     }
     /// The positions (in `col_idx` and in blocks) of block row `br`'s blocks; empty when `br` is out of range.
@@ -206,7 +216,7 @@ impl<T> Bsr<T> {
     }
     /// The parts: `(rows, cols, bs, row_ptr, col_idx, values)`, as [`Bsr::try_new`] takes them.
     pub fn into_parts(self) -> (usize, usize, usize, Vec<u32>, Vec<u32>, Vec<T>) {
-        (self.rows, self.cols, self.bs, self.row_ptr, self.col_idx, self.values)
+        (self.shape.rows, self.shape.cols, self.shape.bs, self.row_ptr, self.col_idx, self.values)
     }
 }
 
@@ -232,7 +242,7 @@ impl<T: Scalar> Bsr<T> {
         col_idx: Vec<u32>,
         values: Vec<T>,
     ) -> Result<Self, BsrError> {
-        check_shape(rows, cols, bs)?;
+        let shape = BlockShape::new(rows, cols, bs)?;
         let block_rows = rows / bs;
         let block_cols = cols / bs;
         let nnzb = col_idx.len();
@@ -283,13 +293,13 @@ impl<T: Scalar> Bsr<T> {
         if values.len() != expected_values {
             return Err(BsrError::ValuesLength { expected: expected_values, got: values.len() });
         }
-        Ok(Bsr { rows, cols, bs, row_ptr, col_idx, values })
+        Ok(Bsr { shape, row_ptr, col_idx, values })
     }
 
     /// An all-zero matrix (no stored blocks). It still holds `rows / bs + 1` row pointers: a failed allocation
     /// of those is [`Error::OutOfMemory`].
     pub fn empty(rows: usize, cols: usize, bs: usize) -> Result<Self> {
-        check_shape(rows, cols, bs)?;
+        BlockShape::new(rows, cols, bs)?;
         let row_ptr = crate::alloc::filled("BSR row_ptr", rows / bs + 1, 0u32)?;
         Ok(Self::try_new(rows, cols, bs, row_ptr, Vec::new(), Vec::new())?)
     }
@@ -314,19 +324,12 @@ impl<T: Scalar> Bsr<T> {
         for (i, v) in self.values.iter().enumerate() {
             let v = v.to_f64();
             let Some(u) = U::try_from_f64(v) else {
-                let blk = self.bs * self.bs;
+                let blk = self.shape.bs * self.shape.bs;
                 return Err(Error::NonFinite { what: U::NAME, value: format!("{v:e}"), index: (i / blk, i % blk) });
             };
             values.push(u);
         }
-        Ok(Bsr {
-            rows: self.rows,
-            cols: self.cols,
-            bs: self.bs,
-            row_ptr: self.row_ptr.clone(),
-            col_idx: self.col_idx.clone(),
-            values,
-        })
+        Ok(Bsr { shape: self.shape, row_ptr: self.row_ptr.clone(), col_idx: self.col_idx.clone(), values })
     }
 
     /// Cuts a dense matrix into `bs x bs` blocks and stores those for which `keep` returns true. The dense
@@ -339,7 +342,7 @@ impl<T: Scalar> Bsr<T> {
     /// assert_eq!((a.nnzb(), a.col_idx()), (1, &[1u32][..]));
     /// ```
     pub fn from_dense(m: &Matrix<T>, bs: usize, mut keep: impl FnMut(&BlockView<'_, T>) -> bool) -> Result<Self> {
-        check_shape(m.rows(), m.cols(), bs)?;
+        BlockShape::new(m.rows(), m.cols(), bs)?;
         let (block_rows, block_cols) = (m.rows() / bs, m.cols() / bs);
         let mut row_ptr = Vec::with_capacity(block_rows + 1);
         row_ptr.push(0u32);
@@ -386,8 +389,8 @@ impl<T: Scalar> Bsr<T> {
     /// `rows * cols` elements: meant for small matrices (tests, debugging); [`Error::TooLarge`] or
     /// [`Error::OutOfMemory`] when that does not fit.
     pub fn to_dense(&self) -> Result<Matrix<T>> {
-        let mut out = Matrix::zeros(self.rows, self.cols)?;
-        let bs = self.bs;
+        let mut out = Matrix::zeros(self.shape.rows, self.shape.cols)?;
+        let bs = self.shape.bs;
         for br in 0..self.block_rows() {
             for i in self.block_row_range(br) {
                 let c0 = self.col_idx[i] as usize * bs;
@@ -424,7 +427,7 @@ impl<T: Scalar> Bsr<T> {
         indices: &[usize],
         data: &[T],
     ) -> Result<Self> {
-        check_shape(rows, cols, bs)?;
+        BlockShape::new(rows, cols, bs)?;
         if indptr.len() != rows + 1 {
             return Err(BsrError::CsrIndptrLength { expected: rows + 1, got: indptr.len() }.into());
         }

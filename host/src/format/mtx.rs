@@ -460,7 +460,7 @@ pub(super) fn blockify<S: Scalar, T: Scalar>(
     max_bytes: usize,
     policy: NonFinitePolicy,
 ) -> Result<(Bsr<T>, Underflow)> {
-    super::check_shape(rows, cols, bs)?;
+    super::BlockShape::new(rows, cols, bs)?;
     let (max_r, max_c) = (bounds.0.min(rows), bounds.1.min(cols));
     for (index, &(row, col, _)) in entries.iter().enumerate() {
         if row >= max_r || col >= max_c {
@@ -469,7 +469,7 @@ pub(super) fn blockify<S: Scalar, T: Scalar>(
     }
 
     // Sort the entries by block; ties in input order, so duplicates are summed as listed. Block rows and
-    // columns fit u32 (check_shape), so a block's key fits u64.
+    // columns fit u32 (BlockShape::new), so a block's key fits u64.
     let mut keys = alloc::with_capacity::<(u64, usize)>("COO entries sorted by block", entries.len())?;
     keys.extend(entries.iter().enumerate().map(|(i, &(r, c, _))| ((((r / bs) as u64) << 32) | (c / bs) as u64, i)));
     keys.sort_unstable();

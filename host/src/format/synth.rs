@@ -12,7 +12,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
-use super::{Bsr, BsrError, check_shape};
+use super::{BlockShape, Bsr, BsrError};
 use crate::alloc;
 use crate::error::{Error, Result};
 use crate::rng::Rng;
@@ -89,7 +89,7 @@ const SALT_VALUES: u64 = 3;
 
 /// Validates the arguments and returns (block_rows, block_cols, total blocks).
 fn plan(rows: usize, cols: usize, bs: usize, density: f64) -> Result<(usize, usize, usize)> {
-    check_shape(rows, cols, bs)?;
+    BlockShape::new(rows, cols, bs)?;
     if !(0.0..=1.0).contains(&density) {
         return Err(Error::InvalidArgument { name: "density", reason: format!("must be in [0, 1], got {density}") });
     }

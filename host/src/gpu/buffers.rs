@@ -10,7 +10,7 @@ use sparsek_layout::{InType, OutType};
 
 use super::Gpu;
 use super::driver::{alloc_err, cuda};
-use super::views::Alloc;
+use super::views::{Alloc, BsrShape};
 use crate::error::{BsrError, Error, Result};
 use crate::format::Bsr;
 use crate::matrix::Matrix;
@@ -192,10 +192,7 @@ pub(crate) fn aligned_ld<T: DeviceElement>(ld: usize) -> Result<usize> {
 /// the block-row schedule (block rows sorted by descending length, so long rows start first). Immutable after the
 /// upload and `Send + Sync`: one copy can serve launches from several threads and streams at once.
 pub struct DeviceBsr<T = f16> {
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    pub(crate) bs: usize,
-    pub(crate) nnzb: usize,
+    pub(crate) shape: BsrShape,
     /// The block rows' lengths in `row_order`'s order (longest first).
     pub(crate) row_lengths: Vec<u32>,
     pub(crate) row_ptr: CudaSlice<u32>,
@@ -299,7 +296,7 @@ impl std::fmt::Debug for RowSchedule {
 }
 
 impl<T> DeviceBsr<T> {
-    shape_getters!(rows, cols, block_size, nnzb);
+    shape_getters!(shape: rows, cols, block_size, nnzb);
     /// The most nonzero blocks in one block row.
     pub fn max_row_blocks(&self) -> usize {
         self.row_lengths.first().map_or(0, |&l| l as usize)
@@ -321,10 +318,7 @@ impl Gpu {
         let zero = [T::from_f64(0.0)];
         let values = if a.values().is_empty() { &zero[..] } else { a.values() };
         Ok(DeviceBsr {
-            rows: a.rows(),
-            cols: a.cols(),
-            bs: a.block_size(),
-            nnzb: a.nnzb(),
+            shape: BsrShape { rows: a.rows(), cols: a.cols(), bs: a.block_size(), nnzb: a.nnzb() },
             row_lengths: lengths,
             row_ptr: Self::htod(stream, "BSR row_ptr", a.row_ptr())?,
             col_idx: Self::htod(stream, "BSR col_idx", col_idx)?,

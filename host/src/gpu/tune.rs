@@ -239,15 +239,17 @@ impl Gpu {
         n: usize,
         b_layout: Layout,
     ) -> Vec<Plan> {
-        let (Ok(bs), Some(block_rows)) = (u32::try_from(a.bs), a.rows.checked_div(a.bs)) else { return Vec::new() };
+        let (Ok(bs), Some(block_rows)) = (u32::try_from(a.shape.bs), a.shape.rows.checked_div(a.shape.bs)) else {
+            return Vec::new();
+        };
         let types = (TA::IN_TYPE, b_layout, TC::OUT_TYPE);
         let mut plans = Vec::new();
         let rows = (block_rows, Some(a.max_row_blocks()));
-        let heuristic = self.room().heuristic_plan(Op::BsrSpmm, bs, types, n, a.nnzb, rows);
+        let heuristic = self.room().heuristic_plan(Op::BsrSpmm, bs, types, n, a.shape.nnzb, rows);
         if let Some((h, _)) = heuristic.filter(|(_, (r, _))| self.kernel_at(*r).is_some()) {
             plans.push(h);
         }
-        let families = self.room().tune_families(bs, types, n, a.nnzb);
+        let families = self.room().tune_families(bs, types, n, a.shape.nnzb);
         for (family, _) in families.into_iter().filter(|(_, (r, _))| self.kernel_at(*r).is_some()) {
             plans.push(Plan::new(family));
             if family == KernelFamily::Decode {
@@ -267,7 +269,7 @@ impl Gpu {
             max_row_blocks: Some(a.max_row_blocks()),
             row_lengths: view.row_lengths,
             row_order: view.row_order != 0,
-            ..crate::plan::Problem::new(a.bs, (a.rows, a.cols, n), a.nnzb)
+            ..crate::plan::Problem::new(a.shape.bs, (a.shape.rows, a.shape.cols, n), a.shape.nnzb)
         };
         let room = self.room();
         let plans: Vec<Plan> = plans
@@ -294,7 +296,7 @@ impl Gpu {
         opts: &TuneOptions,
     ) -> Result<TuneReport> {
         let start = Instant::now();
-        let (m, k, n, bs) = (a.rows, a.cols, problem.n, a.bs);
+        let (m, k, n, bs) = (a.shape.rows, a.shape.cols, problem.n, a.shape.bs);
         if m == 0 || k == 0 || n == 0 {
             return Err(Error::InvalidArgument {
                 name: "problem",
@@ -306,7 +308,7 @@ impl Gpu {
             (TA::IN_TYPE, layouts.0, TC::OUT_TYPE, layouts.1),
             bs,
             (m, k, n),
-            a.nnzb,
+            a.shape.nnzb,
             Some(a.max_row_blocks()),
         );
         let plans = self.tune_candidates::<TA, TC>(a, n, layouts.0);
@@ -347,7 +349,7 @@ impl Gpu {
 
         let mut candidates = Vec::with_capacity(plans.len());
         for (i, plan) in plans.iter().enumerate() {
-            let chosen = self.choose::<TA, TC>(a.into(), layouts, n, None, Choice::Fixed(*plan))?;
+            let chosen = self.choose::<TA, TC>(a.shape, layouts, n, None, Choice::Fixed(*plan))?;
             c_d.copy_from_host(&poison)?;
             self.launch_owned(&stream, (&chosen, None), a, (&b_d, &mut c_d), layouts, ep)?;
             let got = c_d.to_host()?;
@@ -384,7 +386,7 @@ impl Gpu {
         // on warm L2 favours other plans than one whose weights come from memory, as they do between the layers
         // of a model).
         let elem = |bytes: usize, count: usize| (bytes as u64).saturating_mul(count as u64);
-        let set_bytes = elem(std::mem::size_of::<TA>(), a.nnzb.saturating_mul(bs * bs))
+        let set_bytes = elem(std::mem::size_of::<TA>(), a.shape.nnzb.saturating_mul(bs * bs))
             .saturating_add(elem(std::mem::size_of::<TA>(), b_d.rows() * b_d.ld()))
             .saturating_add(elem(std::mem::size_of::<TC>(), c_d.rows() * c_d.ld()))
             .max(1);
@@ -402,7 +404,7 @@ impl Gpu {
         let mut count = 0usize;
         let mut launch = |i: usize| {
             let plan = &candidates[timed[i]].plan;
-            let chosen = self.choose::<TA, TC>(a.into(), layouts, n, None, Choice::Fixed(*plan))?;
+            let chosen = self.choose::<TA, TC>(a.shape, layouts, n, None, Choice::Fixed(*plan))?;
             let set = count % depth;
             count += 1;
             match set.checked_sub(1).map(|s| &mut copies[s]) {
@@ -482,8 +484,8 @@ impl Gpu {
         let mut values = s.clone_dtoh(&a.values).map_err(cuda("cuMemcpyDtoH"))?;
         s.synchronize().map_err(cuda("cuStreamSynchronize"))?;
         // An upload without blocks holds one unused element in each.
-        col_idx.truncate(a.nnzb);
-        values.truncate(a.nnzb.saturating_mul(a.bs * a.bs));
-        Ok(Bsr::try_new(a.rows, a.cols, a.bs, row_ptr, col_idx, values)?)
+        col_idx.truncate(a.shape.nnzb);
+        values.truncate(a.shape.nnzb.saturating_mul(a.shape.bs * a.shape.bs));
+        Ok(Bsr::try_new(a.shape.rows, a.shape.cols, a.shape.bs, row_ptr, col_idx, values)?)
     }
 }

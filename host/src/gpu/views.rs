@@ -115,26 +115,48 @@ impl IndexType {
     }
 }
 
-/// Elements a `rows x cols` matrix of layout `layout` with leading dimension `ld` spans: up to the last element
-/// of its last row (row-major) or column (column-major); 0 for an empty matrix.
-pub(crate) fn span(rows: usize, cols: usize, ld: usize, layout: Layout) -> Option<usize> {
-    let (outer, inner) = match layout {
-        Layout::RowMajor => (rows, cols),
-        Layout::ColMajor => (cols, rows),
-    };
-    if outer == 0 || inner == 0 { Some(0) } else { (outer - 1).checked_mul(ld)?.checked_add(inner) }
+/// A dense matrix's description: `rows x cols` in `layout`, with leading dimension `ld` (elements between the
+/// starts of consecutive rows, or columns when column-major).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DenseShape {
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) ld: usize,
+    pub(crate) layout: Layout,
+}
+
+/// A BSR matrix's shape: `rows x cols` in `bs x bs` blocks, `nnzb` of them stored. What an uploaded [`DeviceBsr`]
+/// and a [`BsrView`] hold of it, and what the kernel choice reads of A.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BsrShape {
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) bs: usize,
+    pub(crate) nnzb: usize,
+}
+
+impl DenseShape {
+    /// Elements the matrix spans: up to the last element of its last row (row-major) or column (column-major); 0
+    /// for an empty matrix. `None`: more than `usize` counts.
+    pub(crate) fn span(self) -> Option<usize> {
+        let DenseShape { rows, cols, ld, layout } = self;
+        let (outer, inner) = match layout {
+            Layout::RowMajor => (rows, cols),
+            Layout::ColMajor => (cols, rows),
+        };
+        if outer == 0 || inner == 0 { Some(0) } else { (outer - 1).checked_mul(ld)?.checked_add(inner) }
+    }
+
+    /// The transpose: `cols x rows` over the same memory, in the other layout.
+    pub(crate) fn t(self) -> DenseShape {
+        DenseShape { rows: self.cols, cols: self.rows, layout: self.layout.transposed(), ..self }
+    }
 }
 
 /// Checks a dense operand's description: `ld` covers a row (row-major) or column (column-major), is a multiple of
 /// 16 bytes and below 2^32, the start is 16-byte aligned, and the span's bytes fit the address space.
-fn check_dense<T: DeviceElement>(
-    what: &'static str,
-    ptr: CUdeviceptr,
-    rows: usize,
-    cols: usize,
-    ld: usize,
-    layout: Layout,
-) -> Result<()> {
+fn check_dense<T: DeviceElement>(what: &'static str, ptr: CUdeviceptr, shape: DenseShape) -> Result<()> {
+    let DenseShape { rows, cols, ld, layout } = shape;
     let inner = if layout == Layout::RowMajor { cols } else { rows };
     let bad = |reason: String| Err(Error::InvalidMatrix { what, reason });
     if ld < inner.max(1) || !ld.is_multiple_of(T::ALIGN_ELEMS) || u32::try_from(ld).is_err() {
@@ -147,11 +169,11 @@ fn check_dense<T: DeviceElement>(
         ));
     }
     // An empty matrix is never read or written: any address will do (PyTorch gives empty tensors address 0).
-    let empty = span(rows, cols, ld, layout) == Some(0);
+    let empty = shape.span() == Some(0);
     if !empty && (ptr == 0 || !ptr.is_multiple_of(16)) {
         return bad(format!("device address {ptr:#x} must be non-null and 16-byte aligned"));
     }
-    let bytes = span(rows, cols, ld, layout).and_then(|e| e.checked_mul(std::mem::size_of::<T>()));
+    let bytes = shape.span().and_then(|e| e.checked_mul(std::mem::size_of::<T>()));
     match bytes.and_then(|b| (ptr as usize).checked_add(b)) {
         Some(_) => Ok(()),
         None => Err(Error::TooLarge {
@@ -182,10 +204,7 @@ macro_rules! copy_view {
 #[derive(Debug)]
 pub struct DenseView<'a, T> {
     pub(crate) ptr: CUdeviceptr,
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    pub(crate) ld: usize,
-    pub(crate) layout: Layout,
+    pub(crate) shape: DenseShape,
     /// Whether the pointer came from memory sparsek or cudarc allocated in a known context (not checked again
     /// at launch) or from a raw address (checked with `cuPointerGetAttribute` at launch).
     pub(crate) raw: bool,
@@ -207,7 +226,7 @@ pub struct DenseViewMut<'a, T> {
 impl<'a, T> DenseView<'a, T> {
     /// Whether the view spans no element (its address is never used).
     pub(crate) fn is_empty_span(&self) -> bool {
-        span(self.rows, self.cols, self.ld, self.layout) == Some(0)
+        self.shape.span() == Some(0)
     }
 
     /// A view of memory whose description the crate has already checked (an owned buffer's, in `alloc`).
@@ -216,7 +235,8 @@ impl<'a, T> DenseView<'a, T> {
         (rows, cols, ld): (usize, usize, usize),
         alloc: Option<Alloc<'a>>,
     ) -> DenseView<'a, T> {
-        DenseView { ptr, rows, cols, ld, layout: Layout::RowMajor, raw: false, alloc, _borrow: PhantomData }
+        let shape = DenseShape { rows, cols, ld, layout: Layout::RowMajor };
+        DenseView { ptr, shape, raw: false, alloc, _borrow: PhantomData }
     }
 
     /// This trusted view of a row-major buffer read in `layout`: `ColMajor` reads the `r x c` buffer as the
@@ -224,7 +244,7 @@ impl<'a, T> DenseView<'a, T> {
     pub(crate) fn stored(self, layout: Layout) -> DenseView<'a, T> {
         match layout {
             Layout::RowMajor => self,
-            Layout::ColMajor => DenseView { rows: self.cols, cols: self.rows, layout, ..self },
+            Layout::ColMajor => DenseView { shape: DenseShape { layout, ..self.shape.t() }, ..self },
         }
     }
 }
@@ -253,10 +273,7 @@ impl<'a, T> BsrView<'a, T> {
             schedule_ordinal: None,
             row_lengths: Some(&a.row_lengths),
             index: IndexType::U32,
-            rows: a.rows,
-            cols: a.cols,
-            bs: a.bs,
-            nnzb: a.nnzb,
+            shape: a.shape,
             raw: false,
             _borrow: PhantomData,
         }
@@ -281,8 +298,9 @@ impl<'a, T: DeviceElement> DenseView<'a, T> {
         ld: usize,
         layout: Layout,
     ) -> Result<DenseView<'a, T>> {
-        check_dense::<T>("view", ptr, rows, cols, ld, layout)?;
-        Ok(DenseView { ptr, rows, cols, ld, layout, raw: true, alloc: None, _borrow: PhantomData })
+        let shape = DenseShape { rows, cols, ld, layout };
+        check_dense::<T>("view", ptr, shape)?;
+        Ok(DenseView { ptr, shape, raw: true, alloc: None, _borrow: PhantomData })
     }
 
     /// Describes a cudarc view as a `rows x cols` matrix; the view must hold the whole span, and so must the
@@ -325,8 +343,9 @@ impl<'a, T: DeviceElement> DenseView<'a, T> {
         (rows, cols, ld): (usize, usize, usize),
         layout: Layout,
     ) -> Result<DenseView<'a, T>> {
-        check_dense::<T>("view", ptr, rows, cols, ld, layout)?;
-        let need = span(rows, cols, ld, layout);
+        let shape = DenseShape { rows, cols, ld, layout };
+        check_dense::<T>("view", ptr, shape)?;
+        let need = shape.span();
         if need.is_none_or(|need| need > len) {
             return Err(Error::InvalidMatrix {
                 what: "view",
@@ -352,13 +371,13 @@ impl<'a, T: DeviceElement> DenseView<'a, T> {
                 });
             }
         };
-        Ok(DenseView { ptr, rows, cols, ld, layout, raw: false, alloc, _borrow: PhantomData })
+        Ok(DenseView { ptr, shape, raw: false, alloc, _borrow: PhantomData })
     }
 
-    shape_getters!(rows, cols, ld);
+    shape_getters!(shape: rows, cols, ld);
     /// Storage order.
     pub fn layout(&self) -> Layout {
-        self.layout
+        self.shape.layout
     }
     /// The device address of element (0, 0).
     pub fn device_ptr(&self) -> CUdeviceptr {
@@ -366,7 +385,7 @@ impl<'a, T: DeviceElement> DenseView<'a, T> {
     }
     /// The transpose: `cols x rows` over the same memory, in the other layout.
     pub fn t(self) -> DenseView<'a, T> {
-        DenseView { rows: self.cols, cols: self.rows, layout: self.layout.transposed(), ..self }
+        DenseView { shape: self.shape.t(), ..self }
     }
 }
 
@@ -403,10 +422,10 @@ impl<'a, T: DeviceElement> DenseViewMut<'a, T> {
         Ok(DenseViewMut { view, _borrow: PhantomData })
     }
 
-    shape_getters!(view: rows, cols, ld);
+    shape_getters!(view.shape: rows, cols, ld);
     /// Storage order.
     pub fn layout(&self) -> Layout {
-        self.view.layout
+        self.view.shape.layout
     }
     /// The transpose: `cols x rows` over the same memory, in the other layout.
     pub fn t(self) -> DenseViewMut<'a, T> {
@@ -501,10 +520,7 @@ pub struct BsrView<'a, T> {
     /// The block rows' lengths in `row_order`'s order (longest first), when known: the sm_90a kernels' split rows.
     pub(crate) row_lengths: Option<&'a [u32]>,
     pub(crate) index: IndexType,
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    pub(crate) bs: usize,
-    pub(crate) nnzb: usize,
+    pub(crate) shape: BsrShape,
     pub(crate) raw: bool,
     /// The allocations of the arrays a safe constructor took from owned buffers (an uploaded [`DeviceBsr`]'s, a
     /// [`RowSchedule`]'s order); `None` for a raw view's arrays, whose extents are the caller's contract.
@@ -565,10 +581,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             schedule_ordinal: None,
             row_lengths: None,
             index: arrays.index,
-            rows,
-            cols,
-            bs,
-            nnzb,
+            shape: BsrShape { rows, cols, bs, nnzb },
             raw: true,
             allocs: BsrAllocs::default(),
             _borrow: PhantomData,
@@ -589,16 +602,16 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
         'a: 's,
     {
         use crate::error::BsrError;
-        let block_rows = self.rows / self.bs;
+        let block_rows = self.shape.rows / self.shape.bs;
         if schedule.block_rows != block_rows {
             return Err(Error::InvalidBsr(BsrError::RowPtrLength {
                 expected: block_rows + 1,
                 got: schedule.block_rows + 1,
             }));
         }
-        if schedule.nnzb != self.nnzb {
+        if schedule.nnzb != self.shape.nnzb {
             return Err(Error::InvalidBsr(BsrError::RowPtrEnd {
-                expected: self.nnzb,
+                expected: self.shape.nnzb,
                 got: u32::try_from(schedule.nnzb).unwrap_or(u32::MAX),
             }));
         }
@@ -617,7 +630,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
         })
     }
 
-    shape_getters!(rows, cols, block_size, nnzb);
+    shape_getters!(shape: rows, cols, block_size, nnzb);
     /// Width of the index entries.
     pub fn index_type(&self) -> IndexType {
         self.index
@@ -693,6 +706,21 @@ impl<T: DeviceElement> DeviceBsr<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dense_shape_spans_to_its_last_element_and_transposes_over_the_same_memory() {
+        let row = DenseShape { rows: 3, cols: 5, ld: 8, layout: Layout::RowMajor };
+        assert_eq!(row.span(), Some(2 * 8 + 5));
+        let col = row.t();
+        assert_eq!(col, DenseShape { rows: 5, cols: 3, ld: 8, layout: Layout::ColMajor });
+        assert_eq!(col.span(), row.span());
+        assert_eq!(DenseShape { rows: 5, cols: 3, ld: 8, layout: Layout::ColMajor }.t(), row);
+        for (rows, cols) in [(0, 5), (3, 0), (0, 0)] {
+            assert_eq!(DenseShape { rows, cols, ..row }.span(), Some(0));
+        }
+        assert_eq!(DenseShape { rows: 3, cols: 1, ld: usize::MAX, layout: Layout::RowMajor }.span(), None);
+        assert_eq!(DenseShape { rows: 1, cols: usize::MAX, ld: 1, layout: Layout::RowMajor }.span(), Some(usize::MAX));
+    }
 
     #[test]
     fn extents_lie_inside_their_allocation_or_are_refused_with_the_numbers() {

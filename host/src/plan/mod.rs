@@ -22,7 +22,7 @@ pub use launch_plan::{Decomposition, LaunchPlan};
 pub use rules::{RULES, Rule};
 pub use split::RowSplit;
 // What the launcher and the older rule-level API (doc-hidden wrappers on Gpu) take of the decomposition rules.
-pub(crate) use split::{HopperSplit, SpaceNeed, SplitChoice, SplitLimits};
+pub(crate) use split::{HopperSplit, SpaceNeed, SplitLimits};
 // Read by the tests and the decode benchmark.
 pub(crate) use split::{
     flat_auto_serves, flat_need, hopper_need, hopper_split_choice, rows_skewed, split_choice, split_need,
@@ -324,20 +324,16 @@ pub(crate) struct Chosen {
     pub(crate) choice: Option<(KernelFamily, PlanSource)>,
 }
 
-/// Every decision of a launch, and what executing it needs.
+/// Every decision of a launch: the [`LaunchPlan`] (the kernel's name, the decomposition and its parameters, the
+/// grid, the attributes), and what executing it needs that the public plan does not carry: where the kernel is
+/// loaded (its configuration is that kernel's), and what it takes of a workspace.
 #[derive(Clone, Debug)]
 pub(crate) struct Decision {
     pub(crate) plan: LaunchPlan,
     /// The kernel that runs (the flat list's or the tile of 32 in place of the chosen one).
     pub(crate) kernel: KernelRef,
-    pub(crate) cfg: KernelConfig,
-    /// The launch may use the Gpu's workspace (or, captured, one of its own).
-    pub(crate) workspace: bool,
-    /// The flat list's CTAs per N tile.
-    pub(crate) flat: Option<u32>,
-    pub(crate) split: Option<SplitChoice>,
-    pub(crate) hopper_split: Option<HopperSplit>,
-    /// What the launch takes of the workspace.
+    /// What the launch takes of the workspace (the Gpu's, or with [`LaunchPlan::graph_workspace`] its own):
+    /// nothing where it may not use one.
     pub(crate) need: SpaceNeed,
 }
 
@@ -508,12 +504,19 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
         hopper_kernel && workspace && policy.tile_schedule == TileSchedule::Auto && (captured || p.tile_counter_free);
     let grid =
         tile_grid(policy.tile_schedule, &cfg, (loaded.ctas_per_sm, device.sm_count), virtual_rows * n_tiles, counter);
-    // What the launch takes of the workspace.
-    let need = match (flat, split, hopper_split) {
-        (Some(g), _, _) => flat_need(&cfg, g, n_tiles),
-        (None, Some(c), _) => split_need(&cfg, c, (nnzb, rows, n_tiles)),
-        (None, None, Some(c)) => hopper_need(&cfg, c, n_tiles),
-        (None, None, None) => SpaceNeed::default(),
+    // How the work is split (at most one of the three: the flat kernel and the split-row tiles run the CpAsync
+    // pipeline, the sm_90a ones TmaWgmma), and what the launch takes of the workspace for it.
+    let (decomposition, need) = match (flat, split, hopper_split) {
+        (Some(g), _, _) => (Decomposition::FlatList { ctas_per_tile: g }, flat_need(&cfg, g, n_tiles)),
+        (None, Some(c), _) => {
+            let need = split_need(&cfg, c, (nnzb, rows, n_tiles));
+            (Decomposition::SplitRows { chunks: c.chunks, blocks: c.blocks }, need)
+        }
+        (None, None, Some(c)) => {
+            let HopperSplit { split_rows, chunks, blocks } = c;
+            (Decomposition::HopperSplitRows { split_rows, chunks, blocks }, hopper_need(&cfg, c, n_tiles))
+        }
+        (None, None, None) => (Decomposition::WholeRows, SpaceNeed::default()),
     };
     let need = SpaceNeed { scheduler: counter, ..need };
     // The decode kernels split each block row into bs / 16 slices of one CTA each (`KernelConfig::slices`).
@@ -568,14 +571,6 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
         && v.module == Module::Product
         && matches!(v.config.pipeline, Pipeline::CpAsync | Pipeline::Direct);
     let programmatic = programmatic_kernel && !graph_workspace && (!captured || p.follows_kernels);
-    let decomposition = match (flat, split, hopper_split) {
-        (Some(g), _, _) => Decomposition::FlatList { ctas_per_tile: g },
-        (None, Some(c), _) => Decomposition::SplitRows { chunks: c.chunks, blocks: c.blocks },
-        (None, None, Some(c)) => {
-            Decomposition::HopperSplitRows { split_rows: c.split_rows, chunks: c.chunks, blocks: c.blocks }
-        }
-        (None, None, None) => Decomposition::WholeRows,
-    };
     let plan = LaunchPlan {
         kernel: v.name,
         choice: chosen.choice,
@@ -592,7 +587,7 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
         programmatic,
         graph_workspace,
     };
-    Ok(Decision { plan, kernel, cfg, workspace, flat, split, hopper_split, need })
+    Ok(Decision { plan, kernel, need })
 }
 
 /// The plans the tuner measures for `plan` on `p`: the plan as given (its decomposition by the rules, or the one

@@ -24,6 +24,11 @@ fn layer(n: usize) -> Problem<'static> {
     Problem { max_row_blocks: Some(40), ..Problem::new(64, (16384, 16384, n), 7168) }
 }
 
+/// 8192 x 8192, bs 128 at 22%: 901 blocks (14 a row, the longest 20).
+fn layer128(n: usize) -> Problem<'static> {
+    Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, n), 901) }
+}
+
 #[test]
 fn few_columns_on_few_rows_take_the_decode_kernels_and_mark_a_evict_first() {
     // 64 block rows (at most half the SMs at bs 64), rows of 128 KiB: the decode kernels, 4 slices a row.
@@ -74,7 +79,7 @@ fn narrow_mid_and_mid64_tiles_by_columns() {
 fn many_columns_take_the_sm90a_kernels_or_the_wide_tile() {
     let d = Policy::default();
     // 8192^3 bs 128 22%: the sm_90a kernel, persistent on the tile counter, C stored by TMA (beta 0, row-major).
-    let p = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 8192), 901) };
+    let p = layer128(8192);
     assert_eq!(
         shown(&p, &d),
         "sparsek_sm90_bs128_f16_brow_f32 (sm90a, heuristic); whole rows; 132 CTAs of 384 threads, 226 KiB shared, \
@@ -142,7 +147,7 @@ fn long_unequal_rows_take_the_flat_list_and_few_long_rows_split() {
     let one = planned(&flat, &Policy { row_split: RowSplit::Flat(1), ..d });
     assert_eq!(one.decomposition, Decomposition::FlatList { ctas_per_tile: 132 });
     // 8192^2 bs 128 22%: 64 block rows on 132 SMs: rows split into parts of 6 blocks (4 k-tile parts grown).
-    let split = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 16), 901) };
+    let split = layer128(16);
     assert_eq!(
         shown(&split, &d),
         "sparsek_bsr_bs128_f16_brow_f32_n16 (narrow, heuristic); rows split into up to 4 parts of ~6 blocks; 256 CTAs \
@@ -219,9 +224,21 @@ fn a_captured_launch_balances_only_where_it_pays() {
     assert_eq!((plain.decomposition, plain.graph_workspace), (Decomposition::WholeRows, false));
     // No workspace at all: whole rows and no tile counter, captured or not.
     let none = DeviceFacts { workspace: false, ..h100() };
-    let sm90 = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 8192), 901) };
+    let sm90 = layer128(8192);
     assert!(!plan(&sm90, &none, &d, None).unwrap().tile_counter);
     assert_eq!(plan(&Problem { captured: false, ..p }, &none, &d, None).unwrap().ctas, 64);
+    // What the launcher takes of a workspace: some for the split, the flat list and the tile counter, nothing where
+    // it may have none (it reads the Gpu's workspace by that alone).
+    let need = |p: &Problem<'_>, device: &DeviceFacts| {
+        let room = Room { device, policy: &d };
+        decide(room, &choose(room, p, None).unwrap(), p).unwrap().need
+    };
+    let flat = Problem { max_row_blocks: Some(75), ..Problem::new(64, (16384, 16384, 16), 14418) };
+    for q in [p, Problem { captured: false, ..p }, sm90, flat] {
+        assert!(need(&q, &h100()).any(), "{q:?}");
+        assert_eq!(need(&q, &none), SpaceNeed::default(), "{q:?}");
+    }
+    assert_eq!(need(&p, &no_pools), SpaceNeed::default());
 }
 
 #[test]
@@ -343,7 +360,7 @@ fn a_cached_whole_plan_fixes_the_decomposition() {
     let d = Policy::default();
     let cached = |plan: Plan| CachedPlan { plan, tuned_us: 1.0, heuristic_us: 2.0, unix_time: 0 };
     // 8192^2 bs 128 at 16 columns: the rules split rows; a tuned plan of whole rows keeps them whole.
-    let split = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 16), 901) };
+    let split = layer128(16);
     let whole = cached(Plan::new(KernelFamily::Narrow).with_decomposition(RowSplit::Off, TileSchedule::Auto));
     let tuned = plan(&split, &h100(), &d, Some(&whole)).unwrap();
     assert_eq!((tuned.decomposition, tuned.ctas), (Decomposition::WholeRows, 64));
@@ -360,7 +377,7 @@ fn a_cached_whole_plan_fixes_the_decomposition() {
         Decomposition::SplitRows { chunks: 7, blocks: 3 }
     );
     // The sm_90a kernels: one tile per CTA instead of the counter.
-    let sm90 = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 8192), 901) };
+    let sm90 = layer128(8192);
     let per_tile = cached(Plan::new(KernelFamily::Hopper).with_decomposition(RowSplit::Auto, TileSchedule::PerTile));
     let tuned = plan(&sm90, &h100(), &d, Some(&per_tile)).unwrap();
     assert_eq!((tuned.tile_counter, tuned.ctas), (false, 64 * 32));
@@ -380,7 +397,7 @@ fn the_tuner_measures_each_distinct_decomposition_once() {
     let names = |plans: &[Plan]| plans.iter().map(|p| p.to_string()).collect::<Vec<_>>();
     // The narrow tile on 64 long rows: the rules' split (parts of 6 blocks), whole rows, parts of 4 blocks (128 KiB),
     // the flat list.
-    let split = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 16), 901) };
+    let split = layer128(16);
     let plans = tune_decompositions(room, &split, Plan::new(KernelFamily::Narrow));
     assert_eq!(
         names(&plans),
@@ -390,7 +407,7 @@ fn the_tuner_measures_each_distinct_decomposition_once() {
     let decode = Problem { max_row_blocks: Some(16), ..Problem::new(64, (4096, 4096, 8), 832) };
     assert_eq!(names(&tune_decompositions(room, &decode, Plan::new(KernelFamily::Decode))), ["decode"]);
     // The sm_90a kernel without row lengths: the counter or one tile per CTA.
-    let sm90 = Problem { max_row_blocks: Some(20), ..Problem::new(128, (8192, 8192, 8192), 901) };
+    let sm90 = layer128(8192);
     assert_eq!(
         names(&tune_decompositions(room, &sm90, Plan::new(KernelFamily::Hopper))),
         ["sm90a", "sm90a, a tile per CTA"]

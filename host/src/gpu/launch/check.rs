@@ -150,14 +150,14 @@ impl Gpu {
     /// Checks a view's structure on the device (see [`BsrView::from_raw_checked`]).
     pub(crate) fn check_structure<T: DeviceElement>(&self, a: &BsrView<'_, T>) -> Result<()> {
         self.check_pointer_of("A's row_ptr", a.row_ptr)?;
-        if a.nnzb > 0 {
+        if a.shape.nnzb > 0 {
             self.check_pointer_of("A's values", a.values)?;
             self.check_pointer_of("A's col_idx", a.col_idx)?;
         }
-        let block_rows = a.rows / a.bs;
+        let block_rows = a.shape.rows / a.shape.bs;
         if block_rows == 0 {
             // row_ptr is the single entry 0 = nnzb, which only the count can contradict.
-            return if a.nnzb == 0 {
+            return if a.shape.nnzb == 0 {
                 Ok(())
             } else {
                 Err(Error::InvalidBsr(BsrError::DeviceStructure {
@@ -178,9 +178,9 @@ impl Gpu {
                 row_ptr: a.row_ptr,
                 col_idx: a.col_idx,
                 result: result_ptr,
-                nnzb: a.nnzb as u64,
+                nnzb: a.shape.nnzb as u64,
                 block_rows: block_rows as u32,
-                block_cols: (a.cols / a.bs) as u32,
+                block_cols: (a.shape.cols / a.shape.bs) as u32,
                 index64: u32::from(a.index == IndexType::I64),
                 _pad: 0,
             };

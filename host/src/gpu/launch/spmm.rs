@@ -16,30 +16,9 @@ use crate::gpu::driver::cuda;
 use crate::gpu::registry::Kernel;
 use crate::gpu::split::{self, GraphSpace, capturing};
 use crate::gpu::tma;
-use crate::gpu::views::{Alloc, BsrView, DenseView, DenseViewMut, IndexType, VectorView, bytes_of, span};
-use crate::plan::{self, Choice, Chosen, LaunchPlan, Problem};
+use crate::gpu::views::{Alloc, BsrShape, BsrView, DenseView, DenseViewMut, IndexType, VectorView, bytes_of};
+use crate::plan::{self, Choice, Chosen, Decomposition, LaunchPlan, Problem};
 use crate::tune::Plan;
-
-/// A's shape as the kernel choice sees it.
-#[derive(Clone, Copy)]
-pub(crate) struct Shape {
-    rows: usize,
-    cols: usize,
-    bs: usize,
-    nnzb: usize,
-}
-
-impl<T> From<&DeviceBsr<T>> for Shape {
-    fn from(a: &DeviceBsr<T>) -> Shape {
-        Shape { rows: a.rows, cols: a.cols, bs: a.bs, nnzb: a.nnzb }
-    }
-}
-
-impl<T> From<&BsrView<'_, T>> for Shape {
-    fn from(a: &BsrView<'_, T>) -> Shape {
-        Shape { rows: a.rows, cols: a.cols, bs: a.bs, nnzb: a.nnzb }
-    }
-}
 
 /// Largest N the kernels take: column indices of a CTA's tile (`n0 + BN`) stay below 2^32.
 const MAX_N: usize = u32::MAX as usize - 1024;
@@ -87,7 +66,7 @@ impl Gpu {
         ep: Epilogue,
     ) -> Result<()> {
         let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let chosen = self.choose::<TA, TC>(a.into(), layouts, b.cols(), Some(a.max_row_blocks()), choice)?;
+        let chosen = self.choose::<TA, TC>(a.shape, layouts, b.cols(), Some(a.max_row_blocks()), choice)?;
         self.launch_owned(stream, (&chosen, None), a, (b, c), layouts, ep)
     }
 
@@ -151,8 +130,8 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let layouts = (b.layout, c.view.layout);
-        let chosen = self.choose::<TA, TC>(a.into(), layouts, b.cols, a.max_row_blocks, Choice::Resolve)?;
+        let layouts = (b.shape.layout, c.view.shape.layout);
+        let chosen = self.choose::<TA, TC>(a.shape, layouts, b.shape.cols, a.max_row_blocks, Choice::Resolve)?;
         self.ctx_current()?;
         self.check_stream(stream)?;
         if let Some(ordinal) = a.schedule_ordinal
@@ -164,7 +143,7 @@ impl Gpu {
             });
         }
         // Raw pointers are checked where they will be used (an empty operand's address never is).
-        let has_blocks = a.nnzb > 0;
+        let has_blocks = a.shape.nnzb > 0;
         for (what, check, ptr) in [
             ("A's values", a.raw && has_blocks, a.values),
             ("A's row_ptr", a.raw, a.row_ptr),
@@ -253,12 +232,12 @@ impl Gpu {
         layouts: (Layout, Layout),
         ep: Epilogue,
     ) -> Result<LaunchPlan> {
-        let chosen = self.choose::<TA, TC>(a.into(), layouts, n, a.max_row_blocks, Choice::Resolve)?;
+        let chosen = self.choose::<TA, TC>(a.shape, layouts, n, a.max_row_blocks, Choice::Resolve)?;
         let problem = Problem {
             row_lengths: a.row_lengths,
             row_order: a.row_order != 0,
             beta_zero: ep.beta == 0.0,
-            ..self.problem::<TA, TC>(a.into(), layouts, n, a.max_row_blocks, Choice::Resolve)
+            ..self.problem::<TA, TC>(a.shape, layouts, n, a.max_row_blocks, Choice::Resolve)
         };
         Ok(plan::decide(self.room(), &chosen, &problem)?.plan)
     }
@@ -286,7 +265,7 @@ impl Gpu {
     ) -> Result<()> {
         let k = &variant.0;
         let v = k.variant;
-        if v.bs as usize != a.bs || v.out != TC::OUT_TYPE || v.input != TA::IN_TYPE {
+        if v.bs as usize != a.shape.bs || v.out != TC::OUT_TYPE || v.input != TA::IN_TYPE {
             return Err(Error::InvalidArgument {
                 name: "variant",
                 reason: format!(
@@ -295,7 +274,7 @@ impl Gpu {
                     v.bs,
                     v.input.name(),
                     v.out.name(),
-                    a.bs,
+                    a.shape.bs,
                     TA::IN_TYPE.name(),
                     TC::OUT_TYPE.name()
                 ),
@@ -304,7 +283,7 @@ impl Gpu {
         let stream = self.stream().clone();
         let loaded = plan::Loaded { variant: v, ctas_per_sm: k.ctas_per_sm };
         let layouts = (Layout::RowMajor, Layout::RowMajor);
-        let chosen = self.choose::<TA, TC>(a.into(), layouts, b.cols(), None, Choice::Kernel(loaded, group_rows))?;
+        let chosen = self.choose::<TA, TC>(a.shape, layouts, b.cols(), None, Choice::Kernel(loaded, group_rows))?;
         self.launch_owned(&stream, (&chosen, Some(k)), a, (b, c), layouts, ep)
     }
 
@@ -312,7 +291,7 @@ impl Gpu {
     /// in `layouts` (B's, C's), as far as the kernel choice needs it (the launch fills in the rest).
     fn problem<TA: InputElement, TC: OutputElement>(
         &self,
-        a: Shape,
+        a: BsrShape,
         (b_layout, c_layout): (Layout, Layout),
         n: usize,
         max_row_blocks: Option<usize>,
@@ -334,7 +313,7 @@ impl Gpu {
     /// (the planner's first decision).
     pub(crate) fn choose<TA: InputElement, TC: OutputElement>(
         &self,
-        a: Shape,
+        a: BsrShape,
         layouts: (Layout, Layout),
         n: usize,
         max_row_blocks: Option<usize>,
@@ -460,10 +439,10 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
         ep: Epilogue,
     ) -> Result<()> {
-        let (m, k, n) = (a.rows, a.cols, b.cols);
+        let (m, k, n) = (a.shape.rows, a.shape.cols, b.shape.cols);
         let max_row_blocks = a.max_row_blocks;
-        if b.rows != k || c.rows != m || c.cols != n {
-            return Err(Error::ShapeMismatch { a: (m, k), b: (b.rows, n), c: (c.rows, c.cols) });
+        if b.shape.rows != k || c.shape.rows != m || c.shape.cols != n {
+            return Err(Error::ShapeMismatch { a: (m, k), b: (b.shape.rows, n), c: (c.shape.rows, c.shape.cols) });
         }
         if let Some(v) = bias
             && v.len != m
@@ -481,11 +460,11 @@ impl Gpu {
             }
         };
         let n32 = limit("N", n, MAX_N)?;
-        let ldb = limit("ldb", b.ld, u32::MAX as usize)?;
-        let ldc = limit("ldc", c.ld, u32::MAX as usize)?;
+        let ldb = limit("ldb", b.shape.ld, u32::MAX as usize)?;
+        let ldc = limit("ldc", c.shape.ld, u32::MAX as usize)?;
         limit("M", m, u32::MAX as usize)?;
         limit("K", k, u32::MAX as usize)?;
-        limit("nnzb", a.nnzb, u32::MAX as usize)?;
+        limit("nnzb", a.shape.nnzb, u32::MAX as usize)?;
         self.check_extents(a, b, c, bias)?;
         if m == 0 || n == 0 {
             return Ok(());
@@ -502,7 +481,7 @@ impl Gpu {
             beta_zero: ep.beta == 0.0,
             captured,
             follows_kernels,
-            ..self.problem::<TA, TC>(a.into(), (b.layout, c.layout), n, max_row_blocks, Choice::Resolve)
+            ..self.problem::<TA, TC>(a.shape, (b.shape.layout, c.shape.layout), n, max_row_blocks, Choice::Resolve)
         };
         let room = self.room();
         let mut d = plan::decide(room, chosen, &problem)?;
@@ -516,7 +495,7 @@ impl Gpu {
                 d = plan::decide(room, chosen, &problem)?;
             }
         }
-        let plan::Decision { kernel, cfg, workspace, flat, split, hopper_split, need, ref plan } = d;
+        let plan::Decision { kernel, need, ref plan } = d;
         let kernel = match (kernel, given) {
             (plan::KernelRef::Given, Some(k)) => k,
             (r, _) => self.kernel_at(r).ok_or_else(|| Error::InvalidArgument {
@@ -524,10 +503,20 @@ impl Gpu {
                 reason: format!("the planned kernel {} is not loaded on this Gpu", plan.kernel),
             })?,
         };
-        let workspace = self.split.as_ref().filter(|_| workspace);
-        let block_rows = (m / a.bs) as u32;
+        let cfg = kernel.config();
+        // Read only for what the plan takes of it (`need`: nothing where the launch may not use it).
+        let workspace = self.split.as_ref();
+        let block_rows = (m / a.shape.bs) as u32;
         let row_order = if plan.longest_rows_first { a.row_order } else { 0 };
         let (ctas, group_rows) = (plan.ctas, plan.group_rows);
+        // The decomposition's parameters, as the plan records them: the flat list's CTAs per N tile, the sm_90a
+        // kernels' split rows, the most parts per split row and the blocks a part holds.
+        let (flat_ctas, split_rows, split_chunks, split_blocks) = match plan.decomposition {
+            Decomposition::WholeRows => (0, 0, 1, 1),
+            Decomposition::FlatList { ctas_per_tile } => (ctas_per_tile, 0, 1, 1),
+            Decomposition::SplitRows { chunks, blocks } => (0, 0, chunks, blocks),
+            Decomposition::HopperSplitRows { split_rows, chunks, blocks } => (0, split_rows, chunks, blocks),
+        };
         let mut params = BsrSpmmParams {
             a_values: a.values,
             row_ptr: a.row_ptr,
@@ -544,26 +533,15 @@ impl Gpu {
             alpha: ep.alpha,
             beta: ep.beta,
             index64: u32::from(a.index == IndexType::I64),
-            c_col_major: u32::from(c.layout == Layout::ColMajor),
+            c_col_major: u32::from(c.shape.layout == Layout::ColMajor),
             activation: ep.activation as u32,
-            split_chunks: 1,
-            split_blocks: 1,
+            split_chunks,
+            split_blocks,
             split_partials: 0,
             split_counters: 0,
-            flat_ctas: 0,
-            nnzb: a.nnzb as u32,
+            flat_ctas,
+            nnzb: a.shape.nnzb as u32,
         };
-        if let Some(g) = flat {
-            params.flat_ctas = g;
-        }
-        if let Some(choice) = split {
-            params.split_chunks = choice.chunks;
-            params.split_blocks = choice.blocks;
-        }
-        if let Some(choice) = hopper_split {
-            params.split_chunks = choice.chunks;
-            params.split_blocks = choice.blocks;
-        }
         // The sm_90a kernels take tensor maps of A's values and B, then the same parameters, then the tile
         // scheduler: the workspace's counters for a persistent grid, or none (CTA c walks tiles c, c + grid, ...)
         // for one tile per consumer set (gpu/split.rs). A persistent grid with that static stride instead of
@@ -574,9 +552,10 @@ impl Gpu {
                 // A row-major C written without reading it (beta 0) is stored through a tensor map from shared
                 // memory, whole 128-byte rows at a time: stored from the registers, each warp's store wrote 8 rows of
                 // 32 bytes and took 17-48% of the time at 5-22% density (docs/perf-notes.md, Hopper step 11).
-                let tmap_c = if plan.c_tma { tma::c_map(TC::OUT_TYPE, c.ptr, (c.rows, n32, c.ld))? } else { None };
-                let tmap_a = tma::a_values_map(TA::IN_TYPE, a.values, a.nnzb, &cfg)?;
-                let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.layout, b.ld), (k, n), &cfg)?;
+                let tmap_c =
+                    if plan.c_tma { tma::c_map(TC::OUT_TYPE, c.ptr, (c.shape.rows, n32, c.shape.ld))? } else { None };
+                let tmap_a = tma::a_values_map(TA::IN_TYPE, a.values, a.shape.nnzb, &cfg)?;
+                let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.shape.layout, b.shape.ld), (k, n), &cfg)?;
                 Some((tmap_a, tmap_b, tmap_c))
             }
             Pipeline::CpAsync | Pipeline::Direct => None,
@@ -603,7 +582,7 @@ impl Gpu {
             spmm: params,
             tile_counter: if need.scheduler { scheduler } else { 0 },
             c_tma: u32::from(tmap_c.is_some()),
-            split_rows: hopper_split.map_or(0, |c| c.split_rows),
+            split_rows,
         });
         let arg = match hopper.as_mut() {
             Some(hp) => (hp as *mut HopperSpmmParams).cast::<std::ffi::c_void>(),
@@ -647,7 +626,7 @@ impl Gpu {
             unsafe {
                 launch_with(
                     kernel.func.cu_function(),
-                    (ctas, cfg.threads(), cfg.smem_bytes()),
+                    (ctas, plan.threads, plan.smem_bytes),
                     stream,
                     &mut args,
                     attributes,
@@ -689,7 +668,7 @@ impl Gpu {
         bias: Option<&VectorView<'_, TA>>,
     ) -> Result<()> {
         let inputs = launch_inputs(a, b, bias);
-        let c_bytes = bytes_of(span(c.rows, c.cols, c.ld, c.layout), std::mem::size_of::<TC>());
+        let c_bytes = bytes_of(c.shape.span(), std::mem::size_of::<TC>());
         for &(what, start, bytes, alloc) in inputs.iter().chain([&("C", c.ptr, c_bytes, c.alloc)]) {
             if let Some(alloc) = alloc {
                 alloc.holds(what, start, bytes)?;
@@ -727,14 +706,14 @@ fn launch_inputs<'a, TA: InputElement>(
 ) -> [Input<'a>; 6] {
     let ta = std::mem::size_of::<TA>();
     let w = a.index.bytes();
-    let block_rows = a.rows / a.bs.max(1);
+    let block_rows = a.shape.rows / a.shape.bs.max(1);
     let order_bytes = if a.row_order == 0 { 0 } else { bytes_of(Some(block_rows), 4) };
     [
-        ("A's values", a.values, bytes_of(a.nnzb.checked_mul(a.bs * a.bs), ta), a.allocs.values),
+        ("A's values", a.values, bytes_of(a.shape.nnzb.checked_mul(a.shape.bs * a.shape.bs), ta), a.allocs.values),
         ("A's row_ptr", a.row_ptr, bytes_of(block_rows.checked_add(1), w), a.allocs.row_ptr),
-        ("A's col_idx", a.col_idx, bytes_of(Some(a.nnzb), w), a.allocs.col_idx),
+        ("A's col_idx", a.col_idx, bytes_of(Some(a.shape.nnzb), w), a.allocs.col_idx),
         ("A's row order", a.row_order, order_bytes, a.allocs.row_order),
-        ("B", b.ptr, bytes_of(span(b.rows, b.cols, b.ld, b.layout), ta), b.alloc),
+        ("B", b.ptr, bytes_of(b.shape.span(), ta), b.alloc),
         (
             "the bias",
             bias.map_or(0, |v| v.ptr),
