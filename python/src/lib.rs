@@ -24,8 +24,26 @@ use sparsek::{Activation, Bsr, BsrError, Epilogue, Error, Layout, Matrix, Scalar
 /// The library's error as the Python exception a torch user expects, with the library's message.
 fn to_py(e: Error) -> PyErr {
     let msg = format!("sparsek: {e}");
+    match error_class(&e) {
+        ErrorClass::Type => PyTypeError::new_err(msg),
+        ErrorClass::Value => PyValueError::new_err(msg),
+        ErrorClass::Memory => PyMemoryError::new_err(msg),
+        ErrorClass::Runtime => PyRuntimeError::new_err(msg),
+    }
+}
+
+/// The Python exception a library error becomes, for the PyO3 functions ([`to_py`]) and the native kernels alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ErrorClass {
+    Type,
+    Value,
+    Memory,
+    Runtime,
+}
+
+fn error_class(e: &Error) -> ErrorClass {
     match e {
-        Error::InvalidArgument { name: "element types", .. } => PyTypeError::new_err(msg),
+        Error::InvalidArgument { name: "element types", .. } => ErrorClass::Type,
         Error::InvalidBsr(_)
         | Error::ShapeMismatch { .. }
         | Error::InvalidMatrix { .. }
@@ -33,9 +51,9 @@ fn to_py(e: Error) -> PyErr {
         | Error::TooLarge { .. }
         | Error::OutsideAllocation { .. }
         | Error::NonFinite { .. }
-        | Error::Io { .. } => PyValueError::new_err(msg),
-        Error::OutOfMemory { .. } => PyMemoryError::new_err(msg),
-        _ => PyRuntimeError::new_err(msg),
+        | Error::Io { .. } => ErrorClass::Value,
+        Error::OutOfMemory { .. } => ErrorClass::Memory,
+        _ => ErrorClass::Runtime,
     }
 }
 
@@ -238,6 +256,45 @@ macro_rules! by_types {
     };
 }
 
+impl Product {
+    /// [`Product::launch`] with the element types named as the Python layer names them (`by_types!`).
+    ///
+    /// # Safety
+    /// As [`Product::launch`].
+    unsafe fn launch_named(
+        &self,
+        dtype: &str,
+        out_dtype: &str,
+        gpu: &Gpu,
+        stream: CUstream,
+        schedule: Option<&sparsek::gpu::RowSchedule>,
+    ) -> sparsek::Result<()> {
+        unsafe fn go<TA: InputElement, TC: OutputElement>(
+            p: &Product,
+            gpu: &Gpu,
+            s: CUstream,
+            schedule: Option<&sparsek::gpu::RowSchedule>,
+        ) -> sparsek::Result<()> {
+            // SAFETY: the caller's contract, as `launch_named`'s.
+            unsafe { p.launch::<TA, TC>(gpu, s, schedule) }
+        }
+        // SAFETY: the function's contract.
+        unsafe { by_types!(dtype, out_dtype, go(self, gpu, stream, schedule)) }
+    }
+
+    /// [`Product::cpu`] with the element types named as the Python layer names them.
+    ///
+    /// # Safety
+    /// As [`Product::cpu`].
+    unsafe fn cpu_named(&self, dtype: &str, out_dtype: &str) -> sparsek::Result<()> {
+        fn go<TA: Scalar, TC: Scalar>(p: &Product) -> sparsek::Result<()> {
+            // SAFETY: the caller's contract, as `cpu_named`'s.
+            unsafe { p.cpu::<TA, TC>() }
+        }
+        by_types!(dtype, out_dtype, go(self))
+    }
+}
+
 mod native_ops;
 mod torch_abi;
 
@@ -299,21 +356,11 @@ fn cuda_spmm(
     let p = args.product()?;
     let gpu = gpu(py, device)?;
     let stream = stream as CUstream;
-    // SAFETY: the Python layer passes live tensors' addresses and sizes on their own device, a structure it has
-    // checked on the device, and torch's current stream of that device.
-    unsafe fn go<TA: InputElement, TC: OutputElement>(
-        p: &Product,
-        gpu: &Gpu,
-        s: CUstream,
-        schedule: Option<&sparsek::gpu::RowSchedule>,
-    ) -> sparsek::Result<()> {
-        // SAFETY: the caller's contract, above.
-        unsafe { p.launch::<TA, TC>(gpu, s, schedule) }
-    }
     let (dtype, out_dtype) = args.types();
     let schedule = schedule.as_ref().map(|s| &s.0);
-    // SAFETY: see `go`.
-    unsafe { by_types!(dtype, out_dtype, go(&p, &gpu, stream, schedule)) }.map_err(to_py)
+    // SAFETY: the Python layer passes live tensors' addresses and sizes on their own device, a structure it has
+    // checked on the device, and torch's current stream of that device.
+    unsafe { p.launch_named(dtype, out_dtype, &gpu, stream, schedule) }.map_err(to_py)
 }
 
 /// The schedule of a checked structure's block rows (`sparsek::gpu::RowSchedule`: longest rows first, in memory
@@ -443,13 +490,10 @@ fn cuda_check_bsr(py: Python<'_>, device: usize, dtype: &str, a: BsrArgs) -> PyR
 #[pyfunction]
 fn cpu_spmm(py: Python<'_>, args: Args) -> PyResult<()> {
     let p = args.product()?;
-    fn go<TA: Scalar, TC: Scalar>(p: &Product) -> sparsek::Result<()> {
-        // SAFETY: the Python layer passes live CPU tensors' addresses and sizes, and holds them during the call.
-        unsafe { p.cpu::<TA, TC>() }
-    }
     py.detach(move || {
         let (dtype, out_dtype) = args.types();
-        by_types!(dtype, out_dtype, go(&p))
+        // SAFETY: the Python layer passes live CPU tensors' addresses and sizes, and holds them during the call.
+        unsafe { p.cpu_named(dtype, out_dtype) }
     })
     .map_err(to_py)
 }

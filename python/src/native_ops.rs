@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use pyo3::prelude::*;
-use sparsek::gpu::{CUstream, Gpu, InputElement, OutputElement};
-use sparsek::{Activation, Epilogue, Error, bf16, f16};
+use sparsek::gpu::{CUstream, Gpu};
+use sparsek::{Activation, Epilogue, Error};
 
 use crate::torch_abi::{self, Handle, Kind, Torch, torch};
-use crate::{CheckedStructure, Product, RowSchedule};
+use crate::{CheckedStructure, ErrorClass, Product, RowSchedule};
 
 /// Why a native kernel did not finish the call itself.
 enum Stop {
@@ -45,18 +45,11 @@ fn type_err(msg: String) -> Stop {
 /// The library's error as the exception `to_py` makes of it (`TypeError` for element types).
 fn lib_err(e: Error) -> Stop {
     let msg = format!("sparsek: {e}");
-    match e {
-        Error::InvalidArgument { name: "element types", .. } => type_err(msg),
-        Error::InvalidBsr(_)
-        | Error::ShapeMismatch { .. }
-        | Error::InvalidMatrix { .. }
-        | Error::InvalidArgument { .. }
-        | Error::TooLarge { .. }
-        | Error::OutsideAllocation { .. }
-        | Error::NonFinite { .. }
-        | Error::Io { .. } => value(msg),
-        Error::OutOfMemory { .. } => Stop::Raise { kind: Kind::Memory, msg, type_error: false },
-        _ => Stop::Raise { kind: Kind::Runtime, msg, type_error: false },
+    match crate::error_class(&e) {
+        ErrorClass::Type => type_err(msg),
+        ErrorClass::Value => value(msg),
+        ErrorClass::Memory => Stop::Raise { kind: Kind::Memory, msg, type_error: false },
+        ErrorClass::Runtime => Stop::Raise { kind: Kind::Runtime, msg, type_error: false },
     }
 }
 
@@ -262,14 +255,59 @@ fn check_dense(t: &Torch, b: &T, what: &str, values: &T) -> Result<(), Stop> {
     Ok(())
 }
 
-/// The block-sparse operand and epilogue of one product, ready to launch.
-struct Call<'a> {
+/// A checked block-sparse operand: its three tensors, its shape and block size.
+struct BsrOperand<'a> {
     values: &'a T<'a>,
     crow: &'a T<'a>,
     col: &'a T<'a>,
     rows: i64,
     cols: i64,
     bs: i64,
+}
+
+/// `_ops._check_mm` (with the output's dtype): the block-sparse operand, `b` (2-D, like the values, `cols` rows)
+/// and the output type. Returns the block size.
+#[allow(clippy::too_many_arguments)]
+fn check_mm(
+    t: &Torch,
+    values: &T,
+    crow: &T,
+    col: &T,
+    rows: i64,
+    cols: i64,
+    b: &T,
+    out_dtype: i32,
+) -> Result<i64, Stop> {
+    let bs = check_bsr(t, values, crow, col, rows, cols)?;
+    if b.dim() != 2 {
+        return Err(value(format!("sparsek: b must be 2-D, not of shape {}", b.shape())));
+    }
+    check_dense(t, b, "b", values)?;
+    if b.sizes[0] != cols {
+        return Err(value(format!("sparsek: shape mismatch: a is {rows}x{cols}, b is {}x{}", b.sizes[0], b.sizes[1])));
+    }
+    if out_dtype != t.dtypes.f32 && out_dtype != values.dtype {
+        return Err(type_err(format!(
+            "sparsek: the output must be float32 or the inputs' {}, not {}",
+            t.dtypes.name(values.dtype),
+            t.dtypes.name(out_dtype)
+        )));
+    }
+    Ok(bs)
+}
+
+/// `b` of a `bsr_mm` as the kernel reads it in place, or `Delegate` when it (or the BSR operand) needs a copy.
+fn mm_operand(t: &Torch, values: &T, crow: &T, col: &T, b: &T) -> Result<(u64, usize, bool), Stop> {
+    if !bsr_in_place(t, values, crow, col, None) {
+        return Err(Stop::Delegate);
+    }
+    let esize = t.dtypes.size(b.dtype) as i64;
+    dense(b.ptr, b.sizes[0], b.sizes[1], b.strides[0], b.strides[1], align(t, b), esize, false).ok_or(Stop::Delegate)
+}
+
+/// The block-sparse operand and epilogue of one product, ready to launch.
+struct Call<'a> {
+    a: BsrOperand<'a>,
     bias: u64,
     b: (u64, usize, bool),
     n: i64,
@@ -279,6 +317,25 @@ struct Call<'a> {
     alpha: f32,
     beta: f32,
     activation: Activation,
+}
+
+impl<'a> Call<'a> {
+    /// A `bsr_mm`'s product: no bias, no activation, the output of `out_dtype`.
+    #[allow(clippy::too_many_arguments)]
+    fn mm(
+        t: &Torch,
+        a: BsrOperand<'a>,
+        b: (u64, usize, bool),
+        n: i64,
+        c: (u64, usize, bool),
+        out_dtype: i32,
+        alpha: f64,
+        beta: f64,
+    ) -> Call<'a> {
+        let (in_name, out_name) = (type_name(t, a.values.dtype), type_name(t, out_dtype));
+        let (alpha, beta) = (alpha as f32, beta as f32);
+        Call { a, bias: 0, b, n, c, in_name, out_name, alpha, beta, activation: Activation::Identity }
+    }
 }
 
 /// Key of a checked structure, as `_ops._ensure_checked` makes it: (crow address, col address, 64-bit indices,
@@ -333,16 +390,16 @@ fn opened_gpu(device: usize) -> Option<std::sync::Arc<Gpu>> {
 }
 
 fn run(t: &Torch, call: &Call) -> Result<(), Stop> {
-    let values = call.values;
-    let index64 = call.crow.dtype == t.dtypes.i64;
+    let values = call.a.values;
+    let index64 = call.a.crow.dtype == t.dtypes.i64;
     let mut p = Product {
         values: values.ptr,
-        row_ptr: call.crow.ptr,
-        col_idx: call.col.ptr,
+        row_ptr: call.a.crow.ptr,
+        col_idx: call.a.col.ptr,
         index64,
-        m: call.rows as usize,
-        k: call.cols as usize,
-        bs: call.bs as usize,
+        m: call.a.rows as usize,
+        k: call.a.cols as usize,
+        bs: call.a.bs as usize,
         nnzb: values.sizes[0] as usize,
         b: call.b.0,
         b_ld: call.b.1,
@@ -358,11 +415,8 @@ fn run(t: &Torch, call: &Call) -> Result<(), Stop> {
         if DRY_RUN.load(Ordering::Relaxed) {
             return Ok(());
         }
-        fn go<TA: sparsek::Scalar, TC: sparsek::Scalar>(p: &Product) -> sparsek::Result<()> {
-            // SAFETY: live CPU tensors of the checked sizes, held by the stack during the call.
-            unsafe { p.cpu::<TA, TC>() }
-        }
-        return by_types!(call.in_name, call.out_name, go(&p)).map_err(lib_err);
+        // SAFETY: live CPU tensors of the checked sizes, held by the stack during the call.
+        return unsafe { p.cpu_named(call.in_name, call.out_name) }.map_err(lib_err);
     }
     if values.dev_type != t.device_cuda {
         return Err(value(format!("sparsek: tensors on {} are not supported (CUDA or CPU)", values.device(t))));
@@ -377,8 +431,8 @@ fn run(t: &Torch, call: &Call) -> Result<(), Stop> {
     }
     let stream = raw as CUstream;
     let key: CheckedKey = (
-        (call.crow.ptr, call.col.ptr, index64, p.m, p.k, p.bs, p.nnzb),
-        versions(t, call.crow, call.col).ok_or(Stop::Delegate)?,
+        (call.a.crow.ptr, call.a.col.ptr, index64, p.m, p.k, p.bs, p.nnzb),
+        versions(t, call.a.crow, call.a.col).ok_or(Stop::Delegate)?,
         dev,
     );
     // The lock is held until the launch is queued: the entry keeps the checked copy and the schedule alive (they
@@ -392,22 +446,13 @@ fn run(t: &Torch, call: &Call) -> Result<(), Stop> {
     let arrays = entry.structure.get().0.arrays(0);
     p.row_ptr = arrays.row_ptr;
     p.col_idx = arrays.col_idx;
-    unsafe fn go<TA: InputElement, TC: OutputElement>(
-        p: &Product,
-        gpu: &Gpu,
-        s: CUstream,
-        schedule: Option<&sparsek::gpu::RowSchedule>,
-    ) -> sparsek::Result<()> {
-        // SAFETY: the caller's contract, below.
-        unsafe { p.launch::<TA, TC>(gpu, s, schedule) }
-    }
     if DRY_RUN.load(Ordering::Relaxed) {
         return Ok(());
     }
     let sched = entry.schedule.as_ref().map(|s| &s.get().0);
     // SAFETY: live tensors of the checked sizes on `dev`, the checked copy of their structure (the entry, held
     // under the lock), torch's current stream of `dev`.
-    let r = unsafe { by_types!(call.in_name, call.out_name, go(&p, &gpu, stream, sched)) };
+    let r = unsafe { p.launch_named(call.in_name, call.out_name, &gpu, stream, sched) };
     drop(guard);
     r.map_err(lib_err)
 }
@@ -559,12 +604,7 @@ unsafe fn linear(t: &Torch, stack: *mut u64) -> Result<Option<Handle>, Stop> {
     };
     let name = type_name(t, x.dtype);
     let call = Call {
-        values: &values,
-        crow: &crow,
-        col: &col,
-        rows: out_features,
-        cols: in_features,
-        bs,
+        a: BsrOperand { values: &values, crow: &crow, col: &col, rows: out_features, cols: in_features, bs },
         bias: bias.as_ref().map_or(0, |b| if b.numel() == 0 { 0 } else { b.ptr }),
         b,
         n: tokens,
@@ -597,30 +637,9 @@ unsafe fn bsr_mm(t: &Torch, stack: *mut u64) -> Result<Option<Handle>, Stop> {
         // SAFETY: a present optional ScalarType: a pointer to the StableIValue holding torch's dtype code.
         p => Some(unsafe { *p } as u32 as i32),
     };
-    // _check_mm
-    let bs = check_bsr(t, &values, &crow, &col, rows, cols)?;
-    if b.dim() != 2 {
-        return Err(value(format!("sparsek: b must be 2-D, not of shape {}", b.shape())));
-    }
-    check_dense(t, &b, "b", &values)?;
-    if b.sizes[0] != cols {
-        return Err(value(format!("sparsek: shape mismatch: a is {rows}x{cols}, b is {}x{}", b.sizes[0], b.sizes[1])));
-    }
     let out_dtype = out_dtype.unwrap_or(values.dtype);
-    if out_dtype != t.dtypes.f32 && out_dtype != values.dtype {
-        return Err(type_err(format!(
-            "sparsek: the output must be float32 or the inputs' {}, not {}",
-            t.dtypes.name(values.dtype),
-            t.dtypes.name(out_dtype)
-        )));
-    }
-    if !bsr_in_place(t, &values, &crow, &col, None) {
-        return Err(Stop::Delegate);
-    }
-    let al = align(t, &b);
-    let esize = t.dtypes.size(b.dtype) as i64;
-    let bd =
-        dense(b.ptr, b.sizes[0], b.sizes[1], b.strides[0], b.strides[1], al, esize, false).ok_or(Stop::Delegate)?;
+    let bs = check_mm(t, &values, &crow, &col, rows, cols, &b, out_dtype)?;
+    let bd = mm_operand(t, &values, &crow, &col, &b)?;
     let n = b.sizes[1];
     let out = empty(t, &[rows, n], out_dtype, &b)?;
     let fail = |s: Stop| {
@@ -637,24 +656,8 @@ unsafe fn bsr_mm(t: &Torch, stack: *mut u64) -> Result<Option<Handle>, Stop> {
         Some(c) => c,
         None => return Err(fail(Stop::Delegate)),
     };
-    let call = Call {
-        values: &values,
-        crow: &crow,
-        col: &col,
-        rows,
-        cols,
-        bs,
-        bias: 0,
-        b: bd,
-        n,
-        c,
-        in_name: type_name(t, values.dtype),
-        out_name: type_name(t, out_dtype),
-        alpha: alpha as f32,
-        beta: 0.0,
-        activation: Activation::Identity,
-    };
-    run(t, &call).map_err(fail)?;
+    let a = BsrOperand { values: &values, crow: &crow, col: &col, rows, cols, bs };
+    run(t, &Call::mm(t, a, bd, n, c, out_dtype, alpha, 0.0)).map_err(fail)?;
     Ok(Some(out))
 }
 
@@ -690,22 +693,7 @@ unsafe fn bsr_mm_out(t: &Torch, stack: *mut u64) -> Result<Option<Handle>, Stop>
     };
     let (rows, cols) = (arg(3) as i64, arg(4) as i64);
     let (alpha, beta) = (f64::from_bits(arg(6)), f64::from_bits(arg(7)));
-    // _check_mm with out's dtype
-    let bs = check_bsr(t, &values, &crow, &col, rows, cols)?;
-    if b.dim() != 2 {
-        return Err(value(format!("sparsek: b must be 2-D, not of shape {}", b.shape())));
-    }
-    check_dense(t, &b, "b", &values)?;
-    if b.sizes[0] != cols {
-        return Err(value(format!("sparsek: shape mismatch: a is {rows}x{cols}, b is {}x{}", b.sizes[0], b.sizes[1])));
-    }
-    if out.dtype != t.dtypes.f32 && out.dtype != values.dtype {
-        return Err(type_err(format!(
-            "sparsek: the output must be float32 or the inputs' {}, not {}",
-            t.dtypes.name(values.dtype),
-            t.dtypes.name(out.dtype)
-        )));
-    }
+    let bs = check_mm(t, &values, &crow, &col, rows, cols, &b, out.dtype)?;
     let n = b.sizes[1];
     if out.sizes != [rows, n] {
         return Err(value(format!("sparsek: out has shape {}; the product is {rows}x{n}", out.shape())));
@@ -720,33 +708,12 @@ unsafe fn bsr_mm_out(t: &Torch, stack: *mut u64) -> Result<Option<Handle>, Stop>
             return Err(value(format!("sparsek: out overlaps {name}: the output must not alias an input")));
         }
     }
-    if !bsr_in_place(t, &values, &crow, &col, None) {
-        return Err(Stop::Delegate);
-    }
-    let al = align(t, &b);
-    let bd = dense(b.ptr, b.sizes[0], n, b.strides[0], b.strides[1], al, t.dtypes.size(b.dtype) as i64, false)
-        .ok_or(Stop::Delegate)?;
+    let bd = mm_operand(t, &values, &crow, &col, &b)?;
     let oal = align(t, &out);
     let c = dense(out.ptr, rows, n, out.strides[0], out.strides[1], oal, t.dtypes.size(out.dtype) as i64, false)
         .ok_or(Stop::Delegate)?;
-    let call = Call {
-        values: &values,
-        crow: &crow,
-        col: &col,
-        rows,
-        cols,
-        bs,
-        bias: 0,
-        b: bd,
-        n,
-        c,
-        in_name: type_name(t, values.dtype),
-        out_name: type_name(t, out.dtype),
-        alpha: alpha as f32,
-        beta: beta as f32,
-        activation: Activation::Identity,
-    };
-    run(t, &call)?;
+    let a = BsrOperand { values: &values, crow: &crow, col: &col, rows, cols, bs };
+    run(t, &Call::mm(t, a, bd, n, c, out.dtype, alpha, beta))?;
     Ok(None)
 }
 

@@ -173,49 +173,80 @@ impl Torch {
         let mut missing = Vec::new();
         let mut m = |lib: *mut c_void, name: &str| sym(lib, name, hide, &mut missing);
         // dtype and device codes are functions returning the code.
-        let dtype_fns: [(&str, *mut c_void); 10] = [
-            ("aoti_torch_dtype_float16", m(cpu, "aoti_torch_dtype_float16")),
-            ("aoti_torch_dtype_bfloat16", m(cpu, "aoti_torch_dtype_bfloat16")),
-            ("aoti_torch_dtype_float32", m(cpu, "aoti_torch_dtype_float32")),
-            ("aoti_torch_dtype_float64", m(cpu, "aoti_torch_dtype_float64")),
-            ("aoti_torch_dtype_int32", m(cpu, "aoti_torch_dtype_int32")),
-            ("aoti_torch_dtype_int64", m(cpu, "aoti_torch_dtype_int64")),
-            ("aoti_torch_dtype_int16", m(cpu, "aoti_torch_dtype_int16")),
-            ("aoti_torch_dtype_int8", m(cpu, "aoti_torch_dtype_int8")),
-            ("aoti_torch_dtype_uint8", m(cpu, "aoti_torch_dtype_uint8")),
-            ("aoti_torch_dtype_bool", m(cpu, "aoti_torch_dtype_bool")),
-        ];
-        let dev_fns = [m(cpu, "aoti_torch_device_type_cpu"), m(cpu, "aoti_torch_device_type_cuda")];
+        let dtype_fns = [
+            "aoti_torch_dtype_float16",
+            "aoti_torch_dtype_bfloat16",
+            "aoti_torch_dtype_float32",
+            "aoti_torch_dtype_float64",
+            "aoti_torch_dtype_int32",
+            "aoti_torch_dtype_int64",
+            "aoti_torch_dtype_int16",
+            "aoti_torch_dtype_int8",
+            "aoti_torch_dtype_uint8",
+            "aoti_torch_dtype_bool",
+        ]
+        .map(|name| m(cpu, name));
+        let dev_fns = ["aoti_torch_device_type_cpu", "aoti_torch_device_type_cuda"].map(|name| m(cpu, name));
         // libstdc++ through libtorch's handle (dlsym searches a library's dependencies; libtorch is loaded with
         // RTLD_LOCAL, so RTLD_DEFAULT would not see them).
-        let std_lib = cpu;
-        let cxx_syms = [
-            m(std_lib, "__cxa_allocate_exception"),
-            m(std_lib, "__cxa_throw"),
-            m(std_lib, "_ZNSt16invalid_argumentC1EPKc"),
-            m(std_lib, "_ZTISt16invalid_argument"),
-            m(std_lib, "_ZNSt16invalid_argumentD1Ev"),
-            m(std_lib, "_ZNSt13runtime_errorC1EPKc"),
-            m(std_lib, "_ZTISt13runtime_error"),
-            m(std_lib, "_ZNSt13runtime_errorD1Ev"),
-            m(std_lib, "_ZTISt9bad_alloc"),
-            m(std_lib, "_ZNSt9bad_allocD1Ev"),
-            m(std_lib, "_ZTVSt9bad_alloc"),
-            m(std_lib, "_ZdlPv"),
-        ];
-        let t_get_data_ptr = m(cpu, "aoti_torch_get_data_ptr");
-        let t_get_dim = m(cpu, "aoti_torch_get_dim");
-        let t_get_sizes = m(cpu, "aoti_torch_get_sizes");
-        let t_get_strides = m(cpu, "aoti_torch_get_strides");
-        let t_get_dtype = m(cpu, "aoti_torch_get_dtype");
-        let t_get_device_type = m(cpu, "aoti_torch_get_device_type");
-        let t_get_device_index = m(cpu, "aoti_torch_get_device_index");
-        let t_delete = m(cpu, "aoti_torch_delete_tensor_object");
-        let t_new = m(cpu, "aoti_torch_new_tensor_handle");
-        let t_empty = m(cpu, "aoti_torch_empty_strided");
-        let t_call = m(cpu, "aoti_torch_call_dispatcher");
-        let t_init = m(cpu, "aoti_torch_library_init_impl");
-        let t_impl = m(cpu, "aoti_torch_library_impl");
+        let [
+            allocate_exception,
+            throw,
+            invalid_argument_ctor,
+            invalid_argument_ti,
+            invalid_argument_dtor,
+            runtime_error_ctor,
+            runtime_error_ti,
+            runtime_error_dtor,
+            bad_alloc_ti,
+            bad_alloc_dtor,
+            bad_alloc_vtable,
+            operator_delete,
+        ] = [
+            "__cxa_allocate_exception",
+            "__cxa_throw",
+            "_ZNSt16invalid_argumentC1EPKc",
+            "_ZTISt16invalid_argument",
+            "_ZNSt16invalid_argumentD1Ev",
+            "_ZNSt13runtime_errorC1EPKc",
+            "_ZTISt13runtime_error",
+            "_ZNSt13runtime_errorD1Ev",
+            "_ZTISt9bad_alloc",
+            "_ZNSt9bad_allocD1Ev",
+            "_ZTVSt9bad_alloc",
+            "_ZdlPv",
+        ]
+        .map(|name| m(cpu, name));
+        let [
+            get_data_ptr,
+            get_dim,
+            get_sizes,
+            get_strides,
+            get_dtype,
+            get_device_type,
+            get_device_index,
+            delete_tensor,
+            new_tensor_handle,
+            empty_strided,
+            call_dispatcher,
+            library_init_impl,
+            library_impl,
+        ] = [
+            "aoti_torch_get_data_ptr",
+            "aoti_torch_get_dim",
+            "aoti_torch_get_sizes",
+            "aoti_torch_get_strides",
+            "aoti_torch_get_dtype",
+            "aoti_torch_get_device_type",
+            "aoti_torch_get_device_index",
+            "aoti_torch_delete_tensor_object",
+            "aoti_torch_new_tensor_handle",
+            "aoti_torch_empty_strided",
+            "aoti_torch_call_dispatcher",
+            "aoti_torch_library_init_impl",
+            "aoti_torch_library_impl",
+        ]
+        .map(|name| m(cpu, name));
         let stream = cuda.map(|c| m(c, "aoti_torch_get_current_cuda_stream"));
         if !missing.is_empty() {
             return Err(missing);
@@ -224,35 +255,35 @@ impl Torch {
         // C ABI or libstdc++ with the signature stated by torch's headers (shim.h) and the Itanium C++ ABI.
         unsafe {
             let code = |p: *mut c_void| cast::<unsafe extern "C" fn() -> i32>(p)();
-            let d: Vec<i32> = dtype_fns.iter().map(|(_, p)| code(*p)).collect();
+            let d = dtype_fns.map(&code);
             let cxx = Cxx {
-                allocate_exception: cast(cxx_syms[0]),
-                throw: cast(cxx_syms[1]),
-                invalid_argument_ctor: cast(cxx_syms[2]),
-                invalid_argument_ti: cxx_syms[3],
-                invalid_argument_dtor: cast(cxx_syms[4]),
-                runtime_error_ctor: cast(cxx_syms[5]),
-                runtime_error_ti: cxx_syms[6],
-                runtime_error_dtor: cast(cxx_syms[7]),
-                bad_alloc_ti: cxx_syms[8],
-                bad_alloc_dtor: cast(cxx_syms[9]),
-                bad_alloc_vtable: cxx_syms[10],
-                operator_delete: cast(cxx_syms[11]),
+                allocate_exception: cast(allocate_exception),
+                throw: cast(throw),
+                invalid_argument_ctor: cast(invalid_argument_ctor),
+                invalid_argument_ti,
+                invalid_argument_dtor: cast(invalid_argument_dtor),
+                runtime_error_ctor: cast(runtime_error_ctor),
+                runtime_error_ti,
+                runtime_error_dtor: cast(runtime_error_dtor),
+                bad_alloc_ti,
+                bad_alloc_dtor: cast(bad_alloc_dtor),
+                bad_alloc_vtable,
+                operator_delete: cast(operator_delete),
             };
             let t = Torch {
-                get_data_ptr: cast(t_get_data_ptr),
-                get_dim: cast(t_get_dim),
-                get_sizes: cast(t_get_sizes),
-                get_strides: cast(t_get_strides),
-                get_dtype: cast(t_get_dtype),
-                get_device_type: cast(t_get_device_type),
-                get_device_index: cast(t_get_device_index),
-                delete_tensor: cast(t_delete),
-                new_tensor_handle: cast(t_new),
-                empty_strided: cast(t_empty),
-                call_dispatcher: cast(t_call),
-                library_init_impl: cast(t_init),
-                library_impl: cast(t_impl),
+                get_data_ptr: cast(get_data_ptr),
+                get_dim: cast(get_dim),
+                get_sizes: cast(get_sizes),
+                get_strides: cast(get_strides),
+                get_dtype: cast(get_dtype),
+                get_device_type: cast(get_device_type),
+                get_device_index: cast(get_device_index),
+                delete_tensor: cast(delete_tensor),
+                new_tensor_handle: cast(new_tensor_handle),
+                empty_strided: cast(empty_strided),
+                call_dispatcher: cast(call_dispatcher),
+                library_init_impl: cast(library_init_impl),
+                library_impl: cast(library_impl),
                 current_cuda_stream: stream.map(|p| cast(p)),
                 dtypes: DtypeCodes {
                     f16: d[0],
