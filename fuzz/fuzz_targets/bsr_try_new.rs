@@ -25,12 +25,9 @@
 use std::collections::BTreeMap;
 
 use arbitrary::Arbitrary;
-use libfuzzer_sys::fuzz_target;
 use sparsek::format::{BlockView, MatrixMarket};
 use sparsek::{Bsr, BsrError, Error, Matrix, bf16, f16};
 use sparsek_fuzz::{Rng, SPECIAL_F32, same, same_bits_f32};
-
-sparsek_fuzz::asan_options!();
 
 /// `$a.convert::<$t>()` (f16 or bf16) of a matrix holding `$values` (f32, blocks of `$bs`): each value rounded once to
 /// nearest even (`$t::from_f32` is exact-to-nearest from an f32), or `NonFinite` at the first finite value that
@@ -806,7 +803,7 @@ fn dense(t: Dense) {
     }
 }
 
-fuzz_target!(|op: Op| {
+sparsek_fuzz::target!(|op: Op| {
     match op {
         Op::TryNew(t) => try_new(t),
         Op::Coo(t) => coo(t),
