@@ -157,12 +157,7 @@ fn print_plans(gpu: &sparsek::gpu::Gpu, sms: usize) -> Result<(), sparsek::Error
         for (n, rows, row_blocks) in cases {
             let lengths = vec![row_blocks as u32; rows];
             let (m, k) = (rows * bs, 4 * row_blocks * bs);
-            let problem = sparsek::plan::Problem {
-                max_row_blocks: Some(row_blocks),
-                row_lengths: Some(&lengths),
-                row_order: true,
-                ..sparsek::plan::Problem::new(bs, (m, k, n), rows * row_blocks)
-            };
+            let problem = crate::plan::uploaded_problem(bs, (m, k, n), &lengths);
             let plan = match sparsek::plan::plan(&problem, facts, &policy, None) {
                 Ok(plan) => plan.to_string(),
                 Err(e) => format!("no plan: {e}"),

@@ -106,11 +106,8 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, sparsek::Error> {
                     OutType::F32 => sparsek::gpu::OutType::F32,
                     OutType::F16 => sparsek::gpu::OutType::F16,
                 },
-                max_row_blocks: Some(a.max_row_length()),
-                row_lengths: Some(&lengths),
-                row_order: true,
                 beta_zero: args.beta == 0.0,
-                ..Problem::new(a.block_size(), (m, k, n), a.nnzb())
+                ..uploaded_problem(a.block_size(), (m, k, n), &lengths)
             };
             println!("device    {preset:?} preset (occupancy estimated from shared memory and threads), no plan cache");
             sparsek::plan::plan(&problem, &device, &Policy::default(), None)?
@@ -118,4 +115,37 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, sparsek::Error> {
     };
     println!("plan      {plan}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The planner's problem of an uploaded A (`Gpu::upload`: its rows known, longest first on the device) with blocks
+/// of `bs`, M x K x N and block rows of `lengths` blocks, longest first (nnzb and the longest row from them); the
+/// rest as `Problem::new`. `sparsek plan` without a GPU and `sparsek info`'s plans describe their products so.
+pub fn uploaded_problem(bs: usize, (m, k, n): (usize, usize, usize), lengths: &[u32]) -> Problem<'_> {
+    let nnzb = lengths.iter().map(|&l| l as usize).sum();
+    Problem {
+        max_row_blocks: Some(lengths.iter().max().map_or(0, |&l| l as usize)),
+        row_lengths: Some(lengths),
+        row_order: true,
+        ..Problem::new(bs, (m, k, n), nnzb)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rows' facts of an uploaded A (nnzb and the longest row from the lengths, the row order); the rest as
+    /// `Problem::new`.
+    #[test]
+    fn uploaded_problem_states_the_rows() {
+        let (lengths, dims) = ([7u32, 3, 3, 0], (128, 256, 64));
+        let p = uploaded_problem(32, dims, &lengths);
+        assert_eq!((p.nnzb, p.max_row_blocks, p.row_lengths, p.row_order), (13, Some(7), Some(&lengths[..]), true));
+        assert_eq!(
+            Problem { max_row_blocks: None, row_lengths: None, row_order: false, ..p },
+            Problem::new(32, dims, 13)
+        );
+        let empty = uploaded_problem(16, (0, 16, 8), &[]);
+        assert_eq!((empty.nnzb, empty.max_row_blocks, empty.row_lengths), (0, Some(0), Some(&[][..])));
+    }
 }

@@ -25,12 +25,9 @@
 use std::collections::BTreeMap;
 
 use arbitrary::Arbitrary;
-use libfuzzer_sys::fuzz_target;
 use sparsek::format::{BlockView, MatrixMarket};
 use sparsek::{Bsr, BsrError, Error, Matrix, bf16, f16};
 use sparsek_fuzz::{Rng, SPECIAL_F32, same, same_bits_f32};
-
-sparsek_fuzz::asan_options!();
 
 /// `$a.convert::<$t>()` (f16 or bf16) of a matrix holding `$values` (f32, blocks of `$bs`): each value rounded once to
 /// nearest even (`$t::from_f32` is exact-to-nearest from an f32), or `NonFinite` at the first finite value that
@@ -244,6 +241,54 @@ fn shape_oracle(rows: usize, cols: usize, bs: usize) -> Result<(), BsrError> {
     Ok(())
 }
 
+/// Which offsets array [`offsets_oracle`] checks: a BSR `row_ptr` (u32 entries) or a CSR `indptr`.
+#[derive(Clone, Copy)]
+enum Offsets {
+    RowPtr,
+    CsrIndptr,
+}
+
+/// The checks of an offsets array of `rows` rows over `total` entries, in their documented order (`rows + 1`
+/// entries, starting at 0, nondecreasing, ending at `total`), with the errors `kind` names.
+fn offsets_oracle(kind: Offsets, ptr: &[usize], rows: usize, total: usize) -> Result<(), BsrError> {
+    // `ptr` holds a row_ptr's u32 entries widened: narrowing them back is exact.
+    let row_ptr = matches!(kind, Offsets::RowPtr);
+    if ptr.len() != rows + 1 {
+        let (expected, got) = (rows + 1, ptr.len());
+        return Err(if row_ptr {
+            BsrError::RowPtrLength { expected, got }
+        } else {
+            BsrError::CsrIndptrLength { expected, got }
+        });
+    }
+    if ptr[0] != 0 {
+        return Err(if row_ptr {
+            BsrError::RowPtrStart { got: ptr[0] as u32 }
+        } else {
+            BsrError::CsrIndptrStart { got: ptr[0] }
+        });
+    }
+    for row in 0..rows {
+        let (prev, next) = (ptr[row], ptr[row + 1]);
+        if next < prev {
+            return Err(if row_ptr {
+                BsrError::RowPtrDecreasing { block_row: row, prev: prev as u32, next: next as u32 }
+            } else {
+                BsrError::CsrIndptrDecreasing { row, prev, next }
+            });
+        }
+    }
+    if ptr[rows] != total {
+        let got = ptr[rows];
+        return Err(if row_ptr {
+            BsrError::RowPtrEnd { expected: total, got: got as u32 }
+        } else {
+            BsrError::CsrIndptrEnd { expected: total, got }
+        });
+    }
+    Ok(())
+}
+
 /// `Bsr::try_new`'s validity, written from its documentation.
 fn try_new_oracle(
     rows: usize,
@@ -255,20 +300,8 @@ fn try_new_oracle(
 ) -> Result<(), BsrError> {
     shape_oracle(rows, cols, bs)?;
     let (block_rows, block_cols, nnzb) = (rows / bs, cols / bs, col_idx.len());
-    if row_ptr.len() != block_rows + 1 {
-        return Err(BsrError::RowPtrLength { expected: block_rows + 1, got: row_ptr.len() });
-    }
-    if row_ptr[0] != 0 {
-        return Err(BsrError::RowPtrStart { got: row_ptr[0] });
-    }
-    for br in 0..block_rows {
-        if row_ptr[br + 1] < row_ptr[br] {
-            return Err(BsrError::RowPtrDecreasing { block_row: br, prev: row_ptr[br], next: row_ptr[br + 1] });
-        }
-    }
-    if row_ptr[block_rows] as usize != nnzb {
-        return Err(BsrError::RowPtrEnd { expected: nnzb, got: row_ptr[block_rows] });
-    }
+    let offsets: Vec<usize> = row_ptr.iter().map(|&x| x as usize).collect();
+    offsets_oracle(Offsets::RowPtr, &offsets, block_rows, nnzb)?;
     for br in 0..block_rows {
         for pos in row_ptr[br] as usize..row_ptr[br + 1] as usize {
             if col_idx[pos] as usize >= block_cols {
@@ -696,20 +729,7 @@ fn csr(t: Csr) {
 
     let want = (|| -> Result<Vec<(usize, usize, f32)>, BsrError> {
         shape_oracle(rows, cols, bs)?;
-        if indptr.len() != rows + 1 {
-            return Err(BsrError::CsrIndptrLength { expected: rows + 1, got: indptr.len() });
-        }
-        if indptr[0] != 0 {
-            return Err(BsrError::CsrIndptrStart { got: indptr[0] });
-        }
-        for row in 0..rows {
-            if indptr[row + 1] < indptr[row] {
-                return Err(BsrError::CsrIndptrDecreasing { row, prev: indptr[row], next: indptr[row + 1] });
-            }
-        }
-        if indptr[rows] != indices.len() {
-            return Err(BsrError::CsrIndptrEnd { expected: indices.len(), got: indptr[rows] });
-        }
+        offsets_oracle(Offsets::CsrIndptr, &indptr, rows, indices.len())?;
         if data.len() != indices.len() {
             return Err(BsrError::CsrDataLength { expected: indices.len(), got: data.len() });
         }
@@ -783,7 +803,7 @@ fn dense(t: Dense) {
     }
 }
 
-fuzz_target!(|op: Op| {
+sparsek_fuzz::target!(|op: Op| {
     match op {
         Op::TryNew(t) => try_new(t),
         Op::Coo(t) => coo(t),

@@ -18,12 +18,9 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use libfuzzer_sys::fuzz_target;
 use sparsek::check::{CheckReport, Expected, RowSample, Tolerance, compare, compare_exact, compare_rows};
 use sparsek::{Bsr, Epilogue, Error, Matrix, Scalar, bf16, f16};
 use sparsek_fuzz::{Rng, SPECIAL_F32, SPECIAL_F64, same, span};
-
-sparsek_fuzz::asan_options!();
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum Exp {
@@ -326,7 +323,7 @@ fn padded_got<TC: Scalar>(t: &Input, rows: usize, cols: usize, base: impl Fn(usi
     Matrix::from_vec(rows, cols, ld, data).expect("got")
 }
 
-fuzz_target!(|t: Input| {
+sparsek_fuzz::target!(|t: Input| {
     match t.tc % 4 {
         0 => run::<f32>(&t),
         1 => run::<f16>(&t),

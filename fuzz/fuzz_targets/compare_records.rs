@@ -16,13 +16,10 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use libfuzzer_sys::fuzz_target;
 use sparsek::format::Pattern;
 use sparsek_bench::compare::Verdict;
 use sparsek_bench::report::{Outcome, Timing};
 use sparsek_bench::{Case, Header, Record, Results, compare};
-
-sparsek_fuzz::asan_options!();
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum Time {
@@ -131,7 +128,7 @@ fn trusted_sparsek(r: &Record) -> bool {
     r.error.is_none() && r.sparsek.check.as_ref().is_some_and(|c| c.passed) && r.sparsek.timing.is_some()
 }
 
-fuzz_target!(|t: Input| {
+sparsek_fuzz::target!(|t: Input| {
     let old: Vec<Record> = t.old.iter().take(8).map(record).collect();
     let new: Vec<Record> = t.new.iter().take(8).map(record).collect();
     for r in old.iter().chain(&new) {

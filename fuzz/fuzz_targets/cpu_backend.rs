@@ -20,13 +20,10 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use libfuzzer_sys::fuzz_target;
 use sparsek::check::{Expected, RowSample, Tolerance, compare};
 use sparsek::format::{Pattern, generate_int};
 use sparsek::{Bsr, Epilogue, Error, Matrix, Scalar, bf16, cpu, f16};
 use sparsek_fuzz::{Rng, span};
-
-sparsek_fuzz::asan_options!();
 
 const SCALARS: [f32; 10] = [0.0, 1.0, -1.0, 0.5, 2.0, -0.75, 1.5, -2.0, 0.25, -0.0];
 
@@ -294,7 +291,7 @@ fn run<TA: Scalar, TB: Scalar, TC: Scalar>(t: &Input) {
     }
 }
 
-fuzz_target!(|t: Input| {
+sparsek_fuzz::target!(|t: Input| {
     match t.types % 8 {
         0 => run::<f16, f16, f32>(&t),
         1 => run::<f16, f16, f16>(&t),

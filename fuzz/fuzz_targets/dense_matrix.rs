@@ -18,11 +18,8 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use libfuzzer_sys::fuzz_target;
 use sparsek::{Error, Matrix, Scalar, bf16, f16};
 use sparsek_fuzz::{Rng, SPECIAL_F32, span};
-
-sparsek_fuzz::asan_options!();
 
 /// Largest element count of a constructor call expected to succeed.
 const CAP: u128 = 1 << 16;
@@ -351,7 +348,7 @@ fn run<T: Scalar>(op: Op) {
     }
 }
 
-fuzz_target!(|input: Input| {
+sparsek_fuzz::target!(|input: Input| {
     match input.elem {
         Elem::F32 => run::<f32>(input.op),
         Elem::F16 => run::<f16>(input.op),

@@ -22,12 +22,9 @@
 use std::collections::BTreeMap;
 use std::io::{BufReader, Cursor};
 
-use libfuzzer_sys::fuzz_target;
 use sparsek::format::MatrixMarket;
 use sparsek::{Bsr, BsrError, Error};
 use sparsek_fuzz::{round_up, same};
-
-sparsek_fuzz::asan_options!();
 
 /// The byte budget of the blockification (`to_bsr_limited`): the result's row_ptr, col_idx and values.
 const BUDGET: usize = 8 << 20;
@@ -77,7 +74,7 @@ fn same_parse(a: &MatrixMarket, b: &MatrixMarket) -> bool {
         && a.entries.iter().zip(&b.entries).all(|(x, y)| x.0 == y.0 && x.1 == y.1 && x.2.to_bits() == y.2.to_bits())
 }
 
-fuzz_target!(|data: &[u8]| {
+sparsek_fuzz::target!(|data: &[u8]| {
     let parsed = MatrixMarket::parse(Cursor::new(data), "fuzz");
     let chunked = MatrixMarket::parse(BufReader::with_capacity(1, Cursor::new(data)), "fuzz");
     match (&parsed, &chunked) {

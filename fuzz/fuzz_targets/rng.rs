@@ -10,10 +10,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use libfuzzer_sys::fuzz_target;
 use sparsek::rng::Rng;
-
-sparsek_fuzz::asan_options!();
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -21,7 +18,7 @@ struct Input {
     draws: Vec<(i64, i64, u64)>,
 }
 
-fuzz_target!(|t: Input| {
+sparsek_fuzz::target!(|t: Input| {
     let mut rng = Rng::new(t.seed);
     let mut twin = rng.clone();
     for &(lo, hi, n) in t.draws.iter().take(64) {

@@ -1,10 +1,21 @@
-//! Helpers shared by the fuzz targets: value pools, a tiny deterministic generator and NaN-aware comparisons.
-//! No sparsek code is used here to compute an oracle (the generator that draws inputs is the library's).
+//! Helpers shared by the fuzz targets: the harness ([`target!`]), value pools, a tiny deterministic generator and
+//! NaN-aware comparisons. No sparsek code is used here to compute an oracle (the generator that draws inputs is the
+//! library's).
+
+/// A fuzz target's harness, invoked once in each target file as `libfuzzer_sys::fuzz_target!` is (same
+/// arguments): that target with [`asan_options!`] defined beside it, which every target needs.
+#[macro_export]
+macro_rules! target {
+    ($($target:tt)*) => {
+        $crate::asan_options!();
+        ::libfuzzer_sys::fuzz_target!($($target)*);
+    };
+}
 
 /// Defines `__asan_default_options` in the target binary: under AddressSanitizer a failed allocation then
 /// returns null (so Rust's fallible allocation APIs see the failure and the library can report
-/// `Error::OutOfMemory`) instead of aborting the process. Must be invoked in each target file: a weak symbol
-/// defined in a library would not be pulled in by the linker.
+/// `Error::OutOfMemory`) instead of aborting the process. Must be expanded in each target file (as [`target!`]
+/// does): a weak symbol defined in a library would not be pulled in by the linker.
 #[macro_export]
 macro_rules! asan_options {
     () => {

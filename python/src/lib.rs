@@ -363,38 +363,56 @@ fn cuda_spmm(
     unsafe { p.launch_named(dtype, out_dtype, &gpu, stream, schedule) }.map_err(to_py)
 }
 
-/// The schedule of a checked structure's block rows (`sparsek::gpu::RowSchedule`: longest rows first, in memory
-/// the library allocated outside torch's allocator, and the longest row's blocks), which the Python layer keeps
-/// beside the structure it was made of and passes to every `cuda_spmm` of it. Freed when dropped: the Python
-/// layer synchronises the device before it drops one.
-#[pyclass(frozen, module = "sparsek._native")]
-struct RowSchedule(sparsek::gpu::RowSchedule);
+/// Declares a frozen class of `sparsek._native` wrapping a library object (the tuple field): its `__repr__`
+/// (`repr |wrapped| string;`) and its read-only properties, each `name: type = |wrapped| value;` (a Python
+/// property, documented by its doc comment).
+macro_rules! native_class {
+    (
+        $(#[$doc:meta])*
+        struct $class:ident($wrapped:ty);
+        repr |$r:ident| $repr:expr;
+        $($(#[$prop_doc:meta])* $prop:ident: $t:ty = |$w:ident| $value:expr;)*
+    ) => {
+        $(#[$doc])*
+        #[pyclass(frozen, module = "sparsek._native")]
+        struct $class($wrapped);
 
-#[pymethods]
-impl RowSchedule {
+        #[pymethods]
+        impl $class {
+            $(
+                $(#[$prop_doc])*
+                #[getter]
+                fn $prop(&self) -> $t {
+                    let $w = &self.0;
+                    $value
+                }
+            )*
+            fn __repr__(&self) -> String {
+                let $r = &self.0;
+                $repr
+            }
+        }
+    };
+}
+
+native_class! {
+    /// The schedule of a checked structure's block rows (`sparsek::gpu::RowSchedule`: longest rows first, in memory
+    /// the library allocated outside torch's allocator, and the longest row's blocks), which the Python layer keeps
+    /// beside the structure it was made of and passes to every `cuda_spmm` of it. Freed when dropped: the Python
+    /// layer synchronises the device before it drops one.
+    struct RowSchedule(sparsek::gpu::RowSchedule);
+    repr |s| format!(
+        "RowSchedule(block_rows={}, nnzb={}, max_row_blocks={})",
+        s.block_rows(),
+        s.nnzb(),
+        s.max_row_blocks()
+    );
     /// Block rows of the structure it was made of.
-    #[getter]
-    fn block_rows(&self) -> usize {
-        self.0.block_rows()
-    }
+    block_rows: usize = |s| s.block_rows();
     /// Its blocks.
-    #[getter]
-    fn nnzb(&self) -> usize {
-        self.0.nnzb()
-    }
+    nnzb: usize = |s| s.nnzb();
     /// The most blocks in one block row.
-    #[getter]
-    fn max_row_blocks(&self) -> usize {
-        self.0.max_row_blocks()
-    }
-    fn __repr__(&self) -> String {
-        format!(
-            "RowSchedule(block_rows={}, nnzb={}, max_row_blocks={})",
-            self.0.block_rows(),
-            self.0.nnzb(),
-            self.0.max_row_blocks()
-        )
-    }
+    max_row_blocks: usize = |s| s.max_row_blocks();
 }
 
 /// The schedule of a structure's block rows on GPU `device` (`Gpu::row_schedule`) from its `row_ptr` in host
@@ -427,35 +445,24 @@ fn cuda_row_schedule(
 /// size, nnzb.
 type BsrArgs = (u64, u64, u64, bool, usize, usize, usize, usize);
 
-/// A checked private copy of a BSR structure's indices on the GPU (`sparsek::gpu::CheckedIndices`: allocated by the
-/// library outside torch's allocator, so a CUDA-graph pool never holds it), made by `cuda_check_bsr`. Launches
-/// read the copy's `row_ptr` and `col_idx`, never the caller's index tensors: no write to those (in place through
-/// `.data`, DLPack, CuPy, an inference tensor's edit: none of which torch's version counter sees) can make a
-/// kernel read an unchecked structure. Freed when dropped (waiting for the device's queued work first).
-#[pyclass(frozen, module = "sparsek._native")]
-struct CheckedStructure(sparsek::gpu::CheckedIndices);
-
-#[pymethods]
-impl CheckedStructure {
-    /// Device address of the copy's `row_ptr` (the caller's index width).
-    #[getter]
-    fn row_ptr(&self) -> u64 {
-        self.0.arrays(0).row_ptr
-    }
-    /// Device address of the copy's `col_idx`.
-    #[getter]
-    fn col_idx(&self) -> u64 {
-        self.0.arrays(0).col_idx
-    }
-    /// Device bytes the copy holds.
-    #[getter]
-    fn nbytes(&self) -> usize {
-        self.0.device_bytes()
-    }
-    fn __repr__(&self) -> String {
-        let (m, k, bs, nnzb) = self.0.shape();
+native_class! {
+    /// A checked private copy of a BSR structure's indices on the GPU (`sparsek::gpu::CheckedIndices`: allocated by
+    /// the library outside torch's allocator, so a CUDA-graph pool never holds it), made by `cuda_check_bsr`.
+    /// Launches read the copy's `row_ptr` and `col_idx`, never the caller's index tensors: no write to those (in
+    /// place through `.data`, DLPack, CuPy, an inference tensor's edit: none of which torch's version counter sees)
+    /// can make a kernel read an unchecked structure. Freed when dropped (waiting for the device's queued work
+    /// first).
+    struct CheckedStructure(sparsek::gpu::CheckedIndices);
+    repr |c| {
+        let (m, k, bs, nnzb) = c.shape();
         format!("CheckedStructure(rows={m}, cols={k}, block_size={bs}, nnzb={nnzb})")
-    }
+    };
+    /// Device address of the copy's `row_ptr` (the caller's index width).
+    row_ptr: u64 = |c| c.arrays(0).row_ptr;
+    /// Device address of the copy's `col_idx`.
+    col_idx: u64 = |c| c.arrays(0).col_idx;
+    /// Device bytes the copy holds.
+    nbytes: usize = |c| c.device_bytes();
 }
 
 /// Copies a BSR structure's indices on GPU `device` into memory the library owns and checks the copy there (one

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use sparsek::check::{Expected, RowSample};
+use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{BsrArrays, BsrView, DeviceBsr, Gpu, IndexType, InputElement, LaunchPlan, OutputElement};
 use sparsek::plan::Policy;
 use sparsek::tune::{KernelFamily, PlanCache};
@@ -78,6 +79,50 @@ fn test_settings(g: Gpu) -> Gpu {
 /// Number of proptest cases for GPU property tests: `SPARSEK_GPU_CASES` or `default`.
 pub fn gpu_cases(default: u32) -> u32 {
     std::env::var("SPARSEK_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// One random product of the GPU suites (gpu_spmm's case, and the product of gpu_reach's): A of `block_rows x
+/// block_cols` blocks of `bs` (`pattern`, `density`), `n` columns, the leading dimensions padded by `pad` elements
+/// (C's; in gpu_reach B's too), `C = alpha * A @ B + beta * C`, every operand drawn from `seed`.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub bs: usize,
+    pub block_rows: usize,
+    pub block_cols: usize,
+    pub n: usize,
+    pub pad: usize,
+    pub density: f64,
+    pub pattern: Pattern,
+    pub alpha: f32,
+    pub beta: f32,
+    pub seed: u64,
+}
+
+/// The fields of a [`Case`] in declaration order, as the suites' strategies draw them.
+pub type CaseTuple = (usize, usize, usize, usize, usize, f64, Pattern, f32, f32, u64);
+
+impl Case {
+    /// The case of its fields in declaration order.
+    pub fn from_tuple((bs, block_rows, block_cols, n, pad, density, pattern, alpha, beta, seed): CaseTuple) -> Case {
+        Case { bs, block_rows, block_cols, n, pad, density, pattern, alpha, beta, seed }
+    }
+
+    /// M, K and N.
+    pub fn dims(&self) -> (usize, usize, usize) {
+        (self.block_rows * self.bs, self.block_cols * self.bs, self.n)
+    }
+
+    /// The case's A: `generate` of its pattern and density from its seed (`Err`: the generator's error).
+    pub fn a<T: Scalar>(&self) -> Result<Bsr<T>, String> {
+        let (m, k, _) = self.dims();
+        generate(self.pattern, m, k, self.bs, self.density, self.seed).map_err(|e| e.to_string())
+    }
+
+    /// The case's B: `K x N`, random from its seed.
+    pub fn b<T: Scalar>(&self) -> Matrix<T> {
+        let (_, k, n) = self.dims();
+        Matrix::<T>::random(k, n, self.seed ^ 0xb).unwrap()
+    }
 }
 
 /// Row-major B and C, the layouts of most tests' launches.
@@ -306,7 +351,7 @@ pub fn check_planned<TC: OutputElement>(
 /// values in -4..=4, B (`k x n`) likewise, and C: NaN when `beta == 0` (it must not be read, and every element
 /// must be written), else integers in -4..=4; C's leading dimension is rounded up to 16 bytes, its padding NaN.
 pub fn exact_operands(
-    pattern: sparsek::format::Pattern,
+    pattern: Pattern,
     (m, k, n): (usize, usize, usize),
     bs: usize,
     density: f64,

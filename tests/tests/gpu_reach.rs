@@ -18,38 +18,29 @@ use sparsek::gpu::{
 };
 use sparsek::{Activation, Bsr, BsrError, Epilogue, Error, Layout, Matrix, Scalar, bf16, f16};
 use sparsek_tests::{
-    Rows, addr, gpu, gpu_cases, gpu_for, hopper_enabled, htod, is_sm90, longest, own_gpu_for, plan_in, plan_of,
+    Case, Rows, addr, gpu, gpu_cases, gpu_for, hopper_enabled, htod, is_sm90, longest, own_gpu_for, plan_in, plan_of,
 };
 
-/// One random case.
+/// One random case: the product (`pad` pads B's and C's leading dimensions) and how the caller hands it over.
 #[derive(Clone, Debug)]
-struct Case {
-    bs: usize,
-    block_rows: usize,
-    block_cols: usize,
-    n: usize,
-    pad: usize,
-    density: f64,
-    pattern: Pattern,
+struct ReachCase {
+    product: Case,
     b_layout: Layout,
     c_layout: Layout,
     index: IndexType,
     bias: bool,
     activation: Activation,
-    alpha: f32,
-    beta: f32,
     checked_structure: bool,
     /// The view carries its block rows' schedule (`Gpu::row_schedule`): longest rows first and the longest known,
     /// as an uploaded matrix's.
     scheduled: bool,
-    seed: u64,
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
     prop::sample::select(vec![Layout::RowMajor, Layout::ColMajor])
 }
 
-fn case_strategy() -> impl Strategy<Value = Case> {
+fn case_strategy() -> impl Strategy<Value = ReachCase> {
     (
         (prop::sample::select(vec![16usize, 32, 64, 128]), 0usize..=5, 1usize..=5),
         prop_oneof![Just(1usize), Just(7), Just(8), Just(17), Just(129), 1usize..300],
@@ -70,24 +61,15 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 (bias, activation),
                 (alpha, beta),
                 (checked_structure, seed),
-            )| Case {
-                bs,
-                block_rows,
-                block_cols,
-                n,
-                pad,
-                density,
-                pattern,
+            )| ReachCase {
+                product: Case { bs, block_rows, block_cols, n, pad, density, pattern, alpha, beta, seed },
                 b_layout,
                 c_layout,
                 index,
                 bias,
                 activation,
-                alpha,
-                beta,
                 checked_structure,
                 scheduled: seed % 3 == 0,
-                seed,
             },
         )
 }
@@ -163,29 +145,29 @@ impl DeviceStructure {
 /// launch's where no other thread launches on `gpu`).
 fn run_case<TA: InputElement, TC: OutputElement>(
     gpu: &Gpu,
-    case: &Case,
+    case: &ReachCase,
 ) -> Result<Option<(LaunchPlan, Option<LaunchPlan>)>, String> {
-    let (m, k, n) = (case.block_rows * case.bs, case.block_cols * case.bs, case.n);
+    let p = &case.product;
+    let (m, k, n) = p.dims();
     let ctx = format!("{case:?} in {} out {}", TA::NAME, TC::NAME);
-    let a: Bsr<TA> = generate(case.pattern, m, k, case.bs, case.density, case.seed).map_err(|e| e.to_string())?;
-    let b = Matrix::<TA>::random(k, n, case.seed ^ 0xb).unwrap();
-    let bias_host: Vec<TA> = Matrix::<TA>::random(1, m.max(1), case.seed ^ 0xd).unwrap().row(0)[..m].to_vec();
+    let (a, b) = (p.a::<TA>()?, p.b::<TA>());
+    let bias_host: Vec<TA> = Matrix::<TA>::random(1, m.max(1), p.seed ^ 0xd).unwrap().row(0)[..m].to_vec();
     let bias = case.bias.then_some(&bias_host[..]);
     let c0 = {
         let mut c = Matrix::<TC>::filled(m, n, n.max(1), TC::from_f64(f64::NAN)).unwrap();
-        if case.beta != 0.0 {
-            c = Matrix::<TC>::random(m, n, case.seed ^ 0xc).unwrap();
+        if p.beta != 0.0 {
+            c = Matrix::<TC>::random(m, n, p.seed ^ 0xc).unwrap();
         }
         c
     };
-    let ep = Epilogue::new(case.alpha, case.beta).with_activation(case.activation);
+    let ep = Epilogue::new(p.alpha, p.beta).with_activation(case.activation);
     let expected = Expected::compute_with_bias(&a, &b, &c0, ep, bias, RowSample::All, |_, _| {})
         .map_err(|e| format!("{ctx}: oracle: {e}"))?;
 
     // The caller's memory: plain cudarc allocations, padded leading dimensions, NaN in every padding element and
     // in a guard region after C.
     let stream = gpu.stream();
-    let align = |x: usize, t: usize| (x + case.pad).max(1).next_multiple_of(16 / t);
+    let align = |x: usize, t: usize| (x + p.pad).max(1).next_multiple_of(16 / t);
     let ldb = align(if case.b_layout == Layout::RowMajor { n } else { k }, std::mem::size_of::<TA>());
     let ldc = align(if case.c_layout == Layout::RowMajor { n } else { m }, std::mem::size_of::<TC>());
     let guard = 64;
@@ -204,9 +186,9 @@ fn run_case<TA: InputElement, TC: OutputElement>(
     // a validated Bsr (and is checked again on the device in half the cases).
     let a_v = unsafe {
         if case.checked_structure {
-            BsrView::<TA>::from_raw_checked(gpu, arrays, m, k, case.bs, a.nnzb())
+            BsrView::<TA>::from_raw_checked(gpu, arrays, m, k, p.bs, a.nnzb())
         } else {
-            BsrView::<TA>::from_raw(arrays, m, k, case.bs, a.nnzb())
+            BsrView::<TA>::from_raw(arrays, m, k, p.bs, a.nnzb())
         }
     }
     .map_err(|e| format!("{ctx}: {e}"))?;
@@ -381,25 +363,17 @@ fn layout_case(
     (bs, block_rows, block_cols, n): (usize, usize, usize, usize),
     (density, pattern): (f64, Pattern),
     seed: u64,
-) -> Case {
-    Case {
-        bs,
-        block_rows,
-        block_cols,
-        n,
-        pad: 8 * (i % 2),
-        density,
-        pattern,
+) -> ReachCase {
+    let pad = 8 * (i % 2);
+    ReachCase {
+        product: Case { bs, block_rows, block_cols, n, pad, density, pattern, alpha: 1.5, beta: 0.0, seed },
         b_layout,
         c_layout,
         index: if i.is_multiple_of(2) { IndexType::U32 } else { IndexType::I64 },
         bias: i != 1,
         activation: Activation::ALL[(i + n) % Activation::ALL.len()],
-        alpha: 1.5,
-        beta: 0.0,
         checked_structure: i == 3,
         scheduled: i % 2 == 1,
-        seed,
     }
 }
 
@@ -410,8 +384,8 @@ fn b_and_c_layouts() -> impl Iterator<Item = (Layout, Layout)> {
 
 /// Runs `case` with each input and output type (f16 and bf16 in, f32 and the input's 16-bit type out) on `gpu`, a
 /// Gpu of the test's own: each launch must run the plan `Gpu::plan_view` predicted, which is returned with its types.
-fn run_every_type(gpu: &Gpu, case: &Case) -> [(InType, OutType, LaunchPlan); 4] {
-    fn planned<TA: InputElement, TC: OutputElement>(gpu: &Gpu, case: &Case) -> (InType, OutType, LaunchPlan) {
+fn run_every_type(gpu: &Gpu, case: &ReachCase) -> [(InType, OutType, LaunchPlan); 4] {
+    fn planned<TA: InputElement, TC: OutputElement>(gpu: &Gpu, case: &ReachCase) -> (InType, OutType, LaunchPlan) {
         let planned = run_case::<TA, TC>(gpu, case).unwrap_or_else(|e| panic!("{e}"));
         let (predicted, ran) = planned.unwrap_or_else(|| panic!("{case:?}: no rows, no launch"));
         assert_eq!(ran.as_ref(), Some(&predicted), "{case:?} in {} out {}: predicted == ran", TA::NAME, TC::NAME);
@@ -441,14 +415,13 @@ fn bs128_tile_of_64_in_every_layout() {
         for n in [64usize, 41] {
             seed += 1;
             let pattern = if n == 64 { Pattern::Uniform } else { Pattern::Skewed };
-            let case = Case {
+            let mut case = ReachCase {
                 bias: true,
                 activation: Activation::ALL[i % Activation::ALL.len()],
-                alpha: 1.0,
-                beta: if n == 64 { 0.0 } else { -0.5 },
                 checked_structure: false,
                 ..layout_case(i, (b_layout, c_layout), (128, block_rows, block_cols, n), (density, pattern), seed)
             };
+            (case.product.alpha, case.product.beta) = (1.0, if n == 64 { 0.0 } else { -0.5 });
             for (input, out, plan) in run_every_type(gpu, &case) {
                 assert!(plan.kernel.ends_with("_n64"), "{case:?} {input:?} -> {out:?}: {plan}");
             }
@@ -473,8 +446,7 @@ fn bs64_dominating_row_takes_the_tile_of_32_in_every_layout() {
     for (i, (b_layout, c_layout)) in b_and_c_layouts().enumerate() {
         for n in [33usize, 64] {
             seed += 1;
-            let case = Case {
-                beta: if n == 33 { 0.0 } else { -0.5 },
+            let mut case = ReachCase {
                 scheduled: true,
                 ..layout_case(
                     i,
@@ -484,6 +456,7 @@ fn bs64_dominating_row_takes_the_tile_of_32_in_every_layout() {
                     seed,
                 )
             };
+            case.product.beta = if n == 33 { 0.0 } else { -0.5 };
             let (m, k) = (block_rows * bs, block_cols * bs);
             let a: Bsr<f16> = generate(Pattern::Skewed, m, k, bs, density, seed).unwrap();
             let longest = longest(&a);
@@ -524,11 +497,11 @@ fn small_block_mid_tiles_in_every_layout() {
                 seed += 1;
                 // Skewed: a long first row needs many block columns (at density 0.1, rows of 10 blocks on average).
                 let (block_cols, density) = if pattern == Pattern::Skewed { (100usize, 0.1) } else { (6, 0.5) };
-                let case = Case {
-                    beta: if pattern == Pattern::Uniform { 0.0 } else { -0.5 },
+                let mut case = ReachCase {
                     scheduled: i == 2,
                     ..layout_case(i, (b_layout, c_layout), (bs, block_rows, block_cols, n), (density, pattern), seed)
                 };
+                case.product.beta = if pattern == Pattern::Uniform { 0.0 } else { -0.5 };
                 let (m, k) = (block_rows * bs, block_cols * bs);
                 let a: Bsr<f16> = generate(pattern, m, k, bs, density, seed).unwrap();
                 let longest = longest(&a);

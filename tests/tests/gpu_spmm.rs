@@ -14,33 +14,9 @@ use sparsek::plan::Policy;
 use sparsek::tune::{KernelFamily, Plan, PlanCache, PlanSource};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Scalar, f16};
 use sparsek_tests::{
-    ROW_MAJOR, Rows, exact_operands, family, gpu, gpu_cases, own_gpu, plan_in, plan_of, spmm_planned, test_policy,
-    threads_match_one_launch,
+    Case, ROW_MAJOR, Rows, exact_operands, family, gpu, gpu_cases, own_gpu, plan_in, plan_of, spmm_planned,
+    test_policy, threads_match_one_launch,
 };
-
-/// One random case.
-#[derive(Clone, Debug)]
-struct Case {
-    bs: usize,
-    block_rows: usize,
-    block_cols: usize,
-    n: usize,
-    c_pad: usize,
-    density: f64,
-    pattern: Pattern,
-    alpha: f32,
-    beta: f32,
-    seed: u64,
-}
-
-/// The fields of a [`Case`] in declaration order, as the strategies draw them.
-type CaseTuple = (usize, usize, usize, usize, usize, f64, Pattern, f32, f32, u64);
-
-impl Case {
-    fn from_tuple((bs, block_rows, block_cols, n, c_pad, density, pattern, alpha, beta, seed): CaseTuple) -> Case {
-        Case { bs, block_rows, block_cols, n, c_pad, density, pattern, alpha, beta, seed }
-    }
-}
 
 fn case_strategy() -> impl Strategy<Value = Case> {
     (
@@ -130,10 +106,9 @@ fn run_case_with<TC: OutputElement>(
     case: &Case,
     launch: impl Fn(&DeviceBsr, &DeviceMatrix<f16>, &mut DeviceMatrix<TC>, Epilogue) -> sparsek::Result<()>,
 ) -> Result<(), String> {
-    let (m, k, n) = (case.block_rows * case.bs, case.block_cols * case.bs, case.n);
-    let a: Bsr<f16> = generate(case.pattern, m, k, case.bs, case.density, case.seed).map_err(|e| e.to_string())?;
-    let b = Matrix::<f16>::random(k, n, case.seed ^ 0xb).unwrap();
-    let ld = (n + case.c_pad).next_multiple_of(16 / std::mem::size_of::<TC>());
+    let (m, k, n) = case.dims();
+    let (a, b) = (case.a::<f16>()?, case.b::<f16>());
+    let ld = (n + case.pad).next_multiple_of(16 / std::mem::size_of::<TC>());
     let c0 = initial_c::<TC>(m, n, ld, case.beta, case.seed ^ 0xc);
     let ep = Epilogue::new(case.alpha, case.beta);
     // The one verification path: every row of the oracle, the tolerance of TC. A generated A with blocks and
@@ -203,18 +178,8 @@ fn narrow_and_wide_tiles_around_the_threshold() {
             let mid = matches!(bs, 64 | 128) && (17..=64).contains(&n) && !mid64;
             for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, -0.5)] {
                 seed += 1;
-                let case = Case {
-                    bs,
-                    block_rows: 5,
-                    block_cols: 4,
-                    n,
-                    c_pad: 8,
-                    density: 0.5,
-                    pattern,
-                    alpha: 1.5,
-                    beta,
-                    seed,
-                };
+                let case =
+                    Case { bs, block_rows: 5, block_cols: 4, n, pad: 8, density: 0.5, pattern, alpha: 1.5, beta, seed };
                 let plan = run_planned::<f32>(&gpu, &case);
                 let ctx = format!("bs {bs} n {n} {pattern}: {plan}");
                 assert_eq!(plan.kernel.ends_with("_n32"), mid, "{ctx}");
@@ -281,7 +246,7 @@ fn few_columns_on_few_and_many_block_rows() {
             for (pattern, beta) in [(Pattern::Uniform, 0.0f32), (Pattern::Skewed, -0.5)] {
                 seed += 1;
                 let case =
-                    Case { bs, block_rows, block_cols, n, c_pad: 8, density: 0.5, pattern, alpha: 1.5, beta, seed };
+                    Case { bs, block_rows, block_cols, n, pad: 8, density: 0.5, pattern, alpha: 1.5, beta, seed };
                 for plan in [run_planned::<f32>(&gpu, &case), run_planned::<f16>(&gpu, &case)] {
                     let ctx = format!("few columns: {case:?}: {plan}");
                     match family(&plan) {
@@ -325,9 +290,7 @@ fn every_tuner_candidate_matches_oracle() {
     let launches = std::cell::Cell::new(0usize);
     let strategy = prop_oneof![case_strategy(), few_columns_strategy()];
     let check = |case: &Case| -> Result<(), TestCaseError> {
-        let (m, k) = (case.block_rows * case.bs, case.block_cols * case.bs);
-        let a: Bsr<f16> = generate(case.pattern, m, k, case.bs, case.density, case.seed).unwrap();
-        let a_d = gpu.upload(&a).unwrap();
+        let a_d = gpu.upload(&case.a::<f16>().unwrap()).unwrap();
         let f32_out = case.seed.is_multiple_of(2);
         let plans = if f32_out {
             gpu.tune_candidates::<f16, f32>(&a_d, case.n, Layout::RowMajor)
@@ -362,7 +325,7 @@ fn every_tuner_candidate_matches_oracle() {
             block_rows,
             block_cols: 4,
             n,
-            c_pad: 8,
+            pad: 8,
             density: 0.6,
             pattern: Pattern::Skewed,
             alpha: 1.0,
@@ -450,7 +413,7 @@ fn tune_chooses_a_checked_plan_and_remembers_it() {
                 block_rows,
                 block_cols,
                 n,
-                c_pad: 8,
+                pad: 8,
                 density: 0.3,
                 pattern: Pattern::Skewed,
                 alpha: 1.0,
@@ -715,7 +678,7 @@ fn larger_shapes_match_oracle() {
                 block_rows: m / bs,
                 block_cols: k / bs,
                 n,
-                c_pad: 8,
+                pad: 8,
                 density: 0.2,
                 pattern,
                 alpha: 1.0,
