@@ -306,13 +306,7 @@ impl KernelConfig {
         if self.stages < 2 {
             return Err("the TMA ring needs at least two stages");
         }
-        if self.frag_db {
-            return Err("frag_db is an sm_80 schedule");
-        }
-        if self.threads() > 1024 {
-            return Err("more than 1024 threads per CTA");
-        }
-        Ok(())
+        self.check_no_frag_db_threads("frag_db is an sm_80 schedule")
     }
 
     /// The rules of the decode template ([`Pipeline::Direct`]).
@@ -332,8 +326,14 @@ impl KernelConfig {
         if self.stages == 0 {
             return Err("the decode template needs at least one chunk in flight per warp");
         }
+        self.check_no_frag_db_threads("frag_db is the cp.async template's schedule")
+    }
+
+    /// The last rules of the templates other than the cp.async one: no fragment double-buffering (a schedule of
+    /// the cp.async main loop; `frag_db_rule` is the template's words for it), at most 1024 threads per CTA.
+    const fn check_no_frag_db_threads(&self, frag_db_rule: &'static str) -> Result<(), &'static str> {
         if self.frag_db {
-            return Err("frag_db is the cp.async template's schedule");
+            return Err(frag_db_rule);
         }
         if self.threads() > 1024 {
             return Err("more than 1024 threads per CTA");
@@ -372,13 +372,8 @@ const fn row(
 }
 
 /// Configuration of the product kernel for each block size, in the order of [`BLOCK_SIZES`]: the fastest of
-/// [`TUNE_CONFIGS`] on an H100 (docs/perf-notes.md, docs/tune/).
-pub const CONFIGS: [KernelConfig; 4] = [
-    row(Pipeline::CpAsync, (16, 256, 16), (1, 4), 6, false),
-    row(Pipeline::CpAsync, (32, 256, 32), (1, 4), 3, false),
-    row(Pipeline::CpAsync, (64, 256, 32), (1, 4), 3, true),
-    row(Pipeline::CpAsync, (128, 128, 32), (2, 2), 4, true),
-];
+/// [`TUNE_CONFIGS`] on an H100 (its entries 1, 3, 7 and 12; docs/perf-notes.md, docs/tune/).
+pub const CONFIGS: [KernelConfig; 4] = [TUNE_CONFIGS[1], TUNE_CONFIGS[3], TUNE_CONFIGS[7], TUNE_CONFIGS[12]];
 
 /// Candidate configurations compiled into the tuning module ([`Module::Tuning`], entry points
 /// `sparsek_tune_<index>`, f32 output) and measured by `sparsek tune`. The winners become [`CONFIGS`];
@@ -435,12 +430,8 @@ pub const TUNE_CONFIGS: [KernelConfig; 28] = [
 /// each (step 32's build streamed a lone row 1.3x faster; uniform rows stay whole on 67 block rows or more, and
 /// at 1-16 columns 8192^2 and 16384^2 10% measured 1-5% faster per event on an H100, 5-6% from a CUDA graph);
 /// the flat list keeps the one-group tile of five stages ([`FLAT_CONFIGS`]).
-pub const NARROW_CONFIGS: [KernelConfig; 4] = [
-    row(Pipeline::CpAsync, (16, 16, 16), (1, 1), 8, false),
-    row(Pipeline::CpAsync, (32, 16, 32), (2, 1), 4, true),
-    KernelConfig { k_groups: 2, ..row(Pipeline::CpAsync, (64, 16, 64), (4, 1), 4, true) },
-    row(Pipeline::CpAsync, (128, 16, 64), (4, 1), 4, true),
-];
+pub const NARROW_CONFIGS: [KernelConfig; 4] =
+    [TUNE_CONFIGS[21], TUNE_CONFIGS[22], KernelConfig { k_groups: 2, ..TUNE_CONFIGS[15] }, TUNE_CONFIGS[18]];
 
 /// The flat block-list kernels' configurations ([`Tile::Flat`]): the narrow tiles of bs 64 and 128, whose block
 /// rows are long enough that an equal share of the blocks per CTA holds about a row (docs/perf-notes.md, issue 12

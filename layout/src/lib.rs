@@ -197,6 +197,19 @@ mod tests {
     }
 
     #[test]
+    fn templates_without_frag_db_name_it_before_the_thread_count() {
+        // The sm_90a and decode templates share their last rules, each naming frag_db in its own words first.
+        let hopper = HOPPER_CONFIGS[0];
+        assert_eq!(KernelConfig { frag_db: true, ..hopper }.check(), Err("frag_db is an sm_80 schedule"));
+        let decode = DECODE_CONFIGS[1];
+        assert_eq!(
+            KernelConfig { frag_db: true, warps_m: 33, ..decode }.check(),
+            Err("frag_db is the cp.async template's schedule")
+        );
+        assert_eq!(KernelConfig { warps_m: 33, ..decode }.check(), Err("more than 1024 threads per CTA"));
+    }
+
+    #[test]
     fn variant_names_are_unique_and_found() {
         for (i, v) in VARIANTS.iter().enumerate() {
             assert!(VARIANTS[..i].iter().all(|w| w.name != v.name), "duplicate {}", v.name);

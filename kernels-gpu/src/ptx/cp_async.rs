@@ -3,26 +3,18 @@
 
 use core::arch::asm;
 
-/// `cp.async.cg.shared.global [dst], [src], 16, src_bytes`: asynchronously copies `src_bytes` (0..=16) bytes
-/// from global `src` to shared `dst` and zero-fills the rest of the 16 bytes. Bypasses L1 (`.cg`). The copy is
-/// part of the thread's current group; it is complete only after a `cp_async_wait` that covers its group, and
-/// visible to other threads only after a barrier that follows that wait.
-///
-/// # Safety
-/// `dst` is a 16-byte aligned shared address; `src` is a 16-byte aligned global address whose first `src_bytes`
-/// bytes are readable (with `src_bytes == 0` nothing is read, but `src` must still be a valid global address).
-#[inline(always)]
-pub unsafe fn cp_async_cg_16(dst: u32, src: *const u8, src_bytes: u32) {
-    // SAFETY: the caller guarantees the addresses.
-    unsafe {
-        asm!(
-            "{{ .reg .u64 g; cvta.to.global.u64 g, {src}; cp.async.cg.shared.global [{dst}], [g], 16, {n}; }}",
-            dst = in(reg32) dst,
-            src = in(reg64) src,
-            n = in(reg32) src_bytes,
-            options(nostack)
-        )
-    };
+address_asm! {
+    /// `cp.async.cg.shared.global [dst], [src], 16, src_bytes`: asynchronously copies `src_bytes` (0..=16) bytes
+    /// from global `src` to shared `dst` and zero-fills the rest of the 16 bytes. Bypasses L1 (`.cg`). The copy is
+    /// part of the thread's current group; it is complete only after a `cp_async_wait` that covers its group, and
+    /// visible to other threads only after a barrier that follows that wait.
+    ///
+    /// # Safety
+    /// `dst` is a 16-byte aligned shared address; `src` is a 16-byte aligned global address whose first `src_bytes`
+    /// bytes are readable (with `src_bytes == 0` nothing is read, but `src` must still be a valid global address).
+    cp_async_cg_16(dst: u32 = reg32, src: *const u8 = reg64, src_bytes: u32 = reg32):
+        "{{ .reg .u64 g; cvta.to.global.u64 g, {src}; cp.async.cg.shared.global [{dst}], [g], 16, {src_bytes}; }}",
+        [nostack];
 }
 
 ordering_asm! {

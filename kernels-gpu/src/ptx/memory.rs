@@ -179,21 +179,14 @@ st_global!(
     st_global_u16, u16, "st.global.u16", reg16
 );
 
-/// `atom.global.min.u64`: `*ptr = min(*ptr, v)` atomically (the structure check's first violation).
-///
-/// # Safety
-/// `ptr` is an 8-byte aligned global address of a writable u64.
-#[inline(always)]
-pub unsafe fn atom_global_min_u64(ptr: *mut u64, v: u64) {
-    // SAFETY: the caller guarantees `ptr` is valid and aligned.
-    unsafe {
-        asm!(
-            "{{ .reg .u64 g; .reg .u64 old; cvta.to.global.u64 g, {p}; atom.global.min.u64 old, [g], {v}; }}",
-            p = in(reg64) ptr,
-            v = in(reg64) v,
-            options(nostack)
-        )
-    };
+address_asm! {
+    /// `atom.global.min.u64`: `*ptr = min(*ptr, v)` atomically (the structure check's first violation).
+    ///
+    /// # Safety
+    /// `ptr` is an 8-byte aligned global address of a writable u64.
+    atom_global_min_u64(ptr: *mut u64 = reg64, v: u64 = reg64):
+        "{{ .reg .u64 g; .reg .u64 old; cvta.to.global.u64 g, {ptr}; atom.global.min.u64 old, [g], {v}; }}",
+        [nostack];
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -211,47 +204,25 @@ ordering_asm! {
     fence_acq_rel_gpu: "fence.acq_rel.gpu;";
 }
 
-/// `atom.global.add.u32`: `*ptr += v` atomically (relaxed, GPU scope); returns the old value.
-///
-/// # Safety
-/// `ptr` is a 4-byte aligned global address of a writable u32.
-#[inline(always)]
-pub unsafe fn atom_global_add_u32(ptr: *mut u32, v: u32) -> u32 {
-    let old: u32;
-    // SAFETY: the caller guarantees `ptr` is valid and aligned.
-    unsafe {
-        asm!(
-            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; atom.global.add.u32 {o}, [g], {v}; }}",
-            p = in(reg64) ptr,
-            v = in(reg32) v,
-            o = out(reg32) old,
-            options(nostack)
-        )
-    };
-    old
-}
-
-/// `ld.relaxed.gpu.global.u32`: a u32 that other CTAs update atomically during this launch, read from L2 (a
-/// strong load: never a stale L1 line). Polling it and then [`fence_acq_rel_gpu`] once it shows what another CTA
-/// published with a release pattern (a fence at GPU scope before a relaxed atomic) is an acquire pattern: this
-/// thread's loads after the fence see what was written before that CTA's fence. The value is used only when
-/// read, so the load's round trip runs under the work in between.
-///
-/// # Safety
-/// `ptr` is a 4-byte aligned global address of a readable u32.
-#[inline(always)]
-pub unsafe fn ld_relaxed_gpu_u32(ptr: *const u32) -> u32 {
-    let v: u32;
-    // SAFETY: the caller guarantees `ptr` is valid and aligned. Not `pure`: it is a fresh read each time.
-    unsafe {
-        asm!(
-            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.relaxed.gpu.global.u32 {v}, [g]; }}",
-            p = in(reg64) ptr,
-            v = out(reg32) v,
-            options(readonly, nostack)
-        )
-    };
-    v
+address_asm! {
+    /// `atom.global.add.u32`: `*ptr += v` atomically (relaxed, GPU scope); returns the old value.
+    ///
+    /// # Safety
+    /// `ptr` is a 4-byte aligned global address of a writable u32.
+    atom_global_add_u32(ptr: *mut u32 = reg64, v: u32 = reg32) -> old: u32 = reg32:
+        "{{ .reg .u64 g; cvta.to.global.u64 g, {ptr}; atom.global.add.u32 {old}, [g], {v}; }}",
+        [nostack];
+    /// `ld.relaxed.gpu.global.u32`: a u32 that other CTAs update atomically during this launch, read from L2 (a
+    /// strong load: never a stale L1 line). Polling it and then [`fence_acq_rel_gpu`] once it shows what another
+    /// CTA published with a release pattern (a fence at GPU scope before a relaxed atomic) is an acquire pattern:
+    /// this thread's loads after the fence see what was written before that CTA's fence. The value is used only
+    /// when read, so the load's round trip runs under the work in between. Not `pure`: a fresh read each time.
+    ///
+    /// # Safety
+    /// `ptr` is a 4-byte aligned global address of a readable u32.
+    ld_relaxed_gpu_u32(ptr: *const u32 = reg64) -> v: u32 = reg32:
+        "{{ .reg .u64 g; cvta.to.global.u64 g, {ptr}; ld.relaxed.gpu.global.u32 {v}, [g]; }}",
+        [readonly, nostack];
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -43,6 +43,24 @@ macro_rules! ordering_asm {
     )*};
 }
 
+/// Wrappers of one asm block with named register operands that reaches memory through addresses the caller vouches
+/// for (each wrapper's `# Safety` says which): `name(arg: type = class, ...) [-> out: type = class]: "asm",
+/// [options];`, the asm naming each operand as its argument (`{arg}`) and the output (`{out}`, returned), passed
+/// in that order. Unsafe: the addresses are the caller's to guarantee.
+macro_rules! address_asm {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $t:ty = $class:ident),*) $(-> $out:ident: $rt:ty = $oclass:ident)?:
+        $template:literal, [$($opt:ident),*];)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub unsafe fn $name($($arg: $t),*) $(-> $rt)? {
+            $(let $out: $rt;)?
+            // SAFETY: the caller guarantees the addresses (the wrapper's `# Safety`).
+            unsafe { asm!($template, $($arg = in($class) $arg,)* $($out = out($oclass) $out,)? options($($opt),*)) };
+            $($out)?
+        }
+    )*};
+}
+
 pub mod barrier;
 pub mod cp_async;
 pub mod cvt;

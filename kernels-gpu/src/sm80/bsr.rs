@@ -707,22 +707,7 @@ macro_rules! bsr_kernel {
                 variant_config!($name, crate::layout::Pipeline::CpAsync, $in_type, $b_layout, $out_type);
             // SAFETY: forwarded preconditions.
             unsafe {
-                bsr_spmm::<
-                    { CFG.bs },
-                    { CFG.bn },
-                    { CFG.bk },
-                    { CFG.warps_m },
-                    { CFG.warps_n },
-                    { CFG.mi() as usize },
-                    { CFG.ni() as usize },
-                    { CFG.stages },
-                    { CFG.frag_db },
-                    { CFG.k_groups },
-                    $b_col,
-                    $split,
-                    $input,
-                    $out,
-                >(&params)
+                with_tile!(bsr_spmm::<CFG, { CFG.frag_db }, { CFG.k_groups }, $b_col, $split, $input, $out>(&params))
             }
         }
     };

@@ -633,18 +633,7 @@ macro_rules! flat_kernel {
             );
             const { assert!(CFG.frag_db, "the flat list runs the fragment double-buffered main loop") };
             // SAFETY: forwarded preconditions.
-            unsafe {
-                bsr_spmm_flat::<
-                    { CFG.bs },
-                    { CFG.bn },
-                    { CFG.bk },
-                    { CFG.warps_m },
-                    { CFG.warps_n },
-                    { CFG.mi() as usize },
-                    { CFG.ni() as usize },
-                    { CFG.stages },
-                >(&params)
-            }
+            unsafe { with_tile!(bsr_spmm_flat::<CFG>(&params)) }
         }
     };
 }

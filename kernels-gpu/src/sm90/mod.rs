@@ -90,30 +90,35 @@ trait WgmmaInput: Input {
     unsafe fn wgmma2<const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64);
 }
 
-impl WgmmaInput for F16In {
-    #[inline(always)]
-    unsafe fn wgmma<const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64) {
-        // SAFETY: forwarded.
-        unsafe { ptx::wgmma_m64n128k16::<false, TRANS_B>(d, a, b, 1) }
-    }
-    #[inline(always)]
-    unsafe fn wgmma2<const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64) {
-        // SAFETY: forwarded.
-        unsafe { ptx::wgmma_m64n256k16::<false, TRANS_B>(d, a, b, 1) }
-    }
+/// Implements [`WgmmaInput`] for input types: `Type: bf16` (the wgmma's `BF16` flag: bf16 or f16 operands).
+macro_rules! wgmma_input {
+    ($($input:ty: $bf16:literal),*) => {$(
+        impl WgmmaInput for $input {
+            #[inline(always)]
+            unsafe fn wgmma<const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64) {
+                // SAFETY: forwarded.
+                unsafe { ptx::wgmma_m64n128k16::<$bf16, TRANS_B>(d, a, b, 1) }
+            }
+            #[inline(always)]
+            unsafe fn wgmma2<const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64) {
+                // SAFETY: forwarded.
+                unsafe { ptx::wgmma_m64n256k16::<$bf16, TRANS_B>(d, a, b, 1) }
+            }
+        }
+    )*};
 }
 
-impl WgmmaInput for Bf16In {
-    #[inline(always)]
-    unsafe fn wgmma<const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64) {
-        // SAFETY: forwarded.
-        unsafe { ptx::wgmma_m64n128k16::<true, TRANS_B>(d, a, b, 1) }
-    }
-    #[inline(always)]
-    unsafe fn wgmma2<const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64) {
-        // SAFETY: forwarded.
-        unsafe { ptx::wgmma_m64n256k16::<true, TRANS_B>(d, a, b, 1) }
-    }
+wgmma_input!(F16In: false, Bf16In: true);
+
+/// The addresses of [`Smem`]'s map: `name(self, args) = address;` defines `fn name(self, args: u32) -> u32`.
+macro_rules! smem_addresses {
+    ($($(#[$doc:meta])* $name:ident($self:ident $(, $arg:ident)*) = $addr:expr;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        fn $name($self $(, $arg: u32)*) -> u32 {
+            $addr
+        }
+    )*};
 }
 
 /// The CTA's dynamic shared memory: the ring's `STAGES` slots (A's BS x 64 slice, then B's 64 x BN), each
@@ -143,63 +148,32 @@ impl<const STAGES: u32, const OUT_BUFS: u32> Smem<STAGES, OUT_BUFS> {
         let queue = bars + 16 * STAGES;
         Smem { ring, a_bytes, stage_bytes, bars, queue }
     }
-    /// Ring slot `s`: A's slice.
-    #[inline(always)]
-    fn a_slot(self, s: u32) -> u32 {
-        self.ring + s * self.stage_bytes
-    }
-    /// Ring slot `s`: B's rows.
-    #[inline(always)]
-    fn b_slot(self, s: u32) -> u32 {
-        self.ring + s * self.stage_bytes + self.a_bytes
-    }
-    /// Staging buffer `b` of consumer warpgroup `cw`.
-    #[inline(always)]
-    fn out_stage(self, cw: u32, b: u32) -> u32 {
-        self.ring + STAGES * self.stage_bytes + (cw * OUT_BUFS + b) * OUT_STAGE_BYTES
-    }
-    /// Slot `s`'s full barrier (1 arrival + the TMA bytes).
-    #[inline(always)]
-    fn full(self, s: u32) -> u32 {
-        self.bars + 8 * s
-    }
-    /// Slot `s`'s empty barrier (one arrival per thread of a set).
-    #[inline(always)]
-    fn empty(self, s: u32) -> u32 {
-        self.bars + 8 * (STAGES + s)
-    }
-    /// Queue entry `q`'s full barrier.
-    #[inline(always)]
-    fn q_full(self, q: u32) -> u32 {
-        self.queue + 8 * q
-    }
-    /// Queue entry `q`'s empty barrier.
-    #[inline(always)]
-    fn q_empty(self, q: u32) -> u32 {
-        self.queue + 8 * (TILE_QUEUE + q)
-    }
-    /// Queue entry `q` (16 bytes: the tile, the ring position of its first k-tile).
-    #[inline(always)]
-    fn q_entry(self, q: u32) -> u32 {
-        self.queue + 16 * TILE_QUEUE + 16 * q
-    }
-    /// Ping-pong: set `w` may start a tile's main loop once the other set has passed the full barriers of every
-    /// k-tile of its previous tile (it arrives on `turn(w)` then): the ring's earlier phases have all completed,
-    /// so each full-barrier parity names the phase meant, and the two main loops take the tensor cores in turn.
-    #[inline(always)]
-    fn turn(self, w: u32) -> u32 {
-        self.queue + 32 * TILE_QUEUE + 8 * w
-    }
-    /// A staging buffer's `full` barrier (its warpgroup's 128 threads have written it), after the turn barriers
-    /// (out_barrier_offset).
-    #[inline(always)]
-    fn out_full(self, cw: u32, b: u32) -> u32 {
-        self.queue + 32 * TILE_QUEUE + 16 + 16 * (cw * OUT_BUFS + b)
-    }
-    /// A staging buffer's `free` barrier (the TMA store has read it).
-    #[inline(always)]
-    fn out_free(self, cw: u32, b: u32) -> u32 {
-        self.out_full(cw, b) + 8
+    smem_addresses! {
+        /// Ring slot `s`: A's slice.
+        a_slot(self, s) = self.ring + s * self.stage_bytes;
+        /// Ring slot `s`: B's rows.
+        b_slot(self, s) = self.ring + s * self.stage_bytes + self.a_bytes;
+        /// Staging buffer `b` of consumer warpgroup `cw`.
+        out_stage(self, cw, b) = self.ring + STAGES * self.stage_bytes + (cw * OUT_BUFS + b) * OUT_STAGE_BYTES;
+        /// Slot `s`'s full barrier (1 arrival + the TMA bytes).
+        full(self, s) = self.bars + 8 * s;
+        /// Slot `s`'s empty barrier (one arrival per thread of a set).
+        empty(self, s) = self.bars + 8 * (STAGES + s);
+        /// Queue entry `q`'s full barrier.
+        q_full(self, q) = self.queue + 8 * q;
+        /// Queue entry `q`'s empty barrier.
+        q_empty(self, q) = self.queue + 8 * (TILE_QUEUE + q);
+        /// Queue entry `q` (16 bytes: the tile, the ring position of its first k-tile).
+        q_entry(self, q) = self.queue + 16 * TILE_QUEUE + 16 * q;
+        /// Ping-pong: set `w` may start a tile's main loop once the other set has passed the full barriers of every
+        /// k-tile of its previous tile (it arrives on `turn(w)` then): the ring's earlier phases have all completed,
+        /// so each full-barrier parity names the phase meant, and the two main loops take the tensor cores in turn.
+        turn(self, w) = self.queue + 32 * TILE_QUEUE + 8 * w;
+        /// A staging buffer's `full` barrier (its warpgroup's 128 threads have written it), after the turn barriers
+        /// (out_barrier_offset).
+        out_full(self, cw, b) = self.queue + 32 * TILE_QUEUE + 16 + 16 * (cw * OUT_BUFS + b);
+        /// A staging buffer's `free` barrier (the TMA store has read it).
+        out_free(self, cw, b) = self.out_full(cw, b) + 8;
     }
 }
 
