@@ -36,15 +36,15 @@ Measurements, for every contender, under ``torch.inference_mode()`` and ``torch.
   or dense contender that fails or raises, eagerly or in a graph, makes the exit status 1 (Triton's is reported).
 - eager: ``--calls`` (1000) back-to-back calls, then one ``torch.cuda.synchronize()``: wall time per call; and host
   time per call (until the last call returned, before the sync). Interleaved across contenders, round by round,
-  median of ``--rounds`` (7) rounds, after ``calls // 10`` warm-up calls. The eager loop reuses one weight.
-- graph (CUDA): the calls captured in one CUDA graph and replayed; layers: ``--graph-calls`` (64) calls over
-  ``max(4, ceil(2 * L2 / weight bytes))`` rotating weight copies (distinct tensors; for sparsek the same structure
-  in new index tensors), so the copies together hold at least 2x L2 and each call reads its weight cold (the bytes
-  are printed); stack and encoder: one forward per graph, no rotation (the bytes a forward reads are printed against
-  L2). Per call = replay time / calls, events around 5 replays (20 for one-forward graphs), median of the rounds,
-  interleaved. The last captured output is checked too.
-- kernel (CUDA): ``torch.profiler`` (CUDA activity) over ``--kernel-calls`` (10) eager calls: the sum of the
-  device activities' durations (kernels, memsets, copies) / calls; their names and counts are recorded.
+  median of ``--rounds`` (7) rounds, after ``calls // 10`` warm-up calls. On CUDA a layer's calls cycle over
+  ``max(4, ceil(2 * L2 / weight bytes))`` weight copies (distinct tensors; for sparsek the same structure in new
+  index tensors; the bytes are printed), so that no call finds its weight in L2, as in a model whose layers each
+  read their own; the stack (whose weights exceed L2) and the encoder run one model (bytes printed against L2).
+- graph (CUDA): the calls captured in one CUDA graph and replayed: for a layer ``--graph-calls`` (64) calls over
+  the same copies, for a model one forward. Per call = replay time / calls, events around 5 replays (20 for
+  one-forward graphs), median of the rounds, interleaved. The last captured output is checked too.
+- kernel (CUDA): ``torch.profiler`` (CUDA activity) over ``--kernel-calls`` (10) eager calls (over the copies): the
+  sum of the device activities' durations (kernels, memsets, copies) / calls; their names and counts are recorded.
 - speedups vs dense (dense's time / the contender's) for each, and issue 43's part 2 targets as PASS/MISS lines:
   layers >= 1.5x dense eager (sparsek.linear and BlockSparseLinear, 1 and 16 tokens, both modes), the stack faster
   than dense, the encoder >= 1.0x.
@@ -135,12 +135,13 @@ def log(msg: str) -> None:
 # Measurements.
 
 
-def eager_round(ctx: Ctx, fn: Callable, calls: int) -> tuple:
-    """``calls`` back-to-back calls then one synchronize: (wall µs per call, host µs per call)."""
+def eager_round(ctx: Ctx, fns: list, calls: int) -> tuple:
+    """``calls`` back-to-back calls cycling over ``fns``, then one synchronize: (wall, host) µs per call."""
+    k = len(fns)
     ctx.sync()
     t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
+    for i in range(calls):
+        fns[i % k]()
     t1 = time.perf_counter()
     ctx.sync()
     t2 = time.perf_counter()
@@ -175,17 +176,18 @@ def graph_round(ctx: Ctx, graph, n: int, reps: int) -> float:
     return start.elapsed_time(end) * 1e3 / (reps * n)
 
 
-def kernel_time(ctx: Ctx, fn: Callable, calls: int) -> dict:
-    """The device activities of ``calls`` eager calls (torch.profiler): µs per call and {name: count per call}."""
+def kernel_time(ctx: Ctx, fns: list, calls: int) -> dict:
+    """The device activities of ``calls`` eager calls cycling over ``fns`` (torch.profiler): µs per call and
+    {name: count per call}."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     with torch.inference_mode():
-        fn()
+        fns[0]()
         ctx.sync()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                fn()
+            for i in range(calls):
+                fns[i % len(fns)]()
             ctx.sync()
     total, names = 0.0, {}
     for e in prof.events():
@@ -226,16 +228,23 @@ def measure(ctx: Ctx, contenders: list, graph_reps: int) -> dict:
             r["status"] = "pass" if all(v["passed"] for v in r["checks"].values()) else "fail"
             ready.append(c)
     calls, rounds = a.calls, a.rounds
+    fns = {}  # what each contender's eager calls and graph cycle over: its weight copies, or its one call
+    for c in ready:
+        if c.copies is not None and ctx.cuda:
+            n_copies = max(4, math.ceil(2 * ctx.l2 / c.copy_bytes))
+            fns[c.name] = c.copies(n_copies)
+            res[c.name].update(weight_copies=n_copies, weight_copies_bytes=n_copies * c.copy_bytes)
+        else:
+            fns[c.name] = [c.run]
     for mode, context in MODES:
         with context():
             for c in ready:
-                for _ in range(max(1, calls // 10)):
-                    c.run()
+                eager_round(ctx, fns[c.name], max(len(fns[c.name]), calls // 10))  # warm-up
             wall = {c.name: [] for c in ready}
             host = {c.name: [] for c in ready}
             for _ in range(rounds):
                 for c in ready:
-                    w, h = eager_round(ctx, c.run, calls)
+                    w, h = eager_round(ctx, fns[c.name], calls)
                     wall[c.name].append(w)
                     host[c.name].append(h)
         for c in ready:
@@ -247,27 +256,22 @@ def measure(ctx: Ctx, contenders: list, graph_reps: int) -> dict:
     graphs = {}
     for c in ready:
         try:
-            if c.copies is not None:
-                n_copies = max(4, math.ceil(2 * ctx.l2 / c.copy_bytes))
-                fns, n = c.copies(n_copies), a.graph_calls
-                res[c.name]["graph_copies"] = n_copies
-                res[c.name]["graph_bytes"] = n_copies * c.copy_bytes
-            else:
-                fns, n = [c.run], 1
-            graph, out = capture(ctx, fns, n)
+            n = a.graph_calls if c.copies is not None else 1
+            graph, out = capture(ctx, fns[c.name], n)
+            graph.replay()  # a capture runs nothing: the output is written by the first replay
             ctx.sync()
-            res[c.name]["graph_check"] = c.check(out)
+            with torch.no_grad():
+                res[c.name]["graph_check"] = c.check(out)
             if not res[c.name]["graph_check"]["passed"]:
                 res[c.name]["status"] = "fail"
-            graphs[c.name] = (graph, n, fns, out)
+            graphs[c.name] = (graph, n, out)
         except Exception as e:  # noqa: BLE001
             res[c.name]["graph_error"] = bt.describe(e)
-            ctx.sync()
     per = {name: [] for name in graphs}
-    for name, (graph, n, _, _) in graphs.items():
+    for name, (graph, n, _) in graphs.items():
         graph_round(ctx, graph, n, 2)  # warm
     for _ in range(rounds):
-        for name, (graph, n, _, _) in graphs.items():
+        for name, (graph, n, _) in graphs.items():
             per[name].append(graph_round(ctx, graph, n, graph_reps if n == 1 else 5))
     for name, us in per.items():
         res[name]["graph_us"] = statistics.median(us)
@@ -276,7 +280,7 @@ def measure(ctx: Ctx, contenders: list, graph_reps: int) -> dict:
     bt.free_memory()
     for c in ready:
         try:
-            res[c.name].update({f"kernel_{k}": v for k, v in kernel_time(ctx, c.run, a.kernel_calls).items()})
+            res[c.name].update({f"kernel_{k}": v for k, v in kernel_time(ctx, fns[c.name], a.kernel_calls).items()})
         except Exception as e:  # noqa: BLE001
             res[c.name]["kernel_error"] = bt.describe(e)
     return res
@@ -653,14 +657,15 @@ def section_table(section: dict) -> str:
 def section_notes(name: str, section: dict, l2: int) -> list:
     notes, kernels = [], {}
     for rec in section["records"]:
+        copies = [f"{c} {r['weight_copies']} ({r['weight_copies_bytes'] / 2**20:.0f} MiB)"
+                  for c, r in rec.get("results", {}).items() if "weight_copies" in r]
+        if copies:
+            notes.append(f"- {rec['case']}: weight copies {', '.join(copies)}; L2 {l2 / 2**20:.0f} MiB")
         for cname, r in rec.get("results", {}).items():
-            if "graph_copies" in r:
-                notes.append(f"- graph, {rec['case']}, {cname}: {r['graph_copies']} weight copies, "
-                             f"{r['graph_bytes'] / 2**20:.0f} MiB in all (L2 {l2 / 2**20:.0f} MiB)")
             for k in r.get("kernel_kernels", {}):
                 kernels.setdefault(cname, set()).add(k if len(k) <= 70 else k[:67] + "...")
         if name != "layers" and "sparse_model_bytes" in rec:
-            notes.append(f"- graph, {rec['case']}: one forward per graph, no rotation; weights read per forward "
+            notes.append(f"- {rec['case']}: one forward per call and per graph, no rotation; weights "
                          f"{rec['sparse_model_bytes'] / 2**20:.1f} MiB sparse, {rec['dense_model_bytes'] / 2**20:.1f}"
                          f" MiB dense (L2 {l2 / 2**20:.0f} MiB)")
     notes += [f"- kernels counted, {c}: {', '.join(sorted(ks))}" for c, ks in kernels.items()]
