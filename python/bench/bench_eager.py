@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a PyTorch user sees in eager mode: sparsek's layers, a decode stack and a small encoder against dense (issue 43,
-parts 2 and 5).
+parts 2 and 5). The method in full: docs/BENCHMARKS.md, "Eager PyTorch".
 
 Run on a GPU (the ``sparsek`` package importable, e.g. ``PYTHONPATH=python``)::
 
@@ -8,54 +8,30 @@ Run on a GPU (the ``sparsek`` package importable, e.g. ``PYTHONPATH=python``)::
     python python/bench/bench_eager.py --dtype f16 --json out.json --md out.md
     python python/bench/bench_eager.py --device cpu --quick  # smoke test: small shapes, CUDA-only parts skipped
 
-Sections (``--only layers,stack,encoder``), bf16 by default (``--dtype f16``), seeded per case, fresh random inputs:
+Sections (``--only layers,stack,encoder``), seeded per case, fresh random inputs: ``layers``: 11008 x 4096 and
+4096 x 11008, 64-blocks at 25% (bench_torch's uniform ``random_bsr``), 1 and 16 tokens: ``sparsek.linear``,
+``BlockSparseLinear`` over the same BSR weight, dense ``F.linear`` on the weight expanded (zeros included), PyTorch's
+Triton ``bsr_dense_mm(w, x.t())`` (``y^T``; where it cannot run: reported, not fatal). ``stack``: 8 layers of
+``x = x + down(silu(up(x)))`` at width 4096 / 11008, ``BlockSparseLinear.from_dense(..., 64, density=0.25)`` (SiLU
+fused) against its dense twin (the same module class over ``nn.Linear``, the unpruned weights), 1 and 16 tokens.
+``encoder``: 6 post-LN layers, width 384, FFN 1536, 12 heads, ``F.scaled_dot_product_attention``, 64 x 128 tokens,
+every Linear a ``BlockSparseLinear`` of 32-blocks at 25% (GELU fused) against the dense twin.
 
-- ``layers``: 11008 x 4096 ("up") and 4096 x 11008 ("down"), 64-blocks, 25% of the blocks (bench_torch's uniform
-  ``random_bsr``), 1 and 16 tokens: ``sparsek.linear(x, w)``, ``BlockSparseLinear.from_bsr(w)``, dense
-  ``F.linear(x, w_dense)`` (the weight expanded, zeros included) and PyTorch's Triton ``bsr_dense_mm(w, x.t())``
-  (``y^T``, as bench_torch's layer section; where it cannot run it is reported, not fatal).
-- ``stack``: a decode step of a 4096-wide model, 8 layers of ``x = x + down(silu(up(x)))`` (up 11008 x 4096,
-  down 4096 x 11008, with bias): ``BlockSparseLinear.from_dense(..., 64, density=0.25)`` (SiLU fused into up)
-  against its dense twin (the same module class over ``nn.Linear`` and ``nn.SiLU``, the unpruned weights); 1, 16
-  tokens.
-- ``encoder``: 6 post-LN layers, width 384, FFN 1536 (GELU, tanh form), 12 heads, ``F.scaled_dot_product_attention``,
-  64 x 128 tokens; every Linear (q, k, v, o, FFN) a ``BlockSparseLinear`` of 32-blocks at 25% (GELU fused) against
-  the dense twin (the same module class over ``nn.Linear``, the unpruned weights).
+Per contender, under ``torch.inference_mode()`` and ``torch.no_grad()``: the check against float64 (in each mode,
+and of a CUDA graph's output; in the models every Linear also on its own input); the eager wall time per call of
+``--calls`` (1000) back-to-back calls then one synchronize, and the host time per call (until the last call
+returned), interleaved across contenders, median of ``--rounds`` (7), a layer's calls cycling over weight copies
+that hold 2x L2; on CUDA, the graph time per call (``--graph-calls`` (64) calls over the copies for a layer, one
+forward for a model, in one CUDA graph) and the kernel time per call (``torch.profiler``'s device activities over
+``--kernel-calls`` (10) calls, named). Speedups over dense, and issue 43's part 2 targets as PASS/MISS lines.
 
-Measurements, for every contender, under ``torch.inference_mode()`` and ``torch.no_grad()`` (HF generate's):
-
-- check: each contender's output, in each mode (and the last output a CUDA graph captured), against a float64
-  evaluation of the same low-precision inputs (its own weights), ``|got - ref| <= atol + rtol * |ref|`` on every
-  element (bench_torch's ``check_close``; NaN fails); u is the dtype's unit roundoff. Layers: rtol 4u, atol
-  0.2u * sqrt(K) * max|w| * max|x| (f16: bench_torch's 2e-3 and 1e-4). Models: a hooked forward checks every Linear
-  (dense or sparse) on the input it was given with the layers' tolerances (a dropped block fails), and the whole
-  output is checked against a reference that rounds to the dtype where the models do (each Linear's output, a
-  separate activation's input and output, attention, residual sums, layer norms), rtol 8u, atol 4u * sqrt(K) *
-  max|a| * max|b| of the last product, both x2 for the stack and x8 for the encoder (attention and layer norms in
-  the dtype over 6 layers: a garbage check). All of a case's outputs are held until every contender ran. A sparsek
-  or dense contender that fails or raises, eagerly or in a graph, makes the exit status 1 (Triton's is reported).
-- eager: ``--calls`` (1000) back-to-back calls, then one ``torch.cuda.synchronize()``: wall time per call; and host
-  time per call (until the last call returned, before the sync). Interleaved across contenders, round by round,
-  median of ``--rounds`` (7) rounds, after ``calls // 10`` warm-up calls. On CUDA a layer's calls cycle over
-  ``max(4, ceil(2 * L2 / weight bytes))`` weight copies (distinct tensors; for sparsek the same structure in new
-  index tensors; the bytes are printed), so that no call finds its weight in L2, as in a model whose layers each
-  read their own; the stack (whose weights exceed L2) and the encoder run one model (bytes printed against L2).
-- graph (CUDA): the calls captured in one CUDA graph and replayed: for a layer ``--graph-calls`` (64) calls over
-  the same copies, for a model one forward. Per call = replay time / calls, events around 5 replays (20 for
-  one-forward graphs), median of the rounds, interleaved. The last captured output is checked too.
-- kernel (CUDA): ``torch.profiler`` (CUDA activity) over ``--kernel-calls`` (10) eager calls (over the copies): the
-  sum of the device activities' durations (kernels, memsets, copies) / calls; their names and counts are recorded.
-- speedups vs dense (dense's time / the contender's) for each, and issue 43's part 2 targets as PASS/MISS lines:
-  layers >= 1.5x dense eager (sparsek.linear and BlockSparseLinear, 1 and 16 tokens, both modes), the stack faster
-  than dense, the encoder >= 1.0x.
-
-``--quick``: small shapes (layers 1024 x 512 and its transpose, a 2-layer 512/1024 stack, a 2-layer 128-wide
-encoder of 4 x 16 tokens), 50 calls, 3 rounds. ``--json`` / ``--md``: every number with bench_torch's run header
-(GPU, driver, torch, commit from ``$SPARSEK_COMMIT``, date). Progress to stderr, the tables to stdout. Exit status
-1 on a failed check or a sparsek/dense error, 2 for bad arguments or no GPU.
+``--quick``: small shapes, 50 calls, 3 rounds. ``--json`` / ``--md``: every number with bench_torch's run header
+(GPU, driver, torch, commit from ``$SPARSEK_COMMIT``, date). Progress to stderr, the tables to stdout. Exit status 1
+on a failed check or a sparsek/dense error (eager or in a graph), 2 for bad arguments or no GPU.
 """
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -348,29 +324,19 @@ def layer_case(ctx: Ctx, w: torch.Tensor, w_dense: torch.Tensor, name: str, toke
     sparse_bytes = sum(t.numel() * t.element_size() for t in (w.values(), w.crow_indices(), w.col_indices()))
     dense_bytes = w_dense.numel() * w_dense.element_size()
 
-    def linear_copies(n):
-        ws = [bsr_copy(w) for _ in range(n)]
-        return [lambda wi=wi: sparsek.linear(x, wi) for wi in ws]
-
-    def module_copies(n):
-        ms = [BlockSparseLinear.from_bsr(bsr_copy(w)) for _ in range(n)]
-        return [lambda m=m: m(x) for m in ms]
-
-    def dense_copies(n):
-        ws = [w_dense.clone() for _ in range(n)]
-        return [lambda wi=wi: F.linear(x, wi) for wi in ws]
-
-    def triton_copies(n):
-        ws = [bsr_copy(w) for _ in range(n)]
-        return [lambda wi=wi: ctx.triton_mm(wi, xt) for wi in ws]
+    def rotating(make, call):  # n calls, each over its own copy of the weight made by make()
+        return lambda n: [functools.partial(call, make()) for _ in range(n)]
 
     contenders = [
-        Eager("sparsek.linear", lambda: sparsek.linear(x, w), check, copies=linear_copies, copy_bytes=sparse_bytes),
-        Eager("BlockSparseLinear", lambda: module(x), check, copies=module_copies, copy_bytes=sparse_bytes),
-        Eager("dense", lambda: F.linear(x, w_dense), check, copies=dense_copies, copy_bytes=dense_bytes),
+        Eager("sparsek.linear", lambda: sparsek.linear(x, w), check, copy_bytes=sparse_bytes,
+              copies=rotating(lambda: bsr_copy(w), lambda wi: sparsek.linear(x, wi))),
+        Eager("BlockSparseLinear", lambda: module(x), check, copy_bytes=sparse_bytes,
+              copies=rotating(lambda: BlockSparseLinear.from_bsr(bsr_copy(w)), lambda m: m(x))),
+        Eager("dense", lambda: F.linear(x, w_dense), check, copy_bytes=dense_bytes,
+              copies=rotating(w_dense.clone, lambda wi: F.linear(x, wi))),
         Eager("triton", skip=ctx.triton_skip) if ctx.triton_mm is None else Eager(
-            "triton", lambda: ctx.triton_mm(w, xt), lambda yt: check(yt.t()), copies=triton_copies,
-            copy_bytes=sparse_bytes),
+            "triton", lambda: ctx.triton_mm(w, xt), lambda yt: check(yt.t()), copy_bytes=sparse_bytes,
+            copies=rotating(lambda: bsr_copy(w), lambda wi: ctx.triton_mm(wi, xt))),
     ]
     res = measure(ctx, contenders, 20)
     return finish_case(ctx, "layers", name, res, {
