@@ -633,7 +633,8 @@ def section_notes(name: str, section: dict, l2: int) -> list:
             notes.append(f"- {rec['case']}: one forward per call and per graph, no rotation; weights "
                          f"{rec['sparse_model_bytes'] / 2**20:.1f} MiB sparse, {rec['dense_model_bytes'] / 2**20:.1f}"
                          f" MiB dense (L2 {l2 / 2**20:.0f} MiB)")
-    notes += [f"- kernels counted, {c}: {', '.join(sorted(ks))}" for c, ks in kernels.items()]
+    notes += [f"- kernels counted, {c}: {', '.join(sorted(ks)[:6])}" + (f" and {len(ks) - 6} more (--json)"
+              if len(ks) > 6 else "") for c, ks in kernels.items()]
     return notes
 
 
