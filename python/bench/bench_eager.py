@@ -690,6 +690,19 @@ def parse_args(argv) -> argparse.Namespace:
     return args
 
 
+def write(args, result: dict) -> str:
+    """Writes ``--json`` / ``--md`` (after each section, marked partial, and at the end); returns the Markdown."""
+    markdown = render(result) + ("\n(partial: the run has not finished)\n" if result.get("partial") else "")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1, allow_nan=False)
+            f.write("\n")
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(markdown)
+    return markdown
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     warnings.filterwarnings("ignore", message="Sparse BSR tensor support is in beta state")
@@ -716,6 +729,7 @@ def main(argv=None) -> int:
             result["sections"][name] = {"error": bt.describe(e)}
             ctx.failures.append(f"section {name} failed: {bt.describe(e, 300)}")
         bt.free_memory()
+        write(args, {**result, "partial": True, "targets": targets(result["sections"])})  # in case the run is cut
     if ctx.profile_later:
         log(f"== kernel time: torch.profiler, {len(ctx.profile_later)} contenders")
     for res, fns in ctx.profile_later:
@@ -731,15 +745,7 @@ def main(argv=None) -> int:
     result["targets"] = targets(result["sections"])
     result["failures"] = ctx.failures
     result["elapsed_s"] = time.perf_counter() - started
-    markdown = render(result)
-    print(markdown)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1, allow_nan=False)
-            f.write("\n")
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(markdown)
+    print(write(args, result))
     for failure in ctx.failures:
         log(f"FAILED: {failure}")
     log(f"bench_eager: {result['elapsed_s']:.0f} s")
