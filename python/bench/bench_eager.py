@@ -42,7 +42,6 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Callable, Optional
 
 import torch
@@ -80,27 +79,18 @@ class Eager(bt.Contender):
     copy_bytes: int = 0
 
 
-class Ctx:
-    """The run: options, device, dtype, failures."""
+class Ctx(bt.Run):
+    """bench_torch's run (options, device, failures, Triton's kernel or why not, ``case``) with the dtype, its unit
+    roundoff u, the L2 size, and the contenders to profile at the end of the run (so that the profiler, CUPTI, is in
+    no other measurement and no graph capture)."""
 
     def __init__(self, args):
-        self.args, self.quick = args, args.quick
-        self.device = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
-        self.cuda = self.device.type == "cuda"
+        args.iters, args.warmup = args.rounds, 0  # what bench_torch's Run and run header read
+        super().__init__(args, torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu"))
         self.dtype = DTYPES[args.dtype]
         self.u = UNIT_ROUNDOFF[self.dtype]
         self.l2 = torch.cuda.get_device_properties(self.device).L2_cache_size if self.cuda else 0
-        self.failures = []
-        # (a contender's results, its calls) to profile at the end of the run: the profiler (CUPTI) is left out of
-        # every other measurement and of every graph capture.
-        self.profile_later = []
-        self.triton_mm, self.triton_skip = None, "CUDA only"
-        if self.cuda:
-            try:
-                from torch.sparse._triton_ops import bsr_dense_mm
-                self.triton_mm, self.triton_skip = bsr_dense_mm, None
-            except Exception as e:  # noqa: BLE001
-                self.triton_skip = f"unavailable: {bt.describe(e, 300)}"
+        self.profile_later = []  # (a contender's results, its calls)
 
     def sync(self) -> None:
         if self.cuda:
@@ -286,18 +276,6 @@ def finish_case(ctx: Ctx, section: str, name: str, res: dict, extra: dict) -> di
     return {"case": name, **extra, "results": res, "speedup_vs_dense": speedups(res)}
 
 
-def run_case(ctx: Ctx, section: str, i: int, n: int, name: str, body: Callable[[], dict]) -> dict:
-    log(f"[{section} {i}/{n}] {name}")
-    try:
-        record = body()
-    except Exception as e:  # noqa: BLE001
-        traceback.print_exc()
-        record = {"case": name, "error": bt.describe(e)}
-        ctx.failures.append(f"{section} {name}: case failed: {bt.describe(e, 300)}")
-    bt.free_memory()
-    return record
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Section layers.
 
@@ -355,7 +333,7 @@ def section_layers(ctx: Ctx) -> dict:
         for tokens in (1, 16):
             i += 1
             name = f"{model} tokens={tokens}"
-            records.append(run_case(ctx, "layers", i, n, name, lambda: layer_case(ctx, w, w_dense, name, tokens)))
+            records.append(ctx.case("layers", i, n, name, lambda: layer_case(ctx, w, w_dense, name, tokens)))
         del w, w16, w_dense
         bt.free_memory()
     return {"records": records}
@@ -529,7 +507,7 @@ def section_stack(ctx: Ctx) -> dict:
         name = f"{model} tokens={tokens}"
         torch.manual_seed(bt.seed_for(name))
         x = torch.randn(tokens, width, device=ctx.device).to(ctx.dtype)
-        records.append(run_case(ctx, "stack", i + 1, 2, name, lambda: model_case(
+        records.append(ctx.case("stack", i + 1, 2, name, lambda: model_case(
             ctx, "stack", dense, sparse, stack_reference, x, name, {"tokens": tokens})))
     return {"records": records}
 
@@ -553,7 +531,7 @@ def section_encoder(ctx: Ctx) -> dict:
         layer.act = None
     sparse = sparse_twin(dense, convert)
     x = torch.randn(batch, seq, width, device=ctx.device).to(ctx.dtype)
-    return {"records": [run_case(ctx, "encoder", 1, 1, name, lambda: model_case(
+    return {"records": [ctx.case("encoder", 1, 1, name, lambda: model_case(
         ctx, "encoder", dense, sparse, encoder_reference, x, name, {"tokens": batch * seq}))]}
 
 
@@ -712,8 +690,7 @@ def main(argv=None) -> int:
         return 2
     ctx = Ctx(args)
     started = time.perf_counter()
-    shim = SimpleNamespace(device=ctx.device, cuda=ctx.cuda, quick=ctx.quick, args=SimpleNamespace(iters=0, warmup=0))
-    header = bt.run_header(shim)
+    header = bt.run_header(ctx)
     for k in ("iters", "warmup"):
         header.pop(k)
     header.update(dtype=args.dtype, calls=args.calls, rounds=args.rounds, graph_calls=args.graph_calls,
