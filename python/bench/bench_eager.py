@@ -67,6 +67,9 @@ MODEL_RTOL_U, MODEL_ATOL_U = 8.0, 4.0
 # The encoder: attention and layer norms in the dtype (flash attention rounds its probabilities) over 6 layers; on the
 # CPU at full size the worst element reached 1.8x the unscaled tolerance (f16, dense).
 MODEL_TOL_SCALE = {"stack": 2.0, "encoder": 8.0}
+# Weight copies a layer's calls cycle over: enough for 2x L2, at most this (--quick's small weights on a GPU: sparsek
+# remembers 256 checked structures, and the printed bytes then show that the copies fit in L2).
+MAX_COPIES = 32
 TARGETS = {"layers": 1.5, "stack": 1.0, "encoder": 1.0}  # issue 43 part 2: eager speedup over dense (stack: >)
 
 
@@ -201,7 +204,7 @@ def measure(ctx: Ctx, contenders: list, graph_reps: int) -> dict:
     fns = {}  # what each contender's eager calls and graph cycle over: its weight copies, or its one call
     for c in ready:
         if c.copies is not None and ctx.cuda:
-            n_copies = max(4, math.ceil(2 * ctx.l2 / c.copy_bytes))
+            n_copies = min(MAX_COPIES, max(4, math.ceil(2 * ctx.l2 / c.copy_bytes)))
             fns[c.name] = c.copies(n_copies)
             res[c.name].update(weight_copies=n_copies, weight_copies_bytes=n_copies * c.copy_bytes)
         else:
