@@ -326,9 +326,10 @@ pub type ContenderResult = crate::side::ContenderResult<Figures>;
 /// A decode contender's figures (in its JSON object, after the check).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Figures {
-    /// Its launch times, if timed.
+    /// Its launch times per event on an idle stream (each launch between its own pair of events), if timed.
     pub time: Option<Times>,
-    /// Input sets rotated through (each a separate copy of every operand a launch reads).
+    /// Input sets rotated through (each a separate copy of every operand a launch reads): at least [`MIN_SETS`];
+    /// the same sets serve the per-event, kernel and graph times.
     pub sets: usize,
     /// `sets` times the bytes one launch moves (for cuBLAS: dense A, B and C): at least 2x L2 unless capped by
     /// [`MAX_SETS`].
@@ -351,11 +352,11 @@ impl ContenderResult {
 pub struct Goal {
     /// The figure it is set on.
     pub figure: Figure,
-    /// The bound: a minimum for `copy_fraction` and `speedup_vs_cublas`, a maximum for `launch_ratio`.
+    /// The bound, a minimum.
     pub bound: f64,
     /// Whether the figure meets it; `None` when the figure could not be measured.
     pub met: Option<bool>,
-    /// Whether the read floor's time would meet it (the figure computed from the read floor's median instead of
+    /// Whether the read floor's time would meet it (the figure computed from the read floor's graph time instead of
     /// sparsek's): `Some(false)` marks a target out of reach of any kernel measured this way. `None` when the
     /// read floor was not measured.
     pub floor_met: Option<bool>,
@@ -403,24 +404,26 @@ pub struct DecodeRecord {
     pub contenders: Contenders,
     /// The copy of the same bytes, timed with the contenders.
     pub same_size_copy: SameSizeCopy,
-    /// `bytes.total / sparsek's median`, GB/s.
+    /// `bytes.total / sparsek's median` per event (idle stream), GB/s.
     pub achieved_gbps: Option<f64>,
     /// `achieved_gbps / copy.gbps`.
     pub copy_fraction: Option<f64>,
     /// `achieved_gbps / same_size_copy.gbps` (the copy's time over sparsek's, up to the 16-byte rounding).
     pub same_size_copy_fraction: Option<f64>,
-    /// The read floor ([`floor`]): a kernel moving the case's bytes once, timed with the contenders.
+    /// The read floor ([`floor`]): a kernel moving the case's bytes once, timed per event (idle stream) with the
+    /// contenders; its rotated sets also serve its kernel and graph times.
     pub read_floor: ReadFloor,
-    /// The read floor's median / sparsek's: how close sparsek is to moving the bytes and nothing else.
+    /// The read floor's median / sparsek's, per event: how close sparsek is to moving the bytes and nothing else.
     pub read_floor_fraction: Option<f64>,
     /// The read floor queued behind the hold like [`DecodeRecord::sparsek_queued`]: the GPU's own time to move the
-    /// bytes, without the host's.
+    /// bytes, without the host's: its kernel time (the table's "read floor kernel µs").
     pub read_floor_queued: Queued,
-    /// cuBLAS's median / sparsek's.
+    /// cuBLAS's median / sparsek's, per event.
     pub speedup_vs_cublas: Option<f64>,
-    /// sparsek's median / the empty launch's.
+    /// sparsek's median / the empty launch's, per event.
     pub launch_ratio: Option<f64>,
-    /// sparsek queued behind the hold ([`queued`]): the GPU's own time per launch.
+    /// sparsek queued behind the hold ([`queued`]): the GPU's own time per launch, without host gaps: its kernel
+    /// time (the table's "sparsek kernel µs").
     pub sparsek_queued: Queued,
     /// sparsek's queued time / the queued empty launch's.
     pub queued_launch_ratio: Option<f64>,
@@ -429,13 +432,15 @@ pub struct DecodeRecord {
     /// plain launches' bits, else this is a failure. `None` when not measured (a GPU without it, or a run whose
     /// launches are all programmatic).
     pub sparsek_queued_programmatic: Option<Queued>,
-    /// sparsek replayed from a CUDA graph (`graph_replayed`): [`queued::BATCH`] launches captured once, the
-    /// graph's time per launch. Its output must pass the oracle's check. `None` when not measured.
+    /// sparsek replayed from a CUDA graph: [`queued::BATCH`] launches over its rotated sets captured once, the
+    /// median replay's time per launch (the targets' time; the table's "sparsek graph µs"). Its output must pass the
+    /// oracle's check. `None` when not measured.
     pub sparsek_graph: Option<Queued>,
     /// As [`DecodeRecord::sparsek_graph`] through the programmatic `Gpu` (measured where
     /// [`DecodeRecord::sparsek_queued_programmatic`] is).
     pub sparsek_graph_programmatic: Option<Queued>,
-    /// cuBLAS queued behind the hold like [`DecodeRecord::sparsek_queued`]: its kernel time.
+    /// cuBLAS queued behind the hold like [`DecodeRecord::sparsek_queued`]: its kernel time (the table's "cuBLAS
+    /// kernel µs").
     pub cublas_queued: Queued,
     /// The read floor replayed from a CUDA graph like [`DecodeRecord::sparsek_graph`] (no output to check).
     /// `None` when not measured.
