@@ -132,8 +132,15 @@ pub(super) fn goals_cell(r: &DecodeRecord) -> String {
 }
 
 /// The checks column: "pass", or what failed or could not run.
+/// The checks column: "pass", or what failed or could not run; then each graph that failed (not measured, or its
+/// output failed its check), as `; graph failed: sparsek, cuBLAS`.
 pub(super) fn checks_cell(r: &DecodeRecord) -> String {
-    r.status.checks_cell(r.contenders.all())
+    let mut s = r.status.checks_cell(r.contenders.all());
+    let failed: Vec<&str> = r.graph_failures().into_iter().map(|(name, _)| name).collect();
+    if !failed.is_empty() {
+        let _ = write!(s, "; graph failed: {}", failed.join(", "));
+    }
+    s
 }
 
 /// The targets met, missed and not measured over all records, and a line per missed one.

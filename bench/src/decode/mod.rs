@@ -564,6 +564,20 @@ impl DecodeRecord {
             .collect();
     }
 
+    /// The graphs that were attempted and failed (capture, replay or their output's check), as (contender, why):
+    /// their times are not reported and their targets not measured.
+    pub fn graph_failures(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("sparsek", &self.sparsek_graph),
+            ("sparsek programmatic", &self.sparsek_graph_programmatic),
+            ("read floor", &self.read_floor_graph),
+            ("cuBLAS", &self.cublas_graph),
+        ]
+        .into_iter()
+        .filter_map(|(name, q)| Some((name, q.as_ref()?.error.as_deref()?)))
+        .collect()
+    }
+
     /// Whether the case ran and sparsek's output passed its check.
     pub fn sparsek_passed(&self) -> bool {
         self.status.error.is_none() && self.contenders.sparsek.passed()
@@ -622,6 +636,11 @@ pub fn run(gpu: &Gpu, programmatic: Option<&Gpu>, cfg: &DecodeConfig) -> Result<
         let why = r.status.error.clone().or_else(|| r.contenders.sparsek.error.clone());
         let why = why.or_else(|| r.contenders.sparsek.check.as_ref().map(|k| k.detail.clone()));
         eprintln!("FAILED {}: {}", r.facts.case, why.unwrap_or_default());
+    }
+    for r in &records {
+        for (name, why) in r.graph_failures() {
+            eprintln!("GRAPH FAILED {} ({name}): {why}", r.facts.case);
+        }
     }
     let all_passed = records.iter().all(DecodeRecord::sparsek_passed);
     Ok(DecodeSummary { header, references, records, all_passed })

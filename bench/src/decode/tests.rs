@@ -211,6 +211,8 @@ fn figures_and_verdicts() {
     no_cublas.evaluate(&case, &refs);
     assert_eq!((no_cublas.graph_floor_fraction, no_cublas.graph_speedup_vs_cublas), (Some(0.95), None));
     assert_eq!(no_cublas.goals.iter().map(|g| g.met).collect::<Vec<_>>(), vec![Some(true), None]);
+    assert_eq!(checks_cell(&no_cublas), "pass; graph failed: cuBLAS");
+    assert_eq!(checks_cell(&failed), "pass; graph failed: sparsek");
 
     // A failed sparsek check: no figures, no verdicts, a failed case (even with a graph time).
     let bad =
@@ -402,7 +404,9 @@ fn table_and_json() {
         "{}",
         rows[0]
     );
-    assert!(rows[0].ends_with("| pass |"), "{}", rows[0]);
+    assert!(rows[0].ends_with("| pass; graph failed: sparsek programmatic |"), "{}", rows[0]);
+    assert_eq!(records[0].graph_failures(), vec![("sparsek programmatic", "the graph's output differs")]);
+    assert!(records[1].graph_failures().is_empty());
     assert!(rows[1].contains("| 0.590 | 3.00 | - | - | - | - | - | 6.00 | - | - |"), "{}", rows[1]);
     assert!(rows[1].contains("| - | - | cublas-gemmex-f16-f32 n/a |"), "{}", rows[1]);
     assert!(t.contains("- Empty launch, kernel (queued): 1.50 µs per launch, median of 30 batches of 32"), "{t}");
@@ -536,4 +540,72 @@ fn at_least_four_sets() {
     assert_eq!(decode_depth(30 << 20, l2), MIN_SETS);
     assert_eq!(decode_depth(10 << 20, l2), 10);
     assert_eq!(decode_depth(1 << 20, l2), 100);
+}
+
+/// On a GPU: two cases run end to end through [`run`] (the quick grid's 8192 x 16 x 8192 bs 64 22%, which has
+/// targets, and 1536 x 1 x 384 bs 64 50%, which has none): every contender is timed three ways (graph, kernel, per
+/// event) over at least [`MIN_SETS`] sets, sparsek's and cuBLAS's graph outputs pass the oracle, the targets are
+/// judged. Skips without a GPU (`SPARSEK_REQUIRE_GPU=1` makes that a failure).
+#[test]
+fn gpu_every_contender_timed_three_ways() {
+    use std::io::Write as _;
+    let gpu = match Gpu::new(0) {
+        Ok(g) => g,
+        Err(e) => {
+            assert!(
+                std::env::var("SPARSEK_REQUIRE_GPU").map_or(true, |v| v != "1"),
+                "SPARSEK_REQUIRE_GPU=1 but no usable GPU: {e}"
+            );
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIP gpu_every_contender_timed_three_ways: no GPU ({e}); set SPARSEK_REQUIRE_GPU=1 to make this a \
+                 failure"
+            );
+            return;
+        }
+    };
+    let out_dir = std::env::temp_dir().join(format!("sparsek-decode-gpu-test-{}", std::process::id()));
+    let large = Case::synthetic(8192, 16, 8192, 64, 0.22, Pattern::Uniform);
+    let small = Case::synthetic(1536, 1, 384, 64, 0.5, Pattern::Uniform);
+    let cfg = DecodeConfig {
+        cases: vec![large, small],
+        warmup: 2,
+        iters: MIN_ITERS,
+        check_rows: 16,
+        seed: 1,
+        out_dir: out_dir.clone(),
+        command: "decode::tests::gpu_every_contender_timed_three_ways".into(),
+    };
+    let summary = run(&gpu, None, &cfg).unwrap();
+    assert!(summary.all_passed);
+    assert!(summary.references.read.median_us().is_some(), "{:?}", summary.references.read);
+    for r in &summary.records {
+        let case = &r.facts.case;
+        assert!(r.status.error.is_none(), "{case}: {:?}", r.status.error);
+        assert!(r.contenders.sparsek.passed() && r.contenders.cublas.passed(), "{case}: {r:?}");
+        assert!(r.graph_failures().is_empty(), "{case}: {:?}", r.graph_failures());
+        assert!(r.contenders.sparsek.sets >= MIN_SETS && r.contenders.cublas.sets >= MIN_SETS, "{case}");
+        assert!(r.read_floor.sets >= MIN_SETS && r.same_size_copy.sets >= MIN_SETS, "{case}");
+        let graphs = [r.sparsek_graph_us(), r.read_floor_graph_us(), r.cublas_graph_us()];
+        assert!(graphs.iter().all(|t| t.is_some_and(|t| t > 0.0)), "{case}: graph {graphs:?}");
+        let kernels = [&r.sparsek_queued, &r.read_floor_queued, &r.cublas_queued].map(Queued::median_us);
+        assert!(kernels.iter().all(|t| t.is_some_and(|t| t > 0.0)), "{case}: kernel {kernels:?}");
+        let events = [r.contenders.sparsek.trusted_us(), r.read_floor.median_us(), r.contenders.cublas.trusted_us()];
+        assert!(events.iter().all(|t| t.is_some_and(|t| t > 0.0)), "{case}: per event {events:?}");
+        assert!(r.graph_floor_fraction.is_some() && r.graph_speedup_vs_cublas.is_some(), "{case}");
+    }
+    let [l, s] = &summary.records[..] else { panic!("two records") };
+    assert_eq!(
+        l.goals.iter().map(|g| g.figure).collect::<Vec<_>>(),
+        [Figure::GraphFloorFraction, Figure::GraphSpeedupVsCublas]
+    );
+    assert!(l.goals.iter().all(|g| g.met.is_some() && g.floor_met.is_some()), "{:?}", l.goals);
+    assert!(s.goals.is_empty());
+    let md = std::fs::read_to_string(out_dir.join("decode.md")).unwrap();
+    assert!(md.contains("| sparsek graph µs | read floor graph µs | cuBLAS graph µs |"), "{md}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("decode.json")).unwrap()).unwrap();
+    assert_eq!(json["complete"], true);
+    assert!(json["records"][0]["cublas_graph"]["time"]["median_us"].as_f64().is_some_and(|t| t > 0.0));
+    std::fs::remove_dir_all(&out_dir).ok();
 }
