@@ -8,6 +8,7 @@
 use std::ffi::c_void;
 
 use cudarc::cublas::{result as cublas_result, sys};
+use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use cudarc::driver::{CudaSlice, CudaViewMut, DevicePtr, DevicePtrMut};
 use half::f16;
 
@@ -17,6 +18,10 @@ use sparsek::gpu::Gpu;
 
 /// What the bench names this contender.
 pub const KIND: &str = "cublas-gemmex-f16-f32";
+
+/// The workspace given to cuBLAS for launches captured into a CUDA graph ([`Cublas::bind`]): 32 MiB, cuBLAS's
+/// own default on Hopper and what its documentation recommends there, so that a captured GEMM never allocates.
+pub const GRAPH_WORKSPACE_BYTES: usize = 32 << 20;
 
 /// libcublas, as cudarc opens it.
 const LIB: Library = library!(sys, "libcublas", "CUDA 13: libcublas.so.13");
@@ -37,6 +42,7 @@ impl Cublas {
             "cublasSetStream_v2",
             "cublasGemmEx",
             "cublasGetVersion_v2",
+            "cublasSetWorkspace_v2",
             "cublasDestroy_v2",
         ])?;
         gpu.context().bind_to_thread().map_err(Error::driver("binding the CUDA context"))?;
@@ -91,13 +97,77 @@ impl Cublas {
         need(b.len(), k, ldb, n, "B")?;
         need(c.len(), m, ldc, n, "C")?;
         let stream = gpu.stream();
-        let (alpha, beta) = (1.0f32, 0.0f32);
         let (pa, _ra) = a.device_ptr(stream);
         let (pb, _rb) = b.device_ptr(stream);
         let (pc, _rc) = c.device_ptr_mut(stream);
-        // SAFETY: the handle is live and bound to `stream`; the three buffers hold the row-major matrices
-        // checked above (column-major B^T (n x k, ldb >= n), A^T (k x m, lda >= k), C^T (n x m, ldc >= n));
-        // alpha and beta are host f32 values as CUBLAS_COMPUTE_32F with the default host pointer mode needs.
+        // SAFETY: the handle is bound to the GPU's stream (`new`, or `bind` back to it); the three buffers hold the
+        // row-major matrices checked above and stay alive (and tracked by their guards) until the call returns.
+        unsafe { self.gemm_ex((mi, ni, ki), (pa, ldai), (pb, ldbi), (pc, ldci)) }
+    }
+
+    /// `C = A @ B` as [`Cublas::gemm`] on raw device addresses (row-major A, B in f16 and C in f32 with their
+    /// leading dimensions), queued on the stream the handle is bound to: for launches captured into a CUDA graph,
+    /// where no buffer's event may be recorded or waited on.
+    ///
+    /// # Safety
+    /// `a`, `b` and `c` must hold `m x k` (ld `lda`), `k x n` (ld `ldb`) and `m x n` (ld `ldc`) matrices of this
+    /// context, alive and not written by other work until the GEMM (or a graph that captured it) has run; `lda >= k`,
+    /// `ldb >= n`, `ldc >= n`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gemm_raw(
+        &self,
+        (m, n, k): (usize, usize, usize),
+        (a, lda): (CUdeviceptr, usize),
+        (b, ldb): (CUdeviceptr, usize),
+        (c, ldc): (CUdeviceptr, usize),
+    ) -> Result<()> {
+        let int = |what, v: usize| Error::fit::<i32>(what, v as u64, "cuBLAS's int");
+        let (mi, ni, ki) = (int("m", m)?, int("n", n)?, int("k", k)?);
+        let (ldai, ldbi, ldci) = (int("lda", lda)?, int("ldb", ldb)?, int("ldc", ldc)?);
+        if lda < k || ldb < n || ldc < n {
+            return Err(Error::LeadingDimensions { lda, ldb, ldc, k, n });
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.gemm_ex((mi, ni, ki), (a, ldai), (b, ldbi), (c, ldci)) }
+    }
+
+    /// Binds the handle to `stream` (`cublasSetStream`), then, when `workspace` is given (its device address and
+    /// size), makes that buffer cuBLAS's workspace (`cublasSetWorkspace`: a GEMM captured into a graph must not
+    /// allocate one; `cublasSetStream` resets the workspace to cuBLAS's own pool, so binding back to the GPU's
+    /// stream without one restores the handle as [`Cublas::new`] left it).
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the handle's context, and `workspace` (when given) a live allocation of
+    /// at least that many bytes, used by nothing else, until the handle is bound elsewhere and every GEMM queued or
+    /// captured meanwhile has run.
+    pub unsafe fn bind(&self, stream: CUstream, workspace: Option<(CUdeviceptr, usize)>) -> Result<()> {
+        // SAFETY: the caller's contract; the handle is live.
+        unsafe { cublas_result::set_stream(self.handle, stream as sys::cudaStream_t) }
+            .map_err(|source| Error::Cublas { call: "cublasSetStream", source })?;
+        if let Some((ptr, bytes)) = workspace {
+            // SAFETY: the caller's contract.
+            unsafe { sys::cublasSetWorkspace_v2(self.handle, ptr as *mut c_void, bytes) }
+                .result()
+                .map_err(|source| Error::Cublas { call: "cublasSetWorkspace", source })?;
+        }
+        Ok(())
+    }
+
+    /// `cublasGemmEx` for row-major A, B and C (computed as `C^T = B^T @ A^T`, column-major).
+    ///
+    /// # Safety
+    /// As [`Cublas::gemm_raw`], with the dimensions already converted and checked.
+    unsafe fn gemm_ex(
+        &self,
+        (mi, ni, ki): (i32, i32, i32),
+        (pa, ldai): (CUdeviceptr, i32),
+        (pb, ldbi): (CUdeviceptr, i32),
+        (pc, ldci): (CUdeviceptr, i32),
+    ) -> Result<()> {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: the handle is live; the caller guarantees the three buffers hold the row-major matrices
+        // (column-major B^T (n x k, ldb >= n), A^T (k x m, lda >= k), C^T (n x m, ldc >= n)); alpha and beta are
+        // host f32 values as CUBLAS_COMPUTE_32F with the default host pointer mode needs.
         unsafe {
             sys::cublasGemmEx(
                 self.handle,

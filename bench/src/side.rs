@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use cudarc::driver::DevicePtr;
+use cudarc::driver::sys::CUdeviceptr;
 use serde::Serialize;
 
 use crate::cublas::Cublas;
@@ -234,6 +236,24 @@ impl<'l> CublasSets<'l> {
         self.sets.len()
     }
 
+    /// The cuBLAS handle the GEMMs run on.
+    pub fn lib(&self) -> &'l Cublas {
+        self.lib
+    }
+
+    /// (M, N, K).
+    pub fn shape(&self) -> (usize, usize, usize) {
+        self.shape
+    }
+
+    /// Every set's A, B and C as (device address, leading dimension), for [`Cublas::gemm_raw`] (launches captured
+    /// into a graph). Each buffer's pending work on the GPU's stream is ordered before what that stream runs next.
+    pub fn addresses(&self, gpu: &Gpu) -> Vec<[(CUdeviceptr, usize); 3]> {
+        let stream = gpu.stream();
+        let at = |m: &DeviceMatrix<f16>| (m.as_slice().device_ptr(stream).0, m.ld());
+        self.sets.iter().map(|(a, b, c)| [at(a), at(b), (c.as_slice().device_ptr(stream).0, c.ld())]).collect()
+    }
+
     /// C of set 0.
     pub fn output(&mut self) -> Option<&mut DeviceMatrix<f32>> {
         self.sets.first_mut().map(|t| &mut t.2)
@@ -243,8 +263,14 @@ impl<'l> CublasSets<'l> {
 /// cuBLAS's C against the oracle of `a @ b`: a dense GEMM sums all K products (the zeros of A included) and may
 /// split K, so its tolerance is bounded with K terms.
 pub(crate) fn check_cublas(expected: &Expected, a: &Bsr<f16>, b: &Matrix<f16>, host: &Matrix<f32>) -> CheckReport {
+    cublas_expected(expected, a, b).check(host)
+}
+
+/// The oracle's sampled rows with cuBLAS's tolerance ([`check_cublas`]), to check cuBLAS's output after A and B
+/// have left the host.
+pub(crate) fn cublas_expected(expected: &Expected, a: &Bsr<f16>, b: &Matrix<f16>) -> Expected {
     let tol = Tolerance::for_spmm(a.cols(), a.max_abs(), max_abs(b), Epilogue::default(), 0.0, false);
-    expected.clone().with_tolerance(tol).check(host)
+    expected.clone().with_tolerance(tol)
 }
 
 /// One contender's result in one case of a side run: what ran, the check of its output, the mode's own figures

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::side::{Checked, NO_SET};
+use cudarc::driver::{CudaStream, DevicePtrMut};
 
 pub(super) fn is_out_of_memory(e: &DriverError) -> bool {
     e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY
@@ -200,7 +201,7 @@ pub(super) fn measure(
             Form::Sparsek => rec.bytes.total,
             Form::Cublas => (2 * m * k + 2 * k * n + 4 * m * n) as u64,
         };
-        let depth = rotation_depth(set_bytes, gpu.info().l2_bytes);
+        let depth = decode_depth(set_bytes, gpu.info().l2_bytes);
         let result = match (form, lib) {
             (Form::Cublas, Err(why)) => Err(Error::Unavailable { lib: "cuBLAS", reason: why.to_string() }),
             _ => setup(gpu, lib.as_ref().ok(), form, &ops, depth),
@@ -216,14 +217,16 @@ pub(super) fn measure(
             Err(e) => r.error = Some(e.to_string()),
         }
     }
-    // The oracle's sampled rows stay for the graph replays' check; A and B on the host go.
+    // The oracle's sampled rows stay for the graph replays' checks (with cuBLAS's tolerance for cuBLAS's); A and B
+    // on the host go.
+    let cublas_expected = crate::side::cublas_expected(&ops.expected, &ops.a, &ops.b);
     let Operands { expected, .. } = ops;
     if sets.is_empty() {
         return Ok(());
     }
     let copy_bytes = rec.bytes.total.div_ceil(2).next_multiple_of(16).max(16);
     rec.same_size_copy.bytes = copy_bytes;
-    let mut copy = match CopySets::new(gpu, copy_bytes, rotation_depth(2 * copy_bytes, gpu.info().l2_bytes)) {
+    let mut copy = match CopySets::new(gpu, copy_bytes, decode_depth(2 * copy_bytes, gpu.info().l2_bytes)) {
         Ok(c) => {
             rec.same_size_copy.sets = c.pairs.len();
             Some(c)
@@ -238,7 +241,7 @@ pub(super) fn measure(
     rec.read_floor.read_bytes = floor_read.next_multiple_of(16);
     rec.read_floor.write_bytes = floor_write.next_multiple_of(16);
     rec.read_floor.ctas = floor::ctas(floor_read, floor_write);
-    let depth = rotation_depth(floor_read + floor_write, gpu.info().l2_bytes);
+    let depth = decode_depth(floor_read + floor_write, gpu.info().l2_bytes);
     let mut floor =
         match loaded(floor_kernel).and_then(|f| FloorSets::new(gpu, f.clone(), floor_read, floor_write, depth)) {
             Ok(f) => {
@@ -278,12 +281,14 @@ pub(super) fn measure(
             Item::ReadFloor => rec.read_floor.measured.time = Times::from_ms(t),
         }
     }
+    // The kernel times: each contender queued behind the hold ([`queued`]).
+    let queued_on = |c: &mut dyn Contender| match loaded(hold) {
+        Ok(h) => queued::measure(gpu, h, c, queued::BATCH),
+        Err(e) => Queued::failed(e),
+    };
     if let Some((_, s)) = sets.iter_mut().find(|(f, _)| *f == Form::Sparsek) {
         eprintln!("{tag}   timing sparsek queued ({} launches per batch)", queued::BATCH);
-        rec.sparsek_queued = match loaded(hold) {
-            Ok(h) => queued::measure(gpu, h, s, queued::BATCH),
-            Err(e) => Queued::failed(e),
-        };
+        rec.sparsek_queued = queued_on(s);
         if let Some(pg) = programmatic {
             eprintln!("{tag}   timing sparsek queued, programmatic launches");
             rec.sparsek_queued_programmatic = Some(match loaded(hold) {
@@ -291,13 +296,17 @@ pub(super) fn measure(
                 Err(e) => Queued::failed(e),
             });
         }
-        if let Some(f) = floor.as_mut() {
-            eprintln!("{tag}   timing the read floor queued ({} launches per batch)", queued::BATCH);
-            rec.read_floor_queued = match loaded(hold) {
-                Ok(h) => queued::measure(gpu, h, f, queued::BATCH),
-                Err(e) => Queued::failed(e),
-            };
-        }
+    }
+    if let Some(f) = floor.as_mut() {
+        eprintln!("{tag}   timing the read floor queued ({} launches per batch)", queued::BATCH);
+        rec.read_floor_queued = queued_on(f);
+    }
+    if let Some((_, s)) = sets.iter_mut().find(|(f, _)| *f == Form::Cublas) {
+        eprintln!("{tag}   timing cuBLAS queued ({} launches per batch)", queued::BATCH);
+        rec.cublas_queued = queued_on(s);
+    }
+    // The graph times: each contender replayed from a CUDA graph of its launches over its rotated sets.
+    if let Some((_, s)) = sets.iter_mut().find(|(f, _)| *f == Form::Sparsek) {
         eprintln!("{tag}   timing sparsek replayed from a CUDA graph ({} launches)", queued::BATCH);
         rec.sparsek_graph = Some(graph_replayed(gpu, gpu, s, &expected));
         if let Some(pg) = programmatic {
@@ -305,7 +314,153 @@ pub(super) fn measure(
             rec.sparsek_graph_programmatic = Some(graph_replayed(gpu, pg, s, &expected));
         }
     }
+    if let Some(f) = floor.as_ref() {
+        eprintln!("{tag}   timing the read floor replayed from a CUDA graph ({} launches)", queued::BATCH);
+        rec.read_floor_graph = Some(floor_graph(gpu, f));
+    }
+    if let Some((_, s)) = sets.iter_mut().find(|(f, _)| *f == Form::Cublas) {
+        eprintln!("{tag}   timing cuBLAS replayed from a CUDA graph ({} launches)", queued::BATCH);
+        rec.cublas_graph = Some(cublas_graph(gpu, s, &cublas_expected));
+    }
     Ok(())
+}
+
+/// Input sets for one contender (or the copy, or the read floor) whose one set moves `set_bytes`: as
+/// [`rotation_depth`] (together at least 2x L2), and at least [`MIN_SETS`] whatever their size (issue 43: at least 4
+/// rotating copies of the weights).
+pub fn decode_depth(set_bytes: u64, l2_bytes: u64) -> usize {
+    rotation_depth(set_bytes, l2_bytes).max(MIN_SETS)
+}
+
+/// The graph method shared by the three contenders: on `stream` (a new stream, not the GPU's), captures
+/// [`queued::BATCH`] launches in global mode (as `torch.cuda.graph` captures), `capture(i)` queuing launch `i` (on
+/// the contender's input set `i` modulo its sets), instantiates the graph, replays it once untimed and then
+/// [`queued::REPS`] times, each replay between its own pair of events on `stream`: per replay, its time over the
+/// batch (ms per launch). The GPU's stream must be idle and every buffer the launches use ready before the call.
+pub(super) fn graph_times(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    mut capture: impl FnMut(usize) -> Result<()>,
+) -> Result<Vec<f32>> {
+    use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let batch = queued::BATCH;
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+        .map_err(Error::driver("cuStreamBeginCapture"))?;
+    let mut captured = Ok(());
+    for i in 0..batch {
+        if let Err(e) = capture(i) {
+            captured = Err(Error::step("launch during capture")(e));
+            break;
+        }
+    }
+    // Ends the capture whatever happened, so that the stream leaves capture mode.
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    captured?;
+    let graph = graph.map_err(Error::driver("cuStreamEndCapture"))?.ok_or(Error::Unsupported("an empty graph"))?;
+    let replay = || -> Result<Vec<f32>> {
+        graph.launch().map_err(Error::driver("cuGraphLaunch"))?;
+        let ctx = gpu.context();
+        let mut ms = Vec::with_capacity(queued::REPS);
+        for _ in 0..queued::REPS {
+            let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(Error::driver("cuEventCreate"));
+            let (start, end) = (event()?, event()?);
+            start.record(stream).map_err(Error::driver("cuEventRecord"))?;
+            graph.launch().map_err(Error::driver("cuGraphLaunch"))?;
+            end.record(stream).map_err(Error::driver("cuEventRecord"))?;
+            end.synchronize().map_err(Error::driver("cuEventSynchronize"))?;
+            ms.push(start.elapsed_ms(&end).map_err(Error::driver("cuEventElapsedTime"))? / batch as f32);
+        }
+        Ok(ms)
+    };
+    let ms = replay();
+    // Whatever happened, nothing of the graph runs past this point (the buffers may go next).
+    let synced = stream.synchronize().map_err(Error::driver("cuStreamSynchronize"));
+    let ms = ms?;
+    synced?;
+    Ok(ms)
+}
+
+/// The read floor's `floor` replayed from a CUDA graph ([`graph_times`]): [`queued::BATCH`] launches over its
+/// rotated pairs in turn. It has no output to check (as per event and queued).
+pub(super) fn floor_graph(gpu: &Gpu, floor: &FloorSets) -> Queued {
+    let run = || -> Result<Vec<f32>> {
+        let addresses = floor.addresses(gpu);
+        gpu.synchronize()?;
+        let stream = gpu.new_stream()?;
+        let count = addresses.len();
+        if count == 0 {
+            return Err(NO_SET);
+        }
+        graph_times(gpu, &stream, |i| {
+            // SAFETY: addresses of `floor`'s pairs, alive until this function returns, used by nothing else
+            // meanwhile (the GPU's stream is idle); `graph_times` synchronises the stream before returning.
+            unsafe { floor.queue_raw(&stream, addresses[i % count]) }.map_err(Error::driver(floor::LAUNCH))
+        })
+    };
+    graph_result(run())
+}
+
+/// cuBLAS's `sets` replayed from a CUDA graph ([`graph_times`]): [`queued::BATCH`] `cublasGemmEx` calls over the
+/// sets in turn, captured with the handle bound to the capture stream and given a workspace of its own
+/// ([`cublas::GRAPH_WORKSPACE_BYTES`], so that no capture allocates), then bound back to the GPU's stream. C of
+/// set 0 is poisoned first and checked against the oracle (`expected`, with cuBLAS's tolerance) after the replays.
+pub(super) fn cublas_graph(gpu: &Gpu, sets: &mut Sets<'_>, expected: &Expected) -> Queued {
+    let mut run = || -> Result<Vec<f32>> {
+        let Sets::Cublas(own) = &mut *sets else {
+            return Err(Error::Unsupported("a graph of cuBLAS's launches only"));
+        };
+        poison(gpu, own.output().ok_or(NO_SET)?.as_view_mut())?;
+        let (lib, shape) = (own.lib(), own.shape());
+        let addresses = own.addresses(gpu);
+        let count = addresses.len();
+        if count == 0 {
+            return Err(NO_SET);
+        }
+        let bytes = cublas::GRAPH_WORKSPACE_BYTES;
+        let mut workspace = gpu.stream().alloc_zeros::<u8>(bytes).map_err(|source| Error::Alloc {
+            what: "cuBLAS's graph workspace".into(),
+            bytes: bytes as u64,
+            source,
+        })?;
+        let ws = workspace.device_ptr_mut(gpu.stream()).0;
+        gpu.synchronize()?;
+        let stream = gpu.new_stream()?;
+        // SAFETY: the capture stream and the workspace are of this context and live until the handle is bound
+        // back to the GPU's stream below, after `graph_times` has synchronised the capture stream.
+        let bound = unsafe { lib.bind(stream.cu_stream(), Some((ws, bytes))) };
+        let ms = bound.and_then(|()| {
+            graph_times(gpu, &stream, |i| {
+                let [a, b, c] = addresses[i % count];
+                // SAFETY: addresses of the sets' live matrices (row-major, their leading dimensions, as uploaded
+                // for this shape), used by nothing else until the replays end.
+                unsafe { lib.gemm_raw(shape, a, b, c) }
+            })
+        });
+        // Back on the GPU's stream with cuBLAS's own workspace pool, as `Cublas::new` left it, whatever happened
+        // (the capture stream is idle: `graph_times` synchronised it, and a failed bind queued nothing).
+        let _ = stream.synchronize();
+        // SAFETY: the GPU's stream, live as long as the handle.
+        let rebound = unsafe { lib.bind(gpu.stream().cu_stream(), None) };
+        drop(workspace);
+        let ms = ms?;
+        rebound?;
+        let after = own.output().ok_or(NO_SET)?.to_host()?;
+        let report = expected.check(&after);
+        if !report.passed() {
+            return Err(Error::CheckFailed { what: "the graph's output", report: Box::new(report) });
+        }
+        Ok(ms)
+    };
+    graph_result(run())
+}
+
+/// Per-launch times of a graph (or why it failed) as a [`Queued`] result of [`queued::BATCH`] launches.
+fn graph_result(ms: Result<Vec<f32>>) -> Queued {
+    match ms {
+        Ok(ms) => Queued { batch: queued::BATCH, time: Times::from_ms(&ms), hold_us: None, error: None },
+        Err(e) => Queued::failed(e),
+    }
 }
 
 /// sparsek's `sets` replayed from a CUDA graph through `launcher` (`gpu` itself, or a `Gpu` on its context with
@@ -317,8 +472,6 @@ pub(super) fn measure(
 /// bits may differ from the plain launches': C of set 0 is poisoned first and checked against the oracle's sampled
 /// rows (`expected`) after the replays.
 pub(super) fn graph_replayed(gpu: &Gpu, launcher: &Gpu, sets: &mut Sets<'_>, expected: &Expected) -> Queued {
-    use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-    let batch = queued::BATCH;
     let mut run = || -> Result<Vec<f32>> {
         poison(gpu, sets.output().ok_or(NO_SET)?.as_view_mut())?;
         gpu.synchronize()?;
@@ -329,36 +482,12 @@ pub(super) fn graph_replayed(gpu: &Gpu, launcher: &Gpu, sets: &mut Sets<'_>, exp
         // The views are made before the capture: each records an event on its buffer's stream.
         let mut views: Vec<_> = own.iter_mut().map(|(a, b, c)| (a.view(), b.view(), c.view_mut())).collect();
         let count = views.len().max(1);
-        stream
-            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
-            .map_err(Error::driver("cuStreamBeginCapture"))?;
-        let mut captured = Ok(());
-        for i in 0..batch {
+        let ms = graph_times(gpu, &stream, |i| {
             let (a, b, c) = &mut views[i % count];
             // SAFETY: views of live buffers of this context, not used by other work while the graph runs (the
             // Gpu's stream was synchronised above, and nothing else is queued until the replays end).
-            let r = unsafe { launcher.spmm_raw(stream.cu_stream(), a, b, c, None, Epilogue::default()) };
-            if let Err(e) = r {
-                captured = Err(Error::step("launch during capture")(e));
-                break;
-            }
-        }
-        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
-        captured?;
-        let graph = graph.map_err(Error::driver("cuStreamEndCapture"))?.ok_or(Error::Unsupported("an empty graph"))?;
-        graph.launch().map_err(Error::driver("cuGraphLaunch"))?;
-        let ctx = gpu.context();
-        let mut ms = Vec::with_capacity(queued::REPS);
-        for _ in 0..queued::REPS {
-            let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(Error::driver("cuEventCreate"));
-            let (start, end) = (event()?, event()?);
-            start.record(&stream).map_err(Error::driver("cuEventRecord"))?;
-            graph.launch().map_err(Error::driver("cuGraphLaunch"))?;
-            end.record(&stream).map_err(Error::driver("cuEventRecord"))?;
-            end.synchronize().map_err(Error::driver("cuEventSynchronize"))?;
-            ms.push(start.elapsed_ms(&end).map_err(Error::driver("cuEventElapsedTime"))? / batch as f32);
-        }
-        stream.synchronize().map_err(Error::driver("cuStreamSynchronize"))?;
+            Ok(unsafe { launcher.spmm_raw(stream.cu_stream(), a, b, c, None, Epilogue::default()) }?)
+        })?;
         drop(views);
         let after = sets.output().ok_or(NO_SET)?.to_host()?;
         let report = expected.check(&after);
@@ -367,10 +496,7 @@ pub(super) fn graph_replayed(gpu: &Gpu, launcher: &Gpu, sets: &mut Sets<'_>, exp
         }
         Ok(ms)
     };
-    match run() {
-        Ok(ms) => Queued { batch, time: Times::from_ms(&ms), hold_us: None, error: None },
-        Err(e) => Queued::failed(e),
-    }
+    graph_result(run())
 }
 
 /// Whether two outputs of the same shape hold the same bits in every element (their padding aside).

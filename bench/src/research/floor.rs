@@ -11,7 +11,8 @@
 //! CTAs as the bytes need, so the hardware deals them to the SMs as they free up. Each thread folds what it read
 //! into one word (xor) and stores that word into its share of the output, so no load can be dropped.
 
-use cudarc::driver::{CudaFunction, CudaSlice, DriverError, LaunchConfig, PushKernelArg};
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
 use serde::Serialize;
 
 use crate::cuda::{load_kernel, poison};
@@ -158,10 +159,40 @@ impl FloorSets {
         ctas(16 * self.chunks, 16 * self.out_chunks)
     }
 
+    /// The launch's shape: [`FloorSets::ctas`] CTAs of [`THREADS`] threads.
+    fn shape(&self) -> LaunchConfig {
+        let grid = u32::try_from(self.ctas()).unwrap_or(u32::MAX);
+        LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+    }
+
+    /// Every pair's (source, destination) device addresses, for [`FloorSets::queue_raw`]. Each buffer's pending
+    /// work on the GPU's stream is ordered before what that stream runs next, as for any use of it there.
+    pub fn addresses(&self, gpu: &Gpu) -> Vec<(CUdeviceptr, CUdeviceptr)> {
+        let stream = gpu.stream();
+        self.pairs.iter().map(|(src, dst)| (src.device_ptr(stream).0, dst.device_ptr(stream).0)).collect()
+    }
+
+    /// Queues one launch reading at `src` and writing at `dst` (a pair of [`FloorSets::addresses`]) on `stream`,
+    /// with no buffer event recorded or waited on: a launch that a graph capture can take.
+    ///
+    /// # Safety
+    /// `src` and `dst` must be a pair of [`FloorSets::addresses`] of `self`, alive (not dropped) and not used by
+    /// other work until the launch (or a graph that captured it) has run; `stream` must be of the GPU's context.
+    pub unsafe fn queue_raw(
+        &self,
+        stream: &CudaStream,
+        (src, dst): (CUdeviceptr, CUdeviceptr),
+    ) -> std::result::Result<(), DriverError> {
+        let mut b = stream.launch_builder(&self.func);
+        b.arg(&src).arg(&self.chunks).arg(&dst).arg(&self.out_chunks);
+        // SAFETY: the caller's contract: `src` holds `chunks` 16-byte chunks and `dst` `out_chunks` (the pair's
+        // allocations); the grid covers both counts.
+        unsafe { b.launch(self.shape()) }.map(drop)
+    }
+
     /// Queues one launch on pair `set` on the GPU's stream.
     pub fn queue(&mut self, gpu: &Gpu, set: usize) -> std::result::Result<(), DriverError> {
-        let grid = u32::try_from(self.ctas()).unwrap_or(u32::MAX);
-        let shape = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        let shape = self.shape();
         let (src, dst) = &mut self.pairs[set];
         let stream = gpu.stream();
         let mut b = stream.launch_builder(&self.func);
