@@ -290,17 +290,18 @@ pub struct BenchArgs {
     /// Exits non-zero without a GPU or if a sparsek check fails.
     #[arg(long, conflicts_with_all = ["quick", "matrix", "compare", "against", "cusparse"], help_heading = "Other runs (instead of the grid)")]
     reach: bool,
-    /// Run only the decode grid (issue 12: few columns, layer-sized weights).
+    /// Run only the decode grid (few columns, layer-sized weights; issue 43's method and targets).
     ///
-    /// Sparsek's f16 product (row-major, f32 C) and cuBLAS dense f16 at the same N, each checked against the oracle, then timed interleaved (at least 30 launches, median, inputs rotated beyond
-    /// L2). Measures first, in the same run, the device-to-device copy bandwidth and an empty kernel launch's time;
-    /// reports per case the bytes that must move, the achieved bandwidth and its fraction of the copy bandwidth, a
-    /// read floor's time (a kernel moving the case's bytes and nothing else; a target it misses too is out of reach),
-    /// the speedup over cuBLAS, sparsek's time over the empty launch's, the same two queued (32 launches back to back
-    /// behind a kernel holding the stream: the GPU's time without the host's), sparsek's time per launch replayed from
-    /// a CUDA graph of 32 captured launches (checked against the oracle), and issue 12's targets met or missed. Cases
-    /// (64): 8192 x 8192 and 16384 x 16384 at bs 64 and 128, density 10% and 22%, N 1, 8, 16, 32 and 64; 1536 x 384 and
-    /// 384 x 1536 at bs 32 and 64, density 25% and 50%, N 1, 16 and 512; with --quick 4 of them; or those of --case.
+    /// Sparsek's f16 product (row-major, f32 C), cuBLAS dense f16 at the same N and a read floor (a kernel moving
+    /// the case's bytes and nothing else), each checked against the oracle, each over at least 4 rotated copies of
+    /// its operands spanning twice L2, each timed three ways per launch: in a CUDA graph of 32 captured launches
+    /// (the targets' time), queued behind a kernel holding the stream (the kernel's own time) and per event on an
+    /// idle stream (a labelled column). Also the copy bandwidth and an empty launch, measured first. Reports the
+    /// stored blocks' rate, its fraction of the read floor's, the speedup over cuBLAS (graph times) and issue 43's
+    /// targets: for N <= 16 and at least 8 MB of stored blocks, at least 90% of the read floor's rate and a speedup
+    /// of at least 0.8 / density. Cases (64): 8192 x 8192 and 16384 x 16384 at bs 64 and 128, density 10% and 22%,
+    /// N 1, 8, 16, 32 and 64; 1536 x 384 and 384 x 1536 at bs 32 and 64, density 25% and 50%, N 1, 16 and 512;
+    /// with --quick 4 of them; or those of --case.
     /// Writes OUT_DIR/decode.md and OUT_DIR/decode.json [OUT_DIR default: target/bench-decode] and the table to stdout.
     /// Exits non-zero without a GPU or if a sparsek check fails (a missed target does not fail it).
     #[arg(long, conflicts_with_all = ["reach", "matrix", "compare", "against", "cusparse"], help_heading = "Other runs (instead of the grid)")]
