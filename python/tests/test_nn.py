@@ -153,3 +153,25 @@ def test_torch_compile_without_graph_breaks_cpu():
         x = torch.randn(tokens, 128).half()
         with torch.no_grad():
             assert torch.equal(compiled(x), model(x))
+
+
+def test_forward_with_a_parametrized_bias():
+    """forward reads the registered tensors from the module's dicts (fast path); a parametrization moves one out of
+    them (``bias`` here: ``values`` cannot be parametrized, its name clashes with ``ModuleDict.values``), and the
+    forward must then find it through the attribute lookup and use the parametrized tensor."""
+    import torch.nn.utils.parametrize as parametrize
+
+    class Double(torch.nn.Module):
+        def forward(self, v):
+            return 2 * v
+
+    lin = dense_linear(64, 48, "cpu", seed_for("parametrized"))
+    layer = BlockSparseLinear.from_dense(lin, 16, density=0.5, dtype=torch.float16)
+    x = torch.randn(3, 64).to(torch.float16)
+    w, b = layer.to_dense().double(), layer.bias.double()
+    parametrize.register_parametrization(layer, "bias", Double())
+    assert "bias" not in layer._parameters, "the parametrization must move bias out of the dict"
+    with torch.no_grad():
+        got = layer(x).double()
+    ref = x.double() @ w.t() + 2 * b
+    assert torch.allclose(got, ref, rtol=1e-2, atol=2e-2), (got - ref).abs().max()
