@@ -1,13 +1,18 @@
 //! The CPU side of every product: the f64 oracle ([`reference`](fn@reference), [`reference_rows`]) that tests
-//! and the CLI check against, and a multi-threaded f32 backend ([`spmm`]) for machines without a GPU.
+//! and the CLI check against, and a multi-threaded f32 backend ([`spmm`]) for machines without a GPU; and the
+//! same pair for each backward product (training): `A^T @ B` ([`reference_t`], [`spmm_t`], through A's
+//! transposed index [`crate::format::BsrTranspose`]) and SDDMM, `alpha * (X @ Y^T) + beta * values` at A's
+//! stored blocks ([`reference_sddmm`], [`sddmm`]). For `C = A @ B` and the gradient `G` of C, the gradient of B
+//! is `A^T @ G` (`spmm_t(A, .., G, ..)`) and the gradient of A's values is `G @ B^T` at A's blocks
+//! (`sddmm(G, B, ..)`: Y is B itself, `K x N`).
 //!
-//! All three share one contract: `C = act(alpha * (A @ B) + bias) + beta * C` where A is a [`Bsr`] (`M x K`), B
-//! a dense [`Matrix`] `K x N` and C a dense `M x N` [`Matrix`] (any leading dimensions, any `N`), `act` the
-//! [`Epilogue`]'s [`Activation`] and `bias` (the `_with_bias` forms) one value per row of C. With `beta == 0`
-//! the old C is never read (it may hold NaN); block rows without blocks give `beta * C` (0 when
-//! `beta == 0`). Shapes are checked before anything is written ([`Error::ShapeMismatch`]). The product is
-//! computed as IEEE arithmetic dictates: zeros of A are multiplied like any value, so an Inf or NaN in B
-//! reaches every row whose blocks cover it.
+//! The forward products share one contract (the backward ones, documented with them, take alpha and beta
+//! only): `C = act(alpha * (A @ B) + bias) + beta * C` where A is a [`Bsr`] (`M x K`), B a dense [`Matrix`]
+//! `K x N` and C a dense `M x N` [`Matrix`] (any leading dimensions, any `N`), `act` the [`Epilogue`]'s
+//! [`Activation`] and `bias` (the `_with_bias` forms) one value per row of C. With `beta == 0` the old C is never
+//! read (it may hold NaN); block rows without blocks give `beta * C` (0 when `beta == 0`). Shapes are checked
+//! before anything is written ([`Error::ShapeMismatch`]). The product is computed as IEEE arithmetic dictates:
+//! zeros of A are multiplied like any value, so an Inf or NaN in B reaches every row whose blocks cover it.
 
 use std::any::TypeId;
 use std::cell::RefCell;
@@ -21,6 +26,9 @@ use crate::format::Bsr;
 use crate::matrix::Matrix;
 use crate::scalar::Scalar;
 use crate::{Activation, Epilogue};
+
+mod backward;
+pub use backward::{reference_sddmm, reference_t, sddmm, spmm_t};
 
 /// `Ok` when `A (M x K) @ B (K x N)` fits `C (M x N)`.
 fn check_shapes<TA, TB: Scalar, TC: Scalar>(a: &Bsr<TA>, b: &Matrix<TB>, c: &Matrix<TC>) -> Result<()> {
@@ -221,9 +229,10 @@ const TILE_ELEMS: usize = 65536;
 
 /// Per-thread buffers of the backend, kept between calls so that repeated products do not pay for fresh
 /// memory (page faults) each time: the accumulator (`TILE_ELEMS` f32, 256 KiB), one block of A (`bs^2`, at most
-/// 64 KiB) and one row of C (`tile`, at most 16 KiB): about 1/3 MiB per rayon thread at most.
+/// 64 KiB) and one row of C (`tile`, at most 16 KiB); [`sddmm`] uses `acc` for its `bs x bs` block, `a` and `c`
+/// for its slices of X and Y (`TILE_ELEMS` f32 each): 3/4 MiB per rayon thread at most.
 #[derive(Default)]
-struct Scratch {
+pub(crate) struct Scratch {
     acc: Vec<f32>,
     a: Vec<f32>,
     c: Vec<f32>,
@@ -291,21 +300,43 @@ fn out_of_bounds(name: &'static str, what: String) -> Error {
     Error::InvalidArgument { name, reason: format!("{what} falls outside the operands (a bug in sparsek)") }
 }
 
+/// Transposes the `n x n` row-major matrix `m` in place (nothing when `m` is shorter than `n^2`).
+fn transpose_square(m: &mut [f32], n: usize) {
+    if m.len() < n * n {
+        return;
+    }
+    for r in 0..n {
+        for c in r + 1..n {
+            m.swap(r * n + c, c * n + r);
+        }
+    }
+}
+
 /// B (`K x N`) or one column tile of it, in f32: row `r` of the tile starts at `data[r * ld + col0]`.
 #[derive(Clone, Copy)]
-struct F32Rows<'a> {
-    data: &'a [f32],
-    ld: usize,
-    col0: usize,
+pub(crate) struct F32Rows<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) ld: usize,
+    pub(crate) col0: usize,
+}
+
+/// The blocks one block row of an output sums: `(i, k)` pairs, A's stored block `i` (transposed when
+/// `transposed`) times block row `k` of B. The forward's block row `br` is `(i, col_idx[i])` over its range;
+/// `A^T`'s block row `bc` is `(perm[j], row_idx[j])` over block column `bc` of the transposed index.
+#[derive(Clone)]
+pub(crate) struct BlockList<I> {
+    pub(crate) blocks: I,
+    pub(crate) transposed: bool,
 }
 
 /// Columns `j0..j0 + w` of block row `br` of the product into `c_rows` (C from row `br * bs` on, rows `ldc`
-/// apart): every block's `bs x bs` product with its `bs x w` panel of `b` (the same columns) is accumulated in
-/// f32 by sgemm, then the epilogue writes `alpha * acc + beta * C`, rounded to `TC`, to C's columns
-/// `j0..j0 + w`.
+/// apart): every listed block's `bs x bs` product (transposed for `A^T`) with its `bs x w` panel of `b` (the
+/// same columns) is accumulated in f32 by sgemm, then the epilogue writes `alpha * acc + beta * C`, rounded to
+/// `TC`, to C's columns `j0..j0 + w`.
 #[allow(clippy::too_many_arguments)]
-fn block_row_tile<TA: Scalar, TC: Scalar>(
+pub(crate) fn block_row_tile<TA: Scalar, TC: Scalar, I: ExactSizeIterator<Item = (usize, usize)>>(
     a: &Bsr<TA>,
+    list: BlockList<I>,
     b: F32Rows<'_>,
     ep: Epilogue,
     bias: Option<&[TA]>,
@@ -317,7 +348,7 @@ fn block_row_tile<TA: Scalar, TC: Scalar>(
 ) -> Result<()> {
     let bs = a.block_size();
     let blk_len = bs * bs; // bs <= 128
-    let range = a.block_row_range(br);
+    let BlockList { blocks, transposed } = list;
     let Scratch { acc, a: a_buf, c: c_buf } = s;
     // With an f32 C and the default epilogue (alpha 1, beta 0) the epilogue is a copy: accumulate in C itself
     // (same values, no copy); else in the scratch accumulator.
@@ -335,24 +366,28 @@ fn block_row_tile<TA: Scalar, TC: Scalar>(
     };
     // The first block overwrites the accumulator (sgemm's beta 0: its old contents are not read), later ones add
     // to it; a block row without blocks gives zeros.
-    if range.is_empty() {
+    if blocks.len() == 0 {
         out.chunks_mut(ldo).take(bs).for_each(|row| row.iter_mut().take(w).for_each(|v| *v = 0.0));
     }
-    for (pos, i) in range.clone().enumerate() {
-        let col = a.col_idx().get(i).copied().unwrap_or(u32::MAX);
-        let oob = || out_of_bounds("a", format!("block {i} (block row {br}, block column {col})"));
-        // The block in f32: in place when A is f32, else widened here, once per column tile (bs^2 conversions
-        // against 2 bs^2 w flops, and no nnzb * bs^2 buffer of fresh memory).
+    for (pos, (i, k)) in blocks.enumerate() {
+        let oob = || out_of_bounds("a", format!("block {i} (output block row {br}, block row {k} of B)"));
+        // The block in f32: in place when A is f32 and not transposed, else widened (and transposed) here, once
+        // per column tile (bs^2 conversions against 2 bs^2 w flops, and no nnzb * bs^2 buffer of fresh memory).
         let blk: &[f32] = match as_f32(a.values()) {
-            Some(v) => i.checked_mul(blk_len).and_then(|s| v.get(s..s.checked_add(blk_len)?)).ok_or_else(oob)?,
-            None => {
+            Some(v) if !transposed => {
+                i.checked_mul(blk_len).and_then(|s| v.get(s..s.checked_add(blk_len)?)).ok_or_else(oob)?
+            }
+            _ => {
                 a_buf.resize(blk_len, 0.0);
                 convert(a.block(i).ok_or_else(oob)?, a_buf);
+                if transposed {
+                    transpose_square(a_buf, bs);
+                }
                 a_buf
             }
         };
-        // B's rows col * bs .. col * bs + bs, from column col0.
-        let start = (col as usize).checked_mul(bs).and_then(|r| r.checked_mul(b.ld)?.checked_add(b.col0));
+        // B's rows k * bs .. k * bs + bs, from column col0.
+        let start = k.checked_mul(bs).and_then(|r| r.checked_mul(b.ld)?.checked_add(b.col0));
         let panel = start.and_then(|s| b.data.get(s..)).ok_or_else(oob)?;
         let acc_beta = if pos == 0 { 0.0 } else { 1.0 };
         sgemm((bs, bs, w), blk, bs, panel, b.ld, acc_beta, out, ldo).ok_or_else(oob)?;
@@ -425,12 +460,34 @@ pub fn spmm_with_bias<TA: Scalar, TB: Scalar, TC: Scalar>(
 ) -> Result<()> {
     check_shapes(a, b, c)?;
     check_bias(a, bias)?;
-    let (m, n) = (a.rows(), b.cols());
+    tiled(a, b, c, ep, bias, |br| BlockList {
+        blocks: a.block_row_range(br).map(|i| (i, a.col_idx().get(i).map_or(usize::MAX, |&c| c as usize))),
+        transposed: false,
+    })
+}
+
+/// The backend's loop, shared by `A @ B` ([`spmm_with_bias`]) and `A^T @ B` ([`spmm_t`]): C's block row `br`
+/// sums the blocks `blocks_of(br)` lists (with B's block rows). B is `K x N`, C has `bs` rows per output block
+/// row; shapes are checked by the caller. Column tiles of `min(N, TILE_ELEMS / bs)` columns, block rows in
+/// parallel within a tile; see [`spmm`] for the buffers.
+fn tiled<TA: Scalar, TB: Scalar, TC: Scalar, I, F>(
+    a: &Bsr<TA>,
+    b: &Matrix<TB>,
+    c: &mut Matrix<TC>,
+    ep: Epilogue,
+    bias: Option<&[TA]>,
+    blocks_of: F,
+) -> Result<()>
+where
+    I: ExactSizeIterator<Item = (usize, usize)>,
+    F: Fn(usize) -> BlockList<I> + Sync,
+{
+    let (m, n) = (c.rows(), b.cols());
     if m == 0 || n == 0 {
         return Ok(());
     }
     let bs = a.block_size();
-    let k = a.cols();
+    let k = b.rows();
     let tile = (TILE_ELEMS / bs).min(n);
     let ldc = c.ld();
     // C has m >= bs rows, so bs * ldc <= (m - 1) * ldc + n fits unless m == bs, where saturating still gives
@@ -458,8 +515,8 @@ pub fn spmm_with_bias<TA: Scalar, TB: Scalar, TC: Scalar>(
                 F32Rows { data: buf, ld: w, col0: 0 }
             }
         };
-        c.as_mut_slice().par_chunks_mut(chunk_len).take(a.block_rows()).enumerate().try_for_each(|(br, c_rows)| {
-            with_scratch(|s| block_row_tile(a, rows, ep, bias, (j0, w), br, c_rows, ldc, s))
+        c.as_mut_slice().par_chunks_mut(chunk_len).take(m / bs).enumerate().try_for_each(|(br, c_rows)| {
+            with_scratch(|s| block_row_tile(a, blocks_of(br), rows, ep, bias, (j0, w), br, c_rows, ldc, s))
         })?;
     }
     Ok(())

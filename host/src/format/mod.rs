@@ -187,6 +187,11 @@ impl<T> Bsr<T> {
     pub fn values_mut(&mut self) -> &mut [T] {
         &mut self.values
     }
+    /// The index arrays and the values at once, the values mutable: `(row_ptr, col_idx, values)` (for products
+    /// that write A's values in place, such as [`crate::cpu::sddmm`]).
+    pub(crate) fn index_and_values_mut(&mut self) -> (&[u32], &[u32], &mut [T]) {
+        (&self.row_ptr, &self.col_idx, &mut self.values)
+    }
     /// The values of stored block `i` (`bs * bs`, row-major), `None` when `i >= nnzb`.
     pub fn block(&self, i: usize) -> Option<&[T]> {
         let len = self.shape.bs * self.shape.bs;
