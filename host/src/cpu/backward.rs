@@ -296,3 +296,286 @@ fn sddmm_block<TX: Scalar, TY: Scalar, TV: Scalar>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use half::{bf16, f16};
+
+    use super::*;
+    use crate::check::{Tolerance, compare, compare_exact, compare_values};
+    use crate::format::{Pattern, generate, generate_int};
+
+    /// The bytes of a matrix's whole storage (padding included), to prove that nothing was written.
+    fn bytes<T: Scalar>(m: &Matrix<T>) -> Vec<u8> {
+        bytemuck::cast_slice(m.as_slice()).to_vec()
+    }
+
+    /// `A^T @ B` densely in f64 from A's dense form: an oracle for the oracle.
+    fn dense_t<TA: Scalar, TB: Scalar>(a: &Bsr<TA>, b: &Matrix<TB>, alpha: f64) -> Matrix<f64> {
+        let d = a.to_dense().unwrap();
+        Matrix::from_fn(a.cols(), b.cols(), |k, j| {
+            alpha * (0..a.rows()).map(|m| d.get(m, k).to_f64() * b.get(m, j).to_f64()).sum::<f64>()
+        })
+        .unwrap()
+    }
+
+    /// `spmm_t` against `reference_t` (and that against a dense computation) with B and C padded with NaN and,
+    /// when beta == 0, C all NaN; padding must stay as it was.
+    fn check_t<TA: Scalar, TB: Scalar, TC: Scalar>(bs: usize, (m, k, n): (usize, usize, usize), ep: Epilogue) {
+        let pad = 3;
+        let a = generate::<TA>(Pattern::Skewed, m, k, bs, 0.4, 21).unwrap();
+        let at = BsrTranspose::new(&a).unwrap();
+        let b = Matrix::<TB>::random(m, n, 22).unwrap().with_ld(n + pad, TB::from_f64(f64::NAN)).unwrap();
+        let nan = TC::from_f64(f64::NAN);
+        let c0 = if ep.beta == 0.0 {
+            Matrix::<TC>::filled(k, n, n + pad, nan).unwrap()
+        } else {
+            Matrix::<TC>::random(k, n, 23).unwrap().with_ld(n + pad, nan).unwrap()
+        };
+        let want = reference_t(&a, &b, &c0, ep).unwrap();
+        let what = format!("{}/{}/{} bs {bs} {m}x{k}x{n} {ep:?}", TA::NAME, TB::NAME, TC::NAME);
+        if ep.beta == 0.0 {
+            let dense = dense_t(&a, &b, f64::from(ep.alpha));
+            let rep = compare(&want, &dense, Tolerance { atol: 1e-9, rtol: 1e-12 });
+            assert!(rep.passed(), "{what}: oracle vs dense: {rep}");
+        }
+        let mut c = c0.clone();
+        spmm_t(&a, &at, &b, &mut c, ep).unwrap();
+        let rep = compare(&c, &want, Tolerance::for_operands_t(&a, &b, &c0, ep));
+        assert!(rep.passed() && rep.checked == k * n, "{what}: {rep}");
+        for r in 0..k {
+            let row = &c.as_slice()[r * c.ld()..];
+            assert!(row[n..c.ld().min(row.len())].iter().all(|v| v.to_f64().is_nan()), "{what}: padding written");
+        }
+    }
+
+    #[test]
+    fn spmm_t_matches_the_oracle_every_path() {
+        // Several column tiles (TILE_ELEMS / bs columns each), f16 B through the f32 panel, f32 C in place.
+        check_t::<f16, f16, f32>(64, (192, 256, 1024 + 37), Epilogue::default());
+        check_t::<f16, f16, f16>(64, (128, 192, 1024 + 37), Epilogue::new(-0.5, 0.75));
+        // f32 A: blocks still transposed into the buffer (never read in place).
+        check_t::<f32, f32, f32>(128, (256, 384, 77), Epilogue::new(2.0, 0.0));
+        check_t::<bf16, bf16, f32>(16, (96, 64, 4096 + 5), Epilogue::new(1.0, 1.0));
+        check_t::<bf16, bf16, bf16>(32, (96, 160, 40), Epilogue::new(1.5, -1.0));
+        check_t::<f64, f64, f64>(32, (64, 96, 33), Epilogue::new(1.0, -2.0));
+        check_t::<f16, f32, bf16>(32, (64, 64, 100), Epilogue::default());
+    }
+
+    #[test]
+    fn spmm_t_exact_on_integers() {
+        for bs in [16, 32, 64, 128] {
+            let (m, k, n) = (3 * bs, 2 * bs, 24);
+            let a = generate_int::<f16>(Pattern::Uniform, m, k, bs, 0.7, bs as u64, 8).unwrap();
+            let at = BsrTranspose::new(&a).unwrap();
+            let b = Matrix::<f16>::random_int(m, n, 8, 5).unwrap();
+            let c0 = Matrix::<f32>::random_int(k, n, 100, 6).unwrap();
+            for ep in [Epilogue::default(), Epilogue::new(2.0, -1.0)] {
+                let want = reference_t(&a, &b, &c0, ep).unwrap();
+                let mut c = c0.clone();
+                spmm_t(&a, &at, &b, &mut c, ep).unwrap();
+                let rep = compare_exact(&c, &want);
+                assert!(rep.passed(), "bs {bs} {ep:?}: {rep}");
+                // And A^T B by the forward on A's transpose, built densely: the same integers.
+                let d = a.to_dense().unwrap();
+                let dt = Matrix::from_fn(k, m, |r, c| d.get(c, r)).unwrap();
+                let a_t = Bsr::from_dense(&dt, bs, |blk| !blk.is_zero()).unwrap();
+                let mut c_fwd = c0.clone();
+                crate::cpu::spmm(&a_t, &b, &mut c_fwd, ep).unwrap();
+                assert_eq!(bytes(&c), bytes(&c_fwd), "bs {bs} {ep:?}: A^T @ B differs from the forward on A^T");
+            }
+        }
+    }
+
+    #[test]
+    fn spmm_t_empty_columns_and_shapes() {
+        // Block column 1 of A is empty: C's rows 16..32 are beta * C (0 with beta 0, even from NaN).
+        let a = Bsr::try_new(32, 48, 16, vec![0, 1, 2], vec![0, 2], vec![1.0f32; 512]).unwrap();
+        let at = BsrTranspose::new(&a).unwrap();
+        let b = Matrix::<f32>::random(32, 5, 1).unwrap();
+        let mut c = Matrix::<f32>::filled(48, 5, 5, f32::NAN).unwrap();
+        spmm_t(&a, &at, &b, &mut c, Epilogue::default()).unwrap();
+        assert!((16..32).all(|r| c.row(r).iter().all(|&v| v == 0.0)));
+        assert!(c.as_slice().iter().all(|v| v.is_finite()));
+        let mut c = Matrix::<f32>::filled(48, 5, 5, 2.0).unwrap();
+        spmm_t(&a, &at, &b, &mut c, Epilogue::new(1.0, 0.5)).unwrap();
+        assert!((16..32).all(|r| c.row(r).iter().all(|&v| v == 1.0)));
+        // No blocks at all, N == 0, K == 0, M == 0.
+        let e = Bsr::<f16>::empty(64, 32, 32).unwrap();
+        let et = BsrTranspose::new(&e).unwrap();
+        let mut c = Matrix::<f16>::filled(32, 3, 3, f16::NAN).unwrap();
+        spmm_t(&e, &et, &Matrix::<f16>::random(64, 3, 2).unwrap(), &mut c, Epilogue::default()).unwrap();
+        assert!(c.as_slice().iter().all(|v| v.to_f64() == 0.0));
+        let mut c = Matrix::<f16>::zeros(32, 0).unwrap();
+        spmm_t(&e, &et, &Matrix::<f16>::zeros(64, 0).unwrap(), &mut c, Epilogue::default()).unwrap();
+        let z = Bsr::<f16>::empty(64, 0, 32).unwrap();
+        let mut c = Matrix::<f16>::zeros(0, 3).unwrap();
+        spmm_t(&z, &BsrTranspose::new(&z).unwrap(), &Matrix::<f16>::zeros(64, 3).unwrap(), &mut c, Epilogue::default())
+            .unwrap();
+        let z = Bsr::<f16>::empty(0, 64, 32).unwrap();
+        let mut c = Matrix::<f32>::filled(64, 3, 3, f32::NAN).unwrap();
+        let ep = Epilogue::default();
+        spmm_t(&z, &BsrTranspose::new(&z).unwrap(), &Matrix::<f16>::zeros(0, 3).unwrap(), &mut c, ep).unwrap();
+        assert!(c.as_slice().iter().all(|&v| v == 0.0));
+        assert_eq!(reference_t(&z, &Matrix::<f16>::zeros(0, 3).unwrap(), &c, ep).unwrap().as_slice(), &[0.0; 192]);
+    }
+
+    #[test]
+    fn spmm_t_bad_input_is_a_typed_error_and_writes_nothing() {
+        let a = generate::<f16>(Pattern::Uniform, 64, 96, 32, 0.5, 3).unwrap();
+        let at = BsrTranspose::new(&a).unwrap();
+        let b = Matrix::<f16>::random(64, 8, 4).unwrap();
+        let c0 = Matrix::<f32>::filled(96, 8, 9, f32::NAN).unwrap();
+        let run = |b: &Matrix<f16>, c0: &Matrix<f32>, at: &BsrTranspose, ep: Epilogue| {
+            let mut c = c0.clone();
+            let r = spmm_t(&a, at, b, &mut c, ep);
+            assert_eq!(bytes(&c), bytes(c0), "C written on error {r:?}");
+            r
+        };
+        let ep = Epilogue::default();
+        // B with the wrong rows (A's columns instead of its rows), C with the wrong rows or columns.
+        let err = run(&Matrix::<f16>::random(96, 8, 4).unwrap(), &c0, &at, ep).unwrap_err();
+        assert!(matches!(err, Error::ShapeMismatch { a: (96, 64), b: (96, 8), c: (96, 8) }), "{err}");
+        assert!(matches!(run(&b, &Matrix::filled(64, 8, 8, 0.0).unwrap(), &at, ep), Err(Error::ShapeMismatch { .. })));
+        assert!(matches!(run(&b, &Matrix::filled(96, 7, 8, 0.0).unwrap(), &at, ep), Err(Error::ShapeMismatch { .. })));
+        // Another structure's index (same shape), and an activation.
+        let other = BsrTranspose::new(&generate::<f16>(Pattern::Uniform, 64, 96, 32, 0.5, 99).unwrap()).unwrap();
+        assert_ne!(other, at);
+        assert!(matches!(run(&b, &c0, &other, ep), Err(Error::InvalidArgument { name: "at", .. })));
+        let relu = ep.with_activation(Activation::Relu);
+        assert!(matches!(run(&b, &c0, &at, relu), Err(Error::InvalidArgument { name: "ep", .. })));
+        assert!(matches!(reference_t(&a, &b, &c0, relu), Err(Error::InvalidArgument { name: "ep", .. })));
+        assert!(matches!(
+            reference_t(&a, &Matrix::<f16>::random(96, 8, 4).unwrap(), &c0, ep),
+            Err(Error::ShapeMismatch { .. })
+        ));
+    }
+
+    /// (X @ Y^T) at `out`'s blocks densely in f64.
+    fn dense_sddmm<TX: Scalar, TY: Scalar, TV>(x: &Matrix<TX>, y: &Matrix<TY>, out: &Bsr<TV>, ep: Epilogue) -> Vec<f64>
+    where
+        TV: Scalar,
+    {
+        let bs = out.block_size();
+        let mut v = Vec::new();
+        for br in 0..out.block_rows() {
+            for i in out.block_row_range(br) {
+                let bc = out.col_idx()[i] as usize;
+                for e in 0..bs * bs {
+                    let (r, c) = (br * bs + e / bs, bc * bs + e % bs);
+                    let dot: f64 = (0..x.cols()).map(|k| x.get(r, k).to_f64() * y.get(c, k).to_f64()).sum();
+                    let old = if ep.beta == 0.0 { 0.0 } else { f64::from(ep.beta) * out.block(i).unwrap()[e].to_f64() };
+                    v.push(f64::from(ep.alpha) * dot + old);
+                }
+            }
+        }
+        v
+    }
+
+    /// `sddmm` against `reference_sddmm` (and that against a dense computation), X and Y padded with NaN, the
+    /// values all NaN when beta == 0.
+    fn check_sddmm<TX: Scalar, TV: Scalar>(bs: usize, (m, n, k): (usize, usize, usize), ep: Epilogue) {
+        let pad = 5;
+        let mut out = generate::<TV>(Pattern::Banded, m, n, bs, 0.4, 31).unwrap();
+        if ep.beta == 0.0 {
+            out.values_mut().iter_mut().for_each(|v| *v = TV::from_f64(f64::NAN));
+        }
+        let x = Matrix::<TX>::random(m, k, 32).unwrap().with_ld(k + pad, TX::from_f64(f64::NAN)).unwrap();
+        let y = Matrix::<TX>::random(n, k, 33).unwrap().with_ld(k + pad, TX::from_f64(f64::NAN)).unwrap();
+        let what = format!("{}/{} bs {bs} {m}x{n}, K {k} {ep:?}", TX::NAME, TV::NAME);
+        let want = reference_sddmm(&x, &y, &out, ep).unwrap();
+        let dense = dense_sddmm(&x, &y, &out, ep);
+        assert_eq!(want.values().len(), dense.len());
+        for (i, (w, d)) in want.values().iter().zip(&dense).enumerate() {
+            assert!((w - d).abs() <= 1e-9 + 1e-12 * d.abs(), "{what}: oracle vs dense at {i}: {w} vs {d}");
+        }
+        let tol = Tolerance::for_sddmm(&x, &y, &out, ep);
+        sddmm(&x, &y, &mut out, ep).unwrap();
+        let rep = compare_values(&out, &want, tol);
+        assert!(rep.passed() && rep.checked == out.values().len(), "{what}: {rep}");
+    }
+
+    #[test]
+    fn sddmm_matches_the_oracle_every_path() {
+        // Several slices of K (TILE_ELEMS / bs each): f16 X widened, f32 X read in place.
+        check_sddmm::<f16, f32>(128, (256, 384, 1300), Epilogue::default());
+        check_sddmm::<f32, f32>(64, (192, 128, 2100), Epilogue::new(0.5, 1.0));
+        check_sddmm::<bf16, bf16>(32, (96, 160, 77), Epilogue::new(-1.0, 0.0));
+        check_sddmm::<f16, f16>(16, (64, 64, 4096 + 3), Epilogue::new(1.0, -0.5));
+        check_sddmm::<f64, f64>(32, (64, 96, 40), Epilogue::new(2.0, 1.0));
+        check_sddmm::<bf16, f32>(16, (48, 32, 1), Epilogue::default());
+    }
+
+    #[test]
+    fn sddmm_exact_on_integers() {
+        for bs in [16, 32, 64, 128] {
+            let (m, n, k) = (2 * bs, 3 * bs, 700);
+            let pattern = generate_int::<f32>(Pattern::Uniform, m, n, bs, 0.6, bs as u64, 100).unwrap();
+            let x = Matrix::<bf16>::random_int(m, k, 4, 7).unwrap();
+            let y = Matrix::<bf16>::random_int(n, k, 4, 8).unwrap();
+            for ep in [Epilogue::default(), Epilogue::new(-2.0, 1.0)] {
+                let mut out = pattern.clone();
+                let want = reference_sddmm(&x, &y, &out, ep).unwrap();
+                sddmm(&x, &y, &mut out, ep).unwrap();
+                let rep = compare_values(&out, &want, Tolerance::EXACT);
+                assert!(rep.passed(), "bs {bs} {ep:?}: {rep}");
+            }
+        }
+    }
+
+    #[test]
+    fn sddmm_empty_k_and_structures() {
+        // K == 0: the product is 0, values become beta * values (0 from NaN with beta 0).
+        let x = Matrix::<f16>::zeros(32, 0).unwrap();
+        let y = Matrix::<f16>::zeros(48, 0).unwrap();
+        let mut out = Bsr::try_new(32, 48, 16, vec![0, 1, 2], vec![2, 0], vec![f32::NAN; 512]).unwrap();
+        sddmm(&x, &y, &mut out, Epilogue::default()).unwrap();
+        assert!(out.values().iter().all(|&v| v == 0.0));
+        out.values_mut().iter_mut().for_each(|v| *v = 3.0);
+        sddmm(&x, &y, &mut out, Epilogue::new(1.0, 2.0)).unwrap();
+        assert!(out.values().iter().all(|&v| v == 6.0));
+        // No stored blocks, and 0-sized shapes.
+        let mut e = Bsr::<f16>::empty(64, 32, 32).unwrap();
+        let (x, y) = (Matrix::<f16>::random(64, 9, 1).unwrap(), Matrix::<f16>::random(32, 9, 2).unwrap());
+        sddmm(&x, &y, &mut e, Epilogue::default()).unwrap();
+        assert_eq!(reference_sddmm(&x, &y, &e, Epilogue::default()).unwrap().nnzb(), 0);
+        let mut z = Bsr::<f16>::empty(0, 0, 16).unwrap();
+        sddmm(&Matrix::<f16>::zeros(0, 4).unwrap(), &Matrix::<f16>::zeros(0, 4).unwrap(), &mut z, Epilogue::default())
+            .unwrap();
+    }
+
+    #[test]
+    fn sddmm_bad_input_is_a_typed_error_and_writes_nothing() {
+        let out0 = generate::<f32>(Pattern::Uniform, 64, 96, 32, 0.5, 3).unwrap();
+        let x = Matrix::<f16>::random(64, 10, 4).unwrap();
+        let y = Matrix::<f16>::random(96, 10, 5).unwrap();
+        let run = |x: &Matrix<f16>, y: &Matrix<f16>, ep: Epilogue| {
+            let mut out = out0.clone();
+            let r = sddmm(x, y, &mut out, ep);
+            assert!(out == out0, "values written on error {r:?}");
+            r
+        };
+        let ep = Epilogue::new(1.0, 1.0);
+        let err = run(&x, &Matrix::<f16>::random(96, 11, 5).unwrap(), ep).unwrap_err();
+        assert!(matches!(err, Error::ShapeMismatch { a: (64, 10), b: (11, 96), c: (64, 96) }), "{err}");
+        assert!(matches!(run(&y, &y, ep), Err(Error::ShapeMismatch { .. })));
+        assert!(matches!(run(&x, &x, ep), Err(Error::ShapeMismatch { .. })));
+        let silu = ep.with_activation(Activation::Silu);
+        assert!(matches!(run(&x, &y, silu), Err(Error::InvalidArgument { name: "ep", .. })));
+        assert!(matches!(reference_sddmm(&x, &y, &out0, silu), Err(Error::InvalidArgument { name: "ep", .. })));
+        assert!(matches!(reference_sddmm(&y, &x, &out0, ep), Err(Error::ShapeMismatch { .. })));
+    }
+
+    #[test]
+    fn compare_values_fails_nan_and_other_structures() {
+        let out = generate::<f32>(Pattern::Uniform, 64, 64, 16, 0.5, 3).unwrap();
+        let exp = out.convert::<f64>().unwrap();
+        assert!(compare_values(&out, &exp, Tolerance::EXACT).passed());
+        let mut bad = out.clone();
+        bad.values_mut()[300] = f32::NAN;
+        let rep = compare_values(&bad, &exp, Tolerance { atol: 1.0, rtol: 1.0 });
+        assert_eq!((rep.failures, rep.first_failure.map(|f| (f.0, f.1))), (1, Some((18, 12))));
+        let other = generate::<f32>(Pattern::Uniform, 64, 64, 16, 0.5, 4).unwrap();
+        assert!(compare_values(&other, &exp, Tolerance { atol: 1e9, rtol: 1.0 }).shape_error.is_some());
+    }
+}
