@@ -229,8 +229,9 @@ const TILE_ELEMS: usize = 65536;
 
 /// Per-thread buffers of the backend, kept between calls so that repeated products do not pay for fresh
 /// memory (page faults) each time: the accumulator (`TILE_ELEMS` f32, 256 KiB), one block of A (`bs^2`, at most
-/// 64 KiB) and one row of C (`tile`, at most 16 KiB); [`sddmm`] uses `acc` for its `bs x bs` block, `a` and `c`
-/// for its slices of X and Y (`TILE_ELEMS` f32 each): 3/4 MiB per rayon thread at most.
+/// 64 KiB) and one row of C (`tile`, at most 16 KiB); [`sddmm`] uses `acc` for its `bs x 512` accumulator (at
+/// most 256 KiB), `a` and `c` for its slices of X and Y (`bs x 256` and `512 x 256` f32: at most 128 and 512
+/// KiB): under 1 MiB per rayon thread.
 #[derive(Default)]
 pub(crate) struct Scratch {
     acc: Vec<f32>,
@@ -254,9 +255,9 @@ fn with_scratch<R>(mut f: impl FnMut(&mut Scratch) -> R) -> R {
 /// `c = a @ b + beta * c` in f32 through `matrixmultiply::sgemm`, all three row-major with unit column stride:
 /// `a` is `m x k` with rows `lda` apart, `b` `k x n` with rows `ldb` apart, `c` `m x n` with rows `ldc` apart.
 /// With `beta == 0` the old `c` is not read (sgemm's contract). Returns `None`, having touched nothing, when a
-/// slice is too short for its shape and stride, when `ldc < n` (rows of `c` would overlap) or when a stride
-/// does not fit `isize`. Public but hidden for the CPU backend benchmark (`bench/benches/cpu_backend.rs`), whose
-/// per-block and dense baselines call the same safe wrapper.
+/// slice is too short for its shape and stride, when `lda < k`, `ldb < n` or `ldc < n` (rows of `c` would
+/// overlap) or when a stride does not fit `isize`. Public but hidden for the CPU backend benchmark
+/// (`bench/benches/cpu_backend.rs`), whose per-block and dense baselines call the same safe wrapper.
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm(
@@ -272,24 +273,75 @@ pub fn sgemm(
     if m == 0 || n == 0 {
         return Some(());
     }
-    let fits = |len: usize, rows: usize, cols: usize, ld: usize| {
-        Matrix::<f32>::needed_len(rows, cols, ld).is_some_and(|need| need <= len)
+    if lda < k || ldb < n {
+        return None;
+    }
+    sgemm_strided((m, k, n), Strided { data: a, rs: lda, cs: 1 }, Strided { data: b, rs: ldb, cs: 1 }, beta, c, ldc)
+}
+
+/// A read-only f32 operand of [`sgemm_strided`]: element `(i, j)` is `data[i * rs + j * cs]` (any strides: a
+/// transposed operand is `rs == 1`).
+#[derive(Clone, Copy)]
+pub(crate) struct Strided<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) rs: usize,
+    pub(crate) cs: usize,
+}
+
+/// `c = a @ b + beta * c` in f32 through `matrixmultiply::sgemm`: `a` is `m x k`, `b` `k x n`, both with any
+/// strides ([`Strided`]; sgemm packs them, so a transposed operand costs nothing more), `c` `m x n` row-major with
+/// rows `ldc` apart. With `beta == 0` the old `c` is not read. Returns `None`, having touched nothing, when an
+/// operand's slice is too short for its shape and strides, when `ldc < n` or when a stride does not fit `isize`.
+pub(crate) fn sgemm_strided(
+    (m, k, n): (usize, usize, usize),
+    a: Strided<'_>,
+    b: Strided<'_>,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+) -> Option<()> {
+    if m == 0 || n == 0 {
+        return Some(());
+    }
+    // The largest offset of a rows x cols operand, below its length (nothing is read when rows or cols is 0).
+    let fits = |s: Strided<'_>, rows: usize, cols: usize| {
+        rows == 0
+            || cols == 0
+            || (rows - 1).checked_mul(s.rs).and_then(|o| o.checked_add((cols - 1).checked_mul(s.cs)?))
+                < Some(s.data.len())
     };
-    if lda < k || ldb < n || ldc < n || !fits(a.len(), m, k, lda) || !fits(b.len(), k, n, ldb) {
+    if ldc < n || !fits(a, m, k) || !fits(b, k, n) {
         return None;
     }
-    if !fits(c.len(), m, n, ldc) {
+    if !Matrix::<f32>::needed_len(m, n, ldc).is_some_and(|need| need <= c.len()) {
         return None;
     }
-    let (lda, ldb, ldc) = (isize::try_from(lda).ok()?, isize::try_from(ldb).ok()?, isize::try_from(ldc).ok()?);
-    // SAFETY: sgemm reads a[i * lda + p] for i < m, p < k: the largest offset is (m - 1) * lda + k - 1, below
-    // a.len() as checked above (k == 0 reads nothing); likewise b[p * ldb + j] for p < k, j < n, below b.len().
-    // It reads (unless beta == 0) and writes c[i * ldc + j] for i < m, j < n, below c.len(); ldc >= n and unit
-    // column stride make those elements distinct, as sgemm requires. The strides fit isize and every offset
-    // stays inside its slice, so the pointer arithmetic does not overflow. `c` is borrowed mutably, so nothing
-    // else reads or writes it during the call; a and b are shared borrows, not written.
+    let isz = |v: usize| isize::try_from(v).ok();
+    let (rsa, csa, rsb, csb, ldc) = (isz(a.rs)?, isz(a.cs)?, isz(b.rs)?, isz(b.cs)?, isz(ldc)?);
+    // SAFETY: sgemm reads a[i * rsa + p * csa] for i < m, p < k: the largest offset is (m - 1) * rsa + (k - 1) *
+    // csa, below a.data.len() as checked above (k == 0 reads nothing); likewise b[p * rsb + j * csb] for p < k,
+    // j < n, below b.data.len(). It reads (unless beta == 0) and writes c[i * ldc + j] for i < m, j < n, below
+    // c.len(); ldc >= n and unit column stride make those elements distinct, as sgemm requires. The strides fit
+    // isize and every offset stays inside its slice, so the pointer arithmetic does not overflow. `c` is
+    // borrowed mutably, so nothing else reads or writes it during the call; a and b are shared borrows, not
+    // written.
     unsafe {
-        matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), lda, 1, b.as_ptr(), ldb, 1, beta, c.as_mut_ptr(), ldc, 1);
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.data.as_ptr(),
+            rsa,
+            csa,
+            b.data.as_ptr(),
+            rsb,
+            csb,
+            beta,
+            c.as_mut_ptr(),
+            ldc,
+            1,
+        );
     }
     Some(())
 }
@@ -606,6 +658,31 @@ mod tests {
         let mut out = [0.0f32];
         convert(&[bf16::from_bits(0xff88)], &mut out);
         assert_eq!(out[0].to_bits(), 0xff88_0000);
+    }
+
+    /// `sgemm_strided` with a transposed operand against the same product with the operand copied transposed,
+    /// and `None` (nothing written) for every slice one element too short or a `ldc` below `n`.
+    #[test]
+    fn strided_sgemm_reads_transposed_operands_and_checks_extents() {
+        let (m, k, n) = (5, 7, 3);
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 11) as f32 - 4.0).collect();
+        let bt: Vec<f32> = (0..n * k).map(|i| (i % 7) as f32 - 2.0).collect(); // B^T, n x k
+        let b: Vec<f32> = (0..k * n).map(|i| bt[(i % n) * k + i / n]).collect(); // B, k x n
+        let mut want = vec![0.0f32; m * n];
+        sgemm((m, k, n), &a, k, &b, n, 0.0, &mut want, n).unwrap();
+        let mut got = vec![f32::NAN; m * n];
+        let (sa, sb) = (Strided { data: &a, rs: k, cs: 1 }, Strided { data: &bt, rs: 1, cs: k });
+        sgemm_strided((m, k, n), sa, sb, 0.0, &mut got, n).unwrap();
+        assert_eq!(got, want);
+        let short_a = Strided { data: &a[..m * k - 1], ..sa };
+        let short_b = Strided { data: &bt[..n * k - 1], ..sb };
+        let mut c = vec![7.0f32; m * n];
+        assert!(sgemm_strided((m, k, n), short_a, sb, 0.0, &mut c, n).is_none());
+        assert!(sgemm_strided((m, k, n), sa, short_b, 0.0, &mut c, n).is_none());
+        assert!(sgemm_strided((m, k, n), sa, sb, 0.0, &mut c[..m * n - 1], n).is_none());
+        assert!(sgemm_strided((m, k, n), sa, sb, 0.0, &mut c, n - 1).is_none());
+        assert!(sgemm_strided((m, k, n), sa, Strided { rs: usize::MAX, ..sb }, 0.0, &mut c, n).is_none());
+        assert!(c.iter().all(|&v| v == 7.0));
     }
 
     #[test]
