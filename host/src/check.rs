@@ -77,12 +77,46 @@ impl Tolerance {
         let k_eff = a.max_row_length() * a.block_size();
         let max_b = max_abs(b);
         let max_c = if ep.beta == 0.0 { 0.0 } else { max_abs(c) };
-        let mut t = Tolerance::for_spmm(k_eff, a.max_abs(), max_b, ep, max_c, TC::NAME == "f16");
-        if TC::NAME == "bf16" {
-            t.rtol = 2f64.powi(-7);
-            t.atol += 2f64.powi(-126);
+        Tolerance::for_spmm(k_eff, a.max_abs(), max_b, ep, max_c, TC::NAME == "f16").for_output::<TC>()
+    }
+
+    /// [`Tolerance::for_spmm`] for `C = alpha * (A^T @ B) + beta * C` ([`crate::cpu::spmm_t`]): `k_eff` is the
+    /// most blocks in one block column of A times `bs` (A^T's longest dot product), the maxima measured on A, B
+    /// and (when `beta != 0`) C, the output kind taken from `TC` (bf16 as in [`Tolerance::for_operands`]).
+    pub fn for_operands_t<TA: Scalar, TB: Scalar, TC: Scalar>(
+        a: &Bsr<TA>,
+        b: &Matrix<TB>,
+        c: &Matrix<TC>,
+        ep: Epilogue,
+    ) -> Tolerance {
+        let mut per_col = vec![0usize; a.block_cols()];
+        a.col_idx().iter().for_each(|&bc| per_col[bc as usize] += 1);
+        let k_eff = per_col.into_iter().max().unwrap_or(0) * a.block_size();
+        let max_c = if ep.beta == 0.0 { 0.0 } else { max_abs(c) };
+        Tolerance::for_spmm(k_eff, a.max_abs(), max_abs(b), ep, max_c, TC::NAME == "f16").for_output::<TC>()
+    }
+
+    /// [`Tolerance::for_spmm`] for SDDMM, `values = alpha * (X @ Y^T) + beta * values` at a structure's blocks
+    /// ([`crate::cpu::sddmm`]): every dot product has `K = X.cols` terms; the maxima measured on X, Y and (when
+    /// `beta != 0`) the old values, the output kind taken from `TV` (bf16 as in [`Tolerance::for_operands`]).
+    pub fn for_sddmm<TX: Scalar, TY: Scalar, TV: Scalar>(
+        x: &Matrix<TX>,
+        y: &Matrix<TY>,
+        values: &Bsr<TV>,
+        ep: Epilogue,
+    ) -> Tolerance {
+        let max_v = if ep.beta == 0.0 { 0.0 } else { values.max_abs() };
+        Tolerance::for_spmm(x.cols(), max_abs(x), max_abs(y), ep, max_v, TV::NAME == "f16").for_output::<TV>()
+    }
+
+    /// A bf16 output's rounding (`rtol` `2^-7`, absolute floor `2^-126`), which [`Tolerance::for_spmm`] does not
+    /// cover; other types unchanged.
+    fn for_output<T: Scalar>(mut self) -> Tolerance {
+        if T::NAME == "bf16" {
+            self.rtol = 2f64.powi(-7);
+            self.atol += 2f64.powi(-126);
         }
-        t
+        self
     }
 
     /// [`Tolerance::for_operands`] for a product with a bias (one rounding of `alpha * acc + bias` in f32:
@@ -266,6 +300,27 @@ pub fn compare_rows<TC: Scalar>(got: &Matrix<TC>, rows: &[(usize, Vec<f64>)], to
         for (c, (g, &e)) in got.row(r).iter().zip(exp).enumerate() {
             rep.add(r, c, g.to_f64(), e, &mut worst);
         }
+    }
+    rep
+}
+
+/// Compares the stored values of `got` with `expected` (an SDDMM's, [`crate::cpu::reference_sddmm`]) under
+/// `tol`: the values seen as a matrix of `nnzb * bs` rows and `bs` columns, so a reported `(row, col)` is element
+/// `(row % bs, col)` of stored block `row / bs`. Different structures (shape, block size, `row_ptr`, `col_idx`)
+/// fail the comparison (`shape_error`) without comparing values.
+pub fn compare_values<TV: Scalar>(got: &Bsr<TV>, expected: &Bsr<f64>, tol: Tolerance) -> CheckReport {
+    let mut rep = CheckReport::new(tol);
+    let same = (got.rows(), got.cols(), got.block_size()) == (expected.rows(), expected.cols(), expected.block_size())
+        && got.row_ptr() == expected.row_ptr()
+        && got.col_idx() == expected.col_idx();
+    if !same {
+        rep.shape_error = Some(format!("got is {got:?}, expected is {expected:?}: not the same structure"));
+        return rep;
+    }
+    let bs = got.block_size();
+    let mut worst = 0.0;
+    for (e, (g, &x)) in got.values().iter().zip(expected.values()).enumerate() {
+        rep.add(e / bs, e % bs, g.to_f64(), x, &mut worst);
     }
     rep
 }

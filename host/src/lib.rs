@@ -12,8 +12,10 @@
 //! ([`gpu::Gpu::spmm_raw`] over [`gpu::BsrView`], [`gpu::DenseView`], [`gpu::DenseViewMut`]): the linear layer
 //! `y = act(x @ W^T + b)` of a block-pruned weight is one launch, `spmm_raw(stream, w, x.t(), y.t(), bias, ep)`.
 //!
-//! - [`format`](mod@format): the validated [`Bsr`] type and its conversions (dense, COO, CSR, Matrix Market, `sprs`);
-//! - [`cpu`]: the f64 oracle and a multi-threaded CPU backend with the GPU's contract;
+//! - [`format`](mod@format): the validated [`Bsr`] type and its conversions (dense, COO, CSR, Matrix Market, `sprs`),
+//!   and the transposed index of a structure ([`format::BsrTranspose`]);
+//! - [`cpu`]: the f64 oracle and a multi-threaded CPU backend with the GPU's contract, and the same pair for the
+//!   backward products of training: `A^T @ B` ([`cpu::spmm_t`]) and SDDMM ([`cpu::sddmm`]);
 //! - [`gpu`]: the GPU context ([`gpu::Gpu`]), device buffers and the typed, validated launchers;
 //! - [`plan`]: the planning room, pure: which kernel a launch runs and how its work is split ([`plan::plan`] ->
 //!   [`plan::LaunchPlan`]), every threshold in one table ([`plan::RULES`]), the settings as one [`plan::Policy`];

@@ -1,13 +1,18 @@
 //! The CPU side of every product: the f64 oracle ([`reference`](fn@reference), [`reference_rows`]) that tests
-//! and the CLI check against, and a multi-threaded f32 backend ([`spmm`]) for machines without a GPU.
+//! and the CLI check against, and a multi-threaded f32 backend ([`spmm`]) for machines without a GPU; and the
+//! same pair for each backward product (training): `A^T @ B` ([`reference_t`], [`spmm_t`], through A's
+//! transposed index [`crate::format::BsrTranspose`]) and SDDMM, `alpha * (X @ Y^T) + beta * values` at A's
+//! stored blocks ([`reference_sddmm`], [`sddmm`]). For `C = A @ B` and the gradient `G` of C, the gradient of B
+//! is `A^T @ G` (`spmm_t(A, .., G, ..)`) and the gradient of A's values is `G @ B^T` at A's blocks
+//! (`sddmm(G, B, ..)`: Y is B itself, `K x N`).
 //!
-//! All three share one contract: `C = act(alpha * (A @ B) + bias) + beta * C` where A is a [`Bsr`] (`M x K`), B
-//! a dense [`Matrix`] `K x N` and C a dense `M x N` [`Matrix`] (any leading dimensions, any `N`), `act` the
-//! [`Epilogue`]'s [`Activation`] and `bias` (the `_with_bias` forms) one value per row of C. With `beta == 0`
-//! the old C is never read (it may hold NaN); block rows without blocks give `beta * C` (0 when
-//! `beta == 0`). Shapes are checked before anything is written ([`Error::ShapeMismatch`]). The product is
-//! computed as IEEE arithmetic dictates: zeros of A are multiplied like any value, so an Inf or NaN in B
-//! reaches every row whose blocks cover it.
+//! The forward products share one contract (the backward ones, documented with them, take alpha and beta
+//! only): `C = act(alpha * (A @ B) + bias) + beta * C` where A is a [`Bsr`] (`M x K`), B a dense [`Matrix`]
+//! `K x N` and C a dense `M x N` [`Matrix`] (any leading dimensions, any `N`), `act` the [`Epilogue`]'s
+//! [`Activation`] and `bias` (the `_with_bias` forms) one value per row of C. With `beta == 0` the old C is never
+//! read (it may hold NaN); block rows without blocks give `beta * C` (0 when `beta == 0`). Shapes are checked
+//! before anything is written ([`Error::ShapeMismatch`]). The product is computed as IEEE arithmetic dictates:
+//! zeros of A are multiplied like any value, so an Inf or NaN in B reaches every row whose blocks cover it.
 
 use std::any::TypeId;
 use std::cell::RefCell;
@@ -21,6 +26,9 @@ use crate::format::Bsr;
 use crate::matrix::Matrix;
 use crate::scalar::Scalar;
 use crate::{Activation, Epilogue};
+
+mod backward;
+pub use backward::{reference_sddmm, reference_t, sddmm, spmm_t};
 
 /// `Ok` when `A (M x K) @ B (K x N)` fits `C (M x N)`.
 fn check_shapes<TA, TB: Scalar, TC: Scalar>(a: &Bsr<TA>, b: &Matrix<TB>, c: &Matrix<TC>) -> Result<()> {
@@ -221,9 +229,11 @@ const TILE_ELEMS: usize = 65536;
 
 /// Per-thread buffers of the backend, kept between calls so that repeated products do not pay for fresh
 /// memory (page faults) each time: the accumulator (`TILE_ELEMS` f32, 256 KiB), one block of A (`bs^2`, at most
-/// 64 KiB) and one row of C (`tile`, at most 16 KiB): about 1/3 MiB per rayon thread at most.
+/// 64 KiB) and one row of C (`tile`, at most 16 KiB); [`sddmm`] uses `acc` for its `bs x 512` accumulator (at
+/// most 256 KiB), `a` and `c` for its slices of X and Y (`bs x 256` and `512 x 256` f32: at most 128 and 512
+/// KiB): under 1 MiB per rayon thread.
 #[derive(Default)]
-struct Scratch {
+pub(crate) struct Scratch {
     acc: Vec<f32>,
     a: Vec<f32>,
     c: Vec<f32>,
@@ -245,9 +255,9 @@ fn with_scratch<R>(mut f: impl FnMut(&mut Scratch) -> R) -> R {
 /// `c = a @ b + beta * c` in f32 through `matrixmultiply::sgemm`, all three row-major with unit column stride:
 /// `a` is `m x k` with rows `lda` apart, `b` `k x n` with rows `ldb` apart, `c` `m x n` with rows `ldc` apart.
 /// With `beta == 0` the old `c` is not read (sgemm's contract). Returns `None`, having touched nothing, when a
-/// slice is too short for its shape and stride, when `ldc < n` (rows of `c` would overlap) or when a stride
-/// does not fit `isize`. Public but hidden for the CPU backend benchmark (`bench/benches/cpu_backend.rs`), whose
-/// per-block and dense baselines call the same safe wrapper.
+/// slice is too short for its shape and stride, when `lda < k`, `ldb < n` or `ldc < n` (rows of `c` would
+/// overlap) or when a stride does not fit `isize`. Public but hidden for the CPU backend benchmark
+/// (`bench/benches/cpu_backend.rs`), whose per-block and dense baselines call the same safe wrapper.
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm(
@@ -263,24 +273,75 @@ pub fn sgemm(
     if m == 0 || n == 0 {
         return Some(());
     }
-    let fits = |len: usize, rows: usize, cols: usize, ld: usize| {
-        Matrix::<f32>::needed_len(rows, cols, ld).is_some_and(|need| need <= len)
+    if lda < k || ldb < n {
+        return None;
+    }
+    sgemm_strided((m, k, n), Strided { data: a, rs: lda, cs: 1 }, Strided { data: b, rs: ldb, cs: 1 }, beta, c, ldc)
+}
+
+/// A read-only f32 operand of [`sgemm_strided`]: element `(i, j)` is `data[i * rs + j * cs]` (any strides: a
+/// transposed operand is `rs == 1`).
+#[derive(Clone, Copy)]
+pub(crate) struct Strided<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) rs: usize,
+    pub(crate) cs: usize,
+}
+
+/// `c = a @ b + beta * c` in f32 through `matrixmultiply::sgemm`: `a` is `m x k`, `b` `k x n`, both with any
+/// strides ([`Strided`]; sgemm packs them, so a transposed operand costs nothing more), `c` `m x n` row-major with
+/// rows `ldc` apart. With `beta == 0` the old `c` is not read. Returns `None`, having touched nothing, when an
+/// operand's slice is too short for its shape and strides, when `ldc < n` or when a stride does not fit `isize`.
+pub(crate) fn sgemm_strided(
+    (m, k, n): (usize, usize, usize),
+    a: Strided<'_>,
+    b: Strided<'_>,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+) -> Option<()> {
+    if m == 0 || n == 0 {
+        return Some(());
+    }
+    // The largest offset of a rows x cols operand, below its length (nothing is read when rows or cols is 0).
+    let fits = |s: Strided<'_>, rows: usize, cols: usize| {
+        rows == 0
+            || cols == 0
+            || (rows - 1).checked_mul(s.rs).and_then(|o| o.checked_add((cols - 1).checked_mul(s.cs)?))
+                < Some(s.data.len())
     };
-    if lda < k || ldb < n || ldc < n || !fits(a.len(), m, k, lda) || !fits(b.len(), k, n, ldb) {
+    if ldc < n || !fits(a, m, k) || !fits(b, k, n) {
         return None;
     }
-    if !fits(c.len(), m, n, ldc) {
+    if !Matrix::<f32>::needed_len(m, n, ldc).is_some_and(|need| need <= c.len()) {
         return None;
     }
-    let (lda, ldb, ldc) = (isize::try_from(lda).ok()?, isize::try_from(ldb).ok()?, isize::try_from(ldc).ok()?);
-    // SAFETY: sgemm reads a[i * lda + p] for i < m, p < k: the largest offset is (m - 1) * lda + k - 1, below
-    // a.len() as checked above (k == 0 reads nothing); likewise b[p * ldb + j] for p < k, j < n, below b.len().
-    // It reads (unless beta == 0) and writes c[i * ldc + j] for i < m, j < n, below c.len(); ldc >= n and unit
-    // column stride make those elements distinct, as sgemm requires. The strides fit isize and every offset
-    // stays inside its slice, so the pointer arithmetic does not overflow. `c` is borrowed mutably, so nothing
-    // else reads or writes it during the call; a and b are shared borrows, not written.
+    let isz = |v: usize| isize::try_from(v).ok();
+    let (rsa, csa, rsb, csb, ldc) = (isz(a.rs)?, isz(a.cs)?, isz(b.rs)?, isz(b.cs)?, isz(ldc)?);
+    // SAFETY: sgemm reads a[i * rsa + p * csa] for i < m, p < k: the largest offset is (m - 1) * rsa + (k - 1) *
+    // csa, below a.data.len() as checked above (k == 0 reads nothing); likewise b[p * rsb + j * csb] for p < k,
+    // j < n, below b.data.len(). It reads (unless beta == 0) and writes c[i * ldc + j] for i < m, j < n, below
+    // c.len(); ldc >= n and unit column stride make those elements distinct, as sgemm requires. The strides fit
+    // isize and every offset stays inside its slice, so the pointer arithmetic does not overflow. `c` is
+    // borrowed mutably, so nothing else reads or writes it during the call; a and b are shared borrows, not
+    // written.
     unsafe {
-        matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), lda, 1, b.as_ptr(), ldb, 1, beta, c.as_mut_ptr(), ldc, 1);
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.data.as_ptr(),
+            rsa,
+            csa,
+            b.data.as_ptr(),
+            rsb,
+            csb,
+            beta,
+            c.as_mut_ptr(),
+            ldc,
+            1,
+        );
     }
     Some(())
 }
@@ -291,21 +352,43 @@ fn out_of_bounds(name: &'static str, what: String) -> Error {
     Error::InvalidArgument { name, reason: format!("{what} falls outside the operands (a bug in sparsek)") }
 }
 
+/// Transposes the `n x n` row-major matrix `m` in place (nothing when `m` is shorter than `n^2`).
+fn transpose_square(m: &mut [f32], n: usize) {
+    if m.len() < n * n {
+        return;
+    }
+    for r in 0..n {
+        for c in r + 1..n {
+            m.swap(r * n + c, c * n + r);
+        }
+    }
+}
+
 /// B (`K x N`) or one column tile of it, in f32: row `r` of the tile starts at `data[r * ld + col0]`.
 #[derive(Clone, Copy)]
-struct F32Rows<'a> {
-    data: &'a [f32],
-    ld: usize,
-    col0: usize,
+pub(crate) struct F32Rows<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) ld: usize,
+    pub(crate) col0: usize,
+}
+
+/// The blocks one block row of an output sums: `(i, k)` pairs, A's stored block `i` (transposed when
+/// `transposed`) times block row `k` of B. The forward's block row `br` is `(i, col_idx[i])` over its range;
+/// `A^T`'s block row `bc` is `(perm[j], row_idx[j])` over block column `bc` of the transposed index.
+#[derive(Clone)]
+pub(crate) struct BlockList<I> {
+    pub(crate) blocks: I,
+    pub(crate) transposed: bool,
 }
 
 /// Columns `j0..j0 + w` of block row `br` of the product into `c_rows` (C from row `br * bs` on, rows `ldc`
-/// apart): every block's `bs x bs` product with its `bs x w` panel of `b` (the same columns) is accumulated in
-/// f32 by sgemm, then the epilogue writes `alpha * acc + beta * C`, rounded to `TC`, to C's columns
-/// `j0..j0 + w`.
+/// apart): every listed block's `bs x bs` product (transposed for `A^T`) with its `bs x w` panel of `b` (the
+/// same columns) is accumulated in f32 by sgemm, then the epilogue writes `alpha * acc + beta * C`, rounded to
+/// `TC`, to C's columns `j0..j0 + w`.
 #[allow(clippy::too_many_arguments)]
-fn block_row_tile<TA: Scalar, TC: Scalar>(
+pub(crate) fn block_row_tile<TA: Scalar, TC: Scalar, I: ExactSizeIterator<Item = (usize, usize)>>(
     a: &Bsr<TA>,
+    list: BlockList<I>,
     b: F32Rows<'_>,
     ep: Epilogue,
     bias: Option<&[TA]>,
@@ -317,7 +400,7 @@ fn block_row_tile<TA: Scalar, TC: Scalar>(
 ) -> Result<()> {
     let bs = a.block_size();
     let blk_len = bs * bs; // bs <= 128
-    let range = a.block_row_range(br);
+    let BlockList { blocks, transposed } = list;
     let Scratch { acc, a: a_buf, c: c_buf } = s;
     // With an f32 C and the default epilogue (alpha 1, beta 0) the epilogue is a copy: accumulate in C itself
     // (same values, no copy); else in the scratch accumulator.
@@ -335,24 +418,28 @@ fn block_row_tile<TA: Scalar, TC: Scalar>(
     };
     // The first block overwrites the accumulator (sgemm's beta 0: its old contents are not read), later ones add
     // to it; a block row without blocks gives zeros.
-    if range.is_empty() {
+    if blocks.len() == 0 {
         out.chunks_mut(ldo).take(bs).for_each(|row| row.iter_mut().take(w).for_each(|v| *v = 0.0));
     }
-    for (pos, i) in range.clone().enumerate() {
-        let col = a.col_idx().get(i).copied().unwrap_or(u32::MAX);
-        let oob = || out_of_bounds("a", format!("block {i} (block row {br}, block column {col})"));
-        // The block in f32: in place when A is f32, else widened here, once per column tile (bs^2 conversions
-        // against 2 bs^2 w flops, and no nnzb * bs^2 buffer of fresh memory).
+    for (pos, (i, k)) in blocks.enumerate() {
+        let oob = || out_of_bounds("a", format!("block {i} (output block row {br}, block row {k} of B)"));
+        // The block in f32: in place when A is f32 and not transposed, else widened (and transposed) here, once
+        // per column tile (bs^2 conversions against 2 bs^2 w flops, and no nnzb * bs^2 buffer of fresh memory).
         let blk: &[f32] = match as_f32(a.values()) {
-            Some(v) => i.checked_mul(blk_len).and_then(|s| v.get(s..s.checked_add(blk_len)?)).ok_or_else(oob)?,
-            None => {
+            Some(v) if !transposed => {
+                i.checked_mul(blk_len).and_then(|s| v.get(s..s.checked_add(blk_len)?)).ok_or_else(oob)?
+            }
+            _ => {
                 a_buf.resize(blk_len, 0.0);
                 convert(a.block(i).ok_or_else(oob)?, a_buf);
+                if transposed {
+                    transpose_square(a_buf, bs);
+                }
                 a_buf
             }
         };
-        // B's rows col * bs .. col * bs + bs, from column col0.
-        let start = (col as usize).checked_mul(bs).and_then(|r| r.checked_mul(b.ld)?.checked_add(b.col0));
+        // B's rows k * bs .. k * bs + bs, from column col0.
+        let start = k.checked_mul(bs).and_then(|r| r.checked_mul(b.ld)?.checked_add(b.col0));
         let panel = start.and_then(|s| b.data.get(s..)).ok_or_else(oob)?;
         let acc_beta = if pos == 0 { 0.0 } else { 1.0 };
         sgemm((bs, bs, w), blk, bs, panel, b.ld, acc_beta, out, ldo).ok_or_else(oob)?;
@@ -425,12 +512,34 @@ pub fn spmm_with_bias<TA: Scalar, TB: Scalar, TC: Scalar>(
 ) -> Result<()> {
     check_shapes(a, b, c)?;
     check_bias(a, bias)?;
-    let (m, n) = (a.rows(), b.cols());
+    tiled(a, b, c, ep, bias, |br| BlockList {
+        blocks: a.block_row_range(br).map(|i| (i, a.col_idx().get(i).map_or(usize::MAX, |&c| c as usize))),
+        transposed: false,
+    })
+}
+
+/// The backend's loop, shared by `A @ B` ([`spmm_with_bias`]) and `A^T @ B` ([`spmm_t`]): C's block row `br`
+/// sums the blocks `blocks_of(br)` lists (with B's block rows). B is `K x N`, C has `bs` rows per output block
+/// row; shapes are checked by the caller. Column tiles of `min(N, TILE_ELEMS / bs)` columns, block rows in
+/// parallel within a tile; see [`spmm`] for the buffers.
+fn tiled<TA: Scalar, TB: Scalar, TC: Scalar, I, F>(
+    a: &Bsr<TA>,
+    b: &Matrix<TB>,
+    c: &mut Matrix<TC>,
+    ep: Epilogue,
+    bias: Option<&[TA]>,
+    blocks_of: F,
+) -> Result<()>
+where
+    I: ExactSizeIterator<Item = (usize, usize)>,
+    F: Fn(usize) -> BlockList<I> + Sync,
+{
+    let (m, n) = (c.rows(), b.cols());
     if m == 0 || n == 0 {
         return Ok(());
     }
     let bs = a.block_size();
-    let k = a.cols();
+    let k = b.rows();
     let tile = (TILE_ELEMS / bs).min(n);
     let ldc = c.ld();
     // C has m >= bs rows, so bs * ldc <= (m - 1) * ldc + n fits unless m == bs, where saturating still gives
@@ -458,8 +567,8 @@ pub fn spmm_with_bias<TA: Scalar, TB: Scalar, TC: Scalar>(
                 F32Rows { data: buf, ld: w, col0: 0 }
             }
         };
-        c.as_mut_slice().par_chunks_mut(chunk_len).take(a.block_rows()).enumerate().try_for_each(|(br, c_rows)| {
-            with_scratch(|s| block_row_tile(a, rows, ep, bias, (j0, w), br, c_rows, ldc, s))
+        c.as_mut_slice().par_chunks_mut(chunk_len).take(m / bs).enumerate().try_for_each(|(br, c_rows)| {
+            with_scratch(|s| block_row_tile(a, blocks_of(br), rows, ep, bias, (j0, w), br, c_rows, ldc, s))
         })?;
     }
     Ok(())
@@ -549,6 +658,31 @@ mod tests {
         let mut out = [0.0f32];
         convert(&[bf16::from_bits(0xff88)], &mut out);
         assert_eq!(out[0].to_bits(), 0xff88_0000);
+    }
+
+    /// `sgemm_strided` with a transposed operand against the same product with the operand copied transposed,
+    /// and `None` (nothing written) for every slice one element too short or a `ldc` below `n`.
+    #[test]
+    fn strided_sgemm_reads_transposed_operands_and_checks_extents() {
+        let (m, k, n) = (5, 7, 3);
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 11) as f32 - 4.0).collect();
+        let bt: Vec<f32> = (0..n * k).map(|i| (i % 7) as f32 - 2.0).collect(); // B^T, n x k
+        let b: Vec<f32> = (0..k * n).map(|i| bt[(i % n) * k + i / n]).collect(); // B, k x n
+        let mut want = vec![0.0f32; m * n];
+        sgemm((m, k, n), &a, k, &b, n, 0.0, &mut want, n).unwrap();
+        let mut got = vec![f32::NAN; m * n];
+        let (sa, sb) = (Strided { data: &a, rs: k, cs: 1 }, Strided { data: &bt, rs: 1, cs: k });
+        sgemm_strided((m, k, n), sa, sb, 0.0, &mut got, n).unwrap();
+        assert_eq!(got, want);
+        let short_a = Strided { data: &a[..m * k - 1], ..sa };
+        let short_b = Strided { data: &bt[..n * k - 1], ..sb };
+        let mut c = vec![7.0f32; m * n];
+        assert!(sgemm_strided((m, k, n), short_a, sb, 0.0, &mut c, n).is_none());
+        assert!(sgemm_strided((m, k, n), sa, short_b, 0.0, &mut c, n).is_none());
+        assert!(sgemm_strided((m, k, n), sa, sb, 0.0, &mut c[..m * n - 1], n).is_none());
+        assert!(sgemm_strided((m, k, n), sa, sb, 0.0, &mut c, n - 1).is_none());
+        assert!(sgemm_strided((m, k, n), sa, Strided { rs: usize::MAX, ..sb }, 0.0, &mut c, n).is_none());
+        assert!(c.iter().all(|&v| v == 7.0));
     }
 
     #[test]

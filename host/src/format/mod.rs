@@ -1,5 +1,5 @@
 //! The block-sparse row (BSR) matrix type, its validation, and conversions from and to dense, COO, CSR,
-//! Matrix Market files and (feature `sprs`) `sprs::CsMat`.
+//! Matrix Market files and (feature `sprs`) `sprs::CsMat`; the transposed index of a structure ([`BsrTranspose`]).
 //!
 //! Layout (the same as PyTorch's BSR tensors): a `rows x cols` matrix cut into square `bs x bs` blocks, `bs` in
 //! [`SUPPORTED_BLOCK_SIZES`], `rows` and `cols` multiples of `bs` (0 allowed).
@@ -24,9 +24,11 @@ mod sprs_interop;
 /// Generated (synthetic) matrices for tests, the CLI and benchmarks; the main items are re-exported here:
 /// [`Pattern`], [`generate`], [`generate_int`] and [`structure`].
 pub mod synth;
+mod transpose;
 
 pub use mtx::{MatrixMarket, Underflow};
 pub use synth::{Pattern, generate, generate_int, structure};
+pub use transpose::BsrTranspose;
 
 /// The block sizes the kernels are built for.
 pub const SUPPORTED_BLOCK_SIZES: [usize; 4] = [16, 32, 64, 128];
@@ -185,6 +187,11 @@ impl<T> Bsr<T> {
     pub fn values_mut(&mut self) -> &mut [T] {
         &mut self.values
     }
+    /// The index arrays and the values at once, the values mutable: `(row_ptr, col_idx, values)` (for products
+    /// that write A's values in place, such as [`crate::cpu::sddmm`]).
+    pub(crate) fn index_and_values_mut(&mut self) -> (&[u32], &[u32], &mut [T]) {
+        (&self.row_ptr, &self.col_idx, &mut self.values)
+    }
     /// The values of stored block `i` (`bs * bs`, row-major), `None` when `i >= nnzb`.
     pub fn block(&self, i: usize) -> Option<&[T]> {
         let len = self.shape.bs * self.shape.bs;
@@ -255,41 +262,7 @@ impl<T: Scalar> Bsr<T> {
             value: nnzb,
             limit: usize::MAX / (bs * bs),
         })?;
-        if row_ptr.len() != block_rows + 1 {
-            return Err(BsrError::RowPtrLength { expected: block_rows + 1, got: row_ptr.len() });
-        }
-        if row_ptr[0] != 0 {
-            return Err(BsrError::RowPtrStart { got: row_ptr[0] });
-        }
-        for (br, w) in row_ptr.windows(2).enumerate() {
-            if w[1] < w[0] {
-                return Err(BsrError::RowPtrDecreasing { block_row: br, prev: w[0], next: w[1] });
-            }
-        }
-        let end = row_ptr[block_rows];
-        if end as usize != nnzb {
-            return Err(BsrError::RowPtrEnd { expected: nnzb, got: end });
-        }
-        // row_ptr is now nondecreasing from 0 to nnzb, so every row range below is in bounds.
-        for (br, w) in row_ptr.windows(2).enumerate() {
-            let start = w[0] as usize;
-            for (pos, &col) in col_idx[start..w[1] as usize].iter().enumerate().map(|(i, c)| (start + i, c)) {
-                if col as usize >= block_cols {
-                    return Err(BsrError::ColIdxOutOfRange { block_row: br, pos, col, block_cols });
-                }
-            }
-        }
-        for (br, w) in row_ptr.windows(2).enumerate() {
-            for pos in w[0] as usize + 1..w[1] as usize {
-                let (prev, col) = (col_idx[pos - 1], col_idx[pos]);
-                if col == prev {
-                    return Err(BsrError::ColIdxDuplicate { block_row: br, pos, col });
-                }
-                if col < prev {
-                    return Err(BsrError::ColIdxUnsorted { block_row: br, pos, prev, col });
-                }
-            }
-        }
+        check_structure(block_rows, block_cols, &row_ptr, &col_idx)?;
         if values.len() != expected_values {
             return Err(BsrError::ValuesLength { expected: expected_values, got: values.len() });
         }
@@ -454,4 +427,57 @@ impl<T: Scalar> Bsr<T> {
         // Report a bad column with its CSR position (the COO list has the same order).
         Self::from_coo(rows, cols, bs, &entries)
     }
+}
+
+/// The checks of [`Bsr::try_new`] on the index arrays alone, in its order (from `row_ptr`'s length on): `row_ptr`
+/// of `block_rows + 1` entries, from 0, nondecreasing, ending at `col_idx.len()` (at most `u32::MAX`); column
+/// indices below `block_cols`, strictly increasing within each block row. Shared with
+/// [`BsrTranspose::from_structure`].
+pub(crate) fn check_structure(
+    block_rows: usize,
+    block_cols: usize,
+    row_ptr: &[u32],
+    col_idx: &[u32],
+) -> Result<(), BsrError> {
+    let nnzb = col_idx.len();
+    let limit = u32::MAX as usize;
+    if nnzb > limit {
+        return Err(BsrError::TooLarge { what: "nnzb", value: nnzb, limit });
+    }
+    if row_ptr.len() != block_rows + 1 {
+        return Err(BsrError::RowPtrLength { expected: block_rows + 1, got: row_ptr.len() });
+    }
+    if row_ptr[0] != 0 {
+        return Err(BsrError::RowPtrStart { got: row_ptr[0] });
+    }
+    for (br, w) in row_ptr.windows(2).enumerate() {
+        if w[1] < w[0] {
+            return Err(BsrError::RowPtrDecreasing { block_row: br, prev: w[0], next: w[1] });
+        }
+    }
+    let end = row_ptr[block_rows];
+    if end as usize != nnzb {
+        return Err(BsrError::RowPtrEnd { expected: nnzb, got: end });
+    }
+    // row_ptr is now nondecreasing from 0 to nnzb, so every row range below is in bounds.
+    for (br, w) in row_ptr.windows(2).enumerate() {
+        let start = w[0] as usize;
+        for (pos, &col) in col_idx[start..w[1] as usize].iter().enumerate().map(|(i, c)| (start + i, c)) {
+            if col as usize >= block_cols {
+                return Err(BsrError::ColIdxOutOfRange { block_row: br, pos, col, block_cols });
+            }
+        }
+    }
+    for (br, w) in row_ptr.windows(2).enumerate() {
+        for pos in w[0] as usize + 1..w[1] as usize {
+            let (prev, col) = (col_idx[pos - 1], col_idx[pos]);
+            if col == prev {
+                return Err(BsrError::ColIdxDuplicate { block_row: br, pos, col });
+            }
+            if col < prev {
+                return Err(BsrError::ColIdxUnsorted { block_row: br, pos, prev, col });
+            }
+        }
+    }
+    Ok(())
 }
