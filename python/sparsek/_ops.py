@@ -14,6 +14,7 @@ aligned, e.g. a row-major B with an N that is not a multiple of 8 halves).
 from __future__ import annotations
 
 import collections
+import math
 import os
 import threading
 
@@ -544,24 +545,97 @@ def _linear_fake(x, values, crow_indices, col_indices, in_features, bias=None, a
     return x.new_empty((*x.shape[:-1], out_features))
 
 
-def _no_backward(op: str):
-    def backward(ctx, grad):
-        raise NotImplementedError(
-            f"sparsek: backward through sparsek::{op} is not supported yet (this version is for inference). "
-            "Run the forward under torch.no_grad() / torch.inference_mode(), or keep the weights frozen "
-            "(requires_grad=False) and the input without grad"
-        )
-
-    return backward
+# ---------------------------------------------------------------------------------------------------------------
+# Autograd (issue 44, first stage). The gradients are computed with torch's dense operations on the weight expanded
+# from its blocks: correct on every device and dtype the forward takes, in float32, but as costly as a dense layer's
+# backward (sparsek's own backward kernels replace these per device: the CPU products exist in the Rust library,
+# `cpu::spmm_t` and `cpu::sddmm`; the GPU kernels are next). Only the stored blocks get gradients (the structure is
+# fixed); the index tensors and sizes get none.
 
 
-def _no_context(ctx, inputs, output):
-    return None
+def _block_rows(crow_indices: torch.Tensor) -> torch.Tensor:
+    """The block row of every stored block (nnzb,), from the block-row offsets."""
+    counts = (crow_indices[1:] - crow_indices[:-1]).to(torch.int64)
+    return torch.repeat_interleave(torch.arange(counts.numel(), device=crow_indices.device), counts)
 
 
-torch.library.register_autograd("sparsek::bsr_mm", _no_backward("bsr_mm"), setup_context=_no_context)
-torch.library.register_autograd("sparsek::linear", _no_backward("linear"), setup_context=_no_context)
-# The twins refuse backward too, so that calling one directly (the benchmarks do, to time the Python kernels beside
-# the native ones) costs what the Python registration of bsr_mm and linear costs.
-torch.library.register_autograd("sparsek::_bsr_mm_py", _no_backward("bsr_mm"), setup_context=_no_context)
-torch.library.register_autograd("sparsek::_linear_py", _no_backward("linear"), setup_context=_no_context)
+def _dense_weight(values, crow_indices, col_indices, rows: int, cols: int) -> torch.Tensor:
+    """The BSR matrix expanded to a dense float32 ``rows x cols`` tensor (zeros outside the stored blocks)."""
+    bs = values.shape[-1]
+    w = values.new_zeros((rows // bs, cols // bs, bs, bs), dtype=torch.float32)
+    w[_block_rows(crow_indices), col_indices.to(torch.int64)] = values.float()
+    return w.permute(0, 2, 1, 3).reshape(rows, cols)
+
+
+def _block_gather(dense: torch.Tensor, crow_indices, col_indices, bs: int) -> torch.Tensor:
+    """The stored blocks' entries of a dense ``rows x cols`` tensor, in the BSR value layout (nnzb, bs, bs)."""
+    rows, cols = dense.shape
+    blocks = dense.reshape(rows // bs, bs, cols // bs, bs).permute(0, 2, 1, 3)
+    return blocks[_block_rows(crow_indices), col_indices.to(torch.int64)]
+
+
+def _activation_grad(z: torch.Tensor, activation: int) -> torch.Tensor:
+    """d act(z) / dz in float32, for the activation codes of ``ACTIVATIONS`` (GELU: its tanh form)."""
+    if activation == 1:
+        return (z > 0).float()
+    if activation == 2:
+        c = math.sqrt(2.0 / math.pi)
+        u = c * (z + 0.044715 * z**3)
+        t = torch.tanh(u)
+        return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * c * (1 + 3 * 0.044715 * z * z)
+    if activation == 3:
+        sig = torch.sigmoid(z)
+        return sig * (1 + z * (1 - sig))
+    return torch.ones_like(z)
+
+
+def _linear_context(ctx, inputs, output):
+    x, values, crow_indices, col_indices, in_features, bias, activation = inputs
+    ctx.in_features, ctx.activation, ctx.has_bias = in_features, activation, bias is not None
+    ctx.save_for_backward(x, values, crow_indices, col_indices, bias)
+
+
+def _linear_backward(ctx, grad):
+    x, values, crow, col, bias = ctx.saved_tensors
+    out_features = (crow.numel() - 1) * values.shape[-1]
+    w = _dense_weight(values, crow, col, out_features, ctx.in_features)
+    x2 = x.reshape(-1, ctx.in_features).float()
+    g = grad.reshape(-1, out_features).float()
+    if ctx.activation != 0:
+        # The pre-activation, recomputed (x @ W^T + b in float32 from the same low-precision inputs).
+        z = x2 @ w.t() + (bias.float() if bias is not None else 0.0)
+        g = g * _activation_grad(z, ctx.activation)
+    grad_x = grad_values = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_x = (g @ w).to(x.dtype).reshape(x.shape)
+    if ctx.needs_input_grad[1]:
+        grad_values = _block_gather(g.t() @ x2, crow, col, values.shape[-1]).to(values.dtype)
+    if ctx.has_bias and ctx.needs_input_grad[5]:
+        grad_bias = g.sum(0).to(bias.dtype)
+    return grad_x, grad_values, None, None, None, grad_bias, None
+
+
+def _bsr_mm_context(ctx, inputs, output):
+    values, crow_indices, col_indices, rows, cols, b, alpha, out_dtype = inputs
+    ctx.rows, ctx.cols, ctx.alpha = rows, cols, alpha
+    ctx.save_for_backward(values, crow_indices, col_indices, b)
+
+
+def _bsr_mm_backward(ctx, grad):
+    values, crow, col, b = ctx.saved_tensors
+    g = grad.float() * ctx.alpha
+    grad_values = grad_b = None
+    if ctx.needs_input_grad[0]:
+        grad_values = _block_gather(g @ b.float().t(), crow, col, values.shape[-1]).to(values.dtype)
+    if ctx.needs_input_grad[5]:
+        w = _dense_weight(values, crow, col, ctx.rows, ctx.cols)
+        grad_b = (w.t() @ g).to(b.dtype)
+    return grad_values, None, None, None, None, grad_b, None, None
+
+
+torch.library.register_autograd("sparsek::bsr_mm", _bsr_mm_backward, setup_context=_bsr_mm_context)
+torch.library.register_autograd("sparsek::linear", _linear_backward, setup_context=_linear_context)
+# The twins get the same formulas, so that calling one directly (the benchmarks do) costs what the registration of
+# bsr_mm and linear costs.
+torch.library.register_autograd("sparsek::_bsr_mm_py", _bsr_mm_backward, setup_context=_bsr_mm_context)
+torch.library.register_autograd("sparsek::_linear_py", _linear_backward, setup_context=_linear_context)

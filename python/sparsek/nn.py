@@ -124,7 +124,7 @@ class BlockSparseLinear(torch.nn.Module):
     stream; CPU: sparsek's CPU backend).
 
     The weight is held as three tensors, all in ``state_dict``: ``values`` (``nnzb x bs x bs``, float16 or
-    bfloat16, a ``Parameter`` that does not require grad: backward is not supported yet), ``crow_indices``
+    bfloat16, a ``Parameter`` created frozen: ``values.requires_grad_(True)`` to fine-tune it), ``crow_indices``
     (``out_features / bs + 1``) and ``col_indices`` (``nnzb``) as int32 (or int64) buffers; ``bias`` is optional.
     Loading a state dict replaces the pattern (its ``nnzb`` may differ from the module's); the structure is
     validated. ``io_dtype`` is the dtype ``forward`` takes and returns (the values' dtype, float32 or float64; see
@@ -677,8 +677,8 @@ def sparsify(
     multiple of ``block_size``, their weight's dtype is not a float type, they live on a device other than CPU or
     CUDA, they are a subclass of ``nn.Linear`` (e.g. ``nn.MultiheadAttention``'s ``out_proj``, whose owner reads
     ``.weight`` directly), their weight is shared with another module (tied embeddings), or they have hooks.
-    Bad arguments raise before anything changes. The converted layers are for inference: their values do not
-    require grad and backward through them is not supported yet.
+    Bad arguments raise before anything changes. The converted layers' values are created frozen (inference);
+    ``values.requires_grad_(True)`` makes a layer trainable (the gradients are computed densely for now).
 
     Returns:
         a :class:`SparsifyReport`: ``report.model``, ``report.records`` / ``.converted`` / ``.skipped``, totals,

@@ -62,9 +62,7 @@ def test_a_tensor_that_requires_grad_is_not_served_from_memory():
     w.requires_grad_(True)
     y = sparsek.linear(x, w)
     _check(y.detach(), x, w64)
-    assert y.requires_grad, "the call must see that the weight now requires grad"
-    with pytest.raises(RuntimeError):
-        y.sum().backward()
+    assert y.requires_grad and y.grad_fn is not None, "the call must see that the weight now requires grad"
 
 
 def test_not_a_bsr_tensor_still_raises():
