@@ -80,6 +80,18 @@ macro_rules! shape_getters {
             self$(.$inner)*.bs
         }
     };
+    (@get block_rows [$($inner:ident)*]) => {
+        #[doc = "`rows / bs`: the number of block rows."]
+        pub fn block_rows(&self) -> usize {
+            self$(.$inner)*.rows / self$(.$inner)*.bs
+        }
+    };
+    (@get block_cols [$($inner:ident)*]) => {
+        #[doc = "`cols / bs`: the number of block columns."]
+        pub fn block_cols(&self) -> usize {
+            self$(.$inner)*.cols / self$(.$inner)*.bs
+        }
+    };
     (@get $name:ident [$($inner:ident)*]) => {
         #[doc = shape_getters!(@doc $name)]
         pub fn $name(&self) -> usize {

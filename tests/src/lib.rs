@@ -1,5 +1,7 @@
 //! Shared helpers for the integration tests: GPU-or-skip, case counts, failure descriptions.
 
+pub mod prop;
+
 use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use std::sync::Arc;

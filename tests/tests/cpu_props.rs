@@ -4,6 +4,7 @@ use proptest::prelude::*;
 use sparsek::check::{Tolerance, compare, compare_exact, compare_rows};
 use sparsek::format::{Pattern, generate, generate_int};
 use sparsek::{Bsr, Epilogue, Error, Matrix, Scalar, bf16, cpu, f16};
+use sparsek_tests::prop::{PropCase as Case, any_prop_case, with_pad};
 
 fn any_pattern() -> impl Strategy<Value = Pattern> {
     prop::sample::select(Pattern::ALL.to_vec())
@@ -14,51 +15,8 @@ fn any_n() -> impl Strategy<Value = usize> {
     prop_oneof![Just(1usize), Just(17), Just(8), 1usize..40]
 }
 
-/// (alpha, beta), beta 0 included often.
-fn any_epilogue() -> impl Strategy<Value = Epilogue> {
-    (prop::sample::select(vec![1.0f32, -0.5, 2.5, 0.75]), prop::sample::select(vec![0.0f32, 0.0, 1.0, -0.75]))
-        .prop_map(|(alpha, beta)| Epilogue::new(alpha, beta))
-}
-
-#[derive(Clone, Debug)]
-struct Case {
-    pattern: Pattern,
-    bs: usize,
-    br: usize,
-    bc: usize,
-    n: usize,
-    density: f64,
-    ep: Epilogue,
-    ld_extra: usize,
-    seed: u64,
-}
-
 fn any_case() -> impl Strategy<Value = Case> {
-    (
-        any_pattern(),
-        prop::sample::select(vec![16usize, 32, 64]),
-        0usize..6,
-        0usize..6,
-        any_n(),
-        0.0f64..=1.0,
-        any_epilogue(),
-        prop::sample::select(vec![0usize, 0, 3, 8]),
-        any::<u64>(),
-    )
-        .prop_map(|(pattern, bs, br, bc, n, density, ep, ld_extra, seed)| {
-            // Keep the larger blocks to a few block rows: debug builds are slow.
-            let (br, bc) = match bs {
-                16 => (br, bc),
-                32 => (br.min(4), bc.min(4)),
-                _ => (br.min(2), bc.min(2)),
-            };
-            Case { pattern, bs, br, bc, n, density, ep, ld_extra, seed }
-        })
-}
-
-/// A copy of `m` with leading dimension `m.cols() + extra`, padding poisoned with NaN.
-fn with_pad<T: Scalar>(m: &Matrix<T>, extra: usize) -> Matrix<T> {
-    m.with_ld(m.cols() + extra, T::from_f64(f64::NAN)).unwrap()
+    any_prop_case(any_n(), vec![1.0f32, -0.5, 2.5, 0.75])
 }
 
 /// Runs one case of the backend against the oracle with the given element types.

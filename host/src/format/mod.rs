@@ -158,15 +158,7 @@ impl<T> Bsr<T> {
         2.0 * self.nnzb() as f64 * (self.shape.bs * self.shape.bs) as f64 * n as f64
     }
 
-    shape_getters!(shape: rows, cols, block_size);
-    /// `rows / bs`.
-    pub fn block_rows(&self) -> usize {
-        self.shape.rows / self.shape.bs
-    }
-    /// `cols / bs`.
-    pub fn block_cols(&self) -> usize {
-        self.shape.cols / self.shape.bs
-    }
+    shape_getters!(shape: rows, cols, block_size, block_rows, block_cols);
     /// Number of stored blocks.
     pub fn nnzb(&self) -> usize {
         self.col_idx.len()

@@ -148,15 +148,8 @@ impl BsrTranspose {
         Ok(())
     }
 
-    shape_getters!(shape: rows, cols, block_size);
-    /// `rows / bs` (of A).
-    pub fn block_rows(&self) -> usize {
-        self.shape.rows / self.shape.bs
-    }
-    /// `cols / bs` (of A): the number of block columns, `col_ptr().len() - 1`.
-    pub fn block_cols(&self) -> usize {
-        self.shape.cols / self.shape.bs
-    }
+    // A's shape (its block columns are `col_ptr().len() - 1`).
+    shape_getters!(shape: rows, cols, block_size, block_rows, block_cols);
     /// Number of stored blocks (A's nnzb).
     pub fn nnzb(&self) -> usize {
         self.row_idx.len()

@@ -3,49 +3,13 @@
 
 use proptest::prelude::*;
 use sparsek::check::{Tolerance, compare, compare_values};
-use sparsek::format::{BsrTranspose, Pattern, generate, generate_int, structure};
+use sparsek::format::{BsrTranspose, generate, generate_int, structure};
 use sparsek::{Bsr, Epilogue, Matrix, Scalar, bf16, cpu, f16};
-
-#[derive(Clone, Debug)]
-struct Case {
-    pattern: Pattern,
-    bs: usize,
-    br: usize,
-    bc: usize,
-    /// N of `A^T @ B`, K (the token count) of SDDMM.
-    n: usize,
-    density: f64,
-    ep: Epilogue,
-    ld_extra: usize,
-    seed: u64,
-}
+use sparsek_tests::prop::{PropCase as Case, any_prop_case, with_pad};
 
 fn any_case() -> impl Strategy<Value = Case> {
-    (
-        prop::sample::select(Pattern::ALL.to_vec()),
-        prop::sample::select(vec![16usize, 32, 64]),
-        0usize..6,
-        0usize..6,
-        prop_oneof![Just(1usize), Just(17), Just(64), 1usize..300],
-        0.0f64..=1.0,
-        (prop::sample::select(vec![1.0f32, -0.5, 2.5]), prop::sample::select(vec![0.0f32, 0.0, 1.0, -0.75])),
-        prop::sample::select(vec![0usize, 0, 3, 8]),
-        any::<u64>(),
-    )
-        .prop_map(|(pattern, bs, br, bc, n, density, (alpha, beta), ld_extra, seed)| {
-            // Keep the larger blocks to a few block rows: debug builds are slow.
-            let (br, bc) = match bs {
-                16 => (br, bc),
-                32 => (br.min(4), bc.min(4)),
-                _ => (br.min(2), bc.min(2)),
-            };
-            Case { pattern, bs, br, bc, n, density, ep: Epilogue::new(alpha, beta), ld_extra, seed }
-        })
-}
-
-/// `m` with leading dimension `m.cols() + extra`, the padding NaN.
-fn with_pad<T: Scalar>(m: &Matrix<T>, extra: usize) -> Matrix<T> {
-    m.with_ld(m.cols() + extra, T::from_f64(f64::NAN)).unwrap()
+    // N of `A^T @ B`, K (the token count) of SDDMM.
+    any_prop_case(prop_oneof![Just(1usize), Just(17), Just(64), 1usize..300], vec![1.0f32, -0.5, 2.5])
 }
 
 /// `alpha * (A^T @ B) + beta * C` by a triple loop over A's dense form, in f64.
