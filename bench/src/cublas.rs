@@ -80,12 +80,7 @@ impl Cublas {
         c: &mut CudaViewMut<'_, f32>,
         ldc: usize,
     ) -> Result<()> {
-        let int = |what, v: usize| Error::fit::<i32>(what, v as u64, "cuBLAS's int");
-        let (mi, ni, ki) = (int("m", m)?, int("n", n)?, int("k", k)?);
-        let (ldai, ldbi, ldci) = (int("lda", lda)?, int("ldb", ldb)?, int("ldc", ldc)?);
-        if lda < k || ldb < n || ldc < n {
-            return Err(Error::LeadingDimensions { lda, ldb, ldc, k, n });
-        }
+        let ((mi, ni, ki), (ldai, ldbi, ldci)) = gemm_dims((m, n, k), (lda, ldb, ldc))?;
         let need = |len: usize, rows: usize, ld: usize, cols: usize, what| {
             if rows > 0 && cols > 0 && len < (rows - 1) * ld + cols {
                 Err(Error::BufferTooSmall { what, len, rows, cols, ld })
@@ -121,12 +116,7 @@ impl Cublas {
         (b, ldb): (CUdeviceptr, usize),
         (c, ldc): (CUdeviceptr, usize),
     ) -> Result<()> {
-        let int = |what, v: usize| Error::fit::<i32>(what, v as u64, "cuBLAS's int");
-        let (mi, ni, ki) = (int("m", m)?, int("n", n)?, int("k", k)?);
-        let (ldai, ldbi, ldci) = (int("lda", lda)?, int("ldb", ldb)?, int("ldc", ldc)?);
-        if lda < k || ldb < n || ldc < n {
-            return Err(Error::LeadingDimensions { lda, ldb, ldc, k, n });
-        }
+        let ((mi, ni, ki), (ldai, ldbi, ldci)) = gemm_dims((m, n, k), (lda, ldb, ldc))?;
         // SAFETY: the caller's contract.
         unsafe { self.gemm_ex((mi, ni, ki), (a, ldai), (b, ldbi), (c, ldci)) }
     }
@@ -202,4 +192,20 @@ impl Drop for Cublas {
         // panics).
         let _ = unsafe { cublas_result::destroy_handle(self.handle) };
     }
+}
+
+/// A row-major GEMM's sizes and leading dimensions as cuBLAS's ints, each checked to fit, and the leading
+/// dimensions checked against the rows they hold (`lda >= k`, `ldb >= n`, `ldc >= n`).
+#[allow(clippy::type_complexity)]
+fn gemm_dims(
+    (m, n, k): (usize, usize, usize),
+    (lda, ldb, ldc): (usize, usize, usize),
+) -> Result<((i32, i32, i32), (i32, i32, i32))> {
+    let int = |what, v: usize| Error::fit::<i32>(what, v as u64, "cuBLAS's int");
+    let dims = (int("m", m)?, int("n", n)?, int("k", k)?);
+    let lds = (int("lda", lda)?, int("ldb", ldb)?, int("ldc", ldc)?);
+    if lda < k || ldb < n || ldc < n {
+        return Err(Error::LeadingDimensions { lda, ldb, ldc, k, n });
+    }
+    Ok((dims, lds))
 }

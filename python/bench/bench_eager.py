@@ -40,7 +40,6 @@ import statistics
 import sys
 import time
 import traceback
-import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -686,10 +685,8 @@ def write(args, result: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    warnings.filterwarnings("ignore", message="Sparse BSR tensor support is in beta state")
-    warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        log("bench_eager: no CUDA device visible to torch (use --device cpu for a smoke test)")
+    bt.quiet_bsr_notices()
+    if bt.no_cuda(args, "bench_eager"):
         return 2
     ctx = Ctx(args)
     started = time.perf_counter()

@@ -1038,13 +1038,24 @@ def parse_args(argv) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    # torch's notices about BSR tensors (random_bsr validates every matrix it builds: check_invariants=True).
+def quiet_bsr_notices() -> None:
+    """Silences torch's notices about BSR tensors (random_bsr validates every matrix it builds)."""
     warnings.filterwarnings("ignore", message="Sparse BSR tensor support is in beta state")
     warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+
+
+def no_cuda(args, name: str) -> bool:
+    """Whether ``--device cuda`` was asked for where torch sees no CUDA device (said on stderr)."""
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_torch: no CUDA device visible to torch (use --device cpu for a smoke test)", file=sys.stderr)
+        print(f"{name}: no CUDA device visible to torch (use --device cpu for a smoke test)", file=sys.stderr)
+        return True
+    return False
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    quiet_bsr_notices()
+    if no_cuda(args, "bench_torch"):
         return 2
     run = Run(args, torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu"))
     result = {"header": run_header(run), "sections": {}}
