@@ -395,6 +395,35 @@ class _ShardBase(BlockSparseLinear):
         shard = self._slice(whole)
         self.load_state_dict(shard.state_dict(), strict=False)
 
+    def _assemble(self, parts):
+        """``(values, crow, col, bias)`` of the whole layer from every rank's ``_local_components``."""
+        rows, cols, values = [], [], []
+        for r, part in enumerate(parts):
+            crow, col = part["crow_indices"].long(), part["col_indices"].long()
+            local_rows = _rows_of(crow)
+            idx = torch.tensor(self.partition.ranks[r], dtype=torch.int64)
+            if self._layout == "column":
+                rows.append(idx[local_rows])
+                cols.append(col)
+            else:
+                rows.append(local_rows)
+                cols.append(idx[col])
+            values.append(part["values"])
+        rows_t, cols_t, values_t = torch.cat(rows), torch.cat(cols), torch.cat(values)
+        n_cols = self.full_in_features // self.block_size
+        order = torch.argsort(rows_t * n_cols + cols_t)
+        crow = torch.zeros(self.full_out_features // self.block_size + 1, dtype=torch.int64)
+        crow[1:] = torch.bincount(rows_t, minlength=crow.shape[0] - 1).cumsum(0)
+        bias = None
+        if "bias" in parts[0]:
+            if self._layout == "column":
+                bias = parts[0]["bias"].new_empty(self.full_out_features)
+                for r, part in enumerate(parts):
+                    bias[self.partition.features(r)] = part["bias"]
+            else:
+                bias = parts[0]["bias"]
+        return values_t[order], crow, cols_t[order], bias
+
     def _slice(self, whole: BlockSparseLinear) -> "_ShardBase":
         raise NotImplementedError
 
@@ -427,6 +456,8 @@ class ColumnParallelBlockSparseLinear(_ShardBase):
             feats = partition.features(r)
             index[feats] = r * width + torch.arange(len(partition.ranks[r]) * bs)
         self._width = width
+        # No index map when the ranks' parts are in order and of one width (nothing padded, nothing permuted).
+        self._in_order = partition.contiguous and len({len(r) for r in partition.ranks}) == 1
         self.register_buffer("_gather_index", index.to(device), persistent=False)
         return self
 
@@ -443,7 +474,7 @@ class ColumnParallelBlockSparseLinear(_ShardBase):
         y = y.contiguous()
         parts = [torch.empty_like(y) for _ in range(self.world_size)]
         dist.all_gather(parts, y, group=self.group)
-        if self.partition.contiguous and not pad:
+        if self._in_order:
             return torch.cat(parts, dim=-1)
         return torch.cat(parts, dim=-1).index_select(-1, self._gather_index)
 
