@@ -1,0 +1,726 @@
+"""Tensor-parallel :class:`~sparsek.nn.BlockSparseLinear` on ``torch.distributed`` (issue 45): Megatron-style
+column- and row-parallel shards whose boundaries balance *stored blocks* across ranks, not rows.
+
+- :func:`column_parallel` (output features split by block rows): every rank takes the whole input and computes its
+  own output features; with ``gather_output=True`` they are all-gathered and put back in the original feature order.
+- :func:`row_parallel` (input features split by block columns): every rank takes its own input features (or the
+  whole input with ``input_is_parallel=False``), computes a partial product in float32, the partials are
+  all-reduced (sum), and the bias and activation are applied once, after the sum, with a single rounding to the
+  output dtype.
+- :func:`shard_mlp`: an (up, down) pair on ONE partition of the shared dimension, balancing both layers' blocks
+  together: up column-parallel without gather, down row-parallel on its input features; nothing is communicated
+  between the two.
+- :class:`ColwiseBlockSparse`, :class:`RowwiseBlockSparse` and :func:`paired_styles`:
+  ``torch.distributed.tensor.parallel.ParallelStyle`` s for ``parallelize_module`` (see their docs for how the
+  module is converted in place).
+
+**Partitions.** A :class:`BlockPartition` gives each rank a set of block indices (block rows for the column
+layout, block columns for the row layout). :func:`partition_blocks` builds it from the stored blocks of each index
+(its *load*): ``strategy="auto"`` (the default) first takes the best contiguous split (ranges from prefix sums,
+the smallest possible maximum load) and keeps it when ``max / mean <= threshold`` (default
+:data:`DEFAULT_THRESHOLD` = 1.05); otherwise it assigns the indices longest-first, each to the least-loaded rank
+(ties: the rank with fewer indices, then the lower rank), and keeps that permutation when its maximum is lower than
+the contiguous one's. A permuted column partition is undone in the gather (an index map puts every feature back in
+place); a permuted row partition needs the input's features in the partition's order, which the preceding
+column-parallel layer of a pair produces by construction. ``"contiguous"``, ``"equal"`` (equal ranges of indices,
+what a dense tensor-parallel layer does) and ``"greedy"`` force one. Each shard reports ``nnzb`` (its blocks),
+``imbalance`` (max / mean of the ranks' blocks, 1.0 when perfectly even) and ``partition``.
+
+Every rank must hold the same full layer when sharding (the partition is computed on each rank from it); the
+``ParallelStyle`` s broadcast it from ``src_data_rank`` first (as torch's styles do), the functions take it as
+given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from .nn import BlockSparseLinear
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "BlockPartition",
+    "partition_blocks",
+    "block_row_loads",
+    "block_col_loads",
+    "column_parallel",
+    "row_parallel",
+    "shard_mlp",
+    "ColumnParallelBlockSparseLinear",
+    "RowParallelBlockSparseLinear",
+    "ColwiseBlockSparse",
+    "RowwiseBlockSparse",
+    "paired_styles",
+    "layer_from_state_dict",
+]
+
+DEFAULT_THRESHOLD = 1.05
+_STRATEGIES = ("auto", "contiguous", "equal", "greedy")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Partitions.
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockPartition:
+    """Which block indices (of one dimension of a weight, in blocks of ``block_size`` features) each rank holds.
+
+    ``ranks[r]`` is rank ``r``'s indices in ascending order (every index in exactly one rank, every rank at least
+    one); ``loads[r]`` the stored blocks they hold in the layer(s) the partition was balanced for; ``strategy`` the
+    one that built it (``"contiguous"``, ``"equal"``, ``"greedy"`` or ``"given"``)."""
+
+    block_size: int
+    ranks: tuple[tuple[int, ...], ...]
+    loads: tuple[int, ...]
+    strategy: str
+
+    def __post_init__(self) -> None:
+        flat = sorted(i for r in self.ranks for i in r)
+        if flat != list(range(len(flat))):
+            raise ValueError("sparsek: a partition must hold every block index exactly once")
+        if any(len(r) == 0 for r in self.ranks):
+            raise ValueError("sparsek: every rank of a partition needs at least one block index")
+        if any(list(r) != sorted(r) for r in self.ranks):
+            raise ValueError("sparsek: a rank's block indices must be ascending")
+        if len(self.loads) != len(self.ranks):
+            raise ValueError("sparsek: a partition needs one load per rank")
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def num_blocks(self) -> int:
+        """The block indices of the dimension (its features / ``block_size``)."""
+        return sum(len(r) for r in self.ranks)
+
+    @property
+    def contiguous(self) -> bool:
+        """Each rank holds one range and rank ``r``'s precedes rank ``r + 1``'s (no reordering needed)."""
+        return [i for r in self.ranks for i in r] == list(range(self.num_blocks))
+
+    @property
+    def imbalance(self) -> float:
+        """``max(loads) / mean(loads)`` (1.0 when no blocks are stored)."""
+        total = sum(self.loads)
+        return max(self.loads) * len(self.loads) / total if total else 1.0
+
+    def features(self, rank: int) -> torch.Tensor:
+        """Rank ``rank``'s feature indices (int64, ascending)."""
+        bs = self.block_size
+        blocks = torch.tensor(self.ranks[rank], dtype=torch.int64)
+        return (blocks[:, None] * bs + torch.arange(bs)).reshape(-1)
+
+    def check(self, world_size: int, num_blocks: int, block_size: int, what: str) -> None:
+        """Raises ``ValueError`` unless the partition fits ``world_size`` ranks and a dimension of ``num_blocks``
+        blocks of ``block_size``."""
+        if (self.world_size, self.num_blocks, self.block_size) != (world_size, num_blocks, block_size):
+            raise ValueError(
+                f"sparsek: mismatched partition for {what}: it is for {self.world_size} ranks, {self.num_blocks} "
+                f"blocks of {self.block_size}; the layer needs {world_size} ranks, {num_blocks} blocks of "
+                f"{block_size}"
+            )
+
+    def with_loads(self, loads: Sequence[int]) -> "BlockPartition":
+        """The same assignment, its loads recounted from per-index ``loads``."""
+        loads = [int(v) for v in loads]
+        return dataclasses.replace(self, loads=tuple(sum(loads[i] for i in r) for r in self.ranks))
+
+
+def _contiguous_split(loads: list[int], world: int) -> list[tuple[int, ...]]:
+    """The contiguous split into ``world`` nonempty ranges with the smallest maximum load (binary search on it)."""
+    n = len(loads)
+
+    def split(cap: int) -> list[tuple[int, ...]] | None:
+        parts, cur, cur_load = [], [], 0
+        for i, v in enumerate(loads):
+            left_parts = world - len(parts) - 1  # ranges still to open after the current one
+            must_close = cur and (cur_load + v > cap or n - i == left_parts)
+            if must_close:
+                parts.append(tuple(cur))
+                cur, cur_load = [], 0
+            if v > cap:
+                return None
+            cur.append(i)
+            cur_load += v
+        parts.append(tuple(cur))
+        return parts if len(parts) == world else None
+
+    lo, hi = max(loads), sum(loads)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if split(mid) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    result = split(lo)
+    assert result is not None  # cap = sum(loads) always splits (n >= world)
+    return result
+
+
+def _greedy_split(loads: list[int], world: int) -> list[tuple[int, ...]]:
+    """Longest-first: each index (largest load first, ties by index) to the least-loaded rank (ties: fewer indices,
+    then lower rank)."""
+    order = sorted(range(len(loads)), key=lambda i: (-loads[i], i))
+    parts: list[list[int]] = [[] for _ in range(world)]
+    sums = [0] * world
+    for i in order:
+        r = min(range(world), key=lambda q: (sums[q], len(parts[q]), q))
+        parts[r].append(i)
+        sums[r] += loads[i]
+    return [tuple(sorted(p)) for p in parts]
+
+
+def partition_blocks(
+    loads: Sequence[int] | torch.Tensor,
+    world_size: int,
+    block_size: int,
+    *,
+    strategy: str = "auto",
+    threshold: float = DEFAULT_THRESHOLD,
+) -> BlockPartition:
+    """Splits the block indices ``0 .. len(loads) - 1`` over ``world_size`` ranks, balancing ``loads`` (the stored
+    blocks of each index). See the module doc for the strategies; ``threshold`` is the ``max / mean`` up to which
+    ``"auto"`` keeps a contiguous split."""
+    if strategy not in _STRATEGIES:
+        raise ValueError(f"sparsek: strategy {strategy!r} is not one of {', '.join(_STRATEGIES)}")
+    if not threshold >= 1.0:
+        raise ValueError(f"sparsek: threshold {threshold} must be >= 1 (it bounds max / mean)")
+    if isinstance(loads, torch.Tensor):
+        loads = loads.tolist()
+    loads = [int(v) for v in loads]
+    world = int(world_size)
+    if world < 1:
+        raise ValueError(f"sparsek: world size {world} must be >= 1")
+    if any(v < 0 for v in loads):
+        raise ValueError("sparsek: loads must be >= 0")
+    if len(loads) < world:
+        raise ValueError(
+            f"sparsek: {len(loads)} blocks of {block_size} features cannot be split over {world} ranks (each rank "
+            "needs at least one block): use fewer ranks or a smaller block size"
+        )
+
+    def make(parts, name):
+        return BlockPartition(int(block_size), tuple(parts), tuple(sum(loads[i] for i in p) for p in parts), name)
+
+    if strategy == "equal":
+        n = len(loads)
+        bounds = [n * r // world for r in range(world + 1)]
+        return make([tuple(range(bounds[r], bounds[r + 1])) for r in range(world)], "equal")
+    contiguous = make(_contiguous_split(loads, world), "contiguous")
+    if strategy == "contiguous" or (strategy == "auto" and contiguous.imbalance <= threshold):
+        return contiguous
+    greedy = make(_greedy_split(loads, world), "greedy")
+    if strategy == "greedy" or max(greedy.loads) < max(contiguous.loads):
+        return greedy
+    return contiguous
+
+
+def block_row_loads(layer: BlockSparseLinear) -> torch.Tensor:
+    """Stored blocks of each block row (int64, ``out_features / block_size``)."""
+    crow = layer.crow_indices.detach().cpu().long()
+    return crow[1:] - crow[:-1]
+
+
+def block_col_loads(layer: BlockSparseLinear) -> torch.Tensor:
+    """Stored blocks of each block column (int64, ``in_features / block_size``)."""
+    return torch.bincount(layer.col_indices.detach().cpu().long(), minlength=layer.in_features // layer.block_size)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Slicing and reassembling BSR weights (on the host's copy of the indices; the values stay on their device).
+
+
+def _rows_of(crow: torch.Tensor) -> torch.Tensor:
+    return torch.repeat_interleave(torch.arange(crow.shape[0] - 1), crow[1:] - crow[:-1])
+
+
+def _take_rows(layer: BlockSparseLinear, rows: Sequence[int]):
+    """``(values, crow, col)`` of the block rows ``rows`` (in that order)."""
+    crow = layer.crow_indices.detach().cpu().long()
+    rows_t = torch.tensor(list(rows), dtype=torch.int64)
+    counts = crow[rows_t + 1] - crow[rows_t]
+    idx = torch.cat([torch.arange(int(crow[r]), int(crow[r + 1])) for r in rows] or [torch.zeros(0, dtype=torch.int64)])
+    new_crow = torch.zeros(len(rows) + 1, dtype=torch.int64)
+    new_crow[1:] = counts.cumsum(0)
+    col = layer.col_indices.detach().cpu().long()[idx]
+    values = layer.values.detach().index_select(0, idx.to(layer.values.device))
+    return values, new_crow, col
+
+
+def _take_cols(layer: BlockSparseLinear, cols: Sequence[int]):
+    """``(values, crow, col)`` of the block columns ``cols`` (ascending), renumbered ``0 .. len(cols) - 1``."""
+    crow = layer.crow_indices.detach().cpu().long()
+    col = layer.col_indices.detach().cpu().long()
+    where = torch.full((layer.in_features // layer.block_size,), -1, dtype=torch.int64)
+    where[torch.tensor(list(cols), dtype=torch.int64)] = torch.arange(len(cols))
+    new_col = where[col]
+    keep = new_col >= 0
+    rows = _rows_of(crow)[keep]
+    new_crow = torch.zeros(crow.shape[0], dtype=torch.int64)
+    new_crow[1:] = torch.bincount(rows, minlength=crow.shape[0] - 1).cumsum(0)
+    idx = keep.nonzero()[:, 0]
+    values = layer.values.detach().index_select(0, idx.to(layer.values.device))
+    return values, new_crow, new_col[keep]
+
+
+def layer_from_state_dict(state_dict: dict, in_features: int, out_features: int, activation: str | None = None,
+                          io_dtype: torch.dtype | None = None) -> BlockSparseLinear:
+    """A whole :class:`BlockSparseLinear` from its state dict (``values``, ``crow_indices``, ``col_indices``,
+    optional ``bias``); the shape is not in the state dict, so it is given. The structure is validated."""
+    return BlockSparseLinear(
+        in_features, out_features, state_dict["values"].shape[-1], state_dict["values"], state_dict["crow_indices"],
+        state_dict["col_indices"], state_dict.get("bias"), activation, index_dtype=state_dict["crow_indices"].dtype,
+        io_dtype=io_dtype,
+    )
+
+
+def _group_info(group) -> tuple[int, int]:
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("sparsek: torch.distributed is not initialized (call init_process_group first)")
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def _check_layer(layer) -> None:
+    if not isinstance(layer, BlockSparseLinear) or isinstance(layer, _ShardBase):
+        raise TypeError(f"sparsek: a shard is built from a whole BlockSparseLinear, not {type(layer).__name__}")
+
+
+_ACT = {
+    None: lambda y: y,
+    "identity": lambda y: y,
+    "relu": torch.relu,
+    "gelu_tanh": lambda y: torch.nn.functional.gelu(y, approximate="tanh"),
+    "silu": torch.nn.functional.silu,
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Shards.
+
+
+class _ShardBase(BlockSparseLinear):
+    """A rank's shard: a :class:`BlockSparseLinear` over the rank's part of the weight, with the group, the
+    partition and the whole layer's shape. Its ``state_dict`` is the shard's own (``values``, ``crow_indices``,
+    ``col_indices``, ``bias``) plus ``_extra_state`` (layout, rank, world size, partition): load it into the same
+    rank's shard of the same partition (anything else is refused before anything changes). :meth:`full_state_dict`
+    gathers the whole layer's; :meth:`load_full_state_dict` takes a whole one and keeps this shard's slice."""
+
+    _layout = ""
+
+    def _setup(self, group, rank: int, partition: BlockPartition, full_in: int, full_out: int) -> None:
+        self.group = group
+        self.rank = rank
+        self.partition = partition
+        self.full_in_features = full_in
+        self.full_out_features = full_out
+
+    @property
+    def world_size(self) -> int:
+        return self.partition.world_size
+
+    @property
+    def imbalance(self) -> float:
+        """``max / mean`` of the ranks' stored blocks under this shard's partition (for this layer alone)."""
+        return self.partition.imbalance
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, {self._layout}-parallel rank {self.rank}/{self.world_size} of "
+            f"{self.full_out_features}x{self.full_in_features}, {self.partition.strategy} partition, "
+            f"imbalance={self.imbalance:.3f}"
+        )
+
+    # State.
+
+    def get_extra_state(self):
+        return {"layout": self._layout, "rank": self.rank, "world_size": self.world_size,
+                "full_shape": (self.full_out_features, self.full_in_features),
+                "ranks": [list(r) for r in self.partition.ranks]}
+
+    def set_extra_state(self, state) -> None:
+        self._check_extra_state(state)
+
+    def _check_extra_state(self, state) -> None:
+        mine = self.get_extra_state()
+        if state != mine:
+            diff = [k for k in mine if not isinstance(state, dict) or state.get(k) != mine[k]]
+            raise ValueError(f"sparsek: mismatched shard state dict ({', '.join(diff)} differ from this shard's)")
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        key = prefix + "_extra_state"
+        if key in state_dict:
+            try:
+                self._check_extra_state(state_dict[key])
+            except ValueError as e:
+                error_msgs.append(f"{prefix}: {e}")
+                return
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    def _local_components(self) -> dict:
+        return {k: v.detach().cpu() for k, v in (("values", self.values), ("crow_indices", self.crow_indices),
+                                                  ("col_indices", self.col_indices), ("bias", self.bias))
+                if v is not None}
+
+    def full_layer(self) -> BlockSparseLinear:
+        """The whole layer, gathered from every rank (a collective: every rank calls it), on this shard's
+        device."""
+        parts: list = [None] * self.world_size
+        dist.all_gather_object(parts, self._local_components(), group=self.group)
+        values, crow, col, bias = self._assemble(parts)
+        device = self.values.device
+        return BlockSparseLinear(
+            self.full_in_features, self.full_out_features, self.block_size, values.to(device), crow.to(device),
+            col.to(device), None if bias is None else bias.to(device), self.activation,
+            index_dtype=self.crow_indices.dtype, io_dtype=self.io_dtype,
+        )
+
+    def full_state_dict(self) -> dict:
+        """The whole :class:`BlockSparseLinear`'s state dict (a collective: every rank calls it)."""
+        return self.full_layer().state_dict()
+
+    def load_full_state_dict(self, state_dict: dict) -> None:
+        """Loads this rank's slice of a whole layer's state dict (same shape and block size), keeping the
+        partition (a partner layer may depend on it). Validated before anything changes."""
+        whole = layer_from_state_dict(state_dict, self.full_in_features, self.full_out_features)
+        if whole.block_size != self.block_size:
+            raise ValueError(f"sparsek: the state dict holds {whole.block_size}-blocks; the shard {self.block_size}")
+        shard = self._slice(whole)
+        self.load_state_dict(shard.state_dict(), strict=False)
+
+    def _assemble(self, parts):
+        """``(values, crow, col, bias)`` of the whole layer from every rank's ``_local_components``."""
+        rows, cols, values = [], [], []
+        for r, part in enumerate(parts):
+            crow, col = part["crow_indices"].long(), part["col_indices"].long()
+            local_rows = _rows_of(crow)
+            idx = torch.tensor(self.partition.ranks[r], dtype=torch.int64)
+            if self._layout == "column":
+                rows.append(idx[local_rows])
+                cols.append(col)
+            else:
+                rows.append(local_rows)
+                cols.append(idx[col])
+            values.append(part["values"])
+        rows_t, cols_t, values_t = torch.cat(rows), torch.cat(cols), torch.cat(values)
+        n_cols = self.full_in_features // self.block_size
+        order = torch.argsort(rows_t * n_cols + cols_t)
+        crow = torch.zeros(self.full_out_features // self.block_size + 1, dtype=torch.int64)
+        crow[1:] = torch.bincount(rows_t, minlength=crow.shape[0] - 1).cumsum(0)
+        bias = None
+        if "bias" in parts[0]:
+            if self._layout == "column":
+                bias = parts[0]["bias"].new_empty(self.full_out_features)
+                for r, part in enumerate(parts):
+                    bias[self.partition.features(r)] = part["bias"]
+            else:
+                bias = parts[0]["bias"]
+        return values_t[order], crow, cols_t[order], bias
+
+    def _slice(self, whole: BlockSparseLinear) -> "_ShardBase":
+        raise NotImplementedError
+
+
+class ColumnParallelBlockSparseLinear(_ShardBase):
+    """A rank's column-parallel shard (made by :func:`column_parallel`): its block rows of the weight and their
+    bias entries; ``forward`` takes the whole input ``(..., in_features)`` and returns this rank's output features
+    ``(..., out_features)`` (``partition.features(rank)`` of the whole layer's), or with ``gather_output`` the
+    whole ``(..., full_out_features)`` in the original order (one all-gather). The activation is fused (it is
+    elementwise on the output)."""
+
+    _layout = "column"
+
+    @classmethod
+    def _build(cls, layer, group, rank, partition, gather_output):
+        values, crow, col = _take_rows(layer, partition.ranks[rank])
+        bias = None
+        if layer.bias is not None:
+            bias = layer.bias.detach().index_select(0, partition.features(rank).to(layer.bias.device))
+        device = layer.values.device
+        self = cls(layer.in_features, len(partition.ranks[rank]) * layer.block_size, layer.block_size, values,
+                   crow.to(device), col.to(device), bias, layer.activation, index_dtype=layer.crow_indices.dtype,
+                   io_dtype=layer.io_dtype)
+        self._setup(group, rank, partition, layer.in_features, layer.out_features)
+        self.gather_output = bool(gather_output)
+        # The all-gather pads each rank's part to the largest; `_gather_index` picks the features back in order.
+        bs, width = partition.block_size, max(len(r) for r in partition.ranks) * partition.block_size
+        index = torch.empty(layer.out_features, dtype=torch.int64)
+        for r in range(partition.world_size):
+            feats = partition.features(r)
+            index[feats] = r * width + torch.arange(len(partition.ranks[r]) * bs)
+        self._width = width
+        # No index map when the ranks' parts are in order and of one width (nothing padded, nothing permuted).
+        self._in_order = partition.contiguous and len({len(r) for r in partition.ranks}) == 1
+        self.register_buffer("_gather_index", index.to(device), persistent=False)
+        return self
+
+    def _slice(self, whole):
+        return type(self)._build(whole, self.group, self.rank, self.partition, self.gather_output)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        if not self.gather_output or self.world_size == 1:
+            return y
+        pad = self._width - y.shape[-1]
+        if pad:
+            y = torch.nn.functional.pad(y, (0, pad))
+        y = y.contiguous()
+        parts = [torch.empty_like(y) for _ in range(self.world_size)]
+        dist.all_gather(parts, y, group=self.group)
+        if self._in_order:
+            return torch.cat(parts, dim=-1)
+        return torch.cat(parts, dim=-1).index_select(-1, self._gather_index)
+
+
+class RowParallelBlockSparseLinear(_ShardBase):
+    """A rank's row-parallel shard (made by :func:`row_parallel`): its block columns of the weight, renumbered, and
+    the whole bias. ``forward`` takes this rank's input features ``(..., in_features)`` (``partition.features(rank)``
+    of the whole layer's, in that order), or with ``input_is_parallel=False`` the whole input (the shard picks its
+    features); the partial product (float32 accumulation, kept in float32) is all-reduced (sum) over the group and
+    the bias and activation are applied once after the sum, in float32, then rounded once to the output dtype."""
+
+    _layout = "row"
+
+    @classmethod
+    def _build(cls, layer, group, rank, partition, input_is_parallel):
+        values, crow, col = _take_cols(layer, partition.ranks[rank])
+        device = layer.values.device
+        self = cls(len(partition.ranks[rank]) * layer.block_size, layer.out_features, layer.block_size, values,
+                   crow.to(device), col.to(device), None if layer.bias is None else layer.bias.detach(),
+                   layer.activation, index_dtype=layer.crow_indices.dtype, io_dtype=layer.io_dtype)
+        self._setup(group, rank, partition, layer.in_features, layer.out_features)
+        self.input_is_parallel = bool(input_is_parallel)
+        self.register_buffer("_input_index", partition.features(rank).to(device), persistent=False)
+        return self
+
+    def _slice(self, whole):
+        return type(self)._build(whole, self.group, self.rank, self.partition, self.input_is_parallel)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values = self.values
+        if x.dtype not in (values.dtype, self.io_dtype):
+            raise TypeError(f"sparsek: x is {x.dtype}; this layer takes {self.io_dtype} or its values' {values.dtype}")
+        if not self.input_is_parallel:
+            if x.shape[-1] != self.full_in_features:
+                raise ValueError(f"sparsek: x has {x.shape[-1]} features; the whole layer takes "
+                                 f"{self.full_in_features}")
+            x = x.index_select(-1, self._input_index)
+        elif x.shape[-1] != self.in_features:
+            raise ValueError(f"sparsek: x has {x.shape[-1]} features; this rank's shard takes {self.in_features} "
+                             "(its partition's input features)")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).to(values.dtype)
+        # y^T = W_local @ x^T in float32 (x^T read through a transposed view; no copy on CUDA).
+        partial = torch.ops.sparsek.bsr_mm(values, self.crow_indices, self.col_indices, self.out_features,
+                                           self.in_features, x2.t(), 1.0, torch.float32).t().contiguous()
+        if self.world_size > 1:
+            dist.all_reduce(partial, op=dist.ReduceOp.SUM, group=self.group)
+        if self.bias is not None:
+            partial = partial + self.bias.float()
+        y = _ACT[self.activation](partial)
+        return y.to(x.dtype).reshape(*lead, self.out_features)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Building shards.
+
+
+def _resolve(partition, loads, world, bs, strategy, threshold, what):
+    if partition is None:
+        return partition_blocks(loads, world, bs, strategy=strategy, threshold=threshold)
+    if not isinstance(partition, BlockPartition):
+        raise TypeError(f"sparsek: partition= takes a BlockPartition, not {type(partition).__name__}")
+    partition.check(world, len(loads), bs, what)
+    return partition
+
+
+def column_parallel(layer: BlockSparseLinear, group=None, *, gather_output: bool = True,
+                    partition: BlockPartition | None = None, strategy: str = "auto",
+                    threshold: float = DEFAULT_THRESHOLD) -> ColumnParallelBlockSparseLinear:
+    """This rank's column-parallel shard of ``layer`` (output features split by block rows) for ``group``
+    (default: the world). ``partition``: use this one (of the block rows) instead of balancing the layer's;
+    ``strategy`` / ``threshold``: see :func:`partition_blocks`. No communication (every rank holds ``layer``)."""
+    _check_layer(layer)
+    world, rank = _group_info(group)
+    loads = block_row_loads(layer)
+    p = _resolve(partition, loads, world, layer.block_size, strategy, threshold, "the column layout (block rows)")
+    return ColumnParallelBlockSparseLinear._build(layer, group, rank, p.with_loads(loads), gather_output)
+
+
+def row_parallel(layer: BlockSparseLinear, group=None, *, input_is_parallel: bool = True,
+                 partition: BlockPartition | None = None, strategy: str = "auto",
+                 threshold: float = DEFAULT_THRESHOLD) -> RowParallelBlockSparseLinear:
+    """This rank's row-parallel shard of ``layer`` (input features split by block columns) for ``group``.
+    ``partition``: the partition of the input features, which must be the previous layer's output partition when
+    it feeds this one without a gather (see :func:`shard_mlp`); default: balance this layer's block columns.
+    ``input_is_parallel``: the input holds only this rank's features (default) or all of them."""
+    _check_layer(layer)
+    world, rank = _group_info(group)
+    loads = block_col_loads(layer)
+    p = _resolve(partition, loads, world, layer.block_size, strategy, threshold, "the row layout (block columns)")
+    return RowParallelBlockSparseLinear._build(layer, group, rank, p.with_loads(loads), input_is_parallel)
+
+
+def _pair_partition(up, down, world, strategy, threshold, partition):
+    _check_layer(up)
+    _check_layer(down)
+    if up.out_features != down.in_features or up.block_size != down.block_size:
+        raise ValueError(
+            f"sparsek: up's outputs ({up.out_features}, blocks of {up.block_size}) must be down's inputs "
+            f"({down.in_features}, blocks of {down.block_size})"
+        )
+    loads = block_row_loads(up) + block_col_loads(down)
+    return _resolve(partition, loads, world, up.block_size, strategy, threshold, "the pair's shared dimension")
+
+
+def shard_mlp(up: BlockSparseLinear, down: BlockSparseLinear, group=None, *, partition: BlockPartition | None = None,
+              strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD):
+    """``(up_shard, down_shard)``: ``up`` column-parallel without gather and ``down`` row-parallel on the same
+    partition of the shared dimension (``up.out_features == down.in_features``), balanced on both layers' blocks
+    together (each index's load: up's blocks in that block row plus down's in that block column). Between the two
+    nothing is communicated (an elementwise function of up's output, e.g. its fused activation, may sit between);
+    down's all-reduce is the block's only collective. Each shard's ``partition.loads`` / ``imbalance`` count its
+    own layer's blocks; the pair's joint partition is ``pair_partition``."""
+    world, _ = _group_info(group)
+    p = _pair_partition(up, down, world, strategy, threshold, partition)
+    up_shard = column_parallel(up, group, gather_output=False, partition=p)
+    down_shard = row_parallel(down, group, input_is_parallel=True, partition=p)
+    up_shard.pair_partition = down_shard.pair_partition = p
+    return up_shard, down_shard
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# parallelize_module.
+#
+# torch 2.11's parallelize_module, given a plan dict, calls each style's `_apply(submodule, mesh)` and DISCARDS what
+# it returns (api.py: `parallelize_module(submodule, device_mesh, parallelize_style, ...)` in the loop, its result
+# unused; only a style given as the whole plan has its result returned). A style that returns a replacement module
+# therefore has no effect in a plan dict. These styles convert the BlockSparseLinear in place instead, as torch's own
+# styles do (they swap parameters for DTensors in place) and as FSDP2's fully_shard does (it swaps the module's
+# class): the module becomes the shard (its class and its state), keeping its identity and its hooks.
+
+try:
+    from torch.distributed.tensor.parallel import ParallelStyle as _ParallelStyle
+except ImportError:  # pragma: no cover - torch without distributed
+    _ParallelStyle = object  # type: ignore[misc,assignment]
+
+
+def _become(module: torch.nn.Module, shard: torch.nn.Module) -> torch.nn.Module:
+    keep = {k: v for k, v in module.__dict__.items() if "hook" in k}
+    module.__dict__.clear()
+    module.__dict__.update(shard.__dict__)
+    module.__dict__.update(keep)
+    module.__class__ = type(shard)
+    return module
+
+
+def _broadcast_layer(module: BlockSparseLinear, src: int | None, group) -> None:
+    """Makes every rank's ``module`` rank ``src``'s (pattern, values, bias) before sharding."""
+    if src is None or dist.get_world_size(group) == 1:
+        return
+    state = [module.state_dict() if dist.get_rank(group) == src else None]
+    state[0] = None if state[0] is None else {k: v.cpu() for k, v in state[0].items()}
+    dist.broadcast_object_list(state, src=dist.get_global_rank(group, src) if group is not None else src, group=group)
+    module.load_state_dict(state[0])
+
+
+def _mesh_group(device_mesh):
+    if device_mesh.ndim != 1:
+        raise ValueError("sparsek: the block-sparse styles take a 1-D device mesh (the tensor-parallel dimension)")
+    return device_mesh.get_group()
+
+
+class ColwiseBlockSparse(_ParallelStyle):
+    """``parallelize_module`` style: the :class:`BlockSparseLinear` becomes (in place) its
+    :class:`ColumnParallelBlockSparseLinear` for the mesh's group, balanced as :func:`column_parallel` does.
+    ``gather_output`` defaults to ``False`` as torch's ``ColwiseParallel`` (output ``Shard(-1)``) does: the output
+    is this rank's features, for a following :class:`RowwiseBlockSparse` on the same ``partition`` (use
+    :func:`paired_styles` to balance a pair together). Inputs and outputs are plain tensors, not DTensors."""
+
+    def __init__(self, *, gather_output: bool = False, partition: BlockPartition | None = None,
+                 strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD) -> None:
+        super().__init__()
+        self.gather_output, self.partition, self.strategy, self.threshold = gather_output, partition, strategy, threshold
+
+    def _apply(self, module, device_mesh):
+        _check_layer(module)
+        group = _mesh_group(device_mesh)
+        _broadcast_layer(module, self.src_data_rank, group)
+        shard = column_parallel(module, group, gather_output=self.gather_output, partition=self.partition,
+                                strategy=self.strategy, threshold=self.threshold)
+        return _become(module, shard)
+
+
+class RowwiseBlockSparse(_ParallelStyle):
+    """``parallelize_module`` style: the :class:`BlockSparseLinear` becomes (in place) its
+    :class:`RowParallelBlockSparseLinear` for the mesh's group. Its input features must be split as the producer's
+    output is: pass that ``partition`` (e.g. the preceding column shard's ``partition``), or
+    ``input_is_parallel=False`` (the whole input; the layer's own block columns are balanced), or use
+    :func:`paired_styles`. Without either it refuses (a partition guessed here would silently differ from the
+    producer's)."""
+
+    def __init__(self, *, partition: BlockPartition | None = None, input_is_parallel: bool = True,
+                 strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD) -> None:
+        super().__init__()
+        self.partition, self.input_is_parallel, self.strategy, self.threshold = (
+            partition, input_is_parallel, strategy, threshold)
+
+    def _apply(self, module, device_mesh):
+        _check_layer(module)
+        if self.partition is None and self.input_is_parallel:
+            raise ValueError(
+                "sparsek: RowwiseBlockSparse with a parallel input needs the producer's partition: pass partition=, "
+                "input_is_parallel=False, or use paired_styles() for a column-parallel layer feeding this one"
+            )
+        group = _mesh_group(device_mesh)
+        _broadcast_layer(module, self.src_data_rank, group)
+        shard = row_parallel(module, group, input_is_parallel=self.input_is_parallel, partition=self.partition,
+                             strategy=self.strategy, threshold=self.threshold)
+        return _become(module, shard)
+
+
+class _Pair:
+    def __init__(self, strategy, threshold):
+        self.strategy, self.threshold = strategy, threshold
+        self.ups: list = []
+        self.downs: list = []
+
+    def offer(self, side, module, device_mesh, src):
+        _check_layer(module)
+        group = _mesh_group(device_mesh)
+        _broadcast_layer(module, src, group)
+        (self.ups if side == "up" else self.downs).append((module, group))
+        while self.ups and self.downs:  # first up with first down (a plan's wildcard keys keep the order)
+            (up, g1), (down, g2) = self.ups.pop(0), self.downs.pop(0)
+            if g1 is not g2:
+                raise ValueError("sparsek: a paired up and down must be parallelized on the same device mesh")
+            up_shard, down_shard = shard_mlp(up, down, g1, strategy=self.strategy, threshold=self.threshold)
+            _become(up, up_shard)
+            _become(down, down_shard)
+        return module
+
+
+class _PairedStyle(_ParallelStyle):
+    def __init__(self, pair: _Pair, side: str) -> None:
+        super().__init__()
+        self.pair, self.side = pair, side
+
+    def _apply(self, module, device_mesh):
+        return self.pair.offer(self.side, module, device_mesh, self.src_data_rank)
+
+
+def paired_styles(*, strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD):
+    """``(up_style, down_style)`` for one ``parallelize_module`` call, e.g.
+    ``up, down = paired_styles(); parallelize_module(model, mesh, {"mlp.up": up, "mlp.down": down})``: each up
+    layer is paired with the down layer applied in the same order (wildcard keys such as ``"layers.*.mlp.up"``
+    pair layer by layer) and both are converted in place by :func:`shard_mlp` once both have been seen (the first
+    stays whole until its partner arrives: give both in the same plan)."""
+    pair = _Pair(strategy, threshold)
+    return _PairedStyle(pair, "up"), _PairedStyle(pair, "down")

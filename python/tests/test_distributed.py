@@ -1,0 +1,539 @@
+"""sparsek.distributed: column- and row-parallel BlockSparseLinear shards balanced by stored blocks, the MLP pairing,
+parallelize_module styles, state dicts and errors, on two ranks.
+
+The CPU variant runs everywhere: two processes (torch.multiprocessing.spawn), gloo, a file:// rendezvous, sparsek's
+CPU backend computing the products. The CUDA variant (NCCL, one GPU per rank) runs the same cases where torch sees
+two GPUs and is skipped otherwise; ``SPARSEK_REQUIRE_GPU=2`` turns that skip into a failure. To save start-up time
+each variant spawns its two ranks once and runs every case in them (each case's outcome is recorded per rank and
+reported by its own test below). The same cases run under torchrun::
+
+    torchrun --nproc-per-node 2 python/tests/test_distributed.py --backend nccl
+
+Every output is checked against the f64 product of the whole layer (test_nn's tolerance model: f32 accumulation
+over the whole K, one rounding to the output type) and against the single-process layer on the same, fresh random
+input.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import os
+import sys
+import tempfile
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import activation64, assert_close, seed_for  # noqa: E402
+
+from sparsek import distributed as sd  # noqa: E402
+from sparsek.nn import BlockSparseLinear  # noqa: E402
+
+WORLD = 2
+REQUIRE_GPU2 = os.environ.get("SPARSEK_REQUIRE_GPU") == "2"
+ACTS = [None, "relu", "silu", "gelu_tanh"]
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+               "broadcast_object_list", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+               "send", "recv", "isend", "irecv", "barrier", "reduce", "gather", "scatter")
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Helpers (run in each rank).
+
+
+def make_layer(in_f, out_f, bs, dtype, gen, *, skew=None, bias=True, activation=None, density=0.5, device="cpu"):
+    """A layer with normal values; ``skew="rows"``: block rows 0 and 1 full, every other row one block;
+    ``skew="cols"``: the same for block columns; ``"even"``: every block row the same count."""
+    r, c = out_f // bs, in_f // bs
+    mask = torch.rand(r, c, generator=gen) < density
+    if skew == "rows":
+        mask[:] = False
+        mask[:2, :] = True
+        mask[torch.arange(2, r), torch.randint(0, c, (max(r - 2, 0),), generator=gen)] = True
+    elif skew == "cols":
+        mask[:] = False
+        mask[:, :2] = True
+        mask[torch.randint(0, r, (max(c - 2, 0),), generator=gen), torch.arange(2, c)] = True
+    elif skew == "even":
+        keep = max(1, c // 2)
+        mask = torch.rand(r, c, generator=gen).argsort(dim=1) < keep
+    crow = torch.zeros(r + 1, dtype=torch.int64)
+    crow[1:] = mask.sum(1).cumsum(0)
+    col = mask.nonzero()[:, 1]
+    values = torch.randn(int(mask.sum()), bs, bs, generator=gen).to(dtype)
+    b = (torch.randn(out_f, generator=gen) * 0.5).to(dtype) if bias else None
+    layer = BlockSparseLinear(in_f, out_f, bs, values, crow, col, b, activation)
+    return layer.to(device)
+
+
+def reference(layer, x):
+    """(f64 result, |x| @ |W|^T + |b|) of the whole layer on x."""
+    x64 = x.detach().cpu().double().reshape(-1, layer.in_features)
+    w64 = layer.to_dense().detach().cpu().double()
+    b64 = torch.zeros(layer.out_features, dtype=torch.float64) if layer.bias is None else layer.bias.cpu().double()
+    ref = activation64(x64 @ w64.t() + b64, layer.activation)
+    return ref, x64.abs() @ w64.abs().t() + b64.abs()
+
+
+def check(got, layer, x):
+    """``got`` (the sharded result) within tolerance of the f64 whole-layer result, and so is the single-process
+    layer's output on the same input."""
+    ref, absp = reference(layer, x)
+    with torch.no_grad():
+        single = layer(x)
+    assert got.shape == single.shape and got.dtype == single.dtype, (got.shape, single.shape, got.dtype)
+    assert_close(got.reshape(-1, layer.out_features), ref, absp, layer.in_features, layer.activation)
+    assert_close(single.reshape(-1, layer.out_features), ref, absp, layer.in_features, layer.activation)
+
+
+class Counter:
+    """Counts calls of torch.distributed's collectives (patched on the module, where sparsek.distributed looks them
+    up) while active."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+        self._saved = {}
+
+    def __enter__(self):
+        for name in COLLECTIVES:
+            fn = getattr(dist, name, None)
+            if fn is None:
+                continue
+            self._saved[name] = fn
+
+            def wrapped(*a, _fn=fn, _name=name, **k):
+                self.calls.append(_name)
+                return _fn(*a, **k)
+
+            setattr(dist, name, wrapped)
+        return self
+
+    def __exit__(self, *exc):
+        for name, fn in self._saved.items():
+            setattr(dist, name, fn)
+
+
+def gathered_nnzb(shard):
+    parts = [None] * WORLD
+    dist.all_gather_object(parts, shard.nnzb)
+    return parts
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Cases: each takes (rank, device) and raises on failure.
+
+CASES: dict[str, object] = {}
+
+
+def case(name):
+    def deco(fn):
+        CASES[name] = fn
+        return fn
+    return deco
+
+
+def _layout_case(layout, bs, dtype, pattern, k):
+    def run(rank, device):
+        gen = torch.Generator().manual_seed(seed_for("dist", layout, bs, dtype, pattern))
+        bias, act = (k % 2 == 0), ACTS[k % 4]
+        feats = 8 * bs if bs <= 32 else 4 * bs
+        skew = None if pattern == "uniform" else ("rows" if layout == "column" else "cols")
+        layer = make_layer(feats, feats, bs, dtype, gen, skew=skew, bias=bias, activation=act, device=device)
+        x = torch.randn(3, 5, feats, generator=gen).to(dtype).to(device)
+        if layout == "column":
+            shard = sd.column_parallel(layer)
+            with torch.no_grad():
+                got = shard(x)
+                local = sd.column_parallel(layer, gather_output=False)(x)
+                full = layer(x)
+            check(got, layer, x)
+            # This rank's features: bit for bit the single-process layer's (same blocks, same order per row).
+            feats_r = shard.partition.features(rank).to(device)
+            assert torch.equal(local, full.index_select(-1, feats_r))
+            assert torch.equal(got, full)
+        else:
+            shard = sd.row_parallel(layer)
+            feats_r = shard.partition.features(rank).to(device)
+            with torch.no_grad():
+                got = shard(x.index_select(-1, feats_r))
+                whole_in = sd.row_parallel(layer, input_is_parallel=False)(x)
+            check(got, layer, x)
+            assert torch.equal(whole_in, got)
+        # Reports: this rank's blocks, all ranks' add up, max / mean as reported.
+        parts = gathered_nnzb(shard)
+        assert sum(parts) == layer.nnzb and parts[rank] == shard.nnzb
+        assert list(shard.partition.loads) == parts
+        assert abs(shard.imbalance - max(parts) * WORLD / max(sum(parts), 1)) < 1e-12 or sum(parts) == 0
+    return run
+
+
+_k = 0
+for _layout in ("column", "row"):
+    for _bs in (16, 32, 64, 128):
+        for _dtype in (torch.float16, torch.bfloat16):
+            for _pattern in ("uniform", "skewed"):
+                case(f"{_layout}-bs{_bs}-{str(_dtype)[6:]}-{_pattern}")(_layout_case(_layout, _bs, _dtype, _pattern,
+                                                                                    _k))
+                _k += 1
+
+
+@case("io-dtype-float32")
+def _io_dtype(rank, device):
+    gen = torch.Generator().manual_seed(seed_for("io32"))
+    layer = make_layer(128, 64, 16, torch.float16, gen, activation="relu", device=device).float()
+    x = torch.randn(4, 128, generator=gen).to(device)
+    with torch.no_grad():
+        for shard in (sd.column_parallel(layer), sd.row_parallel(layer, input_is_parallel=False)):
+            got = shard(x)
+            assert got.dtype == torch.float32
+            ref, absp = reference(layer, x.half())
+            assert_close(got.half(), ref, absp, 128, "relu")
+
+
+@case("imbalance-skewed-contiguous-vs-permuted")
+def _imbalance(rank, device):
+    gen = torch.Generator().manual_seed(seed_for("imbalance"))
+    # 16 block rows: rows 0 and 1 full (16 blocks each), the others one block each.
+    layer = make_layer(256, 256, 16, torch.float16, gen, skew="rows", bias=True, device=device)
+    loads = sd.block_row_loads(layer).tolist()
+    assert loads[:2] == [16, 16] and loads[2:] == [1] * 14
+    equal = sd.column_parallel(layer, strategy="equal")
+    contiguous = sd.column_parallel(layer, strategy="contiguous")
+    auto = sd.column_parallel(layer)
+    # equal ranges: 32 + 6 vs 8 blocks; the best contiguous split: [0] | [1..15] = 16 vs 30; permuted: 23 vs 23.
+    assert equal.partition.loads == (38, 8) and abs(equal.imbalance - 38 / 23) < 1e-12
+    assert contiguous.partition.loads == (16, 30) and abs(contiguous.imbalance - 30 / 23) < 1e-12
+    assert auto.partition.strategy == "greedy" and not auto.partition.contiguous
+    assert auto.partition.loads == (23, 23) and auto.imbalance == 1.0
+    assert gathered_nnzb(auto) == [23, 23]
+    # The permuted shard's gathered output is in feature order.
+    x = torch.randn(6, 256, generator=gen).half().to(device)
+    with torch.no_grad():
+        check(auto(x), layer, x)
+        assert torch.equal(auto(x), layer(x))
+    # An even pattern stays contiguous (max / mean within the threshold).
+    even = make_layer(256, 256, 16, torch.float16, gen, skew="even", device=device)
+    s = sd.column_parallel(even)
+    assert s.partition.contiguous and s.partition.strategy == "contiguous" and s.imbalance <= sd.DEFAULT_THRESHOLD
+    # The same for block columns (row layout).
+    cl = make_layer(256, 128, 16, torch.bfloat16, gen, skew="cols", device=device)
+    rs = sd.row_parallel(cl)
+    eq = sd.row_parallel(cl, strategy="equal")
+    assert rs.imbalance < eq.imbalance and rs.imbalance <= 1.1, (rs.imbalance, eq.imbalance)
+    xr = torch.randn(6, 256, generator=gen).bfloat16().to(device)
+    with torch.no_grad():
+        check(rs(xr.index_select(-1, rs.partition.features(rank).to(device))), cl, xr)
+
+
+@case("pair-no-communication-between")
+def _pair(rank, device):
+    for skew in (None, "rows"):
+        gen = torch.Generator().manual_seed(seed_for("pair", skew))
+        up = make_layer(128, 512, 32, torch.bfloat16, gen, skew=skew, activation="silu", device=device)
+        down = make_layer(512, 128, 32, torch.bfloat16, gen, bias=True, device=device)
+        up_s, down_s = sd.shard_mlp(up, down)
+        assert up_s.partition.ranks == down_s.partition.ranks == up_s.pair_partition.ranks
+        joint = (sd.block_row_loads(up) + sd.block_col_loads(down)).tolist()
+        assert up_s.pair_partition.loads == tuple(sum(joint[i] for i in r) for r in up_s.partition.ranks)
+        if skew:
+            assert not up_s.pair_partition.contiguous
+        x = torch.randn(2, 7, 128, generator=gen).bfloat16().to(device)
+        with torch.no_grad(), Counter() as c_up:
+            h = up_s(x)
+        assert c_up.calls == [], c_up.calls
+        with torch.no_grad(), Counter() as c_down:
+            y = down_s(h)
+        assert c_down.calls == ["all_reduce"], c_down.calls
+        with torch.no_grad():
+            h_single = up(x)
+            assert torch.equal(h, h_single.index_select(-1, up_s.partition.features(rank).to(device)))
+        check(y, down, h_single)
+
+
+@case("parallelize-module")
+def _parallelize(rank, device):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = init_device_mesh(device, (WORLD,))
+    gen = torch.Generator().manual_seed(seed_for("parallelize"))
+
+    def model():
+        m = torch.nn.Module()
+        m.up = make_layer(64, 256, 16, torch.float16, gen, skew="rows", activation="relu", device=device)
+        m.down = make_layer(256, 64, 16, torch.float16, gen, device=device)
+        return m
+
+    m = model()
+    if rank == 1:  # the styles broadcast rank 0's layers (src_data_rank=0): rank 1's own are different
+        m2 = model()
+        m.up.load_state_dict(m2.up.state_dict())
+    st = [None]
+    if rank == 0:
+        st[0] = {k: {n: t.cpu() for n, t in getattr(m, k).state_dict().items()} for k in ("up", "down")}
+    dist.broadcast_object_list(st, src=0)
+    single_up = sd.layer_from_state_dict(st[0]["up"], 64, 256, "relu").to(device)
+    single_down = sd.layer_from_state_dict(st[0]["down"], 256, 64).to(device)
+    up_id = id(m.up)
+    hooked = []
+    m.up.register_forward_hook(lambda *a: hooked.append(1))
+    up_style, down_style = sd.paired_styles()
+    parallelize_module(m, mesh, {"up": up_style, "down": down_style})
+    assert id(m.up) == up_id and isinstance(m.up, sd.ColumnParallelBlockSparseLinear)
+    assert isinstance(m.down, sd.RowParallelBlockSparseLinear)
+    assert m.up.partition.ranks == m.down.partition.ranks and not m.up.gather_output
+    # rank 1 drew more from gen (its own second model): the input comes from a generator of its own.
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(seed_for("parallelize-x"))).half().to(device)
+    with torch.no_grad():
+        h_single = single_up(x)
+        y = m.down(m.up(x))
+    assert hooked == [1], "the module's hooks survive the conversion"
+    check(y, single_down, h_single)
+    # The standalone styles: column with gather; row without a partition is refused.
+    m = model()
+    parallelize_module(m, mesh, {"up": sd.ColwiseBlockSparse(gather_output=True)})
+    with torch.no_grad():
+        assert m.up(x).shape == (5, 256)
+    try:
+        parallelize_module(m, mesh, {"down": sd.RowwiseBlockSparse()})
+    except ValueError as e:
+        assert "partition" in str(e)
+    else:
+        raise AssertionError("RowwiseBlockSparse without a partition was accepted")
+    parallelize_module(m, mesh, {"down": sd.RowwiseBlockSparse(input_is_parallel=False)})
+    assert isinstance(m.down, sd.RowParallelBlockSparseLinear)
+
+
+@case("state-dict-per-shard-and-whole")
+def _state(rank, device):
+    gen = torch.Generator().manual_seed(seed_for("state"))
+    for layout, skew in (("column", "rows"), ("row", "cols")):
+        make = sd.column_parallel if layout == "column" else sd.row_parallel
+        layer = make_layer(256, 256, 16, torch.float16, gen, skew=skew, activation="relu", device=device)
+        other = make_layer(256, 256, 16, torch.float16, gen, skew=skew, activation="relu", device=device)
+        shard = make(layer)
+        assert not shard.partition.contiguous
+        x = torch.randn(4, 256, generator=gen).half().to(device)
+        xin = x if layout == "column" else x.index_select(-1, shard.partition.features(rank).to(device))
+        with torch.no_grad():
+            y = shard(xin)
+        # Per shard: torch.save / torch.load into the same rank's shard of another layer on the same partition.
+        buf = io.BytesIO()
+        torch.save(shard.state_dict(), buf)
+        buf.seek(0)
+        dst = make(other, partition=shard.partition)
+        dst.load_state_dict(torch.load(buf))
+        with torch.no_grad():
+            assert torch.equal(dst(xin), y)
+        # Another rank's shard state is refused and changes nothing.
+        parts = [None] * WORLD
+        dist.all_gather_object(parts, {k: v.cpu() for k, v in shard.state_dict().items()
+                                       if isinstance(v, torch.Tensor)} | {"_extra_state": shard.get_extra_state()})
+        before = {k: v.clone() for k, v in dst.state_dict().items() if isinstance(v, torch.Tensor)}
+        try:
+            dst.load_state_dict(parts[1 - rank])
+        except RuntimeError as e:
+            assert "mismatched" in str(e), e
+        else:
+            raise AssertionError("another rank's shard state was accepted")
+        for k, v in dst.state_dict().items():
+            if isinstance(v, torch.Tensor):
+                assert torch.equal(v, before[k]), k
+        # Whole: the gathered state dict is the layer's own, tensor for tensor.
+        whole = shard.full_state_dict()
+        assert set(whole) == set(layer.state_dict())
+        for k, v in layer.state_dict().items():
+            assert torch.equal(whole[k].cpu(), v.cpu()), k
+        # Whole -> shards: load another layer's whole state dict, keeping the partition.
+        shard.load_full_state_dict(other.state_dict())
+        ref_shard = make(other, partition=shard.partition)
+        with torch.no_grad():
+            assert torch.equal(shard(xin), ref_shard(xin))
+            if layout == "column":
+                check(shard(x), other, x)
+
+
+@case("errors")
+def _errors(rank, device):
+    gen = torch.Generator().manual_seed(seed_for("errors"))
+
+    def raises(exc, text, fn):
+        try:
+            fn()
+        except exc as e:
+            assert text in str(e), (text, str(e))
+        else:
+            raise AssertionError(f"no {exc.__name__} ({text})")
+
+    one_row = make_layer(64, 32, 32, torch.float16, gen, device=device)  # 1 block row, 2 block columns
+    raises(ValueError, "cannot be split over 2 ranks", lambda: sd.column_parallel(one_row))
+    sd.row_parallel(one_row)  # 2 block columns: fine
+    layer = make_layer(128, 128, 32, torch.float16, gen, device=device)
+    wrong = sd.partition_blocks([1] * 8, WORLD, 32)
+    raises(ValueError, "mismatched partition", lambda: sd.column_parallel(layer, partition=wrong))
+    raises(ValueError, "mismatched partition", lambda: sd.row_parallel(layer, partition=wrong))
+    three = sd.partition_blocks([1] * 8, WORLD + 1, 16)  # for 3 ranks
+    narrow = make_layer(128, 64, 16, torch.float16, gen, device=device)
+    raises(ValueError, "mismatched partition", lambda: sd.row_parallel(narrow, partition=three))
+    up = make_layer(128, 256, 32, torch.float16, gen, device=device)
+    raises(ValueError, "must be down's inputs", lambda: sd.shard_mlp(up, layer))
+    shard = sd.row_parallel(layer)
+    raises(ValueError, "this rank's shard takes", lambda: shard(torch.randn(2, 128).half().to(device)))
+    raises(TypeError, "this layer takes", lambda: shard(torch.randn(2, shard.in_features).to(device)))
+    raises(TypeError, "whole BlockSparseLinear", lambda: sd.column_parallel(shard))
+    raises(TypeError, "whole BlockSparseLinear", lambda: sd.column_parallel(torch.nn.Linear(4, 4)))
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Running the cases in each rank.
+
+
+def run_cases(rank, device) -> dict[str, str | None]:
+    results = {}
+    for name, fn in CASES.items():
+        try:
+            fn(rank, device)
+            results[name] = None
+        except Exception:  # noqa: BLE001 - reported per case
+            results[name] = traceback.format_exc()
+            print(f"rank {rank} {name}: {results[name]}", file=sys.stderr, flush=True)
+        dist.barrier()  # a failed case must not leave the ranks out of step
+    return results
+
+
+def _worker(rank, backend, init_file, out_dir):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    device = "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+    # A case failing on one rank only would leave the other waiting in a collective: the timeout turns that into an
+    # error instead of a hang.
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        results = run_cases(rank, "cuda" if backend == "nccl" else "cpu")
+    finally:
+        dist.destroy_process_group()
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    del device
+
+
+_RESULTS: dict[str, dict] = {}
+
+
+def _results(backend):
+    if backend not in _RESULTS:
+        with tempfile.TemporaryDirectory() as tmp:
+            init = os.path.join(tmp, "rendezvous")
+            torch.multiprocessing.spawn(_worker, args=(backend, init, tmp), nprocs=WORLD, join=True)
+            _RESULTS[backend] = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
+    return _RESULTS[backend]
+
+
+def _two_gpus() -> bool:
+    return torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
+
+
+BACKENDS = [
+    "gloo",
+    pytest.param("nccl", marks=pytest.mark.skipif(
+        not _two_gpus() and not REQUIRE_GPU2,
+        reason="needs 2 CUDA GPUs and NCCL (set SPARSEK_REQUIRE_GPU=2 to make this a failure)")),
+]
+
+
+def test_two_gpus_present_when_required():
+    if REQUIRE_GPU2:
+        assert _two_gpus(), "SPARSEK_REQUIRE_GPU=2 but torch does not see 2 CUDA GPUs with NCCL"
+    else:
+        pytest.skip("SPARSEK_REQUIRE_GPU=2 not set")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_case(backend, name):
+    if backend == "nccl" and not _two_gpus():
+        pytest.fail("SPARSEK_REQUIRE_GPU=2 but torch does not see 2 CUDA GPUs with NCCL")
+    results = _results(backend)
+    failures = [f"rank {r}:\n{res[name]}" for r, res in enumerate(results) if res[name] is not None]
+    assert not failures, "\n".join(failures)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Single-process: the partition algorithm.
+
+
+def test_partition_blocks():
+    p = sd.partition_blocks([5, 5, 5, 5], 2, 16)
+    assert p.ranks == ((0, 1), (2, 3)) and p.strategy == "contiguous" and p.imbalance == 1.0 and p.contiguous
+    # The best contiguous split is [0, 1] | [2] (7 vs 6); no permutation does better.
+    p = sd.partition_blocks([3, 4, 6], 2, 16)
+    assert max(p.loads) == 7
+    p = sd.partition_blocks([10, 1, 1, 1, 1, 1, 1, 1, 1, 10], 2, 16)
+    assert p.strategy == "contiguous" and p.loads == (14, 14) and p.contiguous  # ranges balance: no permutation
+    p = sd.partition_blocks([9, 9, 1, 1, 1, 1], 2, 16)
+    assert p.loads == (11, 11) and p.strategy == "greedy" and p.ranks == ((0, 2, 4), (1, 3, 5))
+    p = sd.partition_blocks([9, 9, 1, 1, 1, 1], 2, 16, strategy="equal")
+    assert p.ranks == ((0, 1, 2), (3, 4, 5)) and p.loads == (19, 3)
+    assert sd.partition_blocks([0, 0, 0], 3, 16).imbalance == 1.0
+    assert torch.equal(p.features(1), torch.arange(48, 96))
+    with pytest.raises(ValueError, match="cannot be split over 4 ranks"):
+        sd.partition_blocks([1, 1, 1], 4, 16)
+    with pytest.raises(ValueError, match="strategy"):
+        sd.partition_blocks([1, 1], 2, 16, strategy="best")
+    with pytest.raises(ValueError, match="threshold"):
+        sd.partition_blocks([1, 1], 2, 16, threshold=0.5)
+    with pytest.raises(ValueError, match="exactly once"):
+        sd.BlockPartition(16, ((0,), (0,)), (1, 1), "given")
+    with pytest.raises(ValueError, match="at least one"):
+        sd.BlockPartition(16, ((0, 1), ()), (1, 1), "given")
+
+
+def test_contiguous_split_is_optimal():
+    """The binary-searched contiguous split has the smallest maximum of every contiguous split (brute force)."""
+    import itertools
+
+    gen = torch.Generator().manual_seed(seed_for("optimal"))
+    for trial in range(30):
+        n, world = int(torch.randint(3, 9, (1,), generator=gen)), int(torch.randint(2, 4, (1,), generator=gen))
+        if n < world:
+            continue
+        loads = torch.randint(0, 20, (n,), generator=gen).tolist()
+        p = sd.partition_blocks(loads, world, 16, strategy="contiguous")
+        best = min(max(sum(loads[a:b]) for a, b in zip((0,) + cuts, cuts + (n,)))
+                   for cuts in itertools.combinations(range(1, n), world - 1))
+        assert max(p.loads) == best and p.contiguous, (loads, world, p)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# torchrun entry point: every case, this process one rank.
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
+    args = parser.parse_args()
+    if args.backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=60))
+    if dist.get_world_size() != WORLD:
+        raise SystemExit(f"run with --nproc-per-node {WORLD}")
+    res = run_cases(dist.get_rank(), "cuda" if args.backend == "nccl" else "cpu")
+    every = [None] * WORLD
+    dist.all_gather_object(every, res)
+    dist.destroy_process_group()
+    failed = sorted({n for r in every for n, e in r.items() if e is not None})
+    if int(os.environ.get("RANK", "0")) == 0:  # the group is gone: the rank from torchrun's environment
+        for r, rr in enumerate(every):
+            for n in failed:
+                if rr[n] is not None:
+                    print(f"FAILED {n} (rank {r}):\n{rr[n]}")
+        print(f"{len(res) - len(failed)} of {len(res)} cases passed on {WORLD} ranks ({args.backend})")
+    sys.exit(1 if failed else 0)
