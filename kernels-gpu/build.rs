@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use sparsek_layout::{Decomposition, InType, Layout, Module, OutType, VARIANTS};
+use sparsek_layout::{Decomposition, InType, Layout, Module, Op, OutType, VARIANTS};
 
 fn main() {
     let feature = |f: &str| std::env::var_os(format!("CARGO_FEATURE_{f}")).is_some();
@@ -20,8 +20,13 @@ fn main() {
     } else {
         Some(Module::Product)
     };
-    let mut files =
-        [("bsr", String::new()), ("decode", String::new()), ("flat", String::new()), ("hopper", String::new())];
+    let mut files = [
+        ("bsr", String::new()),
+        ("decode", String::new()),
+        ("flat", String::new()),
+        ("hopper", String::new()),
+        ("sddmm", String::new()),
+    ];
     for v in VARIANTS.iter().filter(|v| Some(v.module) == module) {
         // The row's decomposition names the template that implements it (and its file includes the line).
         let template = match v.decomposition {
@@ -29,6 +34,7 @@ fn main() {
             Decomposition::DecodeSlices => "decode",
             Decomposition::FlatList => "flat",
             Decomposition::WholeRows | Decomposition::SplitRows => "bsr",
+            Decomposition::StoredBlocks => "sddmm",
         };
         let (input, in_type) = match v.input {
             InType::F16 => ("crate::epilogue::F16In", "crate::layout::InType::F16"),
@@ -44,12 +50,23 @@ fn main() {
             OutType::Bf16 => ("crate::epilogue::Bf16", "crate::layout::OutType::Bf16"),
         };
         let text = &mut files.iter_mut().find(|(t, _)| *t == template).expect("a template").1;
-        let (name, decomposition) = (v.name, v.decomposition);
+        // The sm_80 template's rows of A^T (`Op::BsrSpmmT`) read A through its transposed index.
+        let decomposition = match (v.op, v.decomposition) {
+            (Op::BsrSpmmT, d) => format!("Transposed{d:?}"),
+            (_, d) => format!("{d:?}"),
+        };
+        // An SDDMM kernel also takes X's order (how its A operand is read).
+        let x_col = match (v.op, v.a_layout) {
+            (Op::Sddmm, Layout::RowMajor) => ", crate::sm80::bsr::src::SDDMM_X_ROW",
+            (Op::Sddmm, Layout::ColMajor) => ", crate::sm80::bsr::src::SDDMM_X_COL",
+            _ => "",
+        };
+        let name = v.name;
         // One macro for every row (lib.rs `kernel!`), dispatching on the decomposition to the template's entry
         // point.
         writeln!(
             text,
-            "kernel!({decomposition:?}, {name}, {input}, {in_type}, {b_layout}, {b_col}, {out}, {out_type});"
+            "kernel!({decomposition}, {name}, {input}, {in_type}, {b_layout}, {b_col}, {out}, {out_type}{x_col});"
         )
         .expect("writing to a String");
     }

@@ -46,6 +46,7 @@ pub mod side;
 pub mod tune;
 
 pub use compare::{Comparison, compare};
+pub use cublas::Cublas;
 pub use cusparse::Kind as CusparseKind;
 pub use error::{Error, Result};
 pub use grid::{Case, Source, default_grid, parse_case, quick_grid};

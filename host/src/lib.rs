@@ -123,7 +123,7 @@ pub use matrix::Matrix;
 pub use scalar::Scalar;
 
 pub use half::{bf16, f16};
-pub use sparsek_layout::{Activation, Layout};
+pub use sparsek_layout::{Activation, Layout, Op};
 
 /// What a product does with its result: `C = act(alpha * (A @ B) + bias) + beta * C`, accumulated in f32 (f64
 /// in the reference), with `act` the [`Activation`] (identity by default) and the bias, where a launch takes one,

@@ -45,12 +45,15 @@ macro_rules! variant_config {
 
 /// Defines the entry point of one `layout::VARIANTS` row (build.rs writes one line per row of the module being
 /// built): dispatches on the row's `layout::Decomposition` to the entry-point macro of the template that implements
-/// it (`bsr_kernel!` with whole or split rows, `flat_kernel!`, `decode_kernel!`, `hopper_kernel!`), which the file
-/// including the line defines.
+/// it (`bsr_kernel!` with whole or split rows, forward or transposed (`layout::Op::BsrSpmmT`), `flat_kernel!`,
+/// `decode_kernel!`, `hopper_kernel!`, `sddmm_kernel!`), which the file including the line defines.
 #[cfg(not(feature = "test-kernels"))]
 macro_rules! kernel {
-    (WholeRows, $($row:tt)*) => { bsr_kernel!(false, $($row)*); };
-    (SplitRows, $($row:tt)*) => { bsr_kernel!(true, $($row)*); };
+    (WholeRows, $($row:tt)*) => { bsr_kernel!(false, crate::sm80::bsr::src::FORWARD, $($row)*); };
+    (SplitRows, $($row:tt)*) => { bsr_kernel!(true, crate::sm80::bsr::src::FORWARD, $($row)*); };
+    (TransposedWholeRows, $($row:tt)*) => { bsr_kernel!(false, crate::sm80::bsr::src::TRANSPOSED, $($row)*); };
+    (TransposedSplitRows, $($row:tt)*) => { bsr_kernel!(true, crate::sm80::bsr::src::TRANSPOSED, $($row)*); };
+    (StoredBlocks, $($row:tt)*) => { sddmm_kernel!($($row)*); };
     (FlatList, $($row:tt)*) => { flat_kernel!($($row)*); };
     (DecodeSlices, $($row:tt)*) => { decode_kernel!($($row)*); };
     (HopperTiles, $($row:tt)*) => { hopper_kernel!($($row)*); };

@@ -494,6 +494,18 @@ pub const MID64_CONFIGS: [KernelConfig; 2] =
 /// The fewest columns a [`Tile::Mid64`] kernel is chosen for (up to 32, one tile of 32 columns suffices).
 pub const MID64_MIN_N: usize = 33;
 
+/// Configurations of the SDDMM kernels ([`Op::Sddmm`](crate::Op::Sddmm)), one per block size: a CTA computes one
+/// stored (BS, BS) block over the whole reduced dimension, so BN = BS. bs 16: one warp, one k16 step per stage (a
+/// deeper BK would not divide the block); bs 32 and 64: the mid tiles of those widths; bs 128: the product tile.
+/// Chosen for correctness first; their speed is measured in docs/perf-notes.md ("Backward").
+pub const SDDMM_CONFIGS: [KernelConfig; 4] =
+    [row(Pipeline::CpAsync, (16, 16, 16), (1, 1), 4, false), MID_CONFIGS[1], MID64_CONFIGS[0], CONFIGS[3]];
+
+/// The [`SDDMM_CONFIGS`] entry for `bs`, if it has one.
+pub const fn sddmm_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&SDDMM_CONFIGS, bs)
+}
+
 /// Configurations of the sm_90a kernels ([`Pipeline::TmaWgmma`], [`Module::Hopper`]), one per block size they
 /// serve (64 and 128; the small blocks keep the sm_80 kernels): a 256-column N tile, BK 64, two consumer
 /// warpgroups and as many ring stages as fit in the 227 KB of shared memory. bs 64: ping-pong, each warpgroup a

@@ -32,9 +32,13 @@ pub use variant::*;
 mod tests {
     use super::*;
 
+    fn v_count(op: Op) -> usize {
+        VARIANTS.iter().filter(|v| v.op == op).count()
+    }
+
     #[test]
     fn every_variant_names_the_decomposition_its_template_implements() {
-        let mut counts = [0usize; 5];
+        let mut counts = [0usize; 6];
         for v in VARIANTS.iter() {
             assert!(v.decomposition.fits(&v.config, v.tile), "{}", v.name);
             let i = match v.decomposition {
@@ -43,17 +47,21 @@ mod tests {
                 Decomposition::FlatList => 2,
                 Decomposition::DecodeSlices => 3,
                 Decomposition::HopperTiles => 4,
+                Decomposition::StoredBlocks => 5,
             };
             counts[i] += 1;
             // The flat kernels' names end in _flat, _flat32 or _flat64; the split rows are the tiles that split.
             assert_eq!(v.decomposition == Decomposition::FlatList, v.name.contains("_flat"), "{}", v.name);
+            // (An SDDMM kernel's tile is one block: its configuration may split rows elsewhere.)
             assert_eq!(
                 v.decomposition == Decomposition::SplitRows,
-                v.config.splits_rows() && !v.name.contains("_flat")
+                v.config.splits_rows() && !v.name.contains("_flat") && v.op != Op::Sddmm
             );
         }
-        // Every decomposition has kernels: 4 flat, 24 decode, 20 sm_90a, the rest the sm_80 template's.
-        assert_eq!(counts[2..], [4, 24, 20]);
+        // Every decomposition has kernels: 4 flat, 24 decode, 20 sm_90a, 64 SDDMM (4 block sizes x 2 inputs x 2
+        // outputs x 4 operand orders), the rest the sm_80 template's (forward and A^T @ B).
+        assert_eq!(counts[2..], [4, 24, 20, 64]);
+        assert_eq!(v_count(Op::BsrSpmmT), 32);
         assert!(counts[0] > 0 && counts[1] > 0);
         // A decomposition that does not fit is refused: the flat list on a narrow tile, split rows on a wide one.
         let narrow = NARROW_CONFIGS[0];
@@ -226,6 +234,10 @@ mod tests {
                 + FLAT_CONFIGS.len()
                 + FLAT64_CONFIGS.len()
                 + FLAT32_CONFIGS.len()
+                // The backward products: A^T @ B on the wide tile (8 type combinations per block size), SDDMM (16:
+                // two inputs, two outputs, four operand orders).
+                + 8 * BLOCK_SIZES.len()
+                + 16 * SDDMM_CONFIGS.len()
         );
         let hopper = VARIANTS.iter().filter(|v| v.module == Module::Hopper);
         // The short-row kernels: f32 C only.
@@ -239,6 +251,7 @@ mod tests {
         for v in VARIANTS.iter().filter(|v| v.module != Module::Tuning) {
             // Each product and sm_90a kernel runs its tile's configuration for its block size.
             let config = match (v.module, v.tile) {
+                _ if v.op == Op::Sddmm => sddmm_config_for(v.bs),
                 (Module::Hopper, Tile::Wide) => hopper_config_for(v.bs),
                 (Module::Hopper, Tile::ShortRows) => hopper_short_config_for(v.bs),
                 (Module::Hopper, _) | (_, Tile::ShortRows) => None,
@@ -268,7 +281,12 @@ mod tests {
                 Tile::Flat64 => "_flat64",
                 Tile::Flat32 => "_flat32",
             };
-            let name = [v.input.name(), "_b", v.b_layout.name(), "_", v.out.name(), suffix];
+            // SDDMM kernels name X's and Y's orders (Y's is the transpose of the B operand's).
+            let name = match v.op {
+                Op::Sddmm => [v.input.name(), "_x", v.a_layout.name(), "_y", v.b_layout.transposed().name(), "_"],
+                _ => [v.input.name(), "_b", v.b_layout.name(), "_", "", ""],
+            };
+            let name = [name[0], name[1], name[2], name[3], name[4], name[5], v.out.name(), suffix];
             let mut tail = [0u8; 32];
             let mut len = 0;
             for part in name {
@@ -303,13 +321,13 @@ mod tests {
 
     #[test]
     fn params_have_no_implicit_padding() {
-        assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 9 * 8 + 14 * 4);
+        assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 10 * 8 + 16 * 4);
         assert_eq!(core::mem::align_of::<BsrSpmmParams>(), 8);
         assert_eq!(core::mem::size_of::<BsrCheckParams>(), 4 * 8 + 4 * 4);
-        // Three tensor maps, the 128 bytes of BsrSpmmParams, the tile counter's address and two u32.
-        assert_eq!(core::mem::size_of::<HopperSpmmParams>(), 3 * 128 + 128 + 8 + 8);
+        // Three tensor maps, the 144 bytes of BsrSpmmParams, the tile counter's address and two u32.
+        assert_eq!(core::mem::size_of::<HopperSpmmParams>(), 3 * 128 + 144 + 8 + 8);
         assert_eq!(core::mem::offset_of!(HopperSpmmParams, tmap_c), 2 * 128);
-        assert_eq!(core::mem::offset_of!(HopperSpmmParams, tile_counter), 3 * 128 + 128);
+        assert_eq!(core::mem::offset_of!(HopperSpmmParams, tile_counter), 3 * 128 + 144);
     }
 
     #[test]

@@ -74,6 +74,15 @@ pub struct BsrSpmmParams {
     pub flat_ctas: u32,
     /// A's nonzero blocks, `row_ptr[block_rows]` (the flat block list cuts it without a load).
     pub nnzb: u32,
+    /// [`Op::BsrSpmmT`](crate::Op::BsrSpmmT) kernels only (0 everywhere else): the transposed index's permutation,
+    /// `nnzb` u32 entries, entry `j` the stored block of A that is block `j` of A^T (whose structure `row_ptr` and
+    /// `col_idx` then hold: A's block-column pointers and block rows, 32-bit).
+    pub perm: u64,
+    /// [`Op::Sddmm`](crate::Op::Sddmm) kernels only (0 everywhere else): K, the length of the reduced dimension (the
+    /// token count of a weight gradient).
+    pub k: u32,
+    /// [`Op::Sddmm`](crate::Op::Sddmm) kernels only: X's leading dimension in elements (`a_values` is X there).
+    pub lda: u32,
 }
 
 /// The flat block list: the blocks `[c * nnzb / ctas, (c + 1) * nnzb / ctas)` of CTA `c` of `ctas`.

@@ -117,6 +117,16 @@ pub enum Arch {
 pub enum Op {
     /// `C = act(alpha * (A @ B) + bias) + beta * C`, A in BSR, B and C dense; parameters [`BsrSpmmParams`].
     BsrSpmm,
+    /// `C = alpha * (A^T @ B) + beta * C`, A in BSR read through its transposed index (block columns, block rows,
+    /// the permutation into the stored blocks: [`BsrSpmmParams::perm`]), each stored block read transposed
+    /// (`ldmatrix.trans`), B and C dense: the input gradient of a linear layer. Parameters [`BsrSpmmParams`] with
+    /// A^T's structure in `row_ptr`/`col_idx`.
+    BsrSpmmT,
+    /// SDDMM: `values = alpha * (X @ Y^T) + beta * values` at the stored blocks of a BSR structure, X dense `M x K`,
+    /// Y dense `N x K`, values in the structure's layout (the weight gradient, K the token count). Parameters
+    /// [`BsrSpmmParams`]: `a_values` is X (`lda`, [`Variant::a_layout`]), `b` is Y seen as the `K x N` operand
+    /// Y^T ([`Variant::b_layout`] is Y^T's order), `c` the values, `k` the reduced length.
+    Sddmm,
 }
 
 /// Which PTX module a kernel is compiled into.
@@ -147,8 +157,12 @@ pub struct Variant {
     /// Element type of A and B.
     pub input: InType,
     /// Storage order of B the kernel reads (it decides the shared-memory tile and the `ldmatrix` form; C's order
-    /// is a launch parameter).
+    /// is a launch parameter). For [`Op::Sddmm`] the order of the `K x N` operand Y^T (a row-major Y is a
+    /// column-major Y^T).
     pub b_layout: Layout,
+    /// [`Op::Sddmm`]: X's storage order (a column-major X is staged k-rows first and read with `ldmatrix.trans`);
+    /// row-major for the other ops.
+    pub a_layout: Layout,
     /// Element type of C.
     pub out: OutType,
     /// Tile configuration (the launch's threads and dynamic shared memory derive from it).
@@ -179,6 +193,9 @@ pub enum Decomposition {
     /// The sm_90a kernels' tiles taken by a persistent grid from a counter (or by a stride), split rows handed over
     /// per warp (`sm90/`: [`Pipeline::TmaWgmma`]).
     HopperTiles,
+    /// One CTA per stored block of the output structure, its K loop over the reduced dimension ([`Op::Sddmm`],
+    /// `sm80/sddmm.rs`): the tile is one (BS, BS) block (BN = BS).
+    StoredBlocks,
 }
 
 impl Decomposition {
@@ -198,6 +215,7 @@ impl Decomposition {
             (Decomposition::FlatList, Pipeline::CpAsync) => flat_tile,
             (Decomposition::DecodeSlices, Pipeline::Direct)
             | (Decomposition::HopperTiles, Pipeline::TmaWgmma { .. }) => !flat_tile,
+            (Decomposition::StoredBlocks, Pipeline::CpAsync) => !flat_tile && config.bn == config.bs,
             _ => false,
         }
     }
@@ -206,10 +224,14 @@ impl Decomposition {
 impl Variant {
     /// `bar.sync` / `barrier.sync` instructions the kernel's PTX must hold: its configuration's
     /// ([`KernelConfig::expected_barriers`]), except the flat block-list kernels ([`Decomposition::FlatList`]): the
-    /// fragment double-buffered main loop's two and the two of the end's hand-over.
+    /// fragment double-buffered main loop's two and the two of the end's hand-over; and the SDDMM kernels
+    /// ([`Decomposition::StoredBlocks`]): the main loop's one or two.
     pub const fn expected_barriers(&self) -> u32 {
         match self.decomposition {
             Decomposition::FlatList => 4,
+            // One block per CTA: the main loop's barriers only (no split rows or k-groups to hand over).
+            Decomposition::StoredBlocks if self.config.frag_db => 2,
+            Decomposition::StoredBlocks => 1,
             _ => self.config.expected_barriers(),
         }
     }
@@ -234,7 +256,36 @@ const fn spmm(
         Pipeline::TmaWgmma { .. } => Arch::Sm90a,
     };
     assert!(decomposition.fits(&config, tile), "a variant's decomposition does not fit its configuration and tile");
-    Variant { name, arch, module, op: Op::BsrSpmm, bs: config.bs, input, b_layout, out, config, tile, decomposition }
+    let (op, a_layout) = (Op::BsrSpmm, Layout::RowMajor);
+    Variant { name, arch, module, op, bs: config.bs, input, b_layout, a_layout, out, config, tile, decomposition }
+}
+
+/// An [`Op::BsrSpmmT`] row: the product module's wide tile ([`CONFIGS`]) for `bs`, its whole or split rows being
+/// the block columns of A (the rows of A^T).
+const fn spmm_t(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    Variant { op: Op::BsrSpmmT, ..product(name, input, b_layout, out, bs) }
+}
+
+/// An [`Op::Sddmm`] row: the [`SDDMM_CONFIGS`] tile for `bs`, one CTA per stored block; X stored `x`, Y stored `y`
+/// (the kernel's B operand is Y^T, stored the other way).
+const fn sddmm(name: &'static str, input: InType, (x, y): (Layout, Layout), out: OutType, bs: u32) -> Variant {
+    let Some(config) = sddmm_config_for(bs) else { panic!("no SDDMM configuration for this block size") };
+    let (tile, decomposition) = (Tile::Wide, Decomposition::StoredBlocks);
+    assert!(decomposition.fits(&config, tile), "an SDDMM tile is one block");
+    Variant {
+        name,
+        arch: Arch::Sm80,
+        module: Module::Product,
+        op: Op::Sddmm,
+        bs,
+        input,
+        b_layout: y.transposed(),
+        a_layout: x,
+        out,
+        config,
+        tile,
+        decomposition,
+    }
 }
 
 /// The table's constructors of one kernel family each, `family(name, input, B's layout, output, bs)`: its module,
@@ -282,8 +333,12 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// [`NARROW_CONFIGS`] entry) add the suffix `_n16`, the mid-tile kernels ([`MID_CONFIGS`]) `_n32`, the wide
 /// mid-tile ones ([`MID64_CONFIGS`]) `_n64`, the decode kernels ([`DECODE_CONFIGS`]) `_dec`. The sm_90a kernels
 /// are named `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with
-/// the suffix `_short`.
-pub const VARIANTS: [Variant; 188] = [
+/// the suffix `_short`. The backward products: `sparsek_bsrt_bs<bs>_<input>_b<row|col>_<out>` ([`Op::BsrSpmmT`],
+/// A^T @ B on the wide tile) and `sparsek_sddmm_bs<bs>_<input>_x<row|col>_y<row|col>_<out>` ([`Op::Sddmm`], X's and
+/// Y's storage orders, the values written in f32 or the input type).
+// A `const`, not a `static`: the kernels look their rows up at compile time ([`variant`], a `const fn`).
+#[allow(clippy::large_const_arrays)]
+pub const VARIANTS: [Variant; 284] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -472,6 +527,342 @@ pub const VARIANTS: [Variant; 188] = [
     hopper_short("sparsek_sm90_bs64_f16_bcol_f32_short", InType::F16, Layout::ColMajor, OutType::F32, 64),
     hopper_short("sparsek_sm90_bs64_bf16_brow_f32_short", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
     hopper_short("sparsek_sm90_bs64_bf16_bcol_f32_short", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    spmm_t("sparsek_bsrt_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
+    spmm_t("sparsek_bsrt_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
+    spmm_t("sparsek_bsrt_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    spmm_t("sparsek_bsrt_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    spmm_t("sparsek_bsrt_bs16_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 16),
+    spmm_t("sparsek_bsrt_bs32_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 32),
+    spmm_t("sparsek_bsrt_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    spmm_t("sparsek_bsrt_bs128_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    spmm_t("sparsek_bsrt_bs16_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 16),
+    spmm_t("sparsek_bsrt_bs32_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 32),
+    spmm_t("sparsek_bsrt_bs64_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    spmm_t("sparsek_bsrt_bs128_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    spmm_t("sparsek_bsrt_bs16_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 16),
+    spmm_t("sparsek_bsrt_bs32_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 32),
+    spmm_t("sparsek_bsrt_bs64_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    spmm_t("sparsek_bsrt_bs128_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    spmm_t("sparsek_bsrt_bs16_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 16),
+    spmm_t("sparsek_bsrt_bs32_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 32),
+    spmm_t("sparsek_bsrt_bs64_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    spmm_t("sparsek_bsrt_bs128_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    spmm_t("sparsek_bsrt_bs16_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 16),
+    spmm_t("sparsek_bsrt_bs32_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 32),
+    spmm_t("sparsek_bsrt_bs64_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    spmm_t("sparsek_bsrt_bs128_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    spmm_t("sparsek_bsrt_bs16_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 16),
+    spmm_t("sparsek_bsrt_bs32_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 32),
+    spmm_t("sparsek_bsrt_bs64_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    spmm_t("sparsek_bsrt_bs128_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    spmm_t("sparsek_bsrt_bs16_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 16),
+    spmm_t("sparsek_bsrt_bs32_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 32),
+    spmm_t("sparsek_bsrt_bs64_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    spmm_t("sparsek_bsrt_bs128_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    sddmm("sparsek_sddmm_bs16_f16_xrow_yrow_f32", InType::F16, (Layout::RowMajor, Layout::RowMajor), OutType::F32, 16),
+    sddmm("sparsek_sddmm_bs32_f16_xrow_yrow_f32", InType::F16, (Layout::RowMajor, Layout::RowMajor), OutType::F32, 32),
+    sddmm("sparsek_sddmm_bs64_f16_xrow_yrow_f32", InType::F16, (Layout::RowMajor, Layout::RowMajor), OutType::F32, 64),
+    sddmm(
+        "sparsek_sddmm_bs128_f16_xrow_yrow_f32",
+        InType::F16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F32,
+        128,
+    ),
+    sddmm("sparsek_sddmm_bs16_f16_xrow_yrow_f16", InType::F16, (Layout::RowMajor, Layout::RowMajor), OutType::F16, 16),
+    sddmm("sparsek_sddmm_bs32_f16_xrow_yrow_f16", InType::F16, (Layout::RowMajor, Layout::RowMajor), OutType::F16, 32),
+    sddmm("sparsek_sddmm_bs64_f16_xrow_yrow_f16", InType::F16, (Layout::RowMajor, Layout::RowMajor), OutType::F16, 64),
+    sddmm(
+        "sparsek_sddmm_bs128_f16_xrow_yrow_f16",
+        InType::F16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F16,
+        128,
+    ),
+    sddmm("sparsek_sddmm_bs16_f16_xrow_ycol_f32", InType::F16, (Layout::RowMajor, Layout::ColMajor), OutType::F32, 16),
+    sddmm("sparsek_sddmm_bs32_f16_xrow_ycol_f32", InType::F16, (Layout::RowMajor, Layout::ColMajor), OutType::F32, 32),
+    sddmm("sparsek_sddmm_bs64_f16_xrow_ycol_f32", InType::F16, (Layout::RowMajor, Layout::ColMajor), OutType::F32, 64),
+    sddmm(
+        "sparsek_sddmm_bs128_f16_xrow_ycol_f32",
+        InType::F16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F32,
+        128,
+    ),
+    sddmm("sparsek_sddmm_bs16_f16_xrow_ycol_f16", InType::F16, (Layout::RowMajor, Layout::ColMajor), OutType::F16, 16),
+    sddmm("sparsek_sddmm_bs32_f16_xrow_ycol_f16", InType::F16, (Layout::RowMajor, Layout::ColMajor), OutType::F16, 32),
+    sddmm("sparsek_sddmm_bs64_f16_xrow_ycol_f16", InType::F16, (Layout::RowMajor, Layout::ColMajor), OutType::F16, 64),
+    sddmm(
+        "sparsek_sddmm_bs128_f16_xrow_ycol_f16",
+        InType::F16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F16,
+        128,
+    ),
+    sddmm("sparsek_sddmm_bs16_f16_xcol_yrow_f32", InType::F16, (Layout::ColMajor, Layout::RowMajor), OutType::F32, 16),
+    sddmm("sparsek_sddmm_bs32_f16_xcol_yrow_f32", InType::F16, (Layout::ColMajor, Layout::RowMajor), OutType::F32, 32),
+    sddmm("sparsek_sddmm_bs64_f16_xcol_yrow_f32", InType::F16, (Layout::ColMajor, Layout::RowMajor), OutType::F32, 64),
+    sddmm(
+        "sparsek_sddmm_bs128_f16_xcol_yrow_f32",
+        InType::F16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F32,
+        128,
+    ),
+    sddmm("sparsek_sddmm_bs16_f16_xcol_yrow_f16", InType::F16, (Layout::ColMajor, Layout::RowMajor), OutType::F16, 16),
+    sddmm("sparsek_sddmm_bs32_f16_xcol_yrow_f16", InType::F16, (Layout::ColMajor, Layout::RowMajor), OutType::F16, 32),
+    sddmm("sparsek_sddmm_bs64_f16_xcol_yrow_f16", InType::F16, (Layout::ColMajor, Layout::RowMajor), OutType::F16, 64),
+    sddmm(
+        "sparsek_sddmm_bs128_f16_xcol_yrow_f16",
+        InType::F16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F16,
+        128,
+    ),
+    sddmm("sparsek_sddmm_bs16_f16_xcol_ycol_f32", InType::F16, (Layout::ColMajor, Layout::ColMajor), OutType::F32, 16),
+    sddmm("sparsek_sddmm_bs32_f16_xcol_ycol_f32", InType::F16, (Layout::ColMajor, Layout::ColMajor), OutType::F32, 32),
+    sddmm("sparsek_sddmm_bs64_f16_xcol_ycol_f32", InType::F16, (Layout::ColMajor, Layout::ColMajor), OutType::F32, 64),
+    sddmm(
+        "sparsek_sddmm_bs128_f16_xcol_ycol_f32",
+        InType::F16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F32,
+        128,
+    ),
+    sddmm("sparsek_sddmm_bs16_f16_xcol_ycol_f16", InType::F16, (Layout::ColMajor, Layout::ColMajor), OutType::F16, 16),
+    sddmm("sparsek_sddmm_bs32_f16_xcol_ycol_f16", InType::F16, (Layout::ColMajor, Layout::ColMajor), OutType::F16, 32),
+    sddmm("sparsek_sddmm_bs64_f16_xcol_ycol_f16", InType::F16, (Layout::ColMajor, Layout::ColMajor), OutType::F16, 64),
+    sddmm(
+        "sparsek_sddmm_bs128_f16_xcol_ycol_f16",
+        InType::F16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F16,
+        128,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs16_bf16_xrow_yrow_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F32,
+        16,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs32_bf16_xrow_yrow_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F32,
+        32,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs64_bf16_xrow_yrow_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F32,
+        64,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs128_bf16_xrow_yrow_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F32,
+        128,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs16_bf16_xrow_yrow_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::Bf16,
+        16,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs32_bf16_xrow_yrow_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::Bf16,
+        32,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs64_bf16_xrow_yrow_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::Bf16,
+        64,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs128_bf16_xrow_yrow_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::Bf16,
+        128,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs16_bf16_xrow_ycol_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F32,
+        16,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs32_bf16_xrow_ycol_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F32,
+        32,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs64_bf16_xrow_ycol_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F32,
+        64,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs128_bf16_xrow_ycol_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F32,
+        128,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs16_bf16_xrow_ycol_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::Bf16,
+        16,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs32_bf16_xrow_ycol_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::Bf16,
+        32,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs64_bf16_xrow_ycol_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::Bf16,
+        64,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs128_bf16_xrow_ycol_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::Bf16,
+        128,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs16_bf16_xcol_yrow_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F32,
+        16,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs32_bf16_xcol_yrow_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F32,
+        32,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs64_bf16_xcol_yrow_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F32,
+        64,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs128_bf16_xcol_yrow_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F32,
+        128,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs16_bf16_xcol_yrow_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::Bf16,
+        16,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs32_bf16_xcol_yrow_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::Bf16,
+        32,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs64_bf16_xcol_yrow_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::Bf16,
+        64,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs128_bf16_xcol_yrow_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::Bf16,
+        128,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs16_bf16_xcol_ycol_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F32,
+        16,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs32_bf16_xcol_ycol_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F32,
+        32,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs64_bf16_xcol_ycol_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F32,
+        64,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs128_bf16_xcol_ycol_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F32,
+        128,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs16_bf16_xcol_ycol_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::Bf16,
+        16,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs32_bf16_xcol_ycol_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::Bf16,
+        32,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs64_bf16_xcol_ycol_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::Bf16,
+        64,
+    ),
+    sddmm(
+        "sparsek_sddmm_bs128_bf16_xcol_ycol_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::Bf16,
+        128,
+    ),
 ];
 
 /// The variant named `name` (a compile-time lookup for the kernels' entry points).

@@ -3,8 +3,8 @@
 //! trap (no reachable panic path). Freshness against the kernel source is `cargo xtask build-ptx --check`.
 
 use sparsek_layout::{
-    BLOCK_SIZES, BSR_CHECK_KERNEL, CONFIGS, HOPPER_CONFIGS, InType, KernelConfig, Layout, Module, OutType, Pipeline,
-    VARIANTS, bank_group, ldsm_a_role, ldsm_b_role, ldsm_bt_role, mma_b_element, raster, swizzle,
+    BLOCK_SIZES, BSR_CHECK_KERNEL, CONFIGS, HOPPER_CONFIGS, InType, KernelConfig, Layout, Module, Op, OutType,
+    Pipeline, VARIANTS, bank_group, ldsm_a_role, ldsm_b_role, ldsm_bt_role, mma_b_element, raster, swizzle,
 };
 
 use std::sync::LazyLock;
@@ -156,19 +156,18 @@ fn every_kernel_has_the_promised_instructions() {
                     assert!(!body.contains(banned), "{name} stages through shared memory ({banned})");
                 }
             } else {
-                for needle in [
-                    mma,
-                    "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
-                    "cp.async.cg.shared.global",
-                    "cp.async.commit_group",
-                    "cp.async.wait_group",
-                    "bar",
-                ] {
+                for needle in [mma, "cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group", "bar"]
+                {
                     assert!(body.contains(needle), "{name} lacks {needle}");
                 }
-                // A row-major B is read with ldmatrix.trans; a column-major one (k contiguous, like A) without.
+                // A row-major B is read with ldmatrix.trans; a column-major one (k contiguous, like A) without. A is
+                // read plainly, except A^T @ B's stored blocks and an SDDMM's column-major X (staged k rows first).
+                let a_trans = v.op == Op::BsrSpmmT || (v.op == Op::Sddmm && v.a_layout == Layout::ColMajor);
                 let trans = body.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16");
-                assert_eq!(trans, v.b_layout == Layout::RowMajor, "{name}: ldmatrix.trans for a {:?} B", v.b_layout);
+                let plain = body.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16");
+                let what = (v.op, v.a_layout, v.b_layout);
+                assert_eq!(trans, v.b_layout == Layout::RowMajor || a_trans, "{name}: ldmatrix.trans for {what:?}");
+                assert_eq!(plain, v.b_layout == Layout::ColMajor || !a_trans, "{name}: plain ldmatrix for {what:?}");
             }
             for banned in [".local", "trap", "__local_depot"] {
                 assert!(!body.contains(banned), "{name} contains {banned}");

@@ -199,6 +199,9 @@ pub struct DeviceBsr<T = f16> {
     pub(crate) col_idx: CudaSlice<u32>,
     pub(crate) values: CudaSlice<T>,
     pub(crate) row_order: CudaSlice<u32>,
+    /// This upload's structure identity: a transposed index made from it carries the same
+    /// ([`Gpu::transpose_index`], checked by [`Gpu::spmm_t`]).
+    pub(crate) structure: u64,
 }
 
 /// `row_ptr` as u32 entries, checked as [`Gpu::row_schedule`] says: not empty, from 0, never decreasing, every
@@ -324,6 +327,7 @@ impl Gpu {
             col_idx: Self::htod(stream, "BSR col_idx", col_idx)?,
             values: Self::htod(stream, "BSR values", values)?,
             row_order: Self::htod(stream, "BSR row order", &order)?,
+            structure: super::launch::new_structure_id(),
         })
     }
 

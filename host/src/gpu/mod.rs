@@ -39,7 +39,7 @@ pub use context::KernelVariant;
 pub use context::{DeviceInfo, Gpu, PlanChoice};
 pub use cudarc::driver::sys::{CUdeviceptr, CUstream};
 pub use driver::{device_count, driver_present};
-pub use launch::CheckedIndices;
+pub use launch::{CheckedIndices, DeviceBsrTranspose, TransposeView};
 pub use registry::KernelReport;
 
 /// Whether `stream` is being captured into a CUDA graph (a failed query, e.g. a stream of no live context, counts

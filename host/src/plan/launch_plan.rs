@@ -25,6 +25,8 @@ pub enum Decomposition {
         /// CTAs per N tile.
         ctas_per_tile: u32,
     },
+    /// One CTA per stored block of the output structure (the SDDMM kernels).
+    StoredBlocks,
     /// The sm_90a kernels' split rows: the `split_rows` longest rows' tiles cut into up to `chunks` parts of about
     /// `blocks` blocks that other CTAs take.
     HopperSplitRows {
@@ -93,6 +95,7 @@ impl fmt::Display for LaunchPlan {
             Decomposition::FlatList { ctas_per_tile } => {
                 write!(f, "; a flat block list over {ctas_per_tile} CTAs per N tile")?
             }
+            Decomposition::StoredBlocks => write!(f, "; one CTA per stored block")?,
             Decomposition::HopperSplitRows { split_rows, chunks, blocks } => {
                 write!(f, "; the {split_rows} longest rows split into up to {chunks} parts of ~{blocks} blocks")?
             }

@@ -9,6 +9,7 @@
 //! rule runs in tests without a GPU. The launcher (`gpu/launch/spmm.rs`) builds the problem from a launch, calls
 //! the planner, and executes the plan.
 
+mod backward;
 mod family;
 mod launch_plan;
 pub(crate) mod rules;
@@ -18,6 +19,8 @@ mod tests;
 
 use sparsek_layout::{InType, KernelConfig, Layout, Module, Op, OutType, Pipeline, Tile, Variant};
 
+pub use backward::BackwardProblem;
+pub(crate) use backward::plan_backward;
 pub use launch_plan::{Decomposition, LaunchPlan};
 pub use rules::{RULES, Rule};
 pub use split::RowSplit;

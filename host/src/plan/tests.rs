@@ -307,6 +307,7 @@ fn the_planning_room_imports_no_driver_and_no_gpu_module() {
         ("split.rs", include_str!("split.rs")),
         ("rules.rs", include_str!("rules.rs")),
         ("launch_plan.rs", include_str!("launch_plan.rs")),
+        ("backward.rs", include_str!("backward.rs")),
     ];
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/plan");
     let on_disk = std::fs::read_dir(&dir)

@@ -41,6 +41,32 @@ use crate::ptx;
 use crate::reduce::{self, SlotLane};
 use crate::tile::{AccTile, FragA, FragB, SmemRing, SmemTile, WarpTile};
 
+/// Where a k-tile's operands come from: the const `SRC` of the main loop's functions.
+pub(crate) mod src {
+    /// The forward product: A's (BS, BK) slice of a stored block of the CTA's block row, B's rows at the block's
+    /// column.
+    pub(crate) const FORWARD: u32 = 0;
+    /// A^T @ B: the CTA's "row" is a block column of A (its structure in `row_ptr`/`col_idx`: A^T's); block `blk`
+    /// of it is A's stored block `perm[blk]`, read transposed: its (BK, BS) row slice staged as is (k rows, m
+    /// chunks) and read with `ldmatrix.trans`; B's rows at the block's row of A (`col_idx` holds A's block rows).
+    pub(crate) const TRANSPOSED: u32 = 1;
+    /// SDDMM with a row-major X: A is X's (BS, BK) slice at rows `m0..`, columns `k_tile * BK..` (dense, zero past
+    /// K); B is Y^T's rows `k_tile * BK..` at columns `n0..` (the stored block's column).
+    pub(crate) const SDDMM_X_ROW: u32 = 2;
+    /// SDDMM with a column-major X: X's (BK, BS) slice staged k rows first (read with `ldmatrix.trans`).
+    pub(crate) const SDDMM_X_COL: u32 = 3;
+
+    /// Whether A's k-tile is staged as a (BK, BS) tile, k rows first (read with `ldmatrix.trans`).
+    pub(crate) const fn a_k_rows(src: u32) -> bool {
+        src == TRANSPOSED || src == SDDMM_X_COL
+    }
+
+    /// Whether the k-tiles run along a dense reduced dimension (SDDMM) instead of a row's stored blocks.
+    pub(crate) const fn dense_k(src: u32) -> bool {
+        src == SDDMM_X_ROW || src == SDDMM_X_COL
+    }
+}
+
 /// The global operands of one CTA's k-tiles: its block row of A and the columns of B of its N tile.
 #[derive(Clone, Copy)]
 pub(crate) struct CtaOperands {
@@ -60,6 +86,14 @@ pub(crate) struct CtaOperands {
     pub(crate) n: u32,
     /// First column of the CTA's N tile.
     pub(crate) n0: u32,
+    /// [`src::TRANSPOSED`]: the transposed index's permutation into A's stored blocks (u32); else null.
+    pub(crate) perm: *const u32,
+    /// SDDMM ([`src::dense_k`]): the reduced length K; chunks at or past it are zero-filled. Else 0.
+    pub(crate) k_len: u32,
+    /// SDDMM: X's leading dimension in elements (`a_values` is X); else 0.
+    pub(crate) lda: u32,
+    /// SDDMM: X's first row of the CTA's block (`block_row * BS`); else 0.
+    pub(crate) m0: u32,
 }
 
 impl CtaOperands {
@@ -79,7 +113,7 @@ impl CtaOperands {
 /// # Safety
 /// As [`load_a_slice`] and [`load_b_strip`].
 #[inline(always)]
-pub(crate) unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
+pub(crate) unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool, const SRC: u32>(
     g: &CtaOperands,
     k_tile: u32,
     col: u32,
@@ -89,8 +123,8 @@ pub(crate) unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, co
     threads: u32,
 ) {
     unsafe {
-        load_a_slice::<BS, BK>(g, k_tile, s_a, tid, threads);
-        load_b_strip::<BS, BN, BK, B_COL>(g, k_tile, col, s_b, tid, threads);
+        load_a_slice::<BS, BK, SRC>(g, k_tile, s_a, tid, threads);
+        load_b_strip::<BS, BN, BK, B_COL, SRC>(g, k_tile, col, s_b, tid, threads);
     }
 }
 
@@ -102,14 +136,35 @@ pub(crate) unsafe fn load_k_tile<const BS: u32, const BN: u32, const BK: u32, co
 /// `g` and `k_tile` satisfy the kernel's preconditions (`k_tile` < the CTA's k-tiles); `s_a` lies in the CTA's
 /// shared memory.
 #[inline(always)]
-pub(crate) unsafe fn load_a_slice<const BS: u32, const BK: u32>(
+pub(crate) unsafe fn load_a_slice<const BS: u32, const BK: u32, const SRC: u32>(
     g: &CtaOperands,
     k_tile: u32,
     s_a: SmemTile<BS, BK>,
     tid: u32,
     threads: u32,
 ) {
+    if src::dense_k(SRC) {
+        return unsafe { load_x_slice::<BS, BK, SRC>(g, k_tile, s_a, tid, threads) };
+    }
     let (blk, kk) = g.k_tile_at::<BS, BK>(k_tile);
+    if SRC == src::TRANSPOSED {
+        // Rows kk..kk + BK of A's stored block perm[blk] (BS, BS) row-major: BK * BS contiguous elements, staged
+        // as the (BK, BS) tile they are (k rows, m chunks) and read transposed by `load_fragments`.
+        let s_at = s_a.reshaped::<BK, BS>();
+        let stored = unsafe { ptx::ld_global_u32(g.perm.add(blk as usize)) };
+        let (chunks, cpr) = (SmemTile::<BK, BS>::CHUNKS, SmemTile::<BK, BS>::CHUNKS_PER_ROW);
+        let g_a = unsafe { g.a_values.add(stored as usize * (BS * BS) as usize + (kk * BS) as usize) };
+        let mut i = 0;
+        while i < chunks.div_ceil(threads) {
+            let idx = tid + i * threads;
+            if chunks.is_multiple_of(threads) || idx < chunks {
+                let src = unsafe { g_a.add((idx * CHUNK_HALVES) as usize) };
+                unsafe { ptx::cp_async_cg_16(s_at.chunk_addr(idx / cpr, idx % cpr), src as *const u8, 16) };
+            }
+            i += 1;
+        }
+        return;
+    }
     // A: (BS, BK) slice of block `blk`, which is (BS, BS) row-major. A's chunks may not divide evenly among the
     // threads (bs 16: 32 chunks for 128 threads); B's do (asserted in bsr_spmm).
     let (a_chunks, a_cpr) = (SmemTile::<BS, BK>::CHUNKS, SmemTile::<BS, BK>::CHUNKS_PER_ROW);
@@ -126,6 +181,108 @@ pub(crate) unsafe fn load_a_slice<const BS: u32, const BK: u32>(
     }
 }
 
+/// PRODUCER, A's half for SDDMM ([`src::dense_k`]): this thread's cp.async copies of X's slice of k-tile
+/// `k_tile` (columns `k_tile * BK..` of rows `m0..m0 + BS`), zero past K: a row-major X as the (BS, BK) tile of
+/// the forward's A (chunks along k, a chunk cut by K copies its valid elements), a column-major X as the (BK, BS)
+/// tile of its k rows (m chunks, rows at or past K zero).
+///
+/// # Safety
+/// X holds rows `m0..m0 + BS` and columns `0..K` with leading dimension `lda` (16-byte aligned rows); `s_a` lies in
+/// the CTA's shared memory.
+#[inline(always)]
+unsafe fn load_x_slice<const BS: u32, const BK: u32, const SRC: u32>(
+    g: &CtaOperands,
+    k_tile: u32,
+    s_a: SmemTile<BS, BK>,
+    tid: u32,
+    threads: u32,
+) {
+    let k0 = k_tile * BK;
+    let (lda, m0) = (g.lda as usize, g.m0 as usize);
+    if SRC == src::SDDMM_X_COL {
+        // Element (m, k) at k * lda + m: row r of the tile is X's k = k0 + r, its BS elements from m0 contiguous.
+        let s_at = s_a.reshaped::<BK, BS>();
+        let (chunks, cpr) = (SmemTile::<BK, BS>::CHUNKS, SmemTile::<BK, BS>::CHUNKS_PER_ROW);
+        let mut i = 0;
+        while i < chunks.div_ceil(threads) {
+            let idx = tid + i * threads;
+            if chunks.is_multiple_of(threads) || idx < chunks {
+                let (row, chunk) = (idx / cpr, idx % cpr);
+                let k = k0 + row;
+                let offset = k as usize * lda + m0 + (chunk * CHUNK_HALVES) as usize;
+                let (from, bytes) = if k < g.k_len { (unsafe { g.a_values.add(offset) }, 16) } else { (g.a_values, 0) };
+                unsafe { ptx::cp_async_cg_16(s_at.chunk_addr(row, chunk), from as *const u8, bytes) };
+            }
+            i += 1;
+        }
+        return;
+    }
+    // Row-major: element (m, k) at m * lda + k; chunk c of row r holds k0 + 8c.. of row m0 + r.
+    let (chunks, cpr) = (SmemTile::<BS, BK>::CHUNKS, SmemTile::<BS, BK>::CHUNKS_PER_ROW);
+    let mut i = 0;
+    while i < chunks.div_ceil(threads) {
+        let idx = tid + i * threads;
+        if chunks.is_multiple_of(threads) || idx < chunks {
+            let (row, chunk) = (idx / cpr, idx % cpr);
+            let k = k0 + chunk * CHUNK_HALVES;
+            let valid = if k < g.k_len { (g.k_len - k).min(CHUNK_HALVES) } else { 0 };
+            let offset = (m0 + row as usize) * lda + k as usize;
+            let from = if valid > 0 { unsafe { g.a_values.add(offset) } } else { g.a_values };
+            unsafe { ptx::cp_async_cg_16(s_a.chunk_addr(row, chunk), from as *const u8, valid * 2) };
+        }
+        i += 1;
+    }
+}
+
+/// PRODUCER, B's half for SDDMM ([`src::dense_k`]): this thread's cp.async copies of Y^T's rows `k_tile * BK..`
+/// (zero past K) at the CTA's columns `n0..n0 + BN` (one stored block's: all inside N). A row-major Y^T (Y stored
+/// column-major) as the forward's (BK, BN) tile, a column-major one (Y row-major, k contiguous) as its (BN, BK) tile,
+/// a chunk cut by K copying its valid elements.
+///
+/// # Safety
+/// Y^T holds rows `0..K` and columns `n0..n0 + BN` with leading dimension `ldb` (16-byte aligned); `s_b` lies in the
+/// CTA's shared memory; after [`ptx::griddep_wait`].
+#[inline(always)]
+unsafe fn load_yt_strip<const BN: u32, const BK: u32, const B_COL: bool>(
+    g: &CtaOperands,
+    k_tile: u32,
+    s_b: SmemTile<BK, BN>,
+    tid: u32,
+    threads: u32,
+) {
+    let k0 = k_tile * BK;
+    let (ldb, n0) = (g.ldb as usize, g.n0 as usize);
+    if B_COL {
+        // Element (k, n) at n * ldb + k: row j of the (BN, BK) tile is column n0 + j, chunks along k.
+        let s_bt = s_b.reshaped::<BN, BK>();
+        let (chunks, cpr) = (SmemTile::<BN, BK>::CHUNKS, SmemTile::<BN, BK>::CHUNKS_PER_ROW);
+        let mut i = 0;
+        while i < chunks / threads {
+            let idx = tid + i * threads;
+            let (row, chunk) = (idx / cpr, idx % cpr);
+            let k = k0 + chunk * CHUNK_HALVES;
+            let valid = if k < g.k_len { (g.k_len - k).min(CHUNK_HALVES) } else { 0 };
+            let offset = (n0 + row as usize) * ldb + k as usize;
+            let from = if valid > 0 { unsafe { g.b.add(offset) } } else { g.b };
+            unsafe { ptx::cp_async_cg_16(s_bt.chunk_addr(row, chunk), from as *const u8, valid * 2) };
+            i += 1;
+        }
+        return;
+    }
+    // Element (k, n) at k * ldb + n: row r of the tile is k0 + r.
+    let (chunks, cpr) = (SmemTile::<BK, BN>::CHUNKS, SmemTile::<BK, BN>::CHUNKS_PER_ROW);
+    let mut i = 0;
+    while i < chunks / threads {
+        let idx = tid + i * threads;
+        let (row, chunk) = (idx / cpr, idx % cpr);
+        let k = k0 + row;
+        let offset = k as usize * ldb + n0 + (chunk * CHUNK_HALVES) as usize;
+        let (from, bytes) = if k < g.k_len { (unsafe { g.b.add(offset) }, 16) } else { (g.b, 0) };
+        unsafe { ptx::cp_async_cg_16(s_b.chunk_addr(row, chunk), from as *const u8, bytes) };
+        i += 1;
+    }
+}
+
 /// PRODUCER, B's half: this thread's cp.async copies of the (BK, BN) strip of B at rows `col * BS + kk`,
 /// columns `n0 .. n0 + BN` for k-tile `k_tile` into `s_b` (`col = col_idx[blk]`: the narrow and mid tiles pass
 /// it, loaded a k-tile ahead by [`bsr_spmm`]; the wide tiles load it here and ignore `col`); B's chunks at or past
@@ -137,7 +294,7 @@ pub(crate) unsafe fn load_a_slice<const BS: u32, const BK: u32>(
 /// As [`load_a_slice`], and `col` is `col_idx[blk]` when `loads_index_ahead(BN)`; `s_b` lies in the CTA's shared
 /// memory; after [`ptx::griddep_wait`].
 #[inline(always)]
-pub(crate) unsafe fn load_b_strip<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool>(
+pub(crate) unsafe fn load_b_strip<const BS: u32, const BN: u32, const BK: u32, const B_COL: bool, const SRC: u32>(
     g: &CtaOperands,
     k_tile: u32,
     col: u32,
@@ -145,6 +302,9 @@ pub(crate) unsafe fn load_b_strip<const BS: u32, const BN: u32, const BK: u32, c
     tid: u32,
     threads: u32,
 ) {
+    if src::dense_k(SRC) {
+        return unsafe { load_yt_strip::<BN, BK, B_COL>(g, k_tile, s_b, tid, threads) };
+    }
     let (blk, kk) = g.k_tile_at::<BS, BK>(k_tile);
     // B: rows [col * BS + kk, + BK), columns [n0, n0 + BN); columns >= n are zero-filled. The wide tiles load the
     // index here, after A's copies are issued.
@@ -203,6 +363,7 @@ pub(crate) unsafe fn load_fragments<
     const MI: usize,
     const NI: usize,
     const B_COL: bool,
+    const SRC: u32,
 >(
     s_a: SmemTile<BS, BK>,
     s_b: SmemTile<BK, BN>,
@@ -211,10 +372,22 @@ pub(crate) unsafe fn load_fragments<
     a_frag: &mut FragA<MI>,
     b_frag: &mut FragB<NI>,
 ) {
-    for (mi, frag) in a_frag.iter_mut().enumerate() {
-        let (r, ch) = ldsm_a_role(warp.lane);
-        let row = warp.warp_m * WarpTile::<MI, NI>::WM + mi as u32 * 16 + r;
-        *frag = unsafe { ptx::ldmatrix_x4(s_a.chunk_addr(row, ks * 2 + ch)) };
+    if src::a_k_rows(SRC) {
+        // A (BK, BS) tile, k rows: `ldmatrix.x4.trans` with B's roles gives the four 8x8 matrices in the order
+        // (k 0-7, m 0-7), (k 8-15, m 0-7), (k 0-7, m 8-15), (k 8-15, m 8-15), which are a0, a2, a1, a3.
+        let s_at = s_a.reshaped::<BK, BS>();
+        for (mi, frag) in a_frag.iter_mut().enumerate() {
+            let (r, ch) = ldsm_b_role(warp.lane);
+            let chunk = (warp.warp_m * WarpTile::<MI, NI>::WM + mi as u32 * 16) / CHUNK_HALVES + ch;
+            let v = unsafe { ptx::ldmatrix_x4_trans(s_at.chunk_addr(ks * 16 + r, chunk)) };
+            *frag = [v[0], v[2], v[1], v[3]];
+        }
+    } else {
+        for (mi, frag) in a_frag.iter_mut().enumerate() {
+            let (r, ch) = ldsm_a_role(warp.lane);
+            let row = warp.warp_m * WarpTile::<MI, NI>::WM + mi as u32 * 16 + r;
+            *frag = unsafe { ptx::ldmatrix_x4(s_a.chunk_addr(row, ks * 2 + ch)) };
+        }
     }
     if B_COL {
         let s_bt = s_b.reshaped::<BN, BK>();
@@ -311,6 +484,7 @@ pub(crate) unsafe fn mainloop_frag_db<
     const STAGES: u32,
     const K_GROUPS: u32,
     const B_COL: bool,
+    const SRC: u32,
     I: Input,
     H: MainLoopHooks<MI, NI>,
 >(
@@ -334,7 +508,7 @@ pub(crate) unsafe fn mainloop_frag_db<
     if H::NEVER_EMPTY || num_k_tiles > 0 {
         let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
         unsafe {
-            load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, 0, warp, &mut a_frag[0], &mut b_frag[0])
+            load_fragments::<BS, BN, BK, MI, NI, B_COL, SRC>(s_a_read, s_b_read, 0, warp, &mut a_frag[0], &mut b_frag[0])
         };
     }
     let mut k_tile = 0;
@@ -356,7 +530,7 @@ pub(crate) unsafe fn mainloop_frag_db<
                 let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
                 let (a_next, b_next) = (&mut a_frag[nxt], &mut b_frag[nxt]);
                 unsafe {
-                    load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, ks_next, warp, a_next, b_next)
+                    load_fragments::<BS, BN, BK, MI, NI, B_COL, SRC>(s_a_read, s_b_read, ks_next, warp, a_next, b_next)
                 };
             }
             if ks == 0 {
@@ -364,7 +538,7 @@ pub(crate) unsafe fn mainloop_frag_db<
                 if k_tile_next < num_k_tiles {
                     let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
                     unsafe {
-                        load_k_tile::<BS, BN, BK, B_COL>(g, k_tile_next, col_next, s_a_write, s_b_write, tid, threads)
+                        load_k_tile::<BS, BN, BK, B_COL, SRC>(g, k_tile_next, col_next, s_a_write, s_b_write, tid, threads)
                     };
                     if ahead && k_tile_next + 1 < num_k_tiles {
                         col_next = col_of(k_tile_next + 1);
@@ -381,6 +555,67 @@ pub(crate) unsafe fn mainloop_frag_db<
         }
         k_tile += 1;
         hooks.k_tile_done(k_tile, acc);
+    }
+}
+
+/// The sm_80 main loop without fragment double-buffering (bs 16's one k16 step per tile): one barrier per
+/// k-tile before its fragments are loaded, the copies of k-tile `k_tile + STAGES - 1` issued after it, over the
+/// `num_k_tiles` k-tiles of `g`'s operands after the prefetch of the first STAGES - 1 (`col_next` and `col_of` as
+/// [`mainloop_frag_db`]'s).
+///
+/// # Safety
+/// As [`mainloop_frag_db`].
+#[inline(always)]
+pub(crate) unsafe fn mainloop_simple<
+    const BS: u32,
+    const BN: u32,
+    const BK: u32,
+    const MI: usize,
+    const NI: usize,
+    const STAGES: u32,
+    const B_COL: bool,
+    const SRC: u32,
+    I: Input,
+>(
+    (s_a, s_b): (SmemRing<BS, BK, STAGES>, SmemRing<BK, BN, STAGES>),
+    g: &CtaOperands,
+    (warp, tid, threads): (WarpCoord, u32, u32),
+    num_k_tiles: u32,
+    (mut col_next, col_of): (u32, impl Fn(u32) -> u32),
+    acc: &mut AccTile<MI, NI>,
+) {
+    let ahead = loads_index_ahead(BN);
+    let k_steps = BK / 16;
+    // MAIN LOOP, one barrier per k-tile before its fragments are loaded.
+    let mut k_tile = 0;
+    while k_tile < num_k_tiles {
+        // Tile k_tile has landed (at most STAGES - 2 newer groups pending) for this thread; the barrier makes
+        // it visible to all, and tells every thread that slot (k_tile - 1) % STAGES has been read by everyone.
+        ptx::cp_async_wait_n(STAGES - 2);
+        ptx::bar_sync();
+        let k_tile_next = k_tile + STAGES - 1;
+        if k_tile_next < num_k_tiles {
+            let smem_pipe_write = k_tile_next % STAGES;
+            let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
+            unsafe {
+                load_k_tile::<BS, BN, BK, B_COL, SRC>(g, k_tile_next, col_next, s_a_write, s_b_write, tid, threads)
+            };
+            if ahead && k_tile_next + 1 < num_k_tiles {
+                col_next = col_of(k_tile_next + 1);
+            }
+        }
+        ptx::cp_async_commit();
+        let smem_pipe_read = k_tile % STAGES;
+        let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
+        for ks in 0..k_steps {
+            let mut a_frag: FragA<MI> = [[0; 4]; MI]; // (MI, 4)
+            let mut b_frag: FragB<NI> = [[0; 2]; NI]; // (NI, 2)
+            unsafe {
+                load_fragments::<BS, BN, BK, MI, NI, B_COL, SRC>(s_a_read, s_b_read, ks, warp, &mut a_frag, &mut b_frag)
+            };
+            mma_warp_tile::<MI, NI, I>(acc, &a_frag, &b_frag);
+        }
+        k_tile += 1;
     }
 }
 
@@ -462,6 +697,7 @@ unsafe fn bsr_spmm<
     const K_GROUPS: u32,
     const B_COL: bool,
     const SPLIT: bool,
+    const SRC: u32,
     I: Input,
     O: Output,
 >(
@@ -493,7 +729,6 @@ unsafe fn bsr_spmm<
     // CTA's blocks; `tid` is the thread's index in its group.
     let threads: u32 = 32 * WARPS_M * WARPS_N;
     let k_tiles_per_block = BS / BK;
-    let k_steps = BK / 16; // k16 mma steps per k-tile
 
     let (group, tid) = if K_GROUPS == 1 {
         (0, ptx::thread_idx_x())
@@ -540,6 +775,10 @@ unsafe fn bsr_spmm<
         ldb,
         n,
         n0,
+        perm: if SRC == src::TRANSPOSED { p.perm as *const u32 } else { core::ptr::null() },
+        k_len: 0,
+        lda: 0,
+        m0: 0,
     };
 
     let cta_smem = ptx::dynamic_smem_base();
@@ -576,7 +815,7 @@ unsafe fn bsr_spmm<
     // finishes; B, C, the bias and the split-row workspace only after `griddep_wait` (ptx/griddep.rs). Empty rows
     // wait too: they write C.
     if num_k_tiles > 0 {
-        unsafe { load_a_slice::<BS, BK>(&g, 0, s_a.stage(0), tid, threads) };
+        unsafe { load_a_slice::<BS, BK, SRC>(&g, 0, s_a.stage(0), tid, threads) };
     }
     ptx::griddep_wait();
     let mut s = 0;
@@ -584,9 +823,9 @@ unsafe fn bsr_spmm<
         if s < num_k_tiles {
             let col = cols[s as usize]; // 0 (unused) without the look-ahead
             if s > 0 {
-                unsafe { load_a_slice::<BS, BK>(&g, s, s_a.stage(s), tid, threads) };
+                unsafe { load_a_slice::<BS, BK, SRC>(&g, s, s_a.stage(s), tid, threads) };
             }
-            unsafe { load_b_strip::<BS, BN, BK, B_COL>(&g, s, col, s_b.stage(s), tid, threads) };
+            unsafe { load_b_strip::<BS, BN, BK, B_COL, SRC>(&g, s, col, s_b.stage(s), tid, threads) };
         }
         ptx::cp_async_commit();
         s += 1;
@@ -600,7 +839,7 @@ unsafe fn bsr_spmm<
         let rings = (s_a, s_b);
         let (threads_of, k_tiles) = ((warp, tid, threads), (num_k_tiles, loop_k_tiles));
         unsafe {
-            mainloop_frag_db::<BS, BN, BK, MI, NI, STAGES, K_GROUPS, B_COL, I, NoHooks>(
+            mainloop_frag_db::<BS, BN, BK, MI, NI, STAGES, K_GROUPS, B_COL, SRC, I, NoHooks>(
                 rings,
                 &g,
                 threads_of,
@@ -612,36 +851,17 @@ unsafe fn bsr_spmm<
         };
     } else {
         // MAIN LOOP, one barrier per k-tile before its fragments are loaded.
-        let mut k_tile = 0;
-        while k_tile < num_k_tiles {
-            // Tile k_tile has landed (at most STAGES - 2 newer groups pending) for this thread; the barrier makes
-            // it visible to all, and tells every thread that slot (k_tile - 1) % STAGES has been read by everyone.
-            ptx::cp_async_wait_n(STAGES - 2);
-            ptx::bar_sync();
-            let k_tile_next = k_tile + STAGES - 1;
-            if k_tile_next < num_k_tiles {
-                let smem_pipe_write = k_tile_next % STAGES;
-                let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
-                unsafe {
-                    load_k_tile::<BS, BN, BK, B_COL>(&g, k_tile_next, col_next, s_a_write, s_b_write, tid, threads)
-                };
-                if ahead && k_tile_next + 1 < num_k_tiles {
-                    col_next = col_of(k_tile_next + 1);
-                }
-            }
-            ptx::cp_async_commit();
-            let smem_pipe_read = k_tile % STAGES;
-            let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
-            for ks in 0..k_steps {
-                let mut a_frag: FragA<MI> = [[0; 4]; MI]; // (MI, 4)
-                let mut b_frag: FragB<NI> = [[0; 2]; NI]; // (NI, 2)
-                unsafe {
-                    load_fragments::<BS, BN, BK, MI, NI, B_COL>(s_a_read, s_b_read, ks, warp, &mut a_frag, &mut b_frag)
-                };
-                mma_warp_tile::<MI, NI, I>(&mut acc, &a_frag, &b_frag);
-            }
-            k_tile += 1;
-        }
+        let rings = (s_a, s_b);
+        unsafe {
+            mainloop_simple::<BS, BN, BK, MI, NI, STAGES, B_COL, SRC, I>(
+                rings,
+                &g,
+                (warp, tid, threads),
+                num_k_tiles,
+                (col_next, col_of),
+                &mut acc,
+            )
+        };
     }
     // Every copy of A is issued: the next grid on the stream may start its own (ptx/griddep.rs), under this one's
     // last k-tiles, hand-over and epilogue.
@@ -694,9 +914,10 @@ unsafe fn bsr_spmm<
 
 /// Defines the `extern "ptx-kernel"` entry point `$name` from its `layout::VARIANTS` entry (which must exist and
 /// have the input type, B order and output type given here): the configuration comes from the table, never from
-/// here; `$split` from the row's decomposition (`layout::Decomposition::SplitRows`), through `kernel!`.
+/// here; `$split` from the row's decomposition (`layout::Decomposition::SplitRows`) and `$src` from its op
+/// ([`src::FORWARD`] for `layout::Op::BsrSpmm`, [`src::TRANSPOSED`] for `layout::Op::BsrSpmmT`), through `kernel!`.
 macro_rules! bsr_kernel {
-    ($split:expr, $name:ident, $input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat) => {
+    ($split:expr, $src:expr, $name:ident, $input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat) => {
         /// BSR SpMM entry point; see the module docs.
         ///
         /// # Safety
@@ -707,7 +928,9 @@ macro_rules! bsr_kernel {
                 variant_config!($name, crate::layout::Pipeline::CpAsync, $in_type, $b_layout, $out_type);
             // SAFETY: forwarded preconditions.
             unsafe {
-                with_tile!(bsr_spmm::<CFG, { CFG.frag_db }, { CFG.k_groups }, $b_col, $split, $input, $out>(&params))
+                with_tile!(bsr_spmm::<CFG, { CFG.frag_db }, { CFG.k_groups }, $b_col, $split, { $src }, $input, $out>(
+                    &params
+                ))
             }
         }
     };

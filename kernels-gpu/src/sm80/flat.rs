@@ -32,6 +32,7 @@
 //! the host launcher. f16 inputs, row-major B and f32 C only (`layout::Tile::Flat`: the narrow tiles of bs 64
 //! and 128; `layout::Tile::Flat32`, `layout::Tile::Flat64`: bs 64's tiles of 32 and 64 columns).
 
+use super::bsr::src::FORWARD;
 use super::bsr::{CtaOperands, MAX_STAGES, MainLoopHooks, load_a_slice, load_b_strip, mainloop_frag_db};
 use crate::epilogue::{Epilogue, F16In, WarpCoord, load_index, store_epilogue};
 use crate::layout::{BsrSpmmParams, CHUNK_HALVES, KernelConfig, flat_counter, flat_cta_of, flat_range, flat_slot};
@@ -444,6 +445,10 @@ unsafe fn bsr_spmm_flat<
         ldb: p.ldb,
         n: p.n,
         n0,
+        perm: core::ptr::null(),
+        k_len: 0,
+        lda: 0,
+        m0: 0,
     };
     let ws = Workspace {
         partials: p.split_partials,
@@ -493,15 +498,15 @@ unsafe fn bsr_spmm_flat<
         }
         s += 1;
     }
-    unsafe { load_a_slice::<BS, BK>(&g, 0, s_a.stage(0), tid, threads) };
+    unsafe { load_a_slice::<BS, BK, FORWARD>(&g, 0, s_a.stage(0), tid, threads) };
     ptx::griddep_wait();
     let mut s = 0;
     while s < STAGES - 1 {
         if s < num_k_tiles {
             if s > 0 {
-                unsafe { load_a_slice::<BS, BK>(&g, s, s_a.stage(s), tid, threads) };
+                unsafe { load_a_slice::<BS, BK, FORWARD>(&g, s, s_a.stage(s), tid, threads) };
             }
-            unsafe { load_b_strip::<BS, BN, BK, false>(&g, s, cols[s as usize], s_b.stage(s), tid, threads) };
+            unsafe { load_b_strip::<BS, BN, BK, false, FORWARD>(&g, s, cols[s as usize], s_b.stage(s), tid, threads) };
         }
         ptx::cp_async_commit();
         s += 1;
@@ -548,7 +553,7 @@ unsafe fn bsr_spmm_flat<
     };
     let rings = (s_a, s_b);
     unsafe {
-        mainloop_frag_db::<BS, BN, BK, MI, NI, STAGES, 1, false, F16In, _>(
+        mainloop_frag_db::<BS, BN, BK, MI, NI, STAGES, 1, false, FORWARD, F16In, _>(
             rings,
             &g,
             (warp, tid, threads),

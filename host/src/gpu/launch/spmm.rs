@@ -174,7 +174,7 @@ impl Gpu {
     /// stream's order) outlives the kernel. Nothing to do when every buffer's stream is `stream`, or on a stream
     /// being captured (the kernel runs at replay; see [`Gpu::spmm_raw`]). Where a buffer's stream is being captured
     /// (it cannot wait on an uncaptured stream's event), or the event fails, `stream` is synchronised instead.
-    fn join_owners(&self, stream: CUstream, allocs: &[Option<Alloc<'_>>; 7]) -> Result<()> {
+    pub(super) fn join_owners(&self, stream: CUstream, allocs: &[Option<Alloc<'_>>; 7]) -> Result<()> {
         // At most one owner per view array, in a fixed array: the launch path allocates nothing.
         let mut owners: [Option<&Arc<CudaStream>>; 7] = [None; 7];
         let mut count = 0;
@@ -370,12 +370,12 @@ impl Gpu {
     }
 
     /// Makes this `Gpu`'s context current on the calling thread (the raw launch and the driver queries use it).
-    fn ctx_current(&self) -> Result<()> {
+    pub(super) fn ctx_current(&self) -> Result<()> {
         self.context().bind_to_thread().map_err(cuda("cuCtxSetCurrent"))
     }
 
     /// `Ok` when `stream` (0: the legacy default stream) belongs to this `Gpu`'s context.
-    fn check_stream(&self, stream: CUstream) -> Result<()> {
+    pub(super) fn check_stream(&self, stream: CUstream) -> Result<()> {
         let mut ctx = std::ptr::null_mut();
         // SAFETY: writes one handle through a valid pointer; the stream's validity is the caller's contract.
         unsafe { cudarc::driver::sys::cuStreamGetCtx(stream, &mut ctx) }.result().map_err(cuda("cuStreamGetCtx"))?;
@@ -512,7 +512,7 @@ impl Gpu {
         // The decomposition's parameters, as the plan records them: the flat list's CTAs per N tile, the sm_90a
         // kernels' split rows, the most parts per split row and the blocks a part holds.
         let (flat_ctas, split_rows, split_chunks, split_blocks) = match plan.decomposition {
-            Decomposition::WholeRows => (0, 0, 1, 1),
+            Decomposition::WholeRows | Decomposition::StoredBlocks => (0, 0, 1, 1),
             Decomposition::FlatList { ctas_per_tile } => (ctas_per_tile, 0, 1, 1),
             Decomposition::SplitRows { chunks, blocks } => (0, 0, chunks, blocks),
             Decomposition::HopperSplitRows { split_rows, chunks, blocks } => (0, split_rows, chunks, blocks),
@@ -541,6 +541,9 @@ impl Gpu {
             split_counters: 0,
             flat_ctas,
             nnzb: a.shape.nnzb as u32,
+            perm: 0,
+            k: 0,
+            lda: 0,
         };
         // The sm_90a kernels take tensor maps of A's values and B, then the same parameters, then the tile
         // scheduler: the workspace's counters for a persistent grid, or none (CTA c walks tiles c, c + grid, ...)

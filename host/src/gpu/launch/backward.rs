@@ -1,0 +1,602 @@
+//! The backward products on the GPU (the gradients of a block-sparse layer), validated and launched like the
+//! forward: `C = alpha * (A^T @ B) + beta * C` through A's transposed index ([`Gpu::spmm_t`],
+//! [`Gpu::spmm_t_raw`]) and the block SDDMM `values = alpha * (X @ Y^T) + beta * values` at a BSR structure's
+//! stored blocks ([`Gpu::sddmm`], [`Gpu::sddmm_raw`]). The plan room chooses their kernels
+//! ([`crate::plan::BackwardProblem`]); [`Gpu::plan_backward`] returns the plan a launch would run.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cudarc::driver::sys::{CUdeviceptr, CUstream};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use sparsek_layout::{BsrSpmmParams, Layout, Op};
+
+use super::spmm::{LaunchAttributes, first_overlap, launch_with};
+use crate::Epilogue;
+use crate::error::{Error, Result};
+use crate::format::BsrTranspose;
+use crate::gpu::Gpu;
+use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
+use crate::gpu::driver::{alloc_err, cuda};
+use crate::gpu::views::{Alloc, BsrView, DenseView, DenseViewMut, IndexType, bytes_of};
+use crate::plan::{self, BackwardProblem, LaunchPlan};
+
+/// Source of [`DeviceBsrTranspose::structure`] and [`DeviceBsr`]'s structure identity.
+static NEXT_STRUCTURE: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh structure identity (never 0).
+pub(crate) fn new_structure_id() -> u64 {
+    NEXT_STRUCTURE.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The transposed index of an uploaded [`DeviceBsr`]'s structure, in device memory: block-column pointers
+/// (`cols / bs + 1`), the block row of each entry (ascending within a block column) and the permutation into A's
+/// stored blocks, all u32 ([`BsrTranspose`]'s arrays). Made once per structure by [`Gpu::transpose_index`] and
+/// reused while only the values change (a training step); it belongs to the matrix it was made from, which
+/// [`Gpu::spmm_t`] checks.
+pub struct DeviceBsrTranspose {
+    /// A's `rows x cols`, block size and stored blocks.
+    shape: (usize, usize, usize, usize),
+    structure: u64,
+    col_ptr: CudaSlice<u32>,
+    row_idx: CudaSlice<u32>,
+    perm: CudaSlice<u32>,
+}
+
+impl std::fmt::Debug for DeviceBsrTranspose {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (rows, cols, bs, nnzb) = self.shape;
+        f.debug_struct("DeviceBsrTranspose")
+            .field("rows", &rows)
+            .field("cols", &cols)
+            .field("bs", &bs)
+            .field("nnzb", &nnzb)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeviceBsrTranspose {
+    /// A view of the index for [`Gpu::spmm_t_raw`] (its arrays' allocations recorded, as a safe view's are).
+    pub fn view(&self) -> TransposeView<'_> {
+        let (_, cols, bs, nnzb) = self.shape;
+        let stream = self.perm.stream();
+        let ptr = |s: &CudaSlice<u32>| s.device_ptr(stream).0;
+        let own = |p, s: &CudaSlice<u32>| Alloc::own(p, s.len(), 4, Some(stream));
+        let (col_ptr, row_idx, perm) = (ptr(&self.col_ptr), ptr(&self.row_idx), ptr(&self.perm));
+        TransposeView {
+            col_ptr,
+            row_idx,
+            perm,
+            block_cols: cols / bs.max(1),
+            nnzb,
+            raw: false,
+            allocs: [own(col_ptr, &self.col_ptr), own(row_idx, &self.row_idx), own(perm, &self.perm)],
+            _borrow: PhantomData,
+        }
+    }
+}
+
+/// A BSR matrix's transposed index over device memory: `col_ptr` (`cols / bs + 1` u32, from 0, nondecreasing, ending
+/// at `nnzb`), `row_idx` (`nnzb` u32, each below `rows / bs`) and `perm` (`nnzb` u32, a permutation of the stored
+/// blocks), as [`BsrTranspose`] defines them. `Copy`: a description, not an owner.
+#[derive(Clone, Copy, Debug)]
+pub struct TransposeView<'a> {
+    col_ptr: CUdeviceptr,
+    row_idx: CUdeviceptr,
+    perm: CUdeviceptr,
+    block_cols: usize,
+    nnzb: usize,
+    raw: bool,
+    allocs: [Option<Alloc<'a>>; 3],
+    _borrow: PhantomData<&'a [u32]>,
+}
+
+impl<'a> TransposeView<'a> {
+    /// Describes a transposed index over device arrays of u32 (built on the device, e.g. from PyTorch tensors:
+    /// a stable sort of the blocks by block column gives `perm`, `row_idx = block_row[perm]`, `col_ptr` a
+    /// bincount's cumulative sum), for a BSR matrix of `cols` columns in blocks of `bs` with `nnzb` stored blocks.
+    /// Checked here: non-null, 4-byte aligned pointers (where there is anything to read), `bs` divides `cols`;
+    /// at launch: device memory of the launch's GPU.
+    ///
+    /// # Safety
+    /// For all of `'a`: the arrays hold the entries above in live device memory of the GPU it will be launched on,
+    /// not written while a launch that reads them may run, and they are the transposed index of the structure of
+    /// the matrix they are launched with: `row_idx` entries below its block rows and `perm` a permutation of
+    /// `0..nnzb` (the kernel reads the blocks and B's rows they point to).
+    pub unsafe fn from_raw(
+        (col_ptr, row_idx, perm): (CUdeviceptr, CUdeviceptr, CUdeviceptr),
+        cols: usize,
+        bs: usize,
+        nnzb: usize,
+    ) -> Result<TransposeView<'a>> {
+        if bs == 0 || !cols.is_multiple_of(bs) {
+            return Err(Error::InvalidArgument {
+                name: "transposed index",
+                reason: format!("{cols} columns are not a whole number of blocks of {bs}"),
+            });
+        }
+        for (what, ptr, used) in [("col_ptr", col_ptr, true), ("row_idx", row_idx, nnzb > 0), ("perm", perm, nnzb > 0)]
+        {
+            if used && (ptr == 0 || !ptr.is_multiple_of(4)) {
+                return Err(Error::InvalidArgument {
+                    name: "transposed index",
+                    reason: format!("{what} at {ptr:#x} must be non-null and 4-byte aligned"),
+                });
+            }
+        }
+        let block_cols = cols / bs;
+        Ok(TransposeView {
+            col_ptr,
+            row_idx,
+            perm,
+            block_cols,
+            nnzb,
+            raw: true,
+            allocs: [None; 3],
+            _borrow: PhantomData,
+        })
+    }
+}
+
+impl Gpu {
+    /// The transposed index of `a`'s structure, on this GPU: its `row_ptr` and `col_idx` are copied to the host
+    /// (synchronously, on this `Gpu`'s stream), indexed ([`BsrTranspose::from_structure`]) and copied back. Made
+    /// once per structure; [`Gpu::spmm_t`] takes it with the matrix it was made from.
+    pub fn transpose_index<T: InputElement>(&self, a: &DeviceBsr<T>) -> Result<DeviceBsrTranspose> {
+        let stream = self.stream();
+        let dtoh = |s: &CudaSlice<u32>, what: &'static str| {
+            stream.clone_dtoh(s).map_err(cuda(what)).map(|mut v: Vec<u32>| {
+                v.truncate(s.len());
+                v
+            })
+        };
+        let row_ptr = dtoh(&a.row_ptr, "cuMemcpyDtoH (row_ptr)")?;
+        let mut col_idx = dtoh(&a.col_idx, "cuMemcpyDtoH (col_idx)")?;
+        col_idx.truncate(a.shape.nnzb);
+        let at = BsrTranspose::from_structure(a.shape.rows, a.shape.cols, a.shape.bs, &row_ptr, &col_idx)?;
+        self.upload_transpose_of(&at, a.structure)
+    }
+
+    /// Copies a host transposed index to this GPU for the matrix of structure identity `structure`.
+    fn upload_transpose_of(&self, at: &BsrTranspose, structure: u64) -> Result<DeviceBsrTranspose> {
+        let stream = self.stream();
+        // Zero-length device buffers are avoided (one unused entry for a matrix without blocks).
+        let nonempty = |v: &[u32]| if v.is_empty() { vec![0u32] } else { v.to_vec() };
+        let htod = |v: &[u32], what: &'static str| {
+            stream.clone_htod(&nonempty(v)).map_err(alloc_err(what, std::mem::size_of_val(v).max(4)))
+        };
+        Ok(DeviceBsrTranspose {
+            shape: (at.rows(), at.cols(), at.block_size(), at.nnzb()),
+            structure,
+            col_ptr: htod(at.col_ptr(), "transposed index col_ptr")?,
+            row_idx: htod(at.row_idx(), "transposed index row_idx")?,
+            perm: htod(at.perm(), "transposed index perm")?,
+        })
+    }
+
+    /// `C = alpha * (A^T @ B) + beta * C` on the GPU's default stream: A (`M x K`, f16 or bf16) read through its
+    /// transposed index `at` (from [`Gpu::transpose_index`] of this `a`), B `M x N` and C `K x N` row-major, f32
+    /// accumulation, C in f32 or the inputs' type. The input gradient of a linear layer `y = x @ W^T` is
+    /// `dx = dy @ W`, i.e. `dx^T = W^T @ dy^T`: [`Gpu::spmm_t_raw`] with column-major views of `dy` and `dx`.
+    /// With `beta == 0` C is not read; block columns of A without blocks give `beta * C`. `ep` carries alpha and
+    /// beta only (an activation or bias is refused). Asynchronous.
+    ///
+    /// Errors before anything is queued: [`Error::ShapeMismatch`] (`a` is A^T's shape), [`Error::InvalidArgument`]
+    /// for an index made from another matrix, buffers of another context, a type combination or an epilogue the
+    /// kernels do not serve.
+    pub fn spmm_t<TA: InputElement, TC: OutputElement>(
+        &self,
+        a: &DeviceBsr<TA>,
+        at: &DeviceBsrTranspose,
+        b: &DeviceMatrix<TA>,
+        c: &mut DeviceMatrix<TC>,
+        ep: Epilogue,
+    ) -> Result<()> {
+        if at.structure != a.structure {
+            return Err(Error::InvalidArgument {
+                name: "at",
+                reason: "is the transposed index of another matrix (make it with Gpu::transpose_index(a))".into(),
+            });
+        }
+        let stream = self.stream().clone();
+        self.check_owned(&stream, &[a.values.context(), b.as_slice().context(), c.as_slice().context()])?;
+        let (values, _g0) = a.values.device_ptr(&stream);
+        let (b_ptr, _g1) = b.as_slice().device_ptr(&stream);
+        let (c_rows, c_cols, c_ld) = (c.rows(), c.cols(), c.ld());
+        let c_alloc = c.alloc().map(|a| Alloc { stream: Some(&stream), ..a });
+        let (c_ptr, _g2) = c.as_mut_slice().device_ptr_mut(&stream);
+        let av = BsrView::<TA>::trusted((values, 0, 0, 0), a);
+        let bv = DenseView::<TA>::trusted(b_ptr, (b.rows(), b.cols(), b.ld()), b.alloc());
+        let cv = DenseView::<TC>::trusted(c_ptr, (c_rows, c_cols, c_ld), c_alloc);
+        self.launch_t(stream.cu_stream(), &av, &at.view(), &bv, &cv, ep)
+    }
+
+    /// [`Gpu::spmm_t`] over borrowed device memory on the caller's raw CUDA stream: A a [`BsrView`] (its values are
+    /// read through `at`; its own index arrays are not read, so their index type does not matter), `at` its
+    /// transposed index, B (`M x N`) and C (`K x N`) each row- or column-major. For `y = x @ W^T` (W `out x in`),
+    /// `dx = dy @ W` is `spmm_t_raw(stream, W, W's index, dy.t(), dx.t(), ep)`: column-major views of the
+    /// row-major `dy` and `dx`, no transpose made. No synchronisation, no allocation: safe to capture in a CUDA
+    /// graph. Checked as [`Gpu::spmm_raw`] checks: shapes, the stream's and every raw pointer's context, extents of
+    /// safe views, and that C overlaps nothing the kernel reads (A's values, the index, B).
+    ///
+    /// # Safety
+    /// As [`Gpu::spmm_raw`]'s, for A's values, the index arrays, B and C.
+    pub unsafe fn spmm_t_raw<TA: InputElement, TC: OutputElement>(
+        &self,
+        stream: CUstream,
+        a: &BsrView<'_, TA>,
+        at: &TransposeView<'_>,
+        b: &DenseView<'_, TA>,
+        c: &mut DenseViewMut<'_, TC>,
+        ep: Epilogue,
+    ) -> Result<()> {
+        self.ctx_current()?;
+        self.check_stream(stream)?;
+        let has_blocks = a.shape.nnzb > 0;
+        for (what, check, ptr) in [
+            ("A's values", a.raw && has_blocks, a.values),
+            ("the index's col_ptr", at.raw, at.col_ptr),
+            ("the index's row_idx", at.raw && has_blocks, at.row_idx),
+            ("the index's perm", at.raw && has_blocks, at.perm),
+            ("B", b.raw && !b.is_empty_span(), b.ptr),
+            ("C", c.view.raw && !c.view.is_empty_span(), c.view.ptr),
+        ] {
+            if check {
+                self.check_pointer_of(what, ptr)?;
+            }
+        }
+        self.launch_t(stream, a, at, b, &c.view, ep)?;
+        let [i0, i1, i2] = at.allocs;
+        self.join_owners(stream, &[a.allocs.values, i0, i1, i2, b.alloc, c.view.alloc, None])
+    }
+
+    /// The block SDDMM on the GPU's default stream: `values = alpha * (X @ Y^T) + beta * values` at the stored blocks
+    /// of `pattern` (`M x N`; its values are not read), X `M x K` and Y `N x K` row-major of the pattern's type,
+    /// `values` the gradient's `nnzb * bs x bs` row-major buffer (ld `bs`: block after block, each row-major, the
+    /// layout of a BSR matrix's values) in f32 or the inputs' type, f32 accumulation. The weight gradient of
+    /// `y = x @ W^T` is `dW = dy^T @ x` at W's blocks: [`Gpu::sddmm_raw`] with X = `dy^T`, Y = `x^T` (column-major
+    /// views of the row-major `dy` and `x`). With `beta == 0` the old values are not read; `beta == 1` with f32
+    /// values accumulates gradients across calls. `ep` carries alpha and beta only. Asynchronous.
+    pub fn sddmm<TA: InputElement, TV: OutputElement>(
+        &self,
+        x: &DeviceMatrix<TA>,
+        y: &DeviceMatrix<TA>,
+        pattern: &DeviceBsr<TA>,
+        values: &mut DeviceMatrix<TV>,
+        ep: Epilogue,
+    ) -> Result<()> {
+        let stream = self.stream().clone();
+        let contexts = [pattern.values.context(), x.as_slice().context(), y.as_slice().context()];
+        self.check_owned(&stream, &contexts)?;
+        self.check_owned(&stream, &[values.as_slice().context()])?;
+        let (row_ptr, _g0) = pattern.row_ptr.device_ptr(&stream);
+        let (col_idx, _g1) = pattern.col_idx.device_ptr(&stream);
+        let (x_ptr, _g2) = x.as_slice().device_ptr(&stream);
+        let (y_ptr, _g3) = y.as_slice().device_ptr(&stream);
+        let (v_rows, v_cols, v_ld) = (values.rows(), values.cols(), values.ld());
+        let v_alloc = values.alloc().map(|a| Alloc { stream: Some(&stream), ..a });
+        let (v_ptr, _g4) = values.as_mut_slice().device_ptr_mut(&stream);
+        let pv = BsrView::<TA>::trusted((0, row_ptr, col_idx, 0), pattern);
+        let xv = DenseView::<TA>::trusted(x_ptr, (x.rows(), x.cols(), x.ld()), x.alloc());
+        let yv = DenseView::<TA>::trusted(y_ptr, (y.rows(), y.cols(), y.ld()), y.alloc());
+        let vv = DenseView::<TV>::trusted(v_ptr, (v_rows, v_cols, v_ld), v_alloc);
+        self.launch_sddmm(stream.cu_stream(), &xv, &yv, &pv, &vv, ep)
+    }
+
+    /// [`Gpu::sddmm`] over borrowed device memory on the caller's raw CUDA stream: X (`M x K`) and Y (`N x K`) each
+    /// row- or column-major, `pattern` a [`BsrView`] whose `row_ptr` and `col_idx` are read (not its values, so the
+    /// output may be the pattern's own values array), `values` an `nnzb * bs x bs` row-major view with leading
+    /// dimension `bs`. No synchronisation, no allocation: safe to capture in a CUDA graph. Checked as
+    /// [`Gpu::spmm_raw`] checks; `values` must overlap none of X, Y, `row_ptr`, `col_idx`.
+    ///
+    /// # Safety
+    /// As [`Gpu::spmm_raw`]'s, for X, Y, the pattern's index arrays and `values`.
+    pub unsafe fn sddmm_raw<TA: InputElement, TV: OutputElement>(
+        &self,
+        stream: CUstream,
+        x: &DenseView<'_, TA>,
+        y: &DenseView<'_, TA>,
+        pattern: &BsrView<'_, TA>,
+        values: &mut DenseViewMut<'_, TV>,
+        ep: Epilogue,
+    ) -> Result<()> {
+        self.ctx_current()?;
+        self.check_stream(stream)?;
+        let has_blocks = pattern.shape.nnzb > 0;
+        for (what, check, ptr) in [
+            ("X", x.raw && !x.is_empty_span(), x.ptr),
+            ("Y", y.raw && !y.is_empty_span(), y.ptr),
+            ("the pattern's row_ptr", pattern.raw, pattern.row_ptr),
+            ("the pattern's col_idx", pattern.raw && has_blocks, pattern.col_idx),
+            ("the values", values.view.raw && !values.view.is_empty_span(), values.view.ptr),
+        ] {
+            if check {
+                self.check_pointer_of(what, ptr)?;
+            }
+        }
+        self.launch_sddmm(stream, x, y, pattern, &values.view, ep)?;
+        let allocs = [x.alloc, y.alloc, pattern.allocs.row_ptr, pattern.allocs.col_idx, values.view.alloc, None, None];
+        self.join_owners(stream, &allocs)
+    }
+
+    /// The plan a backward launch of `problem` would run on this `Gpu` (what [`Gpu::spmm_t`] and [`Gpu::sddmm`]
+    /// execute; [`Gpu::last_plan`] returns it after the launch).
+    pub fn plan_backward(&self, problem: &BackwardProblem) -> Result<LaunchPlan> {
+        plan::plan_backward(self.room(), problem).map(|(plan, _)| plan)
+    }
+
+    /// `Ok` when the stream and every buffer belong to this `Gpu`'s context (then made current on this thread).
+    fn check_owned(&self, stream: &Arc<CudaStream>, contexts: &[&Arc<cudarc::driver::CudaContext>]) -> Result<()> {
+        let same = |ctx: &Arc<cudarc::driver::CudaContext>| Arc::ptr_eq(ctx, self.context());
+        if !same(stream.context()) || !contexts.iter().all(|c| same(c)) {
+            return Err(Error::InvalidArgument {
+                name: "buffers",
+                reason: "every buffer and the stream must belong to this Gpu's context".into(),
+            });
+        }
+        self.ctx_current()
+    }
+
+    /// Validates and launches `C = alpha * (A^T @ B) + beta * C`.
+    fn launch_t<TA: InputElement, TC: OutputElement>(
+        &self,
+        stream: CUstream,
+        a: &BsrView<'_, TA>,
+        at: &TransposeView<'_>,
+        b: &DenseView<'_, TA>,
+        c: &DenseView<'_, TC>,
+        ep: Epilogue,
+    ) -> Result<()> {
+        check_backward_epilogue(ep)?;
+        let (m, k, n, bs) = (a.shape.rows, a.shape.cols, b.shape.cols, a.shape.bs);
+        if b.shape.rows != m || c.shape.rows != k || c.shape.cols != n {
+            return Err(Error::ShapeMismatch { a: (k, m), b: (b.shape.rows, n), c: (c.shape.rows, c.shape.cols) });
+        }
+        if at.block_cols != k / bs || at.nnzb != a.shape.nnzb {
+            return Err(Error::InvalidArgument {
+                name: "at",
+                reason: format!(
+                    "indexes {} block columns and {} blocks; A has {} and {}",
+                    at.block_cols,
+                    at.nnzb,
+                    k / bs,
+                    a.shape.nnzb
+                ),
+            });
+        }
+        let (n32, ldb, ldc) = (limit("N", n)?, limit("ldb", b.shape.ld)?, limit("ldc", c.shape.ld)?);
+        limit("M", m)?;
+        limit("K", k)?;
+        limit("nnzb", a.shape.nnzb)?;
+        let ta = std::mem::size_of::<TA>();
+        let values = a.shape.nnzb.checked_mul(bs * bs);
+        let inputs = [
+            ("A's values", a.values, bytes_of(values, ta), a.allocs.values),
+            ("the index's col_ptr", at.col_ptr, bytes_of(Some(at.block_cols + 1), 4), at.allocs[0]),
+            ("the index's row_idx", at.row_idx, bytes_of(Some(at.nnzb), 4), at.allocs[1]),
+            ("the index's perm", at.perm, bytes_of(Some(at.nnzb), 4), at.allocs[2]),
+            ("B", b.ptr, bytes_of(b.shape.span(), ta), b.alloc),
+        ];
+        check_output("C", (c.ptr, bytes_of(c.shape.span(), std::mem::size_of::<TC>()), c.alloc), &inputs)?;
+        if k == 0 || n == 0 {
+            return Ok(());
+        }
+        let problem = BackwardProblem {
+            op: Op::BsrSpmmT,
+            bs,
+            input: TA::IN_TYPE,
+            b_layout: b.shape.layout,
+            x_layout: Layout::RowMajor,
+            output: TC::OUT_TYPE,
+            shape: (m, k),
+            nnzb: a.shape.nnzb,
+            n,
+        };
+        let params = BsrSpmmParams {
+            a_values: a.values,
+            row_ptr: at.col_ptr,
+            col_idx: at.row_idx,
+            row_order: 0,
+            b: b.ptr,
+            c: c.ptr,
+            bias: 0,
+            ldb,
+            ldc,
+            n: n32,
+            block_rows: (k / bs) as u32,
+            group_rows: 0,
+            alpha: ep.alpha,
+            beta: ep.beta,
+            index64: 0,
+            c_col_major: u32::from(c.shape.layout == Layout::ColMajor),
+            activation: 0,
+            split_chunks: 1,
+            split_blocks: 1,
+            split_partials: 0,
+            split_counters: 0,
+            flat_ctas: 0,
+            nnzb: a.shape.nnzb as u32,
+            perm: at.perm,
+            k: 0,
+            lda: 0,
+        };
+        self.launch_backward(stream, &problem, params)
+    }
+
+    /// Validates and launches `values = alpha * (X @ Y^T) + beta * values` at `pattern`'s blocks.
+    fn launch_sddmm<TA: InputElement, TV: OutputElement>(
+        &self,
+        stream: CUstream,
+        x: &DenseView<'_, TA>,
+        y: &DenseView<'_, TA>,
+        pattern: &BsrView<'_, TA>,
+        values: &DenseView<'_, TV>,
+        ep: Epilogue,
+    ) -> Result<()> {
+        check_backward_epilogue(ep)?;
+        let (m, n, bs, nnzb) = (pattern.shape.rows, pattern.shape.cols, pattern.shape.bs, pattern.shape.nnzb);
+        let k = x.shape.cols;
+        if x.shape.rows != m || y.shape.rows != n || y.shape.cols != k {
+            return Err(Error::ShapeMismatch { a: (x.shape.rows, k), b: (y.shape.cols, y.shape.rows), c: (m, n) });
+        }
+        let whole = nnzb.checked_mul(bs);
+        if Some(values.shape.rows) != whole || values.shape.cols != bs || values.shape.layout != Layout::RowMajor {
+            return Err(Error::InvalidArgument {
+                name: "values",
+                reason: format!(
+                    "must be the {} x {bs} row-major values of {nnzb} blocks of {bs} x {bs}; got {} x {} ({:?})",
+                    whole.map_or("?".into(), |w| w.to_string()),
+                    values.shape.rows,
+                    values.shape.cols,
+                    values.shape.layout
+                ),
+            });
+        }
+        if values.shape.ld != bs {
+            return Err(Error::InvalidArgument {
+                name: "values",
+                reason: format!("leading dimension {} must be the block size {bs} (blocks stored back to back)", {
+                    values.shape.ld
+                }),
+            });
+        }
+        let (k32, lda, ldb) = (limit("K", k)?, limit("ldx", x.shape.ld)?, limit("ldy", y.shape.ld)?);
+        limit("M", m)?;
+        limit("N", n)?;
+        limit("nnzb", nnzb)?;
+        let (ta, w) = (std::mem::size_of::<TA>(), pattern.index.bytes());
+        let inputs = [
+            ("X", x.ptr, bytes_of(x.shape.span(), ta), x.alloc),
+            ("Y", y.ptr, bytes_of(y.shape.span(), ta), y.alloc),
+            ("the pattern's row_ptr", pattern.row_ptr, bytes_of(Some(m / bs + 1), w), pattern.allocs.row_ptr),
+            ("the pattern's col_idx", pattern.col_idx, bytes_of(Some(nnzb), w), pattern.allocs.col_idx),
+        ];
+        let out = (values.ptr, bytes_of(values.shape.span(), std::mem::size_of::<TV>()), values.alloc);
+        check_output("the values", out, &inputs)?;
+        if nnzb == 0 {
+            return Ok(());
+        }
+        let problem = BackwardProblem {
+            op: Op::Sddmm,
+            bs,
+            input: TA::IN_TYPE,
+            b_layout: y.shape.layout,
+            x_layout: x.shape.layout,
+            output: TV::OUT_TYPE,
+            shape: (m, n),
+            nnzb,
+            n: k,
+        };
+        let params = BsrSpmmParams {
+            a_values: x.ptr,
+            row_ptr: pattern.row_ptr,
+            col_idx: pattern.col_idx,
+            row_order: 0,
+            b: y.ptr,
+            c: values.ptr,
+            bias: 0,
+            ldb,
+            ldc: bs as u32,
+            n: n as u32,
+            block_rows: (m / bs) as u32,
+            group_rows: 0,
+            alpha: ep.alpha,
+            beta: ep.beta,
+            index64: u32::from(pattern.index == IndexType::I64),
+            c_col_major: 0,
+            activation: 0,
+            split_chunks: 1,
+            split_blocks: 1,
+            split_partials: 0,
+            split_counters: 0,
+            flat_ctas: 0,
+            nnzb: nnzb as u32,
+            perm: 0,
+            k: k32,
+            lda,
+        };
+        self.launch_backward(stream, &problem, params)
+    }
+
+    /// Plans `problem` and launches its kernel with `params` (their plan-dependent fields filled in here).
+    fn launch_backward(&self, stream: CUstream, problem: &BackwardProblem, mut params: BsrSpmmParams) -> Result<()> {
+        let (plan, kernel) = plan::plan_backward(self.room(), problem)?;
+        let kernel = self.kernel_at(kernel).ok_or_else(|| Error::InvalidArgument {
+            name: "plan",
+            reason: format!("the planned kernel {} is not loaded on this Gpu", plan.kernel),
+        })?;
+        params.group_rows = plan.group_rows;
+        let mut args = [(&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>()];
+        if let Ok(mut last) = self.last_plan.lock() {
+            *last = Some(plan.clone());
+        }
+        // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/sm80/bsr.rs for A^T @ B,
+        // sm80/sddmm.rs for SDDMM) and its preconditions hold: A^T @ B reads A's nnzb * bs^2 values through a
+        // transposed index of nnzb entries (owned: made from this matrix, checked by structure identity; a view:
+        // its constructor's contract) whose rows are below M / bs, B's M x N span and C's K x N span in their
+        // layouts; SDDMM reads the pattern's valid structure (owned: validated at upload; a view: its contract),
+        // X's rows of each block row over K, Y's rows of each block column over K, and writes the nnzb * bs x bs
+        // values. Every dense view has a leading dimension covering a row (column), a multiple of 16 bytes, and a
+        // 16-byte aligned start; every safe view's extent lies in its allocation and the output overlaps no input
+        // (checked above); pointers and the stream belong to this context. Grid, block and shared memory follow
+        // the variant's configuration, checked when the module was loaded; `args` outlives the call.
+        unsafe {
+            launch_with(
+                kernel.func.cu_function(),
+                (plan.ctas, plan.threads, plan.smem_bytes),
+                stream,
+                &mut args,
+                LaunchAttributes::default(),
+            )
+        }
+        .map(drop)
+    }
+}
+
+/// `Ok` for an epilogue of alpha and beta only (the backward kernels add no bias and apply no activation).
+fn check_backward_epilogue(ep: Epilogue) -> Result<()> {
+    if ep.activation != crate::Activation::Identity {
+        return Err(Error::InvalidArgument {
+            name: "epilogue",
+            reason: format!(
+                "the backward products take alpha and beta only, not the activation {}",
+                ep.activation.name()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `v` as u32, or [`Error::InvalidArgument`] naming it.
+fn limit(name: &'static str, v: usize) -> Result<u32> {
+    u32::try_from(v).ok().filter(|&v| v < u32::MAX - 1024).ok_or_else(|| Error::InvalidArgument {
+        name,
+        reason: format!("{v} exceeds the kernel's limit of {}", u32::MAX - 1024),
+    })
+}
+
+/// Checks the extents of the inputs and of the output `out` (first byte, bytes, allocation) against their
+/// allocations where known, and that the output overlaps no input.
+fn check_output(
+    what: &'static str,
+    (ptr, bytes, alloc): (u64, u128, Option<Alloc<'_>>),
+    inputs: &[(&'static str, u64, u128, Option<Alloc<'_>>)],
+) -> Result<()> {
+    for &(name, start, len, a) in inputs.iter().chain([&(what, ptr, bytes, alloc)]) {
+        if let Some(a) = a {
+            a.holds(name, start, len)?;
+        }
+    }
+    let mut ranges = [("", 0u64, 0u128); 5];
+    for (slot, &(name, start, len, _)) in ranges.iter_mut().zip(inputs) {
+        *slot = (name, start, len);
+    }
+    match first_overlap((ptr, bytes), &ranges) {
+        Some(other) => Err(Error::InvalidArgument {
+            name: what,
+            reason: format!("overlaps {other}: the output must not alias anything the kernel reads"),
+        }),
+        None => Ok(()),
+    }
+}
