@@ -508,7 +508,14 @@ pub(crate) unsafe fn mainloop_frag_db<
     if H::NEVER_EMPTY || num_k_tiles > 0 {
         let (s_a_read, s_b_read) = (s_a.stage(smem_pipe_read), s_b.stage(smem_pipe_read));
         unsafe {
-            load_fragments::<BS, BN, BK, MI, NI, B_COL, SRC>(s_a_read, s_b_read, 0, warp, &mut a_frag[0], &mut b_frag[0])
+            load_fragments::<BS, BN, BK, MI, NI, B_COL, SRC>(
+                s_a_read,
+                s_b_read,
+                0,
+                warp,
+                &mut a_frag[0],
+                &mut b_frag[0],
+            )
         };
     }
     let mut k_tile = 0;
@@ -538,7 +545,15 @@ pub(crate) unsafe fn mainloop_frag_db<
                 if k_tile_next < num_k_tiles {
                     let (s_a_write, s_b_write) = (s_a.stage(smem_pipe_write), s_b.stage(smem_pipe_write));
                     unsafe {
-                        load_k_tile::<BS, BN, BK, B_COL, SRC>(g, k_tile_next, col_next, s_a_write, s_b_write, tid, threads)
+                        load_k_tile::<BS, BN, BK, B_COL, SRC>(
+                            g,
+                            k_tile_next,
+                            col_next,
+                            s_a_write,
+                            s_b_write,
+                            tid,
+                            threads,
+                        )
                     };
                     if ahead && k_tile_next + 1 < num_k_tiles {
                         col_next = col_of(k_tile_next + 1);
@@ -832,7 +847,7 @@ unsafe fn bsr_spmm<
     }
     // With the look-ahead, the column index of the next k-tile the main loop issues (STAGES - 1), requested above
     // (without it 0, and load_k_tile loads each index itself).
-    let mut col_next = cols[(STAGES - 1) as usize];
+    let col_next = cols[(STAGES - 1) as usize];
 
     if FRAG_DB {
         // MAIN LOOP, fragments double-buffered in registers.

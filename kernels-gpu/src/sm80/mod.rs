@@ -23,8 +23,8 @@ macro_rules! with_tile {
 
 pub(crate) mod bsr;
 #[cfg(not(feature = "tune-kernels"))]
-mod sddmm;
-#[cfg(not(feature = "tune-kernels"))]
 mod decode;
 #[cfg(not(feature = "tune-kernels"))]
 mod flat;
+#[cfg(not(feature = "tune-kernels"))]
+mod sddmm;
