@@ -394,7 +394,7 @@ def _tp_mlp_case(dtype):
             check_grads({"up": dense_grad(up_s)}, {"up": dense_grad(up)[feats]}, None, dtype, what)
             check_grads({"down": dense_grad(down_s)}, {"down": dense_grad(down)[:, feats]}, None, dtype, what)
             check_grads({"up.bias": up_s.bias.grad, "down.bias": down_s.bias.grad},
-                        {"up.bias": up.bias.grad.float()[feats], "down.bias": down.bias.grad.float()},
+                        {"up.bias": up.bias.grad.float().cpu()[feats], "down.bias": down.bias.grad.float()},
                         None, dtype, what)
             check_grads({"x": xs.grad}, {"x": x1.grad}, None, dtype, what)
         # Without an input that requires grad, the backward communicates nothing.
@@ -458,7 +458,7 @@ def _tp_gather(rank, device):
         feats = shard.partition.features(rank)
         full = dense_grad(layer)
         want = full[feats] if layout == "column" else full[:, feats]
-        bias_want = layer.bias.grad.float()[feats] if layout == "column" else layer.bias.grad.float()
+        bias_want = layer.bias.grad.float().cpu()[feats] if layout == "column" else layer.bias.grad.float()
         check_grads({"values": dense_grad(shard), "bias": shard.bias.grad, "x": xs.grad},
                     {"values": want, "bias": bias_want, "x": x1.grad}, None, dtype, f"tp-{layout}")
 
