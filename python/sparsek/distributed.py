@@ -758,7 +758,11 @@ def _broadcast_layer(module: BlockSparseLinear, src: int | None, group) -> None:
     state = [module.state_dict() if dist.get_rank(group) == src else None]
     state[0] = None if state[0] is None else {k: v.cpu() for k, v in state[0].items()}
     dist.broadcast_object_list(state, src=dist.get_global_rank(group, src) if group is not None else src, group=group)
+    flags = [p.requires_grad for p in (module.values, module.bias) if p is not None]
     module.load_state_dict(state[0])
+    # load_state_dict replaces the parameters with frozen ones: a trainable layer stays trainable.
+    for p, flag in zip([p for p in (module.values, module.bias) if p is not None], flags):
+        p.requires_grad_(flag)
 
 
 def _mesh_group(device_mesh):

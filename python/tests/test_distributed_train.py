@@ -434,6 +434,38 @@ for _dtype in DTYPES:
     case(f"tp-mlp-{str(_dtype)[6:]}")(_tp_mlp_case(_dtype))
 
 
+@case("tp-parallelize-module-trains")
+def _tp_parallelize(rank, device):
+    """parallelize_module with paired_styles on a trainable model: the converted layers still require grad (the
+    styles' broadcast of rank 0's layer and load_full_state_dict keep the flags) and train as shard_mlp's do."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    dtype = torch.bfloat16
+    gen = torch.Generator().manual_seed(seed_for("tp-parallelize"))
+    m = torch.nn.Module()
+    m.up = make_layer(64, 256, 16, dtype, gen, skew="rows", activation="relu", device=device).float()
+    m.down = make_layer(256, 64, 16, dtype, gen, device=device).float()
+    for p in m.parameters():
+        p.requires_grad_(True)
+    single = copy.deepcopy(m)  # every rank drew the same layers from the same seed
+    up_style, down_style = sd.paired_styles()
+    parallelize_module(m, init_device_mesh(device, (WORLD,)), {"up": up_style, "down": down_style})
+    assert isinstance(m.up, sd.ColumnParallelBlockSparseLinear) and isinstance(m.down, sd.RowParallelBlockSparseLinear)
+    assert all(p.requires_grad for p in m.parameters()), [n for n, p in m.named_parameters() if not p.requires_grad]
+    x = torch.randn(5, 64, generator=gen).to(device)
+    t = torch.randn(5, 64, generator=gen).to(device)
+    loss_fn(single.down(single.up(x)), t).backward()
+    loss_fn(m.down(m.up(x)), t).backward()
+    feats = m.up.partition.features(rank)
+    check_grads({"up": dense_grad(m.up), "down": dense_grad(m.down), "up.bias": m.up.bias.grad},
+                {"up": dense_grad(single.up)[feats], "down": dense_grad(single.down)[:, feats],
+                 "up.bias": single.up.bias.grad.float().cpu()[feats]}, None, dtype, "parallelize_module")
+    # A whole state dict loaded into a trained shard: still trainable.
+    m.up.load_full_state_dict(single.up.state_dict())
+    assert m.up.values.requires_grad and m.up.bias.requires_grad
+
+
 @case("tp-gathered-output-and-whole-input")
 def _tp_gather(rank, device):
     """A column-parallel layer with gather_output (a permuted, padded gather) and a row-parallel one taking the
