@@ -248,6 +248,29 @@ for _dtype, _opt, _index, _bb in ((torch.float16, "sgd", torch.int32, True),
                                                                                                  _bb))
 
 
+@case("ddp-accumulation-no-sync")
+def _ddp_accumulate(rank, device):
+    """Gradient accumulation: two micro-batches per rank (a quarter of the batch each, loss halved), the first
+    under no_sync (no all-reduce), the second synchronised: the gradient of the whole batch's mean loss."""
+    dtype = torch.bfloat16
+    model = mlp(dtype, device, seed=20)
+    single = copy.deepcopy(model)
+    ddp = _ddp(device, model, False)
+    x, t = batches("ddp-accumulate", 1, 64, 64, device)[0]
+    quarter = BATCH // (2 * WORLD)
+    parts = [slice(q * quarter, (q + 1) * quarter) for q in range(2 * WORLD)]
+    first, second = parts[2 * rank], parts[2 * rank + 1]
+    with ddp.no_sync():
+        (loss_fn(ddp(x[first]), t[first]) / 2).backward()
+    unsynced = [None] * WORLD
+    dist.all_gather_object(unsynced, model[0].values.grad.cpu())
+    assert not torch.equal(unsynced[0], unsynced[1]), "no_sync all-reduced"
+    (loss_fn(ddp(x[second]), t[second]) / 2).backward()
+    got = {n: p.grad for n, p in model.named_parameters()}
+    check_grads(got, grads(single, x, t), [grads(single, x[q], t[q]) for q in parts], dtype, "ddp no_sync")
+    same_on_every_rank(got, "ddp no_sync")
+
+
 @case("ddp-structure-across-ranks")
 def _ddp_structure(rank, device):
     """Rank 1 builds another pattern with the same block counts (and runs it first: on CUDA its structure is
