@@ -333,7 +333,7 @@ def check_same_structure(module: torch.nn.Module, group=None) -> None:
     ``broadcast_buffers=False`` it copies rank 0's *values* into each rank's own pattern, and FSDP2's
     ``fully_shard`` copies nothing. Build the model the same way on every rank (same seed, same state dict), call
     this once, then wrap with ``broadcast_buffers=False`` or ``fully_shard``."""
-    world, rank = _group_info(group)
+    world, _ = _group_info(group)
     mine = [(name, _structure_digest(m)) for name, m in module.named_modules()
             if isinstance(m, BlockSparseLinear) and not isinstance(m, _ShardBase)]
     every: list = [None] * world
