@@ -26,6 +26,18 @@ column-parallel layer of a pair produces by construction. ``"contiguous"``, ``"e
 what a dense tensor-parallel layer does) and ``"greedy"`` force one. Each shard reports ``nnzb`` (its blocks),
 ``imbalance`` (max / mean of the ranks' blocks, 1.0 when perfectly even) and ``partition``.
 
+**Training.** The shards are differentiable (their ``values`` and ``bias`` are ``Parameter`` s that require grad
+when the whole layer's did). The collectives in their forward carry Megatron's gradients, for a loss that every
+rank computes alike from the replicated output (the usual tensor-parallel setting; DTensor's too): the row-parallel
+all-reduce passes the output's gradient through unchanged, the column-parallel gather gives each rank its own
+features' part of the gradient, and the input of a column-parallel layer (or of a row-parallel one with
+``input_is_parallel=False``) has its gradient summed over the group in backward, since each rank's shard sees only
+part of the weight. Each shard's parameter gradients are then the matching blocks of the single-process layer's.
+``torch.distributed.nn.functional``'s autograd collectives sum the gradient over the ranks instead (a loss that is
+the sum of the ranks' losses) and would give ``world_size`` times these; they are not used. Data parallelism over
+whole ``BlockSparseLinear`` models needs nothing from this module: ``DistributedDataParallel`` and FSDP2's
+``fully_shard`` train them as they are (see the package README).
+
 Every rank must hold the same full layer when sharding (the partition is computed on each rank from it); the
 ``ParallelStyle`` s broadcast it from ``src_data_rank`` first (as torch's styles do), the functions take it as
 given.
@@ -34,6 +46,7 @@ given.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Sequence
 
 import torch
@@ -56,6 +69,7 @@ __all__ = [
     "RowwiseBlockSparse",
     "paired_styles",
     "layer_from_state_dict",
+    "check_same_structure",
 ]
 
 DEFAULT_THRESHOLD = 1.05
@@ -300,6 +314,100 @@ _ACT = {
 }
 
 
+def _structure_digest(layer: BlockSparseLinear) -> tuple:
+    crow, col = layer.crow_indices.detach().cpu().contiguous(), layer.col_indices.detach().cpu().contiguous()
+    h = hashlib.sha256(crow.numpy().tobytes())
+    h.update(col.numpy().tobytes())
+    return (layer.out_features, layer.in_features, layer.block_size, str(crow.dtype), str(col.dtype), h.hexdigest())
+
+
+def check_same_structure(module: torch.nn.Module, group=None) -> None:
+    """Raises ``ValueError`` (on every rank of ``group``, a collective) unless each :class:`BlockSparseLinear` of
+    ``module`` (tensor-parallel shards excepted: they differ by design) has the same shape, block size, index dtypes,
+    ``crow_indices`` and ``col_indices`` on every rank, and the ranks hold the same such layers.
+
+    Data parallelism needs one structure everywhere, and neither wrapper guarantees it: ``DistributedDataParallel``
+    copies rank 0's buffers (the index tensors among them) at construction only with ``broadcast_buffers=True``,
+    which also re-broadcasts them before every forward (each time moving their version counters, which makes the
+    CUDA path check the structure again: a device synchronisation per layer and step); with
+    ``broadcast_buffers=False`` it copies rank 0's *values* into each rank's own pattern, and FSDP2's
+    ``fully_shard`` copies nothing. Build the model the same way on every rank (same seed, same state dict), call
+    this once, then wrap with ``broadcast_buffers=False`` or ``fully_shard``."""
+    world, _ = _group_info(group)
+    mine = [(name, _structure_digest(m)) for name, m in module.named_modules()
+            if isinstance(m, BlockSparseLinear) and not isinstance(m, _ShardBase)]
+    every: list = [None] * world
+    dist.all_gather_object(every, mine, group=group)
+    bad = []
+    for r, theirs in enumerate(every):
+        if [n for n, _ in theirs] != [n for n, _ in every[0]]:
+            bad.append(f"rank {r} holds other BlockSparseLinear layers than rank 0")
+            continue
+        bad += [f"{n or '(the module)'} on rank {r}" for (n, d), (_, d0) in zip(theirs, every[0]) if d != d0]
+    if bad:
+        raise ValueError("sparsek: the block-sparse structure differs from rank 0's: " + ", ".join(bad[:8])
+                         + (f" and {len(bad) - 8} more" if len(bad) > 8 else ""))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Collectives with Megatron's gradients (see the module doc, "Training"). Each is used only where a gradient can flow
+# through it (grad mode on and the tensor requiring grad); otherwise the shards call the plain collective, as before.
+
+
+def _needs_grad(t: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and t.requires_grad
+
+
+class _CopyToParallel(torch.autograd.Function):
+    """Forward: the replicated input as it is; backward: its gradient summed over the group (each rank's shard
+    contributed only its part of the weight's)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
+        return grad, None
+
+
+class _ReduceFromParallel(torch.autograd.Function):
+    """Forward: the partial outputs summed over the group (all-reduce); backward: the output's gradient unchanged
+    (every rank's loss sees the same, replicated output)."""
+
+    @staticmethod
+    def forward(ctx, partial, group):
+        out = partial.clone() if partial._is_view() else partial
+        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+        if out is partial:
+            ctx.mark_dirty(partial)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _GatherFromParallel(torch.autograd.Function):
+    """Forward: the ranks' (padded, equally wide) parts concatenated along the last dimension (all-gather);
+    backward: this rank's part of the gradient."""
+
+    @staticmethod
+    def forward(ctx, part, group, rank, world):
+        ctx.rank, ctx.width = rank, part.shape[-1]
+        part = part.contiguous()
+        parts = [torch.empty_like(part) for _ in range(world)]
+        dist.all_gather(parts, part, group=group)
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.narrow(-1, ctx.rank * ctx.width, ctx.width), None, None, None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Shards.
 
@@ -319,6 +427,12 @@ class _ShardBase(BlockSparseLinear):
         self.partition = partition
         self.full_in_features = full_in
         self.full_out_features = full_out
+
+    def _requires_grad_as(self, layer: BlockSparseLinear) -> None:
+        """The shard's parameters require grad where the whole layer's (or the previous shard's) did."""
+        self.values.requires_grad_(layer.values.requires_grad)
+        if self.bias is not None and layer.bias is not None:
+            self.bias.requires_grad_(layer.bias.requires_grad)
 
     @property
     def world_size(self) -> int:
@@ -393,7 +507,12 @@ class _ShardBase(BlockSparseLinear):
         if whole.block_size != self.block_size:
             raise ValueError(f"sparsek: the state dict holds {whole.block_size}-blocks; the shard {self.block_size}")
         shard = self._slice(whole)
+        flags = (self.values.requires_grad, None if self.bias is None else self.bias.requires_grad)
         self.load_state_dict(shard.state_dict(), strict=False)
+        # load_state_dict replaces the parameters with frozen ones: keep training what was trained.
+        self.values.requires_grad_(flags[0])
+        if self.bias is not None and flags[1] is not None:
+            self.bias.requires_grad_(flags[1])
 
     def _assemble(self, parts):
         """``(values, crow, col, bias)`` of the whole layer from every rank's ``_local_components``."""
@@ -448,6 +567,7 @@ class ColumnParallelBlockSparseLinear(_ShardBase):
                    crow.to(device), col.to(device), bias, layer.activation, index_dtype=layer.crow_indices.dtype,
                    io_dtype=layer.io_dtype)
         self._setup(group, rank, partition, layer.in_features, layer.out_features)
+        self._requires_grad_as(layer)
         self.gather_output = bool(gather_output)
         # The all-gather pads each rank's part to the largest; `_gather_index` picks the features back in order.
         bs, width = partition.block_size, max(len(r) for r in partition.ranks) * partition.block_size
@@ -465,18 +585,22 @@ class ColumnParallelBlockSparseLinear(_ShardBase):
         return type(self)._build(whole, self.group, self.rank, self.partition, self.gather_output)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.world_size > 1 and _needs_grad(x):
+            x = _CopyToParallel.apply(x, self.group)  # x's gradient: the ranks' parts summed
         y = super().forward(x)
         if not self.gather_output or self.world_size == 1:
             return y
         pad = self._width - y.shape[-1]
         if pad:
             y = torch.nn.functional.pad(y, (0, pad))
-        y = y.contiguous()
-        parts = [torch.empty_like(y) for _ in range(self.world_size)]
-        dist.all_gather(parts, y, group=self.group)
-        if self._in_order:
-            return torch.cat(parts, dim=-1)
-        return torch.cat(parts, dim=-1).index_select(-1, self._gather_index)
+        if _needs_grad(y):
+            whole = _GatherFromParallel.apply(y, self.group, self.rank, self.world_size)
+        else:
+            y = y.contiguous()
+            parts = [torch.empty_like(y) for _ in range(self.world_size)]
+            dist.all_gather(parts, y, group=self.group)
+            whole = torch.cat(parts, dim=-1)
+        return whole if self._in_order else whole.index_select(-1, self._gather_index)
 
 
 class RowParallelBlockSparseLinear(_ShardBase):
@@ -496,6 +620,7 @@ class RowParallelBlockSparseLinear(_ShardBase):
                    crow.to(device), col.to(device), None if layer.bias is None else layer.bias.detach(),
                    layer.activation, index_dtype=layer.crow_indices.dtype, io_dtype=layer.io_dtype)
         self._setup(group, rank, partition, layer.in_features, layer.out_features)
+        self._requires_grad_as(layer)
         self.input_is_parallel = bool(input_is_parallel)
         self.register_buffer("_input_index", partition.features(rank).to(device), persistent=False)
         return self
@@ -511,6 +636,8 @@ class RowParallelBlockSparseLinear(_ShardBase):
             if x.shape[-1] != self.full_in_features:
                 raise ValueError(f"sparsek: x has {x.shape[-1]} features; the whole layer takes "
                                  f"{self.full_in_features}")
+            if self.world_size > 1 and _needs_grad(x):
+                x = _CopyToParallel.apply(x, self.group)  # x's gradient: the ranks' features put together
             x = x.index_select(-1, self._input_index)
         elif x.shape[-1] != self.in_features:
             raise ValueError(f"sparsek: x has {x.shape[-1]} features; this rank's shard takes {self.in_features} "
@@ -521,7 +648,10 @@ class RowParallelBlockSparseLinear(_ShardBase):
         partial = torch.ops.sparsek.bsr_mm(values, self.crow_indices, self.col_indices, self.out_features,
                                            self.in_features, x2.t(), 1.0, torch.float32).t().contiguous()
         if self.world_size > 1:
-            dist.all_reduce(partial, op=dist.ReduceOp.SUM, group=self.group)
+            if _needs_grad(partial):
+                partial = _ReduceFromParallel.apply(partial, self.group)
+            else:
+                dist.all_reduce(partial, op=dist.ReduceOp.SUM, group=self.group)
         if self.bias is not None:
             partial = partial + self.bias.float()
         y = _ACT[self.activation](partial)
@@ -628,7 +758,11 @@ def _broadcast_layer(module: BlockSparseLinear, src: int | None, group) -> None:
     state = [module.state_dict() if dist.get_rank(group) == src else None]
     state[0] = None if state[0] is None else {k: v.cpu() for k, v in state[0].items()}
     dist.broadcast_object_list(state, src=dist.get_global_rank(group, src) if group is not None else src, group=group)
+    flags = [p.requires_grad for p in (module.values, module.bias) if p is not None]
     module.load_state_dict(state[0])
+    # load_state_dict replaces the parameters with frozen ones: a trainable layer stays trainable.
+    for p, flag in zip([p for p in (module.values, module.bias) if p is not None], flags):
+        p.requires_grad_(flag)
 
 
 def _mesh_group(device_mesh):

@@ -1,0 +1,622 @@
+"""Training BlockSparseLinear models across ranks (issue 45 item 3): DistributedDataParallel, FSDP2
+(``torch.distributed.fsdp.fully_shard``) and sparsek.distributed's tensor-parallel shards, on two ranks.
+
+Every case compares with the single-process run of the same model on the same data (each rank computes it too):
+gradients after one backward, parameters after a few optimizer steps. The gradients are rounded to the values'
+16-bit type (float16 or bfloat16, the only types the kernels take; both train on the CPU), so they are compared
+within a tolerance built from that type's unit roundoff ``u``: each rank rounds the gradient of its half of the
+batch, the all-reduce rounds their sum, the single process rounds the whole batch's, so elementwise
+``|got - ref| <= 8 u (|g_0| + |g_1| + |ref|) + 4 u max|ref|`` (``g_r``: the single process's gradient on rank
+``r``'s half). A missing or doubled reduction is off by about ``|g_0 - g_1| / 2`` or ``|ref|``, far outside it.
+
+The runner is test_distributed.py's: the CPU variant (gloo, two spawned processes, sparsek's CPU backend) runs
+everywhere; the CUDA variant (NCCL, one GPU per rank) where torch sees two GPUs, skipped otherwise
+(``SPARSEK_REQUIRE_GPU=2`` makes the skip a failure). The same cases run under torchrun::
+
+    torchrun --nproc-per-node 2 python/tests/test_distributed_train.py --backend nccl
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import os
+import sys
+import tempfile
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import UNIT_ROUNDOFF, seed_for  # noqa: E402
+from test_distributed import Counter, make_layer  # noqa: E402
+
+from sparsek import distributed as sd  # noqa: E402
+from sparsek.nn import BlockSparseLinear  # noqa: E402
+
+WORLD = 2
+REQUIRE_GPU2 = os.environ.get("SPARSEK_REQUIRE_GPU") == "2"
+DTYPES = (torch.float16, torch.bfloat16)
+BATCH = 16  # the whole batch; each rank takes BATCH / WORLD rows
+STEPS = 4
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Helpers (run in each rank).
+
+
+def mlp(dtype, device, index_dtype=torch.int32, seed=0):
+    """``64 -> 128`` (16-blocks, 17 of 32 kept, fused ReLU) then ``128 -> 64`` (32-blocks, 5 of 8 kept), float32
+    in and out, values of ``dtype``, trainable; the same on every rank for the same seed. The odd block counts
+    make FSDP2's shards uneven (9 + 8 and 3 + 2 blocks)."""
+    m = torch.nn.Sequential(
+        BlockSparseLinear(64, 128, 16, 17 / 32, activation="relu", seed=seed + 1, dtype=dtype,
+                          index_dtype=index_dtype, io_dtype=torch.float32),
+        BlockSparseLinear(128, 64, 32, 5 / 8, seed=seed + 2, dtype=dtype, index_dtype=index_dtype,
+                          io_dtype=torch.float32),
+    )
+    for p in m.parameters():
+        p.requires_grad_(True)
+    return m.to(device)
+
+
+def loss_fn(y, t):
+    return (y - t).square().mean()
+
+
+def batches(name, n, in_f, out_f, device, rows=BATCH):
+    """``n`` fresh ``(x, target)`` batches, the same on every rank."""
+    gen = torch.Generator().manual_seed(seed_for("train-data", name))
+    return [(torch.randn(rows, in_f, generator=gen).to(device), torch.randn(rows, out_f, generator=gen).to(device))
+            for _ in range(n)]
+
+
+def mine(rank):
+    per = BATCH // WORLD
+    return slice(rank * per, (rank + 1) * per)
+
+
+def grads(model, x, t):
+    """The parameters' gradients of the mean loss on ``(x, t)`` (float32 copies)."""
+    model.zero_grad(set_to_none=True)
+    loss_fn(model(x), t).backward()
+    out = {n: p.grad.detach().float().clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def local(t):
+    """A DTensor's whole value (a collective), a plain tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def check_grads(got: dict, ref: dict, halves: list[dict] | None, dtype, what):
+    """``got[n]`` within the module doc's tolerance of ``ref[n]`` for every parameter ``n``."""
+    u = UNIT_ROUNDOFF[dtype]
+    assert set(got) == set(ref), (what, sorted(got), sorted(ref))
+    for n, r in ref.items():
+        g = got[n].detach().float().cpu()
+        r = r.cpu()
+        spread = r.abs() + (sum(h[n].abs().cpu() for h in halves) if halves else 0.0)
+        tol = 8 * u * spread + 4 * u * r.abs().max()
+        err = (g - r).abs()
+        assert g.shape == r.shape, (what, n, g.shape, r.shape)
+        assert bool((err <= tol).all()), (f"{what}: {n}: max error {err.max().item():.3g} (tolerance there "
+                                          f"{tol.flatten()[err.argmax()].item():.3g}), max |ref| "
+                                          f"{r.abs().max().item():.3g}")
+        assert r.abs().max() > 0, (what, n, "a zero gradient checks nothing")
+
+
+def check_params(got: dict, ref: dict, start: dict, dtype, lr_bound, what):
+    """After training: ``|got - ref| <= STEPS * (2 u |ref| + lr_bound)`` elementwise (each step may round the
+    parameter differently by an ulp and move it by at most ``lr_bound`` more or less), and the difference is small
+    against what training moved: ``||got - ref|| <= 0.1 ||ref - start||``."""
+    u = UNIT_ROUNDOFF[dtype]
+    for n, r in ref.items():
+        g, r, s = got[n].detach().float().cpu(), r.detach().float().cpu(), start[n].float().cpu()
+        assert bool(torch.isfinite(g).all() and torch.isfinite(r).all()), f"{what}: {n}: not finite"
+        err = (g - r).abs()
+        tol = STEPS * (2 * u * r.abs() + lr_bound)
+        assert bool((err <= tol).all()), f"{what}: {n}: max error {err.max().item():.3g}"
+        moved = (r - s).norm()
+        assert moved > 0, (what, n, "training did not move it")
+        assert (g - r).norm() <= 0.1 * moved, (what, n, (g - r).norm().item(), moved.item())
+
+
+def structure(model):
+    return [(m.crow_indices.detach().clone(), m.col_indices.detach().clone())
+            for m in model.modules() if isinstance(m, BlockSparseLinear)]
+
+
+def check_structure(model, expected, index_dtype, what):
+    """The index buffers: plain tensors of ``index_dtype``, equal to ``expected``, and the same on every rank."""
+    now = structure(model)
+    every = [None] * WORLD
+    dist.all_gather_object(every, [(c.cpu(), k.cpu()) for c, k in now])  # first: every rank gets here
+    assert len(now) == len(expected)
+    for (crow, col), (crow0, col0) in zip(now, expected):
+        assert type(crow) is torch.Tensor and type(col) is torch.Tensor, (what, type(crow))
+        assert crow.dtype == col.dtype == index_dtype, (what, crow.dtype, col.dtype)
+        assert torch.equal(crow, crow0) and torch.equal(col, col0), f"{what}: the structure changed"
+    for other in every:
+        assert all(torch.equal(a, b) and torch.equal(c, d) for (a, c), (b, d) in zip(other, every[0])), \
+            f"{what}: the ranks' structures differ"
+
+
+def same_on_every_rank(tensors: dict, what):
+    every = [None] * WORLD
+    dist.all_gather_object(every, {n: t.detach().cpu() for n, t in tensors.items()})
+    for n in tensors:
+        assert all(torch.equal(e[n], every[0][n]) for e in every), f"{what}: {n} differs between the ranks"
+
+
+def optimizer(name, params):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01)
+
+
+def lr_bound(name, grad_scale):
+    """How much more or less one step may move a parameter when its gradient is off by the tolerance."""
+    if name == "sgd":  # lr * (the gradient's tolerance, accumulated by the momentum: 1 / (1 - 0.9))
+        return 0.05 * 10 * 12 * grad_scale
+    return 2 * 1e-2  # Adam's step is at most about lr whatever the gradient
+
+
+def _dense(values, crow, col, rows, cols):
+    """A BSR gradient expanded to dense float32 (zeros outside the stored blocks)."""
+    bs = values.shape[-1]
+    crow, col = crow.cpu().long(), col.cpu().long()
+    w = torch.zeros(rows // bs, cols // bs, bs, bs)
+    block_rows = torch.repeat_interleave(torch.arange(crow.numel() - 1), crow[1:] - crow[:-1])
+    w[block_rows, col] = values.detach().float().cpu()
+    return w.permute(0, 2, 1, 3).reshape(rows, cols)
+
+
+def dense_grad(layer):
+    return _dense(layer.values.grad, layer.crow_indices, layer.col_indices, layer.out_features, layer.in_features)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Cases: each takes (rank, device) and raises on failure.
+
+CASES: dict[str, object] = {}
+
+
+def case(name):
+    def deco(fn):
+        CASES[name] = fn
+        return fn
+    return deco
+
+
+def _ddp(device, model, broadcast_buffers):
+    ids = [torch.cuda.current_device()] if device == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=broadcast_buffers)
+
+
+def _ddp_case(dtype, opt_name, index_dtype, broadcast_buffers):
+    def run(rank, device):
+        name = f"ddp-{dtype}-{opt_name}"
+        model = mlp(dtype, device, index_dtype)
+        single = copy.deepcopy(model)
+        start = {n: p.detach().clone() for n, p in single.named_parameters()}
+        before = structure(model)
+        sd.check_same_structure(model)
+        ddp = _ddp(device, model, broadcast_buffers)
+        check_structure(model, before, index_dtype, "after DDP's construction")
+        data = batches(name, STEPS, 64, 64, device)
+        # One backward: each rank its half of the batch; DDP all-reduces (averages) the gradients.
+        x, t = data[0]
+        loss_fn(ddp(x[mine(rank)]), t[mine(rank)]).backward()
+        got = {n: p.grad for n, p in model.named_parameters()}
+        ref = grads(single, x, t)
+        halves = [grads(single, x[mine(r)], t[mine(r)]) for r in range(WORLD)]
+        check_grads(got, ref, halves, dtype, name)
+        same_on_every_rank(got, name)
+        # STEPS optimizer steps (the first on the gradients above), against the single process's.
+        opt, opt1 = optimizer(opt_name, model.parameters()), optimizer(opt_name, single.parameters())
+        versions = [(m.crow_indices._version, m.col_indices._version) for m in model]
+        for step, (x, t) in enumerate(data):
+            if step:
+                opt.zero_grad(set_to_none=True)
+                loss_fn(ddp(x[mine(rank)]), t[mine(rank)]).backward()
+            opt.step()
+            opt1.zero_grad(set_to_none=True)
+            loss_fn(single(x), t).backward()
+            opt1.step()
+        params = dict(model.named_parameters())
+        same_on_every_rank(params, name)
+        scale = max(r.abs().max().item() for r in ref.values()) * UNIT_ROUNDOFF[dtype]
+        check_params(params, dict(single.named_parameters()), start, dtype, lr_bound(opt_name, scale), name)
+        check_structure(model, before, index_dtype, "after training")
+        if not broadcast_buffers:
+            # Nothing wrote the index buffers: the CUDA path keeps using the structure it checked once.
+            assert versions == [(m.crow_indices._version, m.col_indices._version) for m in model]
+    return run
+
+
+# Float16 values train with SGD; Adam's state in float16 loses its eps (NaN at the first step on a single process
+# too): AdamW trains bfloat16 values, as the package README says.
+for _dtype, _opt, _index, _bb in ((torch.float16, "sgd", torch.int32, True),
+                                  (torch.float16, "sgd", torch.int64, False),
+                                  (torch.bfloat16, "sgd", torch.int64, True),
+                                  (torch.bfloat16, "adamw", torch.int32, False)):
+    case(f"ddp-{str(_dtype)[6:]}-{_opt}-{str(_index)[6:]}-broadcast_buffers={_bb}")(_ddp_case(_dtype, _opt, _index,
+                                                                                                 _bb))
+
+
+@case("ddp-accumulation-no-sync")
+def _ddp_accumulate(rank, device):
+    """Gradient accumulation: two micro-batches per rank (a quarter of the batch each, loss halved), the first
+    under no_sync (no all-reduce), the second synchronised: the gradient of the whole batch's mean loss."""
+    dtype = torch.bfloat16
+    model = mlp(dtype, device, seed=20)
+    single = copy.deepcopy(model)
+    ddp = _ddp(device, model, False)
+    x, t = batches("ddp-accumulate", 1, 64, 64, device)[0]
+    quarter = BATCH // (2 * WORLD)
+    parts = [slice(q * quarter, (q + 1) * quarter) for q in range(2 * WORLD)]
+    first, second = parts[2 * rank], parts[2 * rank + 1]
+    with ddp.no_sync():
+        (loss_fn(ddp(x[first]), t[first]) / 2).backward()
+    unsynced = [None] * WORLD
+    dist.all_gather_object(unsynced, model[0].values.grad.cpu())
+    assert not torch.equal(unsynced[0], unsynced[1]), "no_sync all-reduced"
+    (loss_fn(ddp(x[second]), t[second]) / 2).backward()
+    got = {n: p.grad for n, p in model.named_parameters()}
+    check_grads(got, grads(single, x, t), [grads(single, x[q], t[q]) for q in parts], dtype, "ddp no_sync")
+    same_on_every_rank(got, "ddp no_sync")
+
+
+@case("ddp-structure-across-ranks")
+def _ddp_structure(rank, device):
+    """Rank 1 builds another pattern with the same block counts (and runs it first: on CUDA its structure is
+    checked and remembered). With broadcast_buffers=True DDP's construction makes it rank 0's, index dtype kept,
+    and rank 1 then computes with it; with broadcast_buffers=False DDP copies rank 0's values into rank 1's own
+    pattern, which check_same_structure refuses beforehand. A different block count DDP refuses itself."""
+    dtype = torch.bfloat16
+    gen = torch.Generator().manual_seed(seed_for("ddp-structure"))
+    x = torch.randn(4, 64, generator=gen).to(device)
+    rank0 = mlp(dtype, device, torch.int64, seed=0)
+    for broadcast_buffers in (True, False):
+        model = mlp(dtype, device, torch.int64, seed=10 * rank)  # rank 1: another pattern, the same counts
+        with torch.no_grad():
+            model(x)
+        try:
+            sd.check_same_structure(model)
+        except ValueError as e:
+            assert "0 on rank 1" in str(e) and "1 on rank 1" in str(e), e
+        else:
+            raise AssertionError("check_same_structure accepted different patterns")
+        ddp = _ddp(device, model, broadcast_buffers)
+        for m, m0 in zip(model, rank0):
+            assert torch.equal(m.values, m0.values), "DDP copies rank 0's parameters"
+        if broadcast_buffers:
+            check_structure(model, structure(rank0), torch.int64, "after DDP's construction")
+            with torch.no_grad():
+                assert torch.equal(ddp(x), rank0(x)), "rank 1 computes with its old structure"
+        else:
+            same = [None] * WORLD
+            dist.all_gather_object(same, all(torch.equal(m.col_indices, m0.col_indices) for m, m0 in zip(model,
+                                                                                                        rank0)))
+            assert same == [True, False], same  # rank 1 kept its own pattern, under rank 0's values
+        del ddp
+    # A different nnzb on rank 1: check_same_structure refuses on every rank. (DDP's own check of the parameters'
+    # shapes raises on rank 1 only, while rank 0 goes on into its broadcast and waits there until the timeout.)
+    other = mlp(dtype, device, seed=0)
+    if rank == 1:
+        other[0] = BlockSparseLinear(64, 128, 16, 16 / 32, activation="relu", seed=1, dtype=dtype,
+                                     io_dtype=torch.float32).to(device)
+    try:
+        sd.check_same_structure(other)
+    except ValueError as e:
+        assert "0 on rank 1" in str(e) and "1 on rank 1" not in str(e), e
+    else:
+        raise AssertionError("check_same_structure accepted different block counts")
+    # Other layers altogether: refused too.
+    try:
+        sd.check_same_structure(other if rank == 0 else other[1])
+    except ValueError as e:
+        assert "holds other BlockSparseLinear layers" in str(e), e
+    else:
+        raise AssertionError("check_same_structure accepted other layers")
+
+
+def _fsdp_case(dtype, opt_name):
+    def run(rank, device):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor import DTensor, Shard
+
+        name = f"fsdp-{dtype}-{opt_name}"
+        mesh = init_device_mesh(device, (WORLD,))
+        model = mlp(dtype, device)
+        single = copy.deepcopy(model)
+        start = {n: p.detach().clone() for n, p in single.named_parameters()}
+        before = structure(model)
+        sd.check_same_structure(model)  # fully_shard copies nothing between the ranks
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        seen = []
+        for layer, ref in zip(model, single):
+            # values (nnzb, bs, bs) shard over blocks (dim 0, torch.chunk's split: 9 + 8, 3 + 2); buffers stay.
+            v = layer.values
+            assert isinstance(v, DTensor) and tuple(v.placements) == (Shard(0),), (type(v), v)
+            assert v.shape == ref.values.shape
+            assert torch.equal(v.to_local(), ref.values.detach().chunk(WORLD)[rank])
+            assert type(layer.crow_indices) is torch.Tensor and type(layer.col_indices) is torch.Tensor
+
+            def hook(module, args, _ref=ref):
+                w = module.values
+                seen.append((type(w) is not DTensor and w.shape == _ref.values.shape
+                             and torch.equal(w.detach(), _ref.values.detach())))
+            layer.register_forward_pre_hook(hook)
+        # One backward (each rank its half of the batch): the reduce-scattered gradients, put together.
+        data = batches(name, STEPS, 64, 64, device)
+        x, t = data[0]
+        loss_fn(model(x[mine(rank)]), t[mine(rank)]).backward()
+        assert seen == [True, True], f"the forward saw {seen} (True: the whole values, all-gathered)"
+        got = {n: local(p.grad) for n, p in model.named_parameters()}
+        ref = grads(single, x, t)
+        halves = [grads(single, x[mine(r)], t[mine(r)]) for r in range(WORLD)]
+        check_grads(got, ref, halves, dtype, name)
+        # STEPS optimizer steps on the shards against the single process's.
+        opt, opt1 = optimizer(opt_name, model.parameters()), optimizer(opt_name, single.parameters())
+        for step, (x, t) in enumerate(data):
+            if step:
+                opt.zero_grad(set_to_none=True)
+                loss_fn(model(x[mine(rank)]), t[mine(rank)]).backward()
+            opt.step()
+            opt1.zero_grad(set_to_none=True)
+            loss_fn(single(x), t).backward()
+            opt1.step()
+        params = {n: local(p) for n, p in model.named_parameters()}
+        scale = max(r.abs().max().item() for r in ref.values()) * UNIT_ROUNDOFF[dtype]
+        check_params(params, dict(single.named_parameters()), start, dtype, lr_bound(opt_name, scale), name)
+        check_structure(model, before, torch.int32, "after FSDP2 training")
+    return run
+
+
+for _dtype, _opt in ((torch.float16, "sgd"), (torch.bfloat16, "adamw")):
+    case(f"fsdp2-{str(_dtype)[6:]}-{_opt}")(_fsdp_case(_dtype, _opt))
+
+
+def _tp_mlp_case(dtype):
+    def run(rank, device):
+        """shard_mlp's pair trains: every shard's gradients are its blocks of the single-process ones, the input's
+        gradient is whole on every rank, and SGD steps keep the gathered layers equal to the single process's."""
+        name = f"tp-mlp-{dtype}"
+        gen = torch.Generator().manual_seed(seed_for(name))
+        # Skewed block rows and a permuted (greedy) partition of the shared dimension.
+        up = make_layer(128, 256, 32, dtype, gen, skew="rows", activation="silu", device=device).float()
+        down = make_layer(256, 128, 32, dtype, gen, activation=None, device=device).float()
+        for p in (*up.parameters(), *down.parameters()):
+            p.requires_grad_(True)
+        up_s, down_s = sd.shard_mlp(up, down, strategy="greedy")
+        assert not up_s.pair_partition.contiguous
+        assert all(p.requires_grad for p in (*up_s.parameters(), *down_s.parameters()))
+        feats = up_s.partition.features(rank)
+        for tokens in (6, 1):  # 1 token: the all-reduced partial is a view
+            x = torch.randn(tokens, 128, generator=gen).to(device)
+            t = torch.randn(tokens, 128, generator=gen).to(device)
+            x1, xs = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+            for p in (*up.parameters(), *down.parameters(), *up_s.parameters(), *down_s.parameters()):
+                p.grad = None
+            loss_fn(down(up(x1)), t).backward()
+            with Counter() as fwd:
+                loss = loss_fn(down_s(up_s(xs)), t)
+            with Counter() as bwd:
+                loss.backward()
+            # Forward: down's all-reduce only; backward: the input gradient's all-reduce (up's copy) only.
+            assert fwd.calls == ["all_reduce"] and bwd.calls == ["all_reduce"], (fwd.calls, bwd.calls)
+            what = f"{name} ({tokens} tokens)"
+            check_grads({"up": dense_grad(up_s)}, {"up": dense_grad(up)[feats]}, None, dtype, what)
+            check_grads({"down": dense_grad(down_s)}, {"down": dense_grad(down)[:, feats]}, None, dtype, what)
+            check_grads({"up.bias": up_s.bias.grad, "down.bias": down_s.bias.grad},
+                        {"up.bias": up.bias.grad.float().cpu()[feats], "down.bias": down.bias.grad.float()},
+                        None, dtype, what)
+            check_grads({"x": xs.grad}, {"x": x1.grad}, None, dtype, what)
+        # Without an input that requires grad, the backward communicates nothing.
+        x = torch.randn(4, 128, generator=gen).to(device)
+        loss = loss_fn(down_s(up_s(x)), torch.zeros(4, 128, device=device))
+        with Counter() as bwd:
+            loss.backward()
+        assert bwd.calls == [], bwd.calls
+        # STEPS SGD steps on the shards and on the whole layers: the gathered layers follow the single process's.
+        start = {f"{k}.{n}": p.detach().clone() for k, m in (("up", up), ("down", down))
+                 for n, p in m.state_dict().items() if n in ("values", "bias")}
+        opt = torch.optim.SGD([*up_s.parameters(), *down_s.parameters()], lr=0.05)
+        opt1 = torch.optim.SGD([*up.parameters(), *down.parameters()], lr=0.05)
+        scale = 0.0
+        for step in range(STEPS):
+            x = torch.randn(6, 128, generator=gen).to(device)
+            t = torch.randn(6, 128, generator=gen).to(device)
+            for o, (a, b) in ((opt, (up_s, down_s)), (opt1, (up, down))):
+                o.zero_grad(set_to_none=True)
+                loss_fn(b(a(x)), t).backward()
+                if a is up:
+                    scale = max(scale, up.values.grad.abs().max().item(), down.values.grad.abs().max().item())
+                o.step()
+        got = {f"{k}.{n}": v for k, s in (("up", up_s), ("down", down_s))
+               for n, v in s.full_state_dict().items() if n in ("values", "bias")}
+        ref = {f"{k}.{n}": p for k, m in (("up", up), ("down", down))
+               for n, p in m.state_dict().items() if n in ("values", "bias")}
+        check_params(got, ref, start, dtype, lr_bound("sgd", scale * UNIT_ROUNDOFF[dtype]) / 10, name)
+        # The structure did not move (the gathered layers' indices are the whole layers').
+        whole_up = up_s.full_layer()
+        assert torch.equal(whole_up.crow_indices, up.crow_indices) and torch.equal(whole_up.col_indices,
+                                                                                   up.col_indices)
+    return run
+
+
+for _dtype in DTYPES:
+    case(f"tp-mlp-{str(_dtype)[6:]}")(_tp_mlp_case(_dtype))
+
+
+@case("tp-parallelize-module-trains")
+def _tp_parallelize(rank, device):
+    """parallelize_module with paired_styles on a trainable model: the converted layers still require grad (the
+    styles' broadcast of rank 0's layer and load_full_state_dict keep the flags) and train as shard_mlp's do."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    dtype = torch.bfloat16
+    gen = torch.Generator().manual_seed(seed_for("tp-parallelize"))
+    m = torch.nn.Module()
+    m.up = make_layer(64, 256, 16, dtype, gen, skew="rows", activation="relu", device=device).float()
+    m.down = make_layer(256, 64, 16, dtype, gen, device=device).float()
+    for p in m.parameters():
+        p.requires_grad_(True)
+    single = copy.deepcopy(m)  # every rank drew the same layers from the same seed
+    up_style, down_style = sd.paired_styles()
+    parallelize_module(m, init_device_mesh(device, (WORLD,)), {"up": up_style, "down": down_style})
+    assert isinstance(m.up, sd.ColumnParallelBlockSparseLinear) and isinstance(m.down, sd.RowParallelBlockSparseLinear)
+    assert all(p.requires_grad for p in m.parameters()), [n for n, p in m.named_parameters() if not p.requires_grad]
+    x = torch.randn(5, 64, generator=gen).to(device)
+    t = torch.randn(5, 64, generator=gen).to(device)
+    loss_fn(single.down(single.up(x)), t).backward()
+    loss_fn(m.down(m.up(x)), t).backward()
+    feats = m.up.partition.features(rank)
+    check_grads({"up": dense_grad(m.up), "down": dense_grad(m.down), "up.bias": m.up.bias.grad},
+                {"up": dense_grad(single.up)[feats], "down": dense_grad(single.down)[:, feats],
+                 "up.bias": single.up.bias.grad.float().cpu()[feats]}, None, dtype, "parallelize_module")
+    # A whole state dict loaded into a trained shard: still trainable.
+    m.up.load_full_state_dict(single.up.state_dict())
+    assert m.up.values.requires_grad and m.up.bias.requires_grad
+
+
+@case("tp-gathered-output-and-whole-input")
+def _tp_gather(rank, device):
+    """A column-parallel layer with gather_output (a permuted, padded gather) and a row-parallel one taking the
+    whole input train: their gradients are their blocks of the single-process ones, the input's is whole."""
+    dtype = torch.bfloat16
+    gen = torch.Generator().manual_seed(seed_for("tp-gather"))
+    for layout in ("column", "row"):
+        skew = "rows" if layout == "column" else "cols"
+        layer = make_layer(256, 256, 16, dtype, gen, skew=skew, activation="gelu_tanh", device=device).float()
+        for p in layer.parameters():
+            p.requires_grad_(True)
+        if layout == "column":
+            shard = sd.column_parallel(layer, gather_output=True)
+        else:
+            shard = sd.row_parallel(layer, input_is_parallel=False)
+        assert not shard.partition.contiguous
+        x = torch.randn(5, 256, generator=gen).to(device)
+        t = torch.randn(5, 256, generator=gen).to(device)
+        x1, xs = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        loss_fn(layer(x1), t).backward()
+        loss_fn(shard(xs), t).backward()
+        feats = shard.partition.features(rank)
+        full = dense_grad(layer)
+        want = full[feats] if layout == "column" else full[:, feats]
+        bias_want = layer.bias.grad.float().cpu()[feats] if layout == "column" else layer.bias.grad.float()
+        check_grads({"values": dense_grad(shard), "bias": shard.bias.grad, "x": xs.grad},
+                    {"values": want, "bias": bias_want, "x": x1.grad}, None, dtype, f"tp-{layout}")
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Running the cases in each rank (test_distributed.py's runner, over this file's cases).
+
+
+def run_cases(rank, device) -> dict[str, str | None]:
+    results = {}
+    for name, fn in CASES.items():
+        try:
+            fn(rank, device)
+            results[name] = None
+        except Exception:  # noqa: BLE001 - reported per case
+            results[name] = traceback.format_exc()
+            print(f"rank {rank} {name}: {results[name]}", file=sys.stderr, flush=True)
+        dist.barrier()  # a failed case must not leave the ranks out of step
+    return results
+
+
+def _worker(rank, backend, init_file, out_dir):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        results = run_cases(rank, "cuda" if backend == "nccl" else "cpu")
+    finally:
+        dist.destroy_process_group()
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+_RESULTS: dict[str, list] = {}
+
+
+def _results(backend):
+    if backend not in _RESULTS:
+        with tempfile.TemporaryDirectory() as tmp:
+            init = os.path.join(tmp, "rendezvous")
+            try:
+                torch.multiprocessing.spawn(_worker, args=(backend, init, tmp), nprocs=WORLD, join=True)
+                _RESULTS[backend] = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
+            except Exception:  # noqa: BLE001 - every case fails with it, without spawning again
+                crash = f"the ranks did not finish:\n{traceback.format_exc()}"
+                _RESULTS[backend] = [dict.fromkeys(CASES, crash) for _ in range(WORLD)]
+    return _RESULTS[backend]
+
+
+def _two_gpus() -> bool:
+    return torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
+
+
+BACKENDS = [
+    "gloo",
+    pytest.param("nccl", marks=pytest.mark.skipif(
+        not _two_gpus() and not REQUIRE_GPU2,
+        reason="needs 2 CUDA GPUs and NCCL (set SPARSEK_REQUIRE_GPU=2 to make this a failure)")),
+]
+
+
+def test_two_gpus_present_when_required():
+    if REQUIRE_GPU2:
+        assert _two_gpus(), "SPARSEK_REQUIRE_GPU=2 but torch does not see 2 CUDA GPUs with NCCL"
+    else:
+        pytest.skip("SPARSEK_REQUIRE_GPU=2 not set")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_case(backend, name):
+    if backend == "nccl" and not _two_gpus():
+        pytest.fail("SPARSEK_REQUIRE_GPU=2 but torch does not see 2 CUDA GPUs with NCCL")
+    results = _results(backend)
+    failures = [f"rank {r}:\n{res[name]}" for r, res in enumerate(results) if res[name] is not None]
+    assert not failures, "\n".join(failures)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# torchrun entry point: every case, this process one rank.
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
+    args = parser.parse_args()
+    if args.backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=60))
+    if dist.get_world_size() != WORLD:
+        raise SystemExit(f"run with --nproc-per-node {WORLD}")
+    res = run_cases(dist.get_rank(), "cuda" if args.backend == "nccl" else "cpu")
+    every = [None] * WORLD
+    dist.all_gather_object(every, res)
+    dist.destroy_process_group()
+    failed = sorted({n for r in every for n, e in r.items() if e is not None})
+    if int(os.environ.get("RANK", "0")) == 0:  # the group is gone: the rank from torchrun's environment
+        for r, rr in enumerate(every):
+            for n in failed:
+                if rr[n] is not None:
+                    print(f"FAILED {n} (rank {r}):\n{rr[n]}")
+        print(f"{len(res) - len(failed)} of {len(res)} cases passed on {WORLD} ranks ({args.backend})")
+    sys.exit(1 if failed else 0)
