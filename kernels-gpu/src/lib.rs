@@ -71,6 +71,8 @@ mod sm80;
 mod sm90;
 #[cfg(feature = "test-kernels")]
 mod test_kernels;
+#[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]
+mod transpose;
 
 /// A panic can only come from a bug (the code has no run-time checked indexing); it traps the kernel, which the
 /// host sees as a launch failure. build-ptx's checks make sure no `trap` is reachable in the committed PTX.

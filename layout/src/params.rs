@@ -282,6 +282,59 @@ pub const BSR_CHECK_KERNEL: &str = "sparsek_bsr_check";
 /// Threads per CTA of the structure check kernel.
 pub const BSR_CHECK_THREADS: u32 = 256;
 
+/// The parameters of the transposed-index kernel ([`BSR_TRANSPOSE_KERNEL`]), which builds a BSR structure's
+/// transposed index (`col_ptr`, `row_idx`, `perm`: the host's `format::BsrTranspose`) on the device in three
+/// launches of the same entry point, on one stream:
+/// - phase 0 ([`transpose_phase::COUNT`]): one warp per block column `j` (a 1-D grid of
+///   `ceil(block_cols / (BSR_TRANSPOSE_THREADS / 32))` CTAs) counts the block rows that store column `j` (32 rows
+///   at a time, a binary search of each row's `col_idx`, a ballot) into `col_ptr[j + 1]`;
+/// - phase 1 ([`transpose_phase::SCAN`]): one CTA turns `col_ptr[1..=block_cols]` into their running sum in place
+///   (`col_ptr[0]` is 0: the host zeroes the array before phase 0);
+/// - phase 2 ([`transpose_phase::FILL`]): the same warps as phase 0 write each found block at `col_ptr[j]` plus its
+///   rank among the column's blocks of earlier rows: `row_idx` its block row, `perm` its position among the stored
+///   blocks. Rows ascend within a column, so the result is the host's, bit for bit, whatever the schedule.
+///
+/// Preconditions: a valid structure (`row_ptr` `block_rows + 1` entries from 0 to `nnzb`, each row's `col_idx`
+/// strictly increasing and below `block_cols`; 32- or 64-bit entries per `index64`), `col_ptr` `block_cols + 1` u32
+/// zeroed before phase 0, `row_idx` and `perm` `nnzb` u32.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BsrTransposeParams {
+    /// `block_rows + 1` u32 or u64.
+    pub row_ptr: u64,
+    /// `nnzb` u32 or u64.
+    pub col_idx: u64,
+    /// Output: `block_cols + 1` u32.
+    pub col_ptr: u64,
+    /// Output: `nnzb` u32.
+    pub row_idx: u64,
+    /// Output: `nnzb` u32.
+    pub perm: u64,
+    /// Block rows.
+    pub block_rows: u32,
+    /// Block columns.
+    pub block_cols: u32,
+    /// 1: 64-bit entries.
+    pub index64: u32,
+    /// [`transpose_phase`]: which of the three launches this is.
+    pub phase: u32,
+}
+
+/// Entry point of the transposed-index kernel (in every product module).
+pub const BSR_TRANSPOSE_KERNEL: &str = "sparsek_bsr_transpose";
+/// Threads per CTA of the transposed-index kernel (phase 1 runs one CTA of them).
+pub const BSR_TRANSPOSE_THREADS: u32 = 256;
+
+/// The phases of [`BsrTransposeParams::phase`].
+pub mod transpose_phase {
+    /// Count each block column's blocks into `col_ptr[j + 1]`.
+    pub const COUNT: u32 = 0;
+    /// The running sum of the counts: `col_ptr`.
+    pub const SCAN: u32 = 1;
+    /// Write `row_idx` and `perm`.
+    pub const FILL: u32 = 2;
+}
+
 /// What a structure check found, decoded from [`BsrCheckParams::result`]'s low three bits.
 pub mod check_code {
     /// `row_ptr[0] != 0`.

@@ -292,3 +292,32 @@ fn bad_backward_input_is_refused() {
     let host = stream.clone_dtoh(&big).unwrap();
     assert!(host.iter().all(|&v| v == f16::from_f32(1.0)), "a refused launch wrote the values");
 }
+
+/// The transposed index built on the device equals the host's ([`BsrTranspose`]) entry for entry: uploaded
+/// matrices (u32) and views of 64-bit arrays, skewed patterns with empty rows and columns, more block rows than a
+/// warp's 32 and more block columns than the scan's threads (several per thread), no blocks at all.
+#[test]
+fn the_device_transposed_index_is_the_hosts() {
+    let Some(gpu) = gpu("the_device_transposed_index_is_the_hosts") else { return };
+    let stream = gpu.stream();
+    for (pattern, rows, cols, bs, density) in [
+        (Pattern::Skewed, 7, 5, 16, 0.3),
+        (Pattern::Uniform, 70, 33, 16, 0.2),
+        (Pattern::Skewed, 40, 600, 16, 0.05),
+        (Pattern::Banded, 128, 128, 64, 0.1),
+        (Pattern::Dense, 3, 2, 128, 1.0),
+        (Pattern::Empty, 4, 4, 32, 0.0),
+    ] {
+        let a = generate::<f16>(pattern, rows * bs, cols * bs, bs, density, rows as u64).unwrap();
+        let want = BsrTranspose::new(&a).unwrap();
+        let a_d = gpu.upload(&a).unwrap();
+        let raw = RawBsr::upload(stream, &a);
+        for at in [gpu.transpose_index(&a_d).unwrap(), gpu.transpose_view(&raw.view(stream)).unwrap()] {
+            let (col_ptr, row_idx, perm) = at.to_host().unwrap();
+            let what = (pattern, rows, cols, bs);
+            assert_eq!(col_ptr, want.col_ptr(), "col_ptr {what:?}");
+            assert_eq!(row_idx, want.row_idx(), "row_idx {what:?}");
+            assert_eq!(perm, want.perm(), "perm {what:?}");
+        }
+    }
+}

@@ -3,8 +3,9 @@
 //! trap (no reachable panic path). Freshness against the kernel source is `cargo xtask build-ptx --check`.
 
 use sparsek_layout::{
-    BLOCK_SIZES, BSR_CHECK_KERNEL, CONFIGS, HOPPER_CONFIGS, InType, KernelConfig, Layout, Module, Op, OutType,
-    Pipeline, VARIANTS, bank_group, ldsm_a_role, ldsm_b_role, ldsm_bt_role, mma_b_element, raster, swizzle,
+    BLOCK_SIZES, BSR_CHECK_KERNEL, BSR_TRANSPOSE_KERNEL, CONFIGS, HOPPER_CONFIGS, InType, KernelConfig, Layout, Module,
+    Op, OutType, Pipeline, VARIANTS, bank_group, ldsm_a_role, ldsm_b_role, ldsm_bt_role, mma_b_element, raster,
+    swizzle,
 };
 
 use std::sync::LazyLock;
@@ -341,7 +342,7 @@ fn modules_define_exactly_the_variant_table() {
             .collect();
         let mut expected: Vec<&str> = VARIANTS.iter().filter(|v| v.module == module).map(|v| v.name).collect();
         if module == Module::Product {
-            expected.push(BSR_CHECK_KERNEL);
+            expected.extend([BSR_CHECK_KERNEL, BSR_TRANSPOSE_KERNEL]);
         }
         defined.sort_unstable();
         expected.sort_unstable();
@@ -422,7 +423,7 @@ fn committed_cubins_come_from_the_committed_ptx() {
         for v in VARIANTS.iter().filter(|v| v.module == Module::Product) {
             assert!(has(v.name), "a cubin lacks {}", v.name);
         }
-        assert!(has(BSR_CHECK_KERNEL));
+        assert!(has(BSR_CHECK_KERNEL) && has(BSR_TRANSPOSE_KERNEL));
     }
     let fnv =
         PTX_SM90A.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));

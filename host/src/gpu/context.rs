@@ -416,6 +416,10 @@ impl Gpu {
         self.product.check.as_ref()
     }
 
+    pub(crate) fn transpose_kernel(&self) -> Option<&cudarc::driver::CudaFunction> {
+        self.product.transpose.as_ref()
+    }
+
     /// Registers, shared memory and occupancy of every kernel of the product module and of the sm_90a module
     /// (when loaded and enabled), as the driver reports them.
     pub fn kernel_reports(&self) -> Result<Vec<KernelReport>> {

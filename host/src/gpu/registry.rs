@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
-use sparsek_layout::{Arch, BSR_CHECK_KERNEL, InType, KernelConfig, Layout, Module, OutType, VARIANTS, Variant};
+use sparsek_layout::{
+    Arch, BSR_CHECK_KERNEL, BSR_TRANSPOSE_KERNEL, InType, KernelConfig, Layout, Module, OutType, VARIANTS, Variant,
+};
 
 use super::DeviceInfo;
 use super::driver::{cuda, describe};
@@ -234,6 +236,8 @@ pub(crate) struct Registry {
     kernels: Vec<Kernel>,
     /// The device-side BSR structure check (`layout::BSR_CHECK_KERNEL`), in the product module only.
     pub(crate) check: Option<CudaFunction>,
+    /// The device-side transposed index (`layout::BSR_TRANSPOSE_KERNEL`), in the product module only.
+    pub(crate) transpose: Option<CudaFunction>,
 }
 
 impl Registry {
@@ -297,15 +301,16 @@ impl Registry {
             kernels.len(),
             t.elapsed().as_secs_f64() * 1e3
         ));
-        let check = if ptx.module == Module::Product {
-            let f = module.load_function(BSR_CHECK_KERNEL).map_err(|e| Error::PtxLoad {
-                module: ptx.name,
-                message: format!("{BSR_CHECK_KERNEL}: {}", describe(&e)),
-            })?;
-            Some(f)
-        } else {
-            None
+        let helper = |name: &str| -> Result<Option<CudaFunction>> {
+            if ptx.module != Module::Product {
+                return Ok(None);
+            }
+            let f = module
+                .load_function(name)
+                .map_err(|e| Error::PtxLoad { module: ptx.name, message: format!("{name}: {}", describe(&e)) })?;
+            Ok(Some(f))
         };
+        let (check, transpose) = (helper(BSR_CHECK_KERNEL)?, helper(BSR_TRANSPOSE_KERNEL)?);
         Ok(Registry {
             name: ptx.name,
             description: ptx.description,
@@ -315,6 +320,7 @@ impl Registry {
             _module: module,
             kernels,
             check,
+            transpose,
         })
     }
 

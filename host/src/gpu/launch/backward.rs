@@ -30,11 +30,13 @@ pub(crate) fn new_structure_id() -> u64 {
     NEXT_STRUCTURE.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The transposed index of an uploaded [`DeviceBsr`]'s structure, in device memory: block-column pointers
-/// (`cols / bs + 1`), the block row of each entry (ascending within a block column) and the permutation into A's
-/// stored blocks, all u32 ([`BsrTranspose`]'s arrays). Made once per structure by [`Gpu::transpose_index`] and
-/// reused while only the values change (a training step); it belongs to the matrix it was made from, which
-/// [`Gpu::spmm_t`] checks.
+/// A BSR structure's transposed index in device memory: block-column pointers (`cols / bs + 1`), the block row of
+/// each entry (ascending within a block column) and the permutation into the stored blocks, all u32
+/// ([`BsrTranspose`]'s arrays). Made once per structure and reused while only the values change (a training
+/// step): by [`Gpu::transpose_index`] for an uploaded [`DeviceBsr`] (it then belongs to that matrix, which
+/// [`Gpu::spmm_t`] checks), by [`Gpu::transpose_view`] for a view of the caller's arrays, both built on the device,
+/// or by [`Gpu::upload_transpose`] from a host [`BsrTranspose`]; [`DeviceBsrTranspose::view`] for
+/// [`Gpu::spmm_t_raw`].
 pub struct DeviceBsrTranspose {
     /// A's `rows x cols`, block size and stored blocks.
     shape: (usize, usize, usize, usize),
@@ -57,6 +59,18 @@ impl std::fmt::Debug for DeviceBsrTranspose {
 }
 
 impl DeviceBsrTranspose {
+    /// The three arrays copied to the host (`col_ptr`, `row_idx`, `perm`), after the work queued on their stream.
+    pub fn to_host(&self) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>)> {
+        let (_, cols, bs, nnzb) = self.shape;
+        let stream = self.perm.stream();
+        let copy = |s: &CudaSlice<u32>, len: usize| -> Result<Vec<u32>> {
+            let mut v = stream.clone_dtoh(s).map_err(cuda("cuMemcpyDtoH (transposed index)"))?;
+            v.truncate(len);
+            Ok(v)
+        };
+        Ok((copy(&self.col_ptr, cols / bs.max(1) + 1)?, copy(&self.row_idx, nnzb)?, copy(&self.perm, nnzb)?))
+    }
+
     /// A view of the index for [`Gpu::spmm_t_raw`] (its arrays' allocations recorded, as a safe view's are).
     pub fn view(&self) -> TransposeView<'_> {
         let (_, cols, bs, nnzb) = self.shape;
@@ -140,26 +154,107 @@ impl<'a> TransposeView<'a> {
 }
 
 impl Gpu {
-    /// The transposed index of `a`'s structure, on this GPU: its `row_ptr` and `col_idx` are copied to the host
-    /// (synchronously, on this `Gpu`'s stream), indexed ([`BsrTranspose::from_structure`]) and copied back. Made
-    /// once per structure; [`Gpu::spmm_t`] takes it with the matrix it was made from.
+    /// The transposed index of `a`'s structure, built on this GPU (no host round trip: [`Gpu::transpose_view`]
+    /// over the uploaded arrays), on this `Gpu`'s stream; asynchronous. Made once per structure; [`Gpu::spmm_t`]
+    /// takes it with the matrix it was made from.
     pub fn transpose_index<T: InputElement>(&self, a: &DeviceBsr<T>) -> Result<DeviceBsrTranspose> {
-        let stream = self.stream();
-        let dtoh = |s: &CudaSlice<u32>, what: &'static str| {
-            stream.clone_dtoh(s).map_err(cuda(what)).map(|mut v: Vec<u32>| {
-                v.truncate(s.len());
-                v
-            })
-        };
-        let row_ptr = dtoh(&a.row_ptr, "cuMemcpyDtoH (row_ptr)")?;
-        let mut col_idx = dtoh(&a.col_idx, "cuMemcpyDtoH (col_idx)")?;
-        col_idx.truncate(a.shape.nnzb);
-        let at = BsrTranspose::from_structure(a.shape.rows, a.shape.cols, a.shape.bs, &row_ptr, &col_idx)?;
-        self.upload_transpose_of(&at, a.structure)
+        let stream = self.stream().clone();
+        let (row_ptr, _g0) = a.row_ptr.device_ptr(&stream);
+        let (col_idx, _g1) = a.col_idx.device_ptr(&stream);
+        let (rows, cols, bs, nnzb) = (a.shape.rows, a.shape.cols, a.shape.bs, a.shape.nnzb);
+        self.build_transpose(&stream, (row_ptr, col_idx, IndexType::U32), (rows, cols, bs, nnzb), a.structure)
     }
 
-    /// Copies a host transposed index to this GPU for the matrix of structure identity `structure`.
-    fn upload_transpose_of(&self, at: &BsrTranspose, structure: u64) -> Result<DeviceBsrTranspose> {
+    /// The transposed index of a view's structure (32- or 64-bit indices; its values are not read), built on this
+    /// GPU by three launches of one kernel on this `Gpu`'s stream (`layout::BsrTransposeParams`: a count per
+    /// block column, their running sum, the fill; deterministic, equal to [`BsrTranspose`]'s): no host round trip,
+    /// no synchronisation. The result is owned (freed when dropped) and usable with [`Gpu::spmm_t_raw`] for any
+    /// view of this structure. Checked: the view's index pointers are memory of this GPU. The structure must be
+    /// valid, as the view's constructor requires ([`BsrView::from_raw_checked`] checks it on the device).
+    pub fn transpose_view<T: InputElement>(&self, a: &BsrView<'_, T>) -> Result<DeviceBsrTranspose> {
+        self.ctx_current()?;
+        if a.raw {
+            self.check_pointer_of("A's row_ptr", a.row_ptr)?;
+            if a.shape.nnzb > 0 {
+                self.check_pointer_of("A's col_idx", a.col_idx)?;
+            }
+        }
+        let stream = self.stream().clone();
+        let shape = (a.shape.rows, a.shape.cols, a.shape.bs, a.shape.nnzb);
+        // A view carries no structure identity: the index it gives is for the raw path only.
+        self.build_transpose(&stream, (a.row_ptr, a.col_idx, a.index), shape, 0)
+    }
+
+    /// Allocates the index's arrays and runs the three phases of the transposed-index kernel on `stream`.
+    fn build_transpose(
+        &self,
+        stream: &Arc<CudaStream>,
+        (row_ptr, col_idx, index): (CUdeviceptr, CUdeviceptr, IndexType),
+        (rows, cols, bs, nnzb): (usize, usize, usize, usize),
+        structure: u64,
+    ) -> Result<DeviceBsrTranspose> {
+        use sparsek_layout::{BSR_TRANSPOSE_THREADS, BsrTransposeParams, transpose_phase};
+        let (block_rows, block_cols) = (rows / bs.max(1), cols / bs.max(1));
+        let (br32, bc32) = (limit("block rows", block_rows)?, limit("block columns", block_cols)?);
+        limit("nnzb", nnzb)?;
+        self.ctx_current()?;
+        let zeros = |len: usize, what: &'static str| {
+            stream.alloc_zeros::<u32>(len.max(1)).map_err(alloc_err(what, len.max(1) * 4))
+        };
+        let mut col_ptr = zeros(block_cols + 1, "transposed index col_ptr")?;
+        let mut row_idx = zeros(nnzb, "transposed index row_idx")?;
+        let mut perm = zeros(nnzb, "transposed index perm")?;
+        if block_cols > 0 && block_rows > 0 && nnzb > 0 {
+            let func = self.transpose_kernel().ok_or_else(|| Error::PtxLoad {
+                module: self.module().0,
+                message: "the transposed-index kernel is missing".into(),
+            })?;
+            let (cp, _g0) = col_ptr.device_ptr_mut(stream);
+            let (ri, _g1) = row_idx.device_ptr_mut(stream);
+            let (pm, _g2) = perm.device_ptr_mut(stream);
+            let warps_per_cta = BSR_TRANSPOSE_THREADS / 32;
+            for (phase, ctas, smem) in [
+                (transpose_phase::COUNT, bc32.div_ceil(warps_per_cta), 0),
+                (transpose_phase::SCAN, 1, 16 * BSR_TRANSPOSE_THREADS),
+                (transpose_phase::FILL, bc32.div_ceil(warps_per_cta), 0),
+            ] {
+                let mut params = BsrTransposeParams {
+                    row_ptr,
+                    col_idx,
+                    col_ptr: cp,
+                    row_idx: ri,
+                    perm: pm,
+                    block_rows: br32,
+                    block_cols: bc32,
+                    index64: u32::from(index == IndexType::I64),
+                    phase,
+                };
+                let mut args = [(&mut params as *mut BsrTransposeParams).cast::<std::ffi::c_void>()];
+                // SAFETY: the kernel takes one BsrTransposeParams by value (kernels-gpu/src/transpose.rs); the
+                // structure is valid with block_rows + 1 and nnzb entries of its width (the owned upload's
+                // validation, or the view's contract), col_ptr holds block_cols + 1 zeroed u32 and row_idx, perm
+                // nnzb u32 each (allocated above on this stream, in its order before the launches); phase 1 runs
+                // one CTA with its 16 bytes of shared memory per thread; one warp per block column otherwise.
+                unsafe {
+                    cudarc::driver::result::launch_kernel(
+                        func.cu_function(),
+                        (ctas, 1, 1),
+                        (BSR_TRANSPOSE_THREADS, 1, 1),
+                        smem,
+                        stream.cu_stream(),
+                        &mut args,
+                    )
+                }
+                .map_err(cuda("cuLaunchKernel (sparsek_bsr_transpose)"))?;
+            }
+        }
+        Ok(DeviceBsrTranspose { shape: (rows, cols, bs, nnzb), structure, col_ptr, row_idx, perm })
+    }
+
+    /// Copies a host transposed index ([`BsrTranspose`], made from a structure on the host) to this GPU, on this
+    /// `Gpu`'s stream: for [`Gpu::spmm_t_raw`] with a view of that structure.
+    pub fn upload_transpose(&self, at: &BsrTranspose) -> Result<DeviceBsrTranspose> {
+        let structure = 0; // no DeviceBsr of its own: the raw path only
         let stream = self.stream();
         // Zero-length device buffers are avoided (one unused entry for a matrix without blocks).
         let nonempty = |v: &[u32]| if v.is_empty() { vec![0u32] } else { v.to_vec() };
