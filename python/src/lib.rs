@@ -295,6 +295,7 @@ impl Product {
     }
 }
 
+mod backward;
 mod native_ops;
 mod torch_abi;
 
@@ -550,6 +551,8 @@ fn programmatic_launch() -> bool {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_spmm, m)?)?;
+    m.add_function(wrap_pyfunction!(backward::cuda_spmm_t, m)?)?;
+    m.add_function(wrap_pyfunction!(backward::cuda_sddmm, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_check_bsr, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_row_schedule, m)?)?;
     m.add_class::<RowSchedule>()?;
