@@ -13,8 +13,10 @@ functions run sparsek's multi-threaded CPU backend on CPU tensors.
 - :func:`sparsek.nn.sparsify`: converts a whole model's eligible ``torch.nn.Linear`` layers and reports each one.
 
 On CUDA tensors everything runs zero-copy on ``torch.cuda.current_stream()``, works under ``torch.compile``
-(the ops are registered with ``torch.library`` as ``torch.ops.sparsek.*``) and inside CUDA graphs. Backward is
-not supported yet (inference only): it raises ``NotImplementedError``.
+(the ops are registered with ``torch.library`` as ``torch.ops.sparsek.*``) and inside CUDA graphs. ``bsr_mm`` and
+``linear`` are differentiable (the input, the stored blocks' values, the bias) through the backward ops
+``torch.ops.sparsek.bsr_mm_t`` (``A^T @ B``) and ``torch.ops.sparsek.sddmm`` (the gradient at the stored blocks),
+with :func:`bsr_transpose_index`, the transposed index they read, built once per structure.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ import weakref
 import torch
 
 from . import _native, _ops
-from ._ops import ACTIVATIONS, activation_code
+from ._ops import ACTIVATIONS, activation_code, bsr_transpose_index
 
 __version__ = _native.__version__
 
 __all__ = [
     "bsr_mm",
     "linear",
+    "bsr_transpose_index",
     "nn",
     "sparsify",
     "BlockSparseLinear",

@@ -35,6 +35,15 @@ _LIB.define(
     "linear(Tensor x, Tensor values, Tensor crow_indices, Tensor col_indices, SymInt in_features, "
     "Tensor? bias=None, int activation=0) -> Tensor"
 )
+# The backward products (issue 44): ``alpha * A^T @ b`` (the input gradient) and SDDMM (the stored blocks' gradient).
+_LIB.define(
+    "bsr_mm_t(Tensor values, Tensor crow_indices, Tensor col_indices, SymInt rows, SymInt cols, Tensor b, "
+    "float alpha=1.0, ScalarType? out_dtype=None, bool transpose_out=False) -> Tensor"
+)
+_LIB.define(
+    "sddmm(Tensor x, Tensor y, Tensor crow_indices, Tensor col_indices, SymInt rows, SymInt cols, SymInt block_size, "
+    "float alpha=1.0, ScalarType? out_dtype=None) -> Tensor"
+)
 # The Python implementations of ``bsr_mm``, ``linear`` and ``bsr_mm_out`` under names of their own: where the kernels
 # are registered natively (see ``NATIVE_OPS`` below), the native kernel hands a call it does not run itself (a copy to
 # make, a structure to check first) to these through the dispatcher.
@@ -84,7 +93,7 @@ def _check_bsr(values: torch.Tensor, crow: torch.Tensor, col: torch.Tensor, rows
     """Checks a BSR description's dtypes, shapes and devices; returns ``(block size, device)``. (Each tensor
     attribute is read once: this runs on every call, and the whole check costs a few microseconds.)"""
     dtype, index_dtype = values.dtype, crow.dtype
-    if dtype not in _IN_TYPES:
+    if dtype not in _IN_TYPES and not (dtype == torch.float64 and values.device.type == "cpu"):
         raise TypeError(f"sparsek: BSR values must be float16 or bfloat16, not {dtype}")
     if index_dtype not in _INDEX_TYPES or col.dtype != index_dtype:
         raise TypeError(
@@ -380,6 +389,10 @@ def _launch(values, crow, col, rows, cols, bias, b_desc, n, c_desc, out_dtype, a
 
 
 def _mm(values, crow, col, rows, cols, b, alpha, beta, out) -> None:
+    if values.dtype == torch.float64:
+        res = _torch_mm(values, crow, col, rows, cols, b, alpha)
+        out.copy_(res if beta == 0.0 else res + beta * out)
+        return
     b, b_desc = _input(b)
     c, c_desc, staged = _output(out)
     _launch(values, crow, col, rows, cols, None, b_desc, b.shape[1], c_desc, out.dtype, float(alpha), float(beta), 0)
@@ -434,6 +447,8 @@ def linear_impl(x, values, crow_indices, col_indices, in_features, bias=None, ac
     """``act(x @ W^T + bias)`` over x's last dimension (``sparsek::linear``): one launch, ``y^T = W @ x^T`` read
     and written through column-major descriptions of the row-major x and y (no transpose is made)."""
     out_features = _check_linear(x, values, crow_indices, col_indices, in_features, bias, activation)
+    if values.dtype == torch.float64:
+        return _torch_linear(x, values, crow_indices, col_indices, out_features, in_features, bias, activation)
     y = torch.empty((*x.shape[:-1], out_features), dtype=x.dtype, device=x.device)
     x2, b_desc = _input(x.reshape(-1, in_features), transposed=True)
     y2 = y.view(-1, out_features)
@@ -545,39 +560,314 @@ def _linear_fake(x, values, crow_indices, col_indices, in_features, bias=None, a
     return x.new_empty((*x.shape[:-1], out_features))
 
 
+
 # ---------------------------------------------------------------------------------------------------------------
-# Autograd (issue 44, first stage). The gradients are computed with torch's dense operations on the weight expanded
-# from its blocks: correct on every device and dtype the forward takes, in float32, but as costly as a dense layer's
-# backward (sparsek's own backward kernels replace these per device: the CPU products exist in the Rust library,
-# `cpu::spmm_t` and `cpu::sddmm`; the GPU kernels are next). Only the stored blocks get gradients (the structure is
-# fixed); the index tensors and sizes get none.
+# Block-wise products with torch's operations: the float64 path of every op on the CPU (for
+# ``torch.autograd.gradcheck``: sparsek's CPU backend computes in float32) and, for now, the CUDA bodies of the
+# backward products. They gather the stored blocks and the dense rows they meet and run batched products, in
+# chunks of blocks that bound the temporaries; no dense weight is ever made. The block row of each block is found
+# with ``searchsorted`` (no read-back to the host, so nothing synchronises on CUDA).
+
+_CHUNK_BYTES = 256 << 20
 
 
-def _block_rows(crow_indices: torch.Tensor) -> torch.Tensor:
-    """The block row of every stored block (nnzb,), from the block-row offsets."""
-    counts = (crow_indices[1:] - crow_indices[:-1]).to(torch.int64)
-    return torch.repeat_interleave(torch.arange(counts.numel(), device=crow_indices.device), counts)
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _dense_weight(values, crow_indices, col_indices, rows: int, cols: int) -> torch.Tensor:
-    """The BSR matrix expanded to a dense float32 ``rows x cols`` tensor (zeros outside the stored blocks)."""
-    bs = values.shape[-1]
-    w = values.new_zeros((rows // bs, cols // bs, bs, bs), dtype=torch.float32)
-    w[_block_rows(crow_indices), col_indices.to(torch.int64)] = values.float()
-    return w.permute(0, 2, 1, 3).reshape(rows, cols)
+def _block_rows(crow: torch.Tensor, nnzb: int) -> torch.Tensor:
+    """The block row of every stored block (``(nnzb,)`` int64), from the block-row offsets."""
+    i = torch.arange(nnzb, device=crow.device, dtype=crow.dtype)
+    return torch.searchsorted(crow[1:].contiguous(), i, right=True).to(torch.int64)
 
 
-def _block_gather(dense: torch.Tensor, crow_indices, col_indices, bs: int) -> torch.Tensor:
-    """The stored blocks' entries of a dense ``rows x cols`` tensor, in the BSR value layout (nnzb, bs, bs)."""
-    rows, cols = dense.shape
-    blocks = dense.reshape(rows // bs, bs, cols // bs, bs).permute(0, 2, 1, 3)
-    return blocks[_block_rows(crow_indices), col_indices.to(torch.int64)]
+def _chunks(nnzb: int, per_block_bytes: int):
+    step = max(1, _CHUNK_BYTES // max(per_block_bytes, 1))
+    return ((i, min(i + step, nnzb)) for i in range(0, nnzb, step))
+
+
+def _torch_mm(values, crow, col, rows: int, cols: int, b, alpha: float) -> torch.Tensor:
+    """``alpha * A @ b`` block by block (``rows x N``, in float64 for float64 values, else float32)."""
+    bs, nnzb, n = values.shape[-1], values.shape[0], b.shape[1]
+    ct = _compute_dtype(values.dtype)
+    out = torch.zeros(rows // bs, bs, n, dtype=ct, device=b.device)
+    if nnzb and n:
+        bb = b.to(ct).reshape(cols // bs, bs, n)
+        brow, colx = _block_rows(crow, nnzb), col.to(torch.int64)
+        for i0, i1 in _chunks(nnzb, bs * n * 8):
+            out.index_add_(0, brow[i0:i1], torch.bmm(values[i0:i1].to(ct), bb[colx[i0:i1]]))
+    return (out * alpha).reshape(rows, n)
+
+
+def _torch_linear(x, values, crow, col, out_features: int, in_features: int, bias, activation: int) -> torch.Tensor:
+    """``act(x @ W^T + bias)`` block by block in float64 (the float64 CPU path of ``linear``)."""
+    x2 = x.reshape(-1, in_features)
+    z = _torch_mm(values, crow, col, out_features, in_features, x2.t(), 1.0).t()
+    if bias is not None:
+        z = z + bias
+    if activation == 1:
+        z = torch.relu(z)
+    elif activation == 2:
+        z = torch.nn.functional.gelu(z, approximate="tanh")
+    elif activation == 3:
+        z = torch.nn.functional.silu(z)
+    return z.to(x.dtype).contiguous().reshape(*x.shape[:-1], out_features)
+
+
+def _torch_mm_t(values, index, rows: int, cols: int, b, alpha: float) -> torch.Tensor:
+    """``alpha * A^T @ b`` (``cols x N``, float64 or float32) through the transposed index ``(col_ptr, row_idx,
+    perm)``: block column ``bc`` of A sums its blocks ``values[perm[j]]^T @ b[row_idx[j] rows]``."""
+    col_ptr, row_idx, perm = index
+    bs, nnzb, n = values.shape[-1], values.shape[0], b.shape[1]
+    ct = _compute_dtype(values.dtype)
+    out = torch.zeros(cols // bs, bs, n, dtype=ct, device=b.device)
+    if nnzb and n:
+        bb = b.to(ct).reshape(rows // bs, bs, n)
+        bcol = _block_rows(col_ptr, nnzb)  # the block column of every entry of the index
+        perm, row_idx = perm.to(torch.int64), row_idx.to(torch.int64)
+        for j0, j1 in _chunks(nnzb, bs * n * 8):
+            blocks = values[perm[j0:j1]].to(ct).transpose(1, 2)
+            out.index_add_(0, bcol[j0:j1], torch.bmm(blocks, bb[row_idx[j0:j1]]))
+    return (out * alpha).reshape(cols, n)
+
+
+def _torch_sddmm(x, y, crow, col, rows: int, cols: int, bs: int, nnzb: int, alpha: float) -> torch.Tensor:
+    """``alpha * (x @ y^T)`` at the stored blocks, ``(nnzb, bs, bs)`` in float64 or float32."""
+    k = x.shape[1]
+    ct = _compute_dtype(x.dtype)
+    out = torch.zeros(nnzb, bs, bs, dtype=ct, device=x.device)
+    if nnzb and k:
+        xb, yb = x.to(ct).reshape(rows // bs, bs, k), y.to(ct).reshape(cols // bs, bs, k)
+        brow, colx = _block_rows(crow, nnzb), col.to(torch.int64)
+        for i0, i1 in _chunks(nnzb, 2 * bs * k * 8):
+            torch.bmm(xb[brow[i0:i1]], yb[colx[i0:i1]].transpose(1, 2), out=out[i0:i1])
+    return out * alpha
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The transposed index of a structure, built once and remembered.
+
+# (addresses, version counters, sizes, device) -> (crow, col, (col_ptr, row_idx, perm)). The entry holds the index
+# tensors themselves, so that their memory is not reused by another structure while it exists; an in-place torch
+# write moves a version counter and the next use builds the index again. Least recently used dropped first.
+_TRANSPOSED: collections.OrderedDict = collections.OrderedDict()
+_TRANSPOSED_MAX = 64
+_TRANSPOSED_LOCK = threading.Lock()
+
+
+def _build_transpose_index(crow, col, rows: int, cols: int, bs: int):
+    nnzb, block_cols = col.numel(), cols // bs
+    dev = crow.device
+    if dev.type == "cpu":
+        # sparsek's Rust BsrTranspose::from_structure, which validates the structure first.
+        crow_c, col_c = crow.contiguous(), col.contiguous()
+        col_ptr = torch.empty(block_cols + 1, dtype=torch.int32)
+        row_idx = torch.empty(nnzb, dtype=torch.int32)
+        perm = torch.empty(nnzb, dtype=torch.int32)
+        _native.cpu_bsr_transpose(
+            crow_c.data_ptr(), col_c.data_ptr(), crow.dtype == torch.int64, (rows, cols, bs, nnzb),
+            col_ptr.data_ptr(), row_idx.data_ptr(), perm.data_ptr(),
+        )
+        return col_ptr, row_idx, perm
+    # On the device, with torch's operations and no read-back: a stable sort of the blocks by block column gives
+    # perm; row_idx is the blocks' block rows in that order; col_ptr counts each column's blocks (a search in the
+    # sorted columns). The structure is not validated here: the forward checked it on the device (_ensure_checked).
+    col64 = col.to(torch.int64)
+    sorted_col, perm = torch.sort(col64, stable=True)
+    row_idx = _block_rows(crow, nnzb)[perm]
+    col_ptr = torch.searchsorted(sorted_col, torch.arange(block_cols + 1, device=dev, dtype=torch.int64))
+    return col_ptr.to(torch.int32), row_idx.to(torch.int32), perm.to(torch.int32)
+
+
+def bsr_transpose_index(crow_indices: torch.Tensor, col_indices: torch.Tensor, rows: int, cols: int, bs: int):
+    """The transposed index of a BSR structure: ``(col_ptr, row_idx, perm)``, int32 tensors on the indices' device.
+
+    ``col_ptr`` (``cols / bs + 1``): block column ``bc`` of A holds entries ``col_ptr[bc]:col_ptr[bc + 1]``;
+    ``row_idx`` (``nnzb``): each entry's block row, ascending within a column; ``perm`` (``nnzb``): the entry's
+    position among A's stored blocks (its values are ``values[perm[j]]``). It is the structure of ``A^T`` plus a
+    permutation into A's values, which the ``A^T @ B`` product (``torch.ops.sparsek.bsr_mm_t``) reads the blocks
+    through, transposing each as it loads it (no transposed copy of the values).
+
+    Built once per structure and remembered (keyed by the index tensors' identity and version counters, like the
+    structure check): on CUDA with torch's operations on the device (a stable sort by block column, no host round
+    trip); on the CPU by sparsek's ``format::BsrTranspose``, which validates the structure (``ValueError``).
+    """
+    crow, col = crow_indices, col_indices
+    if crow.dtype not in _INDEX_TYPES or col.dtype != crow.dtype:
+        raise TypeError(f"sparsek: crow_indices and col_indices must both be int32 or both int64, not {crow.dtype} "
+                        f"and {col.dtype}")
+    if bs not in (16, 32, 64, 128) or rows % bs or cols % bs:
+        raise ValueError(f"sparsek: a {rows}x{cols} matrix of {bs}-blocks is not supported")
+    if crow.dim() != 1 or crow.numel() != rows // bs + 1 or col.dim() != 1 or crow.device != col.device:
+        raise ValueError(f"sparsek: crow_indices {tuple(crow.shape)} and col_indices {tuple(col.shape)} do not describe "
+                         f"a {rows}x{cols} matrix of {bs}-blocks on one device")
+    key = (crow.data_ptr(), col.data_ptr(), _versions(crow, col), col.numel(), rows, cols, bs, str(crow.device))
+    with _TRANSPOSED_LOCK:
+        entry = _TRANSPOSED.get(key)
+        if entry is not None:
+            _TRANSPOSED.move_to_end(key)
+            return entry[2]
+    index = _build_transpose_index(crow, col, rows, cols, bs)
+    with _TRANSPOSED_LOCK:
+        _TRANSPOSED[key] = (crow, col, index)
+        while len(_TRANSPOSED) > _TRANSPOSED_MAX:
+            _TRANSPOSED.popitem(last=False)
+    return index
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The backward products' kernels.
+
+
+def _check_mm_t(values, crow, col, rows, cols, b, out_dtype) -> torch.dtype:
+    _, device = _check_bsr(values, crow, col, rows, cols)
+    if b.dim() != 2:
+        raise ValueError(f"sparsek: b must be 2-D, not of shape {tuple(b.shape)}")
+    dtype = values.dtype
+    _check_dense(b, "b", dtype, device)
+    if b.shape[0] != rows:
+        raise ValueError(f"sparsek: shape mismatch: a^T is {cols}x{rows}, b is {b.shape[0]}x{b.shape[1]}")
+    out_dtype = dtype if out_dtype is None else out_dtype
+    if out_dtype not in (torch.float32, dtype):
+        raise TypeError(f"sparsek: the output must be float32 or the inputs' {dtype}, not {out_dtype}")
+    return out_dtype
+
+
+def _new_mm_t_out(b, cols: int, out_dtype, transpose_out: bool) -> torch.Tensor:
+    n = b.shape[1]
+    if transpose_out:
+        return b.new_empty((n, cols), dtype=out_dtype)
+    return b.new_empty((cols, n), dtype=out_dtype)
+
+
+def _bsr_mm_t_cuda(values, crow, col, rows, cols, b, alpha, index, c) -> None:
+    """``c = alpha * A^T @ b`` on CUDA (``c``: ``cols x N``, any strides). TODAY: torch's batched products over the
+    gathered blocks (``_torch_mm_t``: correct, float32 accumulation, not fast). The lead replaces this body with
+    sparsek's GPU kernel, ``Gpu::spmm_t_raw`` on torch's current stream, whose arguments are exactly these: A's
+    values / crow / col, the transposed index ``index = (col_ptr, row_idx, perm)`` (int32 device tensors from
+    ``bsr_transpose_index``), ``b`` and the output ``c``."""
+    c.copy_(_torch_mm_t(values, index, rows, cols, b, alpha))
+
+
+def _sddmm_cuda(x, y, crow, col, rows, cols, bs, alpha, out) -> None:
+    """``out = alpha * (x @ y^T)`` at A's stored blocks on CUDA (``out``: ``(nnzb, bs, bs)``). TODAY: torch's
+    batched products over the gathered rows (``_torch_sddmm``: correct, float32 accumulation, not fast). The lead
+    replaces this body with sparsek's GPU kernel, ``Gpu::sddmm_raw`` on torch's current stream: x, y, crow, col and
+    the output values viewed as ``(nnzb * bs) x bs``."""
+    out.copy_(_torch_sddmm(x, y, crow, col, rows, cols, bs, out.shape[0], alpha))
+
+
+def bsr_mm_t_impl(values, crow_indices, col_indices, rows, cols, b, alpha=1.0, out_dtype=None, transpose_out=False):
+    """``alpha * A^T @ b`` (``sparsek::bsr_mm_t``): A ``rows x cols`` BSR, ``b`` ``rows x N`` (any strides), the
+    result ``cols x N``, or with ``transpose_out`` its transpose ``N x cols`` (both contiguous): ``dX = dZ @ W`` of a
+    linear layer is ``bsr_mm_t(W, dZ.t(), transpose_out=True)``, read and written through column-major views."""
+    out_dtype = _check_mm_t(values, crow_indices, col_indices, rows, cols, b, out_dtype)
+    out = _new_mm_t_out(b, cols, out_dtype, transpose_out)
+    c = out.t() if transpose_out else out  # cols x N
+    if values.dtype == torch.float64:
+        index = bsr_transpose_index(crow_indices, col_indices, rows, cols, values.shape[-1])
+        c.copy_(_torch_mm_t(values, index, rows, cols, b, alpha))
+    elif values.is_cuda:
+        index = bsr_transpose_index(crow_indices, col_indices, rows, cols, values.shape[-1])
+        _bsr_mm_t_cuda(values, crow_indices, col_indices, rows, cols, b, float(alpha), index, c)
+    elif values.device.type == "cpu":
+        # sparsek's CPU backend, cpu::spmm_t (it builds the transposed index of the structure it validates).
+        values = values.contiguous()
+        crow, col = crow_indices.contiguous(), col_indices.contiguous()
+        b, b_desc = _input(b)
+        cw, c_desc, staged = _output(c)
+        a_args = (values.data_ptr(), crow.data_ptr(), col.data_ptr(), crow.dtype == torch.int64, rows, cols,
+                  values.shape[-1], values.shape[0])
+        _native.cpu_spmm_t(((_IN_TYPES[values.dtype], _OUT_TYPES[out_dtype]), a_args, (*b_desc, b.shape[1]), c_desc,
+                            (0, float(alpha), 0.0, 0)))
+        if staged:
+            c.copy_(cw)
+    else:
+        raise ValueError(f"sparsek: tensors on {values.device} are not supported (CUDA or CPU)")
+    return out
+
+
+def _check_sddmm(x, y, crow, col, rows, cols, bs, out_dtype) -> torch.dtype:
+    dtype = x.dtype
+    if dtype not in _IN_TYPES and not (dtype == torch.float64 and x.device.type == "cpu"):
+        raise TypeError(f"sparsek: x must be float16 or bfloat16 (float64 on the CPU), not {dtype}")
+    if x.dim() != 2 or y.dim() != 2:
+        raise ValueError(f"sparsek: x and y must be 2-D, not of shapes {tuple(x.shape)} and {tuple(y.shape)}")
+    _check_dense(y, "y", dtype, x.device)
+    if x.shape[0] != rows or y.shape[0] != cols or x.shape[1] != y.shape[1]:
+        raise ValueError(f"sparsek: shape mismatch: x is {tuple(x.shape)}, y is {tuple(y.shape)}; x @ y^T must be "
+                         f"{rows}x{cols}")
+    # The pattern: checked as a BSR description whose values are absent (a (nnzb, bs, bs) placeholder of x's type).
+    _check_bsr(x.new_empty((col.shape[0] if col.dim() == 1 else 0, bs, bs)), crow, col, rows, cols)
+    if crow.device != x.device:
+        raise ValueError(f"sparsek: the structure is on {crow.device}, x on {x.device}")
+    out_dtype = dtype if out_dtype is None else out_dtype
+    if out_dtype not in (torch.float32, dtype):
+        raise TypeError(f"sparsek: the output must be float32 or the inputs' {dtype}, not {out_dtype}")
+    return out_dtype
+
+
+def sddmm_impl(x, y, crow_indices, col_indices, rows, cols, block_size, alpha=1.0, out_dtype=None):
+    """``alpha * (x @ y^T)`` at the stored blocks of the ``rows x cols`` structure (``sparsek::sddmm``): x ``rows x
+    K``, y ``cols x K``, any strides (a column-major view, e.g. ``t.t()`` of a contiguous ``t``, is read as it is);
+    the result is the values tensor ``(nnzb, bs, bs)`` in the BSR value layout. ``dW = dZ^T @ X`` of a linear layer
+    is ``sddmm(dZ.t(), X.t())``: no transposed copy."""
+    out_dtype = _check_sddmm(x, y, crow_indices, col_indices, rows, cols, block_size, out_dtype)
+    nnzb = col_indices.shape[0]
+    out = x.new_empty((nnzb, block_size, block_size), dtype=out_dtype)
+    if x.dtype == torch.float64:
+        out.copy_(_torch_sddmm(x, y, crow_indices, col_indices, rows, cols, block_size, nnzb, alpha))
+    elif x.is_cuda:
+        _sddmm_cuda(x, y, crow_indices, col_indices, rows, cols, block_size, float(alpha), out)
+    elif x.device.type == "cpu":
+        crow, col = crow_indices.contiguous(), col_indices.contiguous()
+        x, x_desc = _input(x)
+        y, y_desc = _input(y)
+        a_args = (out.data_ptr(), crow.data_ptr(), col.data_ptr(), crow.dtype == torch.int64, rows, cols,
+                  block_size, nnzb)
+        _native.cpu_sddmm(((_IN_TYPES[x.dtype], _OUT_TYPES[out_dtype]), x_desc, y_desc, x.shape[1], a_args,
+                           (float(alpha), 0.0)))
+    else:
+        raise ValueError(f"sparsek: tensors on {x.device} are not supported (CUDA or CPU)")
+    return out
+
+
+for _key in ("CUDA", "CPU"):
+    _LIB.impl("bsr_mm_t", bsr_mm_t_impl, _key)
+    _LIB.impl("sddmm", sddmm_impl, _key)
+
+
+@torch.library.register_fake("sparsek::bsr_mm_t")
+def _bsr_mm_t_fake(values, crow_indices, col_indices, rows, cols, b, alpha=1.0, out_dtype=None, transpose_out=False):
+    out_dtype = _check_mm_t(values, crow_indices, col_indices, rows, cols, b, out_dtype)
+    return _new_mm_t_out(b, cols, out_dtype, transpose_out)
+
+
+@torch.library.register_fake("sparsek::sddmm")
+def _sddmm_fake(x, y, crow_indices, col_indices, rows, cols, block_size, alpha=1.0, out_dtype=None):
+    out_dtype = _check_sddmm(x, y, crow_indices, col_indices, rows, cols, block_size, out_dtype)
+    return x.new_empty((col_indices.shape[0], block_size, block_size), dtype=out_dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Autograd (issue 44): the formulas of ``linear`` and ``bsr_mm`` on the backward products above, so that no dense
+# weight is ever made. Only the gradients autograd asks for are computed; only the stored blocks get gradients (the
+# structure is fixed); the index tensors and sizes get none.
+#
+# Layouts (no transposed copy anywhere): with the upstream gradient dZ (tokens x out, row-major) and the input X
+# (tokens x in, row-major), dW = dZ^T @ X at W's blocks is ``sddmm(dZ.t(), X.t())`` (both read as column-major
+# views: x @ y^T with x = dZ^T, y = X^T), and dX = dZ @ W = (W^T @ dZ^T)^T is ``bsr_mm_t(W, dZ.t(),
+# transpose_out=True)`` (dZ^T read column-major, the result written column-major as W^T dZ^T, i.e. row-major dX).
+
+_BSR_MM_T = torch.ops.sparsek.bsr_mm_t.default
+_SDDMM = torch.ops.sparsek.sddmm.default
+_BSR_MM_OP = torch.ops.sparsek.bsr_mm.default
 
 
 def _activation_grad(z: torch.Tensor, activation: int) -> torch.Tensor:
-    """d act(z) / dz in float32, for the activation codes of ``ACTIVATIONS`` (GELU: its tanh form)."""
+    """d act(z) / dz, in z's dtype, for the activation codes of ``ACTIVATIONS`` (GELU: its tanh form)."""
     if activation == 1:
-        return (z > 0).float()
+        return (z > 0).to(z.dtype)
     if activation == 2:
         c = math.sqrt(2.0 / math.pi)
         u = c * (z + 0.044715 * z**3)
@@ -590,28 +880,39 @@ def _activation_grad(z: torch.Tensor, activation: int) -> torch.Tensor:
 
 
 def _linear_context(ctx, inputs, output):
+    # What is saved: x, the weight and the bias (the forward's inputs, alive anyway for the optimizer) and, for
+    # ReLU only, the output (act'(z) = [y > 0]: no recomputation, and y exists already). GELU and SiLU recompute the
+    # pre-activation z in float32 with one block-sparse product in the backward (the forward's cost again) rather
+    # than keeping a tokens x out float32 tensor alive from the forward to the backward.
     x, values, crow_indices, col_indices, in_features, bias, activation = inputs
     ctx.in_features, ctx.activation, ctx.has_bias = in_features, activation, bias is not None
-    ctx.save_for_backward(x, values, crow_indices, col_indices, bias)
+    ctx.save_for_backward(x, values, crow_indices, col_indices, bias, output if activation == 1 else None)
 
 
 def _linear_backward(ctx, grad):
-    x, values, crow, col, bias = ctx.saved_tensors
-    out_features = (crow.numel() - 1) * values.shape[-1]
-    w = _dense_weight(values, crow, col, out_features, ctx.in_features)
-    x2 = x.reshape(-1, ctx.in_features).float()
-    g = grad.reshape(-1, out_features).float()
-    if ctx.activation != 0:
-        # The pre-activation, recomputed (x @ W^T + b in float32 from the same low-precision inputs).
-        z = x2 @ w.t() + (bias.float() if bias is not None else 0.0)
-        g = g * _activation_grad(z, ctx.activation)
+    x, values, crow, col, bias, y = ctx.saved_tensors
+    bs, in_features = values.shape[-1], ctx.in_features
+    out_features = (crow.shape[0] - 1) * bs
+    x2 = x.reshape(-1, in_features)
+    dz = grad.reshape(-1, out_features)
+    dz_wide = None  # dZ before its rounding to x's dtype (float32, or float64), for the bias gradient
+    if ctx.activation == 1:
+        dz = torch.where(y.reshape(-1, out_features) > 0, dz, torch.zeros((), dtype=dz.dtype, device=dz.device))
+    elif ctx.activation != 0:
+        wide = _compute_dtype(x.dtype)
+        z = _BSR_MM_OP(values, crow, col, out_features, in_features, x2.t(), 1.0, wide).t()
+        if bias is not None:
+            z = z + bias.to(wide)
+        dz_wide = dz.to(wide) * _activation_grad(z, ctx.activation)
+        dz = dz_wide.to(x.dtype)
     grad_x = grad_values = grad_bias = None
     if ctx.needs_input_grad[0]:
-        grad_x = (g @ w).to(x.dtype).reshape(x.shape)
+        grad_x = _BSR_MM_T(values, crow, col, out_features, in_features, dz.t(), 1.0, None, True).reshape(x.shape)
     if ctx.needs_input_grad[1]:
-        grad_values = _block_gather(g.t() @ x2, crow, col, values.shape[-1]).to(values.dtype)
+        grad_values = _SDDMM(dz.t(), x2.t(), crow, col, out_features, in_features, bs, 1.0, None)
     if ctx.has_bias and ctx.needs_input_grad[5]:
-        grad_bias = g.sum(0).to(bias.dtype)
+        src = dz_wide if dz_wide is not None else dz.to(_compute_dtype(x.dtype))
+        grad_bias = src.sum(0).to(bias.dtype)
     return grad_x, grad_values, None, None, None, grad_bias, None
 
 
@@ -623,13 +924,14 @@ def _bsr_mm_context(ctx, inputs, output):
 
 def _bsr_mm_backward(ctx, grad):
     values, crow, col, b = ctx.saved_tensors
-    g = grad.float() * ctx.alpha
+    # dC in the inputs' dtype (a float32 output's gradient is rounded once, as AMP does).
+    g = grad.to(values.dtype)
     grad_values = grad_b = None
     if ctx.needs_input_grad[0]:
-        grad_values = _block_gather(g @ b.float().t(), crow, col, values.shape[-1]).to(values.dtype)
+        # dA = alpha * dC @ B^T at A's blocks: x = dC (rows x N), y = B (cols x N).
+        grad_values = _SDDMM(g, b, crow, col, ctx.rows, ctx.cols, values.shape[-1], ctx.alpha, None)
     if ctx.needs_input_grad[5]:
-        w = _dense_weight(values, crow, col, ctx.rows, ctx.cols)
-        grad_b = (w.t() @ g).to(b.dtype)
+        grad_b = _BSR_MM_T(values, crow, col, ctx.rows, ctx.cols, g, ctx.alpha, None, False)
     return grad_values, None, None, None, None, grad_b, None, None
 
 

@@ -162,13 +162,12 @@ impl Product {
         unsafe { gpu.spmm_raw(stream, &a, &b, &mut c, bias.as_ref(), self.ep) }
     }
 
-    /// The CPU backend over host memory: the BSR arrays are copied into a validated `Bsr` (checked like any
-    /// other), B into a row-major matrix, and the result written back in C's layout.
+    /// A's index arrays in host memory, with the shape checks (block size, rows and cols multiples of it), read as
+    /// `u32` (the structure itself is validated by whoever builds from them).
     ///
     /// # Safety
-    /// The addresses are live host memory with the sizes the description states, aligned for their types, and
-    /// nothing else accesses C during the call.
-    unsafe fn cpu<TA: Scalar, TC: Scalar>(&self) -> sparsek::Result<()> {
+    /// `row_ptr` and `col_idx` are live host memory with the sizes the description states, aligned for their types.
+    unsafe fn cpu_indices(&self) -> sparsek::Result<(Vec<u32>, Vec<u32>)> {
         if !matches!(self.bs, 16 | 32 | 64 | 128) {
             return Err(Error::InvalidBsr(BsrError::UnsupportedBlockSize { bs: self.bs }));
         }
@@ -196,28 +195,45 @@ impl Product {
                 })
                 .collect()
         };
-        let row_ptr = index(self.row_ptr, self.m / self.bs + 1, "crow_indices")?;
-        let col_idx = index(self.col_idx, self.nnzb, "col_indices")?;
+        Ok((index(self.row_ptr, self.m / self.bs + 1, "crow_indices")?, index(self.col_idx, self.nnzb, "col_indices")?))
+    }
+
+    /// A's arrays in host memory copied into a validated `Bsr` (checked like any other); a null values address
+    /// gives zeros (a pattern whose values are to be written).
+    ///
+    /// # Safety
+    /// The addresses are live host memory with the sizes the description states, aligned for their types.
+    unsafe fn cpu_bsr<TA: Scalar>(&self) -> sparsek::Result<Bsr<TA>> {
+        // SAFETY: the function's contract.
+        let (row_ptr, col_idx) = unsafe { self.cpu_indices() }?;
         let value_count = self.nnzb.checked_mul(self.bs * self.bs).ok_or(Error::TooLarge {
             what: "BSR values (nnzb * bs * bs)",
             requested: self.nnzb as u128 * (self.bs * self.bs) as u128,
             limit: usize::MAX as u128,
         })?;
-        let values = if value_count == 0 {
-            Vec::new()
+        let values = if value_count == 0 || self.values == 0 {
+            vec![TA::from_f32(0.0); value_count]
         } else {
             // SAFETY: the function's contract (nnzb * bs * bs values).
             unsafe { std::slice::from_raw_parts(self.values as *const TA, value_count) }.to_vec()
         };
-        let a = Bsr::try_new(self.m, self.k, self.bs, row_ptr, col_idx, values)?;
-        let at = |ld: usize, col_major: bool| move |r: usize, c: usize| if col_major { c * ld + r } else { r * ld + c };
-        let b_at = at(self.b_ld, self.b_col_major);
-        // SAFETY: (r, c) within k x n, so the offset is within B's span.
-        let b = Matrix::<TA>::from_fn(self.k, self.n, |r, c| unsafe { *(self.b as *const TA).add(b_at(r, c)) })?;
-        let c_at = at(self.c_ld, self.c_col_major);
+        Ok(Bsr::try_new(self.m, self.k, self.bs, row_ptr, col_idx, values)?)
+    }
+
+    /// The CPU backend over host memory: the BSR arrays are copied into a validated `Bsr` (checked like any
+    /// other), B into a row-major matrix, and the result written back in C's layout.
+    ///
+    /// # Safety
+    /// The addresses are live host memory with the sizes the description states, aligned for their types, and
+    /// nothing else accesses C during the call.
+    unsafe fn cpu<TA: Scalar, TC: Scalar>(&self) -> sparsek::Result<()> {
+        // SAFETY: the function's contract.
+        let a = unsafe { self.cpu_bsr::<TA>() }?;
+        // SAFETY: B is k x n, C m x n (the function's contract).
+        let b = unsafe { read_dense::<TA>(self.b, self.k, self.n, self.b_ld, self.b_col_major) }?;
         let mut c = if self.ep.beta != 0.0 {
-            // SAFETY: (r, c) within m x n, within C's span.
-            Matrix::<TC>::from_fn(self.m, self.n, |r, c| unsafe { *(self.c as *const TC).add(c_at(r, c)) })?
+            // SAFETY: as above.
+            unsafe { read_dense::<TC>(self.c, self.m, self.n, self.c_ld, self.c_col_major) }?
         } else {
             Matrix::<TC>::zeros(self.m, self.n)?
         };
@@ -227,13 +243,71 @@ impl Product {
             _ => None,
         };
         sparsek::cpu::spmm_with_bias(&a, &b, &mut c, self.ep, bias)?;
-        for r in 0..self.m {
-            for (j, v) in c.row(r).iter().enumerate() {
-                // SAFETY: (r, j) within m x n, within C's span; nothing else accesses C.
-                unsafe { *(self.c as *mut TC).add(c_at(r, j)) = *v };
-            }
-        }
+        // SAFETY: as above; nothing else accesses C.
+        unsafe { write_dense(&c, self.c, self.c_ld, self.c_col_major) };
         Ok(())
+    }
+
+    /// The CPU backend of `C = alpha * A^T @ B + beta * C` (`sparsek::cpu::spmm_t`): A `m x k` as for
+    /// [`Product::cpu`], B `m x n` (at `b`, its leading dimension and layout), C `k x n`. The transposed index is
+    /// built here from the validated structure (`BsrTranspose::new`, `O(nnzb)`, next to the copy of the values the
+    /// call makes anyway).
+    ///
+    /// # Safety
+    /// As [`Product::cpu`], with B `m x n` and C `k x n`.
+    unsafe fn cpu_t<TA: Scalar, TC: Scalar>(&self) -> sparsek::Result<()> {
+        // SAFETY: the function's contract.
+        let a = unsafe { self.cpu_bsr::<TA>() }?;
+        let at = sparsek::format::BsrTranspose::new(&a)?;
+        // SAFETY: B is m x n, C k x n (the function's contract).
+        let b = unsafe { read_dense::<TA>(self.b, self.m, self.n, self.b_ld, self.b_col_major) }?;
+        let mut c = if self.ep.beta != 0.0 {
+            // SAFETY: as above.
+            unsafe { read_dense::<TC>(self.c, self.k, self.n, self.c_ld, self.c_col_major) }?
+        } else {
+            Matrix::<TC>::zeros(self.k, self.n)?
+        };
+        sparsek::cpu::spmm_t(&a, &at, &b, &mut c, self.ep)?;
+        // SAFETY: as above; nothing else accesses C.
+        unsafe { write_dense(&c, self.c, self.c_ld, self.c_col_major) };
+        Ok(())
+    }
+}
+
+/// The offset of element `(r, c)` of a dense matrix with leading dimension `ld`, row- or column-major.
+fn dense_at(ld: usize, col_major: bool) -> impl Fn(usize, usize) -> usize {
+    move |r, c| if col_major { c * ld + r } else { r * ld + c }
+}
+
+/// A `rows x cols` dense matrix in host memory (at `ptr`, leading dimension `ld`, row- or column-major) copied
+/// into a row-major `Matrix`.
+///
+/// # Safety
+/// `ptr` is live host memory holding the matrix so described, aligned for `T`.
+unsafe fn read_dense<T: Scalar>(
+    ptr: u64,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+    col_major: bool,
+) -> sparsek::Result<Matrix<T>> {
+    let at = dense_at(ld, col_major);
+    // SAFETY: (r, c) within rows x cols, so the offset is within the matrix's span.
+    Matrix::<T>::from_fn(rows, cols, |r, c| unsafe { *(ptr as *const T).add(at(r, c)) })
+}
+
+/// Writes `m` into host memory at `ptr` (leading dimension `ld`, row- or column-major).
+///
+/// # Safety
+/// `ptr` is live host memory holding an `m.rows() x m.cols()` matrix so described, aligned for `T`, that nothing
+/// else accesses during the call.
+unsafe fn write_dense<T: Scalar>(m: &Matrix<T>, ptr: u64, ld: usize, col_major: bool) {
+    let at = dense_at(ld, col_major);
+    for r in 0..m.rows() {
+        for (j, v) in m.row(r).iter().enumerate() {
+            // SAFETY: (r, j) within the matrix's span; nothing else accesses it.
+            unsafe { *(ptr as *mut T).add(at(r, j)) = *v };
+        }
     }
 }
 
@@ -290,6 +364,18 @@ impl Product {
         fn go<TA: Scalar, TC: Scalar>(p: &Product) -> sparsek::Result<()> {
             // SAFETY: the caller's contract, as `cpu_named`'s.
             unsafe { p.cpu::<TA, TC>() }
+        }
+        by_types!(dtype, out_dtype, go(self))
+    }
+
+    /// [`Product::cpu_t`] with the element types named as the Python layer names them.
+    ///
+    /// # Safety
+    /// As [`Product::cpu_t`].
+    unsafe fn cpu_t_named(&self, dtype: &str, out_dtype: &str) -> sparsek::Result<()> {
+        fn go<TA: Scalar, TC: Scalar>(p: &Product) -> sparsek::Result<()> {
+            // SAFETY: the caller's contract, as `cpu_t_named`'s.
+            unsafe { p.cpu_t::<TA, TC>() }
         }
         by_types!(dtype, out_dtype, go(self))
     }
@@ -506,6 +592,151 @@ fn cpu_spmm(py: Python<'_>, args: Args) -> PyResult<()> {
     .map_err(to_py)
 }
 
+/// The CPU backend of `C = alpha * A^T @ B + beta * C` (`sparsek::cpu::spmm_t`) on host memory: the same `Args`
+/// as `cpu_spmm`, read as A `M x K` (the second entry), B `M x N` and C `K x N`; the bias must be 0 and the
+/// activation 0 (the backward products take neither). The structure is validated here and its transposed index
+/// built (`O(nnzb)`); the GIL is released while it computes. Private, called by `sparsek::bsr_mm_t`'s CPU kernel.
+#[pyfunction]
+fn cpu_spmm_t(py: Python<'_>, args: Args) -> PyResult<()> {
+    let p = args.product()?;
+    if p.bias != 0 {
+        return Err(PyValueError::new_err("sparsek: A^T @ B takes no bias"));
+    }
+    py.detach(move || {
+        let (dtype, out_dtype) = args.types();
+        // SAFETY: the Python layer passes live CPU tensors' addresses and sizes, and holds them during the call.
+        unsafe { p.cpu_t_named(dtype, out_dtype) }
+    })
+    .map_err(to_py)
+}
+
+/// What `cpu_sddmm` reads: the (input, output) type names; X (address, leading dimension, column-major?); Y
+/// (the same); K; the pattern and output values (`BsrArgs`: the values' address is the output, contiguous
+/// `nnzb x bs x bs` of the output type, M and N its shape); alpha, beta.
+#[derive(FromPyObject)]
+struct SddmmArgs((String, String), (u64, usize, bool), (u64, usize, bool), usize, BsrArgs, (f32, f32));
+
+/// SDDMM on the CPU (`sparsek::cpu::sddmm`) on host memory: `values = alpha * (X @ Y^T) + beta * values` at the
+/// stored blocks of the `M x N` structure, X `M x K`, Y `N x K` (any leading dimension, row- or column-major),
+/// written in the BSR value layout (`nnzb x bs x bs`, contiguous). With `beta == 0` the old values are never
+/// read. The structure is validated first (as `Bsr::try_new` does); nothing is written on an error; the GIL is
+/// released while it computes. Private, called by `sparsek::sddmm`'s CPU kernel.
+#[pyfunction]
+fn cpu_sddmm(py: Python<'_>, args: SddmmArgs) -> PyResult<()> {
+    let SddmmArgs((dtype, out_dtype), (x, x_ld, x_cm), (y, y_ld, y_cm), k, a, (alpha, beta)) = args;
+    let (values, row_ptr, col_idx, index64, m, n, bs, nnzb) = a;
+    let ep = Epilogue::new(alpha, beta);
+    let p = Product {
+        values: if beta != 0.0 { values } else { 0 },
+        row_ptr,
+        col_idx,
+        index64,
+        m,
+        k: n,
+        bs,
+        nnzb,
+        b: 0,
+        b_ld: 0,
+        b_col_major: false,
+        n: 0,
+        c: 0,
+        c_ld: 0,
+        c_col_major: false,
+        bias: 0,
+        ep,
+    };
+    /// # Safety
+    /// As `cpu_sddmm`'s callers guarantee: live host memory of the stated sizes.
+    unsafe fn go<TX: Scalar, TV: Scalar>(
+        p: &Product,
+        out: u64,
+        x: (u64, usize, bool),
+        y: (u64, usize, bool),
+        k: usize,
+    ) -> sparsek::Result<()> {
+        // SAFETY (each): the function's contract.
+        let mut pattern = unsafe { p.cpu_bsr::<TV>() }?;
+        let x = unsafe { read_dense::<TX>(x.0, p.m, k, x.1, x.2) }?;
+        let y = unsafe { read_dense::<TX>(y.0, p.k, k, y.1, y.2) }?;
+        sparsek::cpu::sddmm(&x, &y, &mut pattern, p.ep)?;
+        let vals = pattern.values();
+        if !vals.is_empty() {
+            // SAFETY: the output holds nnzb * bs * bs values of TV; nothing else accesses it during the call.
+            unsafe { std::slice::from_raw_parts_mut(out as *mut TV, vals.len()) }.copy_from_slice(vals);
+        }
+        Ok(())
+    }
+    py.detach(move || {
+        // SAFETY: the Python layer passes live CPU tensors' addresses and sizes, and holds them during the call.
+        unsafe { by_types!(dtype.as_str(), out_dtype.as_str(), go(&p, values, (x, x_ld, x_cm), (y, y_ld, y_cm), k)) }
+    })
+    .map_err(to_py)
+}
+
+/// The transposed index of a BSR structure in host memory (`sparsek::format::BsrTranspose::from_structure`, which
+/// validates it as `Bsr::try_new` does): `row_ptr` (`rows / bs + 1` entries) and `col_idx` (`nnzb`), int64
+/// (`index64`) or int32, at the given addresses; writes `col_ptr` (`cols / bs + 1`), `row_idx` and `perm` (`nnzb`
+/// each) as int32 at the three output addresses. Raises `ValueError` for an invalid structure (nothing written).
+/// Private, called by `sparsek.bsr_transpose_index` on CPU tensors.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn cpu_bsr_transpose(
+    py: Python<'_>,
+    row_ptr: u64,
+    col_idx: u64,
+    index64: bool,
+    shape: (usize, usize, usize, usize),
+    col_ptr_out: u64,
+    row_idx_out: u64,
+    perm_out: u64,
+) -> PyResult<()> {
+    let (rows, cols, bs, nnzb) = shape;
+    let p = Product {
+        values: 0,
+        row_ptr,
+        col_idx,
+        index64,
+        m: rows,
+        k: cols,
+        bs,
+        nnzb,
+        b: 0,
+        b_ld: 0,
+        b_col_major: false,
+        n: 0,
+        c: 0,
+        c_ld: 0,
+        c_col_major: false,
+        bias: 0,
+        ep: Epilogue::default(),
+    };
+    py.detach(move || -> sparsek::Result<()> {
+        // SAFETY: the Python layer passes live contiguous CPU index tensors of the stated sizes.
+        let (row_ptr, col_idx) = unsafe { p.cpu_indices() }?;
+        if nnzb > i32::MAX as usize || cols / bs >= i32::MAX as usize {
+            return Err(Error::TooLarge {
+                what: "transposed index entries (int32)",
+                requested: nnzb.max(cols / bs + 1) as u128,
+                limit: i32::MAX as u128,
+            });
+        }
+        let t = sparsek::format::BsrTranspose::from_structure(rows, cols, bs, &row_ptr, &col_idx)?;
+        for (dst, src) in [(col_ptr_out, t.col_ptr()), (row_idx_out, t.row_idx()), (perm_out, t.perm())] {
+            if !src.is_empty() {
+                // SAFETY: the output tensors are int32 of these lengths (the Python layer allocates them), not
+                // accessed by anything else during the call; every entry is at most nnzb or below rows / bs, both
+                // under 2^31 (checked above; a valid structure's block row count is at most its nnzb bound too).
+                let out = unsafe { std::slice::from_raw_parts_mut(dst as *mut i32, src.len()) };
+                for (o, &v) in out.iter_mut().zip(src) {
+                    *o = v as i32;
+                }
+            }
+        }
+        Ok(())
+    })
+    .map_err(to_py)
+}
+
 /// Whether a CUDA driver and at least one device are present (never raises).
 #[pyfunction]
 fn cuda_available() -> bool {
@@ -558,6 +789,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RowSchedule>()?;
     m.add_class::<CheckedStructure>()?;
     m.add_function(wrap_pyfunction!(cpu_spmm, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_spmm_t, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_sddmm, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_bsr_transpose, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(set_programmatic_launch, m)?)?;
