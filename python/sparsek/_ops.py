@@ -741,20 +741,46 @@ def _new_mm_t_out(b, cols: int, out_dtype, transpose_out: bool) -> torch.Tensor:
 
 
 def _bsr_mm_t_cuda(values, crow, col, rows, cols, b, alpha, index, c) -> None:
-    """``c = alpha * A^T @ b`` on CUDA (``c``: ``cols x N``, any strides). TODAY: torch's batched products over the
-    gathered blocks (``_torch_mm_t``: correct, float32 accumulation, not fast). The lead replaces this body with
-    sparsek's GPU kernel, ``Gpu::spmm_t_raw`` on torch's current stream, whose arguments are exactly these: A's
-    values / crow / col, the transposed index ``index = (col_ptr, row_idx, perm)`` (int32 device tensors from
-    ``bsr_transpose_index``), ``b`` and the output ``c``."""
-    c.copy_(_torch_mm_t(values, index, rows, cols, b, alpha))
+    """``c = alpha * A^T @ b`` on CUDA (``c``: ``cols x N``, any strides): sparsek's GPU kernel (``Gpu::spmm_t_raw``)
+    on torch's current stream, reading A's stored blocks through the transposed index ``index = (col_ptr, row_idx,
+    perm)`` (int32 device tensors from ``bsr_transpose_index``) and transposing each block as it loads it. The
+    structure is checked on the device first, once (as the forward's launches do); the index, built by torch's
+    operations from the same tensors, addresses only A's blocks and B's rows whatever they hold."""
+    if not values.is_contiguous() or values.data_ptr() % 16:
+        values = values.clone(memory_format=torch.contiguous_format)
+    crow, col = crow.contiguous(), col.contiguous()
+    dtype_name = _IN_TYPES[values.dtype]
+    bs = values.shape[1]
+    a_args = (values.data_ptr(), crow.data_ptr(), col.data_ptr(), crow.dtype == torch.int64, rows, cols, bs,
+              values.shape[0])
+    dev = values.get_device()
+    _ensure_checked(crow, col, dev, dtype_name, a_args)
+    col_ptr, row_idx, perm = (t.contiguous() for t in index)
+    b, b_desc = _input(b)
+    cw, c_desc, staged = _output(c)
+    args = ((dtype_name, _OUT_TYPES[c.dtype]), a_args, (*b_desc, b.shape[1]), c_desc, float(alpha),
+            (col_ptr.data_ptr(), row_idx.data_ptr(), perm.data_ptr()))
+    _native.cuda_spmm_t(dev, _raw_stream(dev), args)
+    if staged:
+        c.copy_(cw)
 
 
 def _sddmm_cuda(x, y, crow, col, rows, cols, bs, alpha, out) -> None:
-    """``out = alpha * (x @ y^T)`` at A's stored blocks on CUDA (``out``: ``(nnzb, bs, bs)``). TODAY: torch's
-    batched products over the gathered rows (``_torch_sddmm``: correct, float32 accumulation, not fast). The lead
-    replaces this body with sparsek's GPU kernel, ``Gpu::sddmm_raw`` on torch's current stream: x, y, crow, col and
-    the output values viewed as ``(nnzb * bs) x bs``."""
-    out.copy_(_torch_sddmm(x, y, crow, col, rows, cols, bs, out.shape[0], alpha))
+    """``out = alpha * (x @ y^T)`` at A's stored blocks on CUDA (``out``: a contiguous ``(nnzb, bs, bs)`` tensor):
+    sparsek's GPU kernel (``Gpu::sddmm_raw``) on torch's current stream, one CTA per stored block, x and y read in
+    their own storage orders (a column-major view is read as it is). The kernel reads the structure's checked copy
+    (``_ensure_checked``), as the forward's launches do."""
+    crow, col = crow.contiguous(), col.contiguous()
+    dtype_name = _IN_TYPES[x.dtype]
+    a_args = (out.data_ptr(), crow.data_ptr(), col.data_ptr(), crow.dtype == torch.int64, rows, cols, bs,
+              out.shape[0])
+    dev = x.get_device()
+    structure, _ = _ensure_checked(crow, col, dev, dtype_name, a_args)
+    a_args = (a_args[0], structure.row_ptr, structure.col_idx, *a_args[3:])
+    x, x_desc = _input(x)
+    y, y_desc = _input(y)
+    args = ((dtype_name, _OUT_TYPES[out.dtype]), x_desc, y_desc, x.shape[1], a_args, (float(alpha), 0.0))
+    _native.cuda_sddmm(dev, _raw_stream(dev), args)
 
 
 def bsr_mm_t_impl(values, crow_indices, col_indices, rows, cols, b, alpha=1.0, out_dtype=None, transpose_out=False):
