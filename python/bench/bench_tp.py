@@ -330,11 +330,11 @@ def main():
             for c in graph_cases:
                 with torch.no_grad():
                     ref = c["eager"]()
-                if not torch.equal(c["out"], ref):
+                if not err_check(c["out"], ref)[0]:
                     fail = 1.0
             fail = max_over_ranks(fail, device)
             if fail:
-                graph_note = "captured, but a replay differed from the eager output: graph times dropped"
+                graph_note = "captured, but a replay's output was outside the tolerance of the eager one: graph times dropped"
                 cases = [c for c in cases if not c["variant"].endswith("-graph")]
         except Exception as e:  # noqa: BLE001
             graph_note = f"capture failed ({type(e).__name__}: {str(e)[:200]}); 16 tokens timed eagerly only"
