@@ -334,7 +334,8 @@ def main():
                     fail = 1.0
             fail = max_over_ranks(fail, device)
             if fail:
-                graph_note = "captured, but a replay's output was outside the tolerance of the eager one: graph times dropped"
+                graph_note = ("captured, but a replay's output was outside the tolerance of the eager one: graph "
+                              "times dropped")
                 cases = [c for c in cases if not c["variant"].endswith("-graph")]
         except Exception as e:  # noqa: BLE001
             graph_note = f"capture failed ({type(e).__name__}: {str(e)[:200]}); 16 tokens timed eagerly only"
