@@ -669,9 +669,15 @@ def _build_transpose_index(crow, col, rows: int, cols: int, bs: int):
             col_ptr.data_ptr(), row_idx.data_ptr(), perm.data_ptr(),
         )
         return col_ptr, row_idx, perm
-    # On the device, with torch's operations and no read-back: a stable sort of the blocks by block column gives
-    # perm; row_idx is the blocks' block rows in that order; col_ptr counts each column's blocks (a search in the
-    # sorted columns). The structure is not validated here: the forward checked it on the device (_ensure_checked).
+    return _transpose_index_torch(crow, col, rows, cols, bs)
+
+
+def _transpose_index_torch(crow, col, rows: int, cols: int, bs: int):
+    """The transposed index with torch's operations on the indices' device, no read-back to the host: a stable sort
+    of the blocks by block column gives perm; row_idx is the blocks' block rows in that order; col_ptr counts each
+    column's blocks (a search in the sorted columns). The structure is not validated here (on CUDA the forward
+    checked it on the device, ``_ensure_checked``)."""
+    nnzb, block_cols, dev = col.numel(), cols // bs, col.device
     col64 = col.to(torch.int64)
     sorted_col, perm = torch.sort(col64, stable=True)
     row_idx = _block_rows(crow, nnzb)[perm]

@@ -678,7 +678,7 @@ def sparsify(
     CUDA, they are a subclass of ``nn.Linear`` (e.g. ``nn.MultiheadAttention``'s ``out_proj``, whose owner reads
     ``.weight`` directly), their weight is shared with another module (tied embeddings), or they have hooks.
     Bad arguments raise before anything changes. The converted layers' values are created frozen (inference);
-    ``values.requires_grad_(True)`` makes a layer trainable (the gradients are computed densely for now).
+    ``values.requires_grad_(True)`` makes a layer trainable (sparsek's backward products, no dense weight).
 
     Returns:
         a :class:`SparsifyReport`: ``report.model``, ``report.records`` / ``.converted`` / ``.skipped``, totals,
