@@ -460,10 +460,10 @@ def test_only_the_asked_gradients_are_computed(monkeypatch):
     assert calls == ["cpu_spmm_t"]
 
 
-def test_cuda_bodies_on_cpu_tensors():
-    """The CUDA bodies of today (torch's operations: _bsr_mm_t_cuda, _sddmm_cuda, the device-side transposed index)
-    run on CPU tensors too: checked here against the dense references and the Rust index, so that they are tested
-    on a machine without a GPU (the CUDA twins above run them on the GPU)."""
+def test_torch_paths_on_cpu_tensors():
+    """The paths made of torch's operations (the transposed index as CUDA builds it; the block-wise products that
+    serve float64 on the CPU) run on CPU tensors too: checked here against the Rust index and the dense references,
+    so that they are tested without a GPU (the CUDA twins above run the GPU kernels)."""
     from sparsek import _ops
 
     gen = torch.Generator().manual_seed(seed_for("cuda-bodies"))
@@ -475,12 +475,12 @@ def test_cuda_bodies_on_cpu_tensors():
     a64 = _dense_of(values, crow, col, m, k)
     b = randn(n, m, dtype=torch.bfloat16, device="cpu", gen=gen).t()
     c = torch.full((n, k), float("nan")).t()  # column-major, poisoned
-    _ops._bsr_mm_t_cuda(values, crow, col, m, k, b, 0.5, index, c)
+    c.copy_(_ops._torch_mm_t(values, index, m, k, b, 0.5))
     assert_close(c, 0.5 * a64.t() @ b.double(), 0.5 * a64.abs().t() @ b.double().abs(), m)
     x, y = randn(m, 77, dtype=torch.bfloat16, device="cpu", gen=gen), randn(77, k, dtype=torch.bfloat16, device="cpu",
                                                                              gen=gen).t()
     out = torch.full(values.shape, float("nan"))
-    _ops._sddmm_cuda(x, y, crow, col, m, k, bs, -2.0, out)
+    out.copy_(_ops._torch_sddmm(x, y, crow, col, m, k, bs, values.shape[0], -2.0))
     w = torch.sparse_bsr_tensor(crow, col, values, (m, k))
     assert_close(out, _blocks_of(-2.0 * x.double() @ y.double().t(), w),
                  _blocks_of(2.0 * x.double().abs() @ y.double().abs().t(), w), 77)
