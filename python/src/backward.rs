@@ -22,23 +22,6 @@ pub(crate) struct TArgs((String, String), BsrArgs, (u64, usize, bool, usize), (u
 #[derive(FromPyObject)]
 pub(crate) struct SArgs((String, String), (u64, usize, bool), (u64, usize, bool), usize, BsrArgs, (f32, f32));
 
-/// Dispatches `$f::<TA, TC>` on the (input, output) type names, as `by_types!` does for the forward.
-macro_rules! typed {
-    ($types:expr, $f:ident ( $($arg:expr),* )) => {
-        match ($types.0.as_str(), $types.1.as_str()) {
-            ("f16", "f32") => $f::<f16, f32>($($arg),*),
-            ("f16", "f16") => $f::<f16, f16>($($arg),*),
-            ("bf16", "f32") => $f::<bf16, f32>($($arg),*),
-            ("bf16", "bf16") => $f::<bf16, bf16>($($arg),*),
-            (a, c) => Err(Error::InvalidArgument {
-                name: "element types",
-                reason: format!("{a} inputs with a {c} output are not supported: inputs are float16 or bfloat16, \
-                                 the output float32 or the inputs' own type"),
-            }),
-        }
-    };
-}
-
 fn arrays((values, row_ptr, col_idx, index64, ..): BsrArgs) -> BsrArrays {
     BsrArrays { values, row_ptr, col_idx, index: if index64 { IndexType::I64 } else { IndexType::U32 } }
 }
@@ -84,7 +67,7 @@ unsafe fn sddmm<TA: InputElement, TV: OutputElement>(gpu: &Gpu, stream: CUstream
 pub(crate) fn cuda_spmm_t(py: Python<'_>, device: usize, stream: usize, args: TArgs) -> PyResult<()> {
     let gpu = gpu(py, device)?;
     // SAFETY: the Python layer's contract (see the function's doc).
-    unsafe { typed!(args.0, spmm_t(&gpu, stream as CUstream, &args)) }.map_err(to_py)
+    unsafe { by_types!(args.0.0.as_str(), args.0.1.as_str(), spmm_t(&gpu, stream as CUstream, &args)) }.map_err(to_py)
 }
 
 /// `values = alpha * (x @ y^T) + beta * values` at A's blocks on GPU `device`, on the raw CUDA stream `stream`.
@@ -93,5 +76,5 @@ pub(crate) fn cuda_spmm_t(py: Python<'_>, device: usize, stream: usize, args: TA
 pub(crate) fn cuda_sddmm(py: Python<'_>, device: usize, stream: usize, args: SArgs) -> PyResult<()> {
     let gpu = gpu(py, device)?;
     // SAFETY: as `cuda_spmm_t`.
-    unsafe { typed!(args.0, sddmm(&gpu, stream as CUstream, &args)) }.map_err(to_py)
+    unsafe { by_types!(args.0.0.as_str(), args.0.1.as_str(), sddmm(&gpu, stream as CUstream, &args)) }.map_err(to_py)
 }
