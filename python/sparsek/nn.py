@@ -351,6 +351,11 @@ class BlockSparseLinear(torch.nn.Module):
         except RuntimeError as e:
             _ops.raise_type_error(e)
             raise
+        # Mixed precision: under torch.autocast of the values' dtype, x is cast to it as nn.Linear's would be (the
+        # output in that dtype, x's gradient back in x's). Checked only here, off the fast path.
+        kind = x.device.type
+        if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == values.dtype:
+            return self.forward(x.to(values.dtype))
         raise TypeError(
             f"sparsek: x is {x.dtype}; this layer takes {self.io_dtype}"
             + ("" if self.io_dtype == values.dtype else f" or its values' {values.dtype}")

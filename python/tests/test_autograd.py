@@ -509,3 +509,29 @@ def test_compiled_linear_backward_matches_eager(device):
         grads.append([a.grad for a in args])
     for e, c in zip(*grads):
         assert torch.allclose(e.float(), c.float(), rtol=1e-2, atol=1e-2 * e.float().abs().max())
+
+
+def test_autocast_bf16_training_step_on_the_cpu():
+    """Mixed precision: under torch.autocast(bfloat16) a bfloat16 layer takes float32 input as nn.Linear would (cast
+    to bfloat16, bfloat16 output), and the step's gradients equal those of the explicitly cast computation."""
+    from sparsek.nn import BlockSparseLinear
+
+    torch.manual_seed(0)
+    layer = BlockSparseLinear.from_dense(torch.nn.Linear(128, 256), block_size=32, density=0.5,
+                                         dtype=torch.bfloat16)
+    layer.values.requires_grad_(True)
+    layer.bias.requires_grad_(True)
+    x = torch.randn(8, 128, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert y.dtype == torch.bfloat16
+    y.float().pow(2).mean().backward()
+    grads = (layer.values.grad.clone(), layer.bias.grad.clone(), x.grad.clone())
+    layer.values.grad, layer.bias.grad = None, None
+    x2 = x.detach().clone().requires_grad_(True)
+    layer(x2.to(torch.bfloat16)).float().pow(2).mean().backward()
+    for got, want in zip(grads, (layer.values.grad, layer.bias.grad, x2.grad)):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    # Outside autocast a float32 input is still refused with the layer's dtype named.
+    with pytest.raises(TypeError, match="bfloat16"):
+        layer(x)
