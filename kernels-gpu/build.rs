@@ -28,8 +28,10 @@ fn main() {
         ("sddmm", String::new()),
     ];
     for v in VARIANTS.iter().filter(|v| Some(v.module) == module) {
-        // The row's decomposition names the template that implements it (and its file includes the line).
+        // The row's decomposition names the template that implements it (and its file includes the line); the
+        // Hopper module's rows are all the sm_90a template's.
         let template = match v.decomposition {
+            _ if v.module == Module::Hopper => "hopper",
             Decomposition::HopperTiles => "hopper",
             Decomposition::DecodeSlices => "decode",
             Decomposition::FlatList => "flat",
@@ -50,13 +52,17 @@ fn main() {
             OutType::Bf16 => ("crate::epilogue::Bf16", "crate::layout::OutType::Bf16"),
         };
         let text = &mut files.iter_mut().find(|(t, _)| *t == template).expect("a template").1;
-        // The sm_80 template's rows of A^T (`Op::BsrSpmmT`) read A through its transposed index.
-        let decomposition = match (v.op, v.decomposition) {
-            (Op::BsrSpmmT, d) => format!("Transposed{d:?}"),
-            (_, d) => format!("{d:?}"),
+        // The rows of A^T (`Op::BsrSpmmT`) read A through its transposed index; the sm_90a SDDMM's source names
+        // X's order.
+        let decomposition = match (v.op, v.decomposition, v.a_layout) {
+            (Op::BsrSpmmT, d, _) => format!("Transposed{d:?}"),
+            (Op::Sddmm, _, Layout::RowMajor) if template == "hopper" => "HopperSddmmXRow".into(),
+            (Op::Sddmm, _, Layout::ColMajor) if template == "hopper" => "HopperSddmmXCol".into(),
+            (_, d, _) => format!("{d:?}"),
         };
-        // An SDDMM kernel also takes X's order (how its A operand is read).
+        // An sm_80 SDDMM kernel also takes X's order (how its A operand is read).
         let x_col = match (v.op, v.a_layout) {
+            _ if template == "hopper" => "",
             (Op::Sddmm, Layout::RowMajor) => ", crate::sm80::bsr::src::SDDMM_X_ROW",
             (Op::Sddmm, Layout::ColMajor) => ", crate::sm80::bsr::src::SDDMM_X_COL",
             _ => "",

@@ -3,6 +3,10 @@
 //! against the three dense GEMMs of `nn.Linear`, interleaved launch by launch in one process, CUDA events around each
 //! launch (every launch here runs for well over 50 us), medians of 20 after 3 warm-up rounds.
 //!
+//! On a Hopper GPU the library's launches take the sm_90a kernels where it has them (A^T @ B at bs 64 and 128,
+//! SDDMM at 128); the sm_80 template's kernels (`Policy::hopper` off, the same launches through a second `Gpu`
+//! on the same stream) are timed in the same interleaving, column "sm_80 ms".
+//!
 //! Each product is checked against the f64 oracle on a sample before it is timed. Operands: f16, f32 accumulation
 //! and f32 outputs (cuBLAS: `cublasGemmEx` f16 x f16 -> f32). The layer's operands are stored as the layer holds
 //! them: `x (tokens x in)`, `dy (tokens x out)` row-major, so dX = dy @ W is `W^T @ dy^T` with column-major views and
@@ -16,6 +20,7 @@ use cudarc::driver::CudaSlice;
 use sparsek::format::{BsrTranspose, Pattern, generate};
 use sparsek::gpu::timing::{EventTimer, median};
 use sparsek::gpu::{BsrView, DenseView, DenseViewMut, DeviceMatrix, Gpu};
+use sparsek::plan::Policy;
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
 use sparsek_bench::Cublas;
 
@@ -87,13 +92,17 @@ fn check_t(a: &Bsr<f16>, b: &Matrix<f16>, got: &Matrix<f32>) -> Result<(), Box<d
 
 fn main() -> Result<(), Box<dyn Error>> {
     let gpu = Gpu::new(0)?;
+    // The sm_80 template's kernels on every GPU: the same launches through a Gpu without the sm_90a module.
+    let gpu80 = Gpu::new(0)?.with_policy(Policy { hopper: false, ..gpu.policy() });
     let cublas = Cublas::new(&gpu)?;
     let stream = gpu.stream().clone();
     let timer = EventTimer::new(&stream);
     let ep = Epilogue::default();
     println!("device: {}", gpu.info().name);
-    println!("| product | bs | density | sparsek ms | cuBLAS ms | speedup | sparsek TFLOPS (stored) | plan |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| product | bs | density | sparsek ms | sm_80 ms | cuBLAS ms | speedup | sparsek TFLOPS (stored) | plan |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     for &(m, k, n, bs, density) in &PRODUCTS {
         let a = generate::<f16>(Pattern::Uniform, m, k, bs, density, 7)?;
         let a_d = gpu.upload(&a)?;
@@ -108,8 +117,21 @@ fn main() -> Result<(), Box<dyn Error>> {
         gpu.spmm_t(&a_d, &at, &b, &mut c, ep)?;
         let plan_t = gpu.last_plan().map(|p| p.kernel).unwrap_or("?");
         check_t(&a, &b.to_host()?, &c.to_host()?)?;
-        let times = timer.time_interleaved(WARMUP, ITERS, 2, |i| match i {
+        let (av, atv) = (a_d.view(), at.view());
+        let bv = DenseView::from_cuda_slice(b.as_slice(), m, n, b.ld(), Layout::RowMajor)?;
+        let mut c80: CudaSlice<f32> = stream.alloc_zeros(k * n)?;
+        let t80 = |c80: &mut CudaSlice<f32>| {
+            let mut cv = DenseViewMut::from_cuda_slice(c80, k, n, n, Layout::RowMajor)?;
+            // SAFETY: every buffer is owned here and alive until the stream is synchronised at the end.
+            unsafe { gpu80.spmm_t_raw(stream.cu_stream(), &av, &atv, &bv, &mut cv, ep) }
+        };
+        t80(&mut c80)?;
+        let plan_80 = gpu80.last_plan().map(|p| p.kernel).unwrap_or("?");
+        let host80 = stream.clone_dtoh(&c80)?;
+        check_t(&a, &b.to_host()?, &Matrix::from_fn(k, n, |r, j| host80[r * n + j])?)?;
+        let times = timer.time_interleaved(WARMUP, ITERS, 3, |i| match i {
             0 => gpu.spmm_t(&a_d, &at, &b, &mut c, ep),
+            1 => t80(&mut c80),
             _ => cublas
                 .gemm(
                     &gpu,
@@ -123,9 +145,9 @@ fn main() -> Result<(), Box<dyn Error>> {
                 )
                 .map_err(|e| sparsek::Error::InvalidArgument { name: "cublas", reason: e.to_string() }),
         })?;
-        let (ts, td) = (median(&times[0]).unwrap_or(f32::NAN), median(&times[1]).unwrap_or(f32::NAN));
+        let [ts, t8, td] = [0, 1, 2].map(|i| median(&times[i]).unwrap_or(f32::NAN));
         println!(
-            "| A^T @ B {m}x{k}x{n} | {bs} | {density} | {ts:.3} | {td:.3} | {:.2} | {:.0} | {plan_t} |",
+            "| A^T @ B {m}x{k}x{n} | {bs} | {density} | {ts:.3} | {t8:.3} | {td:.3} | {:.2} | {:.0} | {plan_t} ({plan_80}) |",
             td / ts,
             flops / (f64::from(ts) * 1e9)
         );
@@ -143,14 +165,24 @@ fn main() -> Result<(), Box<dyn Error>> {
             // SAFETY: every buffer is owned here and alive until the stream is synchronised at the end.
             unsafe { gpu.sddmm_raw(stream.cu_stream(), &t_view(&dy), &t_view(&x), &av, &mut vv, ep) }
         };
+        let sddmm80 = |values: &mut CudaSlice<f32>| {
+            let mut vv = DenseViewMut::from_cuda_slice(values, a.nnzb() * bs, bs, bs, Layout::RowMajor)?;
+            // SAFETY: as above.
+            unsafe { gpu80.sddmm_raw(stream.cu_stream(), &t_view(&dy), &t_view(&x), &av, &mut vv, ep) }
+        };
+        let mut values80: CudaSlice<f32> = stream.alloc_zeros(a.values().len().max(1))?;
+        sddmm80(&mut values80)?;
+        let plan_s80 = gpu80.last_plan().map(|p| p.kernel).unwrap_or("?");
         sddmm(&mut values)?;
         let plan_s = gpu.last_plan().map(|p| p.kernel).unwrap_or("?");
         let (hx, hy) = (dy.to_host()?, x.to_host()?);
         let xt = Matrix::from_fn(m, n, |r, c| hx.get(c, r))?;
         let yt = Matrix::from_fn(k, n, |r, c| hy.get(c, r))?;
         check_sddmm(&a, (&xt, &yt), &stream.clone_dtoh(&values)?)?;
-        let times = timer.time_interleaved(WARMUP, ITERS, 2, |i| match i {
+        check_sddmm(&a, (&xt, &yt), &stream.clone_dtoh(&values80)?)?;
+        let times = timer.time_interleaved(WARMUP, ITERS, 3, |i| match i {
             0 => sddmm(&mut values),
+            1 => sddmm80(&mut values80),
             _ => cublas
                 .gemm(
                     &gpu,
@@ -164,9 +196,9 @@ fn main() -> Result<(), Box<dyn Error>> {
                 )
                 .map_err(|e| sparsek::Error::InvalidArgument { name: "cublas", reason: e.to_string() }),
         })?;
-        let (ts, td) = (median(&times[0]).unwrap_or(f32::NAN), median(&times[1]).unwrap_or(f32::NAN));
+        let [ts, t8, td] = [0, 1, 2].map(|i| median(&times[i]).unwrap_or(f32::NAN));
         println!(
-            "| SDDMM {m}x{k}, K = {n} | {bs} | {density} | {ts:.3} | {td:.3} | {:.2} | {:.0} | {plan_s} |",
+            "| SDDMM {m}x{k}, K = {n} | {bs} | {density} | {ts:.3} | {t8:.3} | {td:.3} | {:.2} | {:.0} | {plan_s} ({plan_s80}) |",
             td / ts,
             flops / (f64::from(ts) * 1e9)
         );

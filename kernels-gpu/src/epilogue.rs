@@ -140,6 +140,27 @@ pub(crate) unsafe fn load_index(base: u64, i: u32, shift: u32) -> u32 {
     unsafe { ptx::ld_global_u32((base + ((i as u64) << shift)) as *const u32) }
 }
 
+/// The block row holding stored block `blk` (< nnzb) of a structure of `block_rows` rows: the largest `r` with
+/// `row_ptr[r] <= blk` (empty rows before it share its pointer), by binary search.
+///
+/// # Safety
+/// `row_ptr` holds `block_rows + 1` nondecreasing entries of `1 << shift` bytes, the last above `blk`.
+#[inline(always)]
+#[cfg_attr(feature = "tune-kernels", allow(dead_code))]
+pub(crate) unsafe fn block_row_of(row_ptr: u64, block_rows: u32, blk: u32, shift: u32) -> u32 {
+    // Invariant: row_ptr[lo] <= blk < row_ptr[hi].
+    let (mut lo, mut hi) = (0u32, block_rows);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if unsafe { load_index(row_ptr, mid, shift) } <= blk {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 /// C and the epilogue: `C = act(alpha * acc + bias[row]) + beta * C`, columns >= n skipped, C not read when
 /// beta == 0.
 #[derive(Clone, Copy)]

@@ -56,7 +56,10 @@ macro_rules! kernel {
     (StoredBlocks, $($row:tt)*) => { sddmm_kernel!($($row)*); };
     (FlatList, $($row:tt)*) => { flat_kernel!($($row)*); };
     (DecodeSlices, $($row:tt)*) => { decode_kernel!($($row)*); };
-    (HopperTiles, $($row:tt)*) => { hopper_kernel!($($row)*); };
+    (HopperTiles, $($row:tt)*) => { hopper_kernel!(crate::sm90::src::FORWARD, $($row)*); };
+    (TransposedHopperTiles, $($row:tt)*) => { hopper_kernel!(crate::sm90::src::TRANSPOSED, $($row)*); };
+    (HopperSddmmXRow, $($row:tt)*) => { hopper_kernel!(crate::sm90::src::SDDMM_X_ROW, $($row)*); };
+    (HopperSddmmXCol, $($row:tt)*) => { hopper_kernel!(crate::sm90::src::SDDMM_X_COL, $($row)*); };
 }
 
 #[cfg(not(any(feature = "test-kernels", feature = "tune-kernels", feature = "sm90")))]

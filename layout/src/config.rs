@@ -516,6 +516,18 @@ pub const HOPPER_CONFIGS: [KernelConfig; 2] = [
     row(Pipeline::TmaWgmma { pingpong: false }, (128, 256, 64), (8, 1), 4, false),
 ];
 
+/// Configurations of the sm_90a SDDMM kernels ([`Op::Sddmm`] in [`Module::Hopper`]): one stored block per tile
+/// (BN = BS), both consumer warpgroups on it stacked along M (64 x 128 each, one `m64n128k16` per k16 step), one
+/// set (the K loop over the tokens is long: the epilogue is a small share), six ring stages of 32 KB. bs 128 only:
+/// a 64 x 64 tile would be a quarter of a warpgroup's `m64n256`.
+pub const HOPPER_SDDMM_CONFIGS: [KernelConfig; 1] =
+    [row(Pipeline::TmaWgmma { pingpong: false }, (128, 128, 64), (8, 1), 6, false)];
+
+/// The [`HOPPER_SDDMM_CONFIGS`] entry for block size `bs`.
+pub const fn hopper_sddmm_config_for(bs: u32) -> Option<KernelConfig> {
+    find_config(&HOPPER_SDDMM_CONFIGS, bs)
+}
+
 /// The [`HOPPER_CONFIGS`] entry for block size `bs`.
 pub const fn hopper_config_for(bs: u32) -> Option<KernelConfig> {
     find_config(&HOPPER_CONFIGS, bs)

@@ -193,8 +193,9 @@ pub enum Decomposition {
     /// The sm_90a kernels' tiles taken by a persistent grid from a counter (or by a stride), split rows handed over
     /// per warp (`sm90/`: [`Pipeline::TmaWgmma`]).
     HopperTiles,
-    /// One CTA per stored block of the output structure, its K loop over the reduced dimension ([`Op::Sddmm`],
-    /// `sm80/sddmm.rs`): the tile is one (BS, BS) block (BN = BS).
+    /// One tile per stored block of the output structure, its K loop over the reduced dimension ([`Op::Sddmm`]):
+    /// one CTA per block (`sm80/sddmm.rs`), or the sm_90a template's tiles taken by a stride (`sm90/`,
+    /// [`HOPPER_SDDMM_CONFIGS`]); the tile is one (BS, BS) block (BN = BS).
     StoredBlocks,
 }
 
@@ -215,7 +216,9 @@ impl Decomposition {
             (Decomposition::FlatList, Pipeline::CpAsync) => flat_tile,
             (Decomposition::DecodeSlices, Pipeline::Direct)
             | (Decomposition::HopperTiles, Pipeline::TmaWgmma { .. }) => !flat_tile,
-            (Decomposition::StoredBlocks, Pipeline::CpAsync) => !flat_tile && config.bn == config.bs,
+            (Decomposition::StoredBlocks, Pipeline::CpAsync | Pipeline::TmaWgmma { pingpong: false }) => {
+                !flat_tile && config.bn == config.bs
+            }
             _ => false,
         }
     }
@@ -229,7 +232,9 @@ impl Variant {
     pub const fn expected_barriers(&self) -> u32 {
         match self.decomposition {
             Decomposition::FlatList => 4,
-            // One block per CTA: the main loop's barriers only (no split rows or k-groups to hand over).
+            // One block per CTA: the main loop's barriers only (no split rows or k-groups to hand over); the sm_90a
+            // template's, its configuration's.
+            Decomposition::StoredBlocks if matches!(self.arch, Arch::Sm90a) => self.config.expected_barriers(),
             Decomposition::StoredBlocks if self.config.frag_db => 2,
             Decomposition::StoredBlocks => 1,
             _ => self.config.expected_barriers(),
@@ -276,6 +281,34 @@ const fn sddmm(name: &'static str, input: InType, (x, y): (Layout, Layout), out:
         name,
         arch: Arch::Sm80,
         module: Module::Product,
+        op: Op::Sddmm,
+        bs,
+        input,
+        b_layout: y.transposed(),
+        a_layout: x,
+        out,
+        config,
+        tile,
+        decomposition,
+    }
+}
+
+/// An [`Op::BsrSpmmT`] row of the Hopper module: the [`HOPPER_CONFIGS`] tile over the block columns of A, each
+/// stored block staged as it is and read transposed (wgmma's MN-major A).
+const fn hopper_t(name: &'static str, input: InType, b_layout: Layout, out: OutType, bs: u32) -> Variant {
+    Variant { op: Op::BsrSpmmT, ..hopper(name, input, b_layout, out, bs) }
+}
+
+/// An [`Op::Sddmm`] row of the Hopper module: the [`HOPPER_SDDMM_CONFIGS`] tile for `bs`, one stored block per
+/// tile; X stored `x`, Y stored `y`.
+const fn hopper_sddmm(name: &'static str, input: InType, (x, y): (Layout, Layout), out: OutType, bs: u32) -> Variant {
+    let Some(config) = hopper_sddmm_config_for(bs) else { panic!("no sm_90a SDDMM configuration for this block size") };
+    let (tile, decomposition) = (Tile::Wide, Decomposition::StoredBlocks);
+    assert!(decomposition.fits(&config, tile), "an SDDMM tile is one block");
+    Variant {
+        name,
+        arch: Arch::Sm90a,
+        module: Module::Hopper,
         op: Op::Sddmm,
         bs,
         input,
@@ -335,10 +368,11 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// are named `sparsek_sm90_bs<bs>_...` the same way, those for short rows ([`HOPPER_SHORT_CONFIGS`], f32 C) with
 /// the suffix `_short`. The backward products: `sparsek_bsrt_bs<bs>_<input>_b<row|col>_<out>` ([`Op::BsrSpmmT`],
 /// A^T @ B on the wide tile) and `sparsek_sddmm_bs<bs>_<input>_x<row|col>_y<row|col>_<out>` ([`Op::Sddmm`], X's and
-/// Y's storage orders, the values written in f32 or the input type).
+/// Y's storage orders, the values written in f32 or the input type); on Hopper `sparsek_sm90t_bs<bs>_...` (A^T @ B,
+/// bs 64 and 128) and `sparsek_sm90_sddmm_bs128_...` the same way.
 // A `const`, not a `static`: the kernels look their rows up at compile time ([`variant`], a `const fn`).
 #[allow(clippy::large_const_arrays)]
-pub const VARIANTS: [Variant; 284] = [
+pub const VARIANTS: [Variant; 316] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -858,6 +892,134 @@ pub const VARIANTS: [Variant; 284] = [
     ),
     sddmm(
         "sparsek_sddmm_bs128_bf16_xcol_ycol_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::Bf16,
+        128,
+    ),
+    hopper_t("sparsek_sm90t_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
+    hopper_t("sparsek_sm90t_bs128_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 128),
+    hopper_t("sparsek_sm90t_bs64_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 64),
+    hopper_t("sparsek_sm90t_bs128_f16_brow_f16", InType::F16, Layout::RowMajor, OutType::F16, 128),
+    hopper_t("sparsek_sm90t_bs64_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 64),
+    hopper_t("sparsek_sm90t_bs128_f16_bcol_f32", InType::F16, Layout::ColMajor, OutType::F32, 128),
+    hopper_t("sparsek_sm90t_bs64_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 64),
+    hopper_t("sparsek_sm90t_bs128_f16_bcol_f16", InType::F16, Layout::ColMajor, OutType::F16, 128),
+    hopper_t("sparsek_sm90t_bs64_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 64),
+    hopper_t("sparsek_sm90t_bs128_bf16_brow_f32", InType::Bf16, Layout::RowMajor, OutType::F32, 128),
+    hopper_t("sparsek_sm90t_bs64_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 64),
+    hopper_t("sparsek_sm90t_bs128_bf16_brow_bf16", InType::Bf16, Layout::RowMajor, OutType::Bf16, 128),
+    hopper_t("sparsek_sm90t_bs64_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 64),
+    hopper_t("sparsek_sm90t_bs128_bf16_bcol_f32", InType::Bf16, Layout::ColMajor, OutType::F32, 128),
+    hopper_t("sparsek_sm90t_bs64_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 64),
+    hopper_t("sparsek_sm90t_bs128_bf16_bcol_bf16", InType::Bf16, Layout::ColMajor, OutType::Bf16, 128),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_f16_xrow_yrow_f32",
+        InType::F16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F32,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_f16_xrow_yrow_f16",
+        InType::F16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F16,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_f16_xrow_ycol_f32",
+        InType::F16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F32,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_f16_xrow_ycol_f16",
+        InType::F16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F16,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_f16_xcol_yrow_f32",
+        InType::F16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F32,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_f16_xcol_yrow_f16",
+        InType::F16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F16,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_f16_xcol_ycol_f32",
+        InType::F16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F32,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_f16_xcol_ycol_f16",
+        InType::F16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F16,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_bf16_xrow_yrow_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F32,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_bf16_xrow_yrow_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::Bf16,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_bf16_xrow_ycol_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F32,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_bf16_xrow_ycol_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::Bf16,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_bf16_xcol_yrow_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F32,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_bf16_xcol_yrow_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::Bf16,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_bf16_xcol_ycol_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F32,
+        128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs128_bf16_xcol_ycol_bf16",
         InType::Bf16,
         (Layout::ColMajor, Layout::ColMajor),
         OutType::Bf16,

@@ -72,7 +72,7 @@ fn check_t<TA: InputElement, TC: OutputElement>(gpu: &Gpu, bs: usize, seed: u64)
         let ptrs = (addr(stream, &col_ptr), addr(stream, &row_idx), addr(stream, &perm));
         // SAFETY: the arrays hold A's transposed index, alive for the whole test.
         let atv = unsafe { TransposeView::from_raw(ptrs, k, bs, a.nnzb()) }.unwrap();
-        for (n, ep) in [(17usize, Epilogue::default()), (300, Epilogue::new(-0.75, 1.5))] {
+        for (n, ep) in [(17usize, Epilogue::default()), (128, Epilogue::new(0.5, 0.0)), (300, Epilogue::new(-0.75, 1.5))] {
             let b = Matrix::<TA>::random(m, n, seed ^ 0xb ^ n as u64).unwrap();
             let c0 = if ep.beta == 0.0 {
                 Matrix::<TC>::filled(k, n, n, TC::from_f64(f64::NAN)).unwrap()
@@ -107,6 +107,8 @@ fn check_t<TA: InputElement, TC: OutputElement>(gpu: &Gpu, bs: usize, seed: u64)
                     shape: (m, k),
                     nnzb: a.nnzb(),
                     n,
+                    c_layout,
+                    beta_zero: ep.beta == 0.0,
                 };
                 assert_eq!(gpu.last_plan(), Some(gpu.plan_backward(&problem).unwrap()), "{what:?}");
             }
@@ -173,6 +175,8 @@ fn check_sddmm<TX: InputElement, TV: OutputElement>(gpu: &Gpu, bs: usize, seed: 
                     shape: (m, n),
                     nnzb: shape.nnzb(),
                     n: k,
+                    c_layout: Layout::RowMajor,
+                    beta_zero: ep.beta == 0.0,
                 };
                 if shape.nnzb() > 0 {
                     assert_eq!(gpu.last_plan(), Some(gpu.plan_backward(&problem).unwrap()), "{what:?}");

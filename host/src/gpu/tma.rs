@@ -97,6 +97,30 @@ pub(crate) fn a_values_map(input: InType, values: u64, nnzb: usize, cfg: &Kernel
     encode("A's values", input, values, ((nnzb as u64) * bs, bs, bs), (cfg.bs, BK as u32))
 }
 
+/// The tensor map of A's values for the sm_90a A^T @ B kernels: the `nnzb` blocks as one row-major `(nnzb * bs) x
+/// bs` matrix, boxes of 64 rows x 64 columns (a stored block's k-tile of A^T is 64 of its rows, staged as they are
+/// and read MN-major, `bs / 64` boxes).
+pub(crate) fn a_values_t_map(input: InType, values: u64, nnzb: usize, bs: usize) -> Result<TensorMap> {
+    let bs = bs as u64;
+    encode("A's values", input, values, ((nnzb as u64) * bs, bs, bs), (BK as u32, BK as u32))
+}
+
+/// The tensor map of the sm_90a SDDMM kernels' X (`m x k`, `ld` elements between rows or columns): row-major,
+/// boxes of `bs` rows x 64 k (K-major, as A's values for the forward); column-major (stored `k x m`), boxes of 64 k
+/// rows x 64 columns (MN-major, `bs / 64` per k-tile).
+pub(crate) fn x_map(
+    input: InType,
+    (ptr, layout, ld): (u64, Layout, usize),
+    (m, k): (usize, usize),
+    bs: u32,
+) -> Result<TensorMap> {
+    let (m, k, ld) = (m as u64, k as u64, ld as u64);
+    match layout {
+        Layout::RowMajor => encode("X", input, ptr, (m, k, ld), (bs, BK as u32)),
+        Layout::ColMajor => encode("X", input, ptr, (k, m, ld), (BK as u32, BK as u32)),
+    }
+}
+
 /// The tensor map of B (`k x n`): row-major with `n` a multiple of 64, rank 3 (64 columns x `k` rows x `n / 64`
 /// chunks of 64 columns), boxes of 64 x 64 k-rows x BN / 64 chunks, one copy per stage; other row-major B, boxes
 /// of 64 k-rows x 64 columns; column-major (stored `n x k`), boxes of BN columns x 64 k. The kernel applies the

@@ -1,11 +1,16 @@
 //! The plans of the backward products (pure, like the rest of the room): `C = alpha * (A^T @ B) + beta * C`
-//! ([`Op::BsrSpmmT`]) and the block SDDMM `values = alpha * (X @ Y^T) + beta * values` ([`Op::Sddmm`]). Each has one
-//! kernel family today, the sm_80 template (it runs on every GPU from sm_80 on, Hopper included):
+//! ([`Op::BsrSpmmT`]) and the block SDDMM `values = alpha * (X @ Y^T) + beta * values` ([`Op::Sddmm`]). Each has
+//! the sm_80 template (every GPU from sm_80 on) and, where the sm_90a module is loaded and allowed
+//! ([`Policy::hopper`](super::Policy::hopper)), its sm_90a kernels (TMA + wgmma) for the block sizes they serve
+//! (A^T @ B: 64 and 128; SDDMM: 128), which the plan takes there:
 //! - A^T @ B: the forward's wide tile over the block columns of A (the block rows of A^T), whole rows, rasterized
-//!   in groups as the forward's wide tile is ([`raster_group_rows`]);
-//! - SDDMM: one CTA per stored block ([`Decomposition::StoredBlocks`]), in storage order.
+//!   in groups as the forward's wide tile is ([`raster_group_rows`]); on sm_90a the forward's tile likewise, its
+//!   tiles taken by a stride over at most one wave of CTAs, C stored by TMA where it is row-major and beta is 0;
+//! - SDDMM: one tile per stored block ([`Decomposition::StoredBlocks`]), in storage order: one CTA each on sm_80,
+//!   a stride over at most one wave on sm_90a (a CTA's producer loads its next block under the last one's
+//!   epilogue).
 
-use sparsek_layout::{InType, Layout, Op, OutType, Tile};
+use sparsek_layout::{InType, Layout, Op, OutType, Pipeline, Tile};
 
 use super::{Decomposition, KernelRef, LaunchPlan, Loaded, Room, raster_group_rows};
 use crate::error::{Error, Result};
@@ -31,9 +36,13 @@ pub struct BackwardProblem {
     pub nnzb: usize,
     /// A^T @ B: the columns of B and C; SDDMM: K, the reduced length.
     pub n: usize,
+    /// A^T @ B: C's storage order; SDDMM: the values' (row-major).
+    pub c_layout: Layout,
+    /// beta is 0 (the output is written without being read).
+    pub beta_zero: bool,
 }
 
-/// The kernel of `p` among `list`: the [`Tile::Wide`] row of its op, block size and types.
+/// The kernel of `p` among `list` (a module's kernels): the [`Tile::Wide`] row of its op, block size and types.
 fn find<'a>(list: &'a [Loaded], p: &BackwardProblem) -> Option<(usize, &'a Loaded)> {
     // The variant table stores the B operand's order: for SDDMM that is Y^T's, the transpose of Y's.
     let (b_layout, a_layout) = match p.op {
@@ -59,7 +68,14 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
     if !matches!(p.op, Op::BsrSpmmT | Op::Sddmm) {
         return Err(Error::InvalidArgument { name: "op", reason: format!("{:?} is not a backward product", p.op) });
     }
-    let Some((i, loaded)) = find(&room.device.product, p) else {
+    // The sm_90a kernel where the module is loaded, allowed and has one for the block size and types; else the
+    // product module's.
+    let hopper = (room.policy.hopper && room.device.sm90a_loaded()).then(|| find(&room.device.hopper, p)).flatten();
+    let found = match hopper {
+        Some((i, loaded)) => Some((KernelRef::Hopper(i), loaded)),
+        None => find(&room.device.product, p).map(|(i, loaded)| (KernelRef::Product(i), loaded)),
+    };
+    let Some((kernel, loaded)) = found else {
         return Err(Error::InvalidArgument {
             name: "types",
             reason: format!(
@@ -72,9 +88,10 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
         });
     };
     let cfg = loaded.variant.config;
+    let sm90a = matches!(cfg.pipeline, Pipeline::TmaWgmma { .. });
     let (rows, cols) = p.shape;
     let bs = p.bs.max(1);
-    let (ctas, group_rows, decomposition) = match p.op {
+    let (tiles, group_rows, decomposition) = match p.op {
         Op::Sddmm => (p.nnzb, 1, Decomposition::StoredBlocks),
         _ => {
             // The rows of A^T are A's block columns; each is a row of the forward's wide tile.
@@ -87,6 +104,16 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
             (block_rows * n_tiles, group, Decomposition::WholeRows)
         }
     };
+    // sm_80: one CTA per tile. sm_90a: each CTA takes tiles c, c + grid, ... (two consumer sets in ping-pong take
+    // one each), at most one wave of CTAs, so a CTA's producer loads its next tile under the last one's epilogue.
+    let ctas = if sm90a {
+        let sets = if cfg.pingpong() { 2 } else { 1 };
+        tiles.div_ceil(sets).min((loaded.ctas_per_sm.max(1) * room.device.sm_count.max(1)) as usize)
+    } else {
+        tiles
+    };
+    // The sm_90a kernels store a row-major output written without being read through a tensor map.
+    let c_tma = sm90a && p.beta_zero && p.c_layout == Layout::RowMajor;
     let ctas = u32::try_from(ctas).ok().filter(|&c| c <= i32::MAX as u32).ok_or_else(|| Error::InvalidArgument {
         name: "CTAs",
         reason: format!("{ctas} exceeds the kernel's limit of {}", i32::MAX),
@@ -103,11 +130,11 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
         longest_rows_first: false,
         group_rows,
         evict_first_bytes: None,
-        c_tma: false,
+        c_tma,
         programmatic: false,
         graph_workspace: false,
     };
-    Ok((plan, KernelRef::Product(i)))
+    Ok((plan, kernel))
 }
 
 #[cfg(test)]
@@ -126,25 +153,55 @@ mod tests {
             shape: (4096, 11008),
             nnzb: 64 * 172 / 4,
             n: 4096,
+            c_layout: Layout::ColMajor,
+            beta_zero: true,
         }
     }
 
     #[test]
     fn a_transposed_product_runs_the_wide_tile_over_the_block_columns() {
-        let (device, policy) = (DeviceFacts::estimated(Preset::H100), Policy::default());
-        let room = Room { device: &device, policy: &policy };
+        let device = DeviceFacts::estimated(Preset::H100);
+        let sm80_only = Policy { hopper: false, ..Policy::default() };
+        let room = Room { device: &device, policy: &sm80_only };
         for bs in [16, 32, 64, 128] {
             let (plan, _) = plan_backward(room, &problem(Op::BsrSpmmT, bs, OutType::Bf16)).unwrap();
             assert_eq!(plan.kernel, format!("sparsek_bsrt_bs{bs}_bf16_bcol_bf16"));
             let bn = sparsek_layout::variant(plan.kernel).config.bn as usize;
             assert_eq!(plan.ctas as usize, 11008 / bs * 4096usize.div_ceil(bn), "{plan}");
             assert_eq!(plan.decomposition, Decomposition::WholeRows);
-            assert!(plan.group_rows >= 1);
+            assert!(plan.group_rows >= 1 && !plan.c_tma);
         }
     }
 
     #[test]
-    fn an_sddmm_runs_one_cta_per_stored_block_and_names_y_in_its_own_order() {
+    fn on_hopper_the_transposed_product_takes_the_sm90a_tile_for_bs_64_and_128() {
+        let (device, policy) = (DeviceFacts::estimated(Preset::H100), Policy::default());
+        let room = Room { device: &device, policy: &policy };
+        for bs in [16, 32, 64, 128] {
+            let p = problem(Op::BsrSpmmT, bs, OutType::Bf16);
+            let (plan, kernel) = plan_backward(room, &p).unwrap();
+            if bs < 64 {
+                assert_eq!((plan.kernel, kernel), (&*format!("sparsek_bsrt_bs{bs}_bf16_bcol_bf16"), kernel));
+                assert!(matches!(kernel, KernelRef::Product(_)));
+                continue;
+            }
+            assert_eq!(plan.kernel, format!("sparsek_sm90t_bs{bs}_bf16_bcol_bf16"));
+            assert!(matches!(kernel, KernelRef::Hopper(_)));
+            let cfg = sparsek_layout::variant(plan.kernel).config;
+            let tiles = 11008 / bs * 4096usize.div_ceil(cfg.bn as usize);
+            let sets = if cfg.pingpong() { 2 } else { 1 };
+            // At most one wave, striding over every tile.
+            assert_eq!(plan.ctas as usize, tiles.div_ceil(sets).min(132), "{plan}");
+            assert!(!plan.tile_counter && !plan.c_tma, "a column-major C is stored from the registers: {plan}");
+            let row_major = BackwardProblem { c_layout: Layout::RowMajor, ..p };
+            assert!(plan_backward(room, &row_major).unwrap().0.c_tma);
+            let read = BackwardProblem { beta_zero: false, ..row_major };
+            assert!(!plan_backward(room, &read).unwrap().0.c_tma, "beta != 0 reads C");
+        }
+    }
+
+    #[test]
+    fn an_sddmm_runs_one_tile_per_stored_block_and_names_y_in_its_own_order() {
         let (device, policy) = (DeviceFacts::estimated(Preset::H200), Policy::default());
         let room = Room { device: &device, policy: &policy };
         let p = problem(Op::Sddmm, 64, OutType::F32);
@@ -154,7 +211,17 @@ mod tests {
         assert_eq!((plan.ctas as usize, plan.decomposition), (p.nnzb, Decomposition::StoredBlocks));
         let rows = BackwardProblem { x_layout: Layout::RowMajor, b_layout: Layout::RowMajor, ..p };
         assert_eq!(plan_backward(room, &rows).unwrap().0.kernel, "sparsek_sddmm_bs64_bf16_xrow_yrow_f32");
-        assert!(plan.to_string().contains("one CTA per stored block"), "{plan}");
+        assert!(plan.to_string().contains("one tile per stored block"), "{plan}");
+        // bs 128 on Hopper: the sm_90a kernel, one wave striding over the blocks, the values stored by TMA.
+        let p = BackwardProblem { c_layout: Layout::RowMajor, ..problem(Op::Sddmm, 128, OutType::F32) };
+        let (plan, kernel) = plan_backward(room, &p).unwrap();
+        assert_eq!(plan.kernel, "sparsek_sm90_sddmm_bs128_bf16_xcol_ycol_f32");
+        assert!(matches!(kernel, KernelRef::Hopper(_)));
+        assert_eq!((plan.ctas as usize, plan.decomposition), (p.nnzb.min(132), Decomposition::StoredBlocks));
+        assert!(plan.c_tma, "{plan}");
+        let sm80_only = Policy { hopper: false, ..Policy::default() };
+        let sm80 = plan_backward(Room { device: &device, policy: &sm80_only }, &p).unwrap().0;
+        assert_eq!((sm80.kernel, sm80.ctas as usize), ("sparsek_sddmm_bs128_bf16_xcol_ycol_f32", p.nnzb));
     }
 
     #[test]

@@ -25,7 +25,8 @@ pub enum Decomposition {
         /// CTAs per N tile.
         ctas_per_tile: u32,
     },
-    /// One CTA per stored block of the output structure (the SDDMM kernels).
+    /// One tile per stored block of the output structure (the SDDMM kernels: one CTA each on sm_80, a grid of
+    /// at most one wave taking them by a stride on sm_90a).
     StoredBlocks,
     /// The sm_90a kernels' split rows: the `split_rows` longest rows' tiles cut into up to `chunks` parts of about
     /// `blocks` blocks that other CTAs take.
@@ -95,7 +96,7 @@ impl fmt::Display for LaunchPlan {
             Decomposition::FlatList { ctas_per_tile } => {
                 write!(f, "; a flat block list over {ctas_per_tile} CTAs per N tile")?
             }
-            Decomposition::StoredBlocks => write!(f, "; one CTA per stored block")?,
+            Decomposition::StoredBlocks => write!(f, "; one tile per stored block")?,
             Decomposition::HopperSplitRows { split_rows, chunks, blocks } => {
                 write!(f, "; the {split_rows} longest rows split into up to {chunks} parts of ~{blocks} blocks")?
             }

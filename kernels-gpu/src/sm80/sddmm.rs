@@ -17,30 +17,10 @@
 //! launcher before every launch).
 
 use super::bsr::{CtaOperands, NoHooks, load_k_tile, mainloop_frag_db, mainloop_simple, src};
-use crate::epilogue::{Epilogue, Input, Output, WarpCoord, load_index, store_epilogue};
+use crate::epilogue::{Epilogue, Input, Output, WarpCoord, block_row_of, load_index, store_epilogue};
 use crate::layout::{BsrSpmmParams, KernelConfig};
 use crate::ptx;
 use crate::tile::{AccTile, SmemRing};
-
-/// The block row holding stored block `blk` (< nnzb) of a structure of `block_rows` rows: the largest `r` with
-/// `row_ptr[r] <= blk` (empty rows before it share its pointer), by binary search.
-///
-/// # Safety
-/// `row_ptr` holds `block_rows + 1` nondecreasing entries of `1 << shift` bytes, the last above `blk`.
-#[inline(always)]
-unsafe fn block_row_of(row_ptr: u64, block_rows: u32, blk: u32, shift: u32) -> u32 {
-    // Invariant: row_ptr[lo] <= blk < row_ptr[hi].
-    let (mut lo, mut hi) = (0u32, block_rows);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if unsafe { load_index(row_ptr, mid, shift) } <= blk {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
-}
 
 /// The kernel body for one configuration. See the module docs for the algorithm and the preconditions.
 #[inline(always)]

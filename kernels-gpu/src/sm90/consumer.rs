@@ -5,14 +5,17 @@
 use super::scheduler::{TileAt, tile_at};
 use super::split::hand_over;
 use super::store::{store_pieces, store_staged};
-use super::{BK, Launch, Smem, WG_THREADS, WgmmaInput};
+use super::{BK, Launch, Smem, WG_THREADS, WgmmaInput, src};
 use crate::epilogue::{Epilogue, Output, WarpCoord};
 use crate::layout::{BsrSpmmParams, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N, hopper_split_counter};
 use crate::ptx;
 use crate::ptx::WgmmaAcc;
 
 /// A consumer thread's whole work (`ct`: its index among the consumer threads): its set's tiles, each main loop,
-/// hand-over and store.
+/// hand-over and store. `SRC` ([`src`]) names the product: the forward's and A^T @ B's tiles are the scheduler's
+/// (N tile of a block row), an SDDMM's tile `t` is stored block `t`, ceil(K / 64) k-tiles, written to its values
+/// (rows `t * BS..` of the `(nnzb * BS) x BS` output, `BS` columns). `TRANS_A` is 1 where A is staged MN-major
+/// (`src::a_mn_major`).
 ///
 /// # Safety
 /// Every consumer thread of the CTA, after the barriers' initialisation; `p`, `tmap_c` and `c_tma` as the
@@ -27,6 +30,8 @@ pub(super) unsafe fn consume<
     const TRANS_B: u32,
     const PINGPONG: bool,
     const OUT_BUFS: u32,
+    const SRC: u32,
+    const TRANS_A: u32,
     I: WgmmaInput,
     O: Output,
 >(
@@ -47,7 +52,11 @@ pub(super) unsafe fn consume<
     // This warpgroup's rows of the A slot (64 rows of 128 bytes) and its first 128-column piece of the B slot.
     let a_off = wg_m * 64 * BK * 2;
     let piece0 = wg_n * PIECES as u32;
-    let epi = Epilogue::<O>::from_params(p);
+    let mut epi = Epilogue::<O>::from_params(p);
+    if src::sddmm(SRC) {
+        // The values: BS columns (p.n is the structure's), ldc BS.
+        epi.n = BS;
+    }
     // This warpgroup's staging buffers, its thread that issues their stores, and the buffers it has filled so far.
     let cw = ct / WG_THREADS;
     let issuer = ct.is_multiple_of(WG_THREADS);
@@ -73,18 +82,16 @@ pub(super) unsafe fn consume<
             unsafe { ptx::mbarrier_wait(smem.turn(set), (j.div_ceil(2) - 1) & 1) };
         }
         j += sets;
-        // SAFETY: t is a tile of the launch, one the producer found work in (so never None).
-        let at = unsafe { tile_at(p, t, shape, index_shift) }.unwrap_or(TileAt {
-            pos: 0,
-            row: 0,
-            n_tile: 0,
-            part: 0,
-            parts: 1,
-            begin: 0,
-            end: 0,
-        });
+        let none = TileAt { pos: 0, row: 0, n_tile: 0, part: 0, parts: 1, begin: 0, end: 0 };
+        let at = if src::sddmm(SRC) {
+            // Stored block t: one whole tile.
+            TileAt { row: t, ..none }
+        } else {
+            // SAFETY: t is a tile of the launch, one the producer found work in (so never None).
+            unsafe { tile_at(p, t, shape, index_shift) }.unwrap_or(none)
+        };
         let (row, n_tile) = (at.row, at.n_tile);
-        let k_tiles = (at.end - at.begin) * (BS / BK);
+        let k_tiles = if src::sddmm(SRC) { p.k.div_ceil(BK) } else { (at.end - at.begin) * (BS / BK) };
         let mut acc: [WgmmaAcc; PIECES] = [[[0.0; 4]; 16]; PIECES];
         let mut prev = 0u32;
         for it in it0..it0 + k_tiles {
@@ -94,7 +101,12 @@ pub(super) unsafe fn consume<
             unsafe { ptx::mbarrier_wait(smem.full(s), (it / STAGES) & 1) };
             ptx::wgmma_fence();
             for ks in 0..BK / 16 {
-                let a_desc = ptx::smem_desc_128b(smem.a_slot(s) + a_off + 32 * ks, 16, 1024);
+                let a_desc = if TRANS_A == 1 {
+                    // MN-major: the warpgroup's box of 64 k rows x 64 rows of A, 16 k rows per k16 step.
+                    ptx::smem_desc_128b(smem.a_slot(s) + a_off + 2048 * ks, 64 * BK * 2, 1024)
+                } else {
+                    ptx::smem_desc_128b(smem.a_slot(s) + a_off + 32 * ks, 16, 1024)
+                };
                 let b_desc = |pc: u32| {
                     let piece = piece0 + pc;
                     if b_col {
@@ -111,9 +123,9 @@ pub(super) unsafe fn consume<
                     // One m64n256: A read once for both pieces (the descriptors of piece 0 reach piece 1 through
                     // LBO / SBO).
                     let both: &mut [WgmmaAcc; 2] = acc.first_chunk_mut::<2>().unwrap_or_else(|| unreachable!());
-                    unsafe { I::wgmma2::<TRANS_B>(both, a_desc, b_desc(0)) };
+                    unsafe { I::wgmma2::<TRANS_A, TRANS_B>(both, a_desc, b_desc(0)) };
                 } else {
-                    unsafe { I::wgmma::<TRANS_B>(&mut acc[0], a_desc, b_desc(0)) };
+                    unsafe { I::wgmma::<TRANS_A, TRANS_B>(&mut acc[0], a_desc, b_desc(0)) };
                 }
             }
             ptx::wgmma_commit_group();

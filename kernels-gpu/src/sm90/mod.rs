@@ -47,6 +47,17 @@
 //! bs 64 with f32 C has two kernels per type: five stages and one staging buffer per warpgroup, and for short rows
 //! (`_short`, `layout::HOPPER_SHORT_CONFIGS`) four stages and two buffers; the template is the same.
 //!
+//! The backward products run on the same template, named by the kernel's `SRC` ([`src`]):
+//! - A^T @ B (`layout::Op::BsrSpmmT`): the tiles are the forward's over A's transposed index (its block columns
+//!   as rows, `row_ptr`/`col_idx` the index, `perm` the stored block of each entry); a k-tile of A^T is 64 rows
+//!   of stored block `perm[blk]`, loaded as they are stored in `BS / 64` boxes of 64 x 64 (A's values map with 64-row
+//!   boxes) and read by wgmma as an MN-major A (`imm-trans-a`), one box per consumer warpgroup;
+//! - SDDMM (`layout::Op::Sddmm`): one tile per stored block (`layout::HOPPER_SDDMM_CONFIGS`: BN = BS = 128), taken
+//!   by the stride, its block row found by a binary search of `row_ptr`; A is X's rows of the block row over
+//!   ceil(K / 64) k-tiles (row-major X: the forward's K-major boxes; column-major X: MN-major boxes as above), B
+//!   is Y^T's k-tile at the block's columns (the forward's B boxes), and the epilogue writes the block's values
+//!   (rows `blk * BS..` of the `(nnzb * BS) x BS` output, C's map for a staged store).
+//!
 //! The files, by job: [`scheduler`] (which tiles a CTA takes, where their blocks are), [`producer`] (the TMA
 //! copies), [`consumer`] (the wgmma main loop), [`split`] (a split row's hand-over), [`store`] (C's store); here
 //! the shared memory's map ([`Smem`]), the launch's shape ([`Launch`]) and the kernel body that starts both roles.
@@ -65,6 +76,30 @@ use crate::layout::{
 use crate::ptx;
 use crate::ptx::WgmmaAcc;
 
+/// What a kernel multiplies (its `SRC` constant): where its A boxes come from and which tiles it has.
+pub(crate) mod src {
+    /// The forward product `C = act(alpha * (A @ B) + bias) + beta * C` (`layout::Op::BsrSpmm`): A's stored blocks,
+    /// K-major.
+    pub(crate) const FORWARD: u32 = 0;
+    /// `C = alpha * (A^T @ B) + beta * C` (`layout::Op::BsrSpmmT`): the rows are A's block columns (`row_ptr` and
+    /// `col_idx` hold the transposed index), and entry `blk`'s A tile is stored block `perm[blk]` transposed: its 64
+    /// rows of the k-tile staged as they are (64 x 64 boxes), read MN-major.
+    pub(crate) const TRANSPOSED: u32 = 1;
+    /// SDDMM (`layout::Op::Sddmm`) with a row-major X: one tile per stored block, A = X's rows of the block row
+    /// (K-major), B = Y^T's k-tile at the block's columns.
+    pub(crate) const SDDMM_X_ROW: u32 = 2;
+    /// SDDMM with a column-major X: X's k-tile staged as 64 x 64 boxes, read MN-major.
+    pub(crate) const SDDMM_X_COL: u32 = 3;
+    /// Whether A is staged MN-major (k rows; wgmma's transposed A).
+    pub(crate) const fn a_mn_major(src: u32) -> bool {
+        src == TRANSPOSED || src == SDDMM_X_COL
+    }
+    /// Whether the kernel is an SDDMM (one tile per stored block, K = `p.k`).
+    pub(crate) const fn sddmm(src: u32) -> bool {
+        src == SDDMM_X_ROW || src == SDDMM_X_COL
+    }
+}
+
 /// K depth of a stage: one 128-byte swizzle row of 16-bit elements.
 const BK: u32 = 64;
 /// Threads of a warpgroup.
@@ -77,17 +112,17 @@ const CONSUMER_REGS: u32 = 232;
 
 /// An input type the wgmma of one k16 step multiplies.
 trait WgmmaInput: Input {
-    /// `d += a x b` for one k16 step of an m64n128 piece (`TRANS_B`: B's major order, see
+    /// `d += a x b` for one k16 step of an m64n128 piece (`TRANS_A`, `TRANS_B`: A's and B's major orders, see
     /// `ptx::wgmma_m64n128k16`).
     ///
     /// # Safety
     /// As `ptx::wgmma_m64n128k16`.
-    unsafe fn wgmma<const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64);
+    unsafe fn wgmma<const TRANS_A: u32, const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64);
     /// The same over two adjacent pieces (256 columns) in one instruction.
     ///
     /// # Safety
     /// As `ptx::wgmma_m64n256k16`.
-    unsafe fn wgmma2<const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64);
+    unsafe fn wgmma2<const TRANS_A: u32, const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64);
 }
 
 /// Implements [`WgmmaInput`] for input types: `Type: bf16` (the wgmma's `BF16` flag: bf16 or f16 operands).
@@ -95,14 +130,14 @@ macro_rules! wgmma_input {
     ($($input:ty: $bf16:literal),*) => {$(
         impl WgmmaInput for $input {
             #[inline(always)]
-            unsafe fn wgmma<const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64) {
+            unsafe fn wgmma<const TRANS_A: u32, const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64) {
                 // SAFETY: forwarded.
-                unsafe { ptx::wgmma_m64n128k16::<$bf16, TRANS_B>(d, a, b, 1) }
+                unsafe { ptx::wgmma_m64n128k16::<$bf16, TRANS_A, TRANS_B>(d, a, b, 1) }
             }
             #[inline(always)]
-            unsafe fn wgmma2<const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64) {
+            unsafe fn wgmma2<const TRANS_A: u32, const TRANS_B: u32>(d: &mut [WgmmaAcc; 2], a: u64, b: u64) {
                 // SAFETY: forwarded.
-                unsafe { ptx::wgmma_m64n256k16::<$bf16, TRANS_B>(d, a, b, 1) }
+                unsafe { ptx::wgmma_m64n256k16::<$bf16, TRANS_A, TRANS_B>(d, a, b, 1) }
             }
         }
     )*};
@@ -207,6 +242,8 @@ unsafe fn hopper_spmm<
     const TRANS_B: u32,
     const PINGPONG: bool,
     const OUT_BUFS: u32,
+    const SRC: u32,
+    const TRANS_A: u32,
     I: WgmmaInput,
     O: Output,
 >(
@@ -226,6 +263,8 @@ unsafe fn hopper_spmm<
         assert!(PIECES == 1 || PIECES == 2, "one or two m64n128 pieces per consumer warpgroup");
         assert!(WARPS_M * 16 == BS && WARPS_M.is_multiple_of(WARPGROUP_WARPS), "16 rows per warp, whole warpgroups");
         assert!(OUT_BUFS == 1 || OUT_BUFS == 2, "one or two output staging buffers per consumer warpgroup");
+        assert!(TRANS_A == src::a_mn_major(SRC) as u32, "A's major order is its source's");
+        assert!(!src::sddmm(SRC) || (BN == BS && !PINGPONG), "an SDDMM tile is one stored block, one set");
     }
     let a_bytes = BS * BK * 2;
     let b_bytes = BK * BN * 2;
@@ -272,7 +311,8 @@ unsafe fn hopper_spmm<
     let n_tiles = p.n.div_ceil(BN);
     // Split rows: the first split_rows positions of the row order walk split_chunks virtual rows each.
     let vrows = hopper_virtual_rows(p.block_rows, split_rows, p.split_chunks);
-    let tiles = vrows * n_tiles;
+    // An SDDMM's tiles are the stored blocks.
+    let tiles = if src::sddmm(SRC) { p.nnzb } else { vrows * n_tiles };
     let shape = (vrows, n_tiles, split_rows);
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let launch = Launch { tiles, shape, index_shift, sets, tile_threads, n_tiles };
@@ -285,7 +325,7 @@ unsafe fn hopper_spmm<
         if tid == 0 {
             // SAFETY: the producer thread, after the barriers' initialisation; the kernel's parameters.
             unsafe {
-                producer::produce::<BS, BN, STAGES, OUT_BUFS>(
+                producer::produce::<BS, BN, STAGES, OUT_BUFS, SRC>(
                     p,
                     smem,
                     launch,
@@ -301,7 +341,7 @@ unsafe fn hopper_spmm<
     ptx::setmaxnreg_inc::<CONSUMER_REGS>();
     // SAFETY: every consumer thread, after the barriers' initialisation; the kernel's parameters.
     unsafe {
-        consumer::consume::<BS, BN, WARPS_M, STAGES, PIECES, TRANS_B, PINGPONG, OUT_BUFS, I, O>(
+        consumer::consume::<BS, BN, WARPS_M, STAGES, PIECES, TRANS_B, PINGPONG, OUT_BUFS, SRC, TRANS_A, I, O>(
             p,
             smem,
             launch,
@@ -312,10 +352,11 @@ unsafe fn hopper_spmm<
 }
 
 /// Defines the sm_90a entry point `$name` from its `layout::VARIANTS` entry (which must exist, be a
-/// `Pipeline::TmaWgmma` variant and have the input type, B order and output type given here).
+/// `Pipeline::TmaWgmma` variant and have the input type, B order and output type given here); `$src` is what it
+/// multiplies ([`src`]).
 macro_rules! hopper_kernel {
-    ($name:ident, $input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat) => {
-        /// sm_90a BSR SpMM entry point; see the module docs.
+    ($src:expr, $name:ident, $input:ty, $in_type:pat, $b_layout:pat, $b_col:expr, $out:ty, $out_type:pat) => {
+        /// sm_90a entry point (forward, A^T @ B or SDDMM by `$src`); see the module docs.
         ///
         /// # Safety
         /// Launched by the host's typed launcher, which checks the preconditions of [`HopperSpmmParams`].
@@ -336,6 +377,8 @@ macro_rules! hopper_kernel {
                     { if $b_col { 0 } else { 1 } },
                     { CFG.pingpong() },
                     { CFG.out_buffers() },
+                    { $src },
+                    { src::a_mn_major($src) as u32 },
                     $input,
                     $out,
                 >(&params.spmm, tmaps, params.tile_counter, params.c_tma != 0, params.split_rows)

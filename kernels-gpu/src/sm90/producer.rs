@@ -2,19 +2,24 @@
 //! and issues the TMA copies of its k-tiles into the ring (see the module docs of [`super`]).
 
 use super::scheduler::{TileSource, tile_at};
-use super::{BK, Launch, Smem};
-use crate::epilogue::load_index;
+use super::{BK, Launch, Smem, src};
+use crate::epilogue::{block_row_of, load_index};
 use crate::layout::{BsrSpmmParams, TILE_QUEUE};
 use crate::ptx;
 
 /// The producer thread's whole work: every tile of the CTA, then an end entry for each consumer set, then the
 /// tile counter's count-out.
 ///
+/// `SRC` ([`src`]) says where A's boxes come from: a stored block (the forward: K-major, `BS x 64` at the block's
+/// rows; A^T @ B: block `perm[blk]`'s 64 rows of the k-tile as `BS / 64` MN-major boxes of 64 x 64) or X's rows of
+/// the stored block's block row (SDDMM: K-major `BS x 64`, or a column-major X's `BS / 64` MN-major boxes). B's
+/// boxes are the forward's at the tile's k rows and N columns (SDDMM: Y^T's k-tile, the block's BS columns).
+///
 /// # Safety
 /// One thread of the CTA (the producer warpgroup's first), after the barriers' initialisation; `p`, the tensor
 /// maps (`tmap_a`, `tmap_b`) and `tile_counter` as the kernel's (`hopper_spmm`).
 #[inline(always)]
-pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, const OUT_BUFS: u32>(
+pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, const OUT_BUFS: u32, const SRC: u32>(
     p: &BsrSpmmParams,
     smem: Smem<STAGES, OUT_BUFS>,
     launch: Launch,
@@ -34,69 +39,123 @@ pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, co
             ptx::mbarrier_arrive(smem.q_full(q));
         }
     };
+    // One k-tile into ring position `it`: A's box(es) at `a_at` (column, row of A's map; MN-major: the first
+    // box's, the next ones 64 columns on) and B's 64 rows from k row `b_k`, BN columns from `n0`.
+    let issue = |it: u32, a_at: (u32, u32), b_k: u32, n0: u32| {
+        let s = it % STAGES;
+        let (full, a_slot, b_slot) = (smem.full(s), smem.a_slot(s), smem.b_slot(s));
+        // SAFETY: every slot and barrier lies in the ring; every TMA box lies in the tensor maps the host encoded
+        // for these operands (out-of-bounds rows and columns read as zero); the slot's last readers released it.
+        unsafe {
+            ptx::mbarrier_wait(smem.empty(s), ((it / STAGES) & 1) ^ 1);
+            ptx::mbarrier_arrive_expect_tx(full, smem.stage_bytes);
+            if src::a_mn_major(SRC) {
+                for jb in 0..BS / 64 {
+                    ptx::tma_load_2d(a_slot + jb * 64 * BK * 2, tmap_a, (a_at.0 + 64 * jb, a_at.1), full);
+                }
+            } else {
+                ptx::tma_load_2d(a_slot, tmap_a, a_at, full);
+            }
+            if b_col {
+                ptx::tma_load_2d(b_slot, tmap_b, (b_k, n0), full);
+            } else if b_chunked {
+                ptx::tma_load_3d(b_slot, tmap_b, (0, b_k, n0 / 64), full);
+            } else {
+                for jb in 0..BN / 64 {
+                    ptx::tma_load_2d(b_slot + jb * 64 * BK * 2, tmap_b, (n0 + 64 * jb, b_k), full);
+                }
+            }
+        }
+    };
     let mut it = 0u32;
     let mut j = 0u32;
-    // From tile `t` on, the first with work (or the end): the tile and its N tile and blocks. Parts past a split
-    // row's own parts are taken and passed over.
-    let locate = |mut t: u32, source: &mut TileSource| loop {
-        if t >= tiles {
-            return (t, (0, 0, 0));
-        }
-        // SAFETY: t is a tile of the launch.
-        if let Some(at) = unsafe { tile_at(p, t, shape, index_shift) } {
-            return (t, (at.n_tile, at.begin, at.end));
-        }
-        // SAFETY: the caller's contract (the launch's counter).
-        t = unsafe { source.take() };
-    };
-    // The next tile is taken before the last block of this one is issued, and its row read after: the counter's
-    // atomic and the index loads then run while the ring holds STAGES k-tiles, not between tiles; each block's
-    // column index is loaded while the block before it is issued.
-    // SAFETY (takes): the caller's contract.
-    let first = unsafe { source.take() };
-    let (mut t, mut here) = locate(first, &mut source);
-    loop {
-        publish(j, t, it);
-        j += 1;
-        if t >= tiles {
-            break;
-        }
-        let (n_tile, begin, end) = here;
-        let n0 = n_tile * BN;
-        let mut t_next = if begin == end { unsafe { source.take() } } else { tiles };
-        // SAFETY (whole tile): blocks begin..end of a valid structure; every TMA box lies in the tensor maps the
-        // host encoded for these operands (out-of-bounds columns of B read as zero), and every slot and barrier
-        // lies in the ring.
-        let mut col = if begin < end { unsafe { load_index(p.col_idx, begin, index_shift) } } else { 0 };
-        for blk in begin..end {
-            let k_row0 = col * BS;
-            if blk + 1 < end {
-                // SAFETY: blk + 1 is a block of the row.
-                col = unsafe { load_index(p.col_idx, blk + 1, index_shift) };
-            } else {
-                t_next = unsafe { source.take() };
+    if src::sddmm(SRC) {
+        // One tile per stored block (tile t is block t): X's rows of its block row and Y's rows of its block column
+        // over ceil(K / 64) k-tiles (past K the TMA reads zeros).
+        let k_tiles = p.k.div_ceil(BK);
+        // SAFETY (takes): the caller's contract.
+        let mut t = unsafe { source.take() };
+        loop {
+            publish(j, t, it);
+            j += 1;
+            if t >= tiles {
+                break;
             }
-            for kk in 0..BS / BK {
-                let s = it % STAGES;
-                let (full, a_slot, b_slot) = (smem.full(s), smem.a_slot(s), smem.b_slot(s));
-                unsafe {
-                    ptx::mbarrier_wait(smem.empty(s), ((it / STAGES) & 1) ^ 1);
-                    ptx::mbarrier_arrive_expect_tx(full, smem.stage_bytes);
-                    ptx::tma_load_2d(a_slot, tmap_a, (kk * BK, blk * BS), full);
-                    if b_col {
-                        ptx::tma_load_2d(b_slot, tmap_b, (k_row0 + kk * BK, n0), full);
-                    } else if b_chunked {
-                        ptx::tma_load_3d(b_slot, tmap_b, (0, k_row0 + kk * BK, n0 / 64), full);
-                    } else {
-                        for jb in 0..BN / 64 {
-                            ptx::tma_load_2d(b_slot + jb * 64 * BK * 2, tmap_b, (n0 + 64 * jb, k_row0 + kk * BK), full);
-                        }
-                    }
-                }
+            // SAFETY: t is a stored block of the valid structure.
+            let (row, col) = unsafe {
+                (block_row_of(p.row_ptr, p.block_rows, t, index_shift), load_index(p.col_idx, t, index_shift))
+            };
+            let t_next = unsafe { source.take() };
+            for kt in 0..k_tiles {
+                let k0 = kt * BK;
+                let a_at = if src::a_mn_major(SRC) { (row * BS, k0) } else { (k0, row * BS) };
+                issue(it, a_at, k0, col * BS);
                 it += 1;
             }
+            t = t_next;
         }
-        (t, here) = locate(t_next, &mut source);
+    } else {
+        // From tile `t` on, the first with work (or the end): the tile and its N tile and blocks. Parts past a split
+        // row's own parts are taken and passed over.
+        let locate = |mut t: u32, source: &mut TileSource| loop {
+            if t >= tiles {
+                return (t, (0, 0, 0));
+            }
+            // SAFETY: t is a tile of the launch.
+            if let Some(at) = unsafe { tile_at(p, t, shape, index_shift) } {
+                return (t, (at.n_tile, at.begin, at.end));
+            }
+            // SAFETY: the caller's contract (the launch's counter).
+            t = unsafe { source.take() };
+        };
+        // The stored block of entry `blk`: itself, or A^T's `perm[blk]` (u32).
+        let stored = |blk: u32| {
+            if SRC == src::TRANSPOSED {
+                // SAFETY: blk is an entry of the transposed index, which holds nnzb u32 permutation entries.
+                unsafe { ptx::ld_global_u32((p.perm as *const u32).add(blk as usize)) }
+            } else {
+                blk
+            }
+        };
+        // The next tile is taken before the last block of this one is issued, and its row read after: the counter's
+        // atomic and the index loads then run while the ring holds STAGES k-tiles, not between tiles; each block's
+        // column index (and stored block) is loaded while the block before it is issued.
+        // SAFETY (takes): the caller's contract.
+        let first = unsafe { source.take() };
+        let (mut t, mut here) = locate(first, &mut source);
+        loop {
+            publish(j, t, it);
+            j += 1;
+            if t >= tiles {
+                break;
+            }
+            let (n_tile, begin, end) = here;
+            let n0 = n_tile * BN;
+            let mut t_next = if begin == end { unsafe { source.take() } } else { tiles };
+            // SAFETY (whole tile): blocks begin..end of a valid structure (or transposed index).
+            let (mut col, mut at_blk) = if begin < end {
+                (unsafe { load_index(p.col_idx, begin, index_shift) }, stored(begin))
+            } else {
+                (0, 0)
+            };
+            for blk in begin..end {
+                let (k_row0, a_row0) = (col * BS, at_blk * BS);
+                if blk + 1 < end {
+                    // SAFETY: blk + 1 is a block of the row.
+                    col = unsafe { load_index(p.col_idx, blk + 1, index_shift) };
+                    at_blk = stored(blk + 1);
+                } else {
+                    t_next = unsafe { source.take() };
+                }
+                for kk in 0..BS / BK {
+                    // A^T @ B: the stored block's rows kk * 64.. are the k rows; the forward reads its columns.
+                    let a_at = if src::a_mn_major(SRC) { (0, a_row0 + kk * BK) } else { (kk * BK, a_row0) };
+                    issue(it, a_at, k_row0 + kk * BK, n0);
+                    it += 1;
+                }
+            }
+            (t, here) = locate(t_next, &mut source);
+        }
     }
     // In ping-pong the other set reads the next entry: it gets the end too.
     for _ in 1..sets {

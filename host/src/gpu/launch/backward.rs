@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use sparsek_layout::{BsrSpmmParams, Layout, Op};
+use sparsek_layout::{BsrSpmmParams, HopperSpmmParams, KernelConfig, Layout, Op, Pipeline, TensorMap};
 
 use super::spmm::{LaunchAttributes, first_overlap, launch_with};
 use crate::Epilogue;
@@ -19,6 +19,7 @@ use crate::format::BsrTranspose;
 use crate::gpu::Gpu;
 use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::{alloc_err, cuda};
+use crate::gpu::tma;
 use crate::gpu::views::{Alloc, BsrView, DenseView, DenseViewMut, IndexType, bytes_of};
 use crate::plan::{self, BackwardProblem, LaunchPlan};
 
@@ -487,6 +488,8 @@ impl Gpu {
             shape: (m, k),
             nnzb: a.shape.nnzb,
             n,
+            c_layout: c.shape.layout,
+            beta_zero: ep.beta == 0.0,
         };
         let params = BsrSpmmParams {
             a_values: a.values,
@@ -516,7 +519,14 @@ impl Gpu {
             k: 0,
             lda: 0,
         };
-        self.launch_backward(stream, &problem, params)
+        // The sm_90a kernels' maps: A's blocks in 64-row boxes, B as the forward's (M x N), C (K x N).
+        let maps = |cfg: &KernelConfig, c_tma: bool| -> Result<Maps> {
+            let tmap_a = tma::a_values_t_map(TA::IN_TYPE, a.values, a.shape.nnzb, bs)?;
+            let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.shape.layout, b.shape.ld), (m, n), cfg)?;
+            let tmap_c = if c_tma { tma::c_map(TC::OUT_TYPE, c.ptr, (k, n32, c.shape.ld))? } else { None };
+            Ok((tmap_a, tmap_b, tmap_c))
+        };
+        self.launch_backward(stream, &problem, params, maps)
     }
 
     /// Validates and launches `values = alpha * (X @ Y^T) + beta * values` at `pattern`'s blocks.
@@ -582,6 +592,8 @@ impl Gpu {
             shape: (m, n),
             nnzb,
             n: k,
+            c_layout: Layout::RowMajor,
+            beta_zero: ep.beta == 0.0,
         };
         let params = BsrSpmmParams {
             a_values: x.ptr,
@@ -611,31 +623,74 @@ impl Gpu {
             k: k32,
             lda,
         };
-        self.launch_backward(stream, &problem, params)
+        // The sm_90a kernels' maps: X (M x K), Y^T as the forward's B (K x N: a row-major Y is a column-major Y^T),
+        // the values as a row-major (nnzb * bs) x bs C.
+        let maps = |cfg: &KernelConfig, c_tma: bool| -> Result<Maps> {
+            let tmap_a = tma::x_map(TA::IN_TYPE, (x.ptr, x.shape.layout, x.shape.ld), (m, k), cfg.bs)?;
+            let y_t = (y.ptr, y.shape.layout.transposed(), y.shape.ld);
+            let tmap_b = tma::b_map(TA::IN_TYPE, y_t, (k, n), cfg)?;
+            let rows = nnzb * bs;
+            let tmap_c = if c_tma { tma::c_map(TV::OUT_TYPE, values.ptr, (rows, bs as u32, bs))? } else { None };
+            Ok((tmap_a, tmap_b, tmap_c))
+        };
+        self.launch_backward(stream, &problem, params, maps)
     }
 
-    /// Plans `problem` and launches its kernel with `params` (their plan-dependent fields filled in here).
-    fn launch_backward(&self, stream: CUstream, problem: &BackwardProblem, mut params: BsrSpmmParams) -> Result<()> {
+    /// Plans `problem` and launches its kernel with `params` (their plan-dependent fields filled in here); an
+    /// sm_90a kernel takes the tensor maps `maps` makes for its configuration (C's only where the plan stores C by
+    /// TMA) ahead of the parameters (`layout::HopperSpmmParams`).
+    fn launch_backward(
+        &self,
+        stream: CUstream,
+        problem: &BackwardProblem,
+        mut params: BsrSpmmParams,
+        maps: impl FnOnce(&KernelConfig, bool) -> Result<Maps>,
+    ) -> Result<()> {
         let (plan, kernel) = plan::plan_backward(self.room(), problem)?;
         let kernel = self.kernel_at(kernel).ok_or_else(|| Error::InvalidArgument {
             name: "plan",
             reason: format!("the planned kernel {} is not loaded on this Gpu", plan.kernel),
         })?;
         params.group_rows = plan.group_rows;
-        let mut args = [(&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>()];
+        let cfg = kernel.config();
+        // Encoded before anything is launched: an error leaves nothing queued.
+        let mut hopper = match cfg.pipeline {
+            Pipeline::TmaWgmma { .. } => {
+                let (tmap_a, tmap_b, tmap_c) = maps(&cfg, plan.c_tma)?;
+                Some(HopperSpmmParams {
+                    tmap_a,
+                    tmap_b,
+                    tmap_c: tmap_c.unwrap_or(TensorMap([0; 16])),
+                    spmm: params,
+                    tile_counter: 0,
+                    c_tma: u32::from(tmap_c.is_some()),
+                    split_rows: 0,
+                })
+            }
+            Pipeline::CpAsync | Pipeline::Direct => None,
+        };
+        let arg = match hopper.as_mut() {
+            Some(hp) => (hp as *mut HopperSpmmParams).cast::<std::ffi::c_void>(),
+            None => (&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>(),
+        };
+        let mut args = [arg];
         if let Ok(mut last) = self.last_plan.lock() {
             *last = Some(plan.clone());
         }
         // SAFETY: the kernel takes one BsrSpmmParams by value (kernels-gpu/src/sm80/bsr.rs for A^T @ B,
-        // sm80/sddmm.rs for SDDMM) and its preconditions hold: A^T @ B reads A's nnzb * bs^2 values through a
-        // transposed index of nnzb entries (owned: made from this matrix, checked by structure identity; a view:
-        // its constructor's contract) whose rows are below M / bs, B's M x N span and C's K x N span in their
-        // layouts; SDDMM reads the pattern's valid structure (owned: validated at upload; a view: its contract),
-        // X's rows of each block row over K, Y's rows of each block column over K, and writes the nnzb * bs x bs
-        // values. Every dense view has a leading dimension covering a row (column), a multiple of 16 bytes, and a
-        // 16-byte aligned start; every safe view's extent lies in its allocation and the output overlaps no input
-        // (checked above); pointers and the stream belong to this context. Grid, block and shared memory follow
-        // the variant's configuration, checked when the module was loaded; `args` outlives the call.
+        // sm80/sddmm.rs for SDDMM), or for an sm_90a variant one HopperSpmmParams (kernels-gpu/src/sm90/), and its
+        // preconditions hold: A^T @ B reads A's nnzb * bs^2 values through a transposed index of nnzb entries
+        // (owned: made from this matrix, checked by structure identity; a view: its constructor's contract) whose
+        // rows are below M / bs, B's M x N span and C's K x N span in their layouts; SDDMM reads the pattern's
+        // valid structure (owned: validated at upload; a view: its contract), X's rows of each block row over K,
+        // Y's rows of each block column over K, and writes the nnzb * bs x bs values. Every dense view has a
+        // leading dimension covering a row (column), a multiple of 16 bytes, and a 16-byte aligned start; every
+        // safe view's extent lies in its allocation and the output overlaps no input (checked above); pointers and
+        // the stream belong to this context. The sm_90a tensor maps describe exactly A's values (or X), B (or
+        // Y^T) and, with c_tma (beta 0, row-major), the output's span, so every TMA box lies in memory the views
+        // cover, reads as zero or is not written; no tile counter (the kernel strides over its tiles), no split
+        // rows. Grid, block and shared memory follow the variant's configuration, checked when the module was
+        // loaded; `args` and the parameters it points to outlive the call.
         unsafe {
             launch_with(
                 kernel.func.cu_function(),
@@ -648,6 +703,9 @@ impl Gpu {
         .map(drop)
     }
 }
+
+/// The tensor maps of an sm_90a backward launch: A's (or X's), B's (or Y^T's) and C's where C is stored by TMA.
+type Maps = (TensorMap, TensorMap, Option<TensorMap>);
 
 /// `Ok` for an epilogue of alpha and beta only (the backward kernels add no bias and apply no activation).
 fn check_backward_epilogue(ep: Epilogue) -> Result<()> {

@@ -30,7 +30,7 @@ pub type WgmmaAcc = [[f32; 4]; 16];
 
 /// One `wgmma.mma_async.sync.aligned.<shape>.f32.<t>.<t>` (`t` bf16 when `$bf16`, else f16): the accumulator rows
 /// in and out (the operands `$d_list` names, from `{0}`), the descriptors `$a` and `$b`, the scale-d predicate from
-/// operand `$scale` (`$scale_d`), and B's major order `$trans_b` as an immediate.
+/// operand `$scale` (`$scale_d`), and A's and B's major orders `$trans_a`, `$trans_b` as immediates.
 macro_rules! mma_async {
     ($shape:literal, $bf16:expr, $scale:literal, $d_list:literal; [$($row:expr),+]; $($args:expr),+) => {
         if $bf16 {
@@ -40,7 +40,7 @@ macro_rules! mma_async {
         }
     };
     (@ $t:literal, $shape:literal, $scale:literal, $d_list:literal; [$($row:expr),+];
-     $a:expr, $b:expr, $scale_d:expr, $trans_b:expr) => {
+     $a:expr, $b:expr, $scale_d:expr, $trans_a:expr, $trans_b:expr) => {
         acc_asm!(
             concat!("{{ .reg .pred p; setp.ne.u32 p, {", $scale, "}, 0;"),
             concat!("wgmma.mma_async.sync.aligned.", $shape, ".f32.", $t, ".", $t, $d_list);
@@ -48,6 +48,7 @@ macro_rules! mma_async {
             in(reg64) $a,
             in(reg64) $b,
             in(reg32) $scale_d,
+            ta = const $trans_a,
             tb = const $trans_b,
             options(nostack)
         )
@@ -61,7 +62,8 @@ macro_rules! mma_async {
 /// - K-major tile (rows of 64 16-bit k values, 128 bytes, 8-row swizzle atoms of 1024 bytes): start = tile +
 ///   32 * k16 step, LBO 16 (unused), SBO 1024;
 /// - MN-major B (a row-major K x N tile as TMA boxes of 64 k rows x 64 n columns, 8 KB each): start = tile +
-///   2048 * k16 step, LBO 8192 (the next 64 columns), SBO 1024 (the next 8 k rows).
+///   2048 * k16 step, LBO 8192 (the next 64 columns), SBO 1024 (the next 8 k rows); an MN-major A (64 rows of
+///   a warpgroup: one such box) the same.
 #[inline(always)]
 pub const fn smem_desc_128b(addr: u32, lbo: u32, sbo: u32) -> u64 {
     const fn enc(x: u32) -> u64 {
@@ -120,23 +122,30 @@ pub fn wgmma_fence_operand(d: &mut WgmmaAcc) {
 }
 
 /// `wgmma.mma_async.sync.aligned.m64n128k16.f32.{f16|bf16}`: `d = a x b + (scale_d != 0 ? d : 0)` for one k16
-/// step, A (64 x 16) K-major through descriptor `a`, B (16 x 128) through descriptor `b`, K-major
-/// (`TRANS_B = 0`: a column-major B staged as N x K) or MN-major (`TRANS_B = 1`: a row-major B staged as K x N).
+/// step, A (64 x 16) through descriptor `a`, K-major (`TRANS_A = 0`: a row-major A staged as M x K) or MN-major
+/// (`TRANS_A = 1`: a column-major A staged as K x M, as 64 x 64 boxes of 64 k rows), B (16 x 128) through descriptor
+/// `b`, K-major (`TRANS_B = 0`: a column-major B staged as N x K) or MN-major (`TRANS_B = 1`: a row-major B staged
+/// as K x N). The transposes are the 16-bit types' (f16, bf16).
 /// Asynchronous: `d` is being written until a [`wgmma_wait_group`] covers the group this joins.
 ///
 /// # Safety
 /// Warpgroup collective; the descriptors address landed shared-memory tiles of this CTA laid out as they say.
 #[inline(always)]
-pub unsafe fn wgmma_m64n128k16<const BF16: bool, const TRANS_B: u32>(d: &mut WgmmaAcc, a: u64, b: u64, scale_d: u32) {
-    const { assert!(TRANS_B <= 1, "imm-trans-b is 0 or 1") };
+pub unsafe fn wgmma_m64n128k16<const BF16: bool, const TRANS_A: u32, const TRANS_B: u32>(
+    d: &mut WgmmaAcc,
+    a: u64,
+    b: u64,
+    scale_d: u32,
+) {
+    const { assert!(TRANS_A <= 1 && TRANS_B <= 1, "imm-trans-a and imm-trans-b are 0 or 1") };
     // SAFETY: the caller guarantees the descriptors and convergence.
     unsafe {
         mma_async!(
             "m64n128k16", BF16, 66,
-            " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {64}, {65}, p, 1, 1, 0, {tb}; }}";
+            " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {64}, {65}, p, 1, 1, {ta}, {tb}; }}";
             [d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
              d[13], d[14], d[15]];
-            a, b, scale_d, TRANS_B
+            a, b, scale_d, TRANS_A, TRANS_B
         )
     }
 }
@@ -147,23 +156,23 @@ pub unsafe fn wgmma_m64n128k16<const BF16: bool, const TRANS_B: u32>(d: &mut Wgm
 /// # Safety
 /// As [`wgmma_m64n128k16`].
 #[inline(always)]
-pub unsafe fn wgmma_m64n256k16<const BF16: bool, const TRANS_B: u32>(
+pub unsafe fn wgmma_m64n256k16<const BF16: bool, const TRANS_A: u32, const TRANS_B: u32>(
     d: &mut [WgmmaAcc; 2],
     a: u64,
     b: u64,
     scale_d: u32,
 ) {
-    const { assert!(TRANS_B <= 1, "imm-trans-b is 0 or 1") };
+    const { assert!(TRANS_A <= 1 && TRANS_B <= 1, "imm-trans-a and imm-trans-b are 0 or 1") };
     // SAFETY: the caller guarantees the descriptors and convergence.
     unsafe {
         mma_async!(
             "m64n256k16", BF16, 130,
-            " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}, {64}, {65}, {66}, {67}, {68}, {69}, {70}, {71}, {72}, {73}, {74}, {75}, {76}, {77}, {78}, {79}, {80}, {81}, {82}, {83}, {84}, {85}, {86}, {87}, {88}, {89}, {90}, {91}, {92}, {93}, {94}, {95}, {96}, {97}, {98}, {99}, {100}, {101}, {102}, {103}, {104}, {105}, {106}, {107}, {108}, {109}, {110}, {111}, {112}, {113}, {114}, {115}, {116}, {117}, {118}, {119}, {120}, {121}, {122}, {123}, {124}, {125}, {126}, {127}}}, {128}, {129}, p, 1, 1, 0, {tb}; }}";
+            " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}, {64}, {65}, {66}, {67}, {68}, {69}, {70}, {71}, {72}, {73}, {74}, {75}, {76}, {77}, {78}, {79}, {80}, {81}, {82}, {83}, {84}, {85}, {86}, {87}, {88}, {89}, {90}, {91}, {92}, {93}, {94}, {95}, {96}, {97}, {98}, {99}, {100}, {101}, {102}, {103}, {104}, {105}, {106}, {107}, {108}, {109}, {110}, {111}, {112}, {113}, {114}, {115}, {116}, {117}, {118}, {119}, {120}, {121}, {122}, {123}, {124}, {125}, {126}, {127}}}, {128}, {129}, p, 1, 1, {ta}, {tb}; }}";
             [d[0][0], d[0][1], d[0][2], d[0][3], d[0][4], d[0][5], d[0][6], d[0][7], d[0][8], d[0][9],
              d[0][10], d[0][11], d[0][12], d[0][13], d[0][14], d[0][15], d[1][0], d[1][1], d[1][2],
              d[1][3], d[1][4], d[1][5], d[1][6], d[1][7], d[1][8], d[1][9], d[1][10], d[1][11],
              d[1][12], d[1][13], d[1][14], d[1][15]];
-            a, b, scale_d, TRANS_B
+            a, b, scale_d, TRANS_A, TRANS_B
         )
     }
 }
