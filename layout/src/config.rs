@@ -516,12 +516,13 @@ pub const HOPPER_CONFIGS: [KernelConfig; 2] = [
     row(Pipeline::TmaWgmma { pingpong: false }, (128, 256, 64), (8, 1), 4, false),
 ];
 
-/// Configurations of the sm_90a SDDMM kernels ([`Op::Sddmm`] in [`Module::Hopper`]): one stored block per tile
-/// (BN = BS), both consumer warpgroups on it stacked along M (64 x 128 each, one `m64n128k16` per k16 step), one
-/// set (the K loop over the tokens is long: the epilogue is a small share), six ring stages of 32 KB. bs 128 only:
-/// a 64 x 64 tile would be a quarter of a warpgroup's `m64n256`.
-pub const HOPPER_SDDMM_CONFIGS: [KernelConfig; 1] =
-    [row(Pipeline::TmaWgmma { pingpong: false }, (128, 128, 64), (8, 1), 6, false)];
+/// Configurations of the sm_90a SDDMM kernels ([`Op::Sddmm`] in [`Module::Hopper`]): tiles of 256 columns, each a
+/// group of `bn / bs` consecutive stored blocks of one block row, so X's rows are read once for the group. bs 128:
+/// the forward's tile ([`HOPPER_CONFIGS`]: two blocks, both consumer warpgroups on 128 x 256); bs 64: four blocks,
+/// both consumer warpgroups on the one 64 x 256 tile side by side (64 x 128 each: two blocks), one set, five stages:
+/// the forward's ping-pong tile left one warpgroup of two idle wherever a CTA had one group to do.
+pub const HOPPER_SDDMM_CONFIGS: [KernelConfig; 2] =
+    [row(Pipeline::TmaWgmma { pingpong: false }, (64, 256, 64), (4, 2), 5, false), HOPPER_CONFIGS[1]];
 
 /// The [`HOPPER_SDDMM_CONFIGS`] entry for block size `bs`.
 pub const fn hopper_sddmm_config_for(bs: u32) -> Option<KernelConfig> {

@@ -193,9 +193,10 @@ pub enum Decomposition {
     /// The sm_90a kernels' tiles taken by a persistent grid from a counter (or by a stride), split rows handed over
     /// per warp (`sm90/`: [`Pipeline::TmaWgmma`]).
     HopperTiles,
-    /// One tile per stored block of the output structure, its K loop over the reduced dimension ([`Op::Sddmm`]):
-    /// one CTA per block (`sm80/sddmm.rs`), or the sm_90a template's tiles taken by a stride (`sm90/`,
-    /// [`HOPPER_SDDMM_CONFIGS`]); the tile is one (BS, BS) block (BN = BS).
+    /// The stored blocks of the output structure, its K loop over the reduced dimension ([`Op::Sddmm`]): one CTA
+    /// per block, the tile one (BS, BS) block (`sm80/sddmm.rs`, BN = BS); or on sm_90a (`sm90/`,
+    /// [`HOPPER_SDDMM_CONFIGS`]) a tile per group of `BN / BS` consecutive blocks of a block row (tile `t` is the
+    /// group starting at block `t`, empty unless `t` is a multiple of the group from its row's start).
     StoredBlocks,
 }
 
@@ -216,8 +217,10 @@ impl Decomposition {
             (Decomposition::FlatList, Pipeline::CpAsync) => flat_tile,
             (Decomposition::DecodeSlices, Pipeline::Direct)
             | (Decomposition::HopperTiles, Pipeline::TmaWgmma { .. }) => !flat_tile,
-            (Decomposition::StoredBlocks, Pipeline::CpAsync | Pipeline::TmaWgmma { pingpong: false }) => {
-                !flat_tile && config.bn == config.bs
+            (Decomposition::StoredBlocks, Pipeline::CpAsync) => !flat_tile && config.bn == config.bs,
+            // The sm_90a tile: a group of bn / bs stored blocks of one block row.
+            (Decomposition::StoredBlocks, Pipeline::TmaWgmma { .. }) => {
+                !flat_tile && config.bn.is_multiple_of(config.bs)
             }
             _ => false,
         }
@@ -299,12 +302,12 @@ const fn hopper_t(name: &'static str, input: InType, b_layout: Layout, out: OutT
     Variant { op: Op::BsrSpmmT, ..hopper(name, input, b_layout, out, bs) }
 }
 
-/// An [`Op::Sddmm`] row of the Hopper module: the [`HOPPER_SDDMM_CONFIGS`] tile for `bs`, one stored block per
-/// tile; X stored `x`, Y stored `y`.
+/// An [`Op::Sddmm`] row of the Hopper module: the [`HOPPER_SDDMM_CONFIGS`] tile for `bs`, a group of `bn / bs`
+/// stored blocks of a block row per tile; X stored `x`, Y stored `y`.
 const fn hopper_sddmm(name: &'static str, input: InType, (x, y): (Layout, Layout), out: OutType, bs: u32) -> Variant {
     let Some(config) = hopper_sddmm_config_for(bs) else { panic!("no sm_90a SDDMM configuration for this block size") };
     let (tile, decomposition) = (Tile::Wide, Decomposition::StoredBlocks);
-    assert!(decomposition.fits(&config, tile), "an SDDMM tile is one block");
+    assert!(decomposition.fits(&config, tile), "an sm_90a SDDMM tile is a group of whole blocks");
     Variant {
         name,
         arch: Arch::Sm90a,
@@ -369,10 +372,10 @@ const fn tuning(name: &'static str, i: usize) -> Variant {
 /// the suffix `_short`. The backward products: `sparsek_bsrt_bs<bs>_<input>_b<row|col>_<out>` ([`Op::BsrSpmmT`],
 /// A^T @ B on the wide tile) and `sparsek_sddmm_bs<bs>_<input>_x<row|col>_y<row|col>_<out>` ([`Op::Sddmm`], X's and
 /// Y's storage orders, the values written in f32 or the input type); on Hopper `sparsek_sm90t_bs<bs>_...` (A^T @ B,
-/// bs 64 and 128) and `sparsek_sm90_sddmm_bs128_...` the same way.
+/// bs 64 and 128) and `sparsek_sm90_sddmm_bs<bs>_...` (bs 64 and 128) the same way.
 // A `const`, not a `static`: the kernels look their rows up at compile time ([`variant`], a `const fn`).
 #[allow(clippy::large_const_arrays)]
-pub const VARIANTS: [Variant; 316] = [
+pub const VARIANTS: [Variant; 332] = [
     product("sparsek_bsr_bs16_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 16),
     product("sparsek_bsr_bs32_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 32),
     product("sparsek_bsr_bs64_f16_brow_f32", InType::F16, Layout::RowMajor, OutType::F32, 64),
@@ -1024,6 +1027,118 @@ pub const VARIANTS: [Variant; 316] = [
         (Layout::ColMajor, Layout::ColMajor),
         OutType::Bf16,
         128,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_f16_xrow_yrow_f32",
+        InType::F16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F32,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_f16_xrow_yrow_f16",
+        InType::F16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F16,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_f16_xrow_ycol_f32",
+        InType::F16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F32,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_f16_xrow_ycol_f16",
+        InType::F16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F16,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_f16_xcol_yrow_f32",
+        InType::F16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F32,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_f16_xcol_yrow_f16",
+        InType::F16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F16,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_f16_xcol_ycol_f32",
+        InType::F16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F32,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_f16_xcol_ycol_f16",
+        InType::F16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F16,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_bf16_xrow_yrow_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::F32,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_bf16_xrow_yrow_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::RowMajor),
+        OutType::Bf16,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_bf16_xrow_ycol_f32",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::F32,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_bf16_xrow_ycol_bf16",
+        InType::Bf16,
+        (Layout::RowMajor, Layout::ColMajor),
+        OutType::Bf16,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_bf16_xcol_yrow_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::F32,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_bf16_xcol_yrow_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::RowMajor),
+        OutType::Bf16,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_bf16_xcol_ycol_f32",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::F32,
+        64,
+    ),
+    hopper_sddmm(
+        "sparsek_sm90_sddmm_bs64_bf16_xcol_ycol_bf16",
+        InType::Bf16,
+        (Layout::ColMajor, Layout::ColMajor),
+        OutType::Bf16,
+        64,
     ),
 ];
 

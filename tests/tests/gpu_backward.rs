@@ -72,7 +72,9 @@ fn check_t<TA: InputElement, TC: OutputElement>(gpu: &Gpu, bs: usize, seed: u64)
         let ptrs = (addr(stream, &col_ptr), addr(stream, &row_idx), addr(stream, &perm));
         // SAFETY: the arrays hold A's transposed index, alive for the whole test.
         let atv = unsafe { TransposeView::from_raw(ptrs, k, bs, a.nnzb()) }.unwrap();
-        for (n, ep) in [(17usize, Epilogue::default()), (128, Epilogue::new(0.5, 0.0)), (300, Epilogue::new(-0.75, 1.5))] {
+        for (n, ep) in
+            [(17usize, Epilogue::default()), (128, Epilogue::new(0.5, 0.0)), (300, Epilogue::new(-0.75, 1.5))]
+        {
             let b = Matrix::<TA>::random(m, n, seed ^ 0xb ^ n as u64).unwrap();
             let c0 = if ep.beta == 0.0 {
                 Matrix::<TC>::filled(k, n, n, TC::from_f64(f64::NAN)).unwrap()
@@ -243,6 +245,42 @@ fn integer_operands_give_exact_gradients() {
         got.values_mut().iter_mut().enumerate().for_each(|(e, v)| *v = host.get(e / bs, e % bs));
         let rep = compare_values(&got, &cpu::reference_sddmm(&x, &y, &old, ep).unwrap(), Tolerance::EXACT);
         assert!(rep.passed(), "SDDMM bs {bs}: {rep}");
+    }
+}
+
+/// Empty products scale the output by beta and read nothing else, at every block size (on Hopper the sm_90a
+/// kernels' block sizes take the sm_80 kernel here: a TMA map cannot describe an empty operand): A^T @ B with a
+/// matrix of no blocks, and the SDDMM with K = 0 (X and Y of no columns). beta 0.5 is exact.
+#[test]
+fn empty_products_scale_the_output_by_beta() {
+    let Some(gpu) = gpu("empty_products_scale_the_output_by_beta") else { return };
+    let stream = gpu.stream();
+    let ep = Epilogue::new(1.0, 0.5);
+    for bs in [16usize, 32, 64, 128] {
+        let (m, k, n) = (3 * bs, 2 * bs, 40);
+        let none = Bsr::<f16>::try_new(m, k, bs, vec![0; 4], Vec::new(), Vec::new()).unwrap();
+        let (a_d, b_d) =
+            (gpu.upload(&none).unwrap(), gpu.upload_matrix(&Matrix::<f16>::random(m, n, 1).unwrap()).unwrap());
+        let c0 = Matrix::<f32>::random(k, n, 2).unwrap();
+        let mut c_d = gpu.upload_matrix(&c0).unwrap();
+        gpu.spmm_t(&a_d, &gpu.transpose_index(&a_d).unwrap(), &b_d, &mut c_d, ep).unwrap();
+        let want: Vec<f32> = c0.as_slice().iter().map(|v| v * 0.5).collect();
+        assert_eq!(c_d.to_host().unwrap().as_slice(), &want[..], "A^T @ B of no blocks, bs {bs}");
+
+        let pattern = generate::<f16>(Pattern::Uniform, m, k, bs, 0.5, 3).unwrap();
+        let old = generate::<f32>(Pattern::Uniform, m, k, bs, 0.5, 3).unwrap();
+        let raw = RawBsr::upload(stream, &pattern);
+        let (x_buf, y_buf) =
+            (htod(stream, &vec![f16::from_f32(f32::NAN); m * 8]), htod(stream, &vec![f16::from_f32(f32::NAN); k * 8]));
+        let xv = DenseView::from_cuda_slice(&x_buf, m, 0, 8, Layout::RowMajor).unwrap();
+        let yv = DenseView::from_cuda_slice(&y_buf, k, 0, 8, Layout::RowMajor).unwrap();
+        let mut v_buf = htod(stream, old.values());
+        let rows = pattern.nnzb() * bs;
+        let mut vv = DenseViewMut::from_cuda_slice(&mut v_buf, rows, bs, bs, Layout::RowMajor).unwrap();
+        // SAFETY: every view's memory is alive and unshared until the stream is synchronised below.
+        unsafe { gpu.sddmm_raw(stream.cu_stream(), &xv, &yv, &raw.view(stream), &mut vv, ep) }.unwrap();
+        let want: Vec<f32> = old.values().iter().map(|v| v * 0.5).collect();
+        assert_eq!(stream.clone_dtoh(&v_buf).unwrap(), want, "SDDMM with K = 0, bs {bs}");
     }
 }
 

@@ -121,6 +121,22 @@ pub(crate) fn x_map(
     }
 }
 
+/// The tensor map of the sm_90a SDDMM kernels' Y^T (`k x n`; Y is `n x k`), read a stored block's columns at a
+/// time: column-major (a row-major Y, stored `n x k`), boxes of `bs` columns x 64 k; row-major (stored `k x n`),
+/// boxes of 64 k rows x 64 columns.
+pub(crate) fn y_t_map(
+    input: InType,
+    (ptr, layout, ld): (u64, Layout, usize),
+    (k, n): (usize, usize),
+    bs: u32,
+) -> Result<TensorMap> {
+    let (k, n, ld) = (k as u64, n as u64, ld as u64);
+    match layout {
+        Layout::ColMajor => encode("Y", input, ptr, (n, k, ld), (bs, BK as u32)),
+        Layout::RowMajor => encode("Y", input, ptr, (k, n, ld), (BK as u32, BK as u32)),
+    }
+}
+
 /// The tensor map of B (`k x n`): row-major with `n` a multiple of 64, rank 3 (64 columns x `k` rows x `n / 64`
 /// chunks of 64 columns), boxes of 64 x 64 k-rows x BN / 64 chunks, one copy per stage; other row-major B, boxes
 /// of 64 k-rows x 64 columns; column-major (stored `n x k`), boxes of BN columns x 64 k. The kernel applies the

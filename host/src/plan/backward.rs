@@ -4,11 +4,14 @@
 //! ([`Policy::hopper`](super::Policy::hopper)), its sm_90a kernels (TMA + wgmma) for the block sizes they serve
 //! (A^T @ B: 64 and 128; SDDMM: 128), which the plan takes there:
 //! - A^T @ B: the forward's wide tile over the block columns of A (the block rows of A^T), whole rows, rasterized
-//!   in groups as the forward's wide tile is ([`raster_group_rows`]); on sm_90a the forward's tile likewise, its
-//!   tiles taken by a stride over at most one wave of CTAs, C stored by TMA where it is row-major and beta is 0;
-//! - SDDMM: one tile per stored block ([`Decomposition::StoredBlocks`]), in storage order: one CTA each on sm_80,
-//!   a stride over at most one wave on sm_90a (a CTA's producer loads its next block under the last one's
-//!   epilogue).
+//!   in groups as the forward's wide tile is ([`raster_group_rows`]); on sm_90a the forward's tile likewise, C
+//!   stored by TMA where it is row-major and beta is 0;
+//! - SDDMM ([`Decomposition::StoredBlocks`]): one tile per stored block on sm_80; on sm_90a a 256-column tile over
+//!   a group of `bn / bs` consecutive blocks of a block row (tiles indexed by their first block, most of them
+//!   empty), the values of bs 128 stored by TMA where beta is 0.
+//!
+//! Every launch is one CTA per tile (per two in ping-pong). An empty product (no blocks, or an SDDMM with K = 0)
+//! takes the sm_80 kernel, which writes `beta * C`.
 
 use sparsek_layout::{InType, Layout, Op, OutType, Pipeline, Tile};
 
@@ -68,9 +71,12 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
     if !matches!(p.op, Op::BsrSpmmT | Op::Sddmm) {
         return Err(Error::InvalidArgument { name: "op", reason: format!("{:?} is not a backward product", p.op) });
     }
-    // The sm_90a kernel where the module is loaded, allowed and has one for the block size and types; else the
-    // product module's.
-    let hopper = (room.policy.hopper && room.device.sm90a_loaded()).then(|| find(&room.device.hopper, p)).flatten();
+    // The sm_90a kernel where the module is loaded, allowed and has one for the block size and types, and the
+    // product has blocks and (SDDMM) a reduced length: a TMA map cannot describe an empty operand. Else the product
+    // module's (which writes beta * C for an empty product).
+    let nonempty = p.nnzb > 0 && (p.op != Op::Sddmm || p.n > 0);
+    let hopper =
+        (room.policy.hopper && room.device.sm90a_loaded() && nonempty).then(|| find(&room.device.hopper, p)).flatten();
     let found = match hopper {
         Some((i, loaded)) => Some((KernelRef::Hopper(i), loaded)),
         None => find(&room.device.product, p).map(|(i, loaded)| (KernelRef::Product(i), loaded)),
@@ -104,16 +110,16 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
             (block_rows * n_tiles, group, Decomposition::WholeRows)
         }
     };
-    // sm_80: one CTA per tile. sm_90a: each CTA takes tiles c, c + grid, ... (two consumer sets in ping-pong take
-    // one each), at most one wave of CTAs, so a CTA's producer loads its next tile under the last one's epilogue.
-    let ctas = if sm90a {
-        let sets = if cfg.pingpong() { 2 } else { 1 };
-        tiles.div_ceil(sets).min((loaded.ctas_per_sm.max(1) * room.device.sm_count.max(1)) as usize)
-    } else {
-        tiles
-    };
-    // The sm_90a kernels store a row-major output written without being read through a tensor map.
-    let c_tma = sm90a && p.beta_zero && p.c_layout == Layout::RowMajor;
+    // One CTA per tile (two in ping-pong, one per consumer set): the hardware hands out the next as an SM frees,
+    // which balanced uneven rows better than one wave striding over the tiles or taking equal shares of them (H200,
+    // docs/perf-notes.md, "Backward on sm_90a"). An sm_90a SDDMM's tiles are indexed by their first stored block
+    // (most of them are empty and exit at once).
+    let sets = if cfg.pingpong() { 2 } else { 1 };
+    let ctas = tiles.div_ceil(sets);
+    // The sm_90a kernels store a row-major output written without being read through a tensor map (the SDDMM at
+    // bs 128 only: a bs-64 block is half of a staged piece).
+    let staged_sddmm = p.op != Op::Sddmm || cfg.bn / bs as u32 <= 2;
+    let c_tma = sm90a && p.beta_zero && p.c_layout == Layout::RowMajor && staged_sddmm;
     let ctas = u32::try_from(ctas).ok().filter(|&c| c <= i32::MAX as u32).ok_or_else(|| Error::InvalidArgument {
         name: "CTAs",
         reason: format!("{ctas} exceeds the kernel's limit of {}", i32::MAX),
@@ -190,8 +196,8 @@ mod tests {
             let cfg = sparsek_layout::variant(plan.kernel).config;
             let tiles = 11008 / bs * 4096usize.div_ceil(cfg.bn as usize);
             let sets = if cfg.pingpong() { 2 } else { 1 };
-            // At most one wave, striding over every tile.
-            assert_eq!(plan.ctas as usize, tiles.div_ceil(sets).min(132), "{plan}");
+            // One CTA per tile (per two in ping-pong).
+            assert_eq!(plan.ctas as usize, tiles.div_ceil(sets), "{plan}");
             assert!(!plan.tile_counter && !plan.c_tma, "a column-major C is stored from the registers: {plan}");
             let row_major = BackwardProblem { c_layout: Layout::RowMajor, ..p };
             assert!(plan_backward(room, &row_major).unwrap().0.c_tma);
@@ -202,8 +208,9 @@ mod tests {
 
     #[test]
     fn an_sddmm_runs_one_tile_per_stored_block_and_names_y_in_its_own_order() {
-        let (device, policy) = (DeviceFacts::estimated(Preset::H200), Policy::default());
-        let room = Room { device: &device, policy: &policy };
+        let device = DeviceFacts::estimated(Preset::H200);
+        let sm80_only = Policy { hopper: false, ..Policy::default() };
+        let room = Room { device: &device, policy: &sm80_only };
         let p = problem(Op::Sddmm, 64, OutType::F32);
         let (plan, _) = plan_backward(room, &p).unwrap();
         // X and Y column-major (the linear layer's dY^T and x^T): Y^T is row-major.
@@ -212,16 +219,37 @@ mod tests {
         let rows = BackwardProblem { x_layout: Layout::RowMajor, b_layout: Layout::RowMajor, ..p };
         assert_eq!(plan_backward(room, &rows).unwrap().0.kernel, "sparsek_sddmm_bs64_bf16_xrow_yrow_f32");
         assert!(plan.to_string().contains("one tile per stored block"), "{plan}");
-        // bs 128 on Hopper: the sm_90a kernel, one wave striding over the blocks, the values stored by TMA.
-        let p = BackwardProblem { c_layout: Layout::RowMajor, ..problem(Op::Sddmm, 128, OutType::F32) };
-        let (plan, kernel) = plan_backward(room, &p).unwrap();
-        assert_eq!(plan.kernel, "sparsek_sm90_sddmm_bs128_bf16_xcol_ycol_f32");
-        assert!(matches!(kernel, KernelRef::Hopper(_)));
-        assert_eq!((plan.ctas as usize, plan.decomposition), (p.nnzb.min(132), Decomposition::StoredBlocks));
-        assert!(plan.c_tma, "{plan}");
-        let sm80_only = Policy { hopper: false, ..Policy::default() };
-        let sm80 = plan_backward(Room { device: &device, policy: &sm80_only }, &p).unwrap().0;
-        assert_eq!((sm80.kernel, sm80.ctas as usize), ("sparsek_sddmm_bs128_bf16_xcol_ycol_f32", p.nnzb));
+    }
+
+    #[test]
+    fn on_hopper_an_sddmm_takes_the_sm90a_group_tile() {
+        let (device, policy) = (DeviceFacts::estimated(Preset::H200), Policy::default());
+        let room = Room { device: &device, policy: &policy };
+        for bs in [16, 32, 64, 128] {
+            let p = BackwardProblem { c_layout: Layout::RowMajor, ..problem(Op::Sddmm, bs, OutType::F32) };
+            let (plan, kernel) = plan_backward(room, &p).unwrap();
+            if bs < 64 {
+                assert_eq!(plan.kernel, format!("sparsek_sddmm_bs{bs}_bf16_xcol_ycol_f32"));
+                assert!(matches!(kernel, KernelRef::Product(_)) && !plan.c_tma);
+                continue;
+            }
+            assert_eq!(plan.kernel, format!("sparsek_sm90_sddmm_bs{bs}_bf16_xcol_ycol_f32"));
+            assert!(matches!(kernel, KernelRef::Hopper(_)));
+            // One CTA per tile index: a group may start at any stored block.
+            assert_eq!((plan.ctas as usize, plan.decomposition), (p.nnzb, Decomposition::StoredBlocks));
+            // The values staged through a tensor map at bs 128 (a piece per block), from the registers at bs 64.
+            assert_eq!(plan.c_tma, bs == 128, "{plan}");
+            let read = BackwardProblem { beta_zero: false, ..p };
+            assert!(!plan_backward(room, &read).unwrap().0.c_tma, "beta != 0 reads the values");
+            // Empty products keep the sm_80 kernel (it writes beta * values; no TMA map of an empty operand).
+            for empty in [BackwardProblem { n: 0, ..p }, BackwardProblem { nnzb: 0, ..p }] {
+                let (plan, kernel) = plan_backward(room, &empty).unwrap();
+                assert_eq!(plan.kernel, format!("sparsek_sddmm_bs{bs}_bf16_xcol_ycol_f32"));
+                assert!(matches!(kernel, KernelRef::Product(_)));
+            }
+            let t = BackwardProblem { nnzb: 0, ..problem(Op::BsrSpmmT, bs, OutType::F32) };
+            assert!(matches!(plan_backward(room, &t).unwrap().1, KernelRef::Product(_)));
+        }
     }
 
     #[test]

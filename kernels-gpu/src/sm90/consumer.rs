@@ -4,7 +4,7 @@
 
 use super::scheduler::{TileAt, tile_at};
 use super::split::hand_over;
-use super::store::{store_pieces, store_staged};
+use super::store::{store_blocks, store_pieces, store_staged};
 use super::{BK, Launch, Smem, WG_THREADS, WgmmaInput, src};
 use crate::epilogue::{Epilogue, Output, WarpCoord};
 use crate::layout::{BsrSpmmParams, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N, hopper_split_counter};
@@ -66,7 +66,8 @@ pub(super) unsafe fn consume<
         let q = j % TILE_QUEUE;
         // SAFETY: initialised barriers and an entry of the queue, published by the producer before its phase
         // completes; this set is the entry's only reader until it releases it.
-        let [t, it0, _, _] = unsafe {
+        // (extra: an SDDMM tile's block count.)
+        let [t, it0, extra, _] = unsafe {
             ptx::mbarrier_wait(smem.q_full(q), (j / TILE_QUEUE) & 1);
             let entry = ptx::ld_shared_v4(smem.q_entry(q));
             ptx::mbarrier_arrive(smem.q_empty(q));
@@ -150,6 +151,24 @@ pub(super) unsafe fn consume<
         if k_tiles > 0 {
             // SAFETY: as above.
             unsafe { ptx::mbarrier_arrive(smem.empty(prev)) };
+        }
+        if src::sddmm(SRC) {
+            // The group's blocks to their values; bs 128 staged through C's map where the plan says so.
+            let bufs = (smem.out_stage(cw, 0), smem.out_full(cw, 0), smem.out_free(cw, 0));
+            let staging = (c_tma && BS == WGMMA_N).then_some((tmap_c, bufs, issuer));
+            // SAFETY: blocks t..t + extra are stored blocks of the structure (the producer's group); the staging
+            // buffers and their barriers are this warpgroup's; C's map covers the values.
+            staged = unsafe {
+                store_blocks::<BS, PIECES, OUT_BUFS, O, I>(
+                    &epi,
+                    &mut acc,
+                    (t, extra, piece0 * (WGMMA_N / BS)),
+                    (warp, wg_m),
+                    staging,
+                    staged,
+                )
+            };
+            continue;
         }
         let (row0, col0) = (row * BS, n_tile * BN);
         if at.parts > 1 {

@@ -52,11 +52,16 @@
 //!   as rows, `row_ptr`/`col_idx` the index, `perm` the stored block of each entry); a k-tile of A^T is 64 rows
 //!   of stored block `perm[blk]`, loaded as they are stored in `BS / 64` boxes of 64 x 64 (A's values map with 64-row
 //!   boxes) and read by wgmma as an MN-major A (`imm-trans-a`), one box per consumer warpgroup;
-//! - SDDMM (`layout::Op::Sddmm`): one tile per stored block (`layout::HOPPER_SDDMM_CONFIGS`: BN = BS = 128), taken
-//!   by the stride, its block row found by a binary search of `row_ptr`; A is X's rows of the block row over
-//!   ceil(K / 64) k-tiles (row-major X: the forward's K-major boxes; column-major X: MN-major boxes as above), B
-//!   is Y^T's k-tile at the block's columns (the forward's B boxes), and the epilogue writes the block's values
-//!   (rows `blk * BS..` of the `(nnzb * BS) x BS` output, C's map for a staged store).
+//! - SDDMM (`layout::Op::Sddmm`): 256-column tiles (`layout::HOPPER_SDDMM_CONFIGS`), each a group of `G = BN /
+//!   BS` consecutive stored blocks of one block row: tile `t` starts at stored block `t` and has work only where
+//!   `t - row_ptr[row]` is a multiple of G (its block row found by a binary search of `row_ptr`; the producer
+//!   passes the others over and publishes the group's block count with the tile). At bs 64 the two consumer
+//!   warpgroups split the tile's columns (two blocks each). A is X's rows of the
+//!   block row over ceil(K / 64) k-tiles (row-major X: the forward's K-major boxes; column-major X: MN-major boxes
+//!   as above), B is Y^T's k-tile at each block's columns (one `BS`-row box per block of a column-major Y^T, `BS /
+//!   64` 64-column boxes of a row-major one; a group of fewer than G blocks leaves the rest of the slot stale,
+//!   its columns computed and not stored), and the epilogue writes block `g`'s columns to its values (rows
+//!   `(t + g) * BS..` of the `(nnzb * BS) x BS` output; bs 128 staged through C's map where the plan says so).
 //!
 //! The files, by job: [`scheduler`] (which tiles a CTA takes, where their blocks are), [`producer`] (the TMA
 //! copies), [`consumer`] (the wgmma main loop), [`split`] (a split row's hand-over), [`store`] (C's store); here
@@ -99,6 +104,9 @@ pub(crate) mod src {
         src == SDDMM_X_ROW || src == SDDMM_X_COL
     }
 }
+
+/// The most stored blocks an SDDMM tile groups (bs 64 on a 256-column tile).
+const SDDMM_GROUP_MAX: u32 = 4;
 
 /// K depth of a stage: one 128-byte swizzle row of 16-bit elements.
 const BK: u32 = 64;
@@ -257,14 +265,16 @@ unsafe fn hopper_spmm<
     let b_col = TRANS_B == 0;
     // A row-major B whose columns are a whole number of 64-column chunks has a rank-3 tensor map (64 columns x K x
     // chunks; layout::HopperSpmmParams): one copy loads a stage's BN / 64 chunks.
-    let b_chunked = !b_col && p.n.is_multiple_of(64);
+    // (An SDDMM loads each block's columns on their own: 64-column boxes of a 2-D map.)
+    let b_chunked = !b_col && p.n.is_multiple_of(64) && !src::sddmm(SRC);
     const {
         assert!(PIECES as u32 * WGMMA_N * WARPS_N == BN, "each consumer warpgroup owns PIECES x 128 columns");
         assert!(PIECES == 1 || PIECES == 2, "one or two m64n128 pieces per consumer warpgroup");
         assert!(WARPS_M * 16 == BS && WARPS_M.is_multiple_of(WARPGROUP_WARPS), "16 rows per warp, whole warpgroups");
         assert!(OUT_BUFS == 1 || OUT_BUFS == 2, "one or two output staging buffers per consumer warpgroup");
         assert!(TRANS_A == src::a_mn_major(SRC) as u32, "A's major order is its source's");
-        assert!(!src::sddmm(SRC) || (BN == BS && !PINGPONG), "an SDDMM tile is one stored block, one set");
+        assert!(!src::sddmm(SRC) || BN.is_multiple_of(BS), "an SDDMM tile is a group of whole stored blocks");
+        assert!(!src::sddmm(SRC) || BN / BS <= SDDMM_GROUP_MAX, "at most SDDMM_GROUP_MAX blocks per SDDMM tile");
     }
     let a_bytes = BS * BK * 2;
     let b_bytes = BK * BN * 2;
@@ -311,7 +321,7 @@ unsafe fn hopper_spmm<
     let n_tiles = p.n.div_ceil(BN);
     // Split rows: the first split_rows positions of the row order walk split_chunks virtual rows each.
     let vrows = hopper_virtual_rows(p.block_rows, split_rows, p.split_chunks);
-    // An SDDMM's tiles are the stored blocks.
+    // An SDDMM's tiles are indexed by their first stored block (most are empty: see `producer`).
     let tiles = if src::sddmm(SRC) { p.nnzb } else { vrows * n_tiles };
     let shape = (vrows, n_tiles, split_rows);
     let index_shift = if p.index64 != 0 { 3 } else { 2 };

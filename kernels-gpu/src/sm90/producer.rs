@@ -29,33 +29,48 @@ pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, co
 ) {
     let Launch { tiles, shape, index_shift, sets, .. } = launch;
     let mut source = TileSource::new(tile_counter, ptx::grid_dim_x());
-    // Entry j of the queue: tile `t` (>= tiles: no more) whose first k-tile is ring position `it`.
-    let publish = |j: u32, t: u32, it: u32| {
+    // Entry j of the queue: tile `t` (>= tiles: no more) whose first k-tile is ring position `it`, and `extra`
+    // (an SDDMM tile's block count).
+    let publish = |j: u32, t: u32, it: u32, extra: u32| {
         let q = j % TILE_QUEUE;
         // SAFETY: initialised barriers and an entry of the queue; the entry's last reader released it.
         unsafe {
             ptx::mbarrier_wait(smem.q_empty(q), ((j / TILE_QUEUE) & 1) ^ 1);
-            ptx::st_shared_v4(smem.q_entry(q), [t, it, 0, 0]);
+            ptx::st_shared_v4(smem.q_entry(q), [t, it, extra, 0]);
             ptx::mbarrier_arrive(smem.q_full(q));
         }
     };
-    // One k-tile into ring position `it`: A's box(es) at `a_at` (column, row of A's map; MN-major: the first
-    // box's, the next ones 64 columns on) and B's 64 rows from k row `b_k`, BN columns from `n0`.
-    let issue = |it: u32, a_at: (u32, u32), b_k: u32, n0: u32| {
+    // Ring position `it`'s slot, once its last readers released it, announced for `bytes` of TMA copies: (full
+    // barrier, A's part, B's part).
+    let acquire = |it: u32, bytes: u32| {
         let s = it % STAGES;
-        let (full, a_slot, b_slot) = (smem.full(s), smem.a_slot(s), smem.b_slot(s));
-        // SAFETY: every slot and barrier lies in the ring; every TMA box lies in the tensor maps the host encoded
-        // for these operands (out-of-bounds rows and columns read as zero); the slot's last readers released it.
+        // SAFETY: initialised barriers of the ring; the producer is their only arriving thread for `full`.
         unsafe {
             ptx::mbarrier_wait(smem.empty(s), ((it / STAGES) & 1) ^ 1);
-            ptx::mbarrier_arrive_expect_tx(full, smem.stage_bytes);
-            if src::a_mn_major(SRC) {
-                for jb in 0..BS / 64 {
-                    ptx::tma_load_2d(a_slot + jb * 64 * BK * 2, tmap_a, (a_at.0 + 64 * jb, a_at.1), full);
-                }
-            } else {
-                ptx::tma_load_2d(a_slot, tmap_a, a_at, full);
+            ptx::mbarrier_arrive_expect_tx(smem.full(s), bytes);
+        }
+        (smem.full(s), smem.a_slot(s), smem.b_slot(s))
+    };
+    // A's box(es) of a k-tile at `a_at` (column, row of A's map; MN-major: the first box's, the next ones 64
+    // columns on).
+    // SAFETY (the copies here and below): every slot lies in the ring and every TMA box in the tensor maps the
+    // host encoded for these operands (out-of-bounds rows and columns read as zero).
+    let load_a = |a_slot: u32, a_at: (u32, u32), full: u32| unsafe {
+        if src::a_mn_major(SRC) {
+            for jb in 0..BS / 64 {
+                ptx::tma_load_2d(a_slot + jb * 64 * BK * 2, tmap_a, (a_at.0 + 64 * jb, a_at.1), full);
             }
+        } else {
+            ptx::tma_load_2d(a_slot, tmap_a, a_at, full);
+        }
+    };
+    // One k-tile of the forward or A^T @ B into ring position `it`: A's box(es) at `a_at` and B's 64 rows from k row
+    // `b_k`, BN columns from `n0`.
+    let issue = |it: u32, a_at: (u32, u32), b_k: u32, n0: u32| {
+        let (full, a_slot, b_slot) = acquire(it, smem.stage_bytes);
+        load_a(a_slot, a_at, full);
+        // SAFETY: as above.
+        unsafe {
             if b_col {
                 ptx::tma_load_2d(b_slot, tmap_b, (b_k, n0), full);
             } else if b_chunked {
@@ -70,29 +85,78 @@ pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, co
     let mut it = 0u32;
     let mut j = 0u32;
     if src::sddmm(SRC) {
-        // One tile per stored block (tile t is block t): X's rows of its block row and Y's rows of its block column
-        // over ceil(K / 64) k-tiles (past K the TMA reads zeros).
+        // Tile t is the group of up to G = BN / BS stored blocks from block t, which has work only where t is G
+        // blocks on from its row's start (the others are passed over): X's rows of the block row (read once) and Y's
+        // rows of each block's column over ceil(K / 64) k-tiles (past K the TMA reads zeros).
+        const { assert!(BN / BS <= super::SDDMM_GROUP_MAX) };
+        let group = BN / BS;
         let k_tiles = p.k.div_ceil(BK);
+        let a_bytes = smem.stage_bytes - BK * BN * 2;
+        // From tile `t` on, the first with work (or the end): the tile, its block count and its block row.
+        let locate = |mut t: u32, source: &mut TileSource| loop {
+            if t >= tiles {
+                return (t, 0, 0);
+            }
+            // SAFETY: t is a stored block of the valid structure (t < nnzb).
+            let (row, begin, end) = unsafe {
+                let row = block_row_of(p.row_ptr, p.block_rows, t, index_shift);
+                (row, load_index(p.row_ptr, row, index_shift), load_index(p.row_ptr, row + 1, index_shift))
+            };
+            if (t - begin).is_multiple_of(group) {
+                return (t, (end - t).min(group), row);
+            }
+            // SAFETY: the caller's contract.
+            t = unsafe { source.take() };
+        };
         // SAFETY (takes): the caller's contract.
-        let mut t = unsafe { source.take() };
+        let first = unsafe { source.take() };
+        let (mut t, mut count, mut row_of_t) = locate(first, &mut source);
         loop {
-            publish(j, t, it);
+            publish(j, t, it, count);
             j += 1;
             if t >= tiles {
                 break;
             }
-            // SAFETY: t is a stored block of the valid structure.
-            let (row, col) = unsafe {
-                (block_row_of(p.row_ptr, p.block_rows, t, index_shift), load_index(p.col_idx, t, index_shift))
-            };
+            // The next tile is found while this one's k-tiles stream (its loads then run under them).
+            // SAFETY: the caller's contract.
             let t_next = unsafe { source.take() };
+            // The group's block columns (count <= G of them; the rest of the slot's B is not loaded), one by one so
+            // they stay in registers.
+            // SAFETY: t + g < the row's end for g < count.
+            let col =
+                |g: u32| if g < count && g < group { unsafe { load_index(p.col_idx, t + g, index_shift) } } else { 0 };
+            let cols = (col(0), col(1), col(2), col(3));
+            let block_bytes = BK * BS * 2;
+            // Block g's k-tile from k row k0 into the slot's B at `b_slot` (column c of the structure).
+            let load_b = |b_slot: u32, full: u32, k0: u32, g: u32, c: u32| {
+                if g < count && g < group {
+                    // SAFETY: as above (Y's map has BS-row boxes for a column-major Y^T, 64 x 64 for a row-major one).
+                    unsafe {
+                        if b_col {
+                            // (BN, 64) K-major tile: block g's BS rows of 128 bytes.
+                            ptx::tma_load_2d(b_slot + g * block_bytes, tmap_b, (k0, c * BS), full);
+                        } else {
+                            // 64 x 64 boxes: block g's BS / 64 of them.
+                            for jb in 0..BS / 64 {
+                                let dst = b_slot + (g * BS / 64 + jb) * 64 * BK * 2;
+                                ptx::tma_load_2d(dst, tmap_b, (c * BS + 64 * jb, k0), full);
+                            }
+                        }
+                    }
+                }
+            };
             for kt in 0..k_tiles {
                 let k0 = kt * BK;
-                let a_at = if src::a_mn_major(SRC) { (row * BS, k0) } else { (k0, row * BS) };
-                issue(it, a_at, k0, col * BS);
+                let (full, a_slot, b_slot) = acquire(it, a_bytes + count * block_bytes);
+                let a_row0 = row_of_t * BS;
+                load_a(a_slot, if src::a_mn_major(SRC) { (a_row0, k0) } else { (k0, a_row0) }, full);
+                load_b(b_slot, full, k0, 0, cols.0);
+                load_b(b_slot, full, k0, 1, cols.1);
+                load_b(b_slot, full, k0, 2, cols.2);
+                load_b(b_slot, full, k0, 3, cols.3);
                 it += 1;
             }
-            t = t_next;
+            (t, count, row_of_t) = locate(t_next, &mut source);
         }
     } else {
         // From tile `t` on, the first with work (or the end): the tile and its N tile and blocks. Parts past a split
@@ -124,7 +188,7 @@ pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, co
         let first = unsafe { source.take() };
         let (mut t, mut here) = locate(first, &mut source);
         loop {
-            publish(j, t, it);
+            publish(j, t, it, 0);
             j += 1;
             if t >= tiles {
                 break;
@@ -159,7 +223,7 @@ pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, co
     }
     // In ping-pong the other set reads the next entry: it gets the end too.
     for _ in 1..sets {
-        publish(j, tiles, it);
+        publish(j, tiles, it, 0);
         j += 1;
     }
     // SAFETY: the caller's contract.

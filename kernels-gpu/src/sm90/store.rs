@@ -211,3 +211,109 @@ unsafe fn stage_chunk<const CI: u32, const OUT_BUFS: u32, O: Output>(
     }
     staged + 1
 }
+
+/// An SDDMM tile's stores: block `g < count` of the group from stored block `t` is the tile's columns `g * BS..`,
+/// written (alpha, beta: the epilogue's) to its values, rows `(t + g) * BS..` of the `(nnzb * BS) x BS` output
+/// (`epi.n` is BS). This warpgroup's pieces start at the tile's block `first`. bs 128: a piece per block, staged
+/// through C's map where `staging` is given (the map, this warpgroup's staging buffers and barriers, whether this
+/// thread issues its stores), else from the registers; bs 64: two blocks per piece, each half of its n8 tiles from
+/// the registers. Returns the staging count.
+///
+/// # Safety
+/// As [`store_pieces`] (and [`store_staged`] with `staging`), for the blocks `t..t + count`, stored blocks of the
+/// launch's structure.
+#[inline(always)]
+pub(super) unsafe fn store_blocks<const BS: u32, const PIECES: usize, const OUT_BUFS: u32, O: Output, I: Input>(
+    epi: &Epilogue<O>,
+    acc: &mut [WgmmaAcc; PIECES],
+    (t, count, first): (u32, u32, u32),
+    (warp, wg_m): (WarpCoord, u32),
+    staging: Option<(u64, (u32, u32, u32), bool)>,
+    mut staged: u32,
+) -> u32 {
+    const { assert!(BS == WGMMA_N || BS * 2 == WGMMA_N, "an SDDMM block is a piece or half of one") };
+    let row = |g: u32| (t + first + g) * BS;
+    // Every accumulator index below is a constant (helpers inlined, pieces written out): the accumulators stay in
+    // registers.
+    // SAFETY (whole body): the caller's contract.
+    unsafe {
+        if BS == WGMMA_N {
+            if first < count {
+                staged = store_block_piece::<OUT_BUFS, O, I>(epi, &mut acc[0], row(0), (warp, wg_m), staging, staged);
+            }
+            if PIECES == 2 && first + 1 < count {
+                let last = &mut acc[PIECES - 1];
+                staged = store_block_piece::<OUT_BUFS, O, I>(epi, last, row(1), (warp, wg_m), staging, staged);
+            }
+        } else {
+            // Block first + 2p + h is half h (n8 tiles 8h..8h + 8) of piece p.
+            if first < count {
+                store_block_half::<0, O, I>(epi, &acc[0], row(0), warp);
+            }
+            if first + 1 < count {
+                store_block_half::<1, O, I>(epi, &acc[0], row(1), warp);
+            }
+            if PIECES == 2 && first + 2 < count {
+                store_block_half::<0, O, I>(epi, &acc[PIECES - 1], row(2), warp);
+            }
+            if PIECES == 2 && first + 3 < count {
+                store_block_half::<1, O, I>(epi, &acc[PIECES - 1], row(3), warp);
+            }
+        }
+    }
+    staged
+}
+
+/// One 128-column piece to the values at `row0`, column 0: staged (see [`store_blocks`]) or from the registers.
+///
+/// # Safety
+/// As [`store_blocks`].
+#[inline(always)]
+unsafe fn store_block_piece<const OUT_BUFS: u32, O: Output, I: Input>(
+    epi: &Epilogue<O>,
+    acc: &mut WgmmaAcc,
+    row0: u32,
+    (warp, wg_m): (WarpCoord, u32),
+    staging: Option<(u64, (u32, u32, u32), bool)>,
+    staged: u32,
+) -> u32 {
+    let one = core::array::from_mut(acc);
+    // SAFETY: the caller's contract.
+    unsafe {
+        match staging {
+            Some((tmap_c, bufs, issuer)) => {
+                store_staged::<1, OUT_BUFS, O, I>(epi, one, (row0, 0), (warp, wg_m), tmap_c, bufs, (issuer, staged))
+            }
+            None => {
+                store_epilogue::<1, 16, O, I>(epi, one, row0, 0, warp);
+                staged
+            }
+        }
+    }
+}
+
+/// Half `H` of a piece (its n8 tiles `8 H..8 H + 8`, a 64-column block) to the values at `row0`, column 0, from
+/// the registers.
+///
+/// # Safety
+/// As [`store_blocks`].
+#[inline(always)]
+unsafe fn store_block_half<const H: usize, O: Output, I: Input>(
+    epi: &Epilogue<O>,
+    acc: &WgmmaAcc,
+    row0: u32,
+    warp: WarpCoord,
+) {
+    let mut half: [[[f32; 4]; 8]; 1] = [[
+        acc[8 * H],
+        acc[8 * H + 1],
+        acc[8 * H + 2],
+        acc[8 * H + 3],
+        acc[8 * H + 4],
+        acc[8 * H + 5],
+        acc[8 * H + 6],
+        acc[8 * H + 7],
+    ]];
+    // SAFETY: the caller's contract.
+    unsafe { store_epilogue::<1, 8, O, I>(epi, &mut half, row0, 0, warp) };
+}
