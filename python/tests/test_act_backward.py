@@ -172,6 +172,32 @@ def test_inference_is_the_fused_kernel_bit_for_bit(device, activation):
         assert torch.equal(layer(x), fused)
 
 
+@pytest.mark.parametrize("activation", SMOOTH)
+def test_io_dtype_float32_layer(activation):
+    """A layer of bfloat16 values taking float32 (``io_dtype``) follows the setting too, with the same gradients
+    as the recompute path within the roundings between them."""
+    w, w64, x, bias, r = _case("cpu", torch.bfloat16, activation, True, "act-bwd-io")
+    grads = {}
+    for strategy in STRATEGIES:
+        sparsek.set_activation_backward(strategy)
+        layer = sparsek.BlockSparseLinear.from_bsr(w, bias, activation).float()
+        assert layer.io_dtype == torch.float32 and layer.values.dtype == torch.bfloat16
+        layer.values.requires_grad_(True)
+        xg = x.float().requires_grad_(True)
+        y = layer(xg)
+        assert y.dtype == torch.float32
+        inner = type(y.grad_fn.next_functions[0][0]).__name__
+        assert (inner == _BACKWARD_NAMES[activation]) == (strategy == "save"), inner
+        y.backward(r.float())
+        grads[strategy] = (xg.grad, layer.values.grad)
+    u = UNIT_ROUNDOFF[torch.bfloat16]
+    g_abs = r.double().abs().reshape(-1, 96) * 1.2
+    assert_close(grads["save"][0].to(torch.bfloat16), grads["recompute"][0].double(),
+                 (g_abs @ w64.abs()).reshape(x.shape), 192, activation, 4.0 * u)
+    assert_close(grads["save"][1], grads["recompute"][1].double(),
+                 _blocks_of(g_abs.t() @ x.double().abs().reshape(-1, 64), w), 20, activation, 4.0 * u)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("activation", SMOOTH)
 def test_what_is_kept_for_the_backward(strategy, activation):
