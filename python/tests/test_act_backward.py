@@ -164,6 +164,12 @@ def test_inference_is_the_fused_kernel_bit_for_bit(device, activation):
             assert torch.equal(f(x), fused)
         y = f(x)
         assert y.grad_fn is None and torch.equal(y, fused)
+    if device == "cpu":  # compiled (aot_eager), inputs needing no grad: the fused kernel's bits too
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda x: layer(x), fullgraph=True, backend="aot_eager")
+        assert torch.equal(compiled(x), fused)
+        with torch.no_grad():
+            assert torch.equal(compiled(x), fused)
     layer.values.requires_grad_(True)
     y = layer(x)
     assert type(y.grad_fn).__name__ == _BACKWARD_NAMES[activation]
