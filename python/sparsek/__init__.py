@@ -41,6 +41,8 @@ __all__ = [
     "device_info",
     "set_programmatic_launch",
     "programmatic_launch",
+    "set_activation_backward",
+    "activation_backward",
     "ACTIVATIONS",
     "__version__",
 ]
@@ -162,6 +164,11 @@ def linear(
     Returns:
         ``(..., out_features)`` of ``x``'s dtype, accumulated in float32. On CUDA no transpose and no copy is
         made (``y^T = W @ x^T`` on column-major views of ``x`` and ``y``), for any number of tokens.
+
+    Differentiable in ``x``, the weight's values and the bias. With GELU or SiLU and autograd recording, the
+    strategy of :func:`set_activation_backward` applies: ``"recompute"`` (one fused kernel; the backward recomputes
+    the pre-activation) or ``"save"`` (the kernel with the bias and without the activation, torch's activation on
+    its result, which keeps the pre-activation for the backward).
     """
     values, crow, col, _, cols = _bsr_components(w_bsr, "w_bsr")
     act = activation_code(activation)
@@ -169,6 +176,8 @@ def linear(
         if _ops.skips_autograd(x, values, bias):
             with _ops.below_autograd():
                 return _LINEAR(x, values, crow, col, cols, bias, act)
+        if _ops.saves_pre_activation(act, x, values, bias):
+            return _ops.linear_saving_pre_activation(_LINEAR, x, values, crow, col, cols, bias, act)
         return _LINEAR(x, values, crow, col, cols, bias, act)
     except RuntimeError as e:
         _ops.raise_type_error(e)
@@ -196,6 +205,31 @@ def device_info(device: int | torch.device | None = None) -> dict:
         "hopper_module": hopper,
         "programmatic_launch": programmatic,
     }
+
+
+def set_activation_backward(strategy: str) -> None:
+    """How the backward of a GELU or SiLU fused into :func:`linear` or :class:`~sparsek.nn.BlockSparseLinear` gets
+    the pre-activation ``z = x @ W.T + bias`` it needs (process-wide; ReLU and no activation are unaffected):
+
+    - ``"recompute"``: the forward is one kernel (bias and activation fused) and keeps nothing more than the
+      inputs; the backward recomputes ``z`` in float32 with one more block-sparse product (the forward's cost
+      again).
+    - ``"save"``: while autograd records (grad mode on and an input that requires grad), the forward runs the kernel
+      with the bias fused and without the activation, then torch's GELU (tanh) or SiLU, whose autograd keeps ``z``:
+      ``tokens x out_features`` elements of ``x``'s dtype per layer, alive from the forward to the backward (e.g.
+      4096 tokens x 11008 features in bfloat16: 86 MiB), and no product to recompute it. The training forward's
+      output then differs from the fused kernel's by ``z``'s rounding to ``x``'s dtype before the activation.
+
+    Under ``torch.no_grad()``, ``torch.inference_mode()`` or when no input requires grad both run the single fused
+    kernel, bit for bit as before. The default is ``sparsek._ops.ACTIVATION_BACKWARD_DEFAULT``
+    (``python/bench/bench_act_backward.py`` measures both). A direct ``torch.ops.sparsek.linear`` call always
+    recomputes. Under ``torch.compile`` the setting at trace time is compiled in (changing it recompiles)."""
+    _ops.set_activation_backward(strategy)
+
+
+def activation_backward() -> str:
+    """The strategy of :func:`set_activation_backward` in effect: ``"recompute"`` or ``"save"``."""
+    return _ops.activation_backward()
 
 
 def set_programmatic_launch(enabled: bool) -> None:

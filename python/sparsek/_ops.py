@@ -527,6 +527,50 @@ def skips_autograd(x: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | N
     return not _compiling() and not _inference_mode()
 
 
+#: The default strategy of GELU's and SiLU's backward in ``sparsek.linear`` and ``BlockSparseLinear`` (see
+#: ``set_activation_backward``). One constant: flip it here (and the one sentence that names it in python/README.md).
+ACTIVATION_BACKWARD_DEFAULT = "recompute"
+ACTIVATION_BACKWARDS = ("recompute", "save")
+# Whether a recording forward of GELU/SiLU runs unfused and saves the pre-activation (``"save"``); torch.compile
+# guards on it (a change recompiles).
+_save_pre_activation = ACTIVATION_BACKWARD_DEFAULT == "save"
+
+
+def set_activation_backward(strategy: str) -> None:
+    """Chooses how the backward of a GELU or SiLU fused into ``sparsek.linear`` / ``BlockSparseLinear`` gets the
+    pre-activation z (process-wide; ReLU and no activation are unaffected). See ``sparsek.set_activation_backward``."""
+    if strategy not in ACTIVATION_BACKWARDS:
+        raise ValueError(f"sparsek: unknown activation backward {strategy!r}; one of {ACTIVATION_BACKWARDS}")
+    global _save_pre_activation
+    _save_pre_activation = strategy == "save"
+
+
+def activation_backward() -> str:
+    """The strategy ``set_activation_backward`` set (``ACTIVATION_BACKWARD_DEFAULT`` until then)."""
+    return "save" if _save_pre_activation else "recompute"
+
+
+def saves_pre_activation(activation: int, x: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether a public call of ``linear`` with this activation code takes the ``"save"`` path: GELU or SiLU, the
+    strategy ``"save"``, and autograd recording (grad mode on and an input that requires grad; never under
+    ``no_grad`` or ``inference_mode``, where the fused kernel runs as always). Read by torch.compile as well (the
+    flags it reads are guarded)."""
+    return (activation > 1 and _save_pre_activation and _grad_enabled()
+            and (x.requires_grad or values.requires_grad or (bias is not None and bias.requires_grad)))
+
+
+def linear_saving_pre_activation(op, x, values, crow, col, in_features, bias, activation: int) -> torch.Tensor:
+    """``act(x @ W^T + bias)`` for a recording forward under ``"save"``: the op (``op``: ``sparsek::linear`` or its
+    twin) with the bias fused and no activation gives z in x's dtype, and torch's own GELU (tanh) or SiLU is applied
+    to it; torch's autograd of that activation keeps z (tokens x out_features elements of x's dtype) for the
+    backward, which then needs no block-sparse product to recompute it. The output differs from the fused kernel's
+    by z's rounding to x's dtype before the activation (the fused kernel applies it to the float32 accumulator)."""
+    z = op(x, values, crow, col, in_features, bias, 0)
+    if activation == 2:
+        return torch.nn.functional.gelu(z, approximate="tanh")
+    return torch.nn.functional.silu(z)
+
+
 def below_autograd():
     """A context under which ops skip their autograd kernels (``torch._C._AutoDispatchBelowAutograd``, the guard
     torch's own autograd formulas redispatch under): only where ``skips_autograd`` said so."""
@@ -915,7 +959,9 @@ def _linear_context(ctx, inputs, output):
     # What is saved: x, the weight and the bias (the forward's inputs, alive anyway for the optimizer) and, for
     # ReLU only, the output (act'(z) = [y > 0]: no recomputation, and y exists already). GELU and SiLU recompute the
     # pre-activation z in float32 with one block-sparse product in the backward (the forward's cost again) rather
-    # than keeping a tokens x out float32 tensor alive from the forward to the backward.
+    # than keeping a tokens x out tensor alive from the forward to the backward. (The other strategy, "save", never
+    # reaches this formula with GELU or SiLU: the public functions then call the op without the activation and apply
+    # torch's, see linear_saving_pre_activation.)
     x, values, crow_indices, col_indices, in_features, bias, activation = inputs
     ctx.in_features, ctx.activation, ctx.has_bias = in_features, activation, bias is not None
     ctx.save_for_backward(x, values, crow_indices, col_indices, bias, output if activation == 1 else None)

@@ -181,6 +181,8 @@ class BlockSparseLinear(torch.nn.Module):
         :meth:`from_dense` or :meth:`from_bsr`.
 
         ``activation`` (both forms): ``None``, ``"relu"``, ``"gelu_tanh"``, ``"silu"``, fused after the bias.
+        In training, GELU's and SiLU's backward follows :func:`sparsek.set_activation_backward` (recompute the
+        pre-activation, or save it: ``tokens x out_features`` elements of the values' dtype kept per layer).
         """
         super().__init__()
         if isinstance(density, torch.Tensor):
@@ -341,12 +343,16 @@ class BlockSparseLinear(torch.nn.Module):
                 if _ops.skips_autograd(x, values, bias):
                     with _ops.below_autograd():
                         return _LINEAR(*args)
+                if _ops.saves_pre_activation(self._activation_code, x, values, bias):
+                    return _ops.linear_saving_pre_activation(_LINEAR, *args)
                 return _LINEAR(*args)
             if x.dtype == self.io_dtype:
-                y = torch.ops.sparsek.linear(
-                    x.to(values.dtype), values, crow, col, self.in_features, bias,
-                    self._activation_code,
-                )
+                xc = x.to(values.dtype)
+                if _ops.saves_pre_activation(self._activation_code, xc, values, bias):
+                    y = _ops.linear_saving_pre_activation(_LINEAR, xc, values, crow, col, self.in_features, bias,
+                                                          self._activation_code)
+                else:
+                    y = torch.ops.sparsek.linear(xc, values, crow, col, self.in_features, bias, self._activation_code)
                 return y.to(x.dtype)
         except RuntimeError as e:
             _ops.raise_type_error(e)
