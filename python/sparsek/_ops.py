@@ -529,7 +529,7 @@ def skips_autograd(x: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | N
 
 #: The default strategy of GELU's and SiLU's backward in ``sparsek.linear`` and ``BlockSparseLinear`` (see
 #: ``set_activation_backward``). One constant: flip it here (and the one sentence that names it in python/README.md).
-ACTIVATION_BACKWARD_DEFAULT = "recompute"
+ACTIVATION_BACKWARD_DEFAULT = "save"
 ACTIVATION_BACKWARDS = ("recompute", "save")
 # Whether a recording forward of GELU/SiLU runs unfused and saves the pre-activation (``"save"``); torch.compile
 # guards on it (a change recompiles).
