@@ -2,8 +2,9 @@
 //! `C = alpha * (A^T @ B) + beta * C`) and SDDMM (`cpu::sddmm` and its oracle `cpu::reference_sddmm`:
 //! `values = alpha * (X @ Y^T) + beta * values` at A's stored blocks), and the transposed index
 //! (`format::BsrTranspose`), on small structures with arbitrary, possibly mismatched or empty shapes (M, K, N
-//! from 0; block rows longer than one SDDMM work item; K across SDDMM's slices of 256), leading dimensions with
-//! NaN-poisoned padding, block sizes 16 to 128, element types f16/bf16/f32/f64 and arbitrary alpha/beta.
+//! from 0; N across `spmm_t`'s column tiles; block rows longer than one SDDMM work item; K across SDDMM's slices
+//! of 256), leading dimensions with NaN-poisoned padding, block sizes 16 to 128, element types f16/bf16/f32/f64
+//! and arbitrary alpha/beta.
 //!
 //! Properties:
 //! - shapes that do not fit are `Error::ShapeMismatch` naming the documented shapes: for `A^T @ B`
@@ -44,7 +45,7 @@ use sparsek_fuzz::{Rng, span};
 const SCALARS: [f32; 10] = [0.0, 1.0, -1.0, 0.5, 2.0, -0.75, 1.5, -2.0, 0.25, -0.0];
 
 /// Largest product (multiply-adds of the f64 oracles) a run does, so that the fuzzer stays fast.
-const WORK: usize = 1 << 22;
+const WORK: usize = 1 << 21;
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum Extent {
@@ -86,8 +87,9 @@ struct Input {
     bs: u8,
     block_rows: u8,
     block_cols: u8,
-    /// More block columns than one SDDMM work item holds (`512 / bs`), few block rows.
-    wide: bool,
+    /// 6: more block columns than one SDDMM work item holds (`512 / bs`), few block rows; 7: A one block, N
+    /// around the width of `spmm_t`'s column tiles (`65536 / bs`); else small shapes.
+    mode: u8,
     /// Some: `generate_int` (pattern, density in 1/8, seed, max_abs); None: blocks from `masks`, then `density`.
     generated: Option<(u8, u8, u64, u8)>,
     masks: Vec<u8>,
@@ -251,8 +253,11 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
         64 => 3,
         _ => 2,
     };
-    let (br, bcn) = if t.wide {
+    let (wide, tiles) = (t.mode % 8 == 6, t.mode % 8 == 7);
+    let (br, bcn) = if wide {
         (t.block_rows as usize % 3, 512 / bs + 1 + t.block_cols as usize % 3)
+    } else if tiles {
+        (1, 1)
     } else {
         (t.block_rows as usize % (max_blocks + 1), t.block_cols as usize % (max_blocks + 1))
     };
@@ -311,10 +316,12 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
     let poison = t.poison && beta == 0.0;
 
     // ---- A^T @ B.
-    let n = t.n as usize % 41;
+    // N from 0 to 40, or around the width of spmm_t's column tiles (65536 / bs), from 2 columns short of one tile
+    // to 3 past it (A is one block: at most 128 * 128 * 515 multiply-adds).
+    let (n, work) = if tiles { (65536 / bs - 2 + t.n as usize % 6, 5 * WORK) } else { (t.n as usize % 41, WORK) };
     let mb = t.b_rows.get(m);
     let (kc, nc) = (t.c_rows.get(k), t.c_cols.get(n));
-    if mb * n + kc * nc + m * k * n <= WORK {
+    if mb * n + kc * nc + m * k * n <= work {
         // The index handed over: A's, or another structure's (Some((rows, cols, bs, row_ptr, col_idx))).
         let other: Option<(usize, usize, usize, Vec<u32>, Vec<u32>)> = match t.index {
             Index::Own | Index::FromStructure => None,
@@ -410,11 +417,19 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
         } else {
             let want = want.unwrap_or_else(|e| panic!("reference_t of good arguments: {e}"));
             assert_eq!((want.rows(), want.cols()), (k, n));
+            // Row r of A times row r of B, added to the rows of A^T @ B where A's row r has a nonzero (every sum
+            // is exact, so the order does not matter).
             let mut exact = vec![0.0f64; k * n];
+            for r in 0..m {
+                let b_row: Vec<f64> = (0..n).map(|j| at(&b, r, j)).collect();
+                for kk in (0..k).filter(|&kk| ad[r * k + kk] != 0.0) {
+                    let av = ad[r * k + kk];
+                    exact[kk * n..(kk + 1) * n].iter_mut().zip(&b_row).for_each(|(e, bv)| *e += av * bv);
+                }
+            }
             for kk in 0..k {
                 for j in 0..n {
-                    let s: f64 = (0..m).map(|r| ad[r * k + kk] * at(&b, r, j)).sum();
-                    let v = alpha * s;
+                    let v = alpha * exact[kk * n + j];
                     exact[kk * n + j] = if beta == 0.0 { v } else { v + beta * at(&c0, kk, j) };
                     let e = exact[kk * n + j];
                     assert!(want.get(kk, j) == e, "reference_t ({kk}, {j}) = {}, exact {e}", want.get(kk, j));
@@ -429,7 +444,8 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
                 }
                 let ld = c.ld();
                 for (i, (now, was)) in c.as_slice().iter().zip(c0.as_slice()).enumerate() {
-                    assert!(i % ld < n || bits(&[*now]) == bits(&[*was]), "spmm_t wrote C's padding at {i}");
+                    let same = bytemuck::bytes_of(now) == bytemuck::bytes_of(was);
+                    assert!(i % ld < n || same, "spmm_t wrote C's padding at {i}");
                 }
                 let rep = compare(&c, &want, Tolerance::for_operands_t(&a, &b, &c0, ep));
                 assert!(rep.passed() && rep.checked == k * n, "compare (A^T @ B): {rep}");
@@ -480,12 +496,15 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
             && want.col_idx() == a.col_idx(),
         "reference_sddmm: not the pattern's structure"
     );
+    // X and Y in f64, each converted once.
+    let xd: Vec<f64> = (0..m * k2).map(|i| at(&x, i / k2, i % k2)).collect();
+    let yd: Vec<f64> = (0..k * k2).map(|i| at(&y, i / k2, i % k2)).collect();
     let brow = block_rows_of(a.row_ptr());
     for (i, &bri) in brow.iter().enumerate() {
         let bc = a.col_idx()[i] as usize;
         for e in 0..bsq {
             let (r, c) = (bri * bs + e / bs, bc * bs + e % bs);
-            let s: f64 = (0..k2).map(|p| at(&x, r, p) * at(&y, c, p)).sum();
+            let s: f64 = xd[r * k2..(r + 1) * k2].iter().zip(&yd[c * k2..(c + 1) * k2]).map(|(a, b)| a * b).sum();
             let v = alpha * s;
             let exact = if beta == 0.0 { v } else { v + beta * out0.values()[i * bsq + e].to_f64() };
             let w = want.values()[i * bsq + e];
