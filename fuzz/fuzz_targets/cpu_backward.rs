@@ -33,7 +33,11 @@
 //!   gives the same index; the index of the index (`from_structure` of `(cols, rows, bs, col_ptr, row_idx)`)
 //!   gives A's `row_ptr` and `col_idx` back with the inverse permutation, and A^T built as a `Bsr` from the index
 //!   (A's blocks through `perm`, transposed) is valid, is A's dense transpose bit for bit, and its own index is
-//!   the index of the index.
+//!   the index of the index;
+//! - `BsrTranspose::from_structure` of a changed, often invalid structure (a pointer or column index changed,
+//!   one added or removed, another block size, another shape) is refused (`Error::InvalidBsr`) exactly when
+//!   `Bsr::try_new` refuses the same structure with values of the right length, with the same `BsrError`;
+//!   accepted, it satisfies the properties above and equals `BsrTranspose::new` of that `Bsr`.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -95,6 +99,8 @@ struct Input {
     masks: Vec<u8>,
     density: u8,
     a_seed: u64,
+    /// Some: A's structure changed (what, where, value), often invalid, for `BsrTranspose::from_structure`.
+    corrupt: Option<(u8, u16, u32)>,
     alpha: u8,
     beta: u8,
     /// Activation (mostly none): anything but the identity is refused.
@@ -303,6 +309,45 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
     let tt = BsrTranspose::new(&a_t).expect("index of A^T");
     let tt2 = BsrTranspose::from_structure(k, m, bs, own.col_ptr(), own.row_idx()).expect("index of the index");
     assert!(tt == tt2, "the index of A^T differs from the index of the index");
+
+    // from_structure of a changed (often invalid) structure: refused exactly when Bsr::try_new refuses it (values
+    // of the right length), with the same BsrError; accepted, it is the index of that Bsr.
+    if let Some((what, at_, v)) = t.corrupt {
+        let (mut rows, mut cols, mut cbs) = (m, k, bs);
+        let (mut rp, mut ci) = (a.row_ptr().to_vec(), a.col_idx().to_vec());
+        let v = v as usize;
+        match what % 6 {
+            0 => {
+                let i = at_ as usize % rp.len();
+                rp[i] = (v % (nnzb + 3)) as u32;
+            }
+            1 if !ci.is_empty() => {
+                let i = at_ as usize % ci.len();
+                ci[i] = (v % (bcn + 2)) as u32;
+            }
+            2 if v % 2 == 0 => drop(rp.pop()),
+            2 => rp.push((v / 2 % (nnzb + 2)) as u32),
+            3 => ci.insert(at_ as usize % (ci.len() + 1), (v % (bcn + 1)) as u32),
+            4 => cbs = [0, 8, 24, 48, 16, 32, 64, 128][v % 8],
+            _ => {
+                rows += v % 3 * 8;
+                cols += v / 3 % 3 * 8;
+            }
+        }
+        let got = BsrTranspose::from_structure(rows, cols, cbs, &rp, &ci);
+        let len = ci.len() * cbs * cbs;
+        if len <= 1 << 18 {
+            let want = Bsr::<T1>::try_new(rows, cols, cbs, rp.clone(), ci.clone(), vec![T1::from_f64(0.0); len]);
+            match (got, want) {
+                (Ok(ix), Ok(b)) => {
+                    check_transpose(rows, cols, cbs, &rp, &ci, &ix);
+                    assert!(ix == BsrTranspose::new(&b).expect("index"), "from_structure differs from new");
+                }
+                (Err(Error::InvalidBsr(e)), Err(w)) => assert_eq!(e, w, "from_structure's error"),
+                (got, want) => panic!("from_structure: {got:?}, Bsr::try_new: {want:?}"),
+            }
+        }
+    }
 
     let (alpha, beta) = (SCALARS[t.alpha as usize % 10], SCALARS[t.beta as usize % 10]);
     let act = match t.act % 8 {
