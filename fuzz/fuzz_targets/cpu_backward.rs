@@ -18,10 +18,10 @@
 //!   block size, `row_ptr`, `col_idx`) is A's; where several of these apply, the error is one of them. On any
 //!   error the output is bit-for-bit unchanged (C's padding included; SDDMM's values, and its structure);
 //! - values are small integers times powers of two, so every product, sum and epilogue step is exact in f32
-//!   and f64: `spmm_t`'s C and `sddmm`'s values must equal the independent f64 computation done here (dense A
-//!   from the parts, B, C, X and Y read through their leading dimensions, each SDDMM block's block row found
-//!   from `row_ptr` here) rounded once to the output type, and `reference_t` / `reference_sddmm` must equal it
-//!   exactly (the latter with the pattern's structure); both also pass the library's tolerance path
+//!   and f64: `spmm_t`'s C and `sddmm`'s values must equal the independent f64 computation done here (A's
+//!   elements from its parts, each stored block's block row found from `row_ptr` here, B, C, X and Y read
+//!   through their leading dimensions) rounded once to the output type, and `reference_t` / `reference_sddmm`
+//!   must equal it exactly (the latter with the pattern's structure); both also pass the library's tolerance path
 //!   (`compare` with `Tolerance::for_operands_t`, `compare_values` with `Tolerance::for_sddmm`);
 //! - with beta == 0 neither the backends nor the oracles read the output (a NaN-poisoned C or values give the
 //!   finite results above); `spmm_t` never writes C's padding; `sddmm` leaves the structure as it was;
@@ -49,7 +49,7 @@ use sparsek_fuzz::{Rng, span};
 const SCALARS: [f32; 10] = [0.0, 1.0, -1.0, 0.5, 2.0, -0.75, 1.5, -2.0, 0.25, -0.0];
 
 /// Largest product (multiply-adds of the f64 oracles) a run does, so that the fuzzer stays fast.
-const WORK: usize = 1 << 21;
+const WORK: usize = 1 << 20;
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum Extent {
@@ -91,8 +91,10 @@ struct Input {
     bs: u8,
     block_rows: u8,
     block_cols: u8,
-    /// 6: more block columns than one SDDMM work item holds (`512 / bs`), few block rows; 7: A one block, N
-    /// around the width of `spmm_t`'s column tiles (`65536 / bs`); else small shapes.
+    /// The shapes, by `mode % 32` (the large ones are rare, the fuzzer's speed being mostly theirs): 28 and 29,
+    /// more block columns than one SDDMM work item holds (`512 / bs`), few block rows; 30, SDDMM's K from 255 to
+    /// 600 (across its slices of 256); 31, A one block and N around the width of `spmm_t`'s column tiles
+    /// (`65536 / bs`); else small shapes.
     mode: u8,
     /// Some: `generate_int` (pattern, density in 1/8, seed, max_abs); None: blocks from `masks`, then `density`.
     generated: Option<(u8, u8, u64, u8)>,
@@ -119,7 +121,6 @@ struct Input {
     index: Index,
     // SDDMM: X is M x K', Y is N' x K' with the pattern M x N' (N' = A's K).
     k: u8,
-    long_k: bool,
     x_rows: Extent,
     x_cols: Extent,
     y_rows: Extent,
@@ -157,15 +158,16 @@ fn bits<T: Scalar>(v: &[T]) -> Vec<u8> {
     bytemuck::cast_slice(v).to_vec()
 }
 
-/// The dense form (row-major, `rows * cols`) of a BSR matrix, from its parts.
-fn dense_of<T: Scalar>(a: &Bsr<T>) -> Vec<f64> {
+/// The dense form (row-major, `rows * cols`) of a BSR matrix, from its parts (no conversion: compared bit for
+/// bit).
+fn dense_of<T: Scalar>(a: &Bsr<T>) -> Vec<T> {
     let (cols, bs) = (a.cols(), a.block_size());
-    let mut d = vec![0.0f64; a.rows() * cols];
+    let mut d = vec![T::from_f64(0.0); a.rows() * cols];
     for br in 0..a.row_ptr().len().saturating_sub(1) {
         for p in a.row_ptr()[br] as usize..a.row_ptr()[br + 1] as usize {
             let c0 = a.col_idx()[p] as usize * bs;
             for (e, v) in a.values()[p * bs * bs..(p + 1) * bs * bs].iter().enumerate() {
-                d[(br * bs + e / bs) * cols + c0 + e % bs] = v.to_f64();
+                d[(br * bs + e / bs) * cols + c0 + e % bs] = *v;
             }
         }
     }
@@ -259,7 +261,7 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
         64 => 3,
         _ => 2,
     };
-    let (wide, tiles) = (t.mode % 8 == 6, t.mode % 8 == 7);
+    let (wide, long_k, tiles) = (matches!(t.mode % 32, 28 | 29), t.mode % 32 == 30, t.mode % 32 == 31);
     let (br, bcn) = if wide {
         (t.block_rows as usize % 3, 512 / bs + 1 + t.block_cols as usize % 3)
     } else if tiles {
@@ -303,7 +305,8 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
     let dt = dense_of(&a_t);
     for r in 0..m {
         for c in 0..k {
-            assert!(dt[c * m + r].to_bits() == ad[r * k + c].to_bits(), "A^T({c}, {r}) != A({r}, {c})");
+            let same = bytemuck::bytes_of(&dt[c * m + r]) == bytemuck::bytes_of(&ad[r * k + c]);
+            assert!(same, "A^T({c}, {r}) != A({r}, {c})");
         }
     }
     let tt = BsrTranspose::new(&a_t).expect("index of A^T");
@@ -363,7 +366,7 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
     // ---- A^T @ B.
     // N from 0 to 40, or around the width of spmm_t's column tiles (65536 / bs), from 2 columns short of one tile
     // to 3 past it (A is one block: at most 128 * 128 * 515 multiply-adds).
-    let (n, work) = if tiles { (65536 / bs - 2 + t.n as usize % 6, 5 * WORK) } else { (t.n as usize % 41, WORK) };
+    let (n, work) = if tiles { (65536 / bs - 2 + t.n as usize % 6, 9 * WORK) } else { (t.n as usize % 41, WORK) };
     let mb = t.b_rows.get(m);
     let (kc, nc) = (t.c_rows.get(k), t.c_cols.get(n));
     if mb * n + kc * nc + m * k * n <= work {
@@ -462,14 +465,18 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
         } else {
             let want = want.unwrap_or_else(|e| panic!("reference_t of good arguments: {e}"));
             assert_eq!((want.rows(), want.cols()), (k, n));
-            // Row r of A times row r of B, added to the rows of A^T @ B where A's row r has a nonzero (every sum
-            // is exact, so the order does not matter).
+            // Each nonzero A(r, kk) of the stored blocks (block rows from row_ptr) times row r of B, added to row
+            // kk of A^T @ B (every sum is exact, so the order does not matter).
+            let bd: Vec<f64> = (0..m * n).map(|i| at(&b, i / n, i % n)).collect();
             let mut exact = vec![0.0f64; k * n];
-            for r in 0..m {
-                let b_row: Vec<f64> = (0..n).map(|j| at(&b, r, j)).collect();
-                for kk in (0..k).filter(|&kk| ad[r * k + kk] != 0.0) {
-                    let av = ad[r * k + kk];
-                    exact[kk * n..(kk + 1) * n].iter_mut().zip(&b_row).for_each(|(e, bv)| *e += av * bv);
+            for (p, &bri) in block_rows_of(a.row_ptr()).iter().enumerate() {
+                let c0 = a.col_idx()[p] as usize * bs;
+                for (e, v) in a.values()[p * bsq..(p + 1) * bsq].iter().enumerate() {
+                    let (av, r, kk) = (v.to_f64(), bri * bs + e / bs, c0 + e % bs);
+                    if av != 0.0 {
+                        let b_row = &bd[r * n..(r + 1) * n];
+                        exact[kk * n..(kk + 1) * n].iter_mut().zip(b_row).for_each(|(x, bv)| *x += av * bv);
+                    }
                 }
             }
             for kk in 0..k {
@@ -499,8 +506,8 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
     }
 
     // ---- SDDMM into A's pattern (M x K here): X is M x K2, Y is K x K2.
-    let k2 = if t.long_k { [255, 256, 257, 300, 511, 512, 513, 600][t.k as usize % 8] } else { t.k as usize % 41 };
-    let k2 = if nnzb * bsq * k2 > WORK { t.k as usize % 41 } else { k2 };
+    let k2 = if long_k { [255, 256, 257, 300, 511, 512, 513, 600][t.k as usize % 8] } else { t.k as usize % 41 };
+    let k2 = if nnzb * bsq * k2 > 2 * WORK { t.k as usize % 41 } else { k2 };
     let (xr, xc, yr) = (t.x_rows.get(m), t.x_cols.get(k2), t.y_rows.get(k));
     if xr * xc + yr * k2 > WORK {
         return;
