@@ -304,16 +304,26 @@ def test_compiled_training_step(device, strategy):
 
     compiled_loss = torch.compile(loss_of, fullgraph=True,
                                   backend=_recording_backend("inductor" if device == "cuda" else "aot_eager", seen))
-    for x in xs:
+    first_grads = []
+    for i, x in enumerate(xs):
         for model, opt, f in ((eager, opt_e, loss_of), (compiled_model, opt_c, compiled_loss)):
             opt.zero_grad()
             f(model, x).backward()
+            if i == 0:
+                first_grads.append([p.grad.clone() for p in model.parameters()])
             opt.step()
-    for pe, pc in zip(eager.parameters(), compiled_model.parameters()):
-        if device == "cpu":
+    if device == "cpu":
+        for pe, pc in zip(eager.parameters(), compiled_model.parameters()):
             assert torch.equal(pe, pc), (pe - pc).abs().max()
-        else:
-            assert torch.allclose(pe.float(), pc.float(), rtol=1e-2, atol=1e-2 * pe.float().abs().max().item())
+    else:
+        # Inductor fuses the bf16 activations differently: the first step's gradients agree to bf16 rounding, and
+        # after AdamW (each step moves a parameter by at most ~lr, whatever the gradient's size, so a gradient near
+        # zero whose sign differs moves it 2 lr apart) the parameters within 2 lr per step.
+        for ge, gc in zip(*first_grads):
+            scale = ge.float().abs().max().item()
+            assert torch.allclose(ge.float(), gc.float(), rtol=2e-2, atol=2e-2 * scale), (ge - gc).abs().max()
+        for pe, pc in zip(eager.parameters(), compiled_model.parameters()):
+            assert (pe.float() - pc.float()).abs().max().item() <= 2 * 1e-3 * len(xs) + 1e-2 * pe.float().abs().max().item()
     assert len(seen) == 1
     torch_acts = any("gelu" in t for t in seen[0]) and any("silu" in t for t in seen[0])
     assert torch_acts == (strategy == "save"), seen[0]
