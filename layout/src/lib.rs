@@ -58,10 +58,11 @@ mod tests {
                 v.config.splits_rows() && !v.name.contains("_flat") && v.op != Op::Sddmm
             );
         }
-        // Every decomposition has kernels: 4 flat, 24 decode, 20 sm_90a, 64 SDDMM (4 block sizes x 2 inputs x 2
-        // outputs x 4 operand orders), the rest the sm_80 template's (forward and A^T @ B).
-        assert_eq!(counts[2..], [4, 24, 20, 64]);
-        assert_eq!(v_count(Op::BsrSpmmT), 32);
+        // Every decomposition has kernels: 4 flat, 24 decode, 36 sm_90a tiles (20 forward, 16 A^T @ B), 96 SDDMM
+        // (sm_80: 4 block sizes x 2 inputs x 2 outputs x 4 operand orders; sm_90a: 2 block sizes, the same types),
+        // the rest the sm_80 template's (forward and A^T @ B).
+        assert_eq!(counts[2..], [4, 24, 36, 96]);
+        assert_eq!(v_count(Op::BsrSpmmT), 32 + 16);
         assert!(counts[0] > 0 && counts[1] > 0);
         // A decomposition that does not fit is refused: the flat list on a narrow tile, split rows on a wide one.
         let narrow = NARROW_CONFIGS[0];
@@ -240,8 +241,15 @@ mod tests {
                 + 16 * SDDMM_CONFIGS.len()
         );
         let hopper = VARIANTS.iter().filter(|v| v.module == Module::Hopper);
-        // The short-row kernels: f32 C only.
-        assert_eq!(hopper.count(), 8 * HOPPER_CONFIGS.len() + 4 * HOPPER_SHORT_CONFIGS.len());
+        // The short-row kernels: f32 C only; the backward products: A^T @ B (8 type combinations per block size)
+        // and SDDMM (16).
+        assert_eq!(
+            hopper.count(),
+            8 * HOPPER_CONFIGS.len()
+                + 4 * HOPPER_SHORT_CONFIGS.len()
+                + 8 * HOPPER_CONFIGS.len()
+                + 16 * HOPPER_SDDMM_CONFIGS.len()
+        );
         assert!(VARIANTS.iter().all(|v| v.tile != Tile::ShortRows || v.out == OutType::F32));
         // The flat block-list kernels: f16 inputs, row-major B, f32 C only.
         let flat_types = (InType::F16, Layout::RowMajor, OutType::F32);
@@ -251,6 +259,7 @@ mod tests {
         for v in VARIANTS.iter().filter(|v| v.module != Module::Tuning) {
             // Each product and sm_90a kernel runs its tile's configuration for its block size.
             let config = match (v.module, v.tile) {
+                _ if v.op == Op::Sddmm && v.module == Module::Hopper => hopper_sddmm_config_for(v.bs),
                 _ if v.op == Op::Sddmm => sddmm_config_for(v.bs),
                 (Module::Hopper, Tile::Wide) => hopper_config_for(v.bs),
                 (Module::Hopper, Tile::ShortRows) => hopper_short_config_for(v.bs),
