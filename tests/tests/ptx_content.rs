@@ -57,7 +57,7 @@ fn hopper_module_targets_sm90a_ptx83() {
 }
 
 /// The sm_90a kernels hold what their design promises: TMA copies completing on mbarriers, parity waits, the
-/// wgmma of their input type with B's major order, the register split between warpgroups, the launch bound
+/// wgmma of their input type with A's and B's major orders, the register split between warpgroups, the launch bound
 /// build-ptx adds and the 64-byte aligned tensor-map parameter.
 #[test]
 fn hopper_kernels_have_the_promised_instructions() {
@@ -69,11 +69,17 @@ fn hopper_kernels_have_the_promised_instructions() {
             InType::Bf16 => "bf16",
         };
         let trans_b = if v.b_layout == Layout::RowMajor { 1 } else { 0 };
+        // A MN-major (wgmma's transposed A): A^T @ B's stored blocks, a column-major X of the SDDMM.
+        let trans_a = match v.op {
+            Op::BsrSpmmT => 1,
+            Op::Sddmm if v.a_layout == Layout::ColMajor => 1,
+            _ => 0,
+        };
         // One wgmma per k16 step over the warpgroup's columns (bs 64: 128, bs 128: 256).
         let wg_n = c.bn / c.warps_n;
         for needle in [
             format!("wgmma.mma_async.sync.aligned.m64n{wg_n}k16.f32.{ty}.{ty}"),
-            format!("p, 1, 1, 0, {trans_b};"),
+            format!("p, 1, 1, {trans_a}, {trans_b};"),
             "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes".into(),
             "mbarrier.try_wait.parity.shared::cta.b64".into(),
             "mbarrier.arrive.expect_tx.shared::cta.b64".into(),
