@@ -304,24 +304,11 @@ const fn hopper_t(name: &'static str, input: InType, b_layout: Layout, out: OutT
 
 /// An [`Op::Sddmm`] row of the Hopper module: the [`HOPPER_SDDMM_CONFIGS`] tile for `bs`, a group of `bn / bs`
 /// stored blocks of a block row per tile; X stored `x`, Y stored `y`.
-const fn hopper_sddmm(name: &'static str, input: InType, (x, y): (Layout, Layout), out: OutType, bs: u32) -> Variant {
+const fn hopper_sddmm(name: &'static str, input: InType, xy: (Layout, Layout), out: OutType, bs: u32) -> Variant {
     let Some(config) = hopper_sddmm_config_for(bs) else { panic!("no sm_90a SDDMM configuration for this block size") };
-    let (tile, decomposition) = (Tile::Wide, Decomposition::StoredBlocks);
-    assert!(decomposition.fits(&config, tile), "an sm_90a SDDMM tile is a group of whole blocks");
-    Variant {
-        name,
-        arch: Arch::Sm90a,
-        module: Module::Hopper,
-        op: Op::Sddmm,
-        bs,
-        input,
-        b_layout: y.transposed(),
-        a_layout: x,
-        out,
-        config,
-        tile,
-        decomposition,
-    }
+    let fits = Decomposition::StoredBlocks.fits(&config, Tile::Wide);
+    assert!(fits, "an sm_90a SDDMM tile is a group of whole blocks");
+    Variant { arch: Arch::Sm90a, module: Module::Hopper, config, ..sddmm(name, input, xy, out, bs) }
 }
 
 /// The table's constructors of one kernel family each, `family(name, input, B's layout, output, bs)`: its module,

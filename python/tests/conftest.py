@@ -110,3 +110,12 @@ def assert_close(got: torch.Tensor, ref: torch.Tensor, abs_prod: torch.Tensor, k
             f"{int(bad.sum())} of {bad.numel()} elements outside tolerance; first at {idx}: got "
             f"{got64[tuple(idx)].item()!r}, expected {ref[tuple(idx)].item()!r}"
         )
+
+
+def blocks_of(dense: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The entries of a dense matrix at ``w``'s stored blocks (a ``torch.sparse_bsr`` tensor), in its value layout."""
+    bs = w.values().shape[-1]
+    crow, col = w.crow_indices().cpu().long(), w.col_indices().cpu().long()
+    rows = torch.repeat_interleave(torch.arange(crow.numel() - 1), crow[1:] - crow[:-1])
+    m, k = dense.shape
+    return dense.reshape(m // bs, bs, k // bs, bs).permute(0, 2, 1, 3)[rows, col]

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 import sparsek
 from sparsek import _ops
 from conftest import (
-    DEVICES, DTYPES, HAVE_CUDA, NO_GPU_REASON, UNIT_ROUNDOFF, activation64, assert_close, random_bsr, randn, seed_for,
+    DEVICES, DTYPES, HAVE_CUDA, NO_GPU_REASON, UNIT_ROUNDOFF, activation64, assert_close, blocks_of, random_bsr, randn,
+    seed_for,
 )
 
 SMOOTH = ["gelu_tanh", "silu"]
@@ -29,13 +30,6 @@ def _restore_strategy():
     yield
     sparsek.set_activation_backward(before)
 
-
-def _blocks_of(dense: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    bs = w.values().shape[-1]
-    crow, col = w.crow_indices().cpu().long(), w.col_indices().cpu().long()
-    rows = torch.repeat_interleave(torch.arange(crow.numel() - 1), crow[1:] - crow[:-1])
-    m, k = dense.shape
-    return dense.reshape(m // bs, bs, k // bs, bs).permute(0, 2, 1, 3)[rows, col]
 
 
 def _case(device, dtype, activation, with_bias, tag):
@@ -121,7 +115,7 @@ def test_gradients_against_float64(device, dtype, activation, with_bias, strateg
     rounded = (2.0 if strategy == "save" else 1.0) * u
     g_abs = r.cpu().double().abs().reshape(-1, 96) * 1.2
     assert_close(gx, gx64, (g_abs @ w64.abs()).reshape(x.shape), 96, activation, rounded)
-    assert_close(gv, gv64, _blocks_of(g_abs.t() @ x.cpu().double().abs().reshape(-1, 64), w), 10, activation,
+    assert_close(gv, gv64, blocks_of(g_abs.t() @ x.cpu().double().abs().reshape(-1, 64), w), 10, activation,
                  rounded)
     if with_bias:
         # "recompute" sums dZ in float32 before its rounding; "save" sums torch's activation gradient, rounded.
@@ -139,7 +133,7 @@ def test_strategies_agree(device, dtype, activation):
     sav = _train("save", w, x, bias, r, activation, module=True)
     u = UNIT_ROUNDOFF[dtype]
     g_abs = r.cpu().double().abs().reshape(-1, 96) * 1.2
-    mags = [None, (g_abs @ w64.abs()).reshape(x.shape), _blocks_of(g_abs.t() @ x.cpu().double().abs().reshape(-1, 64),
+    mags = [None, (g_abs @ w64.abs()).reshape(x.shape), blocks_of(g_abs.t() @ x.cpu().double().abs().reshape(-1, 64),
                                                                     w), g_abs.sum(0)]
     for got, want, mag, k in zip(sav[1:], rec[1:], mags[1:], (96, 10, 10)):
         assert got.dtype == want.dtype and got.shape == want.shape
@@ -201,7 +195,7 @@ def test_io_dtype_float32_layer(activation):
     assert_close(grads["save"][0].to(torch.bfloat16), grads["recompute"][0].double(),
                  (g_abs @ w64.abs()).reshape(x.shape), 192, activation, 4.0 * u)
     assert_close(grads["save"][1], grads["recompute"][1].double(),
-                 _blocks_of(g_abs.t() @ x.double().abs().reshape(-1, 64), w), 20, activation, 4.0 * u)
+                 blocks_of(g_abs.t() @ x.double().abs().reshape(-1, 64), w), 20, activation, 4.0 * u)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

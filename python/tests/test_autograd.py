@@ -16,19 +16,11 @@ from torch.autograd.gradcheck import GradcheckError
 import sparsek
 from conftest import (
     BLOCK_SIZES, DEVICES, DTYPES, HAVE_CUDA, INDEX_TYPES, NO_GPU_REASON, UNIT_ROUNDOFF, activation64, assert_close,
-    bsr_to_dense64, random_bsr, randn, seed_for,
+    blocks_of, bsr_to_dense64, random_bsr, randn, seed_for,
 )
 
 ACTS = [None, "relu", "gelu_tanh", "silu"]
 
-
-def _blocks_of(dense: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The entries of a dense float64 matrix at ``w``'s stored blocks, in its value layout."""
-    bs = w.values().shape[-1]
-    crow, col = w.crow_indices().cpu().long(), w.col_indices().cpu().long()
-    rows = torch.repeat_interleave(torch.arange(crow.numel() - 1), crow[1:] - crow[:-1])
-    m, k = dense.shape
-    return dense.reshape(m // bs, bs, k // bs, bs).permute(0, 2, 1, 3)[rows, col]
 
 
 def _dense64(w: torch.Tensor, values64: torch.Tensor) -> torch.Tensor:
@@ -72,7 +64,7 @@ def test_linear_gradients(device, dtype, activation, with_bias):
     saved = smooth and sparsek.activation_backward() == "save"
     rounded = UNIT_ROUNDOFF[dtype] * (2.0 if saved else 1.0) if smooth else 0.0
     assert_close(xg.grad, x64.grad, (g_abs @ w64.detach().abs()).reshape(x.shape), 96, activation, rounded)
-    blocks_abs = _blocks_of(g_abs.t() @ x64.detach().abs().reshape(-1, 64), w)
+    blocks_abs = blocks_of(g_abs.t() @ x64.detach().abs().reshape(-1, 64), w)
     assert_close(values.grad, v64.grad, blocks_abs, 6, activation, rounded)
     if with_bias:
         assert_close(bg.grad, b64.grad, g_abs.sum(0), 6, activation, rounded if saved else 0.0)
@@ -97,7 +89,7 @@ def test_bsr_mm_gradients(device, dtype):
     # The float32 output's gradient is rounded to the inputs' dtype before the products.
     u = UNIT_ROUNDOFF[dtype]
     assert_close(bg.grad, b64.grad, _dense64(w, v64).detach().abs().t() @ r_abs, 64, rounded_inputs=u)
-    assert_close(values.grad, v64.grad, _blocks_of(r_abs @ b64.detach().abs().t(), w), 5, rounded_inputs=u)
+    assert_close(values.grad, v64.grad, blocks_of(r_abs @ b64.detach().abs().t(), w), 5, rounded_inputs=u)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -268,8 +260,8 @@ def test_sddmm_random(device, bs, dtype, index_dtype, out_float32):
             randn(k, tokens, dtype=dtype, device=device, gen=gen)
         x64, y64 = x.cpu().double(), y.cpu().double()
         w = torch.sparse_bsr_tensor(crow.cpu(), col.cpu(), values.cpu(), (m, k))
-        ref = _blocks_of(0.25 * x64 @ y64.t(), w)
-        abs_prod = _blocks_of(0.25 * x64.abs() @ y64.abs().t(), w)
+        ref = blocks_of(0.25 * x64 @ y64.t(), w)
+        abs_prod = blocks_of(0.25 * x64.abs() @ y64.abs().t(), w)
         got = torch.ops.sparsek.sddmm(x, y, crow, col, m, k, bs, 0.25, out_dtype)
         assert got.shape == values.shape and got.dtype == (out_dtype or dtype) and got.device == values.device
         assert_close(got, ref, abs_prod, tokens)
@@ -486,8 +478,8 @@ def test_torch_paths_on_cpu_tensors():
     out = torch.full(values.shape, float("nan"))
     out.copy_(_ops._torch_sddmm(x, y, crow, col, m, k, bs, values.shape[0], -2.0))
     w = torch.sparse_bsr_tensor(crow, col, values, (m, k))
-    assert_close(out, _blocks_of(-2.0 * x.double() @ y.double().t(), w),
-                 _blocks_of(2.0 * x.double().abs() @ y.double().abs().t(), w), 77)
+    assert_close(out, blocks_of(-2.0 * x.double() @ y.double().t(), w),
+                 blocks_of(2.0 * x.double().abs() @ y.double().abs().t(), w), 77)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -105,35 +105,21 @@ pub(crate) fn a_values_t_map(input: InType, values: u64, nnzb: usize, bs: usize)
     encode("A's values", input, values, ((nnzb as u64) * bs, bs, bs), (BK as u32, BK as u32))
 }
 
-/// The tensor map of the sm_90a SDDMM kernels' X (`m x k`, `ld` elements between rows or columns): row-major,
-/// boxes of `bs` rows x 64 k (K-major, as A's values for the forward); column-major (stored `k x m`), boxes of 64 k
-/// rows x 64 columns (MN-major, `bs / 64` per k-tile).
-pub(crate) fn x_map(
+/// The tensor map of an sm_90a SDDMM operand: X (`m x k`) or Y (`n x k`), `rows x k` in its own storage order,
+/// `ld` elements between rows (row-major) or columns (column-major), read a block's `bs` rows at a time. Row-major
+/// (K-major), boxes of `bs` rows x 64 k (as A's values for the forward); column-major (stored `k x rows`), boxes of
+/// 64 k x 64 rows (MN-major, `bs / 64` per block and k-tile).
+pub(crate) fn dense_k_map(
+    what: &'static str,
     input: InType,
     (ptr, layout, ld): (u64, Layout, usize),
-    (m, k): (usize, usize),
+    (rows, k): (usize, usize),
     bs: u32,
 ) -> Result<TensorMap> {
-    let (m, k, ld) = (m as u64, k as u64, ld as u64);
+    let (rows, k, ld) = (rows as u64, k as u64, ld as u64);
     match layout {
-        Layout::RowMajor => encode("X", input, ptr, (m, k, ld), (bs, BK as u32)),
-        Layout::ColMajor => encode("X", input, ptr, (k, m, ld), (BK as u32, BK as u32)),
-    }
-}
-
-/// The tensor map of the sm_90a SDDMM kernels' Y^T (`k x n`; Y is `n x k`), read a stored block's columns at a
-/// time: column-major (a row-major Y, stored `n x k`), boxes of `bs` columns x 64 k; row-major (stored `k x n`),
-/// boxes of 64 k rows x 64 columns.
-pub(crate) fn y_t_map(
-    input: InType,
-    (ptr, layout, ld): (u64, Layout, usize),
-    (k, n): (usize, usize),
-    bs: u32,
-) -> Result<TensorMap> {
-    let (k, n, ld) = (k as u64, n as u64, ld as u64);
-    match layout {
-        Layout::ColMajor => encode("Y", input, ptr, (n, k, ld), (bs, BK as u32)),
-        Layout::RowMajor => encode("Y", input, ptr, (k, n, ld), (BK as u32, BK as u32)),
+        Layout::RowMajor => encode(what, input, ptr, (rows, k, ld), (bs, BK as u32)),
+        Layout::ColMajor => encode(what, input, ptr, (k, rows, ld), (BK as u32, BK as u32)),
     }
 }
 

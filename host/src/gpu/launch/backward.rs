@@ -623,12 +623,11 @@ impl Gpu {
             k: k32,
             lda,
         };
-        // The sm_90a kernels' maps: X (M x K), Y^T (K x N: a row-major Y is a column-major Y^T) in boxes of one
-        // block's columns, the values as a row-major (nnzb * bs) x bs C.
+        // The sm_90a kernels' maps: X (M x K) and Y (N x K) a block's rows at a time (Y^T's K x N columns: a
+        // row-major Y is a K-major B), the values as a row-major (nnzb * bs) x bs C.
         let maps = |cfg: &KernelConfig, c_tma: bool| -> Result<Maps> {
-            let tmap_a = tma::x_map(TA::IN_TYPE, (x.ptr, x.shape.layout, x.shape.ld), (m, k), cfg.bs)?;
-            let y_t = (y.ptr, y.shape.layout.transposed(), y.shape.ld);
-            let tmap_b = tma::y_t_map(TA::IN_TYPE, y_t, (k, n), cfg.bs)?;
+            let tmap_a = tma::dense_k_map("X", TA::IN_TYPE, (x.ptr, x.shape.layout, x.shape.ld), (m, k), cfg.bs)?;
+            let tmap_b = tma::dense_k_map("Y", TA::IN_TYPE, (y.ptr, y.shape.layout, y.shape.ld), (n, k), cfg.bs)?;
             let rows = nnzb * bs;
             let tmap_c = if c_tma { tma::c_map(TV::OUT_TYPE, values.ptr, (rows, bs as u32, bs))? } else { None };
             Ok((tmap_a, tmap_b, tmap_c))
