@@ -2,7 +2,7 @@
 //! ([`Op::BsrSpmmT`]) and the block SDDMM `values = alpha * (X @ Y^T) + beta * values` ([`Op::Sddmm`]). Each has
 //! the sm_80 template (every GPU from sm_80 on) and, where the sm_90a module is loaded and allowed
 //! ([`Policy::hopper`](super::Policy::hopper)), its sm_90a kernels (TMA + wgmma) for the block sizes they serve
-//! (A^T @ B: 64 and 128; SDDMM: 128), which the plan takes there:
+//! (64 and 128), which the plan takes there:
 //! - A^T @ B: the forward's wide tile over the block columns of A (the block rows of A^T), whole rows, rasterized
 //!   in groups as the forward's wide tile is ([`raster_group_rows`]); on sm_90a the forward's tile likewise, C
 //!   stored by TMA where it is row-major and beta is 0;
