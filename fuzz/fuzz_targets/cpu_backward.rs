@@ -44,7 +44,7 @@ use arbitrary::Arbitrary;
 use sparsek::check::{Tolerance, compare, compare_values};
 use sparsek::format::{BsrTranspose, Pattern, generate_int};
 use sparsek::{Activation, Bsr, Epilogue, Error, Matrix, Scalar, bf16, cpu, f16};
-use sparsek_fuzz::{Rng, span};
+use sparsek_fuzz::{Rng, at, padded, small};
 
 const SCALARS: [f32; 10] = [0.0, 1.0, -1.0, 0.5, 2.0, -0.75, 1.5, -2.0, 0.25, -0.0];
 
@@ -129,29 +129,6 @@ struct Input {
     x_seed: u64,
     y_seed: u64,
     v_seed: u64,
-}
-
-/// Small integers times a power of two (exact in every element type).
-fn small(rng: &mut Rng, max: i64, scale: f64) -> f64 {
-    rng.int(max) as f64 * scale
-}
-
-/// A dense matrix with leading dimension `cols + pad` (at least 1), padding NaN; `f` gives the elements.
-fn padded<T: Scalar>(rows: usize, cols: usize, pad: usize, mut f: impl FnMut(usize, usize) -> f64) -> Matrix<T> {
-    let ld = cols.max(1) + pad;
-    let len = span(rows, cols, ld) as usize;
-    let mut data = vec![T::from_f64(f64::NAN); len];
-    for r in 0..rows {
-        for c in 0..cols {
-            data[r * ld + c] = T::from_f64(f(r, c));
-        }
-    }
-    Matrix::from_vec(rows, cols, ld, data).expect("valid dense matrix")
-}
-
-/// Element (r, c) read through the leading dimension, as the layout documents it.
-fn at<T: Scalar>(m: &Matrix<T>, r: usize, c: usize) -> f64 {
-    m.as_slice()[r * m.ld() + c].to_f64()
 }
 
 fn bits<T: Scalar>(v: &[T]) -> Vec<u8> {

@@ -114,3 +114,31 @@ pub fn round_up(x: usize, bs: usize) -> u128 {
 pub fn span(rows: usize, cols: usize, ld: usize) -> u128 {
     if rows == 0 || cols == 0 { 0 } else { (rows as u128 - 1) * ld as u128 + cols as u128 }
 }
+
+/// Small integers times a power of two (exact in every element type).
+pub fn small(rng: &mut Rng, max: i64, scale: f64) -> f64 {
+    rng.int(max) as f64 * scale
+}
+
+/// A dense matrix with leading dimension `cols + pad` (at least 1), padding NaN; `f` gives the elements.
+pub fn padded<T: sparsek::Scalar>(
+    rows: usize,
+    cols: usize,
+    pad: usize,
+    mut f: impl FnMut(usize, usize) -> f64,
+) -> sparsek::Matrix<T> {
+    let ld = cols.max(1) + pad;
+    let len = span(rows, cols, ld) as usize;
+    let mut data = vec![T::from_f64(f64::NAN); len];
+    for r in 0..rows {
+        for c in 0..cols {
+            data[r * ld + c] = T::from_f64(f(r, c));
+        }
+    }
+    sparsek::Matrix::from_vec(rows, cols, ld, data).expect("valid dense matrix")
+}
+
+/// Element (r, c) read through the leading dimension, as the layout documents it.
+pub fn at<T: sparsek::Scalar>(m: &sparsek::Matrix<T>, r: usize, c: usize) -> f64 {
+    m.as_slice()[r * m.ld() + c].to_f64()
+}
