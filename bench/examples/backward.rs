@@ -3,9 +3,10 @@
 //! against the three dense GEMMs of `nn.Linear`, interleaved launch by launch in one process, CUDA events around each
 //! launch (every launch here runs for well over 50 us), medians of 20 after 3 warm-up rounds.
 //!
-//! On a Hopper GPU the library's launches take the sm_90a kernels where it has them (A^T @ B at bs 64 and 128,
-//! SDDMM at 128); the sm_80 template's kernels (`Policy::hopper` off, the same launches through a second `Gpu`
-//! on the same stream) are timed in the same interleaving, column "sm_80 ms".
+//! On a Hopper GPU the library's launches take the sm_90a kernels where it has them (bs 64 and 128; the SDDMM on the
+//! uploaded structure's tile lists, and timed without them too: the plan column's last figure); the sm_80 template's
+//! kernels (`Policy::hopper` off, the same launches through a second `Gpu` on the same stream) are timed in the
+//! same interleaving, column "sm_80 ms".
 //!
 //! Each product is checked against the f64 oracle on a sample before it is timed. Operands: f16, f32 accumulation
 //! and f32 outputs (cuBLAS: `cublasGemmEx` f16 x f16 -> f32). The layer's operands are stored as the layer holds
@@ -16,10 +17,10 @@
 
 use std::error::Error;
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DevicePtr};
 use sparsek::format::{BsrTranspose, Pattern, generate};
 use sparsek::gpu::timing::{EventTimer, median};
-use sparsek::gpu::{BsrView, DenseView, DenseViewMut, DeviceMatrix, Gpu};
+use sparsek::gpu::{BsrArrays, BsrView, DenseView, DenseViewMut, DeviceMatrix, Gpu, IndexType};
 use sparsek::plan::Policy;
 use sparsek::{Bsr, Epilogue, Layout, Matrix, f16};
 use sparsek_bench::Cublas;
@@ -170,7 +171,26 @@ fn main() -> Result<(), Box<dyn Error>> {
             // SAFETY: as above.
             unsafe { gpu80.sddmm_raw(stream.cu_stream(), &t_view(&dy), &t_view(&x), &av, &mut vv, ep) }
         };
+        // The same kernels without the structure's tile list: a raw view of the uploaded arrays (a tile per
+        // stored block, most of them empty), as a view without its RowSchedule runs.
+        let (row_ptr_d, col_idx_d) = (stream.clone_htod(a.row_ptr())?, stream.clone_htod(a.col_idx())?);
+        let arrays = BsrArrays {
+            values: 0,
+            row_ptr: row_ptr_d.device_ptr(&stream).0,
+            col_idx: col_idx_d.device_ptr(&stream).0,
+            index: IndexType::U32,
+        };
+        // SAFETY: the arrays hold the valid structure of `a` (its values are not read by the SDDMM), alive until the
+        // end of this iteration, after the stream's last use of them.
+        let unlisted: BsrView<'_, f16> = unsafe { BsrView::from_raw(arrays, m, k, bs, a.nnzb())? };
+        let mut values_nl: CudaSlice<f32> = stream.alloc_zeros(a.values().len().max(1))?;
+        let sddmm_nl = |values: &mut CudaSlice<f32>| {
+            let mut vv = DenseViewMut::from_cuda_slice(values, a.nnzb() * bs, bs, bs, Layout::RowMajor)?;
+            // SAFETY: as above.
+            unsafe { gpu.sddmm_raw(stream.cu_stream(), &t_view(&dy), &t_view(&x), &unlisted, &mut vv, ep) }
+        };
         let mut values80: CudaSlice<f32> = stream.alloc_zeros(a.values().len().max(1))?;
+        sddmm_nl(&mut values_nl)?;
         sddmm80(&mut values80)?;
         let plan_s80 = gpu80.last_plan().map(|p| p.kernel).unwrap_or("?");
         sddmm(&mut values)?;
@@ -180,9 +200,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         let yt = Matrix::from_fn(k, n, |r, c| hy.get(c, r))?;
         check_sddmm(&a, (&xt, &yt), &stream.clone_dtoh(&values)?)?;
         check_sddmm(&a, (&xt, &yt), &stream.clone_dtoh(&values80)?)?;
-        let times = timer.time_interleaved(WARMUP, ITERS, 3, |i| match i {
+        check_sddmm(&a, (&xt, &yt), &stream.clone_dtoh(&values_nl)?)?;
+        let times = timer.time_interleaved(WARMUP, ITERS, 4, |i| match i {
             0 => sddmm(&mut values),
             1 => sddmm80(&mut values80),
+            3 => sddmm_nl(&mut values_nl),
             _ => cublas
                 .gemm(
                     &gpu,
@@ -196,9 +218,9 @@ fn main() -> Result<(), Box<dyn Error>> {
                 )
                 .map_err(|e| sparsek::Error::InvalidArgument { name: "cublas", reason: e.to_string() }),
         })?;
-        let [ts, t8, td] = [0, 1, 2].map(|i| median(&times[i]).unwrap_or(f32::NAN));
+        let [ts, t8, td, tn] = [0, 1, 2, 3].map(|i| median(&times[i]).unwrap_or(f32::NAN));
         println!(
-            "| SDDMM {m}x{k}, K = {n} | {bs} | {density} | {ts:.3} | {t8:.3} | {td:.3} | {:.2} | {:.0} | {plan_s} ({plan_s80}) |",
+            "| SDDMM {m}x{k}, K = {n} | {bs} | {density} | {ts:.3} | {t8:.3} | {td:.3} | {:.2} | {:.0} | {plan_s} ({plan_s80}; without the tile list {tn:.3} ms) |",
             td / ts,
             flops / (f64::from(ts) * 1e9)
         );

@@ -330,14 +330,14 @@ mod tests {
 
     #[test]
     fn params_have_no_implicit_padding() {
-        assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 10 * 8 + 16 * 4);
+        assert_eq!(core::mem::size_of::<BsrSpmmParams>(), 11 * 8 + 18 * 4);
         assert_eq!(core::mem::align_of::<BsrSpmmParams>(), 8);
         assert_eq!(core::mem::size_of::<BsrCheckParams>(), 4 * 8 + 4 * 4);
         assert_eq!(core::mem::size_of::<BsrTransposeParams>(), 5 * 8 + 4 * 4);
-        // Three tensor maps, the 144 bytes of BsrSpmmParams, the tile counter's address and two u32.
-        assert_eq!(core::mem::size_of::<HopperSpmmParams>(), 3 * 128 + 144 + 8 + 8);
+        // Three tensor maps, the 160 bytes of BsrSpmmParams, the tile counter's address and two u32.
+        assert_eq!(core::mem::size_of::<HopperSpmmParams>(), 3 * 128 + 160 + 8 + 8);
         assert_eq!(core::mem::offset_of!(HopperSpmmParams, tmap_c), 2 * 128);
-        assert_eq!(core::mem::offset_of!(HopperSpmmParams, tile_counter), 3 * 128 + 144);
+        assert_eq!(core::mem::offset_of!(HopperSpmmParams, tile_counter), 3 * 128 + 160);
     }
 
     #[test]

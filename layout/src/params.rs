@@ -83,6 +83,46 @@ pub struct BsrSpmmParams {
     pub k: u32,
     /// [`Op::Sddmm`](crate::Op::Sddmm) kernels only: X's leading dimension in elements (`a_values` is X there).
     pub lda: u32,
+    /// The sm_90a SDDMM kernels only (0 everywhere else, and 0 there for none): the structure's tile list,
+    /// `sddmm_tiles` entries of two u32 each, `(block row, g)` with bit 31 of `g` marking a row's last entry: tile
+    /// `t` is the group of up to `G = bn / bs` stored blocks from the row's block `g * G` (see
+    /// [`sddmm_tile_list`]). Without it the tiles are indexed by their first stored block.
+    pub sddmm_list: u64,
+    /// Entries of `sddmm_list` (the launch's tiles where it is set).
+    pub sddmm_tiles: u32,
+    /// Unused (0): pads the parameters to a multiple of 8 bytes.
+    pub reserved: u32,
+}
+
+/// Bit 31 of an [`BsrSpmmParams::sddmm_list`] entry's group: the last entry of its block row, whose tile also
+/// takes the row's groups past it (none where the list was made of this structure; a list made of other row
+/// lengths of the same shape then still covers every block).
+pub const SDDMM_LAST_GROUP: u32 = 1 << 31;
+
+/// The sm_90a SDDMM's tile list ([`BsrSpmmParams::sddmm_list`]) for groups of `group` blocks, written to `out`:
+/// for each block row of `order` (its length the same position of `lengths`), one entry per group of its
+/// blocks, `(row, g)`, at least one per row (an empty row's tile has no work), the last marked with
+/// [`SDDMM_LAST_GROUP`]. Every stored block then lies in exactly one entry's group, or, for a list made of other
+/// row lengths than the structure's, in a row's last entry's run of groups (the kernel takes the rest of a row
+/// there), so the list affects the speed only. Returns the entries written (`out` takes
+/// [`sddmm_tile_list_len`] of them).
+pub fn sddmm_tile_list(order: &[u32], lengths: &[u32], group: u32, out: &mut [[u32; 2]]) -> usize {
+    let mut at = 0;
+    for (&row, &len) in order.iter().zip(lengths) {
+        let groups = len.div_ceil(group.max(1)).max(1);
+        for g in 0..groups {
+            if let Some(slot) = out.get_mut(at) {
+                *slot = [row, if g + 1 == groups { g | SDDMM_LAST_GROUP } else { g }];
+            }
+            at += 1;
+        }
+    }
+    at
+}
+
+/// Entries of [`sddmm_tile_list`] for these row lengths and groups of `group` blocks.
+pub fn sddmm_tile_list_len(lengths: &[u32], group: u32) -> usize {
+    lengths.iter().map(|&len| len.div_ceil(group.max(1)).max(1) as usize).sum()
 }
 
 /// The flat block list: the blocks `[c * nnzb / ctas, (c + 1) * nnzb / ctas)` of CTA `c` of `ctas`.

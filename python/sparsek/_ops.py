@@ -817,20 +817,20 @@ def _bsr_mm_t_cuda(values, crow, col, rows, cols, b, alpha, index, c) -> None:
 
 def _sddmm_cuda(x, y, crow, col, rows, cols, bs, alpha, out) -> None:
     """``out = alpha * (x @ y^T)`` at A's stored blocks on CUDA (``out``: a contiguous ``(nnzb, bs, bs)`` tensor):
-    sparsek's GPU kernel (``Gpu::sddmm_raw``) on torch's current stream, one CTA per stored block, x and y read in
-    their own storage orders (a column-major view is read as it is). The kernel reads the structure's checked copy
-    (``_ensure_checked``), as the forward's launches do."""
+    sparsek's GPU kernel (``Gpu::sddmm_raw``) on torch's current stream, x and y read in their own storage orders (a
+    column-major view is read as it is). The kernel reads the structure's checked copy (``_ensure_checked``), as the
+    forward's launches do, and the schedule made of it (on sm_90a: one tile per group of a block row's blocks)."""
     crow, col = crow.contiguous(), col.contiguous()
     dtype_name = _IN_TYPES[x.dtype]
     a_args = (out.data_ptr(), crow.data_ptr(), col.data_ptr(), crow.dtype == torch.int64, rows, cols, bs,
               out.shape[0])
     dev = x.get_device()
-    structure, _ = _ensure_checked(crow, col, dev, dtype_name, a_args)
+    structure, schedule = _ensure_checked(crow, col, dev, dtype_name, a_args)
     a_args = (a_args[0], structure.row_ptr, structure.col_idx, *a_args[3:])
     x, x_desc = _input(x)
     y, y_desc = _input(y)
     args = ((dtype_name, _OUT_TYPES[out.dtype]), x_desc, y_desc, x.shape[1], a_args, (float(alpha), 0.0))
-    _native.cuda_sddmm(dev, _raw_stream(dev), args)
+    _native.cuda_sddmm(dev, _raw_stream(dev), args, schedule)
 
 
 def bsr_mm_t_impl(values, crow_indices, col_indices, rows, cols, b, alpha=1.0, out_dtype=None, transpose_out=False):

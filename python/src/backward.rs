@@ -4,7 +4,7 @@
 
 use pyo3::prelude::*;
 use sparsek::gpu::{BsrArrays, BsrView, CUstream, DenseView, DenseViewMut, Gpu, InputElement, OutputElement};
-use sparsek::gpu::{IndexType, TransposeView};
+use sparsek::gpu::{IndexType, RowSchedule, TransposeView};
 use sparsek::{Epilogue, Error, Layout, bf16, f16};
 
 use crate::{BsrArgs, gpu, layout, to_py};
@@ -43,11 +43,23 @@ unsafe fn spmm_t<TA: InputElement, TC: OutputElement>(gpu: &Gpu, stream: CUstrea
 
 /// # Safety
 /// As [`spmm_t`]'s.
-unsafe fn sddmm<TA: InputElement, TV: OutputElement>(gpu: &Gpu, stream: CUstream, s: &SArgs) -> sparsek::Result<()> {
+///
+/// `schedule`, when given: the block rows' schedule made of this structure when it was checked (its tile lists
+/// give the sm_90a kernels one tile per group of a row's blocks).
+unsafe fn sddmm<TA: InputElement, TV: OutputElement>(
+    gpu: &Gpu,
+    stream: CUstream,
+    s: &SArgs,
+    schedule: Option<&RowSchedule>,
+) -> sparsek::Result<()> {
     let SArgs(_, (x, x_ld, x_col), (y, y_ld, y_col), k, a_args, (alpha, beta)) = *s;
     let (values, _, _, _, rows, cols, bs, nnzb) = a_args;
     // SAFETY (each view): the function's contract; the pattern's values are never read (they are the output).
     let pattern = unsafe { BsrView::<TA>::from_raw(arrays(a_args), rows, cols, bs, nnzb)? };
+    let pattern = match schedule {
+        Some(s) => pattern.with_schedule(s)?,
+        None => pattern,
+    };
     let x = unsafe { DenseView::<TA>::from_raw(x, rows, k, x_ld, layout(x_col))? };
     let y = unsafe { DenseView::<TA>::from_raw(y, cols, k, y_ld, layout(y_col))? };
     let rows_of_values = nnzb.checked_mul(bs).ok_or(Error::TooLarge {
@@ -70,11 +82,21 @@ pub(crate) fn cuda_spmm_t(py: Python<'_>, device: usize, stream: usize, args: TA
     unsafe { by_types!(args.0.0.as_str(), args.0.1.as_str(), spmm_t(&gpu, stream as CUstream, &args)) }.map_err(to_py)
 }
 
-/// `values = alpha * (x @ y^T) + beta * values` at A's blocks on GPU `device`, on the raw CUDA stream `stream`.
-/// Private: called by sparsek/_ops.py (`_sddmm_cuda`), as `cuda_spmm_t`.
+/// `values = alpha * (x @ y^T) + beta * values` at A's blocks on GPU `device`, on the raw CUDA stream `stream`, with
+/// the block rows' schedule made of the structure when it was checked (`cuda_row_schedule`), or `None`. Private:
+/// called by sparsek/_ops.py (`_sddmm_cuda`), as `cuda_spmm_t`.
 #[pyfunction]
-pub(crate) fn cuda_sddmm(py: Python<'_>, device: usize, stream: usize, args: SArgs) -> PyResult<()> {
+#[pyo3(signature = (device, stream, args, schedule=None))]
+pub(crate) fn cuda_sddmm(
+    py: Python<'_>,
+    device: usize,
+    stream: usize,
+    args: SArgs,
+    schedule: Option<PyRef<'_, crate::RowSchedule>>,
+) -> PyResult<()> {
     let gpu = gpu(py, device)?;
+    let schedule = schedule.as_ref().map(|s| &s.0);
     // SAFETY: as `cuda_spmm_t`.
-    unsafe { by_types!(args.0.0.as_str(), args.0.1.as_str(), sddmm(&gpu, stream as CUstream, &args)) }.map_err(to_py)
+    unsafe { by_types!(args.0.0.as_str(), args.0.1.as_str(), sddmm(&gpu, stream as CUstream, &args, schedule)) }
+        .map_err(to_py)
 }

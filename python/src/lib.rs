@@ -485,8 +485,8 @@ macro_rules! native_class {
 native_class! {
     /// The schedule of a checked structure's block rows (`sparsek::gpu::RowSchedule`: longest rows first, in memory
     /// the library allocated outside torch's allocator, and the longest row's blocks), which the Python layer keeps
-    /// beside the structure it was made of and passes to every `cuda_spmm` of it. Freed when dropped: the Python
-    /// layer synchronises the device before it drops one.
+    /// beside the structure it was made of and passes to every `cuda_spmm` and `cuda_sddmm` of it. Freed when
+    /// dropped: the Python layer synchronises the device before it drops one.
     struct RowSchedule(sparsek::gpu::RowSchedule);
     repr |s| format!(
         "RowSchedule(block_rows={}, nnzb={}, max_row_blocks={})",

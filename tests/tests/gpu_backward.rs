@@ -13,7 +13,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
 use sparsek::check::{Tolerance, compare, compare_values};
 use sparsek::format::{BsrTranspose, Pattern, generate, generate_int};
 use sparsek::gpu::{BsrView, DenseView, DenseViewMut, Gpu, InputElement, OutputElement, TransposeView};
-use sparsek::plan::BackwardProblem;
+use sparsek::plan::{BackwardProblem, SddmmTileCounts};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Op, Scalar, bf16, cpu, f16};
 use sparsek_tests::{RawBsr, addr, gpu, htod};
 
@@ -111,6 +111,7 @@ fn check_t<TA: InputElement, TC: OutputElement>(gpu: &Gpu, bs: usize, seed: u64)
                     n,
                     c_layout,
                     beta_zero: ep.beta == 0.0,
+                    sddmm_tiles: None,
                 };
                 assert_eq!(gpu.last_plan(), Some(gpu.plan_backward(&problem).unwrap()), "{what:?}");
             }
@@ -135,6 +136,16 @@ fn check_sddmm<TX: InputElement, TV: OutputElement>(gpu: &Gpu, bs: usize, seed: 
         let (m, n) = (br * bs, bc * bs);
         let shape = generate::<TX>(pattern, m, n, bs, density, seed + s as u64).unwrap();
         let raw = RawBsr::upload(stream, &shape);
+        // The raw view's schedules: the structure's own (the sm_90a kernels take their tiles from its lists), and
+        // one made of other row lengths of the same shape (the rows' lengths reversed: rows longer than their
+        // lists say are taken on by their last tile, shorter ones leave tiles empty; the product is the same).
+        let lengths: Vec<u32> = shape.row_ptr().windows(2).map(|w| w[1] - w[0]).collect();
+        let mut other = vec![0u32];
+        lengths.iter().rev().for_each(|l| other.push(other[other.len() - 1] + l));
+        let schedules =
+            [None, Some(gpu.row_schedule(shape.row_ptr()).unwrap()), Some(gpu.row_schedule(&other).unwrap())];
+        let reversed: Vec<u32> = lengths.iter().rev().copied().collect();
+        let counts = [None, Some(SddmmTileCounts::of(&lengths)), Some(SddmmTileCounts::of(&reversed))];
         for (k, ep) in [(77usize, Epilogue::default()), (300, Epilogue::new(1.25, -0.5))] {
             let mut old = generate::<TV>(pattern, m, n, bs, density, seed + s as u64).unwrap();
             if ep.beta == 0.0 {
@@ -145,12 +156,15 @@ fn check_sddmm<TX: InputElement, TV: OutputElement>(gpu: &Gpu, bs: usize, seed: 
             let want = cpu::reference_sddmm(&x, &y, &old, ep).unwrap();
             let tol = Tolerance::for_sddmm(&x, &y, &old, ep);
             let len = old.values().len();
-            for (x_layout, y_layout) in [
+            for ((x_layout, y_layout), sched) in [
                 (Layout::RowMajor, Layout::RowMajor),
                 (Layout::ColMajor, Layout::ColMajor),
                 (Layout::RowMajor, Layout::ColMajor),
                 (Layout::ColMajor, Layout::RowMajor),
-            ] {
+            ]
+            .into_iter()
+            .zip([0, 1, 2, 1])
+            {
                 let (x_buf, ldx) = stored(stream, &x, x_layout);
                 let (y_buf, ldy) = stored(stream, &y, y_layout);
                 let zero = [TV::from_f64(0.0)];
@@ -160,12 +174,16 @@ fn check_sddmm<TX: InputElement, TV: OutputElement>(gpu: &Gpu, bs: usize, seed: 
                 let rows = shape.nnzb() * bs;
                 let mut vv = DenseViewMut::from_cuda_slice(&mut v_buf, rows, bs, bs, Layout::RowMajor).unwrap();
                 let pv: BsrView<'_, TX> = raw.view(stream);
+                let pv = match &schedules[sched] {
+                    Some(schedule) => pv.with_schedule(schedule).unwrap(),
+                    None => pv,
+                };
                 // SAFETY: every view's memory is alive and unshared until the stream is synchronised below.
                 unsafe { gpu.sddmm_raw(stream.cu_stream(), &xv, &yv, &pv, &mut vv, ep) }.unwrap();
                 let mut got = old.clone();
                 got.values_mut().copy_from_slice(&stream.clone_dtoh(&v_buf).unwrap()[..len]);
                 let rep = compare_values(&got, &want, tol);
-                let what = (TX::NAME, TV::NAME, bs, pattern, k, x_layout, y_layout);
+                let what = (TX::NAME, TV::NAME, bs, pattern, k, x_layout, y_layout, ["none", "own", "other"][sched]);
                 assert!(rep.passed() && rep.checked == len, "SDDMM {what:?}: {rep}");
                 let problem = BackwardProblem {
                     op: Op::Sddmm,
@@ -179,6 +197,7 @@ fn check_sddmm<TX: InputElement, TV: OutputElement>(gpu: &Gpu, bs: usize, seed: 
                     n: k,
                     c_layout: Layout::RowMajor,
                     beta_zero: ep.beta == 0.0,
+                    sddmm_tiles: counts[sched],
                 };
                 if shape.nnzb() > 0 {
                     assert_eq!(gpu.last_plan(), Some(gpu.plan_backward(&problem).unwrap()), "{what:?}");
@@ -245,6 +264,74 @@ fn integer_operands_give_exact_gradients() {
         got.values_mut().iter_mut().enumerate().for_each(|(e, v)| *v = host.get(e / bs, e % bs));
         let rep = compare_values(&got, &cpu::reference_sddmm(&x, &y, &old, ep).unwrap(), Tolerance::EXACT);
         assert!(rep.passed(), "SDDMM bs {bs}: {rep}");
+    }
+}
+
+/// The sm_90a SDDMM's tile lists: block rows of 13, 0, 1, 9 and 6 blocks (groups of 4 at bs 64, 2 at bs 128,
+/// with tails), run through the structure's own schedule (one tile per group), another's of the same shape (rows
+/// longer than their lists say taken on by their last tile, shorter ones leaving tiles empty), none, and the owned
+/// path, on integer operands: every result is the dense computation bit for bit, and every block is written (NaN
+/// poison where beta is 0).
+#[test]
+fn sddmm_tile_lists_cover_every_block_whatever_the_schedule() {
+    let Some(gpu) = gpu("sddmm_tile_lists_cover_every_block_whatever_the_schedule") else { return };
+    let stream = gpu.stream();
+    let lengths = [13u32, 0, 1, 9, 6];
+    for bs in [64usize, 128] {
+        let (m, n, k) = (lengths.len() * bs, 16 * bs, 200);
+        let mut row_ptr = vec![0u32];
+        let mut col_idx = Vec::new();
+        for (r, &len) in lengths.iter().enumerate() {
+            // Every other column from a row-dependent start, wrapping: sorted, distinct.
+            let mut cols: Vec<u32> = (0..len).map(|i| (r as u32 * 3 + 2 * i) % 16).collect();
+            cols.sort_unstable();
+            cols.dedup();
+            assert_eq!(cols.len(), len as usize);
+            col_idx.extend(cols);
+            row_ptr.push(col_idx.len() as u32);
+        }
+        let nnzb = col_idx.len();
+        let poison = vec![f32::NAN; nnzb * bs * bs];
+        let old = Bsr::try_new(m, n, bs, row_ptr.clone(), col_idx.clone(), poison).unwrap();
+        let pattern = convert::<bf16>(&old);
+        let x = Matrix::<bf16>::random_int(m, k, 8, 7).unwrap();
+        let y = Matrix::<bf16>::random_int(n, k, 8, 8).unwrap();
+        let ep = Epilogue::new(-2.0, 0.0);
+        let want = cpu::reference_sddmm(&x, &y, &old, ep).unwrap();
+        let raw = RawBsr::upload(stream, &pattern);
+        let mut other = vec![0u32];
+        [6u32, 1, 13, 0, 9].iter().for_each(|l| other.push(other[other.len() - 1] + l));
+        let schedules = [Some(gpu.row_schedule(&row_ptr).unwrap()), Some(gpu.row_schedule(&other).unwrap()), None];
+        let (x_buf, ldx) = stored(stream, &x, Layout::ColMajor);
+        let (y_buf, ldy) = stored(stream, &y, Layout::RowMajor);
+        let xv = DenseView::from_cuda_slice(&x_buf, m, k, ldx, Layout::ColMajor).unwrap();
+        let yv = DenseView::from_cuda_slice(&y_buf, n, k, ldy, Layout::RowMajor).unwrap();
+        for (which, schedule) in ["own", "other", "none"].into_iter().zip(&schedules) {
+            let mut v_buf = htod(stream, old.values());
+            let mut vv = DenseViewMut::from_cuda_slice(&mut v_buf, nnzb * bs, bs, bs, Layout::RowMajor).unwrap();
+            let pv: BsrView<'_, bf16> = raw.view(stream);
+            let pv = match schedule {
+                Some(s) => pv.with_schedule(s).unwrap(),
+                None => pv,
+            };
+            // SAFETY: every view's memory is alive and unshared until the stream is synchronised below.
+            unsafe { gpu.sddmm_raw(stream.cu_stream(), &xv, &yv, &pv, &mut vv, ep) }.unwrap();
+            let mut got = old.clone();
+            got.values_mut().copy_from_slice(&stream.clone_dtoh(&v_buf).unwrap());
+            let rep = compare_values(&got, &want, Tolerance::EXACT);
+            let plan = gpu.last_plan().map(|p| p.to_string()).unwrap_or_default();
+            assert!(rep.passed() && rep.checked == nnzb * bs * bs, "bs {bs}, schedule {which}: {rep}; {plan}");
+        }
+        // The owned path (the upload's own lists).
+        let values = Matrix::from_fn(nnzb * bs, bs, |r, c| old.values()[r * bs + c]).unwrap();
+        let mut v_d = gpu.upload_matrix(&values).unwrap();
+        let (x_d, y_d) = (gpu.upload_matrix(&x).unwrap(), gpu.upload_matrix(&y).unwrap());
+        gpu.sddmm(&x_d, &y_d, &gpu.upload(&pattern).unwrap(), &mut v_d, ep).unwrap();
+        let host = v_d.to_host().unwrap();
+        let mut got = old.clone();
+        got.values_mut().iter_mut().enumerate().for_each(|(e, v)| *v = host.get(e / bs, e % bs));
+        let rep = compare_values(&got, &want, Tolerance::EXACT);
+        assert!(rep.passed(), "owned, bs {bs}: {rep}");
     }
 }
 

@@ -14,6 +14,7 @@ use super::views::{Alloc, BsrShape};
 use crate::error::{BsrError, Error, Result};
 use crate::format::Bsr;
 use crate::matrix::Matrix;
+use crate::plan::SddmmTileCounts;
 use crate::scalar::Scalar;
 
 /// An element type that can live in a [`DeviceMatrix`].
@@ -202,6 +203,32 @@ pub struct DeviceBsr<T = f16> {
     /// This upload's structure identity: a transposed index made from it carries the same
     /// ([`Gpu::transpose_index`], checked by [`Gpu::spmm_t`]).
     pub(crate) structure: u64,
+    /// The sm_90a SDDMM's tile lists of the structure.
+    pub(crate) sddmm_tiles: SddmmTiles,
+}
+
+/// A structure's tile lists for the sm_90a SDDMM kernels (`sparsek_layout::sddmm_tile_list`, one per
+/// configuration of `HOPPER_SDDMM_CONFIGS`, back to back, its rows longest first), in device memory: made with
+/// the longest-first order where the order is ([`Gpu::upload`], [`Gpu::row_schedule`]).
+pub(crate) struct SddmmTiles {
+    pub(crate) list: CudaSlice<u32>,
+    pub(crate) counts: SddmmTileCounts,
+}
+
+impl SddmmTiles {
+    /// The lists of block rows `order` of these `lengths` (in the order's order), copied to the device on `stream`.
+    fn new(stream: &Arc<CudaStream>, order: &[u32], lengths: &[u32]) -> Result<SddmmTiles> {
+        let counts = SddmmTileCounts::of(lengths);
+        // One unused entry where there are none: never a zero-length device buffer.
+        let mut host = vec![[0u32; 2]; counts.total().max(1)];
+        let mut at = 0;
+        for &(group, len) in &counts.lists {
+            at += sparsek_layout::sddmm_tile_list(order, lengths, group, &mut host[at..at + len]);
+        }
+        debug_assert_eq!(at, counts.total());
+        let flat: Vec<u32> = host.into_iter().flatten().collect();
+        Ok(SddmmTiles { list: Gpu::htod(stream, "SDDMM tile lists", &flat)?, counts })
+    }
 }
 
 /// `row_ptr` as u32 entries, checked as [`Gpu::row_schedule`] says: not empty, from 0, never decreasing, every
@@ -254,6 +281,8 @@ fn longest_first(row_ptr: &[u32]) -> (Vec<u32>, Vec<u32>) {
 /// made from other row lengths of the same shape still gives the right product, only perhaps a slower one.
 pub struct RowSchedule {
     pub(crate) order: CudaSlice<u32>,
+    /// The structure's tile lists for the sm_90a SDDMM (made of the same row lengths).
+    pub(crate) sddmm_tiles: SddmmTiles,
     pub(crate) block_rows: usize,
     pub(crate) nnzb: usize,
     /// The block rows' lengths in the order's order (longest first).
@@ -320,6 +349,7 @@ impl Gpu {
         let col_idx = if a.col_idx().is_empty() { &[0u32][..] } else { a.col_idx() };
         let zero = [T::from_f64(0.0)];
         let values = if a.values().is_empty() { &zero[..] } else { a.values() };
+        let sddmm_tiles = SddmmTiles::new(stream, &order, &lengths)?;
         Ok(DeviceBsr {
             shape: BsrShape { rows: a.rows(), cols: a.cols(), bs: a.block_size(), nnzb: a.nnzb() },
             row_lengths: lengths,
@@ -327,6 +357,7 @@ impl Gpu {
             col_idx: Self::htod(stream, "BSR col_idx", col_idx)?,
             values: Self::htod(stream, "BSR values", values)?,
             row_order: Self::htod(stream, "BSR row order", &order)?,
+            sddmm_tiles,
             structure: super::launch::new_structure_id(),
         })
     }
@@ -337,7 +368,9 @@ impl Gpu {
     /// loaded) and attached to its [`BsrView`](super::BsrView) with
     /// [`BsrView::with_schedule`](super::BsrView::with_schedule), it gives [`Gpu::spmm_raw`] what an uploaded
     /// [`DeviceBsr`] has: long rows start first on the sm_90a kernels' persistent grid and wherever CTAs queue for
-    /// SMs, and the split-row and flat-list rules can see a skewed row and spread it over the GPU.
+    /// SMs, and the split-row and flat-list rules can see a skewed row and spread it over the GPU; and
+    /// [`Gpu::sddmm_raw`] on the view takes one tile per group of a row's blocks from the schedule's tile lists
+    /// (no empty tiles).
     ///
     /// Checked: `row_ptr` is not empty, starts at 0, never decreases and every entry is below 2^32. The copy is
     /// synchronous (it runs on this `Gpu`'s stream; a schedule is made once, not per launch).
@@ -345,10 +378,12 @@ impl Gpu {
         let entries = checked_row_ptr(row_ptr)?;
         let (order, lengths) = longest_first(&entries);
         let stream = self.stream();
+        let sddmm_tiles = SddmmTiles::new(stream, &order, &lengths)?;
         let order = Self::htod(stream, "BSR row order", &order)?;
         stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
         Ok(RowSchedule {
             order,
+            sddmm_tiles,
             block_rows: entries.len() - 1,
             nnzb: entries[entries.len() - 1] as usize,
             row_lengths: lengths,

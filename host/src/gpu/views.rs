@@ -31,6 +31,7 @@ use sparsek_layout::Layout;
 use super::buffers::{DeviceBsr, DeviceElement, DeviceMatrix, RowSchedule};
 use super::driver::{allocation_of, cuda};
 use crate::error::{Error, Result};
+use crate::plan::SddmmTileCounts;
 
 /// The device allocation a safe view's memory lies in (its first byte and size in bytes: what the driver reports,
 /// or what the crate allocated) and the stream of the cudarc buffer that owns it. A launch checks the bytes it will
@@ -272,6 +273,7 @@ impl<'a, T> BsrView<'a, T> {
             max_row_blocks: Some(a.max_row_blocks()),
             schedule_ordinal: None,
             row_lengths: Some(&a.row_lengths),
+            sddmm_tiles: Some((a.sddmm_tiles.list.device_ptr(stream).0, a.sddmm_tiles.counts)),
             index: IndexType::U32,
             shape: a.shape,
             raw: false,
@@ -519,6 +521,9 @@ pub struct BsrView<'a, T> {
     pub(crate) schedule_ordinal: Option<usize>,
     /// The block rows' lengths in `row_order`'s order (longest first), when known: the sm_90a kernels' split rows.
     pub(crate) row_lengths: Option<&'a [u32]>,
+    /// The structure's sm_90a SDDMM tile lists (device address of the first, and their entries), when known (an
+    /// uploaded matrix's, a [`RowSchedule`]'s).
+    pub(crate) sddmm_tiles: Option<(CUdeviceptr, SddmmTileCounts)>,
     pub(crate) index: IndexType,
     pub(crate) shape: BsrShape,
     pub(crate) raw: bool,
@@ -580,6 +585,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             max_row_blocks: None,
             schedule_ordinal: None,
             row_lengths: None,
+            sddmm_tiles: None,
             index: arrays.index,
             shape: BsrShape { rows, cols, bs, nnzb },
             raw: true,
@@ -594,9 +600,13 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
     /// where the rules take them). Without one, a raw view's rows run in their own order and the launcher, not
     /// knowing the longest row, splits rows only where there are fewer block rows than SMs.
     ///
+    /// The sm_90a SDDMM ([`Gpu::sddmm_raw`](super::Gpu::sddmm_raw)) takes its tiles from the schedule's tile lists
+    /// (groups of a row's blocks, rows longest first) instead of launching a tile per stored block.
+    ///
     /// Checked: the schedule was made for as many block rows and blocks as this view has (at launch: on the
-    /// launch's GPU). Its order is a permutation of the block rows by construction, so the product is right
-    /// whatever lengths it was made from; only the speed depends on them matching the structure's.
+    /// launch's GPU). Its order is a permutation of the block rows by construction, and its tile lists hold every
+    /// block row with the rest of a row taken by the row's last tile, so the product is right whatever lengths it
+    /// was made from; only the speed depends on them matching the structure's.
     pub fn with_schedule<'s>(self, schedule: &'s RowSchedule) -> Result<BsrView<'s, T>>
     where
         'a: 's,
@@ -625,6 +635,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             max_row_blocks: Some(schedule.max_row_blocks()),
             schedule_ordinal: Some(schedule.ordinal),
             row_lengths: Some(&schedule.row_lengths),
+            sddmm_tiles: Some((schedule.sddmm_tiles.list.device_ptr(stream).0, schedule.sddmm_tiles.counts)),
             _borrow: PhantomData,
             ..self
         })

@@ -6,14 +6,16 @@
 //! - A^T @ B: the forward's wide tile over the block columns of A (the block rows of A^T), whole rows, rasterized
 //!   in groups as the forward's wide tile is ([`raster_group_rows`]); on sm_90a the forward's tile likewise, C
 //!   stored by TMA where it is row-major and beta is 0;
-//! - SDDMM ([`Decomposition::StoredBlocks`]): one tile per stored block on sm_80; on sm_90a a 256-column tile over
-//!   a group of `bn / bs` consecutive blocks of a block row (tiles indexed by their first block, most of them
-//!   empty), the values of bs 128 stored by TMA where beta is 0.
+//! - SDDMM: one tile per stored block on sm_80 ([`Decomposition::StoredBlocks`]); on sm_90a
+//!   ([`Decomposition::BlockGroups`]) a 256-column tile over a group of `bn / bs` consecutive blocks of a block
+//!   row, the tiles the entries of the structure's tile list (rows longest first) where it has one (an uploaded
+//!   matrix, a view with its row schedule), else indexed by their first block (most of them empty); the values
+//!   of bs 128 stored by TMA where beta is 0.
 //!
 //! Every launch is one CTA per tile (per two in ping-pong). An empty product (no blocks, or an SDDMM with K = 0)
 //! takes the sm_80 kernel, which writes `beta * C`.
 
-use sparsek_layout::{InType, Layout, Op, OutType, Pipeline, Tile};
+use sparsek_layout::{HOPPER_SDDMM_CONFIGS, InType, Layout, Op, OutType, Pipeline, Tile, sddmm_tile_list_len};
 
 use super::{Decomposition, KernelRef, LaunchPlan, Loaded, Room, raster_group_rows};
 use crate::error::{Error, Result};
@@ -43,6 +45,40 @@ pub struct BackwardProblem {
     pub c_layout: Layout,
     /// beta is 0 (the output is written without being read).
     pub beta_zero: bool,
+    /// SDDMM: the entries of the structure's tile lists for the sm_90a kernels, where it has them (an uploaded
+    /// matrix, a view with its [`RowSchedule`](crate::gpu::RowSchedule)); ignored for A^T @ B.
+    pub sddmm_tiles: Option<SddmmTileCounts>,
+}
+
+/// The entries of a structure's sm_90a SDDMM tile lists (`sparsek_layout::sddmm_tile_list`), one list per
+/// configuration of [`HOPPER_SDDMM_CONFIGS`], each for its group of `bn / bs` blocks: at least one entry per
+/// block row and one per group of a row's blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SddmmTileCounts {
+    /// (group size, entries) per [`HOPPER_SDDMM_CONFIGS`] entry, in its order.
+    pub(crate) lists: [(u32, usize); HOPPER_SDDMM_CONFIGS.len()],
+}
+
+impl SddmmTileCounts {
+    /// The counts for block rows of these lengths.
+    pub fn of(lengths: &[u32]) -> SddmmTileCounts {
+        let group = |i: usize| HOPPER_SDDMM_CONFIGS[i].bn / HOPPER_SDDMM_CONFIGS[i].bs;
+        SddmmTileCounts { lists: std::array::from_fn(|i| (group(i), sddmm_tile_list_len(lengths, group(i)))) }
+    }
+    /// The entries of the list for groups of `group` blocks, if there is one.
+    pub fn tiles(&self, group: u32) -> Option<usize> {
+        self.lists.iter().find(|l| l.0 == group).map(|l| l.1)
+    }
+    /// Where the list for groups of `group` blocks starts, in entries from the first list's start (the lists lie
+    /// back to back in [`HOPPER_SDDMM_CONFIGS`]' order).
+    pub(crate) fn offset(&self, group: u32) -> Option<usize> {
+        let i = self.lists.iter().position(|l| l.0 == group)?;
+        Some(self.lists[..i].iter().map(|l| l.1).sum())
+    }
+    /// Entries of every list together.
+    pub(crate) fn total(&self) -> usize {
+        self.lists.iter().map(|l| l.1).sum()
+    }
 }
 
 /// The kernel of `p` among `list` (a module's kernels): the [`Tile::Wide`] row of its op, block size and types.
@@ -98,6 +134,15 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
     let (rows, cols) = p.shape;
     let bs = p.bs.max(1);
     let (tiles, group_rows, decomposition) = match p.op {
+        Op::Sddmm if sm90a => {
+            // The structure's tile list for the tile's group where it has one, else a tile per stored block
+            // (most of them empty).
+            let blocks = cfg.bn / cfg.bs;
+            match p.sddmm_tiles.and_then(|c| c.tiles(blocks)) {
+                Some(tiles) => (tiles, 1, Decomposition::BlockGroups { blocks, listed: true }),
+                None => (p.nnzb, 1, Decomposition::BlockGroups { blocks, listed: false }),
+            }
+        }
         Op::Sddmm => (p.nnzb, 1, Decomposition::StoredBlocks),
         _ => {
             // The rows of A^T are A's block columns; each is a row of the forward's wide tile.
@@ -112,8 +157,8 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
     };
     // One CTA per tile (two in ping-pong, one per consumer set): the hardware hands out the next as an SM frees,
     // which balanced uneven rows better than one wave striding over the tiles or taking equal shares of them (H200,
-    // docs/perf-notes.md, "Backward on sm_90a"). An sm_90a SDDMM's tiles are indexed by their first stored block
-    // (most of them are empty and exit at once).
+    // docs/perf-notes.md, "Backward on sm_90a"). An sm_90a SDDMM's tiles are its tile list's entries, or indexed
+    // by their first stored block (most of them are empty and exit at once).
     let sets = if cfg.pingpong() { 2 } else { 1 };
     let ctas = tiles.div_ceil(sets);
     // The sm_90a kernels store a row-major output written without being read through a tensor map (the SDDMM at
@@ -133,7 +178,7 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
         ctas,
         threads: cfg.threads(),
         smem_bytes: cfg.smem_bytes(),
-        longest_rows_first: false,
+        longest_rows_first: matches!(decomposition, Decomposition::BlockGroups { listed: true, .. }),
         group_rows,
         evict_first_bytes: None,
         c_tma,
@@ -161,6 +206,7 @@ mod tests {
             n: 4096,
             c_layout: Layout::ColMajor,
             beta_zero: true,
+            sddmm_tiles: None,
         }
     }
 
@@ -235,8 +281,22 @@ mod tests {
             }
             assert_eq!(plan.kernel, format!("sparsek_sm90_sddmm_bs{bs}_bf16_xcol_ycol_f32"));
             assert!(matches!(kernel, KernelRef::Hopper(_)));
-            // One CTA per tile index: a group may start at any stored block.
-            assert_eq!((plan.ctas as usize, plan.decomposition), (p.nnzb, Decomposition::StoredBlocks));
+            // Without a tile list, one CTA per tile index: a group may start at any stored block.
+            let blocks = 256 / bs as u32;
+            let unlisted = Decomposition::BlockGroups { blocks, listed: false };
+            assert_eq!((plan.ctas as usize, plan.decomposition), (p.nnzb, unlisted));
+            assert!(plan.to_string().contains("indexed by its first block"), "{plan}");
+            // With the structure's lists, one CTA per entry of the list for the tile's group, rows longest first.
+            let lengths: Vec<u32> = (0..64u32).map(|r| (r * 7) % 23).collect();
+            let counts = SddmmTileCounts::of(&lengths);
+            let listed = BackwardProblem { sddmm_tiles: Some(counts), nnzb: lengths.iter().sum::<u32>() as usize, ..p };
+            let (plan, _) = plan_backward(room, &listed).unwrap();
+            let want: usize = lengths.iter().map(|&l| l.div_ceil(blocks).max(1) as usize).sum();
+            assert_eq!(counts.tiles(blocks), Some(want));
+            let sets = if sparsek_layout::variant(plan.kernel).config.pingpong() { 2 } else { 1 };
+            assert_eq!(plan.ctas as usize, want.div_ceil(sets), "{plan}");
+            assert_eq!(plan.decomposition, Decomposition::BlockGroups { blocks, listed: true });
+            assert!(plan.longest_rows_first && plan.to_string().contains("from the structure's tile list"), "{plan}");
             // The values staged through a tensor map at bs 128 (a piece per block), from the registers at bs 64.
             assert_eq!(plan.c_tma, bs == 128, "{plan}");
             let read = BackwardProblem { beta_zero: false, ..p };
@@ -249,6 +309,68 @@ mod tests {
             }
             let t = BackwardProblem { nnzb: 0, ..problem(Op::BsrSpmmT, bs, OutType::F32) };
             assert!(matches!(plan_backward(room, &t).unwrap().1, KernelRef::Product(_)));
+        }
+    }
+
+    /// The kernel's reading of a tile list (kernels-gpu/src/sm90/producer.rs): entry `(row, g)` is the group of up to
+    /// `group` blocks from the row's block `g * group`, and a row's last entry goes on to the row's end.
+    fn blocks_taken(list: &[[u32; 2]], row_ptr: &[u32], group: u32) -> Vec<u32> {
+        let mut taken = vec![0u32; row_ptr[row_ptr.len() - 1] as usize];
+        for &[row, g] in list {
+            let (begin, end) = (row_ptr[row as usize], row_ptr[row as usize + 1]);
+            let mut start = begin as u64 + (g & !sparsek_layout::SDDMM_LAST_GROUP) as u64 * group as u64;
+            while start < end as u64 {
+                let count = (end as u64 - start).min(group as u64);
+                (start..start + count).for_each(|b| taken[b as usize] += 1);
+                if g & sparsek_layout::SDDMM_LAST_GROUP == 0 {
+                    break;
+                }
+                start += group as u64;
+            }
+        }
+        taken
+    }
+
+    #[test]
+    fn an_sddmm_tile_list_takes_every_block_once_whatever_lengths_it_was_made_of() {
+        // A small LCG: row lengths 0..=20 over 1..=40 rows, the list made of the structure's own lengths (one entry
+        // per group, each holding blocks) and of the same lengths shuffled (same rows and blocks).
+        let mut state = 0x5eed_u64;
+        let mut next = |n: u32| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 33) % n as u64) as u32
+        };
+        for _ in 0..500 {
+            let rows = 1 + next(40) as usize;
+            let lengths: Vec<u32> = (0..rows).map(|_| if next(4) == 0 { 0 } else { next(21) }).collect();
+            let row_ptr: Vec<u32> = std::iter::once(0)
+                .chain(lengths.iter().scan(0, |s, &l| {
+                    *s += l;
+                    Some(*s)
+                }))
+                .collect();
+            let mut order: Vec<u32> = (0..rows as u32).collect();
+            order.sort_by_key(|&r| std::cmp::Reverse(lengths[r as usize]));
+            let sorted: Vec<u32> = order.iter().map(|&r| lengths[r as usize]).collect();
+            let mut other = sorted.clone();
+            for i in (1..other.len()).rev() {
+                other.swap(i, next(i as u32 + 1) as usize);
+            }
+            for group in [2u32, 4] {
+                for (lens, own) in [(&sorted, true), (&other, false)] {
+                    let len = sparsek_layout::sddmm_tile_list_len(lens, group);
+                    let mut list = vec![[u32::MAX; 2]; len];
+                    assert_eq!(sparsek_layout::sddmm_tile_list(&order, lens, group, &mut list), len);
+                    let taken = blocks_taken(&list, &row_ptr, group);
+                    assert!(taken.iter().all(|&t| t == 1), "group {group}, lengths {lengths:?}, list of {lens:?}");
+                    if own {
+                        // Of its own lengths: one entry per group (an empty row's one entry aside), none beyond.
+                        let groups: usize = lengths.iter().map(|&l| l.div_ceil(group) as usize).sum();
+                        let empty_rows = lengths.iter().filter(|&&l| l == 0).count();
+                        assert_eq!(len, groups + empty_rows);
+                    }
+                }
+            }
         }
     }
 

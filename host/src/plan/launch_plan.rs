@@ -25,9 +25,17 @@ pub enum Decomposition {
         /// CTAs per N tile.
         ctas_per_tile: u32,
     },
-    /// One tile per stored block of the output structure (the SDDMM kernels: one CTA each on sm_80, a grid of
-    /// at most one wave taking them by a stride on sm_90a).
+    /// One tile per stored block of the output structure (the sm_80 SDDMM kernels: one CTA each).
     StoredBlocks,
+    /// The sm_90a SDDMM: a tile per group of up to `blocks` consecutive stored blocks of a block row, the tiles
+    /// the entries of the structure's tile list (`listed`: rows longest first), else indexed by their first
+    /// stored block (a tile has work only where it starts a group).
+    BlockGroups {
+        /// Blocks per group (the tile's columns over the block size).
+        blocks: u32,
+        /// The tiles are the structure's tile list's entries.
+        listed: bool,
+    },
     /// The sm_90a kernels' split rows: the `split_rows` longest rows' tiles cut into up to `chunks` parts of about
     /// `blocks` blocks that other CTAs take.
     HopperSplitRows {
@@ -97,6 +105,11 @@ impl fmt::Display for LaunchPlan {
                 write!(f, "; a flat block list over {ctas_per_tile} CTAs per N tile")?
             }
             Decomposition::StoredBlocks => write!(f, "; one tile per stored block")?,
+            Decomposition::BlockGroups { blocks, listed } => write!(
+                f,
+                "; a tile per group of up to {blocks} blocks of a row, {}",
+                if listed { "from the structure's tile list" } else { "indexed by its first block" }
+            )?,
             Decomposition::HopperSplitRows { split_rows, chunks, blocks } => {
                 write!(f, "; the {split_rows} longest rows split into up to {chunks} parts of ~{blocks} blocks")?
             }

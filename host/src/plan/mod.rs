@@ -19,8 +19,8 @@ mod tests;
 
 use sparsek_layout::{InType, KernelConfig, Layout, Module, Op, OutType, Pipeline, Tile, Variant};
 
-pub use backward::BackwardProblem;
 pub(crate) use backward::plan_backward;
+pub use backward::{BackwardProblem, SddmmTileCounts};
 pub use launch_plan::{Decomposition, LaunchPlan};
 pub use rules::{RULES, Rule};
 pub use split::RowSplit;

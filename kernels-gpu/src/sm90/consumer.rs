@@ -5,7 +5,7 @@
 use super::scheduler::{TileAt, tile_at};
 use super::split::hand_over;
 use super::store::{store_blocks, store_pieces, store_staged};
-use super::{BK, Launch, Smem, WG_THREADS, WgmmaInput, src};
+use super::{BK, Launch, SDDMM_END, Smem, WG_THREADS, WgmmaInput, src};
 use crate::epilogue::{Epilogue, Output, WarpCoord};
 use crate::layout::{BsrSpmmParams, TILE_QUEUE, WARPGROUP_WARPS, WGMMA_N, hopper_split_counter};
 use crate::ptx;
@@ -13,8 +13,9 @@ use crate::ptx::WgmmaAcc;
 
 /// A consumer thread's whole work (`ct`: its index among the consumer threads): its set's tiles, each main loop,
 /// hand-over and store. `SRC` ([`src`]) names the product: the forward's and A^T @ B's tiles are the scheduler's
-/// (N tile of a block row), an SDDMM's tile `t` is stored block `t`, ceil(K / 64) k-tiles, written to its values
-/// (rows `t * BS..` of the `(nnzb * BS) x BS` output, `BS` columns). `TRANS_A` is 1 where A is staged MN-major
+/// (N tile of a block row), an SDDMM's queue entry names its group's first stored block `t` and block count,
+/// ceil(K / 64) k-tiles, written to the blocks' values (rows `t * BS..` of the `(nnzb * BS) x BS` output, `BS`
+/// columns each). `TRANS_A` is 1 where A is staged MN-major
 /// (`src::a_mn_major`).
 ///
 /// # Safety
@@ -73,7 +74,8 @@ pub(super) unsafe fn consume<
             ptx::mbarrier_arrive(smem.q_empty(q));
             entry
         };
-        if t >= tiles {
+        // (An SDDMM's entries name a group's first stored block: its end is SDDMM_END.)
+        if if src::sddmm(SRC) { t == SDDMM_END } else { t >= tiles } {
             break;
         }
         if PINGPONG && j > 0 {
@@ -85,7 +87,7 @@ pub(super) unsafe fn consume<
         j += sets;
         let none = TileAt { pos: 0, row: 0, n_tile: 0, part: 0, parts: 1, begin: 0, end: 0 };
         let at = if src::sddmm(SRC) {
-            // Stored block t: one whole tile.
+            // The group from stored block t: one whole tile.
             TileAt { row: t, ..none }
         } else {
             // SAFETY: t is a tile of the launch, one the producer found work in (so never None).

@@ -53,9 +53,12 @@
 //!   of stored block `perm[blk]`, loaded as they are stored in `BS / 64` boxes of 64 x 64 (A's values map with 64-row
 //!   boxes) and read by wgmma as an MN-major A (`imm-trans-a`), one box per consumer warpgroup;
 //! - SDDMM (`layout::Op::Sddmm`): 256-column tiles (`layout::HOPPER_SDDMM_CONFIGS`), each a group of `G = BN /
-//!   BS` consecutive stored blocks of one block row: tile `t` starts at stored block `t` and has work only where
-//!   `t - row_ptr[row]` is a multiple of G (its block row found by a binary search of `row_ptr`; the producer
-//!   passes the others over and publishes the group's block count with the tile). At bs 64 the two consumer
+//!   BS` consecutive stored blocks of one block row. With the structure's tile list (`sddmm_list`, made on the
+//!   host with the row schedule: `layout::sddmm_tile_list`) tile `t` is entry `t`, group `g` of a block row (a
+//!   row's last entry takes the row's groups past it, so a list of other row lengths still covers every block);
+//!   without one, tile `t` starts at stored block `t` and has work only where `t - row_ptr[row]` is a multiple of
+//!   G (its block row found by a binary search of `row_ptr`; the producer passes the others over). The producer
+//!   publishes the group's first block and block count in the queue entry. At bs 64 the two consumer
 //!   warpgroups split the tile's columns (two blocks each). A is X's rows of the
 //!   block row over ceil(K / 64) k-tiles (row-major X: the forward's K-major boxes; column-major X: MN-major boxes
 //!   as above), B is Y^T's k-tile at each block's columns (one `BS`-row box per block of a column-major Y^T, `BS /
@@ -107,6 +110,9 @@ pub(crate) mod src {
 
 /// The most stored blocks an SDDMM tile groups (bs 64 on a 256-column tile).
 const SDDMM_GROUP_MAX: u32 = 4;
+/// The tile queue's end entry of an SDDMM (whose entries name a group's first stored block, which may lie past
+/// the launch's tile count).
+const SDDMM_END: u32 = u32::MAX;
 
 /// K depth of a stage: one 128-byte swizzle row of 16-bit elements.
 const BK: u32 = 64;
@@ -321,8 +327,13 @@ unsafe fn hopper_spmm<
     let n_tiles = p.n.div_ceil(BN);
     // Split rows: the first split_rows positions of the row order walk split_chunks virtual rows each.
     let vrows = hopper_virtual_rows(p.block_rows, split_rows, p.split_chunks);
-    // An SDDMM's tiles are indexed by their first stored block (most are empty: see `producer`).
-    let tiles = if src::sddmm(SRC) { p.nnzb } else { vrows * n_tiles };
+    // An SDDMM's tiles are its tile list's entries, or without one indexed by their first stored block (most are
+    // empty: see `producer`).
+    let tiles = match (src::sddmm(SRC), p.sddmm_list != 0) {
+        (true, true) => p.sddmm_tiles,
+        (true, false) => p.nnzb,
+        _ => vrows * n_tiles,
+    };
     let shape = (vrows, n_tiles, split_rows);
     let index_shift = if p.index64 != 0 { 3 } else { 2 };
     let launch = Launch { tiles, shape, index_shift, sets, tile_threads, n_tiles };

@@ -2,10 +2,35 @@
 //! and issues the TMA copies of its k-tiles into the ring (see the module docs of [`super`]).
 
 use super::scheduler::{TileSource, tile_at};
-use super::{BK, Launch, Smem, src};
+use super::{BK, Launch, SDDMM_END, Smem, src};
 use crate::epilogue::{block_row_of, load_index};
-use crate::layout::{BsrSpmmParams, TILE_QUEUE};
+use crate::layout::{BsrSpmmParams, SDDMM_LAST_GROUP, TILE_QUEUE};
 use crate::ptx;
+
+/// An SDDMM tile's group: `count` stored blocks from `start` of block row `row` (which ends at block `end`), and
+/// whether the row's groups go on past it in the same tile (`more`: a tile list's last entry of a row with blocks
+/// left).
+#[derive(Clone, Copy)]
+struct Group {
+    start: u32,
+    count: u32,
+    row: u32,
+    end: u32,
+    more: bool,
+}
+
+impl Group {
+    /// No group (past the last tile).
+    const NONE: Group = Group { start: 0, count: 0, row: 0, end: 0, more: false };
+
+    /// The group from block `start` (< `end`) of block row `row` in groups of `group` blocks; `last`: the tile
+    /// list's last entry of the row, which takes the row's groups past it.
+    #[inline(always)]
+    fn at(start: u32, row: u32, end: u32, group: u32, last: bool) -> Group {
+        let left = end - start;
+        Group { start, count: left.min(group), row, end, more: last && left > group }
+    }
+}
 
 /// The producer thread's whole work: every tile of the CTA, then an end entry for each consumer set, then the
 /// tile counter's count-out.
@@ -85,46 +110,68 @@ pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, co
     let mut it = 0u32;
     let mut j = 0u32;
     if src::sddmm(SRC) {
-        // Tile t is the group of up to G = BN / BS stored blocks from block t, which has work only where t is G
-        // blocks on from its row's start (the others are passed over): X's rows of the block row (read once) and Y's
-        // rows of each block's column over ceil(K / 64) k-tiles (past K the TMA reads zeros).
+        // A tile is a group of up to G = BN / BS consecutive stored blocks of one block row: X's rows of the block
+        // row (read once) and Y's rows of each block's column over ceil(K / 64) k-tiles (past K the TMA reads
+        // zeros). With the structure's tile list (`sddmm_list`), tile t is its entry t: group g of a block row,
+        // where a row's last entry also takes the row's groups past it (none for a list of this structure);
+        // without one, tile t is the group from stored block t, which has work only where t is G blocks on from
+        // its row's start (the others are passed over).
         const { assert!(BN / BS <= super::SDDMM_GROUP_MAX) };
         let group = BN / BS;
         let k_tiles = p.k.div_ceil(BK);
         let a_bytes = smem.stage_bytes - BK * BN * 2;
-        // From tile `t` on, the first with work (or the end): the tile, its block count and its block row.
+        let list = p.sddmm_list as *const u32;
+        // From tile `t` on, the first with work (or the end): the tile and its group.
         let locate = |mut t: u32, source: &mut TileSource| loop {
             if t >= tiles {
-                return (t, 0, 0);
+                return (t, Group::NONE);
             }
-            // SAFETY: t is a stored block of the valid structure (t < nnzb).
-            let (row, begin, end) = unsafe {
-                let row = block_row_of(p.row_ptr, p.block_rows, t, index_shift);
-                (row, load_index(p.row_ptr, row, index_shift), load_index(p.row_ptr, row + 1, index_shift))
-            };
-            if (t - begin).is_multiple_of(group) {
-                return (t, (end - t).min(group), row);
+            if !list.is_null() {
+                // SAFETY: t < sddmm_tiles, the list's entries; its rows are block rows of the structure.
+                let (row, g, begin, end) = unsafe {
+                    let row = ptx::ld_global_u32(list.add(2 * t as usize));
+                    let g = ptx::ld_global_u32(list.add(2 * t as usize + 1));
+                    (row, g, load_index(p.row_ptr, row, index_shift), load_index(p.row_ptr, row + 1, index_shift))
+                };
+                let start = begin as u64 + (g & !SDDMM_LAST_GROUP) as u64 * group as u64;
+                if start < end as u64 {
+                    return (t, Group::at(start as u32, row, end, group, g & SDDMM_LAST_GROUP != 0));
+                }
+            } else {
+                // SAFETY: t is a stored block of the valid structure (t < nnzb).
+                let (row, begin, end) = unsafe {
+                    let row = block_row_of(p.row_ptr, p.block_rows, t, index_shift);
+                    (row, load_index(p.row_ptr, row, index_shift), load_index(p.row_ptr, row + 1, index_shift))
+                };
+                if (t - begin).is_multiple_of(group) {
+                    return (t, Group::at(t, row, end, group, false));
+                }
             }
             // SAFETY: the caller's contract.
             t = unsafe { source.take() };
         };
         // SAFETY (takes): the caller's contract.
         let first = unsafe { source.take() };
-        let (mut t, mut count, mut row_of_t) = locate(first, &mut source);
+        let (mut t, mut grp) = locate(first, &mut source);
         loop {
-            publish(j, t, it, count);
-            j += 1;
             if t >= tiles {
+                publish(j, SDDMM_END, it, 0);
+                j += 1;
                 break;
             }
-            // The next tile is found while this one's k-tiles stream (its loads then run under them).
+            publish(j, grp.start, it, grp.count);
+            j += 1;
+            // The next tile is found while this one's k-tiles stream (its loads then run under them); a row's last
+            // entry with groups past it goes on in its row.
             // SAFETY: the caller's contract.
-            let t_next = unsafe { source.take() };
+            let t_next = if grp.more { t } else { unsafe { source.take() } };
+            let (start, count) = (grp.start, grp.count);
             // The group's block columns (count <= G of them; the rest of the slot's B is not loaded), one by one so
             // they stay in registers.
-            // SAFETY: t + g < the row's end for g < count.
-            let col =
-                |g: u32| if g < count && g < group { unsafe { load_index(p.col_idx, t + g, index_shift) } } else { 0 };
+            // SAFETY: start + g < the row's end for g < count.
+            let col = |g: u32| {
+                if g < count && g < group { unsafe { load_index(p.col_idx, start + g, index_shift) } } else { 0 }
+            };
             let cols = (col(0), col(1), col(2), col(3));
             let block_bytes = BK * BS * 2;
             // Block g's k-tile from k row k0 into the slot's B at `b_slot` (column c of the structure).
@@ -148,7 +195,7 @@ pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, co
             for kt in 0..k_tiles {
                 let k0 = kt * BK;
                 let (full, a_slot, b_slot) = acquire(it, a_bytes + count * block_bytes);
-                let a_row0 = row_of_t * BS;
+                let a_row0 = grp.row * BS;
                 load_a(a_slot, if src::a_mn_major(SRC) { (a_row0, k0) } else { (k0, a_row0) }, full);
                 load_b(b_slot, full, k0, 0, cols.0);
                 load_b(b_slot, full, k0, 1, cols.1);
@@ -156,7 +203,11 @@ pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, co
                 load_b(b_slot, full, k0, 3, cols.3);
                 it += 1;
             }
-            (t, count, row_of_t) = locate(t_next, &mut source);
+            if grp.more {
+                grp = Group::at(start + group, grp.row, grp.end, group, true);
+            } else {
+                (t, grp) = locate(t_next, &mut source);
+            }
         }
     } else {
         // From tile `t` on, the first with work (or the end): the tile and its N tile and blocks. Parts past a split
@@ -222,8 +273,9 @@ pub(super) unsafe fn produce<const BS: u32, const BN: u32, const STAGES: u32, co
         }
     }
     // In ping-pong the other set reads the next entry: it gets the end too.
+    let end = if src::sddmm(SRC) { SDDMM_END } else { tiles };
     for _ in 1..sets {
-        publish(j, tiles, it, 0);
+        publish(j, end, it, 0);
         j += 1;
     }
     // SAFETY: the caller's contract.

@@ -21,7 +21,7 @@ use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
 use crate::gpu::driver::{alloc_err, cuda};
 use crate::gpu::tma;
 use crate::gpu::views::{Alloc, BsrView, DenseView, DenseViewMut, IndexType, bytes_of};
-use crate::plan::{self, BackwardProblem, LaunchPlan};
+use crate::plan::{self, BackwardProblem, Decomposition, LaunchPlan};
 
 /// Source of [`DeviceBsrTranspose::structure`] and [`DeviceBsr`]'s structure identity.
 static NEXT_STRUCTURE: AtomicU64 = AtomicU64::new(1);
@@ -384,7 +384,10 @@ impl Gpu {
     /// row- or column-major, `pattern` a [`BsrView`] whose `row_ptr` and `col_idx` are read (not its values, so the
     /// output may be the pattern's own values array), `values` an `nnzb * bs x bs` row-major view with leading
     /// dimension `bs`. No synchronisation, no allocation: safe to capture in a CUDA graph. Checked as
-    /// [`Gpu::spmm_raw`] checks; `values` must overlap none of X, Y, `row_ptr`, `col_idx`.
+    /// [`Gpu::spmm_raw`] checks; `values` must overlap none of X, Y, `row_ptr`, `col_idx`. A `pattern` with its
+    /// [`RowSchedule`](crate::gpu::RowSchedule) ([`BsrView::with_schedule`]) runs the sm_90a kernels on its tile
+    /// lists: one tile per group of a block row's blocks, none empty (without one, a tile per stored block, most
+    /// of them empty: slower at bs 64).
     ///
     /// # Safety
     /// As [`Gpu::spmm_raw`]'s, for X, Y, the pattern's index arrays and `values`.
@@ -490,6 +493,7 @@ impl Gpu {
             n,
             c_layout: c.shape.layout,
             beta_zero: ep.beta == 0.0,
+            sddmm_tiles: None,
         };
         let params = BsrSpmmParams {
             a_values: a.values,
@@ -518,6 +522,9 @@ impl Gpu {
             perm: at.perm,
             k: 0,
             lda: 0,
+            sddmm_list: 0,
+            sddmm_tiles: 0,
+            reserved: 0,
         };
         // The sm_90a kernels' maps: A's blocks in 64-row boxes, B as the forward's (M x N), C (K x N).
         let maps = |cfg: &KernelConfig, c_tma: bool| -> Result<Maps> {
@@ -526,7 +533,7 @@ impl Gpu {
             let tmap_c = if c_tma { tma::c_map(TC::OUT_TYPE, c.ptr, (k, n32, c.shape.ld))? } else { None };
             Ok((tmap_a, tmap_b, tmap_c))
         };
-        self.launch_backward(stream, &problem, params, maps)
+        self.launch_backward(stream, &problem, params, maps, None)
     }
 
     /// Validates and launches `values = alpha * (X @ Y^T) + beta * values` at `pattern`'s blocks.
@@ -594,6 +601,7 @@ impl Gpu {
             n: k,
             c_layout: Layout::RowMajor,
             beta_zero: ep.beta == 0.0,
+            sddmm_tiles: pattern.sddmm_tiles.map(|(_, counts)| counts),
         };
         let params = BsrSpmmParams {
             a_values: x.ptr,
@@ -622,6 +630,10 @@ impl Gpu {
             perm: 0,
             k: k32,
             lda,
+            // Set by launch_backward where the plan takes the structure's tile list.
+            sddmm_list: 0,
+            sddmm_tiles: 0,
+            reserved: 0,
         };
         // The sm_90a kernels' maps: X (M x K) and Y (N x K) a block's rows at a time (Y^T's K x N columns: a
         // row-major Y is a K-major B), the values as a row-major (nnzb * bs) x bs C.
@@ -632,18 +644,20 @@ impl Gpu {
             let tmap_c = if c_tma { tma::c_map(TV::OUT_TYPE, values.ptr, (rows, bs as u32, bs))? } else { None };
             Ok((tmap_a, tmap_b, tmap_c))
         };
-        self.launch_backward(stream, &problem, params, maps)
+        self.launch_backward(stream, &problem, params, maps, pattern.sddmm_tiles.map(|(list, _)| list))
     }
 
     /// Plans `problem` and launches its kernel with `params` (their plan-dependent fields filled in here); an
     /// sm_90a kernel takes the tensor maps `maps` makes for its configuration (C's only where the plan stores C by
-    /// TMA) ahead of the parameters (`layout::HopperSpmmParams`).
+    /// TMA) ahead of the parameters (`layout::HopperSpmmParams`). `sddmm_list`: the device address of the
+    /// structure's SDDMM tile lists (`problem.sddmm_tiles` counts their entries), passed where the plan takes one.
     fn launch_backward(
         &self,
         stream: CUstream,
         problem: &BackwardProblem,
         mut params: BsrSpmmParams,
         maps: impl FnOnce(&KernelConfig, bool) -> Result<Maps>,
+        sddmm_list: Option<CUdeviceptr>,
     ) -> Result<()> {
         let (plan, kernel) = plan::plan_backward(self.room(), problem)?;
         let kernel = self.kernel_at(kernel).ok_or_else(|| Error::InvalidArgument {
@@ -651,6 +665,23 @@ impl Gpu {
             reason: format!("the planned kernel {} is not loaded on this Gpu", plan.kernel),
         })?;
         params.group_rows = plan.group_rows;
+        if let Decomposition::BlockGroups { blocks, listed: true } = plan.decomposition {
+            let counts = problem.sddmm_tiles.ok_or_else(|| Error::InvalidArgument {
+                name: "plan",
+                reason: "takes a tile list the structure does not have".into(),
+            })?;
+            let (list, offset, tiles) = match (sddmm_list, counts.offset(blocks), counts.tiles(blocks)) {
+                (Some(list), Some(offset), Some(tiles)) => (list, offset, tiles),
+                _ => {
+                    return Err(Error::InvalidArgument {
+                        name: "plan",
+                        reason: format!("takes a tile list of groups of {blocks} blocks the structure does not have"),
+                    });
+                }
+            };
+            params.sddmm_list = list + 8 * offset as u64;
+            params.sddmm_tiles = limit("SDDMM tiles", tiles)?;
+        }
         let cfg = kernel.config();
         // Encoded before anything is launched: an error leaves nothing queued.
         let mut hopper = match cfg.pipeline {
@@ -687,9 +718,12 @@ impl Gpu {
         // safe view's extent lies in its allocation and the output overlaps no input (checked above); pointers and
         // the stream belong to this context. The sm_90a tensor maps describe exactly A's values (or X), B (or
         // Y^T) and, with c_tma (beta 0, row-major), the output's span, so every TMA box lies in memory the views
-        // cover, reads as zero or is not written; no tile counter (the kernel strides over its tiles), no split
-        // rows. Grid, block and shared memory follow the variant's configuration, checked when the module was
-        // loaded; `args` and the parameters it points to outlive the call.
+        // cover, reads as zero or is not written; no tile counter (one CTA per tile, or per two), no split
+        // rows. An SDDMM's tile list (where set) is the structure's (an uploaded matrix's, or the view's
+        // RowSchedule's, checked for the same block rows and blocks), `sddmm_tiles` entries whose rows are block
+        // rows of the structure, alive as long as the borrowed view. Grid, block and shared memory follow the
+        // variant's configuration, checked when the module was loaded; `args` and the parameters it points to
+        // outlive the call.
         unsafe {
             launch_with(
                 kernel.func.cu_function(),

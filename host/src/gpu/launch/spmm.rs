@@ -512,7 +512,7 @@ impl Gpu {
         // The decomposition's parameters, as the plan records them: the flat list's CTAs per N tile, the sm_90a
         // kernels' split rows, the most parts per split row and the blocks a part holds.
         let (flat_ctas, split_rows, split_chunks, split_blocks) = match plan.decomposition {
-            Decomposition::WholeRows | Decomposition::StoredBlocks => (0, 0, 1, 1),
+            Decomposition::WholeRows | Decomposition::StoredBlocks | Decomposition::BlockGroups { .. } => (0, 0, 1, 1),
             Decomposition::FlatList { ctas_per_tile } => (ctas_per_tile, 0, 1, 1),
             Decomposition::SplitRows { chunks, blocks } => (0, 0, chunks, blocks),
             Decomposition::HopperSplitRows { split_rows, chunks, blocks } => (0, split_rows, chunks, blocks),
@@ -544,6 +544,9 @@ impl Gpu {
             perm: 0,
             k: 0,
             lda: 0,
+            sddmm_list: 0,
+            sddmm_tiles: 0,
+            reserved: 0,
         };
         // The sm_90a kernels take tensor maps of A's values and B, then the same parameters, then the tile
         // scheduler: the workspace's counters for a persistent grid, or none (CTA c walks tiles c, c + grid, ...)
