@@ -174,14 +174,15 @@ fn main() -> Result<(), Box<dyn Error>> {
         // The same kernels without the structure's tile list: a raw view of the uploaded arrays (a tile per
         // stored block, most of them empty), as a view without its RowSchedule runs.
         let (row_ptr_d, col_idx_d) = (stream.clone_htod(a.row_ptr())?, stream.clone_htod(a.col_idx())?);
+        let values_d = stream.clone_htod(a.values())?;
         let arrays = BsrArrays {
-            values: 0,
+            values: values_d.device_ptr(&stream).0,
             row_ptr: row_ptr_d.device_ptr(&stream).0,
             col_idx: col_idx_d.device_ptr(&stream).0,
             index: IndexType::U32,
         };
-        // SAFETY: the arrays hold the valid structure of `a` (its values are not read by the SDDMM), alive until the
-        // end of this iteration, after the stream's last use of them.
+        // SAFETY: the arrays hold `a` (its valid structure; the SDDMM does not read its values), alive until the end
+        // of this iteration, after the stream's last use of them.
         let unlisted: BsrView<'_, f16> = unsafe { BsrView::from_raw(arrays, m, k, bs, a.nnzb())? };
         let mut values_nl: CudaSlice<f32> = stream.alloc_zeros(a.values().len().max(1))?;
         let sddmm_nl = |values: &mut CudaSlice<f32>| {

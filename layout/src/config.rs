@@ -519,10 +519,9 @@ pub const HOPPER_CONFIGS: [KernelConfig; 2] = [
 /// Configurations of the sm_90a SDDMM kernels ([`Op::Sddmm`] in [`Module::Hopper`]): tiles of 256 columns, each a
 /// group of `bn / bs` consecutive stored blocks of one block row, so X's rows are read once for the group. bs 128:
 /// the forward's tile ([`HOPPER_CONFIGS`]: two blocks, both consumer warpgroups on 128 x 256); bs 64: four blocks,
-/// both consumer warpgroups on the one 64 x 256 tile side by side (64 x 128 each: two blocks), one set, five stages:
-/// the forward's ping-pong tile left one warpgroup of two idle wherever a CTA had one group to do.
-pub const HOPPER_SDDMM_CONFIGS: [KernelConfig; 2] =
-    [row(Pipeline::TmaWgmma { pingpong: false }, (64, 256, 64), (4, 2), 5, false), HOPPER_CONFIGS[1]];
+/// the forward's ping-pong tile (each consumer warpgroup a whole 64 x 256 group, the two alternating), which the
+/// structure's tile lists keep busy (every tile a group: docs/perf-notes.md, "Backward on sm_90a", step 6).
+pub const HOPPER_SDDMM_CONFIGS: [KernelConfig; 2] = [HOPPER_CONFIGS[0], HOPPER_CONFIGS[1]];
 
 /// The [`HOPPER_SDDMM_CONFIGS`] entry for block size `bs`.
 pub const fn hopper_sddmm_config_for(bs: u32) -> Option<KernelConfig> {

@@ -195,8 +195,9 @@ pub enum Decomposition {
     HopperTiles,
     /// The stored blocks of the output structure, its K loop over the reduced dimension ([`Op::Sddmm`]): one CTA
     /// per block, the tile one (BS, BS) block (`sm80/sddmm.rs`, BN = BS); or on sm_90a (`sm90/`,
-    /// [`HOPPER_SDDMM_CONFIGS`]) a tile per group of `BN / BS` consecutive blocks of a block row (tile `t` is the
-    /// group starting at block `t`, empty unless `t` is a multiple of the group from its row's start).
+    /// [`HOPPER_SDDMM_CONFIGS`]) a tile per group of `BN / BS` consecutive blocks of a block row (tile `t` is entry
+    /// `t` of the structure's tile list, [`sddmm_tile_list`](crate::sddmm_tile_list); without one the group
+    /// starting at block `t`, empty unless `t` is a multiple of the group from its row's start).
     StoredBlocks,
 }
 

@@ -282,8 +282,8 @@ fn sddmm_tile_lists_cover_every_block_whatever_the_schedule() {
         let mut row_ptr = vec![0u32];
         let mut col_idx = Vec::new();
         for (r, &len) in lengths.iter().enumerate() {
-            // Every other column from a row-dependent start, wrapping: sorted, distinct.
-            let mut cols: Vec<u32> = (0..len).map(|i| (r as u32 * 3 + 2 * i) % 16).collect();
+            // Steps of 5 columns from a row-dependent start, wrapping (5 is prime to 16: distinct), sorted.
+            let mut cols: Vec<u32> = (0..len).map(|i| (r as u32 * 3 + 5 * i) % 16).collect();
             cols.sort_unstable();
             cols.dedup();
             assert_eq!(cols.len(), len as usize);

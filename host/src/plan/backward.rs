@@ -281,10 +281,12 @@ mod tests {
             }
             assert_eq!(plan.kernel, format!("sparsek_sm90_sddmm_bs{bs}_bf16_xcol_ycol_f32"));
             assert!(matches!(kernel, KernelRef::Hopper(_)));
-            // Without a tile list, one CTA per tile index: a group may start at any stored block.
+            // Without a tile list, one CTA per tile index (per two in ping-pong): a group may start at any stored
+            // block.
             let blocks = 256 / bs as u32;
             let unlisted = Decomposition::BlockGroups { blocks, listed: false };
-            assert_eq!((plan.ctas as usize, plan.decomposition), (p.nnzb, unlisted));
+            let sets = if sparsek_layout::variant(plan.kernel).config.pingpong() { 2 } else { 1 };
+            assert_eq!((plan.ctas as usize, plan.decomposition), (p.nnzb.div_ceil(sets), unlisted));
             assert!(plan.to_string().contains("indexed by its first block"), "{plan}");
             // With the structure's lists, one CTA per entry of the list for the tile's group, rows longest first.
             let lengths: Vec<u32> = (0..64u32).map(|r| (r * 7) % 23).collect();
@@ -293,7 +295,6 @@ mod tests {
             let (plan, _) = plan_backward(room, &listed).unwrap();
             let want: usize = lengths.iter().map(|&l| l.div_ceil(blocks).max(1) as usize).sum();
             assert_eq!(counts.tiles(blocks), Some(want));
-            let sets = if sparsek_layout::variant(plan.kernel).config.pingpong() { 2 } else { 1 };
             assert_eq!(plan.ctas as usize, want.div_ceil(sets), "{plan}");
             assert_eq!(plan.decomposition, Decomposition::BlockGroups { blocks, listed: true });
             assert!(plan.longest_rows_first && plan.to_string().contains("from the structure's tile list"), "{plan}");

@@ -58,8 +58,8 @@
 //!   row's last entry takes the row's groups past it, so a list of other row lengths still covers every block);
 //!   without one, tile `t` starts at stored block `t` and has work only where `t - row_ptr[row]` is a multiple of
 //!   G (its block row found by a binary search of `row_ptr`; the producer passes the others over). The producer
-//!   publishes the group's first block and block count in the queue entry. At bs 64 the two consumer
-//!   warpgroups split the tile's columns (two blocks each). A is X's rows of the
+//!   publishes the group's first block and block count in the queue entry. At bs 64 the tile is the forward's
+//!   ping-pong one (each consumer set a whole group). A is X's rows of the
 //!   block row over ceil(K / 64) k-tiles (row-major X: the forward's K-major boxes; column-major X: MN-major boxes
 //!   as above), B is Y^T's k-tile at each block's columns (one `BS`-row box per block of a column-major Y^T, `BS /
 //!   64` 64-column boxes of a row-major one; a group of fewer than G blocks leaves the rest of the slot stale,
