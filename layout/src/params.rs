@@ -94,6 +94,43 @@ pub struct BsrSpmmParams {
     pub reserved: u32,
 }
 
+impl BsrSpmmParams {
+    /// Every address 0 (none), every count and dimension 0, alpha 1 and beta 0, no split (`split_chunks` and
+    /// `split_blocks` 1): the base a launch's parameters start from (`BsrSpmmParams { a_values, .., ..NONE }`), so
+    /// each launcher names only the fields its op reads.
+    pub const NONE: BsrSpmmParams = BsrSpmmParams {
+        a_values: 0,
+        row_ptr: 0,
+        col_idx: 0,
+        row_order: 0,
+        b: 0,
+        c: 0,
+        bias: 0,
+        ldb: 0,
+        ldc: 0,
+        n: 0,
+        block_rows: 0,
+        group_rows: 0,
+        alpha: 1.0,
+        beta: 0.0,
+        index64: 0,
+        c_col_major: 0,
+        activation: 0,
+        split_chunks: 1,
+        split_blocks: 1,
+        split_partials: 0,
+        split_counters: 0,
+        flat_ctas: 0,
+        nnzb: 0,
+        perm: 0,
+        k: 0,
+        lda: 0,
+        sddmm_list: 0,
+        sddmm_tiles: 0,
+        reserved: 0,
+    };
+}
+
 /// Bit 31 of an [`BsrSpmmParams::sddmm_list`] entry's group: the last entry of its block row, whose tile also
 /// takes the row's groups past it (none where the list was made of this structure; a list made of other row
 /// lengths of the same shape then still covers every block).

@@ -495,36 +495,23 @@ impl Gpu {
             beta_zero: ep.beta == 0.0,
             sddmm_tiles: None,
         };
+        // (group_rows is the plan's: launch_backward.)
         let params = BsrSpmmParams {
             a_values: a.values,
             row_ptr: at.col_ptr,
             col_idx: at.row_idx,
-            row_order: 0,
             b: b.ptr,
             c: c.ptr,
-            bias: 0,
             ldb,
             ldc,
             n: n32,
             block_rows: (k / bs) as u32,
-            group_rows: 0,
             alpha: ep.alpha,
             beta: ep.beta,
-            index64: 0,
             c_col_major: u32::from(c.shape.layout == Layout::ColMajor),
-            activation: 0,
-            split_chunks: 1,
-            split_blocks: 1,
-            split_partials: 0,
-            split_counters: 0,
-            flat_ctas: 0,
             nnzb: a.shape.nnzb as u32,
             perm: at.perm,
-            k: 0,
-            lda: 0,
-            sddmm_list: 0,
-            sddmm_tiles: 0,
-            reserved: 0,
+            ..BsrSpmmParams::NONE
         };
         // The sm_90a kernels' maps: A's blocks in 64-row boxes, B as the forward's (M x N), C (K x N).
         let maps = |cfg: &KernelConfig, c_tma: bool| -> Result<Maps> {
@@ -603,37 +590,24 @@ impl Gpu {
             beta_zero: ep.beta == 0.0,
             sddmm_tiles: pattern.sddmm_tiles.map(|(_, counts)| counts),
         };
+        // (group_rows, and the tile list where the plan takes it, are set by launch_backward.)
         let params = BsrSpmmParams {
             a_values: x.ptr,
             row_ptr: pattern.row_ptr,
             col_idx: pattern.col_idx,
-            row_order: 0,
             b: y.ptr,
             c: values.ptr,
-            bias: 0,
             ldb,
             ldc: bs as u32,
             n: n as u32,
             block_rows: (m / bs) as u32,
-            group_rows: 0,
             alpha: ep.alpha,
             beta: ep.beta,
             index64: u32::from(pattern.index == IndexType::I64),
-            c_col_major: 0,
-            activation: 0,
-            split_chunks: 1,
-            split_blocks: 1,
-            split_partials: 0,
-            split_counters: 0,
-            flat_ctas: 0,
             nnzb: nnzb as u32,
-            perm: 0,
             k: k32,
             lda,
-            // Set by launch_backward where the plan takes the structure's tile list.
-            sddmm_list: 0,
-            sddmm_tiles: 0,
-            reserved: 0,
+            ..BsrSpmmParams::NONE
         };
         // The sm_90a kernels' maps: X (M x K) and Y (N x K) a block's rows at a time (Y^T's K x N columns: a
         // row-major Y is a K-major B), the values as a row-major (nnzb * bs) x bs C.

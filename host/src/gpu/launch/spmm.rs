@@ -537,16 +537,10 @@ impl Gpu {
             activation: ep.activation as u32,
             split_chunks,
             split_blocks,
-            split_partials: 0,
-            split_counters: 0,
             flat_ctas,
             nnzb: a.shape.nnzb as u32,
-            perm: 0,
-            k: 0,
-            lda: 0,
-            sddmm_list: 0,
-            sddmm_tiles: 0,
-            reserved: 0,
+            // The workspace's addresses are set below where the plan takes it.
+            ..BsrSpmmParams::NONE
         };
         // The sm_90a kernels take tensor maps of A's values and B, then the same parameters, then the tile
         // scheduler: the workspace's counters for a persistent grid, or none (CTA c walks tiles c, c + grid, ...)
