@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import activation64, assert_close, seed_for  # noqa: E402
+from conftest import UNIT_ROUNDOFF, activation64, assert_close, seed_for  # noqa: E402
 
 from sparsek import distributed as sd  # noqa: E402
 from sparsek.nn import BlockSparseLinear  # noqa: E402
@@ -179,6 +179,60 @@ for _layout in ("column", "row"):
                 case(f"{_layout}-bs{_bs}-{str(_dtype)[6:]}-{_pattern}")(_layout_case(_layout, _bs, _dtype, _pattern,
                                                                                     _k))
                 _k += 1
+
+
+def _reduce_in_io_dtype(bs, dtype):
+    def run(rank, device):
+        # reduce_dtype = the layer's 16-bit type: each rank's partial rounded to it, the sum, bias and SiLU in it
+        # (three more roundings than the float32 reduction: rounded_inputs), the output row-major as ever.
+        gen = torch.Generator().manual_seed(seed_for("reduce16", bs, dtype))
+        feats = 8 * bs if bs <= 32 else 4 * bs
+        layer = make_layer(feats, 2 * feats, bs, dtype, gen, skew="cols", bias=True, activation="silu",
+                           device=device)
+        x = torch.randn(3, 5, feats, generator=gen).to(dtype).to(device)
+        shard = sd.row_parallel(layer, input_is_parallel=False, reduce_dtype=dtype)
+        assert shard.reduce_dtype == dtype
+        with torch.no_grad():
+            got = shard(x)
+        assert got.dtype == dtype and got.shape == (3, 5, 2 * feats) and got.is_contiguous()
+        ref, absp = reference(layer, x)
+        assert_close(got.reshape(-1, 2 * feats), ref, absp, feats, "silu",
+                     rounded_inputs=3 * UNIT_ROUNDOFF[dtype])
+        # The pair: down's reduction in the 16-bit type through shard_mlp too, and a float32 layer refuses it.
+        up = BlockSparseLinear(feats, 2 * feats, bs, 0.5, seed=1, dtype=dtype, device=device)
+        down = BlockSparseLinear(2 * feats, feats, bs, 0.5, seed=2, dtype=dtype, device=device)
+        u, d = sd.shard_mlp(up, down, reduce_dtype=dtype)
+        assert d.reduce_dtype == dtype and u.out_features == d.in_features
+        with torch.no_grad():
+            got = d(u(x))
+        ref, absp = reference(down, up(x).detach())
+        assert_close(got.reshape(-1, feats), ref, absp, 2 * feats, None, rounded_inputs=3 * UNIT_ROUNDOFF[dtype])
+        ref, absp = reference(layer, x)
+        # Overlapped (4 slices of the 15 tokens, each all-reduced while the next is computed), for both reduction
+        # dtypes, without autograd and (one reduction) with it: within the same tolerance (a slice's product may
+        # run another kernel than the whole one's, so the bits may differ).
+        for rdt in (None, dtype):
+            four = sd.row_parallel(layer, input_is_parallel=False, reduce_dtype=rdt, overlap_chunks=4)
+            assert four.overlap_chunks == 4
+            rounded = 0.0 if rdt is None else 3 * UNIT_ROUNDOFF[dtype]
+            with torch.no_grad():
+                got = four(x)
+            assert got.dtype == dtype and got.shape == (3, 5, 2 * feats) and got.is_contiguous()
+            assert_close(got.reshape(-1, 2 * feats), ref, absp, feats, "silu", rounded_inputs=rounded)
+            with_grad = four(x.detach().requires_grad_(True))  # x's gradient wanted: one product, one reduction
+            assert with_grad.requires_grad
+            assert_close(with_grad.reshape(-1, 2 * feats), ref, absp, feats, "silu", rounded_inputs=rounded)
+        with pytest.raises(ValueError, match="overlap_chunks"):
+            sd.row_parallel(layer, overlap_chunks=0)
+        wide = BlockSparseLinear(feats, feats, bs, 0.5, seed=3, dtype=dtype, device=device).float()
+        with pytest.raises(ValueError, match="reduce_dtype"):
+            sd.row_parallel(wide, reduce_dtype=dtype)
+    return run
+
+
+for _bs in (16, 64):
+    for _dtype in (torch.float16, torch.bfloat16):
+        case(f"row-reduce-in-{str(_dtype)[6:]}-bs{_bs}")(_reduce_in_io_dtype(_bs, _dtype))
 
 
 @case("io-dtype-float32")
