@@ -18,8 +18,7 @@ Measures, bf16, block size 64, 25% of blocks, at 16 and 4096 tokens:
   at a barrier, in the same job, interleaved with the 2-GPU cases), ``dense-2gpu`` (a plain Megatron split of the
   dense weights with ``all_reduce`` / ``all_gather``, written here) and ``dense-1gpu`` (``nn.functional.linear``);
 - ``sparse-2gpu-bf16-reduce``: the row-parallel shard (alone and as the MLP's down) reducing in bf16
-  (``reduce_dtype``, Megatron's precision) instead of float32; ``-overlap4``: the tokens in 4 slices, each slice's
-  all-reduce overlapping the next slice's product (``overlap_chunks=4``);
+  (``reduce_dtype``, Megatron's precision) instead of float32;
 - ``comm``: the all-reduce alone of a row-parallel output (tokens x 4096) in float32 and bf16: the floor of a
   2-GPU step that reduces it without overlapping compute;
 - ``skew``: the MLP block on a skewed weight (8% of the hidden block indices hold 50% of the blocks, of both up's
@@ -209,11 +208,6 @@ def main():
     # The same shards reducing in the layers' bf16 (Megatron's precision): half the bytes all-reduced.
     row_s16 = sd.row_parallel(row_l, input_is_parallel=True, reduce_dtype=dtype)
     mlp_down16 = sd.row_parallel(down, input_is_parallel=True, partition=mlp_down.partition, reduce_dtype=dtype)
-    # ... and with the tokens in 4 slices, each slice's all-reduce overlapping the next slice's product.
-    row_s16o = sd.row_parallel(row_l, input_is_parallel=True, reduce_dtype=dtype, overlap_chunks=4)
-    mlp_down_o = sd.row_parallel(down, input_is_parallel=True, partition=mlp_down.partition, overlap_chunks=4)
-    mlp_down16o = sd.row_parallel(down, input_is_parallel=True, partition=mlp_down.partition, reduce_dtype=dtype,
-                                  overlap_chunks=4)
     row_feat = row_s.partition.features(rank).to(device)
     skew_shards = {s: sd.shard_mlp(sk_up, sk_down, strategy=s) for s in ("greedy", "auto", "equal")}
 
@@ -276,14 +270,11 @@ def main():
             ("col", "dense-1gpu", 1, lambda x=xd: dense_col_1(x), "dcol"),
             ("row", "sparse-2gpu", world, lambda x=xh_local: row_s(x), "row"),
             ("row", "sparse-2gpu-bf16-reduce", world, lambda x=xh_local: row_s16(x), "row"),
-            ("row", "sparse-2gpu-bf16-reduce-overlap4", world, lambda x=xh_local: row_s16o(x), "row"),
             ("row", "sparse-1gpu", 1, lambda x=xh: row_l(x), "row"),
             ("row", "dense-2gpu", world, lambda x=xh_dense: dense_row_2(x), "drow"),
             ("row", "dense-1gpu", 1, lambda x=xh: dense_row_1(x), "drow"),
             ("mlp", "sparse-2gpu", world, lambda x=xd: mlp_down(mlp_up(x)), "mlp"),
             ("mlp", "sparse-2gpu-bf16-reduce", world, lambda x=xd: mlp_down16(mlp_up(x)), "mlp"),
-            ("mlp", "sparse-2gpu-overlap4", world, lambda x=xd: mlp_down_o(mlp_up(x)), "mlp"),
-            ("mlp", "sparse-2gpu-bf16-reduce-overlap4", world, lambda x=xd: mlp_down16o(mlp_up(x)), "mlp"),
             ("mlp", "sparse-1gpu", 1, lambda x=xd: down(up(x)), "mlp"),
             ("mlp", "dense-2gpu", world, lambda x=xd: dense_mlp_2(x), "dmlp"),
             ("mlp", "dense-1gpu", 1, lambda x=xd: dense_mlp_1(x), "dmlp"),
@@ -407,7 +398,7 @@ def main():
         r = ratio(get("mlp", "sparse-1gpu", t), get("mlp", "sparse-2gpu", t))
         targets.append({"what": f"mlp 1gpu/2gpu at {t} tokens", "value": r,
                         "target": TARGET_MLP_SPEEDUP if t == big else None})
-        for v in ("overlap4", "bf16-reduce", "bf16-reduce-overlap4"):
+        for v in ("bf16-reduce",):
             r = ratio(get("mlp", "sparse-1gpu", t), get("mlp", f"sparse-2gpu-{v}", t))
             targets.append({"what": f"mlp 1gpu/2gpu ({v}) at {t} tokens", "value": r,
                             "target": TARGET_MLP_SPEEDUP if t == big else None})

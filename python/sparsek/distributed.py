@@ -615,7 +615,7 @@ class RowParallelBlockSparseLinear(_ShardBase):
     _layout = "row"
 
     @classmethod
-    def _build(cls, layer, group, rank, partition, input_is_parallel, reduce_dtype=None, overlap_chunks=1):
+    def _build(cls, layer, group, rank, partition, input_is_parallel, reduce_dtype=None):
         values, crow, col = _take_cols(layer, partition.ranks[rank])
         device = layer.values.device
         self = cls(len(partition.ranks[rank]) * layer.block_size, layer.out_features, layer.block_size, values,
@@ -625,15 +625,12 @@ class RowParallelBlockSparseLinear(_ShardBase):
         self._requires_grad_as(layer)
         self.input_is_parallel = bool(input_is_parallel)
         self.reduce_dtype = _check_reduce_dtype(reduce_dtype, self.io_dtype)
-        if not isinstance(overlap_chunks, int) or isinstance(overlap_chunks, bool) or overlap_chunks < 1:
-            raise ValueError(f"sparsek: overlap_chunks must be an int >= 1, got {overlap_chunks!r}")
-        self.overlap_chunks = overlap_chunks
         self.register_buffer("_input_index", partition.features(rank).to(device), persistent=False)
         return self
 
     def _slice(self, whole):
         return type(self)._build(whole, self.group, self.rank, self.partition, self.input_is_parallel,
-                                 self.reduce_dtype, self.overlap_chunks)
+                                 self.reduce_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         values = self.values
@@ -655,10 +652,6 @@ class RowParallelBlockSparseLinear(_ShardBase):
         # on CUDA). The sum is elementwise, so y^T is all-reduced as it is and transposed once, at the end, in the
         # output dtype.
         rdt = torch.float32 if self.reduce_dtype is None else self.reduce_dtype
-        tokens = x2.shape[0]
-        chunks = min(self.overlap_chunks, tokens)
-        if self.world_size > 1 and chunks > 1 and not _needs_grad(x2) and not _needs_grad(values):
-            return self._overlapped(x2, rdt, chunks, x.dtype).reshape(*lead, self.out_features)
         partial = torch.ops.sparsek.bsr_mm(values, self.crow_indices, self.col_indices, self.out_features,
                                            self.in_features, x2.t(), 1.0, rdt)
         if self.world_size > 1:
@@ -675,27 +668,6 @@ class RowParallelBlockSparseLinear(_ShardBase):
         out = torch.empty(y.shape, dtype=x.dtype, device=y.device)
         out.copy_(y)
         return out.reshape(*lead, self.out_features)
-
-    def _overlapped(self, x2, rdt, chunks, out_dtype):
-        """The forward without autograd over ``chunks`` slices of the tokens: each slice's partial product is
-        all-reduced asynchronously (NCCL's own stream) while the next slice's is computed; then each slice's bias,
-        activation and rounding into its rows of the output."""
-        tokens = x2.shape[0]
-        out = torch.empty(tokens, self.out_features, dtype=out_dtype, device=x2.device)
-        pending = []
-        for i in range(chunks):
-            lo, hi = tokens * i // chunks, tokens * (i + 1) // chunks
-            part = torch.ops.sparsek.bsr_mm(self.values, self.crow_indices, self.col_indices, self.out_features,
-                                            self.in_features, x2[lo:hi].t(), 1.0, rdt)
-            pending.append((lo, hi, part, dist.all_reduce(part, op=dist.ReduceOp.SUM, group=self.group,
-                                                          async_op=True)))
-        for lo, hi, part, work in pending:
-            work.wait()
-            y = part.t()
-            if self.bias is not None:
-                y = y + self.bias.to(rdt)
-            out[lo:hi].copy_(_ACT[self.activation](y))
-        return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -735,8 +707,8 @@ def _check_reduce_dtype(reduce_dtype, io_dtype):
 
 def row_parallel(layer: BlockSparseLinear, group=None, *, input_is_parallel: bool = True,
                  partition: BlockPartition | None = None, strategy: str = "auto",
-                 threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None,
-                 overlap_chunks: int = 1) -> RowParallelBlockSparseLinear:
+                 threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None
+                 ) -> RowParallelBlockSparseLinear:
     """This rank's row-parallel shard of ``layer`` (input features split by block columns) for ``group``.
     ``partition``: the partition of the input features, which must be the previous layer's output partition when
     it feeds this one without a gather (see :func:`shard_mlp`); default: balance this layer's block columns.
@@ -745,16 +717,13 @@ def row_parallel(layer: BlockSparseLinear, group=None, *, input_is_parallel: boo
     bias and activation; the layer's 16-bit type (``torch.bfloat16`` / ``torch.float16``) rounds each rank's
     partial product to it and all-reduces half the bytes, bias and activation in that type (what Megatron and
     DTensor's row-parallel layers do; a few more roundings, docs/BENCHMARKS.md "Tensor parallel" has the speed);
-    kept as the shard's ``reduce_dtype``. ``overlap_chunks``: without autograd (inference), split the tokens into
-    this many slices and all-reduce each slice's partial product while the next one is computed (the same
-    results as one reduction: the sum is elementwise); 1 (default): one product, one all-reduce. Kept as
-    ``overlap_chunks``."""
+    kept as the shard's ``reduce_dtype``."""
     _check_layer(layer)
     world, rank = _group_info(group)
     loads = block_col_loads(layer)
     p = _resolve(partition, loads, world, layer.block_size, strategy, threshold, "the row layout (block columns)")
     return RowParallelBlockSparseLinear._build(layer, group, rank, p.with_loads(loads), input_is_parallel,
-                                               reduce_dtype, overlap_chunks)
+                                               reduce_dtype)
 
 
 def _pair_partition(up, down, world, strategy, threshold, partition):
@@ -770,20 +739,18 @@ def _pair_partition(up, down, world, strategy, threshold, partition):
 
 
 def shard_mlp(up: BlockSparseLinear, down: BlockSparseLinear, group=None, *, partition: BlockPartition | None = None,
-              strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None,
-              overlap_chunks: int = 1):
+              strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None):
     """``(up_shard, down_shard)``: ``up`` column-parallel without gather and ``down`` row-parallel on the same
     partition of the shared dimension (``up.out_features == down.in_features``), balanced on both layers' blocks
     together (each index's load: up's blocks in that block row plus down's in that block column). Between the two
     nothing is communicated (an elementwise function of up's output, e.g. its fused activation, may sit between);
     down's all-reduce is the block's only collective. Each shard's ``partition.loads`` / ``imbalance`` count its
-    own layer's blocks; the pair's joint partition is ``pair_partition``. ``reduce_dtype``, ``overlap_chunks``:
-    down's (see :func:`row_parallel`)."""
+    own layer's blocks; the pair's joint partition is ``pair_partition``. ``reduce_dtype``: down's (see
+    :func:`row_parallel`)."""
     world, _ = _group_info(group)
     p = _pair_partition(up, down, world, strategy, threshold, partition)
     up_shard = column_parallel(up, group, gather_output=False, partition=p)
-    down_shard = row_parallel(down, group, input_is_parallel=True, partition=p, reduce_dtype=reduce_dtype,
-                              overlap_chunks=overlap_chunks)
+    down_shard = row_parallel(down, group, input_is_parallel=True, partition=p, reduce_dtype=reduce_dtype)
     up_shard.pair_partition = down_shard.pair_partition = p
     return up_shard, down_shard
 
