@@ -127,6 +127,26 @@ fn check_t<TA: InputElement, TC: OutputElement>(gpu: &Gpu, bs: usize, seed: u64)
     }
 }
 
+/// The SDDMM through the owned path ([`Gpu::sddmm`]: row-major X and Y, the pattern uploaded, so the sm_90a kernels
+/// take the upload's tile lists): `old` with its values replaced by the result.
+fn owned_sddmm<TX: InputElement, TV: OutputElement>(
+    gpu: &Gpu,
+    (x, y): (&Matrix<TX>, &Matrix<TX>),
+    pattern: &Bsr<TX>,
+    old: &Bsr<TV>,
+    ep: Epilogue,
+) -> Bsr<TV> {
+    let bs = old.block_size();
+    let values = Matrix::from_fn(old.nnzb() * bs, bs, |r, c| old.values()[r * bs + c]).unwrap();
+    let mut v_d = gpu.upload_matrix(&values).unwrap();
+    let (x_d, y_d) = (gpu.upload_matrix(x).unwrap(), gpu.upload_matrix(y).unwrap());
+    gpu.sddmm(&x_d, &y_d, &gpu.upload(pattern).unwrap(), &mut v_d, ep).unwrap();
+    let host = v_d.to_host().unwrap();
+    let mut got = old.clone();
+    got.values_mut().iter_mut().enumerate().for_each(|(e, v)| *v = host.get(e / bs, e % bs));
+    got
+}
+
 /// The block SDDMM for one type combination over every shape, X and Y order, two K (one with a tail in every
 /// k-tile width) and two epilogues, with 32- (owned) and 64-bit (raw) pattern indices, against
 /// [`cpu::reference_sddmm`].
@@ -204,13 +224,7 @@ fn check_sddmm<TX: InputElement, TV: OutputElement>(gpu: &Gpu, bs: usize, seed: 
                 }
             }
             // The owned path: row-major X and Y, u32 indices, the values in a matrix of nnzb * bs rows.
-            let (x_d, y_d, p_d) = (gpu.upload_matrix(&x).unwrap(), gpu.upload_matrix(&y).unwrap(), gpu.upload(&shape));
-            let values = Matrix::from_fn(len / bs, bs, |r, c| old.values()[r * bs + c]).unwrap();
-            let mut v_d = gpu.upload_matrix(&values).unwrap();
-            gpu.sddmm(&x_d, &y_d, &p_d.unwrap(), &mut v_d, ep).unwrap();
-            let mut got = old.clone();
-            let host = v_d.to_host().unwrap();
-            got.values_mut().iter_mut().enumerate().for_each(|(e, v)| *v = host.get(e / bs, e % bs));
+            let got = owned_sddmm(gpu, (&x, &y), &shape, &old, ep);
             let rep = compare_values(&got, &want, tol);
             assert!(rep.passed(), "owned SDDMM {:?}: {rep}", (TX::NAME, TV::NAME, bs, pattern, k));
         }
@@ -254,14 +268,7 @@ fn integer_operands_give_exact_gradients() {
         let x = Matrix::<bf16>::random_int(m, n, 8, 5).unwrap();
         let y = Matrix::<bf16>::random_int(k, n, 8, 6).unwrap();
         let old = generate_int::<f32>(Pattern::Skewed, m, k, bs, 0.4, bs as u64, 64).unwrap();
-        let pattern = convert::<bf16>(&old);
-        let values = Matrix::from_fn(old.nnzb() * bs, bs, |r, c| old.values()[r * bs + c]).unwrap();
-        let mut v_d = gpu.upload_matrix(&values).unwrap();
-        let (x_d, y_d) = (gpu.upload_matrix(&x).unwrap(), gpu.upload_matrix(&y).unwrap());
-        gpu.sddmm(&x_d, &y_d, &gpu.upload(&pattern).unwrap(), &mut v_d, ep).unwrap();
-        let host = v_d.to_host().unwrap();
-        let mut got = old.clone();
-        got.values_mut().iter_mut().enumerate().for_each(|(e, v)| *v = host.get(e / bs, e % bs));
+        let got = owned_sddmm(gpu, (&x, &y), &convert::<bf16>(&old), &old, ep);
         let rep = compare_values(&got, &cpu::reference_sddmm(&x, &y, &old, ep).unwrap(), Tolerance::EXACT);
         assert!(rep.passed(), "SDDMM bs {bs}: {rep}");
     }
@@ -323,13 +330,7 @@ fn sddmm_tile_lists_cover_every_block_whatever_the_schedule() {
             assert!(rep.passed() && rep.checked == nnzb * bs * bs, "bs {bs}, schedule {which}: {rep}; {plan}");
         }
         // The owned path (the upload's own lists).
-        let values = Matrix::from_fn(nnzb * bs, bs, |r, c| old.values()[r * bs + c]).unwrap();
-        let mut v_d = gpu.upload_matrix(&values).unwrap();
-        let (x_d, y_d) = (gpu.upload_matrix(&x).unwrap(), gpu.upload_matrix(&y).unwrap());
-        gpu.sddmm(&x_d, &y_d, &gpu.upload(&pattern).unwrap(), &mut v_d, ep).unwrap();
-        let host = v_d.to_host().unwrap();
-        let mut got = old.clone();
-        got.values_mut().iter_mut().enumerate().for_each(|(e, v)| *v = host.get(e / bs, e % bs));
+        let got = owned_sddmm(gpu, (&x, &y), &pattern, &old, ep);
         let rep = compare_values(&got, &want, Tolerance::EXACT);
         assert!(rep.passed(), "owned, bs {bs}: {rep}");
     }
