@@ -162,6 +162,34 @@ def meta(device):
     return m
 
 
+def profile_cases(cases, tokens, prefix, rank):
+    """torch.profiler over 10 calls of each 2-GPU MLP variant at ``tokens`` (every rank, in step): where a step's
+    GPU time goes (kernels by total time; the trace shows the gaps and the collective's span)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    chosen = [c for c in cases if c["layer"] == "mlp" and c["tokens"] == tokens and c["world"] > 1
+              and c["fn"] is not None]
+    lines = []
+    with torch.no_grad():
+        for c in chosen:
+            dist.barrier()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(10):
+                    c["fn"]()
+                torch.cuda.synchronize()
+            ka = prof.key_averages()
+            try:
+                table = ka.table(sort_by="device_time_total", row_limit=14, max_name_column_width=60)
+            except Exception:  # noqa: BLE001 (older torch names it cuda_time_total)
+                table = ka.table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60)
+            lines += [f"## {c['layer']} {c['variant']} {tokens} tokens, rank {rank}, 10 calls", table, ""]
+            prof.export_chrome_trace(f"{prefix}.rank{rank}.{c['variant']}.json")
+    with open(f"{prefix}.rank{rank}.txt", "w") as f:
+        f.write("\n".join(lines))
+    log(f"bench_tp: profiled {len(chosen)} cases into {prefix}.rank{rank}.*")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="nccl")
@@ -172,6 +200,9 @@ def main():
     ap.add_argument("--no-graphs", action="store_true", help="do not try CUDA graph capture at 16 tokens")
     ap.add_argument("--md")
     ap.add_argument("--json")
+    ap.add_argument("--profile", metavar="PREFIX",
+                    help="after timing, profile 10 calls of each 2-GPU MLP variant at the large token count with "
+                         "torch.profiler: PREFIX.rank<r>.txt (kernel table) and PREFIX.rank<r>.json (trace)")
     args = ap.parse_args()
 
     dist.init_process_group(args.backend)
@@ -370,6 +401,9 @@ def main():
                 timer.sync()
                 c["times"].append(max_over_ranks(ms, device))
             log(f"bench_tp: round {rep + 1}/{args.repeats} done")
+
+    if args.profile and device.type == "cuda":
+        profile_cases(cases, tokens_list[-1], args.profile, rank)
 
     res = {}
     for c in cases:
