@@ -16,25 +16,22 @@ input.
 
 from __future__ import annotations
 
-import datetime
 import io
 import os
 import sys
-import tempfile
-import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dist_runner  # noqa: E402
 from conftest import UNIT_ROUNDOFF, activation64, assert_close, seed_for  # noqa: E402
 
 from sparsek import distributed as sd  # noqa: E402
 from sparsek.nn import BlockSparseLinear  # noqa: E402
 
-WORLD = 2
-REQUIRE_GPU2 = os.environ.get("SPARSEK_REQUIRE_GPU") == "2"
+WORLD = dist_runner.WORLD
 ACTS = [None, "relu", "silu", "gelu_tanh"]
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
                "broadcast_object_list", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
@@ -426,80 +423,9 @@ def _errors(rank, device):
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# Running the cases in each rank.
+# The pytest tests: every case on 2 ranks, gloo on the CPU and NCCL on two GPUs (dist_runner.py).
 
-
-def run_cases(rank, device) -> dict[str, str | None]:
-    results = {}
-    for name, fn in CASES.items():
-        try:
-            fn(rank, device)
-            results[name] = None
-        except Exception:  # noqa: BLE001 - reported per case
-            results[name] = traceback.format_exc()
-            print(f"rank {rank} {name}: {results[name]}", file=sys.stderr, flush=True)
-        dist.barrier()  # a failed case must not leave the ranks out of step
-    return results
-
-
-def _worker(rank, backend, init_file, out_dir):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
-    device = "cpu"
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-        device = f"cuda:{rank}"
-    # A case failing on one rank only would leave the other waiting in a collective: the timeout turns that into an
-    # error instead of a hang.
-    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=60))
-    try:
-        results = run_cases(rank, "cuda" if backend == "nccl" else "cpu")
-    finally:
-        dist.destroy_process_group()
-    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    del device
-
-
-_RESULTS: dict[str, dict] = {}
-
-
-def _results(backend):
-    if backend not in _RESULTS:
-        with tempfile.TemporaryDirectory() as tmp:
-            init = os.path.join(tmp, "rendezvous")
-            torch.multiprocessing.spawn(_worker, args=(backend, init, tmp), nprocs=WORLD, join=True)
-            _RESULTS[backend] = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
-    return _RESULTS[backend]
-
-
-def _two_gpus() -> bool:
-    return torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
-
-
-BACKENDS = [
-    "gloo",
-    pytest.param("nccl", marks=pytest.mark.skipif(
-        not _two_gpus() and not REQUIRE_GPU2,
-        reason="needs 2 CUDA GPUs and NCCL (set SPARSEK_REQUIRE_GPU=2 to make this a failure)")),
-]
-
-
-def test_two_gpus_present_when_required():
-    if REQUIRE_GPU2:
-        assert _two_gpus(), "SPARSEK_REQUIRE_GPU=2 but torch does not see 2 CUDA GPUs with NCCL"
-    else:
-        pytest.skip("SPARSEK_REQUIRE_GPU=2 not set")
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", list(CASES))
-def test_case(backend, name):
-    if backend == "nccl" and not _two_gpus():
-        pytest.fail("SPARSEK_REQUIRE_GPU=2 but torch does not see 2 CUDA GPUs with NCCL")
-    results = _results(backend)
-    failures = [f"rank {r}:\n{res[name]}" for r, res in enumerate(results) if res[name] is not None]
-    assert not failures, "\n".join(failures)
+dist_runner.add_pytest_tests(globals())
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -552,25 +478,4 @@ def test_contiguous_split_is_optimal():
 # torchrun entry point: every case, this process one rank.
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
-    args = parser.parse_args()
-    if args.backend == "nccl":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=60))
-    if dist.get_world_size() != WORLD:
-        raise SystemExit(f"run with --nproc-per-node {WORLD}")
-    res = run_cases(dist.get_rank(), "cuda" if args.backend == "nccl" else "cpu")
-    every = [None] * WORLD
-    dist.all_gather_object(every, res)
-    dist.destroy_process_group()
-    failed = sorted({n for r in every for n, e in r.items() if e is not None})
-    if int(os.environ.get("RANK", "0")) == 0:  # the group is gone: the rank from torchrun's environment
-        for r, rr in enumerate(every):
-            for n in failed:
-                if rr[n] is not None:
-                    print(f"FAILED {n} (rank {r}):\n{rr[n]}")
-        print(f"{len(res) - len(failed)} of {len(res)} cases passed on {WORLD} ranks ({args.backend})")
-    sys.exit(1 if failed else 0)
+    dist_runner.torchrun_main(CASES, __doc__)

@@ -19,25 +19,21 @@ everywhere; the CUDA variant (NCCL, one GPU per rank) where torch sees two GPUs,
 from __future__ import annotations
 
 import copy
-import datetime
 import os
 import sys
-import tempfile
-import traceback
 
-import pytest
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dist_runner  # noqa: E402
 from conftest import UNIT_ROUNDOFF, seed_for  # noqa: E402
 from test_distributed import Counter, make_layer  # noqa: E402
 
 from sparsek import distributed as sd  # noqa: E402
 from sparsek.nn import BlockSparseLinear  # noqa: E402
 
-WORLD = 2
-REQUIRE_GPU2 = os.environ.get("SPARSEK_REQUIRE_GPU") == "2"
+WORLD = dist_runner.WORLD
 DTYPES = (torch.float16, torch.bfloat16)
 BATCH = 16  # the whole batch; each rank takes BATCH / WORLD rows
 STEPS = 4
@@ -519,114 +515,13 @@ def _tp_gather(rank, device):
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# Running the cases in each rank (test_distributed.py's runner, over this file's cases).
+# The pytest tests: every case on 2 ranks, gloo on the CPU and NCCL on two GPUs (dist_runner.py).
 
-
-def run_cases(rank, device) -> dict[str, str | None]:
-    results = {}
-    for name, fn in CASES.items():
-        try:
-            fn(rank, device)
-            results[name] = None
-        except Exception:  # noqa: BLE001 - reported per case
-            results[name] = traceback.format_exc()
-            print(f"rank {rank} {name}: {results[name]}", file=sys.stderr, flush=True)
-        dist.barrier()  # a failed case must not leave the ranks out of step
-    return results
-
-
-def _worker(rank, backend, init_file, out_dir):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=60))
-    try:
-        results = run_cases(rank, "cuda" if backend == "nccl" else "cpu")
-    finally:
-        dist.destroy_process_group()
-    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    # Leave without the interpreter's teardown: after backward has run, a rank's exit aborted in about one run in
-    # three on the CI machine ("terminate called without an active exception" from a C++ thread still joinable when
-    # torch's static objects are destroyed, after destroy_process_group, with the results already written; 7 of 20
-    # runs here, 0 of 20 with this exit). The results are on disk and every stream is flushed first.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-_RESULTS: dict[str, list] = {}
-
-
-def _results(backend):
-    if backend not in _RESULTS:
-        with tempfile.TemporaryDirectory() as tmp:
-            init = os.path.join(tmp, "rendezvous")
-            try:
-                torch.multiprocessing.spawn(_worker, args=(backend, init, tmp), nprocs=WORLD, join=True)
-                _RESULTS[backend] = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
-            except Exception:  # noqa: BLE001 - every case fails with it, without spawning again
-                crash = f"the ranks did not finish:\n{traceback.format_exc()}"
-                _RESULTS[backend] = [dict.fromkeys(CASES, crash) for _ in range(WORLD)]
-    return _RESULTS[backend]
-
-
-def _two_gpus() -> bool:
-    return torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
-
-
-BACKENDS = [
-    "gloo",
-    pytest.param("nccl", marks=pytest.mark.skipif(
-        not _two_gpus() and not REQUIRE_GPU2,
-        reason="needs 2 CUDA GPUs and NCCL (set SPARSEK_REQUIRE_GPU=2 to make this a failure)")),
-]
-
-
-def test_two_gpus_present_when_required():
-    if REQUIRE_GPU2:
-        assert _two_gpus(), "SPARSEK_REQUIRE_GPU=2 but torch does not see 2 CUDA GPUs with NCCL"
-    else:
-        pytest.skip("SPARSEK_REQUIRE_GPU=2 not set")
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", list(CASES))
-def test_case(backend, name):
-    if backend == "nccl" and not _two_gpus():
-        pytest.fail("SPARSEK_REQUIRE_GPU=2 but torch does not see 2 CUDA GPUs with NCCL")
-    results = _results(backend)
-    failures = [f"rank {r}:\n{res[name]}" for r, res in enumerate(results) if res[name] is not None]
-    assert not failures, "\n".join(failures)
+dist_runner.add_pytest_tests(globals())
 
 
 # -----------------------------------------------------------------------------------------------------------------
 # torchrun entry point: every case, this process one rank.
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
-    args = parser.parse_args()
-    if args.backend == "nccl":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=60))
-    if dist.get_world_size() != WORLD:
-        raise SystemExit(f"run with --nproc-per-node {WORLD}")
-    res = run_cases(dist.get_rank(), "cuda" if args.backend == "nccl" else "cpu")
-    every = [None] * WORLD
-    dist.all_gather_object(every, res)
-    dist.destroy_process_group()
-    failed = sorted({n for r in every for n, e in r.items() if e is not None})
-    if int(os.environ.get("RANK", "0")) == 0:  # the group is gone: the rank from torchrun's environment
-        for r, rr in enumerate(every):
-            for n in failed:
-                if rr[n] is not None:
-                    print(f"FAILED {n} (rank {r}):\n{rr[n]}")
-        print(f"{len(res) - len(failed)} of {len(res)} cases passed on {WORLD} ranks ({args.backend})")
-    # As in _worker: no interpreter teardown (it can abort after backward has run), the verdict as the exit code.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(1 if failed else 0)
+    dist_runner.torchrun_main(CASES, __doc__)
