@@ -121,6 +121,34 @@ struct Product {
 }
 
 impl Product {
+    /// A structure (and values) only, without dense operands: what the CPU SDDMM and the transposed index read.
+    fn structure(
+        values: u64,
+        (row_ptr, col_idx, index64): (u64, u64, bool),
+        (m, k, bs, nnzb): (usize, usize, usize, usize),
+        ep: Epilogue,
+    ) -> Product {
+        Product {
+            values,
+            row_ptr,
+            col_idx,
+            index64,
+            m,
+            k,
+            bs,
+            nnzb,
+            b: 0,
+            b_ld: 0,
+            b_col_major: false,
+            n: 0,
+            c: 0,
+            c_ld: 0,
+            c_col_major: false,
+            bias: 0,
+            ep,
+        }
+    }
+
     fn arrays(&self) -> BsrArrays {
         BsrArrays {
             values: self.values,
@@ -626,25 +654,8 @@ fn cpu_sddmm(py: Python<'_>, args: SddmmArgs) -> PyResult<()> {
     let SddmmArgs((dtype, out_dtype), (x, x_ld, x_cm), (y, y_ld, y_cm), k, a, (alpha, beta)) = args;
     let (values, row_ptr, col_idx, index64, m, n, bs, nnzb) = a;
     let ep = Epilogue::new(alpha, beta);
-    let p = Product {
-        values: if beta != 0.0 { values } else { 0 },
-        row_ptr,
-        col_idx,
-        index64,
-        m,
-        k: n,
-        bs,
-        nnzb,
-        b: 0,
-        b_ld: 0,
-        b_col_major: false,
-        n: 0,
-        c: 0,
-        c_ld: 0,
-        c_col_major: false,
-        bias: 0,
-        ep,
-    };
+    let old_values = if beta != 0.0 { values } else { 0 };
+    let p = Product::structure(old_values, (row_ptr, col_idx, index64), (m, n, bs, nnzb), ep);
     /// # Safety
     /// As `cpu_sddmm`'s callers guarantee: live host memory of the stated sizes.
     unsafe fn go<TX: Scalar, TV: Scalar>(
@@ -691,25 +702,7 @@ fn cpu_bsr_transpose(
     perm_out: u64,
 ) -> PyResult<()> {
     let (rows, cols, bs, nnzb) = shape;
-    let p = Product {
-        values: 0,
-        row_ptr,
-        col_idx,
-        index64,
-        m: rows,
-        k: cols,
-        bs,
-        nnzb,
-        b: 0,
-        b_ld: 0,
-        b_col_major: false,
-        n: 0,
-        c: 0,
-        c_ld: 0,
-        c_col_major: false,
-        bias: 0,
-        ep: Epilogue::default(),
-    };
+    let p = Product::structure(0, (row_ptr, col_idx, index64), shape, Epilogue::default());
     py.detach(move || -> sparsek::Result<()> {
         // SAFETY: the Python layer passes live contiguous CPU index tensors of the stated sizes.
         let (row_ptr, col_idx) = unsafe { p.cpu_indices() }?;

@@ -1,6 +1,7 @@
 """The two-rank runner that test_distributed.py and test_distributed_train.py share (not a test file itself).
 
-A test file registers its cases in a ``CASES`` dict (name -> ``fn(rank, device)``, raising on failure) and gets:
+A test file registers its cases in a ``CASES`` dict (name -> ``fn(rank, device)``, raising on failure; ``CASES, case =
+registry()`` gives the dict and its decorator) and gets:
 
 - :func:`results`: every case run once per backend in ``WORLD`` processes (``torch.multiprocessing.spawn``, a file
   rendezvous, a 60 s collective timeout so that a case failing on one rank only errors instead of hanging), each
@@ -31,6 +32,19 @@ import torch.distributed as dist
 
 WORLD = 2
 REQUIRE_GPU2 = os.environ.get("SPARSEK_REQUIRE_GPU") == "2"
+
+
+def registry():
+    """``(CASES, case)``: a test file's dict of cases and the decorator ``@case(name)`` that registers one."""
+    cases: dict[str, object] = {}
+
+    def case(name):
+        def deco(fn):
+            cases[name] = fn
+            return fn
+        return deco
+
+    return cases, case
 
 
 def run_cases(cases, rank, device) -> dict[str, str | None]:

@@ -123,14 +123,7 @@ def gathered_nnzb(shard):
 # -----------------------------------------------------------------------------------------------------------------
 # Cases: each takes (rank, device) and raises on failure.
 
-CASES: dict[str, object] = {}
-
-
-def case(name):
-    def deco(fn):
-        CASES[name] = fn
-        return fn
-    return deco
+CASES, case = dist_runner.registry()
 
 
 def _layout_case(layout, bs, dtype, pattern, k):

@@ -178,14 +178,7 @@ def dense_grad(layer):
 # -----------------------------------------------------------------------------------------------------------------
 # Cases: each takes (rank, device) and raises on failure.
 
-CASES: dict[str, object] = {}
-
-
-def case(name):
-    def deco(fn):
-        CASES[name] = fn
-        return fn
-    return deco
+CASES, case = dist_runner.registry()
 
 
 def _ddp(device, model, broadcast_buffers):
