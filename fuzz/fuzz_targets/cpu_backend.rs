@@ -21,9 +21,8 @@
 
 use arbitrary::Arbitrary;
 use sparsek::check::{Expected, RowSample, Tolerance, compare};
-use sparsek::format::{Pattern, generate_int};
 use sparsek::{Bsr, Epilogue, Error, Matrix, Scalar, bf16, cpu, f16};
-use sparsek_fuzz::{Rng, at, padded, small};
+use sparsek_fuzz::{Rng, at, generated, padded, small};
 
 const SCALARS: [f32; 10] = [0.0, 1.0, -1.0, 0.5, 2.0, -0.75, 1.5, -2.0, 0.25, -0.0];
 
@@ -87,11 +86,7 @@ fn run<TA: Scalar, TB: Scalar, TC: Scalar>(t: &Input) {
 
     // A, from a mask per block row or from the generator.
     let a: Bsr<TA> = match t.generated {
-        Some((p, d, seed, max_abs)) => {
-            let pattern = Pattern::ALL[p as usize % Pattern::ALL.len()];
-            generate_int(pattern, m, k, bs, f64::from(d % 9) / 8.0, seed, i64::from(max_abs % 5))
-                .expect("generate_int of a valid shape")
-        }
+        Some(g) => generated(g, (m, k, bs)),
         None => {
             let mut rng = Rng::new(t.a_seed);
             let (mut row_ptr, mut col_idx) = (vec![0u32], Vec::new());

@@ -42,9 +42,9 @@
 
 use arbitrary::Arbitrary;
 use sparsek::check::{Tolerance, compare, compare_values};
-use sparsek::format::{BsrTranspose, Pattern, generate_int};
+use sparsek::format::BsrTranspose;
 use sparsek::{Activation, Bsr, Epilogue, Error, Matrix, Scalar, bf16, cpu, f16};
-use sparsek_fuzz::{Rng, at, padded, small};
+use sparsek_fuzz::{Rng, at, generated, padded, small};
 
 const SCALARS: [f32; 10] = [0.0, 1.0, -1.0, 0.5, 2.0, -0.75, 1.5, -2.0, 0.25, -0.0];
 
@@ -251,11 +251,7 @@ fn run<T1: Scalar, T2: Scalar, T3: Scalar>(t: &Input) {
 
     // A, from masks or the generator.
     let a: Bsr<T1> = match t.generated {
-        Some((p, d, seed, max_abs)) => {
-            let pattern = Pattern::ALL[p as usize % Pattern::ALL.len()];
-            generate_int(pattern, m, k, bs, f64::from(d % 9) / 8.0, seed, i64::from(max_abs % 5))
-                .expect("generate_int of a valid shape")
-        }
+        Some(g) => generated(g, (m, k, bs)),
         None => {
             let mut rng = Rng::new(t.a_seed);
             let (row_ptr, col_idx) = draw_structure(br, bcn, &t.masks, t.density, &mut rng);

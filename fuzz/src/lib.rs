@@ -115,6 +115,17 @@ pub fn span(rows: usize, cols: usize, ld: usize) -> u128 {
     if rows == 0 || cols == 0 { 0 } else { (rows as u128 - 1) * ld as u128 + cols as u128 }
 }
 
+/// A matrix from the library's integer generator as the targets describe one: `(pattern index, density in 1/8,
+/// seed, max_abs)` (each taken modulo its range) for an `m x k` matrix of `bs` blocks.
+pub fn generated<T: sparsek::Scalar>(
+    (p, d, seed, max_abs): (u8, u8, u64, u8),
+    (m, k, bs): (usize, usize, usize),
+) -> sparsek::Bsr<T> {
+    let pattern = sparsek::format::Pattern::ALL[p as usize % sparsek::format::Pattern::ALL.len()];
+    sparsek::format::generate_int(pattern, m, k, bs, f64::from(d % 9) / 8.0, seed, i64::from(max_abs % 5))
+        .expect("generate_int of a valid shape")
+}
+
 /// Small integers times a power of two (exact in every element type).
 pub fn small(rng: &mut Rng, max: i64, scale: f64) -> f64 {
     rng.int(max) as f64 * scale

@@ -121,7 +121,8 @@ struct Product {
 }
 
 impl Product {
-    /// A structure (and values) only, without dense operands: what the CPU SDDMM and the transposed index read.
+    /// A structure (and values) only, without dense operands (what the CPU SDDMM and the transposed index read;
+    /// the products add theirs to it).
     fn structure(
         values: u64,
         (row_ptr, col_idx, index64): (u64, u64, bool),
@@ -428,14 +429,6 @@ impl Args {
         let (bias, alpha, beta, act) = self.4;
         let ep = Epilogue::new(alpha, beta).with_activation(activation(act)?);
         Ok(Product {
-            values,
-            row_ptr,
-            col_idx,
-            index64,
-            m,
-            k,
-            bs,
-            nnzb,
             b,
             b_ld,
             b_col_major,
@@ -444,7 +437,7 @@ impl Args {
             c_ld,
             c_col_major,
             bias,
-            ep,
+            ..Product::structure(values, (row_ptr, col_idx, index64), (m, k, bs, nnzb), ep)
         })
     }
 

@@ -396,15 +396,9 @@ fn opened_gpu(device: usize) -> Option<std::sync::Arc<Gpu>> {
 fn run(t: &Torch, call: &Call) -> Result<(), Stop> {
     let values = call.a.values;
     let index64 = call.a.crow.dtype == t.dtypes.i64;
+    let shape = (call.a.rows as usize, call.a.cols as usize, call.a.bs as usize, values.sizes[0] as usize);
+    let ep = Epilogue::new(call.alpha, call.beta).with_activation(call.activation);
     let mut p = Product {
-        values: values.ptr,
-        row_ptr: call.a.crow.ptr,
-        col_idx: call.a.col.ptr,
-        index64,
-        m: call.a.rows as usize,
-        k: call.a.cols as usize,
-        bs: call.a.bs as usize,
-        nnzb: values.sizes[0] as usize,
         b: call.b.0,
         b_ld: call.b.1,
         b_col_major: call.b.2,
@@ -413,7 +407,7 @@ fn run(t: &Torch, call: &Call) -> Result<(), Stop> {
         c_ld: call.c.1,
         c_col_major: call.c.2,
         bias: call.bias,
-        ep: Epilogue::new(call.alpha, call.beta).with_activation(call.activation),
+        ..Product::structure(values.ptr, (call.a.crow.ptr, call.a.col.ptr, index64), shape, ep)
     };
     if values.dev_type == t.device_cpu {
         if DRY_RUN.load(Ordering::Relaxed) {
