@@ -215,6 +215,12 @@ pub(crate) struct SddmmTiles {
     pub(crate) counts: SddmmTileCounts,
 }
 
+impl std::fmt::Debug for SddmmTiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SddmmTiles").field("counts", &self.counts).finish()
+    }
+}
+
 impl SddmmTiles {
     /// The lists of block rows `order` of these `lengths` (in the order's order), copied to the device on `stream`.
     fn new(stream: &Arc<CudaStream>, order: &[u32], lengths: &[u32]) -> Result<SddmmTiles> {

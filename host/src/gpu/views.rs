@@ -28,10 +28,9 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DeviceSlice};
 use sparsek_layout::Layout;
 
-use super::buffers::{DeviceBsr, DeviceElement, DeviceMatrix, RowSchedule};
+use super::buffers::{DeviceBsr, DeviceElement, DeviceMatrix, RowSchedule, SddmmTiles};
 use super::driver::{allocation_of, cuda};
 use crate::error::{Error, Result};
-use crate::plan::SddmmTileCounts;
 
 /// The device allocation a safe view's memory lies in (its first byte and size in bytes: what the driver reports,
 /// or what the crate allocated) and the stream of the cudarc buffer that owns it. A launch checks the bytes it will
@@ -273,7 +272,7 @@ impl<'a, T> BsrView<'a, T> {
             max_row_blocks: Some(a.max_row_blocks()),
             schedule_ordinal: None,
             row_lengths: Some(&a.row_lengths),
-            sddmm_tiles: Some((a.sddmm_tiles.list.device_ptr(stream).0, a.sddmm_tiles.counts)),
+            sddmm_tiles: Some(&a.sddmm_tiles),
             index: IndexType::U32,
             shape: a.shape,
             raw: false,
@@ -521,9 +520,9 @@ pub struct BsrView<'a, T> {
     pub(crate) schedule_ordinal: Option<usize>,
     /// The block rows' lengths in `row_order`'s order (longest first), when known: the sm_90a kernels' split rows.
     pub(crate) row_lengths: Option<&'a [u32]>,
-    /// The structure's sm_90a SDDMM tile lists (device address of the first, and their entries), when known (an
-    /// uploaded matrix's, a [`RowSchedule`]'s).
-    pub(crate) sddmm_tiles: Option<(CUdeviceptr, SddmmTileCounts)>,
+    /// The structure's sm_90a SDDMM tile lists, when known (an uploaded matrix's, a [`RowSchedule`]'s); their
+    /// address is taken by the SDDMM's launch only.
+    pub(crate) sddmm_tiles: Option<&'a SddmmTiles>,
     pub(crate) index: IndexType,
     pub(crate) shape: BsrShape,
     pub(crate) raw: bool,
@@ -635,7 +634,7 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             max_row_blocks: Some(schedule.max_row_blocks()),
             schedule_ordinal: Some(schedule.ordinal),
             row_lengths: Some(&schedule.row_lengths),
-            sddmm_tiles: Some((schedule.sddmm_tiles.list.device_ptr(stream).0, schedule.sddmm_tiles.counts)),
+            sddmm_tiles: Some(&schedule.sddmm_tiles),
             _borrow: PhantomData,
             ..self
         })

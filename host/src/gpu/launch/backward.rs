@@ -17,7 +17,7 @@ use crate::Epilogue;
 use crate::error::{Error, Result};
 use crate::format::BsrTranspose;
 use crate::gpu::Gpu;
-use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement};
+use crate::gpu::buffers::{DeviceBsr, DeviceMatrix, InputElement, OutputElement, SddmmTiles};
 use crate::gpu::driver::{alloc_err, cuda};
 use crate::gpu::tma;
 use crate::gpu::views::{Alloc, BsrView, DenseView, DenseViewMut, IndexType, bytes_of};
@@ -588,7 +588,7 @@ impl Gpu {
             n: k,
             c_layout: Layout::RowMajor,
             beta_zero: ep.beta == 0.0,
-            sddmm_tiles: pattern.sddmm_tiles.map(|(_, counts)| counts),
+            sddmm_tiles: pattern.sddmm_tiles.map(|t| t.counts),
         };
         // (group_rows, and the tile list where the plan takes it, are set by launch_backward.)
         let params = BsrSpmmParams {
@@ -618,20 +618,20 @@ impl Gpu {
             let tmap_c = if c_tma { tma::c_map(TV::OUT_TYPE, values.ptr, (rows, bs as u32, bs))? } else { None };
             Ok((tmap_a, tmap_b, tmap_c))
         };
-        self.launch_backward(stream, &problem, params, maps, pattern.sddmm_tiles.map(|(list, _)| list))
+        self.launch_backward(stream, &problem, params, maps, pattern.sddmm_tiles)
     }
 
     /// Plans `problem` and launches its kernel with `params` (their plan-dependent fields filled in here); an
     /// sm_90a kernel takes the tensor maps `maps` makes for its configuration (C's only where the plan stores C by
-    /// TMA) ahead of the parameters (`layout::HopperSpmmParams`). `sddmm_list`: the device address of the
-    /// structure's SDDMM tile lists (`problem.sddmm_tiles` counts their entries), passed where the plan takes one.
+    /// TMA) ahead of the parameters (`layout::HopperSpmmParams`). `sddmm_tiles`: the structure's SDDMM tile lists
+    /// (`problem.sddmm_tiles` counts their entries), passed where the plan takes one.
     fn launch_backward(
         &self,
         stream: CUstream,
         problem: &BackwardProblem,
         mut params: BsrSpmmParams,
         maps: impl FnOnce(&KernelConfig, bool) -> Result<Maps>,
-        sddmm_list: Option<CUdeviceptr>,
+        sddmm_tiles: Option<&SddmmTiles>,
     ) -> Result<()> {
         let (plan, kernel) = plan::plan_backward(self.room(), problem)?;
         let kernel = self.kernel_at(kernel).ok_or_else(|| Error::InvalidArgument {
@@ -640,19 +640,15 @@ impl Gpu {
         })?;
         params.group_rows = plan.group_rows;
         if let Decomposition::BlockGroups { blocks, listed: true } = plan.decomposition {
-            let counts = problem.sddmm_tiles.ok_or_else(|| Error::InvalidArgument {
-                name: "plan",
-                reason: "takes a tile list the structure does not have".into(),
-            })?;
-            let (list, offset, tiles) = match (sddmm_list, counts.offset(blocks), counts.tiles(blocks)) {
-                (Some(list), Some(offset), Some(tiles)) => (list, offset, tiles),
-                _ => {
-                    return Err(Error::InvalidArgument {
-                        name: "plan",
-                        reason: format!("takes a tile list of groups of {blocks} blocks the structure does not have"),
-                    });
-                }
+            let found = sddmm_tiles.and_then(|t| Some((t, t.counts.offset(blocks)?, t.counts.tiles(blocks)?)));
+            let Some((t, offset, tiles)) = found else {
+                return Err(Error::InvalidArgument {
+                    name: "plan",
+                    reason: format!("takes a tile list of groups of {blocks} blocks the structure does not have"),
+                });
             };
+            // (The lists are never written after they are made: no stream to order against.)
+            let (list, _read) = t.list.device_ptr(t.list.stream());
             params.sddmm_list = list + 8 * offset as u64;
             params.sddmm_tiles = limit("SDDMM tiles", tiles)?;
         }
