@@ -49,6 +49,10 @@ pub(crate) trait Output: Copy {
     /// `addr` is a shared address of two elements, aligned to two elements.
     #[cfg_attr(not(feature = "sm90"), allow(dead_code))]
     unsafe fn stage_pair(addr: u32, v0: f32, v1: f32);
+    /// Two 16-bit elements rounded from `v0` and `v1` in one u32, the first in the low half (an `mma` C
+    /// fragment's pair, for `stmatrix`). For f32, which no kernel packs, `v0`'s bits.
+    #[cfg_attr(not(feature = "sm90"), allow(dead_code))]
+    fn pack(v0: f32, v1: f32) -> u32;
 }
 
 impl Output for f32 {
@@ -72,6 +76,10 @@ impl Output for f32 {
     unsafe fn stage_pair(addr: u32, v0: f32, v1: f32) {
         // SAFETY: the caller guarantees the address.
         unsafe { ptx::st_shared_v2(addr, v0.to_bits(), v1.to_bits()) }
+    }
+    #[inline(always)]
+    fn pack(v0: f32, _v1: f32) -> u32 {
+        v0.to_bits()
     }
 }
 
@@ -112,6 +120,10 @@ macro_rules! half_float {
             unsafe fn stage_pair(addr: u32, v0: f32, v1: f32) {
                 // SAFETY: the caller guarantees the address.
                 unsafe { ptx::st_shared_u32(addr, $narrow(v0, v1)) }
+            }
+            #[inline(always)]
+            fn pack(v0: f32, v1: f32) -> u32 {
+                $narrow(v0, v1)
             }
         }
     };
@@ -235,8 +247,30 @@ fn activate(x: f32, activation: u32) -> f32 {
     if activation == 1 { relu(x) } else { smooth }
 }
 
+/// `acc = f(alpha * acc + bias[row])` over the warp tile, `b[mi][half]` the bias of the rows `lane / 4 + 8 half`
+/// of the tile's `mi`-th 16 rows.
+#[inline(always)]
+fn apply<const MI: usize, const NI: usize>(
+    acc: &mut AccTile<MI, NI>,
+    alpha: f32,
+    b: &[[f32; 2]; MI],
+    f: impl Fn(f32) -> f32,
+) {
+    for (acc_m, b_m) in acc.iter_mut().zip(b) {
+        for acc_mn in acc_m.iter_mut() {
+            for (i, v) in acc_mn.iter_mut().enumerate() {
+                *v = f(alpha * *v + b_m[i / 2]);
+            }
+        }
+    }
+}
+
 /// `acc = act(alpha * acc + bias[row])` for every accumulator of the warp tile (rows from `row_base`), in
-/// registers.
+/// registers. The bias rows are loaded first, then one of two loops runs, the choice made once outside it: no
+/// activation, or [`activate`] on every element. A choice per element (a branch around each element's activation)
+/// made the unrolled epilogue a chain of short blocks whose instruction fetch stalled both warpgroups: a bias alone
+/// cost sparsek.linear 31-35% at 4096 tokens (docs/perf-notes.md, "Issue 43: the bias epilogue"). (A loop per
+/// activation made the register-tight sm_80 kernels spill.)
 ///
 /// # Safety
 /// `bias` is null or holds every row of the tile.
@@ -249,19 +283,20 @@ pub(crate) unsafe fn scale_bias_activate<const MI: usize, const NI: usize, I: In
     row_base: u32,
     lane: u32,
 ) {
-    for (mi, acc_m) in acc.iter_mut().enumerate() {
-        for half in 0..2 {
-            let row = row_base + mi as u32 * 16 + lane / 4 + 8 * half as u32;
-            let b = if bias.is_null() { 0.0 } else { I::widen(unsafe { ptx::ld_global_u16(bias.add(row as usize)) }) };
-            for acc_mn in acc_m.iter_mut() {
-                for v in &mut acc_mn[2 * half..2 * half + 2] {
-                    *v = alpha * *v + b;
-                    if activation != 0 {
-                        *v = activate(*v, activation);
-                    }
-                }
+    let mut b = [[0.0f32; 2]; MI];
+    if !bias.is_null() {
+        for (mi, b_m) in b.iter_mut().enumerate() {
+            for (half, v) in b_m.iter_mut().enumerate() {
+                let row = row_base + mi as u32 * 16 + lane / 4 + 8 * half as u32;
+                // SAFETY: the bias holds the tile's rows.
+                *v = I::widen(unsafe { ptx::ld_global_u16(bias.add(row as usize)) });
             }
         }
+    }
+    if activation == 0 {
+        apply(acc, alpha, &b, |x| x);
+    } else {
+        apply(acc, alpha, &b, |x| activate(x, activation));
     }
 }
 

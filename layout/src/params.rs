@@ -302,12 +302,14 @@ pub struct HopperSpmmParams {
     /// boxes of 64 x 64 x BN / 64: a stage's B in one copy); other row-major B rank 2 (boxes of 64 x 64);
     /// column-major B rank 2 (boxes of 64 k x BN).
     pub tmap_b: TensorMap,
-    /// The tensor map of C when `c_tma` is 1: row-major C's first `n` columns rounded down to whole 16 bytes (a
-    /// TMA store writes whole 16-byte units, so a map ending mid-unit would write the padding after each row; the
-    /// kernel stores the few columns past it from its registers) as an `m x` that matrix of the output type with
-    /// row stride `ldc`, rank 4 (columns, row bit 2, row bits 0-1, row / 8: a box's rows lie in shared memory as
-    /// rows 0, 4, 1, 5, 2, 6, 3, 7 of each group of 8), boxes of 64 rows x 128 bytes (32 f32 or 64 16-bit
-    /// columns), 128-byte swizzle; elements outside the map are not written. Unused (any bytes) when `c_tma` is 0.
+    /// The tensor map of C when `c_tma` is 1. A row-major C: its first `n` columns rounded down to whole 16 bytes
+    /// (a TMA store writes whole 16-byte units, so a map ending mid-unit would write the padding after each row;
+    /// the kernel stores the few columns past it from its registers) as an `m x` that matrix of the output type
+    /// with row stride `ldc`, rank 4 (columns, row bit 2, row bits 0-1, row / 8: a box's rows lie in shared memory
+    /// as rows 0, 4, 1, 5, 2, 6, 3, 7 of each group of 8), boxes of 64 rows x 128 bytes (32 f32 or 64 16-bit
+    /// columns). A column-major C (16-bit elements only): rank 2, (rows, columns) with column stride `ldc`, boxes
+    /// of 64 rows x 64 columns. 128-byte swizzle; elements outside the map are not written. Unused (any bytes)
+    /// when `c_tma` is 0.
     pub tmap_c: TensorMap,
     /// Everything else, as for the sm_80 kernels.
     pub spmm: BsrSpmmParams,
@@ -316,9 +318,10 @@ pub struct HopperSpmmParams {
     /// which each CTA's producer takes with an atomic add until it passes the last tile (a persistent grid whose
     /// CTAs take the next tile as they free up), and the CTAs done with that; the last CTA sets both back to zero.
     pub tile_counter: u64,
-    /// 1: the consumers stage each tile of C in shared memory and store it through `tmap_c` (row-major C, beta
-    /// 0, at least 16 bytes in a row); 0: they store C from their registers (column-major C, beta != 0, which
-    /// reads C, or fewer than 16 bytes in a row).
+    /// 1: the consumers stage each tile of C in shared memory and store it through `tmap_c` (beta 0; row-major C
+    /// with at least 16 bytes in a row, or column-major C of 16-bit elements, staged transposed); 0: they store C
+    /// from their registers (beta != 0, which reads C, a row-major C of fewer than 16 bytes in a row, a
+    /// column-major f32 C). A kernel with an f32 output ignores it for a column-major C.
     pub c_tma: u32,
     /// Split rows: the first `split_rows` positions of the row order (`BsrSpmmParams::row_order`, longest rows
     /// first) are split into up to `spmm.split_chunks` parts of `spmm.split_blocks` blocks each

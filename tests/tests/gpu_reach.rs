@@ -590,6 +590,41 @@ fn row_major_b_in_64_column_chunks() {
     }
 }
 
+/// A column-major 16-bit C written by an sm_90a kernel (what `sparsek.linear` writes: y = x W^T) is staged
+/// transposed in shared memory and stored through a tensor map (the plan's `c_tma`); an f32 one, or one read by
+/// beta, from the registers. bs 64 and 128, N of whole and partial 64-column chunks and tiles (300: the last tile's
+/// second chunk and piece lie past N; 320; 517), C's leading dimension padded or not, u32 and i64 indices, a bias
+/// and each activation, both B layouts, every input and output type against every row of the oracle through the
+/// caller's memory (`run_case`: C's padding and a guard region poisoned and checked untouched); each launch runs the
+/// plan `Gpu::plan_view` predicted. On a GPU without the sm_90a module the same cases run through the sm_80 kernels.
+#[test]
+fn column_major_16bit_c_staged_through_a_tensor_map() {
+    let Some((_shared, gpu)) = own_gpu_for("column_major_16bit_c_staged_through_a_tensor_map", |g| g) else { return };
+    let gpu = &gpu;
+    let hopper = gpu.info().compute_capability == (9, 0) && gpu.hopper_module().is_some() && hopper_enabled();
+    let mut seed = 0xc01;
+    for bs in [64usize, 128] {
+        for (i, n) in [300usize, 320, 517].into_iter().enumerate() {
+            for b_layout in [Layout::RowMajor, Layout::ColMajor] {
+                for beta in [0.0f32, -0.5] {
+                    seed += 1;
+                    let pattern = if i == 1 { Pattern::Uniform } else { Pattern::Skewed };
+                    let mut case = layout_case(i, (b_layout, Layout::ColMajor), (bs, 5, 6, n), (0.6, pattern), seed);
+                    case.product.beta = beta;
+                    for (input, out, plan) in run_every_type(gpu, &case) {
+                        let what = format!("{case:?} {input:?} -> {out:?}: {plan}");
+                        if hopper {
+                            assert!(is_sm90(&plan), "{what}: expected an sm_90a kernel");
+                        }
+                        let staged = is_sm90(&plan) && beta == 0.0 && out != OutType::F32;
+                        assert_eq!(plan.c_tma, staged, "{what}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The device-side structure check accepts valid structures and names the first bad block row of invalid ones,
 /// for 32- and 64-bit indices; the launch then never happens.
 #[test]

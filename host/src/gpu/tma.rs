@@ -144,6 +144,18 @@ pub(crate) fn b_map(
     }
 }
 
+/// The tensor map of a column-major C (`m x n`, `ld` elements between columns) of 16-bit `out` elements for the
+/// sm_90a kernels' transposed stores (kernels-gpu/src/sm90/store.rs `stage_chunk_t`): rank 2, (C's rows, C's
+/// columns), i.e. C^T row-major, boxes of 64 rows (128 bytes) x 64 columns (one staging buffer of
+/// `OUT_STAGE_BYTES`), 128-byte swizzle. Every row of a box lies in C (the kernels' tiles are whole blocks of 64 or
+/// 128 rows), and its columns past `n` are not written, so every column is in the map.
+pub(crate) fn c_map_col_major(out: OutType, ptr: u64, (m, n, ld): (usize, u32, usize)) -> Result<TensorMap> {
+    debug_assert!(out != OutType::F32, "only a 16-bit column-major C is staged");
+    debug_assert_eq!(OUT_STAGE_BYTES, 64 * 128);
+    let (dims, strides) = ([m as u64, u64::from(n), 1, 1], [ld as u64 * 2, 0, 0]);
+    encode_nd("C", Element::Out(out), ptr, dims, strides, [64, 64, 1, 1], 2)
+}
+
 /// The tensor map of a row-major C (`m x n`, `ld` elements between rows) of `out` elements for the sm_90a kernels'
 /// stores (`layout::HopperSpmmParams::tmap_c`), or `None` when C has no whole 16 bytes in a row: the map covers
 /// `layout::c_map_columns` columns (a TMA store writes whole 16-byte units, so a map ending mid-unit would let it

@@ -5,7 +5,7 @@
 //! (64 and 128), which the plan takes there:
 //! - A^T @ B: the forward's wide tile over the block columns of A (the block rows of A^T), whole rows, rasterized
 //!   in groups as the forward's wide tile is ([`raster_group_rows`]); on sm_90a the forward's tile likewise, C
-//!   stored by TMA where it is row-major and beta is 0;
+//!   stored by TMA where beta is 0 and C is row-major or column-major of 16-bit elements;
 //! - SDDMM: one tile per stored block on sm_80 ([`Decomposition::StoredBlocks`]); on sm_90a
 //!   ([`Decomposition::BlockGroups`]) a 256-column tile over a group of `bn / bs` consecutive blocks of a block
 //!   row, the tiles the entries of the structure's tile list (rows longest first) where it has one (an uploaded
@@ -161,10 +161,15 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
     // by their first stored block (most of them are empty and exit at once).
     let sets = if cfg.pingpong() { 2 } else { 1 };
     let ctas = tiles.div_ceil(sets);
-    // The sm_90a kernels store a row-major output written without being read through a tensor map (the SDDMM at
-    // bs 128 only: a bs-64 block is half of a staged piece).
+    // The sm_90a kernels store an output written without being read through a tensor map: a row-major one (the
+    // SDDMM at bs 128 only: a bs-64 block is half of a staged piece), or A^T @ B's column-major 16-bit C (staged
+    // transposed, as the forward's).
     let staged_sddmm = p.op != Op::Sddmm || cfg.bn / bs as u32 <= 2;
-    let c_tma = sm90a && p.beta_zero && p.c_layout == Layout::RowMajor && staged_sddmm;
+    let staged_layout = match p.c_layout {
+        Layout::RowMajor => true,
+        Layout::ColMajor => p.op == Op::BsrSpmmT && p.output != OutType::F32,
+    };
+    let c_tma = sm90a && p.beta_zero && staged_layout && staged_sddmm;
     let ctas = u32::try_from(ctas).ok().filter(|&c| c <= i32::MAX as u32).ok_or_else(|| Error::InvalidArgument {
         name: "CTAs",
         reason: format!("{ctas} exceeds the kernel's limit of {}", i32::MAX),
@@ -244,7 +249,9 @@ mod tests {
             let sets = if cfg.pingpong() { 2 } else { 1 };
             // One CTA per tile (per two in ping-pong).
             assert_eq!(plan.ctas as usize, tiles.div_ceil(sets), "{plan}");
-            assert!(!plan.tile_counter && !plan.c_tma, "a column-major C is stored from the registers: {plan}");
+            assert!(!plan.tile_counter && plan.c_tma, "a column-major bf16 C is staged transposed: {plan}");
+            let f32_out = BackwardProblem { output: OutType::F32, ..p };
+            assert!(!plan_backward(room, &f32_out).unwrap().0.c_tma, "a column-major f32 C: from the registers");
             let row_major = BackwardProblem { c_layout: Layout::RowMajor, ..p };
             assert!(plan_backward(room, &row_major).unwrap().0.c_tma);
             let read = BackwardProblem { beta_zero: false, ..row_major };

@@ -560,10 +560,10 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
     let evict_first_bytes =
         a_window(policy.a_evict_first, (n, n_tiles), a_bytes, (device.l2_bytes, device.max_access_policy_window));
     let graph_workspace = workspace && captured && need.any();
-    // A row-major C written without reading it (beta 0) is stored through a tensor map from shared memory, whole
-    // 128-byte rows at a time: stored from the registers, each warp's store wrote 8 rows of 32 bytes and took
-    // 17-48% of the time at 5-22% density (docs/perf-notes.md, Hopper step 11). The map covers whole 16 bytes of a
-    // row only.
+    // A C written without reading it (beta 0) is stored through a tensor map from shared memory, whole 128-byte
+    // lines at a time: stored from the registers, each warp's store wrote 8 rows of 32 bytes and took 17-48% of the
+    // time at 5-22% density (docs/perf-notes.md, Hopper step 11); a column-major C of 16-bit elements 8-14% at 4096
+    // tokens (perf-notes, "Issue 43: the bias epilogue"). A row-major map covers whole 16 bytes of a row only.
     let c_tma = hopper_kernel && c_tma_possible(p);
     // Programmatic serialization: the product module's kernels (every one holds the wait), where the policy asks
     // and the module came from its sm_90a cubin; under capture only after kernels (a graph's programmatic edge runs
@@ -625,16 +625,20 @@ pub(crate) fn tune_decompositions(room: Room<'_>, p: &Problem<'_>, plan: Plan) -
     plans
 }
 
-/// Whether an sm_90a kernel would store C through a tensor map: C row-major, not read (beta 0), and at least one
-/// whole 16 bytes of a row for the map to cover.
+/// Whether an sm_90a kernel would store C through a tensor map: C not read (beta 0), and row-major with at least
+/// one whole 16 bytes of a row for the map to cover, or column-major of 16-bit elements (a column of the
+/// warpgroup's 64 rows is one 128-byte line of the staging buffer; an f32 one would be two).
 fn c_tma_possible(p: &Problem<'_>) -> bool {
     let bytes = match p.output {
         OutType::F32 => 4,
         OutType::F16 | OutType::Bf16 => 2,
     };
-    p.c_layout == Layout::RowMajor
-        && p.beta_zero
-        && u32::try_from(p.n).is_ok_and(|n| sparsek_layout::c_map_columns(n, bytes) > 0)
+    let Ok(n) = u32::try_from(p.n) else { return false };
+    p.beta_zero
+        && match p.c_layout {
+            Layout::RowMajor => sparsek_layout::c_map_columns(n, bytes) > 0,
+            Layout::ColMajor => bytes == 2 && n > 0,
+        }
 }
 
 /// The flat block-list kernel and its CTAs per N tile that a launch of `kernel` over `nnzb` blocks in

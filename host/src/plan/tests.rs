@@ -1,7 +1,7 @@
 //! The planner without a GPU: a fake H100-like device (132 SMs, 50 MB of L2, the sm_90a module loaded, occupancy
 //! from shared memory and threads) and problems that take each branch; each test asserts on the whole plan.
 
-use sparsek_layout::{OutType, VARIANTS};
+use sparsek_layout::{InType, OutType, VARIANTS};
 
 use super::*;
 
@@ -85,9 +85,18 @@ fn many_columns_take_the_sm90a_kernels_or_the_wide_tile() {
         "sparsek_sm90_bs128_f16_brow_f32 (sm90a, heuristic); whole rows; 132 CTAs of 384 threads, 226 KiB shared, \
          taking tiles from a counter; rows in order, groups of 35 rows; C stored by TMA"
     );
-    // C read (beta not 0) or column-major: stored from the registers.
+    // C read (beta not 0), or column-major f32: stored from the registers; a column-major 16-bit C is staged
+    // transposed.
     assert!(!planned(&Problem { beta_zero: false, ..p }, &d).c_tma);
     assert!(!planned(&Problem { c_layout: Layout::ColMajor, ..p }, &d).c_tma);
+    for (input, output) in [(InType::F16, OutType::F16), (InType::Bf16, OutType::Bf16)] {
+        let col_major = Problem { c_layout: Layout::ColMajor, input, output, ..p };
+        assert!(planned(&col_major, &d).c_tma, "{output:?}");
+        assert!(!planned(&Problem { beta_zero: false, ..col_major }, &d).c_tma, "{output:?}");
+        // Any column count: the map clips the last box's columns (a row-major map needs 16 bytes of a row).
+        assert!(c_tma_possible(&Problem { n: 3, ..col_major }), "{output:?}");
+        assert!(!c_tma_possible(&Problem { n: 3, input, output, ..p }), "{output:?}");
+    }
     // Another stream holds the counter: one tile per CTA (8192 / 256 x 64 rows).
     let busy = planned(&Problem { tile_counter_free: false, ..p }, &d);
     assert!(!busy.tile_counter);

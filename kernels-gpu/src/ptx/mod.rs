@@ -89,9 +89,10 @@ pub use mma::{mma_m16n8k16_f32_bf16, mma_m16n8k16_f32_f16};
 pub use sm90::{
     mbarrier::{fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait},
     setmaxnreg::{setmaxnreg_dec, setmaxnreg_inc},
+    stmatrix::stmatrix_x4_trans,
     tma::{
         bulk_commit_group, bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared, tma_load_2d, tma_load_3d,
-        tma_store_4d,
+        tma_store_2d, tma_store_4d,
     },
     wgmma::{
         WgmmaAcc, smem_desc_128b, wgmma_commit_group, wgmma_fence, wgmma_fence_operand, wgmma_m64n128k16,

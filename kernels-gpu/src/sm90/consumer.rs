@@ -183,7 +183,8 @@ pub(super) unsafe fn consume<
             if !unsafe { hand_over::<PIECES>(&mut acc, p, &at, (n_tiles, counter), (thread, tile_threads)) } {
                 continue;
             }
-        } else if c_tma {
+        } else if c_tma && (O::BYTES == 2 || !epi.c_col_major) {
+            // (A column-major C is staged for 16-bit elements only: an f32 kernel stores it from the registers.)
             // SAFETY: the tile's rows exist in C and the bias; the staging buffers and their barriers are this
             // warpgroup's; C's map covers C (columns >= n are not written).
             unsafe {

@@ -1,5 +1,6 @@
 //! The sm_90a kernels' C store: a consumer warpgroup's tile through the shared epilogue straight from the
-//! registers, or (row-major C, beta 0) staged in swizzled shared memory and stored through C's tensor map.
+//! registers, or (beta 0; a row-major C, or a column-major C of 16-bit elements) staged in swizzled shared memory
+//! and stored through C's tensor map.
 
 use crate::epilogue::{Epilogue, Input, Output, WarpCoord, scale_bias_activate, store_epilogue};
 use crate::layout::{OUT_STAGE_BYTES, WARPGROUP_WARPS, WGMMA_N, c_map_columns};
@@ -78,6 +79,17 @@ pub(super) unsafe fn store_staged<const PIECES: usize, const OUT_BUFS: u32, O: O
     let bufs = (tmap_c, buf0, full0, free0, issuer);
     // SAFETY: forwarded.
     unsafe {
+        if O::BYTES == 2 && epi.c_col_major {
+            // A column-major C: each 64-column half of a piece transposed into a buffer ([`stage_chunk_t`]).
+            staged = stage_chunk_t::<0, OUT_BUFS, O>(&acc[0], col0, &ctx, bufs, staged);
+            staged = stage_chunk_t::<1, OUT_BUFS, O>(&acc[0], col0, &ctx, bufs, staged);
+            if PIECES == 2 {
+                let last = &acc[PIECES - 1];
+                staged = stage_chunk_t::<0, OUT_BUFS, O>(last, col0 + WGMMA_N, &ctx, bufs, staged);
+                staged = stage_chunk_t::<1, OUT_BUFS, O>(last, col0 + WGMMA_N, &ctx, bufs, staged);
+            }
+            return staged;
+        }
         staged = stage_piece::<OUT_BUFS, O>(&acc[0], col0, &ctx, bufs, staged);
         if PIECES == 2 {
             staged = stage_piece::<OUT_BUFS, O>(&acc[PIECES - 1], col0 + WGMMA_N, &ctx, bufs, staged);
@@ -190,13 +202,32 @@ unsafe fn stage_chunk<const CI: u32, const OUT_BUFS: u32, O: Output>(
             unsafe { O::stage_pair(addr, d[2 * half as usize], d[2 * half as usize + 1]) };
         }
     }
+    // SAFETY: C's map, and this warpgroup's buffer holding the whole box (issue_store's barrier).
+    let store = || unsafe { ptx::tma_store_4d(tmap_c, (col, 0, 0, ctx.row / 8), buf) };
+    // SAFETY: the barriers are this warpgroup's; every thread wrote its part of the buffer.
+    unsafe { issue_store::<OUT_BUFS>((full, free0, free), (issuer, staged), store) }
+}
+
+/// The end of a chunk's staging ([`stage_chunk`], [`stage_chunk_t`]): every thread's writes to the buffer made
+/// visible to the async proxy and counted on `full`; the issuer waits for all 128, issues `store` (the TMA store
+/// of the buffer), and releases the buffer of the store before (two buffers) or of this one (one buffer) on its
+/// `free` barrier once the TMA has read it. Returns the new count of filled buffers.
+///
+/// # Safety
+/// As [`stage_chunk`]: this warpgroup's barriers (`full`, the first buffer's `free` barrier `free0`, this buffer's
+/// `free`), every thread of the warpgroup calling this once per chunk after writing its part of the buffer;
+/// `store` issues one TMA store of the whole buffer.
+#[inline(always)]
+unsafe fn issue_store<const OUT_BUFS: u32>(
+    (full, free0, free): (u32, u32, u32),
+    (issuer, staged): (bool, u32),
+    store: impl FnOnce(),
+) -> u32 {
     ptx::fence_proxy_async_shared();
     unsafe { ptx::mbarrier_arrive(full) };
     if issuer {
-        unsafe {
-            ptx::mbarrier_wait(full, (staged / OUT_BUFS) & 1);
-            ptx::tma_store_4d(tmap_c, (col, 0, 0, ctx.row / 8), buf);
-        }
+        unsafe { ptx::mbarrier_wait(full, (staged / OUT_BUFS) & 1) };
+        store();
         ptx::bulk_commit_group();
         if OUT_BUFS == 2 {
             // The store before this one has read its buffer: the other buffer is free.
@@ -210,6 +241,52 @@ unsafe fn stage_chunk<const CI: u32, const OUT_BUFS: u32, O: Output>(
         }
     }
     staged + 1
+}
+
+/// Stages chunk `CI` of a column-major C of 16-bit elements (columns `col + 64 CI..` of `piece`, 8 n8 tiles, for
+/// the warpgroup's 64 rows) transposed in the next staging buffer and has the issuer store it through C's map
+/// (host/src/gpu/tma.rs `c_map_col_major`: C^T's rows, i.e. C's columns, of 64 elements (128 bytes) each, boxes of
+/// 64 columns); nothing when the chunk lies wholly past C's last column (the map clips the columns past it).
+/// Buffer line `c` is column `col + 64 CI + c`, its 16-byte unit `u` rows `8 u..8 u + 8` of the warpgroup's 64,
+/// 128-byte swizzled (unit `u ^ (c % 8)`). Each `stmatrix.x4.trans` writes two n8 tiles' 16 rows of this warp: its
+/// matrix `j` is tile `2 i + j / 2`'s rows `8 (j % 2)..` (the accumulator pairs `2 (j % 2)`, `+ 1`), stored row `r`
+/// of it (column `8 (2 i + j / 2) + r`) at the address lane `8 j + r` gives. Every 8 lanes write 8 lines' distinct
+/// units: no bank conflict.
+///
+/// # Safety
+/// As [`stage_chunk`], for a column-major C whose map is `tmap_c`; all 32 lanes of each warp call it (stmatrix).
+#[inline(always)]
+unsafe fn stage_chunk_t<const CI: u32, const OUT_BUFS: u32, O: Output>(
+    piece: &WgmmaAcc,
+    col: u32,
+    ctx: &StageCtx<O>,
+    (tmap_c, buf0, full0, free0, issuer): (u64, u32, u32, u32, bool),
+    staged: u32,
+) -> u32 {
+    let col = col + CI * 64;
+    if col >= ctx.n {
+        // Nothing of this chunk is in C (the same for the whole warpgroup).
+        return staged;
+    }
+    let b = staged % OUT_BUFS;
+    let (buf, full, free) = (buf0 + b * OUT_STAGE_BYTES, full0 + 16 * b, free0 + 16 * b);
+    // SAFETY (whole chunk): this warpgroup's buffer and barriers, as in stage_chunk.
+    unsafe { ptx::mbarrier_wait(free, ((staged / OUT_BUFS) & 1) ^ 1) };
+    // Lane 8 j + r addresses line (2 i + j / 2) * 8 + r, unit (warp_row / 8 + j % 2) ^ r: 2048 i bytes plus an
+    // offset of its own, the same for every i and chunk (one register, where a per-store address would be
+    // computed ahead of the tile loop and held through it).
+    let (j, r) = (ctx.lane / 8, ctx.lane % 8);
+    let lane_off = ((j / 2) * 8 + r) * 128 + (((ctx.warp_row / 8 + j % 2) ^ r) * 16);
+    for i in 0..4 {
+        let (t0, t1) = (&piece[(CI * 8 + 2 * i) as usize], &piece[(CI * 8 + 2 * i + 1) as usize]);
+        let regs = [O::pack(t0[0], t0[1]), O::pack(t0[2], t0[3]), O::pack(t1[0], t1[1]), O::pack(t1[2], t1[3])];
+        unsafe { ptx::stmatrix_x4_trans(buf + i * 2048 + lane_off, regs) };
+    }
+    // SAFETY: C's map (its columns past n are not written), and this warpgroup's buffer holding the whole box
+    // (issue_store's barrier).
+    let store = || unsafe { ptx::tma_store_2d(tmap_c, (ctx.row, col), buf) };
+    // SAFETY: as in stage_chunk.
+    unsafe { issue_store::<OUT_BUFS>((full, free0, free), (issuer, staged), store) }
 }
 
 /// An SDDMM tile's stores: block `g < count` of the group from stored block `t` is the tile's columns `g * BS..`,

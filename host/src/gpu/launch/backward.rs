@@ -517,7 +517,12 @@ impl Gpu {
         let maps = |cfg: &KernelConfig, c_tma: bool| -> Result<Maps> {
             let tmap_a = tma::a_values_t_map(TA::IN_TYPE, a.values, a.shape.nnzb, bs)?;
             let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.shape.layout, b.shape.ld), (m, n), cfg)?;
-            let tmap_c = if c_tma { tma::c_map(TC::OUT_TYPE, c.ptr, (k, n32, c.shape.ld))? } else { None };
+            let shape = (k, n32, c.shape.ld);
+            let tmap_c = match (c_tma, c.shape.layout) {
+                (false, _) => None,
+                (true, Layout::RowMajor) => tma::c_map(TC::OUT_TYPE, c.ptr, shape)?,
+                (true, Layout::ColMajor) => Some(tma::c_map_col_major(TC::OUT_TYPE, c.ptr, shape)?),
+            };
             Ok((tmap_a, tmap_b, tmap_c))
         };
         self.launch_backward(stream, &problem, params, maps, None)

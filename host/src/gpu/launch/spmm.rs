@@ -549,11 +549,16 @@ impl Gpu {
         // a captured launch's workspace is allocated, so an error leaves nothing in the graph.
         let tmaps = match cfg.pipeline {
             Pipeline::TmaWgmma { .. } => {
-                // A row-major C written without reading it (beta 0) is stored through a tensor map from shared
-                // memory, whole 128-byte rows at a time: stored from the registers, each warp's store wrote 8 rows of
-                // 32 bytes and took 17-48% of the time at 5-22% density (docs/perf-notes.md, Hopper step 11).
-                let tmap_c =
-                    if plan.c_tma { tma::c_map(TC::OUT_TYPE, c.ptr, (c.shape.rows, n32, c.shape.ld))? } else { None };
+                // A C written without reading it (beta 0; row-major, or column-major of 16-bit elements) is stored
+                // through a tensor map from shared memory, whole 128-byte lines at a time: stored from the registers,
+                // each warp's store wrote 8 rows of 32 bytes and took 17-48% of the time at 5-22% density
+                // (docs/perf-notes.md, Hopper step 11); a column-major C, 16 bytes per column and store.
+                let shape = (c.shape.rows, n32, c.shape.ld);
+                let tmap_c = match (plan.c_tma, c.shape.layout) {
+                    (false, _) => None,
+                    (true, Layout::RowMajor) => tma::c_map(TC::OUT_TYPE, c.ptr, shape)?,
+                    (true, Layout::ColMajor) => Some(tma::c_map_col_major(TC::OUT_TYPE, c.ptr, shape)?),
+                };
                 let tmap_a = tma::a_values_map(TA::IN_TYPE, a.values, a.shape.nnzb, &cfg)?;
                 let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.shape.layout, b.shape.ld), (k, n), &cfg)?;
                 Some((tmap_a, tmap_b, tmap_c))
@@ -611,7 +616,7 @@ impl Gpu {
             // context's (owned: checked; raw: cuStreamGetCtx); grid,
             // block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared memory
             // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values,
-            // B's K x N span in its layout and (c_tma) C's M x N span (a nonempty A: Gpu::kernel picks those kernels
+            // B's K x N span in its layout and (c_tma) C's M x N span in its layout (a nonempty A: Gpu::kernel picks those kernels
             // only with blocks), so every TMA box lies in memory the views cover, reads as zero or is not written.
             // `args` and the parameters it points to outlive the call, which copies them. With split rows, the
             // workspace holds the launch's partial tiles and counters (split_choice; the sizes of `need`), and no

@@ -5,7 +5,8 @@
 //!   the generic address of a tensor map held in the kernel's parameters;
 //! - [`wgmma`] — `wgmma.fence`, `wgmma.mma_async.m64n{128,256}k16` (f16 / bf16, B K-major or MN-major),
 //!   `commit_group`, `wait_group`, and the shared-memory matrix descriptor;
-//! - [`setmaxnreg`] — `setmaxnreg.inc` / `.dec` (registers moved between warpgroups).
+//! - [`setmaxnreg`] — `setmaxnreg.inc` / `.dec` (registers moved between warpgroups);
+//! - [`stmatrix`] — `stmatrix.x4.trans` (a warp's 16-bit C fragments into shared memory, transposed).
 //!
 //! `wgmma` and `setmaxnreg` are `.sync.aligned` warpgroup collectives, called only in warpgroup-uniform control
 //! flow. `setmaxnreg` and wgmma's fence, commit and wait go through LLVM's NVVM intrinsics, which LLVM declares
@@ -16,5 +17,6 @@
 
 pub mod mbarrier;
 pub mod setmaxnreg;
+pub mod stmatrix;
 pub mod tma;
 pub mod wgmma;

@@ -72,6 +72,16 @@ tma_copy! {
     "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [{m}, {{{x}, {y}, {z}, {w}}}], [{s}];"
 }
 
+tma_copy! {
+    /// The rank-2 form of [`tma_store_4d`]: stores the box at `src` with its first element at coordinates
+    /// `(x, y)`, innermost first (a column-major C's rows, then its columns: host/src/gpu/tma.rs `c_map_col_major`).
+    ///
+    /// # Safety
+    /// As [`tma_store_4d`], for a rank-2 tensor map.
+    store tma_store_2d((x, y): (u32, u32)),
+    "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [{m}, {{{x}, {y}}}], [{s}];"
+}
+
 ordering_asm! {
     /// `cp.async.bulk.commit_group`: closes this thread's current bulk async-group (the stores issued since the
     /// last commit).
