@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Issue 43: what the sm_90a kernel's C store and fused epilogue cost at many tokens, one launch each under ncu.
 
-sparsek.linear (y = x W^T: C column-major; plain, with a bias, with bias + SiLU) against bsr_mm(W, x^T) (C row-major)
+sparsek.linear (y = x W^T: C column-major; plain, with a bias, with bias + SiLU or GELU) against bsr_mm(W, x^T) (C row-major)
 on 4096 x 5504 and 11008 x 4096 bs-64 25% bf16 weights at 4096 tokens; each call in an NVTX range. Run as:
 
-    ncu --nvtx --nvtx-include "lin4096/" --nvtx-include "linbias4096/" ... (lin, linbias, linsilu, mm x 4096, 11008) \
+    ncu --nvtx --nvtx-include "lin4096/" --nvtx-include "linbias4096/" ... (lin, linbias, linsilu, lingelu, mm x 4096, 11008) \
         --section SpeedOfLight --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
         --print-summary none python scripts/store_ncu.py
 
@@ -26,6 +26,7 @@ for m, k in ((4096, 5504), (11008, 4096)):
             "lin": lambda: sparsek.linear(x, w),
             "linbias": lambda: sparsek.linear(x, w, bias),
             "linsilu": lambda: sparsek.linear(x, w, bias, "silu"),
+            "lingelu": lambda: sparsek.linear(x, w, bias, "gelu_tanh"),
             "mm": lambda: sparsek.bsr_mm(w, x.t()),
         }
         for _ in range(3):

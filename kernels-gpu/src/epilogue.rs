@@ -236,13 +236,19 @@ pub(crate) struct WarpCoord {
     pub(crate) lane: u32,
 }
 
+/// GELU's (tanh approximation) sigmoid argument: `2u`, `u = sqrt(2 / pi) (x + 0.044715 x^3)`.
+#[inline(always)]
+fn gelu_arg(x: f32) -> f32 {
+    2.0 * 0.797_884_6 * (x + 0.044_715 * x * x * x)
+}
+
 /// `act(x)` for the `layout::Activation` code `activation` (1..=3; 0 is handled by the caller), branch-free: one
 /// `x * sigmoid(z)` with `z` chosen by a select (GELU: `2u`, SiLU: `x`), and ReLU selected after it, so the code
 /// per element is one `ex2`, one `div.full` and a few selects, inlined (an out-of-line `.func` needs a name, and a
 /// Rust function's name either carries a path-dependent crate hash or is exported).
 #[inline(always)]
 fn activate(x: f32, activation: u32) -> f32 {
-    let z = if activation == 2 { 2.0 * 0.797_884_6 * (x + 0.044_715 * x * x * x) } else { x };
+    let z = if activation == 2 { gelu_arg(x) } else { x };
     let smooth = x_sigmoid(x, z);
     if activation == 1 { relu(x) } else { smooth }
 }
@@ -266,11 +272,12 @@ fn apply<const MI: usize, const NI: usize>(
 }
 
 /// `acc = act(alpha * acc + bias[row])` for every accumulator of the warp tile (rows from `row_base`), in
-/// registers. The bias rows are loaded first, then one of two loops runs, the choice made once outside it: no
-/// activation, or [`activate`] on every element. A choice per element (a branch around each element's activation)
+/// registers. The bias rows are loaded first, then one straight loop over the elements runs, the activation
+/// chosen once outside it. A choice per element (a branch around each element's activation)
 /// made the unrolled epilogue a chain of short blocks whose instruction fetch stalled both warpgroups: a bias alone
-/// cost sparsek.linear 31-35% at 4096 tokens (docs/perf-notes.md, "Issue 43: the bias epilogue"). (A loop per
-/// activation made the register-tight sm_80 kernels spill.)
+/// cost sparsek.linear 31-35% at 4096 tokens (docs/perf-notes.md, "Issue 43: the bias epilogue"). The sm_90a
+/// kernels run a loop per activation; in the sm_80 module that made register-tight kernels spill, so it has two
+/// (none, or [`activate`]'s branch-free selects).
 ///
 /// # Safety
 /// `bias` is null or holds every row of the tile.
@@ -293,7 +300,16 @@ pub(crate) unsafe fn scale_bias_activate<const MI: usize, const NI: usize, I: In
             }
         }
     }
-    if activation == 0 {
+    if cfg!(feature = "sm90") {
+        // The sm_90a kernels (registers to spare) run a loop per activation: SiLU without GELU's cubic and the
+        // selects.
+        match activation {
+            0 => apply(acc, alpha, &b, |x| x),
+            1 => apply(acc, alpha, &b, relu),
+            2 => apply(acc, alpha, &b, |x| x_sigmoid(x, gelu_arg(x))),
+            _ => apply(acc, alpha, &b, |x| x_sigmoid(x, x)),
+        }
+    } else if activation == 0 {
         apply(acc, alpha, &b, |x| x);
     } else {
         apply(acc, alpha, &b, |x| activate(x, activation));
