@@ -144,12 +144,27 @@ pub(crate) fn b_map(
     }
 }
 
+/// The tensor map of C (`m x n` in `layout`, leading dimension `ld`) of `out` elements for a launch whose plan
+/// stores C by TMA (`c_tma`), or `None` where it does not or a row-major C has no whole 16 bytes in a row
+/// ([`c_map`], [`c_map_col_major`]).
+pub(crate) fn staged_c_map(
+    c_tma: bool,
+    (out, ptr, layout): (OutType, u64, Layout),
+    shape: (usize, u32, usize),
+) -> Result<Option<TensorMap>> {
+    match (c_tma, layout) {
+        (false, _) => Ok(None),
+        (true, Layout::RowMajor) => c_map(out, ptr, shape),
+        (true, Layout::ColMajor) => c_map_col_major(out, ptr, shape).map(Some),
+    }
+}
+
 /// The tensor map of a column-major C (`m x n`, `ld` elements between columns) of 16-bit `out` elements for the
 /// sm_90a kernels' transposed stores (kernels-gpu/src/sm90/store.rs `stage_chunk_t`): rank 2, (C's rows, C's
 /// columns), i.e. C^T row-major, boxes of 64 rows (128 bytes) x 64 columns (one staging buffer of
 /// `OUT_STAGE_BYTES`), 128-byte swizzle. Every row of a box lies in C (the kernels' tiles are whole blocks of 64 or
 /// 128 rows), and its columns past `n` are not written, so every column is in the map.
-pub(crate) fn c_map_col_major(out: OutType, ptr: u64, (m, n, ld): (usize, u32, usize)) -> Result<TensorMap> {
+fn c_map_col_major(out: OutType, ptr: u64, (m, n, ld): (usize, u32, usize)) -> Result<TensorMap> {
     debug_assert!(out != OutType::F32, "only a 16-bit column-major C is staged");
     debug_assert_eq!(OUT_STAGE_BYTES, 64 * 128);
     let (dims, strides) = ([m as u64, u64::from(n), 1, 1], [ld as u64 * 2, 0, 0]);
@@ -169,7 +184,7 @@ pub(crate) fn c_map_col_major(out: OutType, ptr: u64, (m, n, ld): (usize, u32, u
 /// patterns (line mod 8: 0, 2, 4, 6 or 1, 3, 5, 7) spread each half-warp over all eight 16-byte units of a line,
 /// where plain row order reached only four (two wavefronts per store instead of one: docs/perf-notes.md,
 /// "Hopper", step 14).
-pub(crate) fn c_map(out: OutType, ptr: u64, (m, n, ld): (usize, u32, usize)) -> Result<Option<TensorMap>> {
+fn c_map(out: OutType, ptr: u64, (m, n, ld): (usize, u32, usize)) -> Result<Option<TensorMap>> {
     let bytes: u64 = if out == OutType::F32 { 4 } else { 2 };
     let cols = u64::from(c_map_columns(n, bytes as u32));
     if cols == 0 {

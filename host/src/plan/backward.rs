@@ -17,7 +17,7 @@
 
 use sparsek_layout::{HOPPER_SDDMM_CONFIGS, InType, Layout, Op, OutType, Pipeline, Tile, sddmm_tile_list_len};
 
-use super::{Decomposition, KernelRef, LaunchPlan, Loaded, Room, raster_group_rows};
+use super::{Decomposition, KernelRef, LaunchPlan, Loaded, Room, c_stageable, raster_group_rows};
 use crate::error::{Error, Result};
 
 /// A backward product as the planner sees it.
@@ -161,15 +161,14 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
     // by their first stored block (most of them are empty and exit at once).
     let sets = if cfg.pingpong() { 2 } else { 1 };
     let ctas = tiles.div_ceil(sets);
-    // The sm_90a kernels store an output written without being read through a tensor map: a row-major one (the
-    // SDDMM at bs 128 only: a bs-64 block is half of a staged piece), or A^T @ B's column-major 16-bit C (staged
-    // transposed, as the forward's).
-    let staged_sddmm = p.op != Op::Sddmm || cfg.bn / bs as u32 <= 2;
-    let staged_layout = match p.c_layout {
-        Layout::RowMajor => true,
-        Layout::ColMajor => p.op == Op::BsrSpmmT && p.output != OutType::F32,
-    };
-    let c_tma = sm90a && p.beta_zero && staged_layout && staged_sddmm;
+    // The sm_90a kernels store an output written without being read through a tensor map: A^T @ B's C as the
+    // forward's ([`c_stageable`]), the SDDMM's row-major values at bs 128 only (a bs-64 block is half of a staged
+    // piece).
+    let c_tma = sm90a
+        && match p.op {
+            Op::BsrSpmm | Op::BsrSpmmT => c_stageable(p.beta_zero, p.c_layout, p.output, p.n),
+            Op::Sddmm => p.beta_zero && cfg.bn / bs as u32 <= 2,
+        };
     let ctas = u32::try_from(ctas).ok().filter(|&c| c <= i32::MAX as u32).ok_or_else(|| Error::InvalidArgument {
         name: "CTAs",
         reason: format!("{ctas} exceeds the kernel's limit of {}", i32::MAX),

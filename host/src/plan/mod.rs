@@ -625,17 +625,23 @@ pub(crate) fn tune_decompositions(room: Room<'_>, p: &Problem<'_>, plan: Plan) -
     plans
 }
 
-/// Whether an sm_90a kernel would store C through a tensor map: C not read (beta 0), and row-major with at least
-/// one whole 16 bytes of a row for the map to cover, or column-major of 16-bit elements (a column of the
-/// warpgroup's 64 rows is one 128-byte line of the staging buffer; an f32 one would be two).
+/// Whether an sm_90a kernel would store C through a tensor map ([`c_stageable`]).
 fn c_tma_possible(p: &Problem<'_>) -> bool {
-    let bytes = match p.output {
+    c_stageable(p.beta_zero, p.c_layout, p.output, p.n)
+}
+
+/// Whether an sm_90a kernel can stage a C of `n` columns in `layout` and store it through a tensor map (the
+/// forward's and A^T @ B's rule): C not read (beta 0), and row-major with at least one whole 16 bytes of a row for
+/// the map to cover, or column-major of 16-bit elements (a column of the warpgroup's 64 rows is one 128-byte line
+/// of the staging buffer; an f32 one would be two).
+pub(crate) fn c_stageable(beta_zero: bool, layout: Layout, output: OutType, n: usize) -> bool {
+    let bytes = match output {
         OutType::F32 => 4,
         OutType::F16 | OutType::Bf16 => 2,
     };
-    let Ok(n) = u32::try_from(p.n) else { return false };
-    p.beta_zero
-        && match p.c_layout {
+    let Ok(n) = u32::try_from(n) else { return false };
+    beta_zero
+        && match layout {
             Layout::RowMajor => sparsek_layout::c_map_columns(n, bytes) > 0,
             Layout::ColMajor => bytes == 2 && n > 0,
         }

@@ -517,12 +517,7 @@ impl Gpu {
         let maps = |cfg: &KernelConfig, c_tma: bool| -> Result<Maps> {
             let tmap_a = tma::a_values_t_map(TA::IN_TYPE, a.values, a.shape.nnzb, bs)?;
             let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.shape.layout, b.shape.ld), (m, n), cfg)?;
-            let shape = (k, n32, c.shape.ld);
-            let tmap_c = match (c_tma, c.shape.layout) {
-                (false, _) => None,
-                (true, Layout::RowMajor) => tma::c_map(TC::OUT_TYPE, c.ptr, shape)?,
-                (true, Layout::ColMajor) => Some(tma::c_map_col_major(TC::OUT_TYPE, c.ptr, shape)?),
-            };
+            let tmap_c = tma::staged_c_map(c_tma, (TC::OUT_TYPE, c.ptr, c.shape.layout), (k, n32, c.shape.ld))?;
             Ok((tmap_a, tmap_b, tmap_c))
         };
         self.launch_backward(stream, &problem, params, maps, None)
@@ -620,7 +615,7 @@ impl Gpu {
             let tmap_a = tma::dense_k_map("X", TA::IN_TYPE, (x.ptr, x.shape.layout, x.shape.ld), (m, k), cfg.bs)?;
             let tmap_b = tma::dense_k_map("Y", TA::IN_TYPE, (y.ptr, y.shape.layout, y.shape.ld), (n, k), cfg.bs)?;
             let rows = nnzb * bs;
-            let tmap_c = if c_tma { tma::c_map(TV::OUT_TYPE, values.ptr, (rows, bs as u32, bs))? } else { None };
+            let tmap_c = tma::staged_c_map(c_tma, (TV::OUT_TYPE, values.ptr, Layout::RowMajor), (rows, bs as u32, bs))?;
             Ok((tmap_a, tmap_b, tmap_c))
         };
         self.launch_backward(stream, &problem, params, maps, pattern.sddmm_tiles)

@@ -553,12 +553,8 @@ impl Gpu {
                 // through a tensor map from shared memory, whole 128-byte lines at a time: stored from the registers,
                 // each warp's store wrote 8 rows of 32 bytes and took 17-48% of the time at 5-22% density
                 // (docs/perf-notes.md, Hopper step 11); a column-major C, 16 bytes per column and store.
-                let shape = (c.shape.rows, n32, c.shape.ld);
-                let tmap_c = match (plan.c_tma, c.shape.layout) {
-                    (false, _) => None,
-                    (true, Layout::RowMajor) => tma::c_map(TC::OUT_TYPE, c.ptr, shape)?,
-                    (true, Layout::ColMajor) => Some(tma::c_map_col_major(TC::OUT_TYPE, c.ptr, shape)?),
-                };
+                let c_at = (TC::OUT_TYPE, c.ptr, c.shape.layout);
+                let tmap_c = tma::staged_c_map(plan.c_tma, c_at, (c.shape.rows, n32, c.shape.ld))?;
                 let tmap_a = tma::a_values_map(TA::IN_TYPE, a.values, a.shape.nnzb, &cfg)?;
                 let tmap_b = tma::b_map(TA::IN_TYPE, (b.ptr, b.shape.layout, b.shape.ld), (k, n), &cfg)?;
                 Some((tmap_a, tmap_b, tmap_c))
@@ -616,8 +612,9 @@ impl Gpu {
             // context's (owned: checked; raw: cuStreamGetCtx); grid,
             // block and shared memory follow the variant's KernelConfig, checked and given its dynamic shared memory
             // limit when the module was loaded. The sm_90a tensor maps describe exactly A's nnzb * bs^2 values,
-            // B's K x N span in its layout and (c_tma) C's M x N span in its layout (a nonempty A: Gpu::kernel picks those kernels
-            // only with blocks), so every TMA box lies in memory the views cover, reads as zero or is not written.
+            // B's K x N span in its layout and (c_tma) C's M x N span in its layout (a nonempty A: Gpu::kernel picks
+            // those kernels only with blocks), so every TMA box lies in memory the views cover, reads as zero or is
+            // not written.
             // `args` and the parameters it points to outlive the call, which copies them. With split rows, the
             // workspace holds the launch's partial tiles and counters (split_choice; the sizes of `need`), and no
             // other launch uses them meanwhile (SplitWorkspace::ordered, or a GraphSpace allocated for this launch,
