@@ -174,6 +174,10 @@ pub struct KernelChoiceArgs {
     /// How the sm_90a kernels (bs 64 and 128 on an H100/H200) take their tiles.
     #[arg(long, value_enum, default_value_t = ScheduleArg::Auto, help_heading = "Kernel choice (for comparisons)")]
     pub schedule: ScheduleArg,
+    /// Plan launches for at most this many SMs (`Policy::sm_limit`): the sm_90a kernels' persistent grid holds
+    /// that many CTAs per CTA slot of an SM, the other kernels size their decisions for it.
+    #[arg(long, value_name = "SMS", help_heading = "Kernel choice (for comparisons)")]
+    pub sm_limit: Option<std::num::NonZeroU32>,
 }
 
 impl KernelChoiceArgs {
@@ -189,6 +193,7 @@ impl KernelChoiceArgs {
             programmatic: module.programmatic(),
             row_split: self.split,
             tile_schedule: self.schedule.into(),
+            sm_limit: self.sm_limit,
             ..Policy::default()
         }
     }

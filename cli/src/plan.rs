@@ -28,6 +28,9 @@ pub struct PlanArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Plan for at most this many SMs (`Policy::sm_limit`), leaving the rest to other work.
+    #[arg(long, value_name = "SMS")]
+    sm_limit: Option<std::num::NonZeroU32>,
     /// Print the planner's rules instead: every threshold, its value, what it decides and the measurement that
     /// set it.
     #[arg(long)]
@@ -75,11 +78,12 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, sparsek::Error> {
         }
     );
     let ep = Epilogue::new(1.0, args.beta);
+    let policy = Policy { sm_limit: args.sm_limit, ..Policy::default() };
     let layouts = (Layout::RowMajor, Layout::RowMajor);
     let gpu = match args.preset {
         Some(_) => None,
         None => match Gpu::new(args.device) {
-            Ok(g) => Some(g),
+            Ok(g) => Some(g.with_policy(policy)),
             Err(e) => {
                 println!("no GPU ({e}): planning for an h100 (estimated occupancy)");
                 None
@@ -110,7 +114,7 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, sparsek::Error> {
                 ..uploaded_problem(a.block_size(), (m, k, n), &lengths)
             };
             println!("device    {preset:?} preset (occupancy estimated from shared memory and threads), no plan cache");
-            sparsek::plan::plan(&problem, &device, &Policy::default(), None)?
+            sparsek::plan::plan(&problem, &device, &policy, None)?
         }
     };
     println!("plan      {plan}");

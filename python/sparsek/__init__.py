@@ -21,6 +21,7 @@ with :func:`bsr_transpose_index`, the transposed index they read, built once per
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import torch
@@ -41,6 +42,10 @@ __all__ = [
     "device_info",
     "set_programmatic_launch",
     "programmatic_launch",
+    "set_sm_limit",
+    "sm_limit",
+    "limit_sms",
+    "last_plan",
     "set_activation_backward",
     "activation_backward",
     "ACTIVATIONS",
@@ -247,6 +252,54 @@ def set_programmatic_launch(enabled: bool) -> None:
 def programmatic_launch() -> bool:
     """The setting of :func:`set_programmatic_launch`."""
     return _native.programmatic_launch()
+
+
+def set_sm_limit(sms: int | None) -> None:
+    """Plans later CUDA products for at most ``sms`` SMs (``None``, the default: every SM), process-wide, so that
+    work on other streams keeps the rest: another model on the same GPU, or a collective overlapping the products
+    (measured for a tensor-parallel MLP block on two H200s, where it did not pay: docs/perf-notes.md, "Issue 45: the
+    SM-limited overlap").
+
+    On an H100/H200, the products of more than 64 columns at block sizes 64 and 128 (the sm_90a kernels) then run a
+    persistent grid of ``sms`` CTAs, one per SM. The other kernels (few columns, block sizes 16 and 32, other GPUs)
+    run a CTA per tile that the GPU spreads over every SM; they only size their work split for ``sms``. Results are
+    the same bits wherever the work is split the same way (:func:`last_plan` shows the plan; it ends with
+    ``planned for N SMs (limit)``). Each distinct limit opens its own copy of the kernels on first use (about
+    0.4 s). ``ValueError`` for 0 or a negative number. See also :func:`limit_sms`."""
+    if sms is not None:
+        if isinstance(sms, bool) or not isinstance(sms, int):
+            raise TypeError(f"sparsek: sms is an int or None, got {type(sms).__name__}")
+        if sms < 1:
+            raise ValueError(f"sparsek: an SM limit is at least 1 (None: every SM), got {sms}")
+    _native.set_sm_limit(sms)
+
+
+def sm_limit() -> int | None:
+    """The setting of :func:`set_sm_limit` (``None``: every SM)."""
+    return _native.sm_limit()
+
+
+@contextlib.contextmanager
+def limit_sms(sms: int | None):
+    """:func:`set_sm_limit` for the products queued inside the ``with`` block, restoring the previous setting on
+    exit (also on an exception). The setting is process-wide, not per thread."""
+    before = sm_limit()
+    set_sm_limit(sms)
+    try:
+        yield
+    finally:
+        _native.set_sm_limit(before)
+
+
+def last_plan(device: int | torch.device | None = None) -> str | None:
+    """The plan of the last CUDA product queued on ``device`` (default: the current one) under the current
+    settings, on one line: the kernel, how the work was split, the grid and the launch attributes (what ``sparsek
+    plan`` prints); ``None`` before the first, and without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    index = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+    index = index.index if index.index is not None else torch.cuda.current_device()
+    return _native.last_plan(index)
 
 
 from . import nn  # noqa: E402  (nn uses the ops registered above)

@@ -10,7 +10,8 @@
 //! memory) or `RuntimeError` (driver, device, module), carrying the library's message.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
@@ -61,28 +62,35 @@ fn error_class(e: &Error) -> ErrorClass {
 /// `Policy::programmatic`). Process-wide, off until the caller says otherwise.
 static PROGRAMMATIC: AtomicBool = AtomicBool::new(false);
 
-/// The opened `Gpu`s, keyed by (device ordinal, programmatic launch).
-type Gpus = Mutex<HashMap<(usize, bool), Arc<Gpu>>>;
+/// The SMs later products are planned for (`set_sm_limit`; `Policy::sm_limit`): 0 for all of them. Process-wide.
+static SM_LIMIT: AtomicU32 = AtomicU32::new(0);
+
+/// The opened `Gpu`s, keyed by (device ordinal, programmatic launch, SM limit).
+type GpuKey = (usize, bool, u32);
+type Gpus = Mutex<HashMap<GpuKey, Arc<Gpu>>>;
 static GPUS: OnceLock<Gpus> = OnceLock::new();
 
-/// `gpu`'s `Gpu` for the current setting if it is open already (the native operators never open one).
-fn opened_gpu(ordinal: usize) -> Option<Arc<Gpu>> {
-    let key = (ordinal, PROGRAMMATIC.load(Ordering::Relaxed));
-    GPUS.get()?.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
+/// The key of `ordinal`'s `Gpu` under the current settings.
+fn gpu_key(ordinal: usize) -> GpuKey {
+    (ordinal, PROGRAMMATIC.load(Ordering::Relaxed), SM_LIMIT.load(Ordering::Relaxed))
 }
 
-/// One `Gpu` per device ordinal and programmatic-launch setting, opened on first use (the module load takes about
-/// 0.4 s) and kept for the life of the process. It holds the device's primary context, the one PyTorch uses.
+/// `gpu`'s `Gpu` for the current settings if it is open already (the native operators never open one).
+fn opened_gpu(ordinal: usize) -> Option<Arc<Gpu>> {
+    GPUS.get()?.lock().unwrap_or_else(PoisonError::into_inner).get(&gpu_key(ordinal)).cloned()
+}
+
+/// One `Gpu` per device ordinal and setting (programmatic launch, SM limit), opened on first use (the module load
+/// takes about 0.4 s) and kept for the life of the process. It holds the device's primary context, the one
+/// PyTorch uses.
 fn gpu(py: Python<'_>, ordinal: usize) -> PyResult<Arc<Gpu>> {
     let gpus = GPUS.get_or_init(Default::default);
-    let key = (ordinal, PROGRAMMATIC.load(Ordering::Relaxed));
+    let key = gpu_key(ordinal);
     if let Some(g) = gpus.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
         return Ok(g.clone());
     }
-    let opened = Arc::new(
-        py.detach(|| Gpu::new(ordinal).map(|g| g.with_policy(Policy { programmatic: key.1, ..Policy::default() })))
-            .map_err(to_py)?,
-    );
+    let policy = Policy { programmatic: key.1, sm_limit: NonZeroU32::new(key.2), ..Policy::default() };
+    let opened = Arc::new(py.detach(|| Gpu::new(ordinal).map(|g| g.with_policy(policy))).map_err(to_py)?);
     Ok(gpus.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_insert(opened).clone())
 }
 
@@ -765,6 +773,33 @@ fn programmatic_launch() -> bool {
     PROGRAMMATIC.load(Ordering::Relaxed)
 }
 
+/// Plans later products for at most `sms` SMs (`Policy::sm_limit`; `None`: all of them), process-wide, for
+/// every device. Errors: `ValueError` for 0.
+#[pyfunction]
+#[pyo3(signature = (sms))]
+fn set_sm_limit(sms: Option<u32>) -> PyResult<()> {
+    let value = match sms {
+        None => 0,
+        Some(0) => return Err(PyValueError::new_err("sparsek: an SM limit is at least 1 (None: every SM)")),
+        Some(n) => n,
+    };
+    SM_LIMIT.store(value, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The setting of `set_sm_limit` (`None`: every SM).
+#[pyfunction]
+fn sm_limit() -> Option<u32> {
+    NonZeroU32::new(SM_LIMIT.load(Ordering::Relaxed)).map(NonZeroU32::get)
+}
+
+/// The plan of the last product queued on GPU `device` under the current settings (`Gpu::last_plan`: its kernel,
+/// decomposition, grid and launch attributes on one line), or `None` before the first.
+#[pyfunction]
+fn last_plan(device: usize) -> Option<String> {
+    opened_gpu(device).and_then(|g| g.last_plan()).map(|p| p.to_string())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_spmm, m)?)?;
@@ -782,6 +817,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(set_programmatic_launch, m)?)?;
     m.add_function(wrap_pyfunction!(programmatic_launch, m)?)?;
+    m.add_function(wrap_pyfunction!(set_sm_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(sm_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(last_plan, m)?)?;
     native_ops::add_functions(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

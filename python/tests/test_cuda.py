@@ -347,6 +347,35 @@ def test_launches_carry_the_schedule_made_at_the_check(monkeypatch):
         _ops._schedule(torch.tensor([0, 3, 2], device="cuda"), 0)
 
 
+def test_sm_limit_holds_the_sm90a_grid_and_keeps_the_bits():
+    """Under set_sm_limit the plan says so and, on an H100/H200, the sm_90a kernels of many columns run a grid of
+    the limit's CTAs, one per SM; the outputs are the bits of the launches without a limit (the same kernel and
+    tiles). The limit applies to later products only, and lifting it gives the plain plan back."""
+    torch.manual_seed(seed_for("sm-limit"))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    lay = layer(1024, 4096, 64, 0.3, 60, dtype=torch.bfloat16)  # 64 block rows x 4 N tiles: more tiles than SMs
+    x = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = lay(x)
+        plain = sparsek.last_plan()
+        assert plain is not None and "(limit)" not in plain, plain
+        limit = max(1, sms - 24)
+        with sparsek.limit_sms(limit):
+            got = lay(x)
+            held = sparsek.last_plan()
+        torch.cuda.synchronize()
+    print(f"without a limit: {plain}\nwith {limit} of {sms} SMs: {held}")
+    check_layer(want, x, lay)
+    assert torch.equal(got, want)
+    assert held.endswith(f"; planned for {limit} SMs (limit)"), held
+    if sparsek.device_info()["hopper_module"] is not None:
+        assert held.startswith("sparsek_sm90_bs64_bf16") and f"; {limit} CTAs of" in held, held
+        assert f"; {sms} CTAs of" in plain, plain
+    with torch.no_grad():
+        again = lay(x)
+    assert torch.equal(again, want) and "(limit)" not in sparsek.last_plan()
+
+
 def test_programmatic_launch_chains_match_plain_ones():
     """With set_programmatic_launch(True) a chain of layers queued back to back (each reading the last one's
     output), eagerly and captured in a CUDA graph, gives the bits of the same chain launched plainly with a

@@ -266,6 +266,43 @@ def test_ops_are_registered_with_fake_kernels():
     assert y.shape == (2, 3, 64) and y.dtype == torch.float16
 
 
+def test_sm_limit_setting():
+    """The SM limit round-trips, is off by default, refuses 0, negatives and non-integers (changing nothing), and
+    limit_sms restores the previous setting on exit, also after an exception; on CPU tensors it changes nothing."""
+    assert sparsek.sm_limit() is None
+    try:
+        sparsek.set_sm_limit(100)
+        assert sparsek.sm_limit() == 100
+        for bad, err in ((0, ValueError), (-3, ValueError), (True, TypeError), (2.5, TypeError), ("8", TypeError)):
+            with pytest.raises(err, match="sms|SM limit"):
+                sparsek.set_sm_limit(bad)
+            assert sparsek.sm_limit() == 100
+        with sparsek.limit_sms(7):
+            assert sparsek.sm_limit() == 7
+            with sparsek.limit_sms(None):
+                assert sparsek.sm_limit() is None
+            assert sparsek.sm_limit() == 7
+        assert sparsek.sm_limit() == 100
+        with pytest.raises(RuntimeError, match="inside"):
+            with sparsek.limit_sms(5):
+                raise RuntimeError("inside")
+        assert sparsek.sm_limit() == 100
+        with pytest.raises(ValueError):
+            with sparsek.limit_sms(0):
+                pass
+        assert sparsek.sm_limit() == 100
+        gen = torch.Generator().manual_seed(seed_for("sm-limit-cpu"))
+        a, dense = random_bsr(64, 32, 16, 0.5, torch.float16, torch.int64, "cpu", gen)
+        b = randn(32, 5, dtype=torch.float16, device="cpu", gen=gen)
+        got = sparsek.bsr_mm(a, b, out_dtype=torch.float32)
+        assert_close(got, dense.double() @ b.double(), dense.double().abs() @ b.double().abs(), 32)
+        if not torch.cuda.is_available():
+            assert sparsek.last_plan() is None  # no CUDA product was queued
+    finally:
+        sparsek.set_sm_limit(None)
+    assert sparsek.sm_limit() is None
+
+
 def test_programmatic_launch_setting():
     """The setting round-trips and is off by default; without a GPU (or on CPU tensors) it changes nothing."""
     assert sparsek.programmatic_launch() is False

@@ -359,3 +359,52 @@ fn long_rows_split_on_the_sm90_kernels_match_the_oracle() {
         }
     }
 }
+
+/// `Policy::sm_limit`: the persistent grid holds at most the limit's CTAs (one per SM), with the counter and, when
+/// another decomposition is asked for, with a static stride instead of a CTA per tile; every result is exact
+/// (integer-valued cases against the oracle) and random values give the bits of the launches without a limit.
+#[test]
+fn an_sm_limit_holds_the_persistent_grid() {
+    let _shared = sparsek_tests::gpu_shared();
+    let test = "an_sm_limit_holds_the_persistent_grid";
+    let Some([free]) = hopper_gpus(test, [TileSchedule::Auto]) else { return };
+    let sms = free.info().sm_count as usize;
+    let limit = (sms / 3).max(1);
+    let limited = |schedule: TileSchedule| {
+        own_gpu(test, |g| {
+            g.with_policy(Policy {
+                tile_schedule: schedule,
+                sm_limit: std::num::NonZeroU32::new(limit as u32),
+                ..test_policy()
+            })
+        })
+        .expect("a second Gpu")
+    };
+    let (held, held_per_tile) = (limited(TileSchedule::Auto), limited(TileSchedule::PerTile));
+    for (bs, rows, cols, n) in [(64usize, 2 * sms, 20usize, 520usize), (128, sms, 9, 777), (64, 3, 40, 300)] {
+        for (pattern, density, beta) in [(Pattern::Uniform, 0.5, 0.0f32), (Pattern::Skewed, 0.4, 1.0)] {
+            let (m, k) = (rows * bs, cols * bs);
+            let (a, b, c0) = exact_operands(pattern, (m, k, n), bs, density, beta, (bs * 31 + rows + n) as u64);
+            let ep = Epilogue::new(1.0, beta);
+            let ctx = format!("bs{bs} {m}x{k}x{n} {pattern} {density} beta={beta} limit {limit} of {sms}");
+            let p = sm90_plan(&held, &a, n, &ctx);
+            assert!(p.tile_counter && p.ctas as usize <= limit && p.sm_limit == Some(limit as u32), "{ctx}: {p}");
+            let p = sm90_plan(&held_per_tile, &a, n, &ctx);
+            assert!(!p.tile_counter && p.ctas as usize <= limit, "{ctx}: a limit outranks a CTA per tile: {p}");
+            let expected = sparsek::cpu::reference(&a, &b, &c0, ep).unwrap();
+            for (what, gpu) in [("counter", &held), ("static stride", &held_per_tile)] {
+                let report = compare_exact(&spmm_planned(gpu, &a, &b, &c0, ep).0, &expected);
+                assert!(report.passed(), "{ctx}: {what}: {report}");
+            }
+        }
+    }
+    let a: Bsr<f16> = generate(Pattern::Uniform, 4096, 4096, 64, 0.12, 77).unwrap();
+    let b = Matrix::<f16>::random(4096, 1000, 5).unwrap();
+    let poisoned = Matrix::<f32>::filled(4096, 1000, 1000, f32::NAN).unwrap();
+    let ep = Epilogue::new(1.0, 0.0);
+    let want = spmm_planned(&free, &a, &b, &poisoned, ep).0;
+    for i in 0..3 {
+        let got = spmm_planned(&held, &a, &b, &poisoned, ep).0;
+        assert!(same_bits(&got, &want), "launch {i} under the limit differs from the launch without one");
+    }
+}

@@ -148,7 +148,7 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
             // The rows of A^T are A's block columns; each is a row of the forward's wide tile.
             let block_rows = cols / bs;
             let n_tiles = p.n.div_ceil(cfg.bn as usize);
-            let wave = (loaded.ctas_per_sm.max(1) * room.device.sm_count) as usize;
+            let wave = (loaded.ctas_per_sm.max(1) * room.sms()) as usize;
             let a_row_bytes = p.nnzb * bs * bs * 2 / block_rows.max(1);
             let b_tile_bytes = rows * cfg.bn as usize * 2;
             let group = raster_group_rows(block_rows, n_tiles, a_row_bytes, b_tile_bytes, wave, room.device.l2_bytes);
@@ -188,6 +188,7 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
         c_tma,
         programmatic: false,
         graph_workspace: false,
+        sm_limit: super::sm_limited(room).then(|| room.sms()),
     };
     Ok((plan, kernel))
 }

@@ -5,7 +5,7 @@
 use sparsek_layout::{InType, Layout, Op, OutType, Tile};
 
 use super::rules::*;
-use super::{DeviceFacts, KernelRef, Loaded, Policy, RowSplit};
+use super::{DeviceFacts, KernelRef, Loaded, Policy, RowSplit, SplitLimits};
 use crate::tune::{KernelFamily, Plan};
 
 /// A kernel of the catalog: where it is, and what was loaded.
@@ -33,6 +33,16 @@ pub(crate) fn find(
 }
 
 impl<'a> Room<'a> {
+    /// The SMs launches are planned for: the device's, or fewer under the policy's limit ([`Policy::sm_limit`]).
+    pub(crate) fn sms(&self) -> u32 {
+        self.policy.sm_limit.map_or(self.device.sm_count, |l| l.get().min(self.device.sm_count))
+    }
+
+    /// The split-row workspace's limits on [`Room::sms`] SMs.
+    pub(crate) fn limits(&self) -> SplitLimits {
+        SplitLimits::with_sms(self.sms() as usize)
+    }
+
     /// The product module's kernel of `tile`.
     pub(crate) fn product(&self, op: Op, bs: u32, types: (InType, Layout, OutType), tile: Tile) -> Option<Found<'a>> {
         find(&self.device.product, op, bs, types, tile).map(|(i, k)| (KernelRef::Product(i), k))
@@ -84,7 +94,7 @@ impl<'a> Room<'a> {
     }
 
     fn sm_count(&self) -> usize {
-        self.device.sm_count as usize
+        self.sms() as usize
     }
 
     /// Whether the mid family may take its tile of 64 columns for `n` columns over `nnzb` blocks of `bs`: always

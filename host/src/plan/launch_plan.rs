@@ -81,6 +81,9 @@ pub struct LaunchPlan {
     pub programmatic: bool,
     /// Captured into a CUDA graph with a workspace of its own (allocation, memset and free nodes).
     pub graph_workspace: bool,
+    /// The SMs the launch was planned for where the policy's limit held it below the device's
+    /// ([`Policy::sm_limit`](crate::plan::Policy::sm_limit)); `None`: every SM.
+    pub sm_limit: Option<u32>,
 }
 
 impl fmt::Display for LaunchPlan {
@@ -132,6 +135,9 @@ impl fmt::Display for LaunchPlan {
         if self.graph_workspace {
             write!(f, "; a graph-owned workspace")?;
         }
+        if let Some(sms) = self.sm_limit {
+            write!(f, "; planned for {sms} SMs (limit)")?;
+        }
         Ok(())
     }
 }
@@ -157,6 +163,7 @@ mod tests {
             c_tma: false,
             programmatic: false,
             graph_workspace: false,
+            sm_limit: None,
         };
         let text = plan.to_string();
         assert_eq!(

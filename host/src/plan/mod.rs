@@ -17,6 +17,8 @@ mod split;
 #[cfg(test)]
 mod tests;
 
+use std::num::NonZeroU32;
+
 use sparsek_layout::{InType, KernelConfig, Layout, Module, Op, OutType, Pipeline, Tile, Variant};
 
 pub(crate) use backward::plan_backward;
@@ -100,6 +102,19 @@ pub struct Policy {
     pub row_split: RowSplit,
     /// How the sm_90a kernels take their tiles.
     pub tile_schedule: TileSchedule,
+    /// Plan launches for at most this many SMs (default `None`: all of them; a limit above the device's SMs is
+    /// the device's), so that work on other streams keeps the rest: a second model, or a collective overlapping a
+    /// product (measured for tensor parallelism on two H200s, where it did not pay: docs/perf-notes.md, "Issue 45:
+    /// the SM-limited overlap"). Every decision that depends on the SMs (the kernel family's small-grid rules,
+    /// split rows, the flat list's CTAs, the waves and rasterization groups) is made for the limit, and the grid of
+    /// the forward product's sm_90a kernels is held to it: a persistent grid of at most `limit` x their CTAs per SM
+    /// (one per SM for every sm_90a kernel on an H100 and H200, whose shared memory takes a whole SM), taking tiles
+    /// from the counter where the stream can have it, else with a static stride ([`TileSchedule::Static`]) rather
+    /// than a CTA per tile. The product module's kernels (the decode, narrow, mid and portable wide tiles; every
+    /// launch on a GPU without the sm_90a module) and the backward products run a CTA per tile or part, which the
+    /// hardware spreads over every SM: their grids are not held to it. The results are the same bits with or
+    /// without a limit wherever the decomposition is the same ([`LaunchPlan::sm_limit`] shows the limit).
+    pub sm_limit: Option<NonZeroU32>,
 }
 
 impl Default for Policy {
@@ -113,6 +128,7 @@ impl Default for Policy {
             programmatic: false,
             row_split: RowSplit::Auto,
             tile_schedule: TileSchedule::Auto,
+            sm_limit: None,
         }
     }
 }
@@ -198,10 +214,6 @@ impl DeviceFacts {
     /// Whether the sm_90a module is loaded.
     pub fn sm90a_loaded(&self) -> bool {
         !self.hopper.is_empty()
-    }
-
-    fn limits(&self) -> SplitLimits {
-        SplitLimits::with_sms(self.sm_count as usize)
     }
 }
 
@@ -453,8 +465,8 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
     let rows = p.block_rows();
     let block_rows = u32::try_from(rows).unwrap_or(u32::MAX);
     let max_row_blocks = p.max_row_blocks;
-    let sm_count = device.sm_count as usize;
-    let limits = device.limits();
+    let sm_count = room.sms() as usize;
+    let limits = room.limits();
     let chosen_cfg = chosen.loaded.variant.config;
     // Split rows, the flat list and the sm_90a tile counter need a workspace: the Gpu's own, or on a stream being
     // captured into a CUDA graph one allocated in the graph for this launch alone, where the device has
@@ -505,8 +517,14 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
     // the Gpu's counter without waiting for another stream (a captured launch has its own); else without it.
     let counter =
         hopper_kernel && workspace && policy.tile_schedule == TileSchedule::Auto && (captured || p.tile_counter_free);
-    let grid =
-        tile_grid(policy.tile_schedule, &cfg, (loaded.ctas_per_sm, device.sm_count), virtual_rows * n_tiles, counter);
+    // Under an SM limit a grid of a CTA per tile would spread over every SM: without the counter the grid stays
+    // persistent, with a static stride.
+    let limited = sm_limited(room);
+    let schedule = match policy.tile_schedule {
+        TileSchedule::Auto | TileSchedule::PerTile if limited && !counter => TileSchedule::Static,
+        s => s,
+    };
+    let grid = tile_grid(schedule, &cfg, (loaded.ctas_per_sm, room.sms()), virtual_rows * n_tiles, counter);
     // How the work is split (at most one of the three: the flat kernel and the split-row tiles run the CpAsync
     // pipeline, the sm_90a ones TmaWgmma), and what the launch takes of the workspace for it.
     let (decomposition, need) = match (flat, split, hopper_split) {
@@ -550,7 +568,7 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
         if cfg.pingpong() {
             return block_rows;
         }
-        let wave = (loaded.ctas_per_sm.max(1) * device.sm_count) as usize;
+        let wave = (loaded.ctas_per_sm.max(1) * room.sms()) as usize;
         let a_row_bytes = nnzb * bs * bs * 2 / rows.max(1);
         let b_tile_bytes = k * cfg.bn as usize * 2;
         raster_group_rows(rows, n_tiles, a_row_bytes, b_tile_bytes, wave, device.l2_bytes)
@@ -589,6 +607,7 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
         c_tma,
         programmatic,
         graph_workspace,
+        sm_limit: limited.then(|| room.sms()),
     };
     Ok(Decision { plan, kernel, need })
 }
@@ -670,7 +689,7 @@ pub(crate) fn flat_for(
     // FLAT64_CONFIGS), so the rule is decided before the kernel table is searched: a launch that Auto keeps on
     // whole rows pays no lookup.
     let cfg = v.config;
-    let sm_count = room.device.sm_count as usize;
+    let sm_count = room.sms() as usize;
     let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
     let wanted = match room.policy.row_split {
         RowSplit::Flat(k) => k,
@@ -681,7 +700,7 @@ pub(crate) fn flat_for(
     };
     let (r, flat) = room.product(v.op, v.bs, (v.input, v.b_layout, v.out), tile)?;
     let per_sm = if wanted == 0 { flat.ctas_per_sm } else { wanted.min(flat.ctas_per_sm) };
-    let g = flat_ctas(&cfg, (nnzb, n_tiles), per_sm as usize * sm_count, room.device.limits())?;
+    let g = flat_ctas(&cfg, (nnzb, n_tiles), per_sm as usize * sm_count, room.limits())?;
     Some((r, *flat, g))
 }
 
@@ -723,10 +742,15 @@ pub(crate) fn hopper_split_for(
     (lengths, nnzb): (&[u32], usize),
     n: usize,
 ) -> Option<HopperSplit> {
-    let sm_count = room.device.sm_count as usize;
+    let sm_count = room.sms() as usize;
     let workers = ctas_per_sm as usize * sm_count * if cfg.pingpong() { 2 } else { 1 };
     let n_tiles = n.div_ceil(cfg.bn.max(1) as usize);
-    hopper_split_choice(cfg, room.policy.row_split, lengths, (nnzb, n_tiles, workers), room.device.limits())
+    hopper_split_choice(cfg, room.policy.row_split, lengths, (nnzb, n_tiles, workers), room.limits())
+}
+
+/// Whether the policy's SM limit holds the room below the device's SMs ([`Policy::sm_limit`]).
+pub(crate) fn sm_limited(room: Room<'_>) -> bool {
+    room.sms() < room.device.sm_count
 }
 
 /// The grid of an sm_90a launch of `cfg` (`ctas_per_sm` of it on each of `sm_count` SMs) over `tiles` output tiles

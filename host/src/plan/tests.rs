@@ -423,3 +423,39 @@ fn the_tuner_measures_each_distinct_decomposition_once() {
         ["sm90a", "sm90a, a tile per CTA"]
     );
 }
+
+#[test]
+fn an_sm_limit_holds_the_sm90a_grid_and_sizes_every_decision() {
+    let limit = |n: u32| Policy { sm_limit: std::num::NonZeroU32::new(n), ..Policy::default() };
+    // The MLP's up layer at 1024 tokens (5504 x 4096 bs 64 25%): a persistent grid of one CTA per SM.
+    let up = Problem { max_row_blocks: Some(25), ..Problem::new(64, (5504, 4096, 1024), 1376) };
+    let all = planned(&up, &Policy::default());
+    assert_eq!((all.ctas, all.tile_counter, all.sm_limit), (132, true, None), "{all}");
+    let held = planned(&up, &limit(108));
+    assert_eq!((held.kernel, held.ctas, held.tile_counter, held.sm_limit), (all.kernel, 108, true, Some(108)));
+    assert!(held.to_string().ends_with("; planned for 108 SMs (limit)"), "{held}");
+    // Another stream holds the counter: still persistent, with a static stride, instead of a CTA per tile.
+    let busy = planned(&Problem { tile_counter_free: false, ..up }, &limit(108));
+    assert_eq!((busy.ctas, busy.tile_counter), (108, false), "{busy}");
+    let fixed = planned(
+        &Problem { tile_counter_free: false, ..up },
+        &Policy { tile_schedule: TileSchedule::PerTile, ..limit(108) },
+    );
+    assert_eq!((fixed.ctas, fixed.tile_counter), (108, false), "a limit outranks a CTA per tile: {fixed}");
+    // Without a limit and without the counter: a CTA per tile, as before.
+    assert!(planned(&Problem { tile_counter_free: false, ..up }, &Policy::default()).ctas > 132);
+    // A limit at or above the device's SMs is no limit.
+    for n in [132, 133, 100_000] {
+        assert_eq!(planned(&up, &limit(n)), all, "limit {n}");
+    }
+    // The product module's decisions are made for the limit: 8192^2 bs 128 22% at 16 columns splits its 64 rows
+    // into parts for 132 SMs, for fewer parts on 33.
+    let split = layer128(16);
+    let parts = |p: &LaunchPlan| match p.decomposition {
+        Decomposition::SplitRows { chunks, .. } => chunks,
+        _ => 1,
+    };
+    let (wide, narrow) = (planned(&split, &Policy::default()), planned(&split, &limit(33)));
+    assert!(parts(&narrow) < parts(&wide), "{wide} / {narrow}");
+    assert_eq!(narrow.sm_limit, Some(33));
+}
