@@ -23,13 +23,15 @@ Measures, bf16, block size 64, 25% of blocks, at 16 and 4096 tokens:
   2-GPU step that reduces it without overlapping compute;
 - ``skew``: the MLP block on a skewed weight (8% of the hidden block indices hold 50% of the blocks, of both up's
   block rows and down's block columns), ``balanced`` (strategy ``greedy``, and ``auto``'s pick) against ``equal``
-  ranges, with each shard's blocks and the imbalance.
+  ranges, with each shard's blocks and the imbalance; ``skew-up``: the skewed up layer's column shards alone (no
+  collective), the same strategies.
 
 Timing: after warm-up, a barrier, then CUDA events around ``--calls`` calls on every rank; the figure is the
 maximum over ranks (``all_reduce`` MAX), the median over ``--repeats`` rounds in which all cases are interleaved.
-At 16 tokens the 2-GPU sparse cases are also timed as a replayed CUDA graph when capturing the NCCL collectives
-works (else the output says why). Every case's output is checked first against the unsharded layer (sparse) or
-dense 1-GPU product (dense) with a bf16 tolerance; any failure is reported and the exit status is 1.
+At 16 tokens the 2-GPU sparse cases, and at 4096 the MLP block reducing in bf16, are also timed as a replayed CUDA
+graph when capturing the NCCL collectives works (else the output says why). Every case's output is checked first
+against the unsharded layer (sparse) or dense 1-GPU product (dense) with a bf16 tolerance; any failure is reported
+and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -167,8 +169,9 @@ def profile_cases(cases, tokens, prefix, rank):
     GPU time goes (kernels by total time; the trace shows the gaps and the collective's span)."""
     from torch.profiler import ProfilerActivity, profile
 
+    only = os.environ.get("BENCH_TP_PROFILE_ONLY")  # comma-separated names of the variants to profile
     chosen = [c for c in cases if c["layer"] == "mlp" and c["tokens"] == tokens and c["world"] > 1
-              and c["fn"] is not None]
+              and c["fn"] is not None and (not only or c["variant"] in only.split(","))]
     lines = []
     with torch.no_grad():
         for c in chosen:
@@ -291,9 +294,12 @@ def main():
         xh = torch.randn(t, h, generator=g).to(dtype).to(device)
         xh_local = xh[:, row_feat].contiguous()
         xh_dense = xh[:, lo:hi].contiguous()
+        refs = {}
         with torch.no_grad():
-            refs = {"col": col_l(xd), "row": row_l(xh), "mlp": down(up(xd)), "skew": sk_down(sk_up(xd)),
-                    "dcol": dense_col_1(xd), "drow": dense_row_1(xh), "dmlp": dense_mlp_1(xd)}
+            for s_, (u_, _) in skew_shards.items():  # the up shards' own features: no collective
+                refs[f"skewup-{s_}"] = sk_up(xd).index_select(-1, u_.partition.features(rank).to(device))
+            refs |= {"col": col_l(xd), "row": row_l(xh), "mlp": down(up(xd)), "skew": sk_down(sk_up(xd)),
+                     "dcol": dense_col_1(xd), "drow": dense_row_1(xh), "dmlp": dense_mlp_1(xd)}
         spec = [
             ("col", "sparse-2gpu", world, lambda x=xd: col_s(x), "col"),
             ("col", "sparse-1gpu", 1, lambda x=xd: col_l(x), "col"),
@@ -313,6 +319,10 @@ def main():
         ]
         for s, (u, dn) in skew_shards.items():
             spec.append(("skew", f"sparse-2gpu-{s}", world, lambda x=xd, u=u, dn=dn: dn(u(x)), "skew"))
+        # The skewed up layer's shards alone (column-parallel, no gather: no collective): what balancing the blocks
+        # gives where the products are the whole step.
+        for s, (u, _) in skew_shards.items():
+            spec.append(("skew-up", f"sparse-2gpu-{s}", world, lambda x=xd, u=u: u(x), f"skewup-{s}"))
         for layer_name, variant, w_used, fn, ref_key in spec:
             active = w_used > 1 or rank == 0
             with torch.no_grad():
@@ -332,7 +342,9 @@ def main():
                 continue
             cases.append({"layer": layer_name, "variant": variant, "tokens": t, "world": w_used, "fn": fn,
                           "times": []})
-            if variant.startswith("sparse-2gpu") and t == small and device.type == "cuda" and not args.no_graphs:
+            # Graphs at the small token count, and at the large one for the MLP block reducing in bf16.
+            graphed = t == small or (layer_name == "mlp" and variant.startswith("sparse-2gpu-bf16-reduce"))
+            if variant.startswith("sparse-2gpu") and graphed and device.type == "cuda" and not args.no_graphs:
                 cases.append({"layer": layer_name, "variant": variant + "-graph", "tokens": t, "world": w_used,
                               "fn": None, "eager": fn, "times": []})
         # The collective alone: the all-reduce of a row-parallel output (tokens x d), in float32 (what the default
@@ -345,11 +357,10 @@ def main():
     for f in failures:
         log(f"bench_tp: FAILED {f}")
 
-    # CUDA graphs of the 2-GPU shards at the small token count (NCCL collectives captured).
-    graph_note = "not tried (no CUDA or --no-graphs)"
-    graph_cases = [c for c in cases if c["variant"].endswith("-graph")]
-    if graph_cases:
-        graph_note = "captured"
+    def capture(graph_cases):
+        """Captures each case's eager call into a CUDA graph (after 3 eager calls on a side stream), replays and
+        checks it; returns (note, cases to drop)."""
+        note = "captured"
         try:
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
@@ -380,13 +391,24 @@ def main():
                     fail = 1.0
             fail = max_over_ranks(fail, device)
             if fail:
-                graph_note = ("captured, but a replay's output was outside the tolerance of the eager one: graph "
-                              "times dropped")
-                cases = [c for c in cases if not c["variant"].endswith("-graph")]
+                return ("captured, but a replay's output was outside the tolerance of the eager one: graph times "
+                        "dropped"), graph_cases
         except Exception as e:  # noqa: BLE001
-            graph_note = f"capture failed ({type(e).__name__}: {str(e)[:200]}); 16 tokens timed eagerly only"
-            cases = [c for c in cases if not c["variant"].endswith("-graph")]
             torch.cuda.synchronize()
+            return f"capture failed ({type(e).__name__}: {str(e)[:200]}); timed eagerly only", graph_cases
+        return note, []
+
+    # CUDA graphs of the 2-GPU shards (NCCL collectives captured): at the small token count, then the large one.
+    graph_note = "not tried (no CUDA or --no-graphs)"
+    notes = []
+    for t in tokens_list:
+        group = [c for c in cases if c["variant"].endswith("-graph") and c["tokens"] == t]
+        if group:
+            note, drop = capture(group)
+            notes.append(f"{t} tokens: {note}")
+            cases = [c for c in cases if not any(c is d for d in drop)]
+    if notes:
+        graph_note = "; ".join(notes)
         log(f"bench_tp: CUDA graphs: {graph_note}")
 
     # Warm-up then interleaved timing.
@@ -432,14 +454,19 @@ def main():
         r = ratio(get("mlp", "sparse-1gpu", t), get("mlp", "sparse-2gpu", t))
         targets.append({"what": f"mlp 1gpu/2gpu at {t} tokens", "value": r,
                         "target": TARGET_MLP_SPEEDUP if t == big else None})
-        for v in ("bf16-reduce",):
+        for v in ("bf16-reduce", "bf16-reduce-graph"):
             r = ratio(get("mlp", "sparse-1gpu", t), get("mlp", f"sparse-2gpu-{v}", t))
+            if r is None and v != "bf16-reduce":
+                continue
             targets.append({"what": f"mlp 1gpu/2gpu ({v}) at {t} tokens", "value": r,
                             "target": TARGET_MLP_SPEEDUP if t == big else None})
         for s in ("greedy", "auto"):
             r = ratio(get("skew", "sparse-2gpu-equal", t), get("skew", f"sparse-2gpu-{s}", t))
             targets.append({"what": f"skew equal/{s} at {t} tokens", "value": r,
                             "target": TARGET_BALANCE_SPEEDUP if s == "greedy" and t == big else None})
+            r = ratio(get("skew-up", "sparse-2gpu-equal", t), get("skew-up", f"sparse-2gpu-{s}", t))
+            targets.append({"what": f"skew up shard alone (no collective) equal/{s} at {t} tokens", "value": r,
+                            "target": None})
     for tg in targets:
         tg["met"] = None if tg["target"] is None or tg["value"] is None else tg["value"] >= tg["target"]
 
@@ -447,7 +474,7 @@ def main():
         lines = [f"# bench_tp (issue 45): {m['device']} x{world}, {m['backend']}, torch {m['torch']}, driver "
                  f"{m['driver']}, commit {m['commit']}, {m['date']}", "",
                  f"bf16, block size {bs}, density {density}, d={d}, h={h}; ms per call, max over ranks, median of "
-                 f"{args.repeats} x {args.calls} calls. CUDA graphs at {small} tokens: {graph_note}.", ""]
+                 f"{args.repeats} x {args.calls} calls. CUDA graphs: {graph_note}.", ""]
         lines += ["## Correctness (vs the unsharded layer / dense 1-GPU)", "",
                   "| layer | variant | tokens | max abs err | tol | ok |", "|---|---|---|---|---|---|"]
         for c in checks:
