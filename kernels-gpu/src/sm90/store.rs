@@ -133,6 +133,21 @@ struct StageCtx<O> {
     warp_row: u32,
 }
 
+/// The staging buffer for the `staged`-th chunk (`staged % OUT_BUFS` of the warpgroup's, from `buf0`) and its
+/// `full` and `free` barriers (from `full0`, `free0`), once the `free` wait says the store that last read it has read
+/// it (a fresh barrier counts as released).
+///
+/// # Safety
+/// The buffers and barriers are this warpgroup's (as [`store_staged`] sets them up).
+#[inline(always)]
+unsafe fn claim_buffer<const OUT_BUFS: u32>((buf0, full0, free0): (u32, u32, u32), staged: u32) -> (u32, u32, u32) {
+    let b = staged % OUT_BUFS;
+    let (buf, full, free) = (buf0 + b * OUT_STAGE_BYTES, full0 + 16 * b, free0 + 16 * b);
+    // SAFETY: the caller's.
+    unsafe { ptx::mbarrier_wait(free, ((staged / OUT_BUFS) & 1) ^ 1) };
+    (buf, full, free)
+}
+
 /// Stages chunk `CI` (128 bytes of each of the warpgroup's 64 rows: columns `CI * 128 / O::BYTES ..` of `piece`,
 /// whose first column is C's `col`) in the next staging buffer and has the issuer store it (see
 /// [`store_staged`]); nothing when the chunk lies wholly past C's last column. Returns the new count of filled
@@ -183,11 +198,8 @@ unsafe fn stage_chunk<const CI: u32, const OUT_BUFS: u32, O: Output>(
             return staged;
         }
     }
-    let b = staged % OUT_BUFS;
-    let (buf, full, free) = (buf0 + b * OUT_STAGE_BYTES, full0 + 16 * b, free0 + 16 * b);
-    // SAFETY (whole chunk): this warpgroup's buffer and barriers; the `free` wait says the store that last read the
-    // buffer has read it (a fresh barrier counts as released).
-    unsafe { ptx::mbarrier_wait(free, ((staged / OUT_BUFS) & 1) ^ 1) };
+    // SAFETY (whole chunk): this warpgroup's buffer and barriers.
+    let (buf, full, free) = unsafe { claim_buffer::<OUT_BUFS>((buf0, full0, free0), staged) };
     for i in 0..tiles {
         let d = &piece[(CI * tiles + i) as usize];
         for half in 0..2 {
@@ -268,10 +280,8 @@ unsafe fn stage_chunk_t<const CI: u32, const OUT_BUFS: u32, O: Output>(
         // Nothing of this chunk is in C (the same for the whole warpgroup).
         return staged;
     }
-    let b = staged % OUT_BUFS;
-    let (buf, full, free) = (buf0 + b * OUT_STAGE_BYTES, full0 + 16 * b, free0 + 16 * b);
     // SAFETY (whole chunk): this warpgroup's buffer and barriers, as in stage_chunk.
-    unsafe { ptx::mbarrier_wait(free, ((staged / OUT_BUFS) & 1) ^ 1) };
+    let (buf, full, free) = unsafe { claim_buffer::<OUT_BUFS>((buf0, full0, free0), staged) };
     // Lane 8 j + r addresses line (2 i + j / 2) * 8 + r, unit (warp_row / 8 + j % 2) ^ r: 2048 i bytes plus an
     // offset of its own, the same for every i and chunk (one register, where a per-store address would be
     // computed ahead of the tile loop and held through it).
