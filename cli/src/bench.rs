@@ -174,8 +174,8 @@ pub struct KernelChoiceArgs {
     /// How the sm_90a kernels (bs 64 and 128 on an H100/H200) take their tiles.
     #[arg(long, value_enum, default_value_t = ScheduleArg::Auto, help_heading = "Kernel choice (for comparisons)")]
     pub schedule: ScheduleArg,
-    /// Plan launches for at most this many SMs (`Policy::sm_limit`): the sm_90a kernels' persistent grid holds
-    /// that many CTAs per CTA slot of an SM, the other kernels size their decisions for it.
+    /// Plan launches for at most this many SMs (`Policy::sm_limit`): the sm_90a kernels' persistent grid fills at
+    /// most that many SMs; the other kernels size their work split for them.
     #[arg(long, value_name = "SMS", help_heading = "Kernel choice (for comparisons)")]
     pub sm_limit: Option<std::num::NonZeroU32>,
 }

@@ -265,12 +265,14 @@ def set_sm_limit(sms: int | None) -> None:
     run a CTA per tile that the GPU spreads over every SM; they only size their work split for ``sms``. Results are
     the same bits wherever the work is split the same way (:func:`last_plan` shows the plan; it ends with
     ``planned for N SMs (limit)``). Each distinct limit opens its own copy of the kernels on first use (about
-    0.4 s). ``ValueError`` for 0 or a negative number. See also :func:`limit_sms`."""
+    0.4 s). A limit above the GPU's SMs is the GPU's. ``ValueError`` for 0 or a negative number, ``TypeError`` for
+    anything but an ``int`` or ``None``; either leaves the setting as it was. See also :func:`limit_sms`."""
     if sms is not None:
         if isinstance(sms, bool) or not isinstance(sms, int):
             raise TypeError(f"sparsek: sms is an int or None, got {type(sms).__name__}")
         if sms < 1:
             raise ValueError(f"sparsek: an SM limit is at least 1 (None: every SM), got {sms}")
+        sms = min(sms, 2**32 - 1)  # no GPU has more; the native setting is 32-bit
     _native.set_sm_limit(sms)
 
 

@@ -291,6 +291,9 @@ def test_sm_limit_setting():
             with sparsek.limit_sms(0):
                 pass
         assert sparsek.sm_limit() == 100
+        sparsek.set_sm_limit(2**40)  # beyond any GPU: the GPU's SMs
+        assert sparsek.sm_limit() == 2**32 - 1
+        sparsek.set_sm_limit(100)
         gen = torch.Generator().manual_seed(seed_for("sm-limit-cpu"))
         a, dense = random_bsr(64, 32, 16, 0.5, torch.float16, torch.int64, "cpu", gen)
         b = randn(32, 5, dtype=torch.float16, device="cpu", gen=gen)
