@@ -416,13 +416,29 @@ impl Gpu {
         {
             return not_device(format!("address {ptr:#x} is not memory the CUDA driver knows"));
         }
-        if ordinal != self.info().ordinal as i32 {
+        if ordinal != self.info().ordinal as i32 && !self.mapped_read_write(ptr) {
             return not_device(format!(
-                "address {ptr:#x} is memory of device {ordinal}; this Gpu is device {}",
+                "address {ptr:#x} is memory of device {ordinal}, not mapped for this Gpu's device {} (another \
+                 GPU's memory is taken where it is mapped read-write for this one, as torch's symmetric memory maps \
+                 its peers' buffers)",
                 self.info().ordinal
             ));
         }
         Ok(())
+    }
+
+    /// Whether `ptr` lies in a virtual-memory mapping (`cuMemMap`) that this GPU may read and write: another GPU's
+    /// memory reached over NVLink or PCIe, as torch's symmetric memory and NCCL's user buffers map their peers'
+    /// allocations. Any other address (an ordinary allocation of another device) answers `false`.
+    fn mapped_read_write(&self, ptr: CUdeviceptr) -> bool {
+        use cudarc::driver::sys::{CUmemAccess_flags, CUmemLocation, CUmemLocationType, cuMemGetAccess};
+        let location =
+            CUmemLocation { type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: self.info().ordinal as i32 };
+        let mut flags: std::ffi::c_ulonglong = 0;
+        // SAFETY: `flags` and `location` are valid for the call; for an address outside any cuMemMap mapping the
+        // driver returns an error and writes nothing.
+        let status = unsafe { cuMemGetAccess(&mut flags, &location, ptr) };
+        status.result().is_ok() && flags == CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE as u64
     }
 
     /// Validates everything the kernel relies on that the host can know (shapes, layouts, sizes against the
