@@ -169,6 +169,42 @@ fn captured_launches_balance_as_outside_a_graph() {
     captured_keeps_whole_rows(&auto, &whole, (&a, &b, &c), "4096x16x8192 bs64 uniform, f32 C");
 }
 
+/// An sm_90a launch of many waves of tiles (8192 x 2048 x 1024 bs 64: 1024 tiles and more, at least
+/// `GRAPH_COUNTER_MIN_WAVES` waves), captured: the persistent grid on the tile counter it runs on outside the graph,
+/// its counter in a workspace the graph owns (one allocation, memset and free node), and each replay the bits of the
+/// launch outside the graph (any tile order gives them: a tile is one CTA's). Without the sm_90a module (or with
+/// `SPARSEK_TEST_MODULE=sm80`) the launch has no tile counter: a skip line.
+#[test]
+fn a_captured_sm90_launch_of_many_waves_keeps_its_tile_counter() {
+    const TEST: &str = "a_captured_sm90_launch_of_many_waves_keeps_its_tile_counter";
+    let alone = gpu_alone();
+    let Some(gpu) = own_gpu(TEST, |g| g) else { return };
+    let ep = Epilogue::default();
+    let (a, b, c0) = operands::<f32>(Pattern::Uniform, (8192, 1024, 2048), 64, 0x9a);
+    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    let eager = planned_spmm(&gpu, &a_d, &b_d, &mut c_d, ep).unwrap_or_else(|e| panic!("{TEST}: {e}"));
+    if !eager.tile_counter {
+        println!("SKIP {TEST}: the launch runs no tile counter here (no sm_90a kernel): {eager}");
+        return;
+    }
+    let want = c_d.to_host().unwrap();
+    let sample = RowSample::Random { count: 256, seed: 0x9a };
+    let report = Expected::compute(&a, &b, &c0, ep, sample, |_, _| {}).unwrap().check(&want);
+    assert!(report.passed(), "{TEST}: outside a graph: {report}");
+    let stream = gpu.new_stream().unwrap();
+    let graph = capture(&gpu, &stream, (&a_d, &b_d, &mut c_d), TEST);
+    let captured = gpu.last_plan().unwrap_or_else(|| panic!("{TEST}: the captured launch recorded no plan"));
+    let same = (captured.kernel, captured.ctas, captured.tile_counter) == (eager.kernel, eager.ctas, true);
+    assert!(same && captured.graph_workspace, "{TEST}: captured {captured}, eager {eager}");
+    assert_graph_holds(&graph, &eager, 1, TEST);
+    for replay in 0..3 {
+        let got = replay_into(&gpu, (&graph, &stream), &mut c_d, &c0);
+        assert!(bits(&got) == bits(&want), "{TEST}: replay {replay} differs from the launch outside the graph");
+    }
+    drop(alone);
+}
+
 /// Two graphs of split launches (each over its own B and C) replayed while split launches outside any graph run on
 /// two more streams, all queued before any is waited for, five rounds: every output keeps the bits of its launch
 /// alone. A graph that used the Gpu's workspace would run unordered with those launches and mix their parts.

@@ -33,7 +33,7 @@ pub(crate) use split::{
     flat_auto_serves, flat_need, hopper_need, hopper_split_choice, rows_skewed, split_choice, split_need,
 };
 #[doc(hidden)]
-pub use split::{flat_ctas, graph_balance_pays};
+pub use split::{flat_ctas, graph_balance_pays, graph_counter_pays};
 
 pub(crate) use family::Room;
 
@@ -46,7 +46,7 @@ use rules::*;
 pub enum TileSchedule {
     /// A persistent grid taking tiles from a counter wherever it can have one (the Gpu's when its workspace exists
     /// and no other stream holds it; a launch being captured into a CUDA graph its own where
-    /// [`graph_balance_pays`] says so), else [`TileSchedule::PerTile`].
+    /// [`graph_balance_pays`] or [`graph_counter_pays`] says so), else [`TileSchedule::PerTile`].
     #[default]
     Auto,
     /// One tile per consumer set, CTAs handed out by the hardware as SMs free up: one CTA per tile, or per two
@@ -470,11 +470,14 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
     let chosen_cfg = chosen.loaded.variant.config;
     // Split rows, the flat list and the sm_90a tile counter need a workspace: the Gpu's own, or on a stream being
     // captured into a CUDA graph one allocated in the graph for this launch alone, where the device has
-    // stream-ordered allocation and the balance pays for the graph's three more nodes ([`graph_balance_pays`]);
-    // there the launch makes the choices it makes outside a graph, with the same bits.
+    // stream-ordered allocation and the balance (or, for the sm_90a kernels' many waves of tiles, the tile counter)
+    // pays for the graph's three more nodes ([`graph_balance_pays`], [`graph_counter_pays`]); there the launch
+    // makes the choices it makes outside a graph, with the same bits.
     let graph_pays = || {
         let whole_ctas = rows * chosen_cfg.slices() as usize * n.div_ceil(chosen_cfg.bn.max(1) as usize);
         graph_balance_pays((nnzb, rows, p.block_bytes()), max_row_blocks, whole_ctas, sm_count)
+            || (matches!(chosen_cfg.pipeline, Pipeline::TmaWgmma { .. })
+                && graph_counter_pays(whole_ctas, sm_count, chosen.loaded.ctas_per_sm as usize))
     };
     let workspace = device.workspace && (!captured || (device.graph_memory && graph_pays()));
     // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one, one

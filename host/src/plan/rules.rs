@@ -152,6 +152,11 @@ pub const HOPPER_SPLIT_MIN_SHARES: usize = 2;
 /// step 29, H100: 8192^2 bs 128 22%, 64 block rows on 132 SMs, 5-9% faster balanced).
 pub const GRAPH_BALANCE_SMS_PER_CTA: usize = 2;
 
+/// A captured sm_90a launch takes a graph-owned workspace for its tile counter from this many waves of tiles
+/// (docs/perf-notes.md, "Issue 45: sequence parallelism": two H200s, 2026-11-28, 8-10 waves 4-21% slower in a graph
+/// without it; H100, issue 12 step 29: 1-2 waves 3% slower with it; set between the two, 3-7 waves not measured).
+pub const GRAPH_COUNTER_MIN_WAVES: usize = 4;
+
 /// The flat block list on the narrow tiles needs a longest row at least this percent of the mean (15% over it):
 /// on rows of equal length, where every row is cut in two, it measured 4-6% slower than whole rows (H200,
 /// docs/perf-notes.md, issue 12 step 24).
@@ -373,6 +378,13 @@ pub static RULES: &[Rule] = &[
         "SMs per CTA",
         "a captured launch balances whole rows filling at most one SM in this many",
         "H100, docs/perf-notes.md issue 12 step 29",
+    ),
+    rule(
+        "GRAPH_COUNTER_MIN_WAVES",
+        GRAPH_COUNTER_MIN_WAVES,
+        "waves of tiles",
+        "a captured sm_90a launch takes a graph-owned workspace for its tile counter",
+        "two H200s, docs/perf-notes.md \"Issue 45: sequence parallelism\"",
     ),
     rule(
         "FLAT_AUTO_CTAS_PER_SM",

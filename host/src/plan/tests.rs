@@ -251,6 +251,26 @@ fn a_captured_launch_balances_only_where_it_pays() {
 }
 
 #[test]
+fn a_captured_sm90_launch_of_many_waves_keeps_its_tile_counter() {
+    let d = Policy::default();
+    // 8192 x 4096 x 8192 bs 128 22%: many waves of tiles. Outside a graph the persistent grid on the Gpu's counter;
+    // captured, the same on a graph-owned workspace (same grid, same bits).
+    let big = layer128(4096);
+    let outside = planned(&big, &d);
+    let inside = planned(&Problem { captured: true, ..big }, &d);
+    assert!(outside.tile_counter && !outside.graph_workspace, "{outside}");
+    assert!(inside.tile_counter && inside.graph_workspace, "{inside}");
+    assert_eq!((inside.ctas, inside.kernel), (outside.ctas, outside.kernel));
+    // Two waves (8192 x 512 x 8192): the counter outside the graph, one tile per CTA in it, as before.
+    assert!(planned(&layer128(512), &d).tile_counter);
+    let small = planned(&Problem { captured: true, ..layer128(512) }, &d);
+    assert!(!small.tile_counter && !small.graph_workspace, "{small}");
+    // The rule: at least GRAPH_COUNTER_MIN_WAVES waves of the grid.
+    assert!(graph_counter_pays(4 * 132, 132, 1) && !graph_counter_pays(4 * 132 - 1, 132, 1));
+    assert!(!graph_counter_pays(4 * 132, 132, 2) && graph_counter_pays(usize::MAX, usize::MAX, 2));
+}
+
+#[test]
 fn programmatic_launch_only_where_asked_possible_and_after_kernels() {
     let on = Policy { programmatic: true, ..Policy::default() };
     assert!(planned(&layer(16), &on).programmatic);
