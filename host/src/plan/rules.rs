@@ -153,8 +153,9 @@ pub const HOPPER_SPLIT_MIN_SHARES: usize = 2;
 pub const GRAPH_BALANCE_SMS_PER_CTA: usize = 2;
 
 /// A captured sm_90a launch takes a graph-owned workspace for its tile counter from this many waves of tiles
-/// (docs/perf-notes.md, "Issue 45: sequence parallelism": two H200s, 2026-11-28, 8-10 waves 4-21% slower in a graph
-/// without it; H100, issue 12 step 29: 1-2 waves 3% slower with it; set between the two, 3-7 waves not measured).
+/// (docs/perf-notes.md, "Issue 45: sequence parallelism through symmetric memory": two H200s, 2026-11-28, 8-10 waves
+/// 4-21% slower in a graph without it; H100, issue 12 step 29: 1-2 waves 3% slower with it; set between the two, 3-7
+/// waves not measured).
 pub const GRAPH_COUNTER_MIN_WAVES: usize = 4;
 
 /// The flat block list on the narrow tiles needs a longest row at least this percent of the mean (15% over it):
@@ -384,7 +385,7 @@ pub static RULES: &[Rule] = &[
         GRAPH_COUNTER_MIN_WAVES,
         "waves of tiles",
         "a captured sm_90a launch takes a graph-owned workspace for its tile counter",
-        "two H200s, docs/perf-notes.md \"Issue 45: sequence parallelism\"",
+        "two H200s, docs/perf-notes.md \"Issue 45: sequence parallelism through symmetric memory\"",
     ),
     rule(
         "FLAT_AUTO_CTAS_PER_SM",

@@ -244,15 +244,15 @@ pub fn graph_balance_pays(
         || (whole_ctas.saturating_mul(GRAPH_BALANCE_SMS_PER_CTA) <= sm_count && long_rows)
 }
 
-/// Whether a launch of an sm_90a kernel over `tiles` output tiles, on a stream being captured into a CUDA graph,
-/// takes a workspace of its own in the graph (an allocation, a memset and a free node) for the tile counter, the
-/// persistent grid it runs on outside a graph: where the tiles fill at least `GRAPH_COUNTER_MIN_WAVES` (4) waves of
-/// `sm_count` x `ctas_per_sm` CTAs. Without it the captured launch ran one CTA per tile: on two H200s
-/// (docs/perf-notes.md, "Issue 45: sequence parallelism", 2026-11-28) a tensor-parallel MLP's up shard (5504 x 4096
-/// bs 64 25% with SiLU, N 4096: 86 x 16 tiles, 10 waves) took 0.1245 ms a launch in a graph against 0.1028 queued,
-/// its down shard (4096 x 5504, N 4096: 1024 tiles, 8 waves) 0.1031 against 0.0989; with the counter 0.1046 and
-/// 0.1006 (queued 0.1048 and 0.0999). At 1-2 waves (8192 x 512 x 8192 bs 128 22%, H100, issue 12 step 29) the
-/// three nodes cost more than the counter gained (3%).
+/// Whether a launch of an sm_90a kernel over `tiles` output tiles, on a stream being captured into a CUDA graph, takes
+/// a workspace of its own in the graph (an allocation, a memset and a free node) for the tile counter, the persistent
+/// grid it runs on outside a graph: where the tiles fill at least `GRAPH_COUNTER_MIN_WAVES` (4) waves of `sm_count` x
+/// `ctas_per_sm` CTAs. Without it the captured launch ran one CTA per tile: on two H200s (docs/perf-notes.md, "Issue
+/// 45: sequence parallelism through symmetric memory", 2026-11-28) a tensor-parallel MLP's up shard (5504 x 4096 bs 64
+/// 25% with SiLU, N 4096: 86 x 16 tiles, 10 waves) took 0.1245 ms a launch in a graph against 0.1028 queued, its down
+/// shard (4096 x 5504, N 4096: 1024 tiles, 8 waves) 0.1031 against 0.0989; with the counter 0.1046 and 0.1006 (queued
+/// 0.1048 and 0.0999). At 1-2 waves (8192 x 512 x 8192 bs 128 22%, H100, issue 12 step 29) the three nodes cost more
+/// than the counter gained (3%).
 pub fn graph_counter_pays(tiles: usize, sm_count: usize, ctas_per_sm: usize) -> bool {
     tiles >= GRAPH_COUNTER_MIN_WAVES.saturating_mul(sm_count).saturating_mul(ctas_per_sm.max(1))
 }
