@@ -19,6 +19,10 @@ Measures, bf16, block size 64, 25% of blocks, at 16 and 4096 tokens:
   dense weights with ``all_reduce`` / ``all_gather``, written here) and ``dense-1gpu`` (``nn.functional.linear``);
 - ``sparse-2gpu-bf16-reduce``: the row-parallel shard (alone and as the MLP's down) reducing in bf16
   (``reduce_dtype``, Megatron's precision) instead of float32;
+- ``sparse-2gpu-seqpar`` / ``-seqpar-nccl``: the MLP block in the sequence-parallel layout
+  (:func:`sparsek.distributed.sequence_parallel_mlp`, bf16 reduction): each rank takes its half of the tokens and
+  returns its half of the output; communication through torch's symmetric memory (copy engines and the kernel's
+  own stores into the peer, ``comm="auto"``) or NCCL's all-gather and reduce-scatter (``comm="nccl"``);
 - ``comm``: the all-reduce alone of a row-parallel output (tokens x 4096) in float32 and bf16: the floor of a
   2-GPU step that reduces it without overlapping compute;
 - ``skew``: the MLP block on a skewed weight (8% of the hidden block indices hold 50% of the blocks, of both up's
@@ -242,6 +246,10 @@ def main():
     # The same shards reducing in the layers' bf16 (Megatron's precision): half the bytes all-reduced.
     row_s16 = sd.row_parallel(row_l, input_is_parallel=True, reduce_dtype=dtype)
     mlp_down16 = sd.row_parallel(down, input_is_parallel=True, partition=mlp_down.partition, reduce_dtype=dtype)
+    # The sequence-parallel block (tokens split at both ends): symmetric memory (comm="auto" on NCCL) and NCCL's
+    # all-gather + reduce-scatter.
+    mlp_sp = sd.sequence_parallel_mlp(up, down, reduce_dtype=dtype)
+    mlp_sp_nccl = sd.sequence_parallel_mlp(up, down, reduce_dtype=dtype, comm="nccl")
     row_feat = row_s.partition.features(rank).to(device)
     skew_shards = {s: sd.shard_mlp(sk_up, sk_down, strategy=s) for s in ("greedy", "auto", "equal")}
 
@@ -300,6 +308,9 @@ def main():
                 refs[f"skewup-{s_}"] = sk_up(xd).index_select(-1, u_.partition.features(rank).to(device))
             refs |= {"col": col_l(xd), "row": row_l(xh), "mlp": down(up(xd)), "skew": sk_down(sk_up(xd)),
                      "dcol": dense_col_1(xd), "drow": dense_row_1(xh), "dmlp": dense_mlp_1(xd)}
+        mine = slice(rank * t // world, (rank + 1) * t // world)
+        refs["mlp-mine"] = refs["mlp"][mine]
+        xd_mine = xd[mine].contiguous()
         spec = [
             ("col", "sparse-2gpu", world, lambda x=xd: col_s(x), "col"),
             ("col", "sparse-1gpu", 1, lambda x=xd: col_l(x), "col"),
@@ -312,6 +323,8 @@ def main():
             ("row", "dense-1gpu", 1, lambda x=xh: dense_row_1(x), "drow"),
             ("mlp", "sparse-2gpu", world, lambda x=xd: mlp_down(mlp_up(x)), "mlp"),
             ("mlp", "sparse-2gpu-bf16-reduce", world, lambda x=xd: mlp_down16(mlp_up(x)), "mlp"),
+            ("mlp", "sparse-2gpu-seqpar", world, lambda x=xd_mine: mlp_sp(x), "mlp-mine"),
+            ("mlp", "sparse-2gpu-seqpar-nccl", world, lambda x=xd_mine: mlp_sp_nccl(x), "mlp-mine"),
             ("mlp", "sparse-1gpu", 1, lambda x=xd: down(up(x)), "mlp"),
             ("mlp", "dense-2gpu", world, lambda x=xd: dense_mlp_2(x), "dmlp"),
             ("mlp", "dense-1gpu", 1, lambda x=xd: dense_mlp_1(x), "dmlp"),
@@ -343,7 +356,8 @@ def main():
             cases.append({"layer": layer_name, "variant": variant, "tokens": t, "world": w_used, "fn": fn,
                           "times": []})
             # Graphs at the small token count, and at the large one for the MLP block reducing in bf16.
-            graphed = t == small or (layer_name == "mlp" and variant.startswith("sparse-2gpu-bf16-reduce"))
+            graphed = t == small or (layer_name == "mlp" and (variant.startswith("sparse-2gpu-bf16-reduce")
+                                                              or variant.startswith("sparse-2gpu-seqpar")))
             if variant.startswith("sparse-2gpu") and graphed and device.type == "cuda" and not args.no_graphs:
                 cases.append({"layer": layer_name, "variant": variant + "-graph", "tokens": t, "world": w_used,
                               "fn": None, "eager": fn, "times": []})
@@ -454,7 +468,7 @@ def main():
         r = ratio(get("mlp", "sparse-1gpu", t), get("mlp", "sparse-2gpu", t))
         targets.append({"what": f"mlp 1gpu/2gpu at {t} tokens", "value": r,
                         "target": TARGET_MLP_SPEEDUP if t == big else None})
-        for v in ("bf16-reduce", "bf16-reduce-graph"):
+        for v in ("bf16-reduce", "bf16-reduce-graph", "seqpar", "seqpar-graph", "seqpar-nccl", "seqpar-nccl-graph"):
             r = ratio(get("mlp", "sparse-1gpu", t), get("mlp", f"sparse-2gpu-{v}", t))
             if r is None and v != "bf16-reduce":
                 continue

@@ -10,6 +10,11 @@ column- and row-parallel shards whose boundaries balance *stored blocks* across 
 - :func:`shard_mlp`: an (up, down) pair on ONE partition of the shared dimension, balancing both layers' blocks
   together: up column-parallel without gather, down row-parallel on its input features; nothing is communicated
   between the two.
+- :func:`sequence_parallel_mlp`: the same pair in the sequence-parallel layout (Megatron's; DTensor's ``Shard(0)``):
+  input and output split by tokens across the group, the input all-gathered and the partial products
+  reduce-scattered. On CUDA with an NCCL group both go through torch's symmetric memory where nothing needs a
+  gradient: the copy engines move the input and the kernel's epilogue stores the peers' partial products straight
+  into their memory over NVLink, so no SM runs a collective (:class:`SequenceParallelMLP`, ``comm``).
 - :class:`ColwiseBlockSparse`, :class:`RowwiseBlockSparse` and :func:`paired_styles`:
   ``torch.distributed.tensor.parallel.ParallelStyle`` s for ``parallelize_module`` (see their docs for how the
   module is converted in place).
@@ -63,6 +68,8 @@ __all__ = [
     "column_parallel",
     "row_parallel",
     "shard_mlp",
+    "sequence_parallel_mlp",
+    "SequenceParallelMLP",
     "ColumnParallelBlockSparseLinear",
     "RowParallelBlockSparseLinear",
     "ColwiseBlockSparse",
@@ -781,6 +788,301 @@ def shard_mlp(up: BlockSparseLinear, down: BlockSparseLinear, group=None, *, par
     down_shard = row_parallel(down, group, input_is_parallel=True, partition=p, reduce_dtype=reduce_dtype)
     up_shard.pair_partition = down_shard.pair_partition = p
     return up_shard, down_shard
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sequence parallelism: the MLP pair with its input and output split by tokens.
+
+
+def _is_nccl(group) -> bool:
+    try:
+        return dist.get_backend(group) == "nccl"
+    except (RuntimeError, ValueError):  # pragma: no cover - not initialised: _group_info has refused it already
+        return False
+
+
+def _all_gather_rows(x: torch.Tensor, group, world: int) -> torch.Tensor:
+    """The ranks' ``x`` (each the same shape) concatenated along dim 0, in rank order."""
+    x = x.contiguous()
+    if _is_nccl(group):
+        out = x.new_empty(world * x.shape[0], *x.shape[1:])
+        dist.all_gather_into_tensor(out, x, group=group)
+        return out
+    parts = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(parts, x, group=group)
+    return torch.cat(parts)
+
+
+def _reduce_scatter_rows(x: torch.Tensor, group, rank: int, world: int) -> torch.Tensor:
+    """This rank's ``1 / world`` of dim 0 of the ranks' ``x`` summed."""
+    n = x.shape[0] // world
+    if _is_nccl(group):
+        x = x.contiguous()
+        out = x.new_empty(n, *x.shape[1:])
+        dist.reduce_scatter_tensor(out, x, op=dist.ReduceOp.SUM, group=group)
+        return out
+    x = x.clone(memory_format=torch.contiguous_format)  # gloo has no reduce-scatter: the whole sum, then our rows
+    dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
+    return x[rank * n:(rank + 1) * n].clone()
+
+
+class _GatherTokens(torch.autograd.Function):
+    """Forward: the ranks' token shards concatenated (all-gather along dim 0); backward: the gradient summed over
+    the group, this rank's rows (reduce-scatter): each rank's shard used every token."""
+
+    @staticmethod
+    def forward(ctx, x, group, rank, world):
+        ctx.group, ctx.rank, ctx.world = group, rank, world
+        return _all_gather_rows(x, group, world)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _reduce_scatter_rows(grad, ctx.group, ctx.rank, ctx.world), None, None, None
+
+
+class _ScatterTokens(torch.autograd.Function):
+    """Forward: the partial products summed over the group, this rank's rows (reduce-scatter along dim 0);
+    backward: the ranks' output gradients concatenated (all-gather): every rank's partial reached every rank's
+    rows."""
+
+    @staticmethod
+    def forward(ctx, partial, group, rank, world):
+        ctx.group, ctx.world = group, world
+        return _reduce_scatter_rows(partial, group, rank, world)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_gather_rows(grad, ctx.group, ctx.world), None, None, None
+
+
+class _SymmetricExchange:
+    """The symmetric-memory buffers of a :class:`SequenceParallelMLP` (torch's ``_symmetric_memory``, every rank
+    mapping every peer's): ``X`` (world slots of ``cap`` rows x the input features: slot ``q`` holds rank ``q``'s
+    tokens) and ``R`` (world slots of ``cap`` rows x the output features in the reduction dtype: slot ``q`` holds
+    rank ``q``'s partial product of this rank's tokens). Made collectively on first use (every rank calls it with
+    the same shape, as every rank runs the same forward)."""
+
+    def __init__(self, group, rank, world, cap, d_in, d_out, io_dtype, red_dtype, device):
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.cap, self.d_in, self.d_out, self.io_dtype, self.red_dtype = cap, d_in, d_out, io_dtype, red_dtype
+        self.rank = rank
+        group = dist.group.WORLD if group is None else group
+        self.X = symm_mem.empty((world, cap, d_in), dtype=io_dtype, device=device)
+        self.R = symm_mem.empty((world, cap, d_out), dtype=red_dtype, device=device)
+        self.hX = symm_mem.rendezvous(self.X, group)
+        self.hR = symm_mem.rendezvous(self.R, group)
+        self.peers = [(rank + i) % world for i in range(1, world)]
+        self.side = torch.cuda.Stream(device)
+        self._views: dict[int, tuple[dict, dict]] = {}
+
+    def views(self, n: int):
+        """Per peer ``p``, for ``n`` rows: ``(x_to[p], r_to[p], x_from[p], r_from[p])``: this rank's slots in the
+        peer's ``X`` and ``R``, and the peer's slots in this rank's (made once per row count: a call's host time
+        is what eager tensor parallelism waits on)."""
+        v = self._views.get(n)
+        if v is None:
+            x_to = [self.hX.get_buffer(p, (n, self.d_in), self.io_dtype, self.rank * self.cap * self.d_in)
+                    for p in self.peers]
+            r_to = [self.hR.get_buffer(p, (n, self.d_out), self.red_dtype, self.rank * self.cap * self.d_out)
+                    for p in self.peers]
+            x_from = [self.X[p, :n] for p in self.peers]
+            r_from = [self.R[p, :n] for p in self.peers]
+            v = self._views[n] = list(zip(x_to, r_to, x_from, r_from))
+        return v
+
+
+_COMMS = ("auto", "symmetric", "nccl")
+
+
+class SequenceParallelMLP(torch.nn.Module):
+    """A tensor-parallel MLP pair in the sequence-parallel layout (made by :func:`sequence_parallel_mlp`): ``up``
+    column-parallel and ``down`` row-parallel on one partition of the hidden dimension, as :func:`shard_mlp` makes
+    them, with the tokens split across the ranks at both ends (Megatron's sequence parallelism; DTensor's
+    ``Shard(0)``). ``forward`` takes this rank's tokens ``(..., in_features)`` (its equal share of dim 0 of the whole
+    input flattened to rows, every rank the same count) and returns the MLP's output for those tokens: the input is
+    all-gathered, each rank computes its hidden features for every token and down's partial product, and the
+    partials are reduce-scattered (sum) back to the tokens' ranks, then the bias and down's activation.
+
+    ``comm``: ``"nccl"`` (all-gather and reduce-scatter collectives), ``"symmetric"`` (torch's symmetric memory:
+    the input rows copied into the peers' buffers by the copy engines while up runs on this rank's own rows, the
+    partial products of the peers' rows stored by the kernel straight into the peers' buffers over NVLink, one add
+    per peer; no SMs spent on communicating, no collective kernel; where nothing needs a gradient, on CUDA with an
+    NCCL group) or ``"auto"`` (the default: ``"symmetric"`` where it applies and the buffers can be made, else
+    ``"nccl"``). With autograd, or while a CUDA graph is captured before the buffers exist, the collectives run.
+    The submodules ``up`` and ``down`` are the shards, with their own state dicts, reports and ``full_layer``."""
+
+    def __init__(self, up: "ColumnParallelBlockSparseLinear", down: "RowParallelBlockSparseLinear",
+                 comm: str = "auto"):
+        super().__init__()
+        if comm not in _COMMS:
+            raise ValueError(f"sparsek: comm must be one of {_COMMS}, got {comm!r}")
+        if up.out_features != down.in_features or up.partition.ranks != down.partition.ranks:
+            raise ValueError("sparsek: up and down must be shards of one partition of the hidden dimension "
+                             "(build them with sequence_parallel_mlp or shard_mlp)")
+        self.up, self.down = up, down
+        self.comm = comm
+        self._exchange: _SymmetricExchange | None = None
+        self._symmetric_failed: str | None = None
+        self._nccl = _is_nccl(down.group)
+
+    @property
+    def group(self):
+        return self.down.group
+
+    @property
+    def rank(self) -> int:
+        return self.down.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.down.world_size
+
+    def extra_repr(self) -> str:
+        return f"sequence-parallel, comm={self.comm!r}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up, down = self.up, self.down
+        if x.shape[-1] != up.in_features:
+            raise ValueError(f"sparsek: x has {x.shape[-1]} features; this MLP takes {up.in_features}")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, up.in_features)
+        rdt = torch.float32 if down.reduce_dtype is None else down.reduce_dtype
+        grad = torch.is_grad_enabled() and (x2.requires_grad or any(p.requires_grad for p in self.parameters()))
+        world = self.world_size
+        if grad:
+            y = self._forward_autograd(x2, rdt)
+        elif world > 1 and (ex := self._symmetric(x2, rdt)) is not None:
+            y = self._forward_symmetric(x2, rdt, ex)
+        else:
+            y = self._forward_collectives(x2, rdt)
+        return y.to(x.dtype).reshape(*lead, down.out_features)
+
+    # The three ways.
+
+    def _forward_autograd(self, x2, rdt):
+        up, down, world = self.up, self.down, self.world_size
+        if world > 1:
+            x2 = (_GatherTokens.apply(x2, self.group, self.rank, world) if _needs_grad(x2)
+                  else _all_gather_rows(x2, self.group, world))
+        hid = BlockSparseLinear.forward(up, x2).to(down.values.dtype)  # (the base forward: no replicated-input copy)
+        partial = torch.ops.sparsek.bsr_mm(down.values, down.crow_indices, down.col_indices, down.out_features,
+                                           down.in_features, hid.t(), 1.0, rdt).t()
+        if world > 1:
+            partial = (_ScatterTokens.apply(partial, self.group, self.rank, world) if _needs_grad(partial)
+                       else _reduce_scatter_rows(partial, self.group, self.rank, world))
+        if down.bias is not None:
+            bias = down.bias
+            if world > 1 and _needs_grad(bias):
+                # Every rank adds the whole bias to its own tokens: its gradient is the sum over the ranks' tokens.
+                bias = _CopyToParallel.apply(bias, self.group)
+            partial = partial + bias.to(rdt)
+        return _ACT[down.activation](partial)
+
+    def _down_partial(self, hid, rdt, bias):
+        """``hid @ W_down_local^T`` (+ ``bias``) row-major in ``rdt``."""
+        down = self.down
+        v, c, i = down.values, down.crow_indices, down.col_indices
+        hid = hid.to(v.dtype)
+        if rdt == v.dtype:
+            return torch.ops.sparsek.linear(hid, v, c, i, down.in_features,
+                                            None if bias is None else bias.to(rdt), 0)
+        y = torch.empty(hid.shape[0], down.out_features, dtype=rdt, device=hid.device)
+        torch.ops.sparsek.bsr_mm_out(v, c, i, down.out_features, down.in_features, hid.t(), 1.0, 0.0, y.t())
+        if bias is not None:
+            y.add_(bias.to(rdt))
+        return y
+
+    def _forward_collectives(self, x2, rdt):
+        up, down, world = self.up, self.down, self.world_size
+        if world > 1:
+            x2 = _all_gather_rows(x2, self.group, world)
+        hid = BlockSparseLinear.forward(up, x2)
+        # The bias in the first rank's partial (added once in the sum).
+        y = self._down_partial(hid, rdt, down.bias if self.rank == 0 else None)
+        if world > 1:
+            y = _reduce_scatter_rows(y, self.group, self.rank, world)
+        return _ACT[down.activation](y)
+
+    def _symmetric(self, x2, rdt) -> _SymmetricExchange | None:
+        """The exchange for ``x2``'s rows, made (collectively) on first use; ``None`` where the collectives run."""
+        if self.comm == "nccl" or self._symmetric_failed is not None:
+            return None
+        up, n = self.up, x2.shape[0]
+        why = None
+        if not x2.is_cuda:
+            why = "the input is not on a CUDA device"
+        elif not self._nccl:
+            why = "the process group is not NCCL's"
+        elif x2.dtype != up.values.dtype or up.values.dtype != self.down.values.dtype:
+            why = f"the input ({x2.dtype}) is not the layers' values' dtype ({up.values.dtype})"
+        if why is not None:
+            if self.comm == "symmetric":
+                raise RuntimeError(f"sparsek: comm='symmetric' needs CUDA tensors, an NCCL group and an input of "
+                                   f"the values' dtype: {why}")
+            return None
+        ex = self._exchange
+        if ex is not None and ex.cap >= n and ex.red_dtype == rdt:
+            return ex
+        if torch.cuda.is_current_stream_capturing():
+            return None  # buffers cannot be made during a capture: the collectives are captured instead
+        cap = max(n, 2 * ex.cap if ex is not None else n)
+        err = None
+        try:
+            ex = _SymmetricExchange(self.group, self.rank, self.world_size, cap, up.in_features,
+                                    self.down.out_features, x2.dtype, rdt, x2.device)
+        except Exception as e:  # noqa: BLE001 - any failure to map the peers' memory: the collectives instead
+            err = f"{type(e).__name__}: {e}"
+        ok = torch.tensor([0 if err is None else 1], device=x2.device)
+        dist.all_reduce(ok, op=dist.ReduceOp.MAX, group=self.group)
+        if int(ok.item()) != 0:
+            self._symmetric_failed = err or "another rank could not map the symmetric buffers"
+            if self.comm == "symmetric":
+                raise RuntimeError(f"sparsek: comm='symmetric': {self._symmetric_failed}")
+            import warnings
+
+            warnings.warn(f"sparsek: symmetric memory unavailable, using NCCL collectives ({self._symmetric_failed})",
+                          RuntimeWarning, stacklevel=3)
+            return None
+        self._exchange = ex
+        return ex
+
+    def _forward_symmetric(self, x2, rdt, ex):
+        up, down, n = self.up, self.down, x2.shape[0]
+        x2 = x2.contiguous()
+        views = ex.views(n)
+        cur = torch.cuda.current_stream(x2.device)
+        # This rank's tokens into every peer's X (copy engines, beside up's product of them).
+        ex.side.wait_stream(cur)
+        with torch.cuda.stream(ex.side):
+            for x_to, _, _, _ in views:
+                x_to.copy_(x2)
+        hid_own = BlockSparseLinear.forward(up, x2)
+        cur.wait_stream(ex.side)
+        ex.hX.barrier()  # every rank's tokens are in place (and every peer is done with the last call's R)
+        v, c, i = down.values, down.crow_indices, down.col_indices
+        for _, r_to, x_from, _ in views:
+            hid = BlockSparseLinear.forward(up, x_from)
+            # The partial of the peer's tokens, stored by the kernel into the peer's R slot for this rank.
+            torch.ops.sparsek.bsr_mm_out(v, c, i, down.out_features, down.in_features, hid.t(), 1.0, 0.0, r_to.t())
+        y = self._down_partial(hid_own, rdt, down.bias)
+        ex.hR.barrier()  # every peer's partial of this rank's tokens has landed
+        for _, _, _, r_from in views:
+            y.add_(r_from)
+        return _ACT[down.activation](y)
+
+
+def sequence_parallel_mlp(up: BlockSparseLinear, down: BlockSparseLinear, group=None, *,
+                          partition: BlockPartition | None = None, strategy: str = "auto",
+                          threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None,
+                          comm: str = "auto") -> SequenceParallelMLP:
+    """The (up, down) pair sharded as :func:`shard_mlp` does (one partition of the hidden dimension, balanced on
+    both layers' blocks), in the sequence-parallel layout: a :class:`SequenceParallelMLP` whose input and output are
+    split by tokens across the group. ``reduce_dtype`` as for :func:`row_parallel`; ``comm`` see
+    :class:`SequenceParallelMLP`."""
+    up_s, down_s = shard_mlp(up, down, group, partition=partition, strategy=strategy, threshold=threshold,
+                             reduce_dtype=reduce_dtype)
+    return SequenceParallelMLP(up_s, down_s, comm)
 
 
 # ---------------------------------------------------------------------------------------------------------------

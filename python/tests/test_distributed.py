@@ -208,6 +208,73 @@ for _bs in (16, 64):
         case(f"row-reduce-in-{str(_dtype)[6:]}-bs{_bs}")(_reduce_in_io_dtype(_bs, _dtype))
 
 
+def _seqpar_case(bs, dtype, comm, reduce16):
+    def run(rank, device):
+        # The sequence-parallel pair: this rank's tokens in, this rank's tokens out, against the f64 product of the
+        # whole down layer on the single-process hidden features (the partials in float32, or rounded to the
+        # 16-bit type: three more roundings, as the row-parallel reduction in it).
+        gen = torch.Generator().manual_seed(seed_for("seqpar", bs, dtype, comm, reduce16))
+        feats = 8 * bs if bs <= 32 else 4 * bs
+        up = make_layer(feats, 2 * feats, bs, dtype, gen, skew="rows", activation="silu", device=device)
+        down = make_layer(2 * feats, feats, bs, dtype, gen, bias=True, activation="gelu_tanh" if bs == 16 else None,
+                          device=device)
+        mlp = sd.sequence_parallel_mlp(up, down, reduce_dtype=dtype if reduce16 else None, comm=comm)
+        assert mlp.up.partition.ranks == mlp.down.partition.ranks and mlp.world_size == WORLD
+        nccl = torch.device(device).type == "cuda"
+        symmetric = nccl and comm == "auto"
+        for lead in ((WORLD * 3, 5), (WORLD * 8,), (WORLD * 3, 5)):
+            x = torch.randn(*lead, feats, generator=gen).to(dtype).to(device)
+            n0 = lead[0] // WORLD
+            with torch.no_grad(), Counter() as c:
+                got = mlp(x[rank * n0:(rank + 1) * n0])
+                h = up(x)
+            rows = got.numel() // feats
+            assert got.shape == (n0, *lead[1:], feats) and got.dtype == dtype and got.is_contiguous()
+            ref, absp = reference(down, h)
+            mine = slice(rank * rows, (rank + 1) * rows)
+            assert_close(got.reshape(-1, feats), ref[mine], absp[mine], 2 * feats, down.activation,
+                         rounded_inputs=3 * UNIT_ROUNDOFF[dtype] if reduce16 else 0.0)
+            if symmetric:
+                # Symmetric memory: no collective at all (the first call of a new, larger shape agrees on the
+                # buffers with one all-reduce).
+                assert mlp._symmetric_failed is None, mlp._symmetric_failed
+                assert mlp._exchange is not None and c.calls in ([], ["all_reduce"]), c.calls
+            elif nccl:
+                assert c.calls == ["all_gather_into_tensor", "reduce_scatter_tensor"], c.calls
+            else:
+                assert mlp._exchange is None and c.calls == ["all_gather", "all_reduce"], c.calls
+    return run
+
+
+for _bs in (16, 64):
+    for _dtype in (torch.float16, torch.bfloat16):
+        for _comm in ("auto", "nccl"):
+            for _r16 in (False, True):
+                case(f"seqpar-mlp-bs{_bs}-{str(_dtype)[6:]}-{_comm}-reduce{'16' if _r16 else '32'}")(
+                    _seqpar_case(_bs, _dtype, _comm, _r16))
+
+
+@case("seqpar-mlp-errors")
+def _seqpar_errors(rank, device):
+    gen = torch.Generator().manual_seed(seed_for("seqpar-errors"))
+    up = make_layer(64, 128, 16, torch.bfloat16, gen, activation="silu", device=device)
+    down = make_layer(128, 64, 16, torch.bfloat16, gen, device=device)
+    with pytest.raises(ValueError, match="comm"):
+        sd.sequence_parallel_mlp(up, down, comm="mpi")
+    mlp = sd.sequence_parallel_mlp(up, down)
+    with pytest.raises(ValueError, match="features"):
+        mlp(torch.randn(4, 32, device=device).bfloat16())
+    _, d2 = sd.shard_mlp(up, down)
+    wide = make_layer(64, 256, 16, torch.bfloat16, gen, device=device)
+    with pytest.raises(ValueError, match="one partition"):
+        sd.SequenceParallelMLP(sd.column_parallel(wide, gather_output=False), d2)
+    if torch.device(device).type == "cpu":
+        # Symmetric memory is CUDA's: asked for on the CPU, a clear error (nothing communicated first).
+        forced = sd.sequence_parallel_mlp(up, down, comm="symmetric")
+        with torch.no_grad(), pytest.raises(RuntimeError, match="symmetric"):
+            forced(torch.randn(4, 64).bfloat16())
+
+
 @case("io-dtype-float32")
 def _io_dtype(rank, device):
     gen = torch.Generator().manual_seed(seed_for("io32"))

@@ -446,6 +446,64 @@ for _dtype in DTYPES:
     case(f"tp-mlp-{str(_dtype)[6:]}")(_tp_mlp_case(_dtype))
 
 
+def _seqpar_train_case(dtype):
+    def run(rank, device):
+        """The sequence-parallel pair trains: with each rank's loss on its own tokens (their sum is the loss of
+        the whole batch), every shard's gradients are its blocks of the single-process ones (down's bias, which
+        every rank adds to its own tokens, summed over the ranks) and each rank's input gradient is its rows of the
+        single process's."""
+        name = f"seqpar-mlp-{dtype}"
+        gen = torch.Generator().manual_seed(seed_for(name))
+        up = make_layer(128, 256, 32, dtype, gen, skew="rows", activation="silu", device=device).float()
+        down = make_layer(256, 128, 32, dtype, gen, activation=None, device=device).float()
+        for p in (*up.parameters(), *down.parameters()):
+            p.requires_grad_(True)
+        mlp = sd.sequence_parallel_mlp(up, down, strategy="greedy")
+        up_s, down_s = mlp.up, mlp.down
+        assert not up_s.pair_partition.contiguous
+        feats = up_s.partition.features(rank)
+        nccl = torch.device(device).type == "cuda"
+        for tokens in (3, 1):  # per rank
+            x = torch.randn(WORLD * tokens, 128, generator=gen).to(device)
+            t = torch.randn(WORLD * tokens, 128, generator=gen).to(device)
+            mine_rows = slice(rank * tokens, (rank + 1) * tokens)
+            x1, xs = x.clone().requires_grad_(True), x[mine_rows].clone().requires_grad_(True)
+            for p in (*up.parameters(), *down.parameters(), *mlp.parameters()):
+                p.grad = None
+            # The single process's loss: the sum over the ranks' mean losses.
+            sum(loss_fn(y, tt) for y, tt in zip(down(up(x1)).chunk(WORLD), t.chunk(WORLD))).backward()
+            with Counter() as fwd:
+                loss = loss_fn(mlp(xs), t[mine_rows])
+            with Counter() as bwd:
+                loss.backward()
+            gather, scatter = (("all_gather_into_tensor", "reduce_scatter_tensor") if nccl
+                               else ("all_gather", "all_reduce"))
+            # Backward: the two collectives' adjoints and the down bias's gradient summed over the ranks.
+            assert fwd.calls == [gather, scatter], fwd.calls
+            assert sorted(bwd.calls) == sorted([gather, scatter, "all_reduce"]), bwd.calls
+            what = f"{name} ({tokens} tokens a rank)"
+            check_grads({"up": dense_grad(up_s)}, {"up": dense_grad(up)[feats]}, None, dtype, what)
+            check_grads({"down": dense_grad(down_s)}, {"down": dense_grad(down)[:, feats]}, None, dtype, what)
+            check_grads({"up.bias": up_s.bias.grad, "down.bias": down_s.bias.grad},
+                        {"up.bias": up.bias.grad.float().cpu()[feats], "down.bias": down.bias.grad.float()},
+                        None, dtype, what)
+            check_grads({"x": xs.grad}, {"x": x1.grad[mine_rows]}, None, dtype, what)
+        # Under no_grad the same module answers alike (the fast path where it applies; the recorded forward applies
+        # up's SiLU to its rounded pre-activation, so the two differ by the values' roundings; test_distributed's
+        # seqpar cases check the no_grad output against the f64 product).
+        x = torch.randn(WORLD * 4, 128, generator=gen).to(device)
+        with torch.no_grad():
+            a = mlp(x[rank * 4:(rank + 1) * 4])
+        b = mlp(x[rank * 4:(rank + 1) * 4])
+        err, scale = (a - b.detach()).abs().max().item(), b.detach().abs().max().item()
+        assert b.requires_grad and err <= 4 * UNIT_ROUNDOFF[dtype] * scale, (err, scale)
+    return run
+
+
+for _dtype in DTYPES:
+    case(f"seqpar-mlp-{str(_dtype)[6:]}")(_seqpar_train_case(_dtype))
+
+
 @case("tp-parallelize-module-trains")
 def _tp_parallelize(rank, device):
     """parallelize_module with paired_styles on a trainable model: the converted layers still require grad (the
