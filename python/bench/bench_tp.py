@@ -18,7 +18,8 @@ Measures, bf16, block size 64, 25% of blocks, at 16 and 4096 tokens:
   at a barrier, in the same job, interleaved with the 2-GPU cases), ``dense-2gpu`` (a plain Megatron split of the
   dense weights with ``all_reduce`` / ``all_gather``, written here) and ``dense-1gpu`` (``nn.functional.linear``);
 - ``sparse-2gpu-bf16-reduce``: the row-parallel shard (alone and as the MLP's down) reducing in bf16
-  (``reduce_dtype``, Megatron's precision) instead of float32;
+  (``reduce_dtype``, Megatron's precision) instead of float32, ``comm="auto"`` (symmetric memory from
+  ``sparsek.distributed.SYMMETRIC_MIN_TOKENS`` tokens); ``-nccl``: the MLP's down with NCCL's all-reduce;
 - ``sparse-2gpu-seqpar`` / ``-seqpar-nccl``: the MLP block in the sequence-parallel layout
   (:func:`sparsek.distributed.sequence_parallel_mlp`, bf16 reduction): each rank takes its half of the tokens and
   returns its half of the output; communication through torch's symmetric memory (copy engines and the kernel's
@@ -246,6 +247,8 @@ def main():
     # The same shards reducing in the layers' bf16 (Megatron's precision): half the bytes all-reduced.
     row_s16 = sd.row_parallel(row_l, input_is_parallel=True, reduce_dtype=dtype)
     mlp_down16 = sd.row_parallel(down, input_is_parallel=True, partition=mlp_down.partition, reduce_dtype=dtype)
+    mlp_down16_nccl = sd.row_parallel(down, input_is_parallel=True, partition=mlp_down.partition, reduce_dtype=dtype,
+                                      comm="nccl")
     # The sequence-parallel block (tokens split at both ends): symmetric memory (comm="auto" on NCCL) and NCCL's
     # all-gather + reduce-scatter.
     mlp_sp = sd.sequence_parallel_mlp(up, down, reduce_dtype=dtype)
@@ -323,6 +326,7 @@ def main():
             ("row", "dense-1gpu", 1, lambda x=xh: dense_row_1(x), "drow"),
             ("mlp", "sparse-2gpu", world, lambda x=xd: mlp_down(mlp_up(x)), "mlp"),
             ("mlp", "sparse-2gpu-bf16-reduce", world, lambda x=xd: mlp_down16(mlp_up(x)), "mlp"),
+            ("mlp", "sparse-2gpu-bf16-reduce-nccl", world, lambda x=xd: mlp_down16_nccl(mlp_up(x)), "mlp"),
             ("mlp", "sparse-2gpu-seqpar", world, lambda x=xd_mine: mlp_sp(x), "mlp-mine"),
             ("mlp", "sparse-2gpu-seqpar-nccl", world, lambda x=xd_mine: mlp_sp_nccl(x), "mlp-mine"),
             ("mlp", "sparse-1gpu", 1, lambda x=xd: down(up(x)), "mlp"),
@@ -468,7 +472,8 @@ def main():
         r = ratio(get("mlp", "sparse-1gpu", t), get("mlp", "sparse-2gpu", t))
         targets.append({"what": f"mlp 1gpu/2gpu at {t} tokens", "value": r,
                         "target": TARGET_MLP_SPEEDUP if t == big else None})
-        for v in ("bf16-reduce", "bf16-reduce-graph", "seqpar", "seqpar-graph", "seqpar-nccl", "seqpar-nccl-graph"):
+        for v in ("bf16-reduce", "bf16-reduce-graph", "bf16-reduce-nccl", "bf16-reduce-nccl-graph", "seqpar",
+                  "seqpar-graph", "seqpar-nccl", "seqpar-nccl-graph"):
             r = ratio(get("mlp", "sparse-1gpu", t), get("mlp", f"sparse-2gpu-{v}", t))
             if r is None and v != "bf16-reduce":
                 continue

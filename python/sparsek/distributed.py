@@ -6,7 +6,9 @@ column- and row-parallel shards whose boundaries balance *stored blocks* across 
 - :func:`row_parallel` (input features split by block columns): every rank takes its own input features (or the
   whole input with ``input_is_parallel=False``), computes a partial product in float32, the partials are
   all-reduced (sum), and the bias and activation are applied once, after the sum, with a single rounding to the
-  output dtype.
+  output dtype. From :data:`SYMMETRIC_MIN_TOKENS` tokens on CUDA (``comm``), the sum goes through torch's
+  symmetric memory instead of NCCL's all-reduce: a reduce-scatter by the kernel's stores into the peers' memory
+  and an all-gather by the copy engines.
 - :func:`shard_mlp`: an (up, down) pair on ONE partition of the shared dimension, balancing both layers' blocks
   together: up column-parallel without gather, down row-parallel on its input features; nothing is communicated
   between the two.
@@ -70,6 +72,8 @@ __all__ = [
     "shard_mlp",
     "sequence_parallel_mlp",
     "SequenceParallelMLP",
+    "SYMMETRIC_MIN_TOKENS",
+    "SYMMETRIC_MIN_TOKENS_SEQPAR",
     "ColumnParallelBlockSparseLinear",
     "RowParallelBlockSparseLinear",
     "ColwiseBlockSparse",
@@ -623,7 +627,7 @@ class RowParallelBlockSparseLinear(_ShardBase):
     _layout = "row"
 
     @classmethod
-    def _build(cls, layer, group, rank, partition, input_is_parallel, reduce_dtype=None):
+    def _build(cls, layer, group, rank, partition, input_is_parallel, reduce_dtype=None, comm="auto"):
         values, crow, col = _take_cols(layer, partition.ranks[rank])
         device = layer.values.device
         self = cls(len(partition.ranks[rank]) * layer.block_size, layer.out_features, layer.block_size, values,
@@ -633,12 +637,14 @@ class RowParallelBlockSparseLinear(_ShardBase):
         self._requires_grad_as(layer)
         self.input_is_parallel = bool(input_is_parallel)
         self.reduce_dtype = _check_reduce_dtype(reduce_dtype, self.io_dtype)
+        self.comm = comm
+        self._symm = _Symmetric(comm, group, rank, partition.world_size)
         self.register_buffer("_input_index", partition.features(rank).to(device), persistent=False)
         return self
 
     def _slice(self, whole):
         return type(self)._build(whole, self.group, self.rank, self.partition, self.input_is_parallel,
-                                 self.reduce_dtype)
+                                 self.reduce_dtype, self.comm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         values = self.values
@@ -687,6 +693,12 @@ class RowParallelBlockSparseLinear(_ShardBase):
         the bias rides in the first rank's partial (``sparsek::linear``: added once in the sum, no pass of its
         own)."""
         values, crow, col = self.values, self.crow_indices, self.col_indices
+        if self.world_size > 1:
+            specs = {"R": (rdt, self.out_features), "G": (out_dtype, self.out_features)}
+            rows = -(-x2.shape[0] // self.world_size)
+            ex = self._symm.get(x2, x2.shape[0], rows, specs)
+            if ex is not None:
+                return self._forward_symmetric(x2, rdt, out_dtype, ex)
         if rdt != torch.float32:
             bias = self.bias if self.rank == 0 else None
             y = torch.ops.sparsek.linear(x2, values, crow, col, self.in_features,
@@ -703,6 +715,47 @@ class RowParallelBlockSparseLinear(_ShardBase):
         if self.bias is not None:
             y.add_(self.bias.float())
         return _ACT[self.activation](y).to(out_dtype)
+
+
+    def _forward_symmetric(self, x2, rdt, out_dtype, ex):
+        """The no-grad forward through symmetric memory (``comm``): the tokens in ``world`` contiguous chunks, one a
+        rank. This rank's partial product of each peer's chunk is stored by the kernel straight into the peer's
+        ``R`` (over NVLink), its own chunk's computed here with the bias; a barrier; the peers' partials added
+        (this rank's chunk of the sum), the activation, the output dtype; that chunk copied into every peer's ``G``
+        by the copy engines; a barrier; the peers' chunks copied out of ``G``. A reduce-scatter and an all-gather
+        with no SM spent on communicating and no collective kernel."""
+        t, world, rank = x2.shape[0], self.world_size, self.rank
+        sizes = [t // world + (1 if q < t % world else 0) for q in range(world)]
+        starts = [sum(sizes[:q]) for q in range(world)]
+        mine = slice(starts[rank], starts[rank] + sizes[rank])
+        peer_rows = [sizes[p] for p in ex.peers]
+        own_rows = [sizes[rank]] * len(ex.peers)
+        v, c, i = self.values, self.crow_indices, self.col_indices
+        for p, r_to in zip(ex.peers, ex.to_peers("R", peer_rows)):
+            if sizes[p]:
+                xp = x2[starts[p]:starts[p] + sizes[p]]
+                torch.ops.sparsek.bsr_mm_out(v, c, i, self.out_features, self.in_features, xp.t(), 1.0, 0.0,
+                                             r_to.t())
+        if sizes[rank]:
+            y = _row_partial(self, x2[mine], rdt, self.bias)
+        else:
+            y = torch.empty(0, self.out_features, dtype=rdt, device=x2.device)
+        ex.barrier("R")  # every peer's partial of this rank's chunk has landed
+        for r_from in ex.from_peers("R", own_rows):
+            y.add_(r_from)
+        out = torch.empty(t, self.out_features, dtype=out_dtype, device=x2.device)
+        out_mine = out[mine]
+        out_mine.copy_(_ACT[self.activation](y))
+        cur = torch.cuda.current_stream(x2.device)
+        ex.side.wait_stream(cur)
+        with torch.cuda.stream(ex.side):
+            for g_to in ex.to_peers("G", own_rows):
+                g_to.copy_(out_mine)
+        cur.wait_stream(ex.side)
+        ex.barrier("G")  # every peer's chunk of the output has landed
+        for p, g_from in zip(ex.peers, ex.from_peers("G", peer_rows)):
+            out[starts[p]:starts[p] + sizes[p]].copy_(g_from)
+        return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -742,8 +795,8 @@ def _check_reduce_dtype(reduce_dtype, io_dtype):
 
 def row_parallel(layer: BlockSparseLinear, group=None, *, input_is_parallel: bool = True,
                  partition: BlockPartition | None = None, strategy: str = "auto",
-                 threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None
-                 ) -> RowParallelBlockSparseLinear:
+                 threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None,
+                 comm: str = "auto") -> RowParallelBlockSparseLinear:
     """This rank's row-parallel shard of ``layer`` (input features split by block columns) for ``group``.
     ``partition``: the partition of the input features, which must be the previous layer's output partition when
     it feeds this one without a gather (see :func:`shard_mlp`); default: balance this layer's block columns.
@@ -752,13 +805,19 @@ def row_parallel(layer: BlockSparseLinear, group=None, *, input_is_parallel: boo
     bias and activation; the layer's 16-bit type (``torch.bfloat16`` / ``torch.float16``) rounds each rank's
     partial product to it and all-reduces half the bytes, bias and activation in that type (what Megatron and
     DTensor's row-parallel layers do; a few more roundings, docs/BENCHMARKS.md "Tensor parallel" has the speed);
-    kept as the shard's ``reduce_dtype``."""
+    kept as the shard's ``reduce_dtype``. ``comm``: how the partials are summed where nothing needs a gradient:
+    ``"nccl"`` (NCCL's all-reduce), ``"symmetric"`` (torch's symmetric memory: a reduce-scatter by the kernel's
+    own stores into the peers' memory and an all-gather by the copy engines, no SM spent on communicating; CUDA and
+    an NCCL group), ``"auto"`` (default: ``"symmetric"`` from :data:`SYMMETRIC_MIN_TOKENS` tokens where it
+    applies and its buffers can be made, else ``"nccl"``). With autograd the all-reduce runs."""
     _check_layer(layer)
+    if comm not in _COMMS:
+        raise ValueError(f"sparsek: comm must be one of {_COMMS}, got {comm!r}")
     world, rank = _group_info(group)
     loads = block_col_loads(layer)
     p = _resolve(partition, loads, world, layer.block_size, strategy, threshold, "the row layout (block columns)")
     return RowParallelBlockSparseLinear._build(layer, group, rank, p.with_loads(loads), input_is_parallel,
-                                               reduce_dtype)
+                                               reduce_dtype, comm)
 
 
 def _pair_partition(up, down, world, strategy, threshold, partition):
@@ -774,18 +833,19 @@ def _pair_partition(up, down, world, strategy, threshold, partition):
 
 
 def shard_mlp(up: BlockSparseLinear, down: BlockSparseLinear, group=None, *, partition: BlockPartition | None = None,
-              strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None):
+              strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None,
+              comm: str = "auto"):
     """``(up_shard, down_shard)``: ``up`` column-parallel without gather and ``down`` row-parallel on the same
     partition of the shared dimension (``up.out_features == down.in_features``), balanced on both layers' blocks
     together (each index's load: up's blocks in that block row plus down's in that block column). Between the two
     nothing is communicated (an elementwise function of up's output, e.g. its fused activation, may sit between);
     down's all-reduce is the block's only collective. Each shard's ``partition.loads`` / ``imbalance`` count its
-    own layer's blocks; the pair's joint partition is ``pair_partition``. ``reduce_dtype``: down's (see
-    :func:`row_parallel`)."""
+    own layer's blocks; the pair's joint partition is ``pair_partition``. ``reduce_dtype`` and ``comm``: down's
+    (see :func:`row_parallel`)."""
     world, _ = _group_info(group)
     p = _pair_partition(up, down, world, strategy, threshold, partition)
     up_shard = column_parallel(up, group, gather_output=False, partition=p)
-    down_shard = row_parallel(down, group, input_is_parallel=True, partition=p, reduce_dtype=reduce_dtype)
+    down_shard = row_parallel(down, group, input_is_parallel=True, partition=p, reduce_dtype=reduce_dtype, comm=comm)
     up_shard.pair_partition = down_shard.pair_partition = p
     return up_shard, down_shard
 
@@ -856,40 +916,143 @@ class _ScatterTokens(torch.autograd.Function):
 
 
 class _SymmetricExchange:
-    """The symmetric-memory buffers of a :class:`SequenceParallelMLP` (torch's ``_symmetric_memory``, every rank
-    mapping every peer's): ``X`` (world slots of ``cap`` rows x the input features: slot ``q`` holds rank ``q``'s
-    tokens) and ``R`` (world slots of ``cap`` rows x the output features in the reduction dtype: slot ``q`` holds
-    rank ``q``'s partial product of this rank's tokens). Made collectively on first use (every rank calls it with
-    the same shape, as every rank runs the same forward)."""
+    """Symmetric-memory buffers (torch's ``_symmetric_memory``: every rank maps every peer's), each ``world`` slots
+    of ``cap`` rows x a width, in a dtype (``specs``: name -> (dtype, width)); slot ``q`` of a rank's buffer holds
+    what rank ``q`` sent it. Made collectively on first use (every rank calls it with the same shapes, as every rank
+    runs the same forward)."""
 
-    def __init__(self, group, rank, world, cap, d_in, d_out, io_dtype, red_dtype, device):
+    def __init__(self, group, rank, world, cap, specs, device):
         import torch.distributed._symmetric_memory as symm_mem
 
-        self.cap, self.d_in, self.d_out, self.io_dtype, self.red_dtype = cap, d_in, d_out, io_dtype, red_dtype
-        self.rank = rank
         group = dist.group.WORLD if group is None else group
-        self.X = symm_mem.empty((world, cap, d_in), dtype=io_dtype, device=device)
-        self.R = symm_mem.empty((world, cap, d_out), dtype=red_dtype, device=device)
-        self.hX = symm_mem.rendezvous(self.X, group)
-        self.hR = symm_mem.rendezvous(self.R, group)
+        self.cap, self.rank, self.specs = cap, rank, dict(specs)
+        self.bufs, self.handles = {}, {}
+        for name, (dtype, width) in self.specs.items():
+            buf = symm_mem.empty((world, cap, width), dtype=dtype, device=device)
+            self.bufs[name], self.handles[name] = buf, symm_mem.rendezvous(buf, group)
         self.peers = [(rank + i) % world for i in range(1, world)]
         self.side = torch.cuda.Stream(device)
-        self._views: dict[int, tuple[dict, dict]] = {}
+        self._views: dict = {}
 
-    def views(self, n: int):
-        """Per peer ``p``, for ``n`` rows: ``(x_to[p], r_to[p], x_from[p], r_from[p])``: this rank's slots in the
-        peer's ``X`` and ``R``, and the peer's slots in this rank's (made once per row count: a call's host time
-        is what eager tensor parallelism waits on)."""
-        v = self._views.get(n)
+    def fits(self, rows: int, specs) -> bool:
+        return self.cap >= rows and self.specs == specs
+
+    def to_peers(self, name: str, rows: Sequence[int]) -> list[torch.Tensor]:
+        """Per peer (in ``peers`` order), this rank's slot in the peer's ``name`` buffer, ``rows[i]`` rows of it
+        (views made once per row counts: a call's host time is what eager tensor parallelism waits on)."""
+        key = ("to", name, tuple(rows))
+        v = self._views.get(key)
         if v is None:
-            x_to = [self.hX.get_buffer(p, (n, self.d_in), self.io_dtype, self.rank * self.cap * self.d_in)
-                    for p in self.peers]
-            r_to = [self.hR.get_buffer(p, (n, self.d_out), self.red_dtype, self.rank * self.cap * self.d_out)
-                    for p in self.peers]
-            x_from = [self.X[p, :n] for p in self.peers]
-            r_from = [self.R[p, :n] for p in self.peers]
-            v = self._views[n] = list(zip(x_to, r_to, x_from, r_from))
+            dtype, width = self.specs[name]
+            h = self.handles[name]
+            v = self._views[key] = [h.get_buffer(p, (n, width), dtype, self.rank * self.cap * width)
+                                    for p, n in zip(self.peers, rows)]
         return v
+
+    def from_peers(self, name: str, rows: Sequence[int]) -> list[torch.Tensor]:
+        """Per peer, the peer's slot in this rank's ``name`` buffer, ``rows[i]`` rows of it."""
+        key = ("from", name, tuple(rows))
+        v = self._views.get(key)
+        if v is None:
+            buf = self.bufs[name]
+            v = self._views[key] = [buf[p, :n] for p, n in zip(self.peers, rows)]
+        return v
+
+    def barrier(self, name: str) -> None:
+        """Every rank's stream reaches this point (a kernel on each GPU signalling every peer's pad of ``name``'s
+        buffer): what a rank wrote into a peer's buffer before it has landed."""
+        self.handles[name].barrier()
+
+
+#: ``comm="auto"`` sums a row-parallel shard's partials through symmetric memory from this many tokens (the whole
+#: batch's rows); below, NCCL's all-reduce, whose latency two barriers, a launch per peer and the extra copies do not
+#: beat. Two H200s, the 4096 -> 11008 -> 4096 bf16 MLP block in CUDA graphs (python/bench/tp_comm_sweep.py,
+#: docs/bench/2026-11-28-tp-comm-sweep-h200x2.md): all-reduce 0.124 / 0.201 / 0.355 ms at 1024 / 2048 / 4096 tokens,
+#: symmetric 0.132 / 0.181 / 0.317.
+SYMMETRIC_MIN_TOKENS = 2048
+
+#: The same for :class:`SequenceParallelMLP` (its tokens across all ranks): the same sweep, NCCL's all-gather and
+#: reduce-scatter 0.045 / 0.076 / 0.113 / 0.156 ms at 64 / 256 / 512 / 1024 tokens, symmetric 0.049 / 0.060 / 0.085 /
+#: 0.111; set at 1024, where eager calls (host-bound on that machine below it: the symmetric path issues more
+#: operations) are no longer the case to fear.
+SYMMETRIC_MIN_TOKENS_SEQPAR = 1024
+
+
+class _Symmetric:
+    """A module's choice between torch's symmetric memory and NCCL's collectives (its ``comm``) and its buffers."""
+
+    def __init__(self, comm: str, group, rank: int, world: int):
+        if comm not in _COMMS:
+            raise ValueError(f"sparsek: comm must be one of {_COMMS}, got {comm!r}")
+        self.comm, self.group, self.rank, self.world = comm, group, rank, world
+        self.nccl = world > 1 and _is_nccl(group)
+        self.exchange: _SymmetricExchange | None = None
+        # Replaced (smaller) exchanges stay alive with the module: a CUDA graph captured with one holds its device
+        # addresses and would write into freed memory on replay (doubling keeps them under the largest's size).
+        self.retired: list[_SymmetricExchange] = []
+        self.failed: str | None = None
+
+    def __deepcopy__(self, memo):
+        return _Symmetric(self.comm, self.group, self.rank, self.world)  # buffers are per module, made on use
+
+    def get(self, t: torch.Tensor, tokens: int, rows: int, specs, why_not: str | None = None,
+            min_tokens: int | None = None):
+        """The exchange for ``rows`` rows a slot of ``specs``, made (collectively) where it is missing or too small;
+        ``None`` where the collectives run: ``comm="nccl"``, fewer than ``min_tokens`` (default
+        :data:`SYMMETRIC_MIN_TOKENS`) ``tokens`` under ``"auto"``, an earlier failure, a CUDA graph being captured before the buffers exist, or ``why_not``
+        / a CPU tensor / another backend than NCCL (``comm="symmetric"`` raises there)."""
+        if self.comm == "nccl" or self.failed is not None or self.world == 1:
+            return None
+        if why_not is None:
+            if not t.is_cuda:
+                why_not = "the input is not on a CUDA device"
+            elif not self.nccl:
+                why_not = "the process group is not NCCL's"
+        if why_not is not None:
+            if self.comm == "symmetric":
+                raise RuntimeError(f"sparsek: comm='symmetric' needs CUDA tensors, an NCCL group and the layers' "
+                                   f"dtype: {why_not}")
+            return None
+        if self.comm == "auto" and tokens < (SYMMETRIC_MIN_TOKENS if min_tokens is None else min_tokens):
+            return None
+        ex = self.exchange
+        if ex is not None and ex.fits(rows, specs):
+            return ex
+        if torch.cuda.is_current_stream_capturing():
+            return None  # buffers cannot be made during a capture: the collectives are captured instead
+        cap = max(rows, 2 * ex.cap if ex is not None and ex.specs == specs else rows)
+        err = None
+        try:
+            ex = _SymmetricExchange(self.group, self.rank, self.world, cap, specs, t.device)
+        except Exception as e:  # noqa: BLE001 - any failure to map the peers' memory: the collectives instead
+            err = f"{type(e).__name__}: {e}"
+        ok = torch.tensor([0 if err is None else 1], device=t.device)
+        dist.all_reduce(ok, op=dist.ReduceOp.MAX, group=self.group)
+        if int(ok.item()) != 0:
+            self.failed = err or "another rank could not map the symmetric buffers"
+            if self.comm == "symmetric":
+                raise RuntimeError(f"sparsek: comm='symmetric': {self.failed}")
+            import warnings
+
+            warnings.warn(f"sparsek: symmetric memory unavailable, using NCCL collectives ({self.failed})",
+                          RuntimeWarning, stacklevel=4)
+            return None
+        if self.exchange is not None:
+            self.retired.append(self.exchange)
+        self.exchange = ex
+        return ex
+
+
+def _row_partial(shard, x, rdt, bias):
+    """``x @ W_local^T`` (+ ``bias``) row-major in ``rdt`` for a row-parallel shard (``x`` of its values' dtype)."""
+    v, c, i = shard.values, shard.crow_indices, shard.col_indices
+    if rdt == v.dtype:
+        return torch.ops.sparsek.linear(x, v, c, i, shard.in_features, None if bias is None else bias.to(rdt), 0)
+    y = torch.empty(x.shape[0], shard.out_features, dtype=rdt, device=x.device)
+    torch.ops.sparsek.bsr_mm_out(v, c, i, shard.out_features, shard.in_features, x.t(), 1.0, 0.0, y.t())
+    if bias is not None:
+        y.add_(bias.to(rdt))
+    return y
 
 
 _COMMS = ("auto", "symmetric", "nccl")
@@ -908,8 +1071,8 @@ class SequenceParallelMLP(torch.nn.Module):
     the input rows copied into the peers' buffers by the copy engines while up runs on this rank's own rows, the
     partial products of the peers' rows stored by the kernel straight into the peers' buffers over NVLink, one add
     per peer; no SMs spent on communicating, no collective kernel; where nothing needs a gradient, on CUDA with an
-    NCCL group) or ``"auto"`` (the default: ``"symmetric"`` where it applies and the buffers can be made, else
-    ``"nccl"``). With autograd, or while a CUDA graph is captured before the buffers exist, the collectives run.
+    NCCL group) or ``"auto"`` (the default: ``"symmetric"`` from :data:`SYMMETRIC_MIN_TOKENS_SEQPAR` tokens in
+    all, where it applies and the buffers can be made, else ``"nccl"``). With autograd, or while a CUDA graph is captured before the buffers exist, the collectives run.
     The submodules ``up`` and ``down`` are the shards, with their own state dicts, reports and ``full_layer``."""
 
     def __init__(self, up: "ColumnParallelBlockSparseLinear", down: "RowParallelBlockSparseLinear",
@@ -922,9 +1085,7 @@ class SequenceParallelMLP(torch.nn.Module):
                              "(build them with sequence_parallel_mlp or shard_mlp)")
         self.up, self.down = up, down
         self.comm = comm
-        self._exchange: _SymmetricExchange | None = None
-        self._symmetric_failed: str | None = None
-        self._nccl = _is_nccl(down.group)
+        self._symm = _Symmetric(comm, down.group, down.rank, down.world_size)
 
     @property
     def group(self):
@@ -979,95 +1140,48 @@ class SequenceParallelMLP(torch.nn.Module):
             partial = partial + bias.to(rdt)
         return _ACT[down.activation](partial)
 
-    def _down_partial(self, hid, rdt, bias):
-        """``hid @ W_down_local^T`` (+ ``bias``) row-major in ``rdt``."""
-        down = self.down
-        v, c, i = down.values, down.crow_indices, down.col_indices
-        hid = hid.to(v.dtype)
-        if rdt == v.dtype:
-            return torch.ops.sparsek.linear(hid, v, c, i, down.in_features,
-                                            None if bias is None else bias.to(rdt), 0)
-        y = torch.empty(hid.shape[0], down.out_features, dtype=rdt, device=hid.device)
-        torch.ops.sparsek.bsr_mm_out(v, c, i, down.out_features, down.in_features, hid.t(), 1.0, 0.0, y.t())
-        if bias is not None:
-            y.add_(bias.to(rdt))
-        return y
-
     def _forward_collectives(self, x2, rdt):
         up, down, world = self.up, self.down, self.world_size
         if world > 1:
             x2 = _all_gather_rows(x2, self.group, world)
         hid = BlockSparseLinear.forward(up, x2)
         # The bias in the first rank's partial (added once in the sum).
-        y = self._down_partial(hid, rdt, down.bias if self.rank == 0 else None)
+        y = _row_partial(down, hid.to(down.values.dtype), rdt, down.bias if self.rank == 0 else None)
         if world > 1:
             y = _reduce_scatter_rows(y, self.group, self.rank, world)
         return _ACT[down.activation](y)
 
     def _symmetric(self, x2, rdt) -> _SymmetricExchange | None:
-        """The exchange for ``x2``'s rows, made (collectively) on first use; ``None`` where the collectives run."""
-        if self.comm == "nccl" or self._symmetric_failed is not None:
-            return None
-        up, n = self.up, x2.shape[0]
+        """The exchange for ``x2``'s rows (``X``: the tokens, ``R``: the partial products), or ``None``."""
+        up, down = self.up, self.down
         why = None
-        if not x2.is_cuda:
-            why = "the input is not on a CUDA device"
-        elif not self._nccl:
-            why = "the process group is not NCCL's"
-        elif x2.dtype != up.values.dtype or up.values.dtype != self.down.values.dtype:
+        if x2.dtype != up.values.dtype or up.values.dtype != down.values.dtype:
             why = f"the input ({x2.dtype}) is not the layers' values' dtype ({up.values.dtype})"
-        if why is not None:
-            if self.comm == "symmetric":
-                raise RuntimeError(f"sparsek: comm='symmetric' needs CUDA tensors, an NCCL group and an input of "
-                                   f"the values' dtype: {why}")
-            return None
-        ex = self._exchange
-        if ex is not None and ex.cap >= n and ex.red_dtype == rdt:
-            return ex
-        if torch.cuda.is_current_stream_capturing():
-            return None  # buffers cannot be made during a capture: the collectives are captured instead
-        cap = max(n, 2 * ex.cap if ex is not None else n)
-        err = None
-        try:
-            ex = _SymmetricExchange(self.group, self.rank, self.world_size, cap, up.in_features,
-                                    self.down.out_features, x2.dtype, rdt, x2.device)
-        except Exception as e:  # noqa: BLE001 - any failure to map the peers' memory: the collectives instead
-            err = f"{type(e).__name__}: {e}"
-        ok = torch.tensor([0 if err is None else 1], device=x2.device)
-        dist.all_reduce(ok, op=dist.ReduceOp.MAX, group=self.group)
-        if int(ok.item()) != 0:
-            self._symmetric_failed = err or "another rank could not map the symmetric buffers"
-            if self.comm == "symmetric":
-                raise RuntimeError(f"sparsek: comm='symmetric': {self._symmetric_failed}")
-            import warnings
-
-            warnings.warn(f"sparsek: symmetric memory unavailable, using NCCL collectives ({self._symmetric_failed})",
-                          RuntimeWarning, stacklevel=3)
-            return None
-        self._exchange = ex
-        return ex
+        specs = {"X": (x2.dtype, up.in_features), "R": (rdt, down.out_features)}
+        return self._symm.get(x2, x2.shape[0] * self.world_size, x2.shape[0], specs, why,
+                              min_tokens=SYMMETRIC_MIN_TOKENS_SEQPAR)
 
     def _forward_symmetric(self, x2, rdt, ex):
         up, down, n = self.up, self.down, x2.shape[0]
         x2 = x2.contiguous()
-        views = ex.views(n)
+        rows = [n] * len(ex.peers)
         cur = torch.cuda.current_stream(x2.device)
         # This rank's tokens into every peer's X (copy engines, beside up's product of them).
         ex.side.wait_stream(cur)
         with torch.cuda.stream(ex.side):
-            for x_to, _, _, _ in views:
+            for x_to in ex.to_peers("X", rows):
                 x_to.copy_(x2)
         hid_own = BlockSparseLinear.forward(up, x2)
         cur.wait_stream(ex.side)
-        ex.hX.barrier()  # every rank's tokens are in place (and every peer is done with the last call's R)
+        ex.barrier("X")  # every rank's tokens are in place (and every peer is done with the last call's R)
         v, c, i = down.values, down.crow_indices, down.col_indices
-        for _, r_to, x_from, _ in views:
+        for x_from, r_to in zip(ex.from_peers("X", rows), ex.to_peers("R", rows)):
             hid = BlockSparseLinear.forward(up, x_from)
             # The partial of the peer's tokens, stored by the kernel into the peer's R slot for this rank.
             torch.ops.sparsek.bsr_mm_out(v, c, i, down.out_features, down.in_features, hid.t(), 1.0, 0.0, r_to.t())
-        y = self._down_partial(hid_own, rdt, down.bias)
-        ex.hR.barrier()  # every peer's partial of this rank's tokens has landed
-        for _, _, _, r_from in views:
+        y = _row_partial(down, hid_own, rdt, down.bias)
+        ex.barrier("R")  # every peer's partial of this rank's tokens has landed
+        for r_from in ex.from_peers("R", rows):
             y.add_(r_from)
         return _ACT[down.activation](y)
 
@@ -1081,7 +1195,7 @@ def sequence_parallel_mlp(up: BlockSparseLinear, down: BlockSparseLinear, group=
     split by tokens across the group. ``reduce_dtype`` as for :func:`row_parallel`; ``comm`` see
     :class:`SequenceParallelMLP`."""
     up_s, down_s = shard_mlp(up, down, group, partition=partition, strategy=strategy, threshold=threshold,
-                             reduce_dtype=reduce_dtype)
+                             reduce_dtype=reduce_dtype, comm=comm)
     return SequenceParallelMLP(up_s, down_s, comm)
 
 

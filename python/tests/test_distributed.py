@@ -221,7 +221,11 @@ def _seqpar_case(bs, dtype, comm, reduce16):
         mlp = sd.sequence_parallel_mlp(up, down, reduce_dtype=dtype if reduce16 else None, comm=comm)
         assert mlp.up.partition.ranks == mlp.down.partition.ranks and mlp.world_size == WORLD
         nccl = torch.device(device).type == "cuda"
-        symmetric = nccl and comm == "auto"
+        if comm == "symmetric" and not nccl:
+            # Symmetric memory is CUDA's: asked for on the CPU, a clear error.
+            with torch.no_grad(), pytest.raises(RuntimeError, match="symmetric"):
+                mlp(torch.randn(4, feats).to(dtype))
+            return
         for lead in ((WORLD * 3, 5), (WORLD * 8,), (WORLD * 3, 5)):
             x = torch.randn(*lead, feats, generator=gen).to(dtype).to(device)
             n0 = lead[0] // WORLD
@@ -234,24 +238,74 @@ def _seqpar_case(bs, dtype, comm, reduce16):
             mine = slice(rank * rows, (rank + 1) * rows)
             assert_close(got.reshape(-1, feats), ref[mine], absp[mine], 2 * feats, down.activation,
                          rounded_inputs=3 * UNIT_ROUNDOFF[dtype] if reduce16 else 0.0)
-            if symmetric:
+            if comm == "symmetric":
                 # Symmetric memory: no collective at all (the first call of a new, larger shape agrees on the
                 # buffers with one all-reduce).
-                assert mlp._symmetric_failed is None, mlp._symmetric_failed
-                assert mlp._exchange is not None and c.calls in ([], ["all_reduce"]), c.calls
+                assert mlp._symm.failed is None, mlp._symm.failed
+                assert mlp._symm.exchange is not None and c.calls in ([], ["all_reduce"]), c.calls
             elif nccl:
                 assert c.calls == ["all_gather_into_tensor", "reduce_scatter_tensor"], c.calls
             else:
-                assert mlp._exchange is None and c.calls == ["all_gather", "all_reduce"], c.calls
+                assert mlp._symm.exchange is None and c.calls == ["all_gather", "all_reduce"], c.calls
+        # "auto" takes the collectives below SYMMETRIC_MIN_TOKENS_SEQPAR tokens (these cases' 16-30).
+        auto = sd.sequence_parallel_mlp(up, down, reduce_dtype=dtype if reduce16 else None)
+        with torch.no_grad(), Counter() as c:
+            auto(x[rank * n0:(rank + 1) * n0])
+        assert c.calls == (["all_gather_into_tensor", "reduce_scatter_tensor"] if nccl
+                           else ["all_gather", "all_reduce"]), c.calls
     return run
 
 
 for _bs in (16, 64):
     for _dtype in (torch.float16, torch.bfloat16):
-        for _comm in ("auto", "nccl"):
+        for _comm in ("symmetric", "nccl"):
             for _r16 in (False, True):
                 case(f"seqpar-mlp-bs{_bs}-{str(_dtype)[6:]}-{_comm}-reduce{'16' if _r16 else '32'}")(
                     _seqpar_case(_bs, _dtype, _comm, _r16))
+
+
+def _row_symmetric_case(bs, dtype, reduce16):
+    def run(rank, device):
+        # The row-parallel shard summing through symmetric memory (reduce-scatter by the kernel's stores into the
+        # peer, all-gather by the copy engines): token counts that split unevenly and leave a rank no rows.
+        gen = torch.Generator().manual_seed(seed_for("row-symmetric", bs, dtype, reduce16))
+        feats = 8 * bs if bs <= 32 else 4 * bs
+        layer = make_layer(feats, 2 * feats, bs, dtype, gen, skew="cols", bias=True, activation="silu",
+                           device=device)
+        rdt = dtype if reduce16 else None
+        shard = sd.row_parallel(layer, input_is_parallel=False, reduce_dtype=rdt, comm="symmetric")
+        if torch.device(device).type != "cuda":
+            with torch.no_grad(), pytest.raises(RuntimeError, match="symmetric"):
+                shard(torch.randn(3, feats).to(dtype))
+            return
+        for lead in ((3, 5), (1,), (32,), (7, 1)):
+            x = torch.randn(*lead, feats, generator=gen).to(dtype).to(device)
+            with torch.no_grad(), Counter() as c:
+                got = shard(x)
+            assert got.shape == (*lead, 2 * feats) and got.dtype == dtype and got.is_contiguous()
+            ref, absp = reference(layer, x)
+            assert_close(got.reshape(-1, 2 * feats), ref, absp, feats, "silu",
+                         rounded_inputs=3 * UNIT_ROUNDOFF[dtype] if reduce16 else 0.0)
+            assert shard._symm.failed is None and c.calls in ([], ["all_reduce"]), (c.calls, shard._symm.failed)
+        # Every rank holds the same output (the all-gather put each rank's chunk everywhere).
+        parts = [torch.empty_like(got) for _ in range(WORLD)]
+        dist.all_gather(parts, got.contiguous())
+        assert all(torch.equal(p, got) for p in parts)
+        # 32 tokens outgrew the first buffers (8 rows a slot): the old ones are kept (a graph may hold them).
+        assert shard._symm.exchange.cap == 16 and len(shard._symm.retired) == 1
+        # "auto" takes NCCL's all-reduce below SYMMETRIC_MIN_TOKENS tokens.
+        auto = sd.row_parallel(layer, input_is_parallel=False, reduce_dtype=rdt)
+        with torch.no_grad(), Counter() as c:
+            auto(x)
+        assert c.calls == ["all_reduce"] and auto._symm.exchange is None, c.calls
+    return run
+
+
+for _bs in (16, 64):
+    for _dtype in (torch.float16, torch.bfloat16):
+        for _r16 in (False, True):
+            case(f"row-symmetric-bs{_bs}-{str(_dtype)[6:]}-reduce{'16' if _r16 else '32'}")(
+                _row_symmetric_case(_bs, _dtype, _r16))
 
 
 @case("seqpar-mlp-errors")
@@ -268,11 +322,8 @@ def _seqpar_errors(rank, device):
     wide = make_layer(64, 256, 16, torch.bfloat16, gen, device=device)
     with pytest.raises(ValueError, match="one partition"):
         sd.SequenceParallelMLP(sd.column_parallel(wide, gather_output=False), d2)
-    if torch.device(device).type == "cpu":
-        # Symmetric memory is CUDA's: asked for on the CPU, a clear error (nothing communicated first).
-        forced = sd.sequence_parallel_mlp(up, down, comm="symmetric")
-        with torch.no_grad(), pytest.raises(RuntimeError, match="symmetric"):
-            forced(torch.randn(4, 64).bfloat16())
+    with pytest.raises(ValueError, match="comm"):
+        sd.row_parallel(down, comm="gloo")
 
 
 @case("io-dtype-float32")
