@@ -374,6 +374,27 @@ for _dtype, _opt in ((torch.float16, "sgd"), (torch.bfloat16, "adamw")):
     case(f"fsdp2-{str(_dtype)[6:]}-{_opt}")(_fsdp_case(_dtype, _opt))
 
 
+def trainable_pair(dtype, gen, device):
+    """An MLP pair for the tensor-parallel training cases: up ``128 -> 256`` (32-blocks, skewed block rows, SiLU)
+    and down ``256 -> 128``, values of ``dtype``, float32 in and out, every parameter trainable."""
+    up = make_layer(128, 256, 32, dtype, gen, skew="rows", activation="silu", device=device).float()
+    down = make_layer(256, 128, 32, dtype, gen, activation=None, device=device).float()
+    for p in (*up.parameters(), *down.parameters()):
+        p.requires_grad_(True)
+    return up, down
+
+
+def check_shard_grads(shards, whole, feats, dtype, what):
+    """The shards' (up, down) gradients of values and bias are their blocks (hidden features ``feats``) of the
+    whole layers'."""
+    (up_s, down_s), (up, down) = shards, whole
+    check_grads({"up": dense_grad(up_s)}, {"up": dense_grad(up)[feats]}, None, dtype, what)
+    check_grads({"down": dense_grad(down_s)}, {"down": dense_grad(down)[:, feats]}, None, dtype, what)
+    check_grads({"up.bias": up_s.bias.grad, "down.bias": down_s.bias.grad},
+                {"up.bias": up.bias.grad.float().cpu()[feats], "down.bias": down.bias.grad.float()},
+                None, dtype, what)
+
+
 def _tp_mlp_case(dtype):
     def run(rank, device):
         """shard_mlp's pair trains: every shard's gradients are its blocks of the single-process ones, the input's
@@ -381,10 +402,7 @@ def _tp_mlp_case(dtype):
         name = f"tp-mlp-{dtype}"
         gen = torch.Generator().manual_seed(seed_for(name))
         # Skewed block rows and a permuted (greedy) partition of the shared dimension.
-        up = make_layer(128, 256, 32, dtype, gen, skew="rows", activation="silu", device=device).float()
-        down = make_layer(256, 128, 32, dtype, gen, activation=None, device=device).float()
-        for p in (*up.parameters(), *down.parameters()):
-            p.requires_grad_(True)
+        up, down = trainable_pair(dtype, gen, device)
         up_s, down_s = sd.shard_mlp(up, down, strategy="greedy")
         assert not up_s.pair_partition.contiguous
         assert all(p.requires_grad for p in (*up_s.parameters(), *down_s.parameters()))
@@ -403,11 +421,7 @@ def _tp_mlp_case(dtype):
             # Forward: down's all-reduce only; backward: the input gradient's all-reduce (up's copy) only.
             assert fwd.calls == ["all_reduce"] and bwd.calls == ["all_reduce"], (fwd.calls, bwd.calls)
             what = f"{name} ({tokens} tokens)"
-            check_grads({"up": dense_grad(up_s)}, {"up": dense_grad(up)[feats]}, None, dtype, what)
-            check_grads({"down": dense_grad(down_s)}, {"down": dense_grad(down)[:, feats]}, None, dtype, what)
-            check_grads({"up.bias": up_s.bias.grad, "down.bias": down_s.bias.grad},
-                        {"up.bias": up.bias.grad.float().cpu()[feats], "down.bias": down.bias.grad.float()},
-                        None, dtype, what)
+            check_shard_grads((up_s, down_s), (up, down), feats, dtype, what)
             check_grads({"x": xs.grad}, {"x": x1.grad}, None, dtype, what)
         # Without an input that requires grad, the backward communicates nothing.
         x = torch.randn(4, 128, generator=gen).to(device)
@@ -454,10 +468,7 @@ def _seqpar_train_case(dtype):
         single process's."""
         name = f"seqpar-mlp-{dtype}"
         gen = torch.Generator().manual_seed(seed_for(name))
-        up = make_layer(128, 256, 32, dtype, gen, skew="rows", activation="silu", device=device).float()
-        down = make_layer(256, 128, 32, dtype, gen, activation=None, device=device).float()
-        for p in (*up.parameters(), *down.parameters()):
-            p.requires_grad_(True)
+        up, down = trainable_pair(dtype, gen, device)
         mlp = sd.sequence_parallel_mlp(up, down, strategy="greedy")
         up_s, down_s = mlp.up, mlp.down
         assert not up_s.pair_partition.contiguous
@@ -482,11 +493,7 @@ def _seqpar_train_case(dtype):
             assert fwd.calls == [gather, scatter], fwd.calls
             assert sorted(bwd.calls) == sorted([gather, scatter, "all_reduce"]), bwd.calls
             what = f"{name} ({tokens} tokens a rank)"
-            check_grads({"up": dense_grad(up_s)}, {"up": dense_grad(up)[feats]}, None, dtype, what)
-            check_grads({"down": dense_grad(down_s)}, {"down": dense_grad(down)[:, feats]}, None, dtype, what)
-            check_grads({"up.bias": up_s.bias.grad, "down.bias": down_s.bias.grad},
-                        {"up.bias": up.bias.grad.float().cpu()[feats], "down.bias": down.bias.grad.float()},
-                        None, dtype, what)
+            check_shard_grads((up_s, down_s), (up, down), feats, dtype, what)
             check_grads({"x": xs.grad}, {"x": x1.grad[mine_rows]}, None, dtype, what)
         # Under no_grad the same module answers alike (the fast path where it applies; the recorded forward applies
         # up's SiLU to its rounded pre-activation, so the two differ by the values' roundings; test_distributed's
