@@ -1,8 +1,9 @@
-//! Properties of the planning room under an SM limit (`Policy::sm_limit`), on an estimated H100 and H200 (no GPU):
-//! for generated problems (block sizes, shapes, densities, row lengths, capture and tile-counter states), a limit
+//! Properties of the planning room, on an estimated H100 and H200 (no GPU), for generated problems (block sizes,
+//! shapes, densities, row lengths, capture and tile-counter states). Under an SM limit (`Policy::sm_limit`): a limit
 //! never makes a plan fail where the unlimited one succeeds, a forward sm_90a grid never holds more CTAs than the
 //! limit's SMs can take, the plan reports the limit exactly when it is below the device's SMs, and a limit at or
-//! above them changes nothing.
+//! above them changes nothing. Under CUDA graph capture: an sm_90a launch of whole rows on the tile counter with at
+//! least `GRAPH_COUNTER_MIN_WAVES` waves of tiles keeps its kernel, grid and counter on a graph-owned workspace.
 
 use std::num::NonZeroU32;
 
@@ -80,5 +81,37 @@ proptest! {
             (free, held) => prop_assert!(false, "without a limit {:?}, with {}: {:?}", free.map(|p| p.to_string()),
                 limit, held.map(|p| p.to_string())),
         }
+    }
+
+    #[test]
+    fn a_captured_sm90_launch_of_many_waves_keeps_its_counter(
+        bs in prop::sample::select(vec![64usize, 128]),
+        (rows, cols) in (1usize..400, 1usize..200),
+        n in prop::sample::select(vec![256usize, 512, 1000, 2048, 4096, 8192]),
+        density in 0.01f64..1.0,
+        h200 in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let device = DeviceFacts::estimated(if h200 { Preset::H200 } else { Preset::H100 });
+        let lens = lengths(rows, cols, density, false, seed);
+        let nnzb: usize = lens.iter().map(|&l| l as usize).sum();
+        let problem = Problem {
+            max_row_blocks: Some(lens.first().copied().unwrap_or(0) as usize),
+            row_lengths: Some(&lens),
+            row_order: true,
+            tile_counter_free: true,
+            ..Problem::new(bs, (rows * bs, cols * bs, n), nnzb)
+        };
+        let Ok(queued) = plan(&problem, &device, &Policy::default(), None) else { return Ok(()) };
+        let Some(per_sm) = sm90_ctas_per_sm(&device, &queued) else { return Ok(()) };
+        let tiles = rows * n.div_ceil(256);
+        let waves = sparsek::plan::RULES.iter().find(|r| r.name == "GRAPH_COUNTER_MIN_WAVES").unwrap().value as usize;
+        if !queued.tile_counter || tiles < waves * device.sm_count as usize * per_sm as usize {
+            return Ok(());
+        }
+        let captured = plan(&Problem { captured: true, ..problem }, &device, &Policy::default(), None).unwrap();
+        prop_assert!(captured.tile_counter && captured.graph_workspace, "captured {} (queued {})", captured, queued);
+        prop_assert_eq!((captured.kernel, captured.ctas, captured.decomposition),
+            (queued.kernel, queued.ctas, queued.decomposition));
     }
 }
