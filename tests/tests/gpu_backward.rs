@@ -15,7 +15,7 @@ use sparsek::format::{BsrTranspose, Pattern, generate, generate_int};
 use sparsek::gpu::{BsrView, DenseView, DenseViewMut, Gpu, InputElement, OutputElement, TransposeView};
 use sparsek::plan::{BackwardProblem, SddmmTileCounts};
 use sparsek::{Bsr, Epilogue, Error, Layout, Matrix, Op, Scalar, bf16, cpu, f16};
-use sparsek_tests::{RawBsr, addr, gpu, htod};
+use sparsek_tests::{RawBsr, addr, gpu, htod, own_gpu};
 
 /// `m` stored in `layout` in a fresh device buffer, its leading dimension the inner extent rounded up to 16 bytes
 /// plus 16 bytes more, the padding NaN: `(buffer, ld)`.
@@ -231,10 +231,13 @@ fn check_sddmm<TX: InputElement, TV: OutputElement>(gpu: &Gpu, bs: usize, seed: 
     }
 }
 
-/// Every kernel of the two ops against the oracle (for compute-sanitizer memcheck and racecheck).
+/// Every kernel of the two ops against the oracle (for compute-sanitizer memcheck and racecheck). A Gpu of the
+/// test's own: each launch's recorded plan (`Gpu::last_plan`) is checked, which another test's launches on the
+/// shared Gpu would overwrite (seen once on an H200: an SDDMM plan of another test in place of A^T's).
 #[test]
 fn backward_products_match_the_oracle() {
-    let Some(gpu) = gpu("backward_products_match_the_oracle") else { return };
+    let Some(owned) = own_gpu("backward_products_match_the_oracle", |g| g) else { return };
+    let gpu = &owned;
     for bs in [16usize, 32, 64, 128] {
         let seed = 44 + bs as u64;
         check_t::<f16, f32>(gpu, bs, seed);
@@ -281,7 +284,9 @@ fn integer_operands_give_exact_gradients() {
 /// poison where beta is 0).
 #[test]
 fn sddmm_tile_lists_cover_every_block_whatever_the_schedule() {
-    let Some(gpu) = gpu("sddmm_tile_lists_cover_every_block_whatever_the_schedule") else { return };
+    // A Gpu of the test's own: its launches' plans are read back (`Gpu::last_plan`).
+    let Some(owned) = own_gpu("sddmm_tile_lists_cover_every_block_whatever_the_schedule", |g| g) else { return };
+    let gpu = &owned;
     let stream = gpu.stream();
     let lengths = [13u32, 0, 1, 9, 6];
     for bs in [64usize, 128] {
