@@ -724,6 +724,7 @@ class RowParallelBlockSparseLinear(_ShardBase):
         (this rank's chunk of the sum), the activation, the output dtype; that chunk copied into every peer's ``G``
         by the copy engines; a barrier; the peers' chunks copied out of ``G``. A reduce-scatter and an all-gather
         with no SM spent on communicating and no collective kernel."""
+        x2 = x2.contiguous()
         t, world, rank = x2.shape[0], self.world_size, self.rank
         sizes = [t // world + (1 if q < t % world else 0) for q in range(world)]
         starts = [sum(sizes[:q]) for q in range(world)]
