@@ -1103,6 +1103,31 @@ class SequenceParallelMLP(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"sequence-parallel, comm={self.comm!r}"
 
+    def full_state_dict(self) -> dict:
+        """The whole pair's state: the whole layers' state dicts under ``up.`` and ``down.`` (a collective: every
+        rank calls it), as an unsharded ``up`` / ``down`` module pair would save them."""
+        return ({f"up.{k}": v for k, v in self.up.full_state_dict().items()}
+                | {f"down.{k}": v for k, v in self.down.full_state_dict().items()})
+
+    def load_full_state_dict(self, state_dict: dict) -> None:
+        """Loads this rank's slices of a whole pair's state dict (keys under ``up.`` and ``down.``, as
+        :meth:`full_state_dict` writes them), keeping the partition; both halves are validated before either
+        changes."""
+        parts = {"up": {}, "down": {}}
+        for k, v in state_dict.items():
+            head, _, rest = k.partition(".")
+            if head not in parts or not rest:
+                raise ValueError(f"sparsek: unexpected key {k!r} in the pair's state dict (keys under 'up.' and "
+                                 "'down.')")
+            parts[head][rest] = v
+        for name, shard in (("up", self.up), ("down", self.down)):
+            whole = layer_from_state_dict(parts[name], shard.full_in_features, shard.full_out_features)
+            if whole.block_size != shard.block_size:
+                raise ValueError(f"sparsek: the state dict's {name} holds {whole.block_size}-blocks; the shard "
+                                 f"{shard.block_size}")
+        self.up.load_full_state_dict(parts["up"])
+        self.down.load_full_state_dict(parts["down"])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         up, down = self.up, self.down
         if x.shape[-1] != up.in_features:

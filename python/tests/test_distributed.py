@@ -308,6 +308,45 @@ for _bs in (16, 64):
                 _row_symmetric_case(_bs, _dtype, _r16))
 
 
+@case("seqpar-mlp-state-dicts")
+def _seqpar_state(rank, device):
+    # Per rank (the shards' own state) and whole (the layers'), saved and loaded back.
+    gen = torch.Generator().manual_seed(seed_for("seqpar-state"))
+    up = make_layer(64, 128, 16, torch.bfloat16, gen, skew="rows", activation="silu", device=device)
+    down = make_layer(128, 64, 16, torch.bfloat16, gen, device=device)
+    mlp = sd.sequence_parallel_mlp(up, down, comm="nccl")
+    x = torch.randn(WORLD * 3, 64, generator=gen).bfloat16().to(device)
+    mine = x[rank * 3:(rank + 1) * 3]
+    with torch.no_grad():
+        before = mlp(mine)
+    whole = mlp.full_state_dict()
+    assert set(whole) == {f"{p}.{k}" for p in ("up", "down") for k in up.state_dict()}
+    for k, v in up.state_dict().items():
+        assert torch.equal(whole[f"up.{k}"].cpu(), v.cpu()), k
+    for k, v in down.state_dict().items():
+        assert torch.equal(whole[f"down.{k}"].cpu(), v.cpu()), k
+    mine_state = {k: v.clone() if torch.is_tensor(v) else v for k, v in mlp.state_dict().items()}
+    # Other weights of the same shapes, then each way back.
+    other_up = make_layer(64, 128, 16, torch.bfloat16, gen, activation="silu", device=device)
+    other_down = make_layer(128, 64, 16, torch.bfloat16, gen, device=device)
+    mlp.load_full_state_dict({f"up.{k}": v for k, v in other_up.state_dict().items()}
+                             | {f"down.{k}": v for k, v in other_down.state_dict().items()})
+    with torch.no_grad():
+        ref, absp = reference(other_down, other_up(x))
+        got = mlp(mine)
+    assert_close(got.reshape(-1, 64), ref[rank * 3:(rank + 1) * 3], absp[rank * 3:(rank + 1) * 3], 128, None)
+    mlp.load_full_state_dict(whole)
+    with torch.no_grad():
+        assert torch.equal(mlp(mine), before)
+    mlp.load_full_state_dict({f"up.{k}": v for k, v in other_up.state_dict().items()}
+                             | {f"down.{k}": v for k, v in other_down.state_dict().items()})
+    mlp.load_state_dict(mine_state)
+    with torch.no_grad():
+        assert torch.equal(mlp(mine), before)
+    with pytest.raises(ValueError, match="unexpected key"):
+        mlp.load_full_state_dict({"mid.values": whole["up.values"]})
+
+
 @case("seqpar-mlp-errors")
 def _seqpar_errors(rank, device):
     gen = torch.Generator().manual_seed(seed_for("seqpar-errors"))
