@@ -47,10 +47,6 @@ def main():
     assert world == 2
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     dev = torch.device("cuda", torch.cuda.current_device())
-    try:
-        symm_mem.set_backend("CUDA")
-    except Exception as e:  # noqa: BLE001
-        log(f"set_backend(CUDA): {e!r}")
     group = dist.group.WORLD
     gname = group.group_name
     d, h, bs, T, dt = 4096, 11008, 64, args.tokens, torch.bfloat16

@@ -692,30 +692,20 @@ class RowParallelBlockSparseLinear(_ShardBase):
         than the bf16 all-reduce itself), all-reduced, then the bias and activation. In the 16-bit ``reduce_dtype``
         the bias rides in the first rank's partial (``sparsek::linear``: added once in the sum, no pass of its
         own)."""
-        values, crow, col = self.values, self.crow_indices, self.col_indices
         if self.world_size > 1:
             specs = {"R": (rdt, self.out_features), "G": (out_dtype, self.out_features)}
             rows = -(-x2.shape[0] // self.world_size)
             ex = self._symm.get(x2, x2.shape[0], rows, specs)
             if ex is not None:
                 return self._forward_symmetric(x2, rdt, out_dtype, ex)
-        if rdt != torch.float32:
-            bias = self.bias if self.rank == 0 else None
-            y = torch.ops.sparsek.linear(x2, values, crow, col, self.in_features,
-                                         None if bias is None else bias.to(rdt), 0)
-            if self.world_size > 1:
-                dist.all_reduce(y, op=dist.ReduceOp.SUM, group=self.group)
-            return _ACT[self.activation](y).to(out_dtype)
-        y = torch.empty(x2.shape[0], self.out_features, dtype=torch.float32, device=x2.device)
-        # y^T = W_local @ x^T into the transposed view of the row-major y (a column-major output the kernel writes
-        # as it is).
-        torch.ops.sparsek.bsr_mm_out(values, crow, col, self.out_features, self.in_features, x2.t(), 1.0, 0.0, y.t())
+        # In the 16-bit reduce_dtype the bias rides in the first rank's partial; in float32 it is added after the sum.
+        in_partial = rdt != torch.float32
+        y = _row_partial(self, x2, rdt, self.bias if in_partial and self.rank == 0 else None)
         if self.world_size > 1:
             dist.all_reduce(y, op=dist.ReduceOp.SUM, group=self.group)
-        if self.bias is not None:
+        if not in_partial and self.bias is not None:
             y.add_(self.bias.float())
         return _ACT[self.activation](y).to(out_dtype)
-
 
     def _forward_symmetric(self, x2, rdt, out_dtype, ex):
         """The no-grad forward through symmetric memory (``comm``): the tokens in ``world`` contiguous chunks, one a
@@ -1045,7 +1035,9 @@ class _Symmetric:
 
 
 def _row_partial(shard, x, rdt, bias):
-    """``x @ W_local^T`` (+ ``bias``) row-major in ``rdt`` for a row-parallel shard (``x`` of its values' dtype)."""
+    """``x @ W_local^T`` (+ ``bias``) row-major in ``rdt`` for a row-parallel shard (``x`` of its values' dtype):
+    ``sparsek::linear`` in the values' dtype, else ``W_local @ x^T`` written by the kernel into the transposed view
+    of a row-major ``rdt`` output (a column-major C it stores as it is)."""
     v, c, i = shard.values, shard.crow_indices, shard.col_indices
     if rdt == v.dtype:
         return torch.ops.sparsek.linear(x, v, c, i, shard.in_features, None if bias is None else bias.to(rdt), 0)

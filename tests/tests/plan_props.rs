@@ -29,6 +29,18 @@ fn lengths(rows: usize, cols: usize, density: f64, skew: bool, seed: u64) -> Vec
     v
 }
 
+/// A product of `lens.len()` block rows of those lengths (longest first, the order and lengths known) and `cols`
+/// block columns at block size `bs`, times `n` columns.
+fn ordered(bs: usize, (cols, n): (usize, usize), lens: &[u32]) -> Problem<'_> {
+    let nnzb: usize = lens.iter().map(|&l| l as usize).sum();
+    Problem {
+        max_row_blocks: Some(lens.first().copied().unwrap_or(0) as usize),
+        row_lengths: Some(lens),
+        row_order: true,
+        ..Problem::new(bs, (lens.len() * bs, cols * bs, n), nnzb)
+    }
+}
+
 fn sm90_ctas_per_sm(device: &DeviceFacts, p: &LaunchPlan) -> Option<u32> {
     device.hopper.iter().find(|l| l.variant.name == p.kernel).map(|l| l.ctas_per_sm)
 }
@@ -51,15 +63,7 @@ proptest! {
     ) {
         let device = DeviceFacts::estimated(if h200 { Preset::H200 } else { Preset::H100 });
         let lens = lengths(rows, cols, density, skew, seed);
-        let nnzb: usize = lens.iter().map(|&l| l as usize).sum();
-        let problem = Problem {
-            max_row_blocks: Some(lens.first().copied().unwrap_or(0) as usize),
-            row_lengths: Some(&lens),
-            row_order: true,
-            captured,
-            tile_counter_free: counter_free,
-            ..Problem::new(bs, (rows * bs, cols * bs, n), nnzb)
-        };
+        let problem = Problem { captured, tile_counter_free: counter_free, ..ordered(bs, (cols, n), &lens) };
         let free = plan(&problem, &device, &Policy::default(), None);
         let held = plan(&problem, &device, &Policy { sm_limit: NonZeroU32::new(limit), ..Policy::default() }, None);
         match (free, held) {
@@ -94,14 +98,7 @@ proptest! {
     ) {
         let device = DeviceFacts::estimated(if h200 { Preset::H200 } else { Preset::H100 });
         let lens = lengths(rows, cols, density, false, seed);
-        let nnzb: usize = lens.iter().map(|&l| l as usize).sum();
-        let problem = Problem {
-            max_row_blocks: Some(lens.first().copied().unwrap_or(0) as usize),
-            row_lengths: Some(&lens),
-            row_order: true,
-            tile_counter_free: true,
-            ..Problem::new(bs, (rows * bs, cols * bs, n), nnzb)
-        };
+        let problem = Problem { tile_counter_free: true, ..ordered(bs, (cols, n), &lens) };
         let Ok(queued) = plan(&problem, &device, &Policy::default(), None) else { return Ok(()) };
         let Some(per_sm) = sm90_ctas_per_sm(&device, &queued) else { return Ok(()) };
         let tiles = rows * n.div_ceil(256);
