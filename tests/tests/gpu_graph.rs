@@ -1,12 +1,13 @@
 //! Balanced launches captured into a CUDA graph (host/src/gpu/split.rs, `GraphSpace`): a launch on a stream being
-//! captured, where the balance pays for the graph's nodes (a dominating row, or whole rows of 320
-//! KiB on average on at most half the SMs), makes the choices it makes outside the graph (split rows, the flat block
-//! list, bs 64's tile of 32 for a dominating row) on a workspace of its own that the graph owns (an allocation node, a
-//! memset node zeroing its counters, the kernel, a free node); elsewhere it keeps whole rows and adds no node. The
-//! graph's nodes are read back (their kinds, the kernel's name and grid), each replay into a poisoned C must give the
-//! bits of the same launch outside the graph (random values: any other split would add in another order), and graphs
-//! replayed while eager split launches run on other streams must each keep their bits (a workspace shared with them
-//! would race). Capture in global mode, as `torch.cuda.graph` does. Without a GPU every test prints a skip line.
+//! captured makes the choices it makes outside the graph (split rows, the flat block list, bs 64's tile of 32 for a
+//! dominating row, the sm_90a tile counter) on a workspace of its own that the graph holds (counters zeroed once and
+//! kept by the graph, partial tiles between an allocation node and a free node; no memset node). The graph's nodes
+//! are read back (their kinds, the kernel's name and grid), each replay into a poisoned C must give the bits of the
+//! same launch outside the graph (random values: any other split would add in another order), graphs replayed while
+//! eager split launches run on other streams must each keep their bits (a workspace shared with them would race),
+//! graphs destroyed and captured again reuse the counters they gave back, and a capture of more launches than the
+//! first slab of counters serves grows it without breaking the capture. Capture in global mode, as
+//! `torch.cuda.graph` does. Without a GPU every test prints a skip line.
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream};
@@ -71,9 +72,9 @@ fn bits<TC: OutputElement>(x: &Matrix<TC>) -> Vec<u64> {
 }
 
 /// A case through `gpu`: the launch outside a graph (its plan balances and is the one `Gpu::plan` predicted; C
-/// checked against every row of the oracle), then the same launch captured on a workspace the graph owns: the graph
-/// holds one allocation, one memset, the plan's kernel with the plan's grid, and one free; three replays into a
-/// poisoned C give the first launch's bits. The captured launch records its plan (`Gpu::last_plan`): the eager
+/// checked against every row of the oracle), then the same launch captured on a workspace the graph holds: the graph
+/// holds one allocation, the plan's kernel with the plan's grid, and one free; three replays into a poisoned C give
+/// the first launch's bits. The captured launch records its plan (`Gpu::last_plan`): the eager
 /// plan's decisions on a graph-owned workspace.
 fn captured_matches_eager<TC: OutputElement>(gpu: &Gpu, (a, b, c0): (&Bsr<f16>, &Matrix<f16>, &Matrix<TC>), ctx: &str) {
     let ep = Epilogue::default();
@@ -97,12 +98,13 @@ fn captured_matches_eager<TC: OutputElement>(gpu: &Gpu, (a, b, c0): (&Bsr<f16>, 
     }
 }
 
-/// The graph holds one kernel node, `plan`'s kernel on `plan`'s grid, and `memory` allocation, memset and free
-/// nodes each, nothing else.
-fn assert_graph_holds(graph: &CudaGraph, plan: &LaunchPlan, memory: usize, ctx: &str) {
+/// The graph holds `launches` kernel nodes, each `plan`'s kernel on `plan`'s grid, an allocation and a free node
+/// for each, and nothing else (no memset: the counters stay zeroed in the graph's keeping).
+fn assert_graph_holds(graph: &CudaGraph, plan: &LaunchPlan, launches: usize, ctx: &str) {
     let held = nodes(graph);
-    assert_eq!(held.kernels, vec![(plan.kernel.to_string(), plan.ctas)], "{ctx}: the kernel of {plan} ({held:?})");
-    assert_eq!((held.allocs, held.memsets, held.frees, held.others), (memory, memory, memory, 0), "{ctx}: {held:?}");
+    let kernel = (plan.kernel.to_string(), plan.ctas);
+    assert_eq!(held.kernels, vec![kernel; launches], "{ctx}: the kernel of {plan} ({held:?})");
+    assert_eq!((held.allocs, held.memsets, held.frees, held.others), (launches, 0, launches, 0), "{ctx}: {held:?}");
 }
 
 /// C reset to `c0`, then one replay of the graph captured on `stream`; C downloaded.
@@ -117,31 +119,6 @@ fn replay_into<TC: OutputElement>(
     graph.launch().unwrap();
     stream.synchronize().unwrap();
     c_d.to_host().unwrap()
-}
-
-/// A case whose balance does not pay in a graph (on few block rows, no dominating row): balanced outside a graph,
-/// captured it runs whole rows, the plan of `whole` (`RowSplit::Off`), its kernel and grid, with no memory node,
-/// and each replay gives that launch's bits.
-fn captured_keeps_whole_rows(gpu: &Gpu, whole: &Gpu, (a, b, c0): (&Bsr<f16>, &Matrix<f16>, &Matrix<f32>), ctx: &str) {
-    let ep = Epilogue::default();
-    let eager = plan_of::<f32>(gpu, a, b.cols(), ep);
-    assert!(balances(&eager), "{ctx}: the case must balance its rows outside a graph: {eager}");
-    let (a_d, b_d) = (gpu.upload(a).unwrap(), gpu.upload_matrix(b).unwrap());
-    let mut c_d = gpu.upload_matrix(c0).unwrap();
-    let mut c_w = whole.upload_matrix(c0).unwrap();
-    let (a_w, b_w) = (whole.upload(a).unwrap(), whole.upload_matrix(b).unwrap());
-    let whole_plan = planned_spmm(whole, &a_w, &b_w, &mut c_w, ep).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-    assert_eq!(whole_plan.decomposition, Decomposition::WholeRows, "{ctx}: RowSplit::Off: {whole_plan}");
-    let want = c_w.to_host().unwrap();
-    let stream = gpu.new_stream().unwrap();
-    let graph = capture(gpu, &stream, (&a_d, &b_d, &mut c_d), ctx);
-    let captured = gpu.last_plan().unwrap_or_else(|| panic!("{ctx}: the captured launch recorded no plan"));
-    let same = (captured.kernel, captured.decomposition, captured.ctas)
-        == (whole_plan.kernel, whole_plan.decomposition, whole_plan.ctas);
-    assert!(same && !captured.graph_workspace, "{ctx}: the balance must not pay in a graph: captured {captured}");
-    assert_graph_holds(&graph, &whole_plan, 0, ctx);
-    let got = replay_into(gpu, (&graph, &stream), &mut c_d, c0);
-    assert!(bits(&got) == bits(&want), "{ctx}: the replay differs from whole rows");
 }
 
 #[test]
@@ -163,16 +140,16 @@ fn captured_launches_balance_as_outside_a_graph() {
     let (a, b, c) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x94);
     captured_matches_eager(&flat, (&a, &b, &c), "4096x16x4096 bs64 skewed, flat list, f32 C");
     // Uniform rows of about 225 KiB on one CTA per two SMs (64 block rows at bs 64, the longest 43 blocks): split
-    // outside a graph, whole rows inside one.
-    let whole = narrow(TEST, RowSplit::Off);
+    // outside a graph and inside one (until the graph's counters were kept zeroed, a memset node per launch made
+    // whole rows the better choice there).
     let (a, b, c) = operands::<f32>(Pattern::Uniform, (4096, 8192, 16), 64, 0x97);
-    captured_keeps_whole_rows(&auto, &whole, (&a, &b, &c), "4096x16x8192 bs64 uniform, f32 C");
+    captured_matches_eager(&auto, (&a, &b, &c), "4096x16x8192 bs64 uniform, f32 C");
 }
 
-/// An sm_90a launch of many waves of tiles (8192 x 2048 x 1024 bs 64: 1024 tiles and more, at least
-/// `GRAPH_COUNTER_MIN_WAVES` waves), captured: the persistent grid on the tile counter it runs on outside the graph,
-/// its counter in a workspace the graph owns (one allocation, memset and free node), and each replay the bits of the
-/// launch outside the graph (any tile order gives them: a tile is one CTA's). Without the sm_90a module (or with
+/// An sm_90a launch of many waves of tiles (8192 x 2048 x 1024 bs 64: 1024 tiles and more), captured: the
+/// persistent grid on the tile counter it runs on outside the graph, its counter in a workspace the graph holds (one
+/// allocation and one free node, 256 bytes: they keep the graph to one instantiation, so two replays never share the
+/// counter), and each replay the bits of the launch outside the graph (any tile order gives them: a tile is one CTA's). Without the sm_90a module (or with
 /// `SPARSEK_TEST_MODULE=sm80`) the launch has no tile counter: a skip line.
 #[test]
 fn a_captured_sm90_launch_of_many_waves_keeps_its_tile_counter() {
@@ -256,4 +233,98 @@ fn graphs_and_eager_split_launches_run_at_once() {
             );
         }
     }
+}
+
+/// Waits up to two seconds for `done` (a graph's user objects are released on a CUDA thread of its own, after the
+/// graph is destroyed).
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    done()
+}
+
+/// Graphs of a split launch captured, replayed and destroyed four times over, with a second graph alive beside the
+/// first in two of the rounds: every replay gives the bits of the launch outside a graph, each destroyed graph gives
+/// its counters back (they are taken again by the next capture, which finds them zeroed: its replays are right), and
+/// no slab is added for it.
+#[test]
+fn destroyed_graphs_give_their_counters_back_zeroed() {
+    const TEST: &str = "destroyed_graphs_give_their_counters_back_zeroed";
+    let Some((_alone, gpu)) = narrow_alone(TEST, RowSplit::Auto) else { return };
+    let Some((slabs, _)) = gpu.graph_counter_stats() else {
+        println!("SKIP {TEST}: captured launches get no workspace on this device or driver");
+        return;
+    };
+    let (a, b, c0) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x98);
+    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    let mut c_e = gpu.upload_matrix(&c0).unwrap();
+    let eager = planned_spmm(&gpu, &a_d, &b_d, &mut c_d, Epilogue::default()).unwrap();
+    assert!(balances(&eager), "{TEST}: the case must balance its rows: {eager}");
+    let want = bits(&c_d.to_host().unwrap());
+    let stream = gpu.new_stream().unwrap();
+    for round in 0..4 {
+        let graph = capture(&gpu, &stream, (&a_d, &b_d, &mut c_d), TEST);
+        let other = (round % 2 == 1).then(|| capture(&gpu, &stream, (&a_d, &b_d, &mut c_e), TEST));
+        for replay in 0..2 {
+            let got = replay_into(&gpu, (&graph, &stream), &mut c_d, &c0);
+            assert!(bits(&got) == want, "{TEST}: round {round}, replay {replay} differs from the launch outside");
+            if let Some(o) = &other {
+                let got = replay_into(&gpu, (o, &stream), &mut c_e, &c0);
+                assert!(bits(&got) == want, "{TEST}: round {round}, the second graph's replay {replay} differs");
+            }
+        }
+        let alive = 1 + usize::from(other.is_some());
+        drop((graph, other));
+        let back = eventually(|| gpu.graph_counter_stats().is_some_and(|(_, free)| free >= alive));
+        assert!(back, "{TEST}: round {round}: {:?} after destroying {alive} graphs", gpu.graph_counter_stats());
+    }
+    assert_eq!(gpu.graph_counter_stats().map(|s| s.0), Some(slabs), "{TEST}: no slab added");
+}
+
+/// 300 split launches captured into one graph (global mode), more than the first slab of counters serves (64 words
+/// each, 256 to a slab): the pool grows during the capture without breaking it, the graph holds 300 kernels and
+/// 300 allocation and free nodes, its replay gives the bits of the launch outside a graph, and destroying it gives
+/// all 300 ranges back.
+#[test]
+fn a_capture_of_many_launches_grows_the_counters() {
+    const TEST: &str = "a_capture_of_many_launches_grows_the_counters";
+    const LAUNCHES: usize = 300;
+    let Some((_alone, gpu)) = narrow_alone(TEST, RowSplit::Auto) else { return };
+    let Some((slabs, _)) = gpu.graph_counter_stats() else {
+        println!("SKIP {TEST}: captured launches get no workspace on this device or driver");
+        return;
+    };
+    let (a, b, c0) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x99);
+    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    let eager = planned_spmm(&gpu, &a_d, &b_d, &mut c_d, Epilogue::default()).unwrap();
+    assert!(balances(&eager), "{TEST}: the case must balance its rows: {eager}");
+    let want = bits(&c_d.to_host().unwrap());
+    let stream = gpu.new_stream().unwrap();
+    let (a_v, b_v, mut c_v) = (a_d.view(), b_d.view(), c_d.view_mut());
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+    let mut launched = Ok(());
+    for _ in 0..LAUNCHES {
+        // SAFETY: views of live buffers of this Gpu; nothing else uses them while the graph exists and runs.
+        launched = unsafe { gpu.spmm_raw(stream.cu_stream(), &a_v, &b_v, &mut c_v, None, Epilogue::default()) };
+        if launched.is_err() {
+            break;
+        }
+    }
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    launched.unwrap_or_else(|e| panic!("{TEST}: launch during capture: {e}"));
+    let graph = graph.unwrap_or_else(|e| panic!("{TEST}: end capture: {e}")).expect("a graph");
+    let grown = gpu.graph_counter_stats().unwrap().0;
+    assert!(grown > slabs, "{TEST}: {LAUNCHES} captured launches made no new slab ({grown})");
+    assert_graph_holds(&graph, &eager, LAUNCHES, TEST);
+    let got = replay_into(&gpu, (&graph, &stream), &mut c_d, &c0);
+    assert!(bits(&got) == want, "{TEST}: the replay differs from the launch outside a graph");
+    drop(graph);
+    let back = eventually(|| gpu.graph_counter_stats().is_some_and(|(_, free)| free >= LAUNCHES));
+    assert!(back, "{TEST}: {:?} after destroying the graph", gpu.graph_counter_stats());
 }

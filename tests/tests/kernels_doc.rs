@@ -39,6 +39,4 @@ fn the_kernels_page_states_the_rules_table_values() {
     said("ROW_SKEW_FACTOR", &[(4, "four")], "over {} times the mean");
     said("A_WINDOW_MIN_L2_FRACTION", &[(8, "an eighth")], "at least {} of L2");
     said("HOPPER_SPLIT_MIN_SHARES", &[(2, "twice")], "more than {} an equal share");
-    said("GRAPH_BALANCE_SMS_PER_CTA", &[(2, "half")], "fill at most {} the SMs");
-    said("GRAPH_COUNTER_MIN_WAVES", &[(4, "four")], "an sm_90a launch of at least {} waves of tiles");
 }

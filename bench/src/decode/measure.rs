@@ -468,9 +468,9 @@ fn graph_result(ms: Result<Vec<f32>>) -> Queued {
 /// stream in global mode (as `torch.cuda.graph` captures), the graph replayed once untimed and then
 /// [`queued::REPS`] times, each between its own pair of events: per launch, the graph's time over the batch (what
 /// a decode step replayed from a graph spends per product: `torch.compile(mode="reduce-overhead")`). A captured
-/// launch balances its rows only where that pays for its workspace's graph nodes (`graph_balance_pays`), so its
-/// bits may differ from the plain launches': C of set 0 is poisoned first and checked against the oracle's sampled
-/// rows (`expected`) after the replays.
+/// launch makes the plain launches' choices on a workspace of its own (and keeps whole rows where the device cannot
+/// give it one), so its bits may differ from the plain launches': C of set 0 is poisoned first and checked against
+/// the oracle's sampled rows (`expected`) after the replays.
 pub(super) fn graph_replayed(gpu: &Gpu, launcher: &Gpu, sets: &mut Sets<'_>, expected: &Expected) -> Queued {
     let mut run = || -> Result<Vec<f32>> {
         poison(gpu, sets.output().ok_or(NO_SET)?.as_view_mut())?;

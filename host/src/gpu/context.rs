@@ -181,7 +181,7 @@ impl Gpu {
         }
         let device = DeviceKey::new(&info.name, info.compute_capability, info.driver_version, &modules);
         let plans = Plans::load(PlanCache::from_env(), device);
-        let split = SplitWorkspace::new(&ctx, &stream);
+        let split = SplitWorkspace::new(&ctx, &stream, info.driver_version);
         let catalog = |r: &Registry| -> Vec<Loaded> {
             r.kernels().iter().map(|k| Loaded { variant: k.variant, ctas_per_sm: k.ctas_per_sm }).collect()
         };
@@ -191,7 +191,7 @@ impl Gpu {
             max_access_policy_window: info.max_access_policy_window,
             compute_capability: info.compute_capability,
             programmatic_available: product.programmatic,
-            graph_memory: split.as_ref().is_some_and(|ws| ws.graph_memory),
+            graph_memory: split.as_ref().is_some_and(|ws| ws.graph_counters.is_some()),
             workspace: split.is_some(),
             product: catalog(&product),
             hopper: hopper.as_ref().map(catalog).unwrap_or_default(),

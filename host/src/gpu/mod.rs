@@ -52,14 +52,14 @@ pub use sparsek_layout::{InType, KernelConfig, OutType, Pipeline};
 // The planner's rules and thresholds, for the tests and `sparsek info` that still read them directly (the plan
 // itself: Gpu::plan; the table: crate::plan::RULES).
 #[doc(hidden)]
+pub use crate::plan::flat_ctas;
+#[doc(hidden)]
 pub use crate::plan::rules::{
     DECODE_MAX_ROW_BYTES, FLAT_AUTO_CTAS_PER_SM, FLAT_AUTO_MIN_K_TILES_PER_CTA, FLAT_MID_AUTO_MARGIN_K_TILES,
-    FLAT_MID_AUTO_MIN_K_TILES_PER_CTA, GRAPH_BALANCE_MIN_ROW_BYTES, HOPPER_SPLIT_MIN_PART_K_TILES,
-    MID_SMALL_BS_MIN_ROWS_PER_SM, MID64_BS128_MIN_BLOCKS_PER_SM, SPLIT_COUNTERS, SPLIT_PART_BYTES,
-    SPLIT_PART_MAX_GROWN_K_TILES, SPLIT_PART_SHORT_K_TILES, SPLIT_PARTIALS_BYTES,
+    FLAT_MID_AUTO_MIN_K_TILES_PER_CTA, HOPPER_SPLIT_MIN_PART_K_TILES, MID_SMALL_BS_MIN_ROWS_PER_SM,
+    MID64_BS128_MIN_BLOCKS_PER_SM, SPLIT_COUNTERS, SPLIT_PART_BYTES, SPLIT_PART_MAX_GROWN_K_TILES,
+    SPLIT_PART_SHORT_K_TILES, SPLIT_PARTIALS_BYTES,
 };
-#[doc(hidden)]
-pub use crate::plan::{flat_ctas, graph_balance_pays};
 #[doc(hidden)]
 pub use sparsek_layout::SHORT_ROW_MAX_K_TILES;
 pub use tune::{Candidate, TuneOptions, TuneProblem, TuneReport};

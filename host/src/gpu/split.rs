@@ -13,12 +13,10 @@
 //!
 //! A launch on a stream being captured into a CUDA graph cannot use that workspace (an event recorded outside the
 //! capture cannot be waited on inside it, and a replayed graph would reuse the workspace unordered with the
-//! launches around it). Where the balance pays for three more graph nodes
-//! ([`graph_balance_pays`](crate::plan::graph_balance_pays): a dominating row, or long whole rows filling at most
-//! half the SMs) it makes the same choices and takes a workspace of its own in the graph ([`GraphSpace`]: an
-//! allocation node of the bytes it needs, a memset node zeroing its counters, the kernel, a free node), so a replay
-//! gives the bits of the same launch outside the graph. Elsewhere, and on a
-//! device without stream-ordered allocation, a captured launch keeps whole rows.
+//! launches around it). It makes the same choices and takes a workspace of its own that the graph holds
+//! ([`GraphSpace`]: counters zeroed once and kept by the graph, [`GraphCounters`]; partial tiles in an allocation
+//! node and a free node around the kernel), so a replay gives the bits of the same launch outside the graph. On a
+//! device without stream-ordered allocation or a driver older than CUDA 12.3, a captured launch keeps whole rows.
 //!
 //! The workspace also holds the sm_90a kernels' two tile-scheduler counters. Those are never waited for across
 //! streams: a launch takes them only when they are free or its stream used them last
@@ -34,8 +32,8 @@
 //! counter: one tile per consumer set (one CTA per tile, or per two tiles for the ping-pong kernels). A persistent
 //! grid walking its tiles with a static stride instead was measured 7-10% faster on uniform rows but 36% slower on
 //! skewed ones (docs/perf-notes.md). A launch on a stream being captured into a CUDA graph takes two counters of
-//! its own workspace in the graph ([`GraphSpace`]), zeroed before it, and so the persistent grid, where its balance
-//! pays for the graph's three more nodes; else one tile per consumer set.
+//! its own workspace in the graph ([`GraphSpace`]), and so the persistent grid; where the device cannot give it
+//! one, one tile per consumer set.
 
 use std::sync::{Arc, Mutex};
 
@@ -55,9 +53,8 @@ pub(crate) struct SplitWorkspace {
     pub(crate) counters: u64,
     /// The sm_90a kernels' two tile-scheduler counters (the tile scheduler, above), past the split counters.
     pub(crate) scheduler: u64,
-    /// Whether the device has stream-ordered allocation, which a captured launch's own workspace needs
-    /// ([`GraphSpace`]).
-    pub(crate) graph_memory: bool,
+    /// The counters of captured launches ([`GraphSpace`]), where the device and driver can serve them.
+    pub(crate) graph_counters: Option<GraphCounters>,
     state: Mutex<Order>,
     scheduler_owner: Mutex<Owner>,
     _partials: CudaSlice<u8>,
@@ -102,13 +99,12 @@ struct Order {
 impl SplitWorkspace {
     /// Allocates the partial tiles and the zeroed counters on `stream` and waits for the zeroing (so a launch on
     /// any stream finds zeros). `None` when the GPU cannot spare the memory: launches then keep whole rows.
-    pub(crate) fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Option<SplitWorkspace> {
+    pub(crate) fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, driver_version: i32) -> Option<SplitWorkspace> {
         let partials = stream.alloc_zeros::<u8>(SPLIT_PARTIALS_BYTES).ok()?;
         let counters = stream.alloc_zeros::<u32>(SPLIT_COUNTERS + 2).ok()?;
         stream.synchronize().ok()?;
         let done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).ok()?;
         let scheduler_done = ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).ok()?;
-        let pools = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
         let (p, c) = {
             let (p, _g) = partials.device_ptr(stream);
             let (c, _h) = counters.device_ptr(stream);
@@ -118,7 +114,7 @@ impl SplitWorkspace {
             partials: p,
             counters: c,
             scheduler: c + 4 * SPLIT_COUNTERS as u64,
-            graph_memory: pools.is_ok_and(|v| v != 0),
+            graph_counters: GraphCounters::new(ctx, driver_version),
             state: Mutex::new(Order { done, last: None }),
             scheduler_owner: Mutex::new(Owner { stream: None, done: scheduler_done, recorded: true }),
             _partials: partials,
@@ -195,38 +191,49 @@ impl Drop for SplitWorkspace {
         if owner.stream.is_some() {
             let _ = owner.done.synchronize();
         }
+        // The graphs' counters go with the workspace where no graph holds a range of them any more.
+        if let Some(pool) = self.graph_counters.as_mut() {
+            pool.release();
+        }
     }
 }
 
-/// A captured launch's own workspace, in the CUDA graph its stream is being captured into: one stream-ordered
-/// allocation (the graph's allocation node), its counters zeroed (a memset node), the launch, then the
-/// allocation freed ([`GraphSpace::free`], a free node). The graph owns the memory: every replay of it has its own
-/// zeroed counters and partial tiles, ordered with that replay alone, and CUDA may reuse the physical memory
-/// wherever lifetimes do not overlap (the launches of one graph in sequence, graphs replayed on one stream). The
-/// Gpu's own workspace cannot serve a graph: a replay is not ordered with the launches around it.
+/// A captured launch's own workspace, in the CUDA graph its stream is being captured into. Its counters are a range
+/// of [`GraphCounters`], zeroed once and kept by the graph until the graph and every instantiation of it are gone
+/// (no memset node: each launch's last CTAs leave the counters at zero for the next replay). Its partial tiles are
+/// a stream-ordered allocation (the graph's allocation node, then the launch, then a free node,
+/// [`GraphSpace::free`]), which CUDA may back with the same physical memory as the graph's other allocations
+/// wherever lifetimes do not overlap; a launch without partial tiles allocates 256 bytes all the same, so the graph
+/// holds allocation nodes and CUDA allows it one instantiation at a time: two replays running at once would share
+/// the counters. Measured on an H200 (docs/perf-notes.md, "Issue 43 part 3: the graph workspace without its memset
+/// node"), around a 8.6 us decode launch in a graph: the memset node cost 1.9-2.0 us, the allocation and free
+/// nodes 0.04-0.2 us. The Gpu's own workspace cannot serve a graph: a replay is not ordered with the launches
+/// around it.
 pub(crate) struct GraphSpace {
     base: u64,
     /// The partial tiles (16-byte aligned).
     pub(crate) partials: u64,
-    /// The split-row or flat-list counters, zeroed.
+    /// The split-row or flat-list counters, zero.
     pub(crate) counters: u64,
-    /// The tile scheduler's two counters (after the others), zeroed when asked for.
+    /// The tile scheduler's two counters (after the others), zero.
     pub(crate) scheduler: u64,
 }
 
 impl GraphSpace {
-    /// Allocates `need` on `stream` in stream order and zeroes its counters there.
+    /// Takes `need`'s counters from `pool`, held by the graph `stream` is being captured into, and allocates its
+    /// partial tiles on `stream` in stream order.
     ///
     /// # Safety
-    /// `stream` is a live stream of the current context. (On a stream that is not being captured this is a plain
-    /// stream-ordered allocation, as correct, and slower.)
-    pub(crate) unsafe fn allocate(stream: CUstream, need: SpaceNeed) -> Result<GraphSpace> {
-        const ALIGN: u64 = 256;
-        let counters_at = need.partials_bytes.div_ceil(ALIGN) * ALIGN;
+    /// `stream` is a live stream of the current context, being captured.
+    pub(crate) unsafe fn allocate(stream: CUstream, need: SpaceNeed, pool: &GraphCounters) -> Result<GraphSpace> {
         let words = need.counters + if need.scheduler { 2 } else { 0 };
-        let bytes = usize::try_from(counters_at + 4 * words.max(1)).map_err(|_| Error::InvalidArgument {
+        // SAFETY: the caller's live stream of the current context.
+        let graph = unsafe { capture_graph(stream) }?;
+        // SAFETY: the graph being captured on `stream`, of the current context.
+        let counters = unsafe { pool.hold(graph, words.max(1)) }?;
+        let bytes = usize::try_from(need.partials_bytes.max(256)).map_err(|_| Error::InvalidArgument {
             name: "workspace",
-            reason: format!("{counters_at} bytes of partial tiles do not fit this host"),
+            reason: format!("{} bytes of partial tiles do not fit this host", need.partials_bytes),
         })?;
         let failed = |source: cudarc::driver::DriverError| match source.0 {
             cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
@@ -234,20 +241,13 @@ impl GraphSpace {
             }
             _ => Error::Cuda { op: "cuMemAllocAsync (graph workspace)", source },
         };
-        // SAFETY: the caller's stream; the allocation is used only by this launch, on this stream, and freed after it.
+        // SAFETY: the caller's stream; the allocation is used only by this launch, on this stream, and freed after
+        // it. (The counters stay with the graph, which now holds them, whatever happens to this launch.)
         let base = unsafe { cudarc::driver::result::malloc_async(stream, bytes) }.map_err(failed)?;
-        let counters = base + counters_at;
-        // SAFETY: `words` u32 of the allocation just made, in stream order after it.
-        let zeroed = unsafe { cudarc::driver::sys::cuMemsetD32Async(counters, 0, words as usize, stream) }.result();
-        if let Err(e) = zeroed {
-            // SAFETY: allocated above on this stream, not used.
-            let _ = unsafe { cudarc::driver::result::free_async(base, stream) };
-            return Err(cuda("cuMemsetD32Async (graph workspace)")(e));
-        }
         Ok(GraphSpace { base, partials: base, counters, scheduler: counters + 4 * need.counters })
     }
 
-    /// Frees the allocation on `stream`, in stream order after the launch that used it.
+    /// Frees the partial tiles on `stream`, in stream order after the launch that used them.
     ///
     /// # Safety
     /// `stream` is the stream it was allocated on.
@@ -255,6 +255,220 @@ impl GraphSpace {
         // SAFETY: allocated on this stream by `allocate` and freed once (self is consumed).
         unsafe { cudarc::driver::result::free_async(self.base, stream) }
             .map_err(cuda("cuMemFreeAsync (graph workspace)"))
+    }
+}
+
+/// The graph `stream` is being captured into (`cuStreamGetCaptureInfo_v3`, CUDA 12.3 and later: the only form
+/// the bindings offer, so [`GraphCounters::available`] asks for that driver).
+///
+/// # Safety
+/// `stream` is a live stream of the current context.
+unsafe fn capture_graph(stream: CUstream) -> Result<cudarc::driver::sys::CUgraph> {
+    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut graph: cudarc::driver::sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: a query of the caller's live stream; the outputs are valid pointers or null (not wanted).
+    unsafe {
+        cudarc::driver::sys::cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            std::ptr::null_mut(),
+            &mut graph,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(cuda("cuStreamGetCaptureInfo (graph workspace)"))?;
+    if status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
+        return Err(Error::InvalidArgument {
+            name: "stream",
+            reason: format!(
+                "its capture into a CUDA graph ended or was invalidated while the launch was being planned ({status:?})"
+            ),
+        });
+    }
+    Ok(graph)
+}
+
+/// The counters of launches captured into CUDA graphs ([`GraphSpace`]): ranges of zeroed 32-bit words carved from
+/// slabs of device memory, each range held by the graph it was captured into through a CUDA user object and given
+/// back when the graph and every instantiation of it are destroyed (after their last replay has finished, CUDA's
+/// rule). The user object's destructor may make no CUDA call: it only puts the range on a free list. A range comes
+/// back zero, as every launch leaves its counters (a range whose graph was never replayed is still as it was
+/// zeroed). The slabs are zeroed when they are made, on a private stream: the first with the [`Gpu`], later ones
+/// while a capture may be running, in the relaxed capture mode (`cuThreadExchangeStreamCaptureMode`) so that a
+/// global-mode capture on another stream is not invalidated. They are freed with the Gpu's workspace when no graph
+/// holds a range any more; a graph that outlives its Gpu (it cannot be replayed then: the Gpu's kernels are gone)
+/// keeps the slabs until the CUDA context goes. What a destructor holds, the free lists, is host memory only: the
+/// last reference to anything that makes a CUDA call when dropped stays with the Gpu.
+pub(crate) struct GraphCounters {
+    ctx: Arc<CudaContext>,
+    /// Where slabs are zeroed (non-blocking, never captured).
+    zeroing: Arc<CudaStream>,
+    slabs: Arc<Mutex<Slabs>>,
+}
+
+/// [`GraphCounters`]' memory.
+struct Slabs {
+    /// Every slab's first byte (`cuMemAlloc`).
+    owned: Vec<u64>,
+    /// The newest slab's unused words: `next..end` (byte addresses).
+    next: u64,
+    end: u64,
+    /// Ranges given back, by size class: `free[c]` holds ranges of `2^c` words.
+    free: Vec<Vec<u64>>,
+}
+
+/// A range held by a graph: what its user object's destructor gives back.
+struct Held {
+    slabs: Arc<Mutex<Slabs>>,
+    at: u64,
+    class: usize,
+}
+
+/// The words of a new slab, at least: 64 KiB.
+const SLAB_WORDS: u64 = 1 << 14;
+
+/// The smallest range: 64 words (256 bytes, so every range stays 256-byte aligned).
+const MIN_CLASS: usize = 6;
+
+/// The user object's destructor: gives the range back (no CUDA call, no blocking but the free list's lock).
+unsafe extern "C" fn release_held(data: *mut std::ffi::c_void) {
+    // SAFETY: `data` is the Box<Held> leaked by GraphCounters::hold for this user object, destroyed once.
+    let held = unsafe { Box::from_raw(data.cast::<Held>()) };
+    let mut slabs = held.slabs.lock().unwrap_or_else(|e| e.into_inner());
+    slabs.free[held.class].push(held.at);
+}
+
+impl GraphCounters {
+    /// A pool with its first slab, zeroed; `None` where the device cannot serve it: no stream-ordered allocation
+    /// (the partial tiles' allocation nodes), a driver older than CUDA 12.3 (the capture's graph is asked of
+    /// `cuStreamGetCaptureInfo_v3`), or no memory to spare. Launches captured there keep whole rows.
+    pub(crate) fn new(ctx: &Arc<CudaContext>, driver_version: i32) -> Option<GraphCounters> {
+        let pools = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
+        if !pools.is_ok_and(|v| v != 0) || driver_version < 12030 {
+            return None;
+        }
+        let pool = GraphCounters {
+            ctx: ctx.clone(),
+            zeroing: ctx.new_stream().ok()?,
+            slabs: Arc::new(Mutex::new(Slabs { owned: Vec::new(), next: 0, end: 0, free: vec![Vec::new(); 40] })),
+        };
+        pool.grow(&mut pool.slabs.lock().unwrap_or_else(|e| e.into_inner()), SLAB_WORDS).ok()?;
+        Some(pool)
+    }
+
+    /// Adds a zeroed slab of at least `words` words and makes it the one ranges are carved from.
+    fn grow(&self, slabs: &mut Slabs, words: u64) -> Result<()> {
+        use cudarc::driver::sys::CUstreamCaptureMode;
+        let words = words.max(SLAB_WORDS);
+        let bytes = usize::try_from(4 * words).map_err(|_| Error::InvalidArgument {
+            name: "workspace",
+            reason: format!("{words} counters do not fit this host"),
+        })?;
+        // A capture in the global mode on another stream forbids the allocation and the wait below to this
+        // thread: relaxed until they are done, then the thread's mode as it was.
+        let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: exchanges this thread's capture mode through a valid pointer.
+        unsafe { cudarc::driver::sys::cuThreadExchangeStreamCaptureMode(&mut mode) }
+            .result()
+            .map_err(cuda("cuThreadExchangeStreamCaptureMode"))?;
+        let made = (|| {
+            self.ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
+            // SAFETY: a plain device allocation of this context, owned by the pool from here.
+            let base = unsafe { cudarc::driver::result::malloc_sync(bytes) }.map_err(|source| match source.0 {
+                cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                    Error::OutOfMemory { what: "the counters of launches captured into CUDA graphs", bytes }
+                }
+                _ => Error::Cuda { op: "cuMemAlloc (graph counters)", source },
+            })?;
+            let zeroed = (|| {
+                let stream = self.zeroing.cu_stream();
+                // SAFETY: the `bytes` just allocated, zeroed on the pool's own stream, which is then waited for.
+                unsafe { cudarc::driver::result::memset_d8_async(base, 0, bytes, stream) }
+                    .map_err(cuda("cuMemsetD8Async (graph counters)"))?;
+                // SAFETY: the pool's own live stream.
+                unsafe { cudarc::driver::result::stream::synchronize(stream) }
+                    .map_err(cuda("cuStreamSynchronize (graph counters)"))
+            })();
+            if let Err(e) = zeroed {
+                // SAFETY: allocated above, never handed out.
+                let _ = unsafe { cudarc::driver::result::free_sync(base) };
+                return Err(e);
+            }
+            Ok(base)
+        })();
+        // SAFETY: as above; restores the mode the thread had.
+        let restored = unsafe { cudarc::driver::sys::cuThreadExchangeStreamCaptureMode(&mut mode) }.result();
+        let base = made?;
+        slabs.owned.push(base);
+        (slabs.next, slabs.end) = (base, base + 4 * words);
+        restored.map_err(cuda("cuThreadExchangeStreamCaptureMode"))
+    }
+
+    /// A zeroed range of at least `words` words, held from now on by `graph` (a CUDA user object the graph owns):
+    /// given back when the graph and its instantiations are destroyed.
+    ///
+    /// # Safety
+    /// `graph` is a live graph (the one being captured) of the pool's context, current on this thread.
+    unsafe fn hold(&self, graph: cudarc::driver::sys::CUgraph, words: u64) -> Result<u64> {
+        use cudarc::driver::sys::{CUuserObject, CUuserObject_flags, CUuserObjectRetain_flags};
+        if words > 1 << 32 {
+            return Err(Error::InvalidArgument {
+                name: "workspace",
+                reason: format!("{words} counters for one captured launch (at most 2^32)"),
+            });
+        }
+        let class = (words.next_power_of_two().trailing_zeros() as usize).max(MIN_CLASS);
+        let size = 4u64 << class;
+        let at = {
+            let mut slabs = self.slabs.lock().unwrap_or_else(|e| e.into_inner());
+            match slabs.free.get_mut(class).and_then(Vec::pop) {
+                Some(at) => at,
+                None => {
+                    if slabs.end - slabs.next < size {
+                        self.grow(&mut slabs, size / 4)?;
+                    }
+                    let at = slabs.next;
+                    slabs.next += size;
+                    at
+                }
+            }
+        };
+        let held = Box::into_raw(Box::new(Held { slabs: self.slabs.clone(), at, class }));
+        let mut object: CUuserObject = std::ptr::null_mut();
+        let flags = CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC as u32;
+        // SAFETY: `held` is handed to the user object, whose destructor takes it back once.
+        let created =
+            unsafe { cudarc::driver::sys::cuUserObjectCreate(&mut object, held.cast(), Some(release_held), 1, flags) };
+        if let Err(e) = created.result() {
+            // SAFETY: the user object was not made: `held` is still ours, and gives the range back.
+            unsafe { release_held(held.cast()) };
+            return Err(cuda("cuUserObjectCreate (graph counters)")(e));
+        }
+        let moved = CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE as u32;
+        // SAFETY: the caller's live graph; the reference the user object was made with moves to it.
+        let retained = unsafe { cudarc::driver::sys::cuGraphRetainUserObject(graph, object, 1, moved) };
+        if let Err(e) = retained.result() {
+            // SAFETY: our reference, released once: the destructor gives the range back.
+            let _ = unsafe { cudarc::driver::sys::cuUserObjectRelease(object, 1) };
+            return Err(cuda("cuGraphRetainUserObject (graph counters)")(e));
+        }
+        Ok(at)
+    }
+
+    /// Frees the slabs where no graph holds a range of them (no user object's destructor is left to run: none
+    /// holds the free lists); else leaves them to the CUDA context.
+    fn release(&mut self) {
+        let Some(slabs) = Arc::get_mut(&mut self.slabs) else { return };
+        let slabs = slabs.get_mut().unwrap_or_else(|e| e.into_inner());
+        if self.ctx.bind_to_thread().is_ok() {
+            for base in slabs.owned.drain(..) {
+                // SAFETY: allocated by `grow`; no graph holds a range of it (the caller's promise).
+                let _ = unsafe { cudarc::driver::result::free_sync(base) };
+            }
+        }
     }
 }
 
@@ -310,5 +524,14 @@ impl Gpu {
     /// opened).
     pub fn has_split_workspace(&self) -> bool {
         self.split.is_some()
+    }
+
+    /// The counters of launches captured into CUDA graphs: the slabs made so far and the ranges given back by
+    /// destroyed graphs and not yet taken again; `None` where captured launches get no workspace (for the tests).
+    #[doc(hidden)]
+    pub fn graph_counter_stats(&self) -> Option<(usize, usize)> {
+        let pool = self.split.as_ref()?.graph_counters.as_ref()?;
+        let slabs = pool.slabs.lock().unwrap_or_else(|e| e.into_inner());
+        Some((slabs.owned.len(), slabs.free.iter().map(Vec::len).sum()))
     }
 }

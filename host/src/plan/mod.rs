@@ -29,11 +29,11 @@ pub use split::RowSplit;
 // What the launcher and the older rule-level API (doc-hidden wrappers on Gpu) take of the decomposition rules.
 pub(crate) use split::{HopperSplit, SpaceNeed, SplitLimits};
 // Read by the tests and the decode benchmark.
+#[doc(hidden)]
+pub use split::flat_ctas;
 pub(crate) use split::{
     flat_auto_serves, flat_need, hopper_need, hopper_split_choice, rows_skewed, split_choice, split_need,
 };
-#[doc(hidden)]
-pub use split::{flat_ctas, graph_balance_pays, graph_counter_pays};
 
 pub(crate) use family::Room;
 
@@ -45,8 +45,8 @@ use rules::*;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TileSchedule {
     /// A persistent grid taking tiles from a counter wherever it can have one (the Gpu's when its workspace exists
-    /// and no other stream holds it; a launch being captured into a CUDA graph its own where
-    /// [`graph_balance_pays`] or [`graph_counter_pays`] says so), else [`TileSchedule::PerTile`].
+    /// and no other stream holds it; a launch being captured into a CUDA graph its own, where the device can give
+    /// it one: [`DeviceFacts::graph_memory`]), else [`TileSchedule::PerTile`].
     #[default]
     Auto,
     /// One tile per consumer set, CTAs handed out by the hardware as SMs free up: one CTA per tile, or per two
@@ -155,7 +155,9 @@ pub struct DeviceFacts {
     pub compute_capability: (i32, i32),
     /// The product module was loaded from its sm_90a cubin: its kernels may be launched programmatically.
     pub programmatic_available: bool,
-    /// The device has stream-ordered allocation (a captured launch's own workspace needs it).
+    /// A launch captured into a CUDA graph can have a workspace of its own there: the device has stream-ordered
+    /// allocation, the driver is CUDA 12.3 or later, and the `Gpu` made the counters graphs hold (gpu/split.rs,
+    /// `GraphSpace`). Without it a captured launch keeps whole rows and one tile per CTA.
     pub graph_memory: bool,
     /// The split-row workspace exists (every `Gpu` allocates [`SPLIT_PARTIALS_BYTES`] and [`SPLIT_COUNTERS`]).
     pub workspace: bool,
@@ -467,19 +469,13 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
     let max_row_blocks = p.max_row_blocks;
     let sm_count = room.sms() as usize;
     let limits = room.limits();
-    let chosen_cfg = chosen.loaded.variant.config;
     // Split rows, the flat list and the sm_90a tile counter need a workspace: the Gpu's own, or on a stream being
-    // captured into a CUDA graph one allocated in the graph for this launch alone, where the device has
-    // stream-ordered allocation and the balance (or, for the sm_90a kernels' many waves of tiles, the tile counter)
-    // pays for the graph's three more nodes ([`graph_balance_pays`], [`graph_counter_pays`]); there the launch
-    // makes the choices it makes outside a graph, with the same bits.
-    let graph_pays = || {
-        let whole_ctas = rows * chosen_cfg.slices() as usize * n.div_ceil(chosen_cfg.bn.max(1) as usize);
-        graph_balance_pays((nnzb, rows, p.block_bytes()), max_row_blocks, whole_ctas, sm_count)
-            || (matches!(chosen_cfg.pipeline, Pipeline::TmaWgmma { .. })
-                && graph_counter_pays(whole_ctas, sm_count, chosen.loaded.ctas_per_sm as usize))
-    };
-    let workspace = device.workspace && (!captured || (device.graph_memory && graph_pays()));
+    // captured into a CUDA graph one the graph holds for this launch alone (its counters kept zeroed between replays,
+    // its partial tiles in the graph's memory: gpu/split.rs, `GraphSpace`), where the device can give one; there the
+    // launch makes the choices it makes outside a graph, with the same bits. Those nodes cost 0.04-0.2 us a launch,
+    // and the eager choices measured level or 13-18% faster than whole rows in a graph on every decode case tried
+    // (H200, docs/perf-notes.md "Issue 43 part 3: the graph workspace without its memset node").
+    let workspace = device.workspace && (!captured || device.graph_memory);
     // The flat block list (RowSplit::Flat, or Auto where it serves): its kernel in place of the narrow one, one
     // share of A's blocks per CTA.
     let flat = if workspace { flat_for(room, &chosen.loaded, (nnzb, rows, n), max_row_blocks) } else { None };
@@ -588,7 +584,7 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
     let c_tma = hopper_kernel && c_tma_possible(p);
     // Programmatic serialization: the product module's kernels (every one holds the wait), where the policy asks
     // and the module came from its sm_90a cubin; under capture only after kernels (a graph's programmatic edge runs
-    // from a kernel node), and not with a graph-owned workspace (the launch then follows its memset node).
+    // from a kernel node), and not with a graph-owned workspace (the launch then follows its allocation node).
     let v = &loaded.variant;
     let programmatic_kernel = policy.programmatic
         && device.programmatic_available

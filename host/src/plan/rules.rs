@@ -8,7 +8,7 @@
 //! decision each makes here.
 
 #[cfg(doc)]
-use super::{RowSplit, flat_auto_serves, graph_balance_pays};
+use super::{RowSplit, flat_auto_serves};
 
 /// At bs 128 and up to 64 columns, the fewest nonzero blocks per SM for which the mid family takes its tile of 64
 /// columns (one N tile, rows split) rather than two tiles of 32 ([`plan`](super::plan) shows the choice). Measured
@@ -71,13 +71,6 @@ pub const SPLIT_PART_MAX_GROWN_K_TILES: u32 = 48;
 /// counted in and, for the last, every part's read back) costs more than its main loop saves (H100, 2026-11-26:
 /// parts of 16 k-tiles made 8192 x 256 x 8192 bs 128 22% skewed 6-14% slower; docs/perf-notes.md, "Hopper" step 19).
 pub const HOPPER_SPLIT_MIN_PART_K_TILES: usize = 32;
-
-/// The bytes of A's values a block row must hold on average for a launch being captured into a CUDA graph to balance
-/// a grid of whole rows that fills at most half the SMs ([`graph_balance_pays`]): 320 KiB. Measured on an H100
-/// (docs/perf-notes.md, issue 12 step 29), graphs of 32 launches, 8192^2 at bs 128 (64 block rows) and 1 to 64
-/// columns: at 22% density (rows of about 460 KB) balanced 5-9% faster than whole rows, at 10% (about 205 KB)
-/// 2-9% slower: a short row gains less from its split than the graph's three more nodes cost.
-pub const GRAPH_BALANCE_MIN_ROW_BYTES: usize = 320 << 10;
 
 /// The CTAs per SM of a flat block-list launch that [`RowSplit::Auto`] takes (`flat_auto_serves`): 264 on an
 /// H200, about one block row of 16384 x 16384 at bs 64 each. Measured on an H200 (docs/perf-notes.md, issue 12
@@ -147,16 +140,6 @@ pub const SPLIT_MAX_CHUNKS_OVER_AVERAGE: usize = 8;
 /// The sm_90a kernels split a row when its tile holds more than this many equal shares of the launch's blocks
 /// (docs/perf-notes.md "Hopper" step 19, H100, 2026-11-26; the rule's form, not measured at other factors).
 pub const HOPPER_SPLIT_MIN_SHARES: usize = 2;
-
-/// A captured launch balances whole rows when they fill at most one SM in this many (docs/perf-notes.md, issue 12
-/// step 29, H100: 8192^2 bs 128 22%, 64 block rows on 132 SMs, 5-9% faster balanced).
-pub const GRAPH_BALANCE_SMS_PER_CTA: usize = 2;
-
-/// A captured sm_90a launch takes a graph-owned workspace for its tile counter from this many waves of tiles
-/// (docs/perf-notes.md, "Issue 45: sequence parallelism through symmetric memory": two H200s, 2026-11-28, 8-10 waves
-/// 4-21% slower in a graph without it; H100, issue 12 step 29: 1-2 waves 3% slower with it; set between the two, 3-7
-/// waves not measured).
-pub const GRAPH_COUNTER_MIN_WAVES: usize = 4;
 
 /// The flat block list on the narrow tiles needs a longest row at least this percent of the mean (15% over it):
 /// on rows of equal length, where every row is cut in two, it measured 4-6% slower than whole rows (H200,
@@ -365,27 +348,6 @@ pub static RULES: &[Rule] = &[
         "equal shares",
         "an sm_90a row is split when longer than this many equal shares",
         "H100, docs/perf-notes.md \"Hopper\" step 19 (the rule's form)",
-    ),
-    rule(
-        "GRAPH_BALANCE_MIN_ROW_BYTES",
-        GRAPH_BALANCE_MIN_ROW_BYTES,
-        "bytes per block row",
-        "a captured launch balances half-empty grids of rows this long (a graph-owned workspace)",
-        "H100, docs/perf-notes.md issue 12 step 29",
-    ),
-    rule(
-        "GRAPH_BALANCE_SMS_PER_CTA",
-        GRAPH_BALANCE_SMS_PER_CTA,
-        "SMs per CTA",
-        "a captured launch balances whole rows filling at most one SM in this many",
-        "H100, docs/perf-notes.md issue 12 step 29",
-    ),
-    rule(
-        "GRAPH_COUNTER_MIN_WAVES",
-        GRAPH_COUNTER_MIN_WAVES,
-        "waves of tiles",
-        "a captured sm_90a launch takes a graph-owned workspace for its tile counter",
-        "two H200s, docs/perf-notes.md \"Issue 45: sequence parallelism through symmetric memory\"",
     ),
     rule(
         "FLAT_AUTO_CTAS_PER_SM",

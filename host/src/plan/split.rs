@@ -1,7 +1,7 @@
 //! The work decompositions a launch may take and the rules that choose them: split rows on the narrow and mid
 //! tiles ([`split_choice`]), on the sm_90a kernels ([`hopper_split_choice`]), the flat block list
-//! ([`flat_auto_serves`], [`flat_ctas`]), balance under graph capture ([`graph_balance_pays`]), and what each takes
-//! of a workspace ([`SpaceNeed`]). Pure: no device, no driver.
+//! ([`flat_auto_serves`], [`flat_ctas`]), and what each takes of a workspace ([`SpaceNeed`]). Pure: no device, no
+//! driver.
 
 use sparsek_layout::{KernelConfig, Pipeline, hopper_virtual_rows, split_slots};
 
@@ -221,42 +221,6 @@ pub fn rows_skewed((nnzb, block_rows): (usize, usize), max_row_blocks: Option<us
     max_row_blocks.is_some_and(|l| l > mean.saturating_mul(ROW_SKEW_FACTOR))
 }
 
-/// Whether a launch on a stream being captured into a CUDA graph takes the balance the launcher would give it
-/// outside the graph (split rows, the flat block list, bs 64's tile of 32, the sm_90a tile counter and split rows),
-/// on a workspace of its own in the graph (an allocation, a memset and a free node around the kernel), rather than
-/// whole rows and one tile per CTA: where one of `block_rows` block rows holding `nnzb` blocks of `block_bytes`
-/// dominates (`rows_skewed`; `max_row_blocks` unknown: no), or where whole rows give at most one CTA per two SMs
-/// (`whole_ctas`: block rows x slices x N tiles, against `sm_count`) and hold [`GRAPH_BALANCE_MIN_ROW_BYTES`] on
-/// average. Elsewhere the three nodes cost more than the balance gains. Measured on an H100 (docs/perf-notes.md,
-/// issue 12 step 29), time per launch of a graph of 32 against whole rows in the graph: skewed rows 1.49-2.68x
-/// faster (8192^2 and 16384^2 bs 64 at 16 and 48 columns, 8192 x 512 x 8192 bs 128), 8192^2 bs 128 22% at 1 to 64
-/// columns 5-9% faster; but balanced, 8192^2 bs 64 22% at 1 and 16 columns (128 block rows) took 5-10% longer,
-/// 16384^2 bs 64 22% at 16 columns (the flat list) 3.5%, 8192 x 512 x 8192 bs 128 22% (the tile counter) 3% and
-/// 8192^2 bs 128 10% 2-9%.
-pub fn graph_balance_pays(
-    (nnzb, block_rows, block_bytes): (usize, usize, usize),
-    max_row_blocks: Option<usize>,
-    whole_ctas: usize,
-    sm_count: usize,
-) -> bool {
-    let long_rows = nnzb.saturating_mul(block_bytes) >= GRAPH_BALANCE_MIN_ROW_BYTES.saturating_mul(block_rows);
-    rows_skewed((nnzb, block_rows), max_row_blocks)
-        || (whole_ctas.saturating_mul(GRAPH_BALANCE_SMS_PER_CTA) <= sm_count && long_rows)
-}
-
-/// Whether a launch of an sm_90a kernel over `tiles` output tiles, on a stream being captured into a CUDA graph, takes
-/// a workspace of its own in the graph (an allocation, a memset and a free node) for the tile counter, the persistent
-/// grid it runs on outside a graph: where the tiles fill at least `GRAPH_COUNTER_MIN_WAVES` (4) waves of `sm_count` x
-/// `ctas_per_sm` CTAs. Without it the captured launch ran one CTA per tile: on two H200s (docs/perf-notes.md, "Issue
-/// 45: sequence parallelism through symmetric memory", 2026-11-28) a tensor-parallel MLP's up shard (5504 x 4096 bs 64
-/// 25% with SiLU, N 4096: 86 x 16 tiles, 10 waves) took 0.1245 ms a launch in a graph against 0.1028 queued, its down
-/// shard (4096 x 5504, N 4096: 1024 tiles, 8 waves) 0.1031 against 0.0989; with the counter 0.1046 and 0.1006 (queued
-/// 0.1048 and 0.0999). At 1-2 waves (8192 x 512 x 8192 bs 128 22%, H100, issue 12 step 29) the three nodes cost more
-/// than the counter gained (3%).
-pub fn graph_counter_pays(tiles: usize, sm_count: usize, ctas_per_sm: usize) -> bool {
-    tiles >= GRAPH_COUNTER_MIN_WAVES.saturating_mul(sm_count).saturating_mul(ctas_per_sm.max(1))
-}
-
 /// Whether [`RowSplit::Auto`] takes the flat block list for a launch of the flat kernel `cfg` over `nnzb` blocks
 /// in `block_rows` block rows (the longest holding `max_row_blocks`) and `n_tiles` N tiles on `sm_count` SMs, at
 /// [`FLAT_AUTO_CTAS_PER_SM`] CTAs per SM. Never for several N tiles or an unknown longest row (a caller's raw
@@ -422,24 +386,6 @@ mod tests {
 
     fn narrow(bs: u32) -> KernelConfig {
         narrow_config_for(bs).unwrap()
-    }
-
-    #[test]
-    fn graph_balance_pays_for_dominating_rows_and_half_empty_grids() {
-        let (bs64, bs128) = (64 * 64 * 2, 128 * 128 * 2);
-        // 8192^2 bs 64 22% at one N tile: 128 block rows of about 28 blocks fill 128 of 132 SMs.
-        assert!(!graph_balance_pays((3604, 128, bs64), Some(40), 128, 132));
-        // The same with one row of all 128 block columns (more than four times the mean).
-        assert!(graph_balance_pays((3604, 128, bs64), Some(128), 128, 132));
-        // A longest row unknown (a raw view without its schedule) is not taken as dominating.
-        assert!(!graph_balance_pays((3604, 128, bs64), None, 128, 132));
-        // 8192^2 bs 128 22%: 64 block rows of 14 blocks (460 KB) on 132 SMs, at most half of them; 67 are more.
-        assert!(graph_balance_pays((901, 64, bs128), Some(20), 64, 132));
-        assert!(!graph_balance_pays((943, 67, bs128), Some(20), 67, 132));
-        // At 10% the rows hold about 6.4 blocks (205 KB): too short to pay.
-        assert!(!graph_balance_pays((410, 64, bs128), Some(12), 64, 132));
-        // Whole rows over several N tiles count every tile.
-        assert!(!graph_balance_pays((901, 64, bs128), Some(20), 128, 132));
     }
 
     #[test]

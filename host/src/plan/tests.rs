@@ -211,7 +211,7 @@ fn the_sm90a_kernels_split_the_rows_that_outlast_an_equal_share() {
 }
 
 #[test]
-fn a_captured_launch_balances_only_where_it_pays() {
+fn a_captured_launch_makes_the_choices_it_makes_outside_a_graph() {
     let d = Policy::default();
     // A dominating row: the split it takes outside the graph, on a graph-owned workspace.
     let p = Problem { max_row_blocks: Some(128), captured: true, ..Problem::new(128, (8192, 8192, 16), 901) };
@@ -221,19 +221,32 @@ fn a_captured_launch_balances_only_where_it_pays() {
          CTAs of 128 threads, 72 KiB shared; rows in order, groups of 15 rows; A evict-first (29.5 MB); a graph-owned \
          workspace"
     );
-    // Short rows (10%: 205 KB a row): whole rows in the graph, though split outside it.
+    // Short rows (10%), the flat list, an sm_90a launch of many waves of tiles and one of two waves (the tile
+    // counter), whole rows: every decision as outside the graph, a graph-owned workspace exactly where the launch
+    // takes some workspace.
     let short = Problem { max_row_blocks: Some(12), ..Problem::new(128, (8192, 8192, 16), 410) };
-    let outside = planned(&short, &d);
-    let inside = planned(&Problem { captured: true, ..short }, &d);
-    assert!(matches!(outside.decomposition, Decomposition::SplitRows { .. }), "{outside}");
-    assert_eq!((inside.decomposition, inside.graph_workspace, inside.ctas), (Decomposition::WholeRows, false, 64));
-    // No stream-ordered allocation: whole rows whatever the balance.
+    let flat = Problem { max_row_blocks: Some(75), ..Problem::new(64, (16384, 16384, 16), 14418) };
+    let whole = Problem { max_row_blocks: Some(30), ..Problem::new(64, (8192, 8192, 1), 3604) };
+    for q in [p, short, flat, layer128(4096), layer128(512), whole] {
+        let outside = planned(&Problem { captured: false, ..q }, &d);
+        let inside = planned(&Problem { captured: true, ..q }, &d);
+        assert!(!outside.graph_workspace, "{outside}");
+        let balanced = outside.tile_counter || outside.decomposition != Decomposition::WholeRows;
+        assert_eq!(inside.graph_workspace, balanced, "{inside}");
+        assert_eq!(LaunchPlan { graph_workspace: false, ..inside }, outside, "captured {inside}, outside {outside}");
+    }
+    assert!(matches!(planned(&short, &d).decomposition, Decomposition::SplitRows { .. }));
+    assert!(matches!(planned(&flat, &d).decomposition, Decomposition::FlatList { .. }));
+    assert!(planned(&layer128(4096), &d).tile_counter && planned(&layer128(512), &d).tile_counter);
+    // Where the device cannot give a captured launch a workspace: whole rows whatever the balance.
     let no_pools = DeviceFacts { graph_memory: false, ..h100() };
     let plain = plan(&p, &no_pools, &d, None).unwrap();
     assert_eq!((plain.decomposition, plain.graph_workspace), (Decomposition::WholeRows, false));
+    let sm90 = layer128(8192);
+    let captured = plan(&Problem { captured: true, ..sm90 }, &no_pools, &d, None).unwrap();
+    assert!(!captured.tile_counter && !captured.graph_workspace, "{captured}");
     // No workspace at all: whole rows and no tile counter, captured or not.
     let none = DeviceFacts { workspace: false, ..h100() };
-    let sm90 = layer128(8192);
     assert!(!plan(&sm90, &none, &d, None).unwrap().tile_counter);
     assert_eq!(plan(&Problem { captured: false, ..p }, &none, &d, None).unwrap().ctas, 64);
     // What the launcher takes of a workspace: some for the split, the flat list and the tile counter, nothing where
@@ -242,32 +255,11 @@ fn a_captured_launch_balances_only_where_it_pays() {
         let room = Room { device, policy: &d };
         decide(room, &choose(room, p, None).unwrap(), p).unwrap().need
     };
-    let flat = Problem { max_row_blocks: Some(75), ..Problem::new(64, (16384, 16384, 16), 14418) };
     for q in [p, Problem { captured: false, ..p }, sm90, flat] {
         assert!(need(&q, &h100()).any(), "{q:?}");
         assert_eq!(need(&q, &none), SpaceNeed::default(), "{q:?}");
     }
     assert_eq!(need(&p, &no_pools), SpaceNeed::default());
-}
-
-#[test]
-fn a_captured_sm90_launch_of_many_waves_keeps_its_tile_counter() {
-    let d = Policy::default();
-    // 8192 x 4096 x 8192 bs 128 22%: many waves of tiles. Outside a graph the persistent grid on the Gpu's counter;
-    // captured, the same on a graph-owned workspace (same grid, same bits).
-    let big = layer128(4096);
-    let outside = planned(&big, &d);
-    let inside = planned(&Problem { captured: true, ..big }, &d);
-    assert!(outside.tile_counter && !outside.graph_workspace, "{outside}");
-    assert!(inside.tile_counter && inside.graph_workspace, "{inside}");
-    assert_eq!((inside.ctas, inside.kernel), (outside.ctas, outside.kernel));
-    // Two waves (8192 x 512 x 8192): the counter outside the graph, one tile per CTA in it, as before.
-    assert!(planned(&layer128(512), &d).tile_counter);
-    let small = planned(&Problem { captured: true, ..layer128(512) }, &d);
-    assert!(!small.tile_counter && !small.graph_workspace, "{small}");
-    // The rule: at least GRAPH_COUNTER_MIN_WAVES waves of the grid.
-    assert!(graph_counter_pays(4 * 132, 132, 1) && !graph_counter_pays(4 * 132 - 1, 132, 1));
-    assert!(!graph_counter_pays(4 * 132, 132, 2) && graph_counter_pays(usize::MAX, usize::MAX, 2));
 }
 
 #[test]

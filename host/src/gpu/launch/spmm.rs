@@ -93,13 +93,14 @@ impl Gpu {
     /// `spmm_raw(stream, W, x.t(), y.t(), Some(b), ep)` — `x.t()` and `y.t()` are column-major views of the
     /// row-major `x` and `y`, no transpose is made. The bias has one value per row of C (per output feature).
     ///
-    /// No synchronisation, no allocation, no host round trip: safe to capture in a CUDA graph. Captured, a launch whose
-    /// rows would leave the GPU waiting (a dominating row, or long whole rows filling at most half the SMs:
-    /// [`graph_balance_pays`](crate::gpu::graph_balance_pays)) balances them as it would outside the graph (split rows,
-    /// the flat block list, the sm_90a tile counter), on a workspace of its own that the graph owns: an allocation
-    /// node, a memset node and a free node around the kernel (a graph holding allocation nodes may have one
-    /// instantiation at a time, CUDA's rule), launched without programmatic dependence; a replay then gives the bits of
-    /// the same launch outside the graph. Other captured launches run whole rows (one tile per CTA). Checked before the
+    /// No synchronisation, no allocation, no host round trip: safe to capture in a CUDA graph. Captured, a launch makes
+    /// the choices it makes outside the graph; one that balances its rows (split rows, the flat block list, the sm_90a
+    /// tile counter) takes a workspace of its own that the graph holds: counters zeroed once and kept until the graph
+    /// and its instantiations are destroyed (a few hundred bytes each), and its partial tiles in an allocation node and
+    /// a free node around the kernel (a graph holding allocation nodes may have one instantiation at a time, CUDA's
+    /// rule, which keeps two replays from sharing the counters), launched without programmatic dependence; a replay
+    /// then gives the bits of the same launch outside the graph. (On a device without stream-ordered allocation or a
+    /// driver older than CUDA 12.3, captured launches run whole rows, one tile per CTA.) Checked before the
     /// launch (a rejected call changes nothing): the stream belongs to this `Gpu`'s context, every raw pointer is
     /// device memory of this GPU, shapes, the type combination, the bias length, 32-bit limits, that every byte
     /// the kernel will touch of a view made by a safe constructor lies inside its device allocation
@@ -578,10 +579,17 @@ impl Gpu {
             Pipeline::CpAsync | Pipeline::Direct => None,
         };
         // The workspace's addresses: the Gpu's, or a captured launch's own (allocated here, freed after the launch).
-        let graph_space = match plan.graph_workspace {
-            // SAFETY: the caller's live stream of this context (checked by the caller).
-            true => Some(unsafe { GraphSpace::allocate(stream, need) }?),
-            false => None,
+        let graph_space = match (plan.graph_workspace, workspace.and_then(|ws| ws.graph_counters.as_ref())) {
+            // SAFETY: the caller's live stream of this context (checked by the caller), being captured (the plan's
+            // graph workspace is only planned for a captured launch).
+            (true, Some(pool)) => Some(unsafe { GraphSpace::allocate(stream, need, pool) }?),
+            (true, None) => {
+                return Err(Error::InvalidArgument {
+                    name: "plan",
+                    reason: "it takes a graph-owned workspace, which this Gpu cannot provide".into(),
+                });
+            }
+            (false, _) => None,
         };
         let (partials, counters, scheduler) = match (&graph_space, workspace) {
             (Some(g), _) => (g.partials, g.counters, g.scheduler),
