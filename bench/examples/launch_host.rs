@@ -3,14 +3,20 @@
 //! of 7 rounds; each shape as the library launches it and with `a_evict_first: false` (whose launches carry no
 //! L2 access-policy window attribute), interleaved round by round. Also the kernel each ran.
 //!
-//! `cargo run --release -p sparsek-bench --example launch_host`
+//! Then the raw-view path (`Gpu::spmm_raw`, as the Python package launches) on a layer small enough that the GPU
+//! keeps up with the host (1024 x 1024, bs 64, 25%, one column; B and C column-major, as `x.t()` and `y.t()`): the
+//! same launch with the views' addresses checked by the driver (`cuPointerGetAttributes`, one call per address) and
+//! declared on the device (`on_device`: no call), interleaved round by round.
+//!
+//! `cargo run --release -p sparsek-bench --example launch_host [-- raw]` (`raw`: the raw-view launches only)
 
 use std::error::Error;
 use std::time::Instant;
 
+use cudarc::driver::DevicePtr;
 use sparsek::format::{Pattern, generate};
 use sparsek::gpu::timing::median;
-use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
+use sparsek::gpu::{BsrView, DenseView, DenseViewMut, DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::plan::Policy;
 use sparsek::{Epilogue, Matrix, f16};
 
@@ -48,6 +54,9 @@ impl Side {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
+    if std::env::args().nth(1).as_deref() == Some("raw") {
+        return raw_views();
+    }
     let info = Gpu::new(0)?.info().clone();
     println!(
         "{} (driver {}), {LAUNCHES} launches per round, median of {ROUNDS} rounds",
@@ -77,6 +86,58 @@ fn main() -> Result<(), Box<dyn Error>> {
                 median(&times[i]).unwrap_or(f32::NAN)
             );
         }
+    }
+    raw_views()
+}
+
+/// The raw-view launches (module docs): host microseconds per launch, checked by the driver and declared.
+fn raw_views() -> Result<(), Box<dyn Error>> {
+    let (m, k, n) = (1024, 1024, 1);
+    let gpu = Gpu::new(0)?;
+    let host = generate::<f16>(Pattern::Uniform, m, k, 64, 0.25, 43)?;
+    let stream = gpu.stream().clone();
+    let values = stream.clone_htod(host.values())?;
+    let row_ptr = stream.clone_htod(host.row_ptr())?;
+    let col_idx = stream.clone_htod(host.col_idx())?;
+    let b = stream.clone_htod(Matrix::<f16>::random(k, n, 7)?.as_slice())?;
+    let c = stream.alloc_zeros::<f32>(m * n)?;
+    let arrays = sparsek::gpu::BsrArrays {
+        values: values.device_ptr(&stream).0,
+        row_ptr: row_ptr.device_ptr(&stream).0,
+        col_idx: col_idx.device_ptr(&stream).0,
+        index: sparsek::gpu::IndexType::U32,
+    };
+    let (b_ptr, c_ptr) = (b.device_ptr(&stream).0, c.device_ptr(&stream).0);
+    let dev = gpu.info().ordinal;
+    let run = |declared: bool| -> Result<f32, Box<dyn Error>> {
+        // SAFETY: the addresses of the live buffers above (this Gpu's device), their sizes; nothing else touches
+        // them while the launches run (the stream is synchronised before and after).
+        let (av, bv, mut cv) = unsafe {
+            let av = BsrView::<f16>::from_raw(arrays, m, k, 64, host.nnzb())?;
+            let bv = DenseView::<f16>::from_raw(b_ptr, k, n, k, sparsek::Layout::ColMajor)?;
+            let cv = DenseViewMut::<f32>::from_raw(c_ptr, m, n, m, sparsek::Layout::ColMajor)?;
+            if declared { (av.on_device(dev), bv.on_device(dev), cv.on_device(dev)) } else { (av, bv, cv) }
+        };
+        stream.synchronize()?;
+        let t = Instant::now();
+        for _ in 0..LAUNCHES {
+            // SAFETY: as above.
+            unsafe { gpu.spmm_raw(stream.cu_stream(), &av, &bv, &mut cv, None, Epilogue::default()) }?;
+        }
+        let us = (t.elapsed().as_secs_f64() * 1e6 / LAUNCHES as f64) as f32;
+        stream.synchronize()?;
+        Ok(us)
+    };
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        times[0].push(run(false)?);
+        times[1].push(run(true)?);
+    }
+    let plan = gpu.last_plan().map(|p| p.to_string()).unwrap_or_default();
+    for (i, what) in
+        ["raw views, addresses checked by the driver", "raw views declared on the device"].iter().enumerate()
+    {
+        println!("tiny {m}x{k} N {n}, {what}: {:.2} us/launch; {plan}", median(&times[i]).unwrap_or(f32::NAN));
     }
     Ok(())
 }

@@ -32,11 +32,13 @@ fn arrays((values, row_ptr, col_idx, index64, ..): BsrArgs) -> BsrArrays {
 unsafe fn spmm_t<TA: InputElement, TC: OutputElement>(gpu: &Gpu, stream: CUstream, t: &TArgs) -> sparsek::Result<()> {
     let TArgs(_, a_args, (b, b_ld, b_col, n), (c, c_ld, c_col), alpha, index) = *t;
     let (_, _, _, _, rows, cols, bs, nnzb) = a_args;
-    // SAFETY (each view): the function's contract.
-    let a = unsafe { BsrView::<TA>::from_raw(arrays(a_args), rows, cols, bs, nnzb)? };
+    // Declared on `gpu`'s device, as the forward's views (lib.rs, `Product::launch`): no driver query per address.
+    let dev = gpu.info().ordinal;
+    // SAFETY (each view): the function's contract (every address on `gpu`'s device).
+    let a = unsafe { BsrView::<TA>::from_raw(arrays(a_args), rows, cols, bs, nnzb)?.on_device(dev) };
     let at = unsafe { TransposeView::from_raw(index, cols, bs, nnzb)? };
-    let b = unsafe { DenseView::<TA>::from_raw(b, rows, n, b_ld, layout(b_col))? };
-    let mut c = unsafe { DenseViewMut::<TC>::from_raw(c, cols, n, c_ld, layout(c_col))? };
+    let b = unsafe { DenseView::<TA>::from_raw(b, rows, n, b_ld, layout(b_col))?.on_device(dev) };
+    let mut c = unsafe { DenseViewMut::<TC>::from_raw(c, cols, n, c_ld, layout(c_col))?.on_device(dev) };
     // SAFETY: as above; the stream is torch's current stream of the tensors' device.
     unsafe { gpu.spmm_t_raw(stream, &a, &at, &b, &mut c, Epilogue::new(alpha, 0.0)) }
 }
@@ -54,20 +56,23 @@ unsafe fn sddmm<TA: InputElement, TV: OutputElement>(
 ) -> sparsek::Result<()> {
     let SArgs(_, (x, x_ld, x_col), (y, y_ld, y_col), k, a_args, (alpha, beta)) = *s;
     let (values, _, _, _, rows, cols, bs, nnzb) = a_args;
-    // SAFETY (each view): the function's contract; the pattern's values are never read (they are the output).
-    let pattern = unsafe { BsrView::<TA>::from_raw(arrays(a_args), rows, cols, bs, nnzb)? };
+    let dev = gpu.info().ordinal;
+    // SAFETY (each view): the function's contract (every address on `gpu`'s device, declared as in `spmm_t`); the
+    // pattern's values are never read (they are the output).
+    let pattern = unsafe { BsrView::<TA>::from_raw(arrays(a_args), rows, cols, bs, nnzb)?.on_device(dev) };
     let pattern = match schedule {
         Some(s) => pattern.with_schedule(s)?,
         None => pattern,
     };
-    let x = unsafe { DenseView::<TA>::from_raw(x, rows, k, x_ld, layout(x_col))? };
-    let y = unsafe { DenseView::<TA>::from_raw(y, cols, k, y_ld, layout(y_col))? };
+    let x = unsafe { DenseView::<TA>::from_raw(x, rows, k, x_ld, layout(x_col))?.on_device(dev) };
+    let y = unsafe { DenseView::<TA>::from_raw(y, cols, k, y_ld, layout(y_col))?.on_device(dev) };
     let rows_of_values = nnzb.checked_mul(bs).ok_or(Error::TooLarge {
         what: "SDDMM values (nnzb * bs rows)",
         requested: nnzb as u128 * bs as u128,
         limit: usize::MAX as u128,
     })?;
-    let mut v = unsafe { DenseViewMut::<TV>::from_raw(values, rows_of_values, bs, bs, Layout::RowMajor)? };
+    let mut v =
+        unsafe { DenseViewMut::<TV>::from_raw(values, rows_of_values, bs, bs, Layout::RowMajor)?.on_device(dev) };
     // SAFETY: as above.
     unsafe { gpu.sddmm_raw(stream, &x, &y, &pattern, &mut v, Epilogue::new(alpha, beta)) }
 }

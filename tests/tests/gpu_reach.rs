@@ -731,6 +731,20 @@ fn bad_views_are_rejected_and_change_nothing() {
         expect_err("host pointer", unsafe { gpu.spmm_raw(cu, &a_v, &b_host, &mut c_v, None, ep) });
     }
     {
+        // A raw view declared memory of another device than this Gpu's (`on_device`): refused by the ordinals
+        // alone, before any launch (a declaration is the caller's contract; the launch still compares it).
+        let b_addr = addr(stream, &b_d);
+        let elsewhere = gpu.info().ordinal + 1;
+        // SAFETY: b_d's span; the false declaration is what the call must refuse before launching.
+        let b_other =
+            unsafe { DenseView::<f16>::from_raw(b_addr, k, n, n, Layout::RowMajor).unwrap().on_device(elsewhere) };
+        let mut c_v = DenseViewMut::from_cuda_slice(&mut c_d, m, n, n, Layout::RowMajor).unwrap();
+        // SAFETY: as above.
+        let r = unsafe { gpu.spmm_raw(cu, &a_v, &b_other, &mut c_v, None, ep) };
+        assert!(format!("{}", r.as_ref().unwrap_err()).contains("declared memory of device"), "{r:?}");
+        expect_err("declared device", r);
+    }
+    {
         // A stream of another context: a second, non-primary context on the same device.
         // SAFETY: cuCtxCreate on device 0 with default flags; destroyed by cudarc when dropped.
         let other = unsafe {

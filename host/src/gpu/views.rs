@@ -11,7 +11,9 @@
 //!
 //! What is checked on the host (by the constructors, and against the [`Gpu`](super::Gpu) at launch): shapes,
 //! leading dimensions, 16-byte alignment of the dense operands' start and rows, 32-bit limits, that every
-//! pointer is device memory of the launch's GPU (`cuPointerGetAttribute`), and that C overlaps no input. The safe
+//! pointer is device memory of the launch's GPU (`cuPointerGetAttributes`; for a raw view whose caller declared its
+//! device with `on_device`, [`DenseView::on_device`], the ordinals are compared instead), and that C overlaps no
+//! input. The safe
 //! constructors (over a cudarc slice or view, or sparsek's own buffers) also check each extent's bytes, in checked
 //! arithmetic, against the device allocation the driver reports for the address (`cuMemGetAddressRange`: a
 //! `CudaSlice`'s own length is not trusted alone), when the view is made and again at launch; and their buffers
@@ -208,6 +210,9 @@ pub struct DenseView<'a, T> {
     /// Whether the pointer came from memory sparsek or cudarc allocated in a known context (not checked again
     /// at launch) or from a raw address (checked with `cuPointerGetAttribute` at launch).
     pub(crate) raw: bool,
+    /// The device a raw view's caller declared its memory to be on ([`DenseView::on_device`]): the launch then
+    /// compares ordinals instead of asking the driver.
+    pub(crate) device: Option<usize>,
     /// The allocation of a safe constructor's buffer (`None` for a raw view, whose extent is the caller's
     /// contract, and for an empty one, which is never touched).
     pub(crate) alloc: Option<Alloc<'a>>,
@@ -236,7 +241,7 @@ impl<'a, T> DenseView<'a, T> {
         alloc: Option<Alloc<'a>>,
     ) -> DenseView<'a, T> {
         let shape = DenseShape { rows, cols, ld, layout: Layout::RowMajor };
-        DenseView { ptr, shape, raw: false, alloc, _borrow: PhantomData }
+        DenseView { ptr, shape, raw: false, device: None, alloc, _borrow: PhantomData }
     }
 
     /// This trusted view of a row-major buffer read in `layout`: `ColMajor` reads the `r x c` buffer as the
@@ -276,6 +281,7 @@ impl<'a, T> BsrView<'a, T> {
             index: IndexType::U32,
             shape: a.shape,
             raw: false,
+            device: None,
             _borrow: PhantomData,
         }
     }
@@ -301,7 +307,19 @@ impl<'a, T: DeviceElement> DenseView<'a, T> {
     ) -> Result<DenseView<'a, T>> {
         let shape = DenseShape { rows, cols, ld, layout };
         check_dense::<T>("view", ptr, shape)?;
-        Ok(DenseView { ptr, shape, raw: true, alloc: None, _borrow: PhantomData })
+        Ok(DenseView { ptr, shape, raw: true, device: None, alloc: None, _borrow: PhantomData })
+    }
+
+    /// This raw view, its memory declared to be device memory that the CUDA device of ordinal `device` reads and
+    /// writes at these addresses (a CUDA tensor's data on that device, e.g. torch's `tensor.device.index`). A
+    /// launch then compares `device` with its GPU's ordinal ([`Error::InvalidArgument`] where they differ) instead
+    /// of asking the driver about the address (`cuPointerGetAttributes`, ~0.35 us a pointer on an H200's host).
+    /// A view from a safe constructor is unchanged (its memory is known).
+    ///
+    /// # Safety
+    /// The declaration is true for all of `'a`, besides [`DenseView::from_raw`]'s contract.
+    pub unsafe fn on_device(self, device: usize) -> DenseView<'a, T> {
+        DenseView { device: self.raw.then_some(device), ..self }
     }
 
     /// Describes a cudarc view as a `rows x cols` matrix; the view must hold the whole span, and so must the
@@ -372,7 +390,7 @@ impl<'a, T: DeviceElement> DenseView<'a, T> {
                 });
             }
         };
-        Ok(DenseView { ptr, shape, raw: false, alloc, _borrow: PhantomData })
+        Ok(DenseView { ptr, shape, raw: false, device: None, alloc, _borrow: PhantomData })
     }
 
     shape_getters!(shape: rows, cols, ld);
@@ -406,6 +424,15 @@ impl<'a, T: DeviceElement> DenseViewMut<'a, T> {
         // SAFETY: forwarded.
         let view = unsafe { DenseView::from_raw(ptr, rows, cols, ld, layout)? };
         Ok(DenseViewMut { view, _borrow: PhantomData })
+    }
+
+    /// This raw view, its memory declared to be on the CUDA device `device` ([`DenseView::on_device`]).
+    ///
+    /// # Safety
+    /// As [`DenseView::on_device`].
+    pub unsafe fn on_device(self, device: usize) -> DenseViewMut<'a, T> {
+        // SAFETY: forwarded.
+        DenseViewMut { view: unsafe { self.view.on_device(device) }, _borrow: PhantomData }
     }
 
     /// Describes a cudarc slice, borrowed mutably, as a writable `rows x cols` matrix (span checked against the
@@ -454,6 +481,8 @@ pub struct VectorView<'a, T> {
     pub(crate) ptr: CUdeviceptr,
     pub(crate) len: usize,
     pub(crate) raw: bool,
+    /// The device a raw view's caller declared (see [`DenseView::on_device`]).
+    pub(crate) device: Option<usize>,
     /// The allocation of a safe constructor's buffer (see [`DenseView`]).
     pub(crate) alloc: Option<Alloc<'a>>,
     _borrow: PhantomData<&'a [T]>,
@@ -472,7 +501,15 @@ impl<'a, T: DeviceElement> VectorView<'a, T> {
                 reason: format!("device address {ptr:#x} must be non-null and aligned to {} bytes", T::NAME.len()),
             });
         }
-        Ok(VectorView { ptr, len, raw: true, alloc: None, _borrow: PhantomData })
+        Ok(VectorView { ptr, len, raw: true, device: None, alloc: None, _borrow: PhantomData })
+    }
+
+    /// This raw view, its memory declared to be on the CUDA device `device` ([`DenseView::on_device`]).
+    ///
+    /// # Safety
+    /// As [`DenseView::on_device`], besides [`VectorView::from_raw`]'s contract.
+    pub unsafe fn on_device(self, device: usize) -> VectorView<'a, T> {
+        VectorView { device: self.raw.then_some(device), ..self }
     }
 
     /// The whole of a cudarc slice, checked against the device allocation the driver reports for it (a slice's
@@ -490,7 +527,7 @@ impl<'a, T: DeviceElement> VectorView<'a, T> {
             0 => None,
             b => Some(Alloc::of("the bias", ptr, b as u64, slice.stream())?),
         };
-        Ok(VectorView { ptr, len, raw: false, alloc, _borrow: PhantomData })
+        Ok(VectorView { ptr, len, raw: false, device: None, alloc, _borrow: PhantomData })
     }
 
     /// Elements.
@@ -526,6 +563,8 @@ pub struct BsrView<'a, T> {
     pub(crate) index: IndexType,
     pub(crate) shape: BsrShape,
     pub(crate) raw: bool,
+    /// The device a raw view's caller declared its arrays to be on (see [`DenseView::on_device`]).
+    pub(crate) device: Option<usize>,
     /// The allocations of the arrays a safe constructor took from owned buffers (an uploaded [`DeviceBsr`]'s, a
     /// [`RowSchedule`]'s order); `None` for a raw view's arrays, whose extents are the caller's contract.
     pub(crate) allocs: BsrAllocs<'a>,
@@ -588,9 +627,18 @@ impl<'a, T: DeviceElement> BsrView<'a, T> {
             index: arrays.index,
             shape: BsrShape { rows, cols, bs, nnzb },
             raw: true,
+            device: None,
             allocs: BsrAllocs::default(),
             _borrow: PhantomData,
         })
+    }
+
+    /// This raw view, its arrays declared to be on the CUDA device `device` ([`DenseView::on_device`]).
+    ///
+    /// # Safety
+    /// As [`DenseView::on_device`] for every array, besides [`BsrView::from_raw`]'s contract.
+    pub unsafe fn on_device(self, device: usize) -> BsrView<'a, T> {
+        BsrView { device: self.raw.then_some(device), ..self }
     }
 
     /// This view with `schedule`, the [`RowSchedule`] made from its `row_ptr` by

@@ -330,16 +330,16 @@ impl Gpu {
         self.ctx_current()?;
         self.check_stream(stream)?;
         let has_blocks = a.shape.nnzb > 0;
-        for (what, check, ptr) in [
-            ("A's values", a.raw && has_blocks, a.values),
-            ("the index's col_ptr", at.raw, at.col_ptr),
-            ("the index's row_idx", at.raw && has_blocks, at.row_idx),
-            ("the index's perm", at.raw && has_blocks, at.perm),
-            ("B", b.raw && !b.is_empty_span(), b.ptr),
-            ("C", c.view.raw && !c.view.is_empty_span(), c.view.ptr),
+        for (what, check, ptr, device) in [
+            ("A's values", a.raw && has_blocks, a.values, a.device),
+            ("the index's col_ptr", at.raw, at.col_ptr, None),
+            ("the index's row_idx", at.raw && has_blocks, at.row_idx, None),
+            ("the index's perm", at.raw && has_blocks, at.perm, None),
+            ("B", b.raw && !b.is_empty_span(), b.ptr, b.device),
+            ("C", c.view.raw && !c.view.is_empty_span(), c.view.ptr, c.view.device),
         ] {
             if check {
-                self.check_pointer_of(what, ptr)?;
+                self.check_raw_pointer(what, ptr, device)?;
             }
         }
         self.launch_t(stream, a, at, b, &c.view, ep)?;
@@ -403,15 +403,15 @@ impl Gpu {
         self.ctx_current()?;
         self.check_stream(stream)?;
         let has_blocks = pattern.shape.nnzb > 0;
-        for (what, check, ptr) in [
-            ("X", x.raw && !x.is_empty_span(), x.ptr),
-            ("Y", y.raw && !y.is_empty_span(), y.ptr),
-            ("the pattern's row_ptr", pattern.raw, pattern.row_ptr),
-            ("the pattern's col_idx", pattern.raw && has_blocks, pattern.col_idx),
-            ("the values", values.view.raw && !values.view.is_empty_span(), values.view.ptr),
+        for (what, check, ptr, device) in [
+            ("X", x.raw && !x.is_empty_span(), x.ptr, x.device),
+            ("Y", y.raw && !y.is_empty_span(), y.ptr, y.device),
+            ("the pattern's row_ptr", pattern.raw, pattern.row_ptr, pattern.device),
+            ("the pattern's col_idx", pattern.raw && has_blocks, pattern.col_idx, pattern.device),
+            ("the values", values.view.raw && !values.view.is_empty_span(), values.view.ptr, values.view.device),
         ] {
             if check {
-                self.check_pointer_of(what, ptr)?;
+                self.check_raw_pointer(what, ptr, device)?;
             }
         }
         self.launch_sddmm(stream, x, y, pattern, &values.view, ep)?;

@@ -102,7 +102,8 @@ impl Gpu {
     /// then gives the bits of the same launch outside the graph. (On a device without stream-ordered allocation or a
     /// driver older than CUDA 12.3, captured launches run whole rows, one tile per CTA.) Checked before the
     /// launch (a rejected call changes nothing): the stream belongs to this `Gpu`'s context, every raw pointer is
-    /// device memory of this GPU, shapes, the type combination, the bias length, 32-bit limits, that every byte
+    /// device memory of this GPU (asked of the driver, or for a view declared with [`DenseView::on_device`] and its
+    /// kin, the declared device compared with this one), shapes, the type combination, the bias length, 32-bit limits, that every byte
     /// the kernel will touch of a view made by a safe constructor lies inside its device allocation
     /// ([`Error::OutsideAllocation`]), and that C overlaps no input: A's values, `row_ptr`, `col_idx` and row
     /// order, B, the bias, and this `Gpu`'s split workspace ([`Error::InvalidArgument`] naming it).
@@ -145,16 +146,21 @@ impl Gpu {
         }
         // Raw pointers are checked where they will be used (an empty operand's address never is).
         let has_blocks = a.shape.nnzb > 0;
-        for (what, check, ptr) in [
-            ("A's values", a.raw && has_blocks, a.values),
-            ("A's row_ptr", a.raw, a.row_ptr),
-            ("A's col_idx", a.raw && has_blocks, a.col_idx),
-            ("B", b.raw && !b.is_empty_span(), b.ptr),
-            ("C", c.view.raw && !c.view.is_empty_span(), c.view.ptr),
-            ("the bias", bias.is_some_and(|v| v.raw && v.len > 0), bias.map_or(0, |v| v.ptr)),
+        for (what, check, ptr, device) in [
+            ("A's values", a.raw && has_blocks, a.values, a.device),
+            ("A's row_ptr", a.raw, a.row_ptr, a.device),
+            ("A's col_idx", a.raw && has_blocks, a.col_idx, a.device),
+            ("B", b.raw && !b.is_empty_span(), b.ptr, b.device),
+            ("C", c.view.raw && !c.view.is_empty_span(), c.view.ptr, c.view.device),
+            (
+                "the bias",
+                bias.is_some_and(|v| v.raw && v.len > 0),
+                bias.map_or(0, |v| v.ptr),
+                bias.and_then(|v| v.device),
+            ),
         ] {
             if check {
-                self.check_pointer_of(what, ptr)?;
+                self.check_raw_pointer(what, ptr, device)?;
             }
         }
         self.launch(stream, (&chosen, None), a, b, &c.view, bias, ep)?;
@@ -389,6 +395,19 @@ impl Gpu {
             });
         }
         Ok(())
+    }
+
+    /// `Ok` for a raw view's address `ptr`: where the view declares its device ([`DenseView::on_device`] and its
+    /// kin), when that is this GPU (no driver call); else when the driver says so ([`Gpu::check_pointer_of`]).
+    pub(crate) fn check_raw_pointer(&self, what: &'static str, ptr: CUdeviceptr, device: Option<usize>) -> Result<()> {
+        match device {
+            Some(d) if d == self.info().ordinal => Ok(()),
+            Some(d) => Err(Error::InvalidArgument {
+                name: what,
+                reason: format!("is declared memory of device {d}; this Gpu is device {}", self.info().ordinal),
+            }),
+            None => self.check_pointer_of(what, ptr),
+        }
     }
 
     /// `Ok` when `ptr` is device memory of this GPU: one `cuPointerGetAttributes` call for the memory type and
