@@ -21,12 +21,18 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
+import os
 import statistics
+import sys
 
 import torch
 
 import sparsek
 from sparsek.nn import BlockSparseLinear
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import decode_path as dp  # noqa: E402 (the shared graph timing: every call once before the capture, as torch asks)
 
 CU = ctypes.CDLL("libcuda.so.1")
 
@@ -57,32 +63,9 @@ def layers(out_f, in_f, bs, density, copies, dev):
 
 
 def graph_time(body, calls, replays):
-    """ms per launch: one graph of `calls` bodies, median over `replays` timed replays."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(4):  # every weight copy: its structure is checked before the capture
-            body(i, s.cuda_stream)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        st = torch.cuda.current_stream().cuda_stream
-        for i in range(calls):
-            body(i, st)
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / calls)
-    del g
-    return statistics.median(times)
+    """ms per launch: one graph of `calls` bodies, median over `replays` timed replays (decode_path's method)."""
+    return dp.graph_time([functools.partial(lambda i: body(i, torch.cuda.current_stream().cuda_stream), i)
+                          for i in range(calls)], replays) / 1000
 
 
 def queued_time(body, calls, replays):

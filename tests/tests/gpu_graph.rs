@@ -251,21 +251,43 @@ fn eventually(mut done: impl FnMut() -> bool) -> bool {
 /// first in two of the rounds: every replay gives the bits of the launch outside a graph, each destroyed graph gives
 /// its counters back (they are taken again by the next capture, which finds them zeroed: its replays are right), and
 /// no slab is added for it.
+/// The graph-counter tests' case: the GPU alone and a Gpu of the test's own whose captured launches get a workspace
+/// (else a skip line and `None`), with its slabs so far; a skewed 4096 x 16 x 4096 bs-64 product that splits its
+/// rows, uploaded, launched once outside a graph: its plan, C's poisoned start and the launch's bits.
+struct SplitCase {
+    _alone: std::sync::RwLockWriteGuard<'static, ()>,
+    gpu: Gpu,
+    slabs: usize,
+    a_d: DeviceBsr<f16>,
+    b_d: DeviceMatrix<f16>,
+    c0: Matrix<f32>,
+    eager: LaunchPlan,
+    want: Vec<u64>,
+}
+
+fn split_case(test: &str, seed: u64) -> Option<SplitCase> {
+    let (_alone, gpu) = narrow_alone(test, RowSplit::Auto)?;
+    let Some((slabs, _)) = gpu.graph_counter_stats() else {
+        println!("SKIP {test}: captured launches get no workspace on this device or driver");
+        return None;
+    };
+    let (a, b, c0) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, seed);
+    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
+    let mut c_d = gpu.upload_matrix(&c0).unwrap();
+    let eager = planned_spmm(&gpu, &a_d, &b_d, &mut c_d, Epilogue::default()).unwrap();
+    assert!(balances(&eager), "{test}: the case must balance its rows: {eager}");
+    let want = bits(&c_d.to_host().unwrap());
+    Some(SplitCase { _alone, gpu, slabs, a_d, b_d, c0, eager, want })
+}
+
 #[test]
 fn destroyed_graphs_give_their_counters_back_zeroed() {
     const TEST: &str = "destroyed_graphs_give_their_counters_back_zeroed";
-    let Some((_alone, gpu)) = narrow_alone(TEST, RowSplit::Auto) else { return };
-    let Some((slabs, _)) = gpu.graph_counter_stats() else {
-        println!("SKIP {TEST}: captured launches get no workspace on this device or driver");
+    let Some(SplitCase { _alone: _held, gpu, slabs, a_d, b_d, c0, want, .. }) = split_case(TEST, 0x98) else {
         return;
     };
-    let (a, b, c0) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x98);
-    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
     let mut c_d = gpu.upload_matrix(&c0).unwrap();
     let mut c_e = gpu.upload_matrix(&c0).unwrap();
-    let eager = planned_spmm(&gpu, &a_d, &b_d, &mut c_d, Epilogue::default()).unwrap();
-    assert!(balances(&eager), "{TEST}: the case must balance its rows: {eager}");
-    let want = bits(&c_d.to_host().unwrap());
     let stream = gpu.new_stream().unwrap();
     for round in 0..4 {
         let graph = capture(&gpu, &stream, (&a_d, &b_d, &mut c_d), TEST);
@@ -294,17 +316,10 @@ fn destroyed_graphs_give_their_counters_back_zeroed() {
 fn a_capture_of_many_launches_grows_the_counters() {
     const TEST: &str = "a_capture_of_many_launches_grows_the_counters";
     const LAUNCHES: usize = 300;
-    let Some((_alone, gpu)) = narrow_alone(TEST, RowSplit::Auto) else { return };
-    let Some((slabs, _)) = gpu.graph_counter_stats() else {
-        println!("SKIP {TEST}: captured launches get no workspace on this device or driver");
+    let Some(SplitCase { _alone: _held, gpu, slabs, a_d, b_d, c0, eager, want }) = split_case(TEST, 0x99) else {
         return;
     };
-    let (a, b, c0) = operands::<f32>(Pattern::Skewed, (4096, 4096, 16), 64, 0x99);
-    let (a_d, b_d) = (gpu.upload(&a).unwrap(), gpu.upload_matrix(&b).unwrap());
     let mut c_d = gpu.upload_matrix(&c0).unwrap();
-    let eager = planned_spmm(&gpu, &a_d, &b_d, &mut c_d, Epilogue::default()).unwrap();
-    assert!(balances(&eager), "{TEST}: the case must balance its rows: {eager}");
-    let want = bits(&c_d.to_host().unwrap());
     let stream = gpu.new_stream().unwrap();
     let (a_v, b_v, mut c_v) = (a_d.view(), b_d.view(), c_d.view_mut());
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
