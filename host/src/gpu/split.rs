@@ -259,7 +259,7 @@ impl GraphSpace {
 }
 
 /// The graph `stream` is being captured into (`cuStreamGetCaptureInfo_v3`, CUDA 12.3 and later: the only form
-/// the bindings offer, so [`GraphCounters::available`] asks for that driver).
+/// the bindings offer, so [`GraphCounters::new`] asks for that driver).
 ///
 /// # Safety
 /// `stream` is a live stream of the current context.
