@@ -42,15 +42,25 @@ struct Side {
 impl Side {
     /// Microseconds of host time per launch over `LAUNCHES` queued launches.
     fn host_us(&mut self) -> Result<f32, Box<dyn Error>> {
-        self.gpu.stream().synchronize()?;
-        let t = Instant::now();
-        for _ in 0..LAUNCHES {
-            self.gpu.spmm(&self.a, &self.b, &mut self.c, Epilogue::default())?;
-        }
-        let us = (t.elapsed().as_secs_f64() * 1e6 / LAUNCHES as f64) as f32;
-        self.gpu.stream().synchronize()?;
-        Ok(us)
+        let Side { gpu, a, b, c } = self;
+        host_us(gpu.stream(), || Ok(gpu.spmm(a, b, c, Epilogue::default())?))
     }
+}
+
+/// Microseconds of host time per launch over `LAUNCHES` calls of `launch`, queued on `stream` back to back (the
+/// stream synchronised before and after, outside the time).
+fn host_us(
+    stream: &cudarc::driver::CudaStream,
+    mut launch: impl FnMut() -> Result<(), Box<dyn Error>>,
+) -> Result<f32, Box<dyn Error>> {
+    stream.synchronize()?;
+    let t = Instant::now();
+    for _ in 0..LAUNCHES {
+        launch()?;
+    }
+    let us = (t.elapsed().as_secs_f64() * 1e6 / LAUNCHES as f64) as f32;
+    stream.synchronize()?;
+    Ok(us)
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -118,15 +128,10 @@ fn raw_views() -> Result<(), Box<dyn Error>> {
             let cv = DenseViewMut::<f32>::from_raw(c_ptr, m, n, m, sparsek::Layout::ColMajor)?;
             if declared { (av.on_device(dev), bv.on_device(dev), cv.on_device(dev)) } else { (av, bv, cv) }
         };
-        stream.synchronize()?;
-        let t = Instant::now();
-        for _ in 0..LAUNCHES {
+        host_us(&stream, || {
             // SAFETY: as above.
-            unsafe { gpu.spmm_raw(stream.cu_stream(), &av, &bv, &mut cv, None, Epilogue::default()) }?;
-        }
-        let us = (t.elapsed().as_secs_f64() * 1e6 / LAUNCHES as f64) as f32;
-        stream.synchronize()?;
-        Ok(us)
+            Ok(unsafe { gpu.spmm_raw(stream.cu_stream(), &av, &bv, &mut cv, None, Epilogue::default()) }?)
+        })
     };
     let mut times = [Vec::new(), Vec::new()];
     for _ in 0..ROUNDS {

@@ -333,6 +333,10 @@ const SLAB_WORDS: u64 = 1 << 14;
 /// The smallest range: 64 words (256 bytes, so every range stays 256-byte aligned).
 const MIN_CLASS: usize = 6;
 
+/// The largest range: 2^32 words (one captured launch never asks for more: `SpaceNeed`'s counters are bounded far
+/// below). One free list per size class up to it.
+const MAX_CLASS: usize = 32;
+
 /// The user object's destructor: gives the range back (no CUDA call, no blocking but the free list's lock).
 unsafe extern "C" fn release_held(data: *mut std::ffi::c_void) {
     // SAFETY: `data` is the Box<Held> leaked by GraphCounters::hold for this user object, destroyed once.
@@ -353,7 +357,12 @@ impl GraphCounters {
         let pool = GraphCounters {
             ctx: ctx.clone(),
             zeroing: ctx.new_stream().ok()?,
-            slabs: Arc::new(Mutex::new(Slabs { owned: Vec::new(), next: 0, end: 0, free: vec![Vec::new(); 40] })),
+            slabs: Arc::new(Mutex::new(Slabs {
+                owned: Vec::new(),
+                next: 0,
+                end: 0,
+                free: vec![Vec::new(); MAX_CLASS + 1],
+            })),
         };
         pool.grow(&mut pool.slabs.lock().unwrap_or_else(|e| e.into_inner()), SLAB_WORDS).ok()?;
         Some(pool)
@@ -414,7 +423,7 @@ impl GraphCounters {
     /// `graph` is a live graph (the one being captured) of the pool's context, current on this thread.
     unsafe fn hold(&self, graph: cudarc::driver::sys::CUgraph, words: u64) -> Result<u64> {
         use cudarc::driver::sys::{CUuserObject, CUuserObject_flags, CUuserObjectRetain_flags};
-        if words > 1 << 32 {
+        if words > 1 << MAX_CLASS {
             return Err(Error::InvalidArgument {
                 name: "workspace",
                 reason: format!("{words} counters for one captured launch (at most 2^32)"),
