@@ -4,7 +4,7 @@
 //! grid with a static stride and to one tile per consumer set, over few and many tiles per CTA, N tails, skewed and
 //! empty rows, beta and f16 C; random values giving the same bits on every launch; persistent launches from several
 //! threads on several streams, which share the counter, each giving the single-threaded result; and graph-captured
-//! launches (on their own counters in the graph where that pays) replayed. The tests need the sm_90a module (a Hopper
+//! launches (on counters of their own that the graph holds) replayed. The tests need the sm_90a module (a Hopper
 //! GPU,
 //! `SPARSEK_TEST_MODULE` unset or `auto`); elsewhere they print a skip line.
 
@@ -167,13 +167,12 @@ fn persistent_launches_on_many_streams_are_ordered() {
 }
 
 /// Launches captured into a CUDA graph never touch the Gpu's counters (a replayed graph is not ordered with other
-/// launches). Where the balance pays for the graph's nodes (here bs 128's 16 block rows of about 410 KB on few N
-/// tiles, at most half the SMs) they take two counters of their own, in the graph (an allocation, a memset zeroing
-/// them and a free node), and run the persistent grid, the kernel and grid of the plan of a raw view outside a graph;
-/// elsewhere (bs 64's 64 rows on several N tiles) one tile per consumer set, no memory node, the per-tile plan (the
-/// captured launch's plan). Captured on a stream of the test's own, over views of memory uploaded on it (as
-/// PyTorch's graphs launch): each replay gives the bits of the per-tile launch outside the capture, the first into a
-/// poisoned C.
+/// launches): they make the choice they make outside a graph (the persistent grid on the tile counter, here bs 64's
+/// 64 block rows and bs 128's 16 long ones on few N tiles) on two counters of their own that the graph holds (an
+/// allocation and a free node, no memset: the counters stay zeroed in the graph's keeping), the kernel and grid of
+/// the plan of a raw view outside a graph. Captured on a stream of the test's own, over views of memory uploaded on
+/// it (as PyTorch's graphs launch): each replay gives the bits of the per-tile launch outside the capture (each tile
+/// is one CTA's either way), the first into a poisoned C.
 #[test]
 fn captured_launches_replay_exactly() {
     let _alone = sparsek_tests::gpu_alone();
@@ -221,26 +220,15 @@ fn captured_launches_replay_exactly() {
             r.unwrap_or_else(|e| panic!("{ctx}: launch during capture: {e}"));
             let graph = graph.expect("end capture").expect("a graph");
             let held = graph_nodes(&graph);
-            // The balance pays for the graph's nodes at bs 128 (16 long block rows on few N tiles), not at bs 64.
-            let pays = bs == 128;
-            let nodes = if pays { 1 } else { 0 };
-            assert_eq!(
-                (held.allocs, held.memsets, held.frees, held.others),
-                (nodes, nodes, nodes, 0),
-                "{ctx}: {held:?}"
-            );
-            // What a raw view (no schedule) launches outside a graph: the persistent grid where the graph has
-            // counters of its own, else one tile per consumer set.
-            let plan = plan_unscheduled::<f32>(if pays { &gpu } else { &per_tile }, &a, n, ep);
-            assert!(is_sm90(&plan) && plan.tile_counter == pays, "{ctx}: {plan}");
+            assert_eq!((held.allocs, held.memsets, held.frees, held.others), (1, 0, 1, 0), "{ctx}: {held:?}");
+            // What a raw view (no schedule) launches outside a graph: the persistent grid on the tile counter.
+            let plan = plan_unscheduled::<f32>(&gpu, &a, n, ep);
+            assert!(is_sm90(&plan) && plan.tile_counter, "{ctx}: {plan}");
             assert_eq!(held.kernels, vec![(plan.kernel.to_string(), plan.ctas)], "{ctx}: the kernel of {plan}");
-            if !pays {
-                // Without a graph workspace the captured launch records its plan: the per-tile one, no counter.
-                let captured = gpu.last_plan().expect("the captured launch's plan");
-                let same = (captured.kernel, captured.ctas, captured.decomposition, captured.tile_counter)
-                    == (plan.kernel, plan.ctas, plan.decomposition, false);
-                assert!(same && !captured.graph_workspace, "{ctx}: captured {captured}, expected {plan}");
-            }
+            let captured = gpu.last_plan().expect("the captured launch's plan");
+            let same = (captured.kernel, captured.ctas, captured.decomposition, captured.tile_counter)
+                == (plan.kernel, plan.ctas, plan.decomposition, true);
+            assert!(same && captured.graph_workspace, "{ctx}: captured {captured}, expected {plan}");
             for i in 0..3 {
                 graph.launch().unwrap();
                 let got = stream.clone_dtoh(&c_dev).unwrap();
