@@ -457,3 +457,65 @@ pub fn graph_nodes(graph: &cudarc::driver::CudaGraph) -> GraphNodes {
     }
     out
 }
+
+/// The edges of a captured `graph` by the kinds of node they join, counted: (from, to, programmatic) ->
+/// edges, each kind a short name (`kernel`, `alloc`, `free`, `memset`, `other`), read through the driver (panics
+/// on a failed call).
+pub fn graph_edges(
+    graph: &cudarc::driver::CudaGraph,
+) -> std::collections::BTreeMap<(&'static str, &'static str, bool), usize> {
+    use cudarc::driver::sys::{
+        CUgraphDependencyType, CUgraphEdgeData, CUgraphNode, CUgraphNodeType, cuGraphGetEdges_v2,
+    };
+    let graph = graph.cu_graph();
+    let kind = |node: CUgraphNode| {
+        let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: a node of the live graph.
+        unsafe { cudarc::driver::sys::cuGraphNodeGetType(node, &mut kind) }.result().unwrap();
+        match kind {
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => "kernel",
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => "alloc",
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => "free",
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => "memset",
+            _ => "other",
+        }
+    };
+    let mut count = 0usize;
+    // SAFETY: a live graph; first the count, then arrays of that many entries.
+    unsafe { cuGraphGetEdges_v2(graph, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut count) }
+        .result()
+        .unwrap();
+    let mut from = vec![std::ptr::null_mut(); count];
+    let mut to = vec![std::ptr::null_mut(); count];
+    // SAFETY: plain C data; the driver fills `count` entries.
+    let mut data: Vec<CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; count];
+    // SAFETY: as above.
+    unsafe { cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut count) }
+        .result()
+        .unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for i in 0..count {
+        let programmatic = data[i].type_ == CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8;
+        *out.entry((kind(from[i]), kind(to[i]), programmatic)).or_insert(0) += 1;
+    }
+    out
+}
+
+/// The memory CUDA associates with graphs on `gpu`'s device now (`CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`, bytes;
+/// panics on a failed call).
+pub fn graph_memory_used(gpu: &sparsek::gpu::Gpu) -> u64 {
+    use cudarc::driver::sys::CUgraphMem_attribute;
+    let mut used = 0u64;
+    let device = gpu.context().cu_device();
+    // SAFETY: a valid device and an output of the attribute's type (a 64-bit integer).
+    unsafe {
+        cudarc::driver::sys::cuDeviceGetGraphMemAttribute(
+            device,
+            CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+            (&mut used as *mut u64).cast(),
+        )
+    }
+    .result()
+    .unwrap();
+    used
+}

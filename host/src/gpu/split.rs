@@ -14,8 +14,9 @@
 //! A launch on a stream being captured into a CUDA graph cannot use that workspace (an event recorded outside the
 //! capture cannot be waited on inside it, and a replayed graph would reuse the workspace unordered with the
 //! launches around it). It makes the same choices and takes a workspace of its own that the graph holds
-//! ([`GraphSpace`]: counters zeroed once and kept by the graph, [`GraphCounters`]; partial tiles in an allocation
-//! node and a free node around the kernel), so a replay gives the bits of the same launch outside the graph. On a
+//! ([`GraphSpace`]: counters zeroed once and kept by the graph, [`GraphCounters`]; partial tiles between an
+//! allocation node and a free node that stay off the stream's chain of nodes, so a programmatic launch keeps its
+//! edge to the kernel before it), so a replay gives the bits of the same launch outside the graph. On a
 //! device without stream-ordered allocation or a driver older than CUDA 12.3, a captured launch keeps whole rows.
 //!
 //! The workspace also holds the sm_90a kernels' two tile-scheduler counters. Those are never waited for across
@@ -37,7 +38,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys::{CUevent_flags, CUevent_wait_flags, CUstream, CUstreamCaptureStatus};
+use cudarc::driver::sys::{CUevent_flags, CUevent_wait_flags, CUgraph, CUstream, CUstreamCaptureStatus};
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
 use crate::error::{Error, Result};
@@ -201,16 +202,23 @@ impl Drop for SplitWorkspace {
 /// A captured launch's own workspace, in the CUDA graph its stream is being captured into. Its counters are a range
 /// of [`GraphCounters`], zeroed once and kept by the graph until the graph and every instantiation of it are gone
 /// (no memset node: each launch's last CTAs leave the counters at zero for the next replay). Its partial tiles are
-/// a stream-ordered allocation (the graph's allocation node, then the launch, then a free node,
-/// [`GraphSpace::free`]), which CUDA may back with the same physical memory as the graph's other allocations
-/// wherever lifetimes do not overlap; a launch without partial tiles allocates 256 bytes all the same, so the graph
-/// holds allocation nodes and CUDA allows it one instantiation at a time: two replays running at once would share
-/// the counters. Measured on an H200 (docs/perf-notes.md, "Issue 43 part 3: the graph workspace without its memset
-/// node"), around a 8.6 us decode launch in a graph: the memset node cost 1.9-2.0 us, the allocation and free
-/// nodes 0.04-0.2 us. The Gpu's own workspace cannot serve a graph: a replay is not ordered with the launches
-/// around it.
+/// a graph allocation: an allocation node the kernel depends on and a free node that depends on the kernel
+/// ([`GraphSpace::allocate`], [`GraphSpace::free`]). Neither sits on the stream's chain: the allocation node
+/// depends on the free node of the launch before the last one captured on the same stream (so CUDA backs the
+/// partial tiles of a graph's launches with two buffers' memory, alternating, however many it holds), and the free
+/// node is a leaf. So the kernel follows the node before it on the stream directly, and where the plan is
+/// programmatic (`Policy::programmatic`) depends on the kernel before it through a programmatic edge: a
+/// captured split launch can start before the kernel ahead of it ends, as it does outside a graph, and so can the
+/// launch after it. A launch without partial tiles allocates 256 bytes all the same, so the graph holds allocation
+/// nodes and CUDA allows it one instantiation at a time: two replays running at once would share the counters.
+/// Measured on an H200 (docs/perf-notes.md, "Issue 43 part 3: the graph workspace without its memset node"),
+/// around a 8.6 us decode launch in a graph: the memset node cost 1.9-2.0 us, the allocation and free nodes
+/// 0.04-0.2 us. The Gpu's own workspace cannot serve a graph: a replay is not ordered with the launches around it.
 pub(crate) struct GraphSpace {
     base: u64,
+    /// The graph being captured and the capture's id (which [`GraphCounters`] keys the free nodes by).
+    graph: CUgraph,
+    capture: u64,
     /// The partial tiles (16-byte aligned).
     pub(crate) partials: u64,
     /// The split-row or flat-list counters, zero.
@@ -220,75 +228,208 @@ pub(crate) struct GraphSpace {
 }
 
 impl GraphSpace {
-    /// Takes `need`'s counters from `pool`, held by the graph `stream` is being captured into, and allocates its
-    /// partial tiles on `stream` in stream order.
+    /// Takes `need`'s counters from `pool`, held by the graph `stream` is being captured into, and adds the
+    /// allocation node of its partial tiles to that graph, made a dependency of the next node captured on
+    /// `stream`. With `programmatic`, the next node's dependencies on kernel nodes become programmatic edges (the
+    /// launch that follows is captured without the launch attribute: the edges say it).
     ///
     /// # Safety
-    /// `stream` is a live stream of the current context, being captured.
-    pub(crate) unsafe fn allocate(stream: CUstream, need: SpaceNeed, pool: &GraphCounters) -> Result<GraphSpace> {
+    /// `stream` is a live stream of the current context, being captured; with `programmatic`, the next node
+    /// captured on it is a kernel that waits for the grids before it (`griddepcontrol.wait`) ahead of every read of
+    /// what they may write.
+    pub(crate) unsafe fn allocate(
+        stream: CUstream,
+        need: SpaceNeed,
+        pool: &GraphCounters,
+        programmatic: bool,
+    ) -> Result<GraphSpace> {
+        use cudarc::driver::sys::{
+            CUDA_MEM_ALLOC_NODE_PARAMS, CUgraphNode, CUmemAllocationHandleType, CUmemAllocationType, CUmemLocation,
+            CUmemLocationType, CUstreamUpdateCaptureDependencies_flags,
+        };
         let words = need.counters + if need.scheduler { 2 } else { 0 };
         // SAFETY: the caller's live stream of the current context.
-        let graph = unsafe { capture_graph(stream) }?;
+        let capture = unsafe { Capture::of(stream) }?;
         // SAFETY: the graph being captured on `stream`, of the current context.
-        let counters = unsafe { pool.hold(graph, words.max(1)) }?;
+        let counters = unsafe { pool.hold(capture.graph, words.max(1)) }?;
         let bytes = usize::try_from(need.partials_bytes.max(256)).map_err(|_| Error::InvalidArgument {
             name: "workspace",
             reason: format!("{} bytes of partial tiles do not fit this host", need.partials_bytes),
         })?;
-        let failed = |source: cudarc::driver::DriverError| match source.0 {
+        // SAFETY: all-zero plain C data (no pointer is read: win32SecurityAttributes stays null); the fields that
+        // matter are set next.
+        let mut params: CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        params.poolProps.allocType = CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        params.poolProps.handleTypes = CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+        params.poolProps.location =
+            CUmemLocation { type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: pool.ctx.ordinal() as i32 };
+        params.bytesize = bytes;
+        let after = pool.reusable(capture.id, stream);
+        let mut alloc: CUgraphNode = std::ptr::null_mut();
+        // SAFETY: the graph being captured; `after` is a node of it (the free node of an earlier launch of this
+        // capture, on this stream) or none; `params` is valid and receives the address.
+        let added = unsafe {
+            cudarc::driver::sys::cuGraphAddMemAllocNode(
+                &mut alloc,
+                capture.graph,
+                after.as_slice().as_ptr(),
+                after.as_slice().len(),
+                &mut params,
+            )
+        };
+        added.result().map_err(|source| match source.0 {
             cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 Error::OutOfMemory { what: "the workspace of a launch captured into a CUDA graph", bytes }
             }
-            _ => Error::Cuda { op: "cuMemAllocAsync (graph workspace)", source },
-        };
-        // SAFETY: the caller's stream; the allocation is used only by this launch, on this stream, and freed after
-        // it. (The counters stay with the graph, which now holds them, whatever happens to this launch.)
-        let base = unsafe { cudarc::driver::result::malloc_async(stream, bytes) }.map_err(failed)?;
-        Ok(GraphSpace { base, partials: base, counters, scheduler: counters + 4 * need.counters })
+            _ => Error::Cuda { op: "cuGraphAddMemAllocNode (graph workspace)", source },
+        })?;
+        // The next node's dependencies: the stream's, each kernel node's edge made programmatic where asked, and
+        // the allocation.
+        let (mut nodes, mut edges) = (capture.deps, capture.edges);
+        if programmatic {
+            for (node, edge) in nodes.iter().zip(edges.iter_mut()) {
+                if is_kernel(*node) && edge.type_ == 0 && edge.from_port == 0 {
+                    edge.type_ =
+                        cudarc::driver::sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8;
+                    edge.from_port = cudarc::driver::sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8;
+                }
+            }
+        }
+        nodes.push(alloc);
+        edges.push(DEFAULT_EDGE);
+        let set = CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES as u32;
+        // SAFETY: the caller's capturing stream; `nodes` are nodes of its graph with `edges` of equal length.
+        unsafe {
+            cudarc::driver::sys::cuStreamUpdateCaptureDependencies_v2(
+                stream,
+                nodes.as_mut_ptr(),
+                edges.as_ptr(),
+                nodes.len(),
+                set,
+            )
+        }
+        .result()
+        .map_err(cuda("cuStreamUpdateCaptureDependencies (graph workspace)"))?;
+        let base = params.dptr;
+        Ok(GraphSpace {
+            base,
+            graph: capture.graph,
+            capture: capture.id,
+            partials: base,
+            counters,
+            scheduler: counters + 4 * need.counters,
+        })
     }
 
-    /// Frees the partial tiles on `stream`, in stream order after the launch that used them.
+    /// Adds the free node of the partial tiles to the graph, after whatever the next node captured on `stream`
+    /// would depend on (the launch's kernel), as a leaf: the stream's dependencies stay as they are. `pool`
+    /// remembers it for the allocation two launches on.
     ///
     /// # Safety
-    /// `stream` is the stream it was allocated on.
-    pub(crate) unsafe fn free(self, stream: CUstream) -> Result<()> {
-        // SAFETY: allocated on this stream by `allocate` and freed once (self is consumed).
-        unsafe { cudarc::driver::result::free_async(self.base, stream) }
-            .map_err(cuda("cuMemFreeAsync (graph workspace)"))
+    /// `stream` is the stream the space was allocated on, still being captured into the same graph.
+    pub(crate) unsafe fn free(self, stream: CUstream, pool: &GraphCounters) -> Result<()> {
+        use cudarc::driver::sys::CUgraphNode;
+        // SAFETY: the caller's live capturing stream.
+        let capture = unsafe { Capture::of(stream) }?;
+        let mut node: CUgraphNode = std::ptr::null_mut();
+        // SAFETY: the graph this space was allocated in (the same capture, asserted below by its id); the
+        // dependencies are nodes of it; the address is its allocation node's, freed once (self is consumed).
+        let added = if capture.id == self.capture && capture.graph == self.graph {
+            unsafe {
+                cudarc::driver::sys::cuGraphAddMemFreeNode(
+                    &mut node,
+                    self.graph,
+                    capture.deps.as_ptr(),
+                    capture.deps.len(),
+                    self.base,
+                )
+            }
+            .result()
+            .map_err(cuda("cuGraphAddMemFreeNode (graph workspace)"))
+        } else {
+            Err(Error::InvalidArgument {
+                name: "stream",
+                reason: "its capture changed between a launch's workspace allocation and its free".into(),
+            })
+        };
+        added?;
+        pool.freed(self.capture, stream, node);
+        Ok(())
     }
 }
 
-/// The graph `stream` is being captured into (`cuStreamGetCaptureInfo_v3`, CUDA 12.3 and later: the only form
-/// the bindings offer, so [`GraphCounters::new`] asks for that driver).
-///
-/// # Safety
-/// `stream` is a live stream of the current context.
-unsafe fn capture_graph(stream: CUstream) -> Result<cudarc::driver::sys::CUgraph> {
-    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut graph: cudarc::driver::sys::CUgraph = std::ptr::null_mut();
-    // SAFETY: a query of the caller's live stream; the outputs are valid pointers or null (not wanted).
-    unsafe {
-        cudarc::driver::sys::cuStreamGetCaptureInfo_v3(
-            stream,
-            &mut status,
-            std::ptr::null_mut(),
-            &mut graph,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
+/// An edge's data for a plain, full dependency.
+const DEFAULT_EDGE: cudarc::driver::sys::CUgraphEdgeData =
+    cudarc::driver::sys::CUgraphEdgeData { from_port: 0, to_port: 0, type_: 0, reserved: [0; 5] };
+
+/// Whether `node` is a kernel node (false when the query fails).
+fn is_kernel(node: cudarc::driver::sys::CUgraphNode) -> bool {
+    use cudarc::driver::sys::CUgraphNodeType;
+    let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+    // SAFETY: a node of a live graph, and a valid output pointer.
+    let typed = unsafe { cudarc::driver::sys::cuGraphNodeGetType(node, &mut kind) }.result();
+    typed.is_ok() && kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL
+}
+
+/// What `cuStreamGetCaptureInfo_v3` says of a stream being captured: its graph, the capture's id, and the nodes
+/// (with their edges' data) the next node captured on it would depend on, copied.
+struct Capture {
+    graph: CUgraph,
+    id: u64,
+    deps: Vec<cudarc::driver::sys::CUgraphNode>,
+    edges: Vec<cudarc::driver::sys::CUgraphEdgeData>,
+}
+
+impl Capture {
+    /// # Safety
+    /// `stream` is a live stream of the current context.
+    unsafe fn of(stream: CUstream) -> Result<Capture> {
+        use cudarc::driver::sys::{CUgraphEdgeData, CUgraphNode};
+        let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut graph: CUgraph = std::ptr::null_mut();
+        let mut id = 0u64;
+        let mut deps: *const CUgraphNode = std::ptr::null();
+        let mut edges: *const CUgraphEdgeData = std::ptr::null();
+        let mut count = 0usize;
+        // SAFETY: a query of the caller's live stream; every output is a valid pointer. The arrays the driver
+        // returns stay valid until the next call on the stream, and are copied before it.
+        unsafe {
+            cudarc::driver::sys::cuStreamGetCaptureInfo_v3(
+                stream,
+                &mut status,
+                &mut id,
+                &mut graph,
+                &mut deps,
+                &mut edges,
+                &mut count,
+            )
+        }
+        .result()
+        .map_err(cuda("cuStreamGetCaptureInfo (graph workspace)"))?;
+        if status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
+            return Err(Error::InvalidArgument {
+                name: "stream",
+                reason: format!(
+                    "its capture into a CUDA graph ended or was invalidated while the launch was being planned \
+                     ({status:?})"
+                ),
+            });
+        }
+        let deps = if count == 0 || deps.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the driver's array of `count` nodes, valid until the next call on the stream.
+            unsafe { std::slice::from_raw_parts(deps, count) }.to_vec()
+        };
+        // No edge data means every edge is a plain one.
+        let edges = if edges.is_null() {
+            vec![DEFAULT_EDGE; deps.len()]
+        } else {
+            // SAFETY: as above, `count` entries.
+            unsafe { std::slice::from_raw_parts(edges, count) }.to_vec()
+        };
+        Ok(Capture { graph, id, deps, edges })
     }
-    .result()
-    .map_err(cuda("cuStreamGetCaptureInfo (graph workspace)"))?;
-    if status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
-        return Err(Error::InvalidArgument {
-            name: "stream",
-            reason: format!(
-                "its capture into a CUDA graph ended or was invalidated while the launch was being planned ({status:?})"
-            ),
-        });
-    }
-    Ok(graph)
 }
 
 /// The counters of launches captured into CUDA graphs ([`GraphSpace`]): ranges of zeroed 32-bit words carved from
@@ -307,7 +448,21 @@ pub(crate) struct GraphCounters {
     /// Where slabs are zeroed (non-blocking, never captured).
     zeroing: Arc<CudaStream>,
     slabs: Arc<Mutex<Slabs>>,
+    /// The free nodes of the last two captured launches with partial tiles per capture and stream, newest last
+    /// (node addresses, 0 for none), for at most [`RECENT_CAPTURES`] pairs of capture and stream: an allocation
+    /// node depends on the older one ([`GraphSpace`]). A pair pushed out only costs its next launches the reuse.
+    recent: Mutex<Vec<Recent>>,
 }
+
+/// The free nodes [`GraphCounters`] remembers for one capture and stream.
+struct Recent {
+    capture: u64,
+    stream: usize,
+    frees: [usize; 2],
+}
+
+/// How many pairs of capture and stream [`GraphCounters`] remembers free nodes for.
+const RECENT_CAPTURES: usize = 64;
 
 /// [`GraphCounters`]' memory.
 struct Slabs {
@@ -363,6 +518,7 @@ impl GraphCounters {
                 end: 0,
                 free: vec![Vec::new(); MAX_CLASS + 1],
             })),
+            recent: Mutex::new(Vec::new()),
         };
         pool.grow(&mut pool.slabs.lock().unwrap_or_else(|e| e.into_inner()), SLAB_WORDS).ok()?;
         Some(pool)
@@ -465,6 +621,29 @@ impl GraphCounters {
             return Err(cuda("cuGraphRetainUserObject (graph counters)")(e));
         }
         Ok(at)
+    }
+
+    /// The free node an allocation node of capture `capture` on `stream` may follow: the one of the launch before
+    /// the last on that stream, if known. Following it lets CUDA back both allocations with the same memory, and
+    /// costs the launch nothing (that launch had finished before the one ahead of it started).
+    fn reusable(&self, capture: u64, stream: CUstream) -> Option<cudarc::driver::sys::CUgraphNode> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let found = recent.iter().find(|r| r.capture == capture && r.stream == stream as usize)?;
+        (found.frees[0] != 0).then_some(found.frees[0] as cudarc::driver::sys::CUgraphNode)
+    }
+
+    /// Remembers `node`, the free node of a launch captured in `capture` on `stream`.
+    fn freed(&self, capture: u64, stream: CUstream, node: cudarc::driver::sys::CUgraphNode) {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        match recent.iter_mut().find(|r| r.capture == capture && r.stream == stream as usize) {
+            Some(r) => r.frees = [r.frees[1], node as usize],
+            None => {
+                if recent.len() == RECENT_CAPTURES {
+                    recent.remove(0);
+                }
+                recent.push(Recent { capture, stream: stream as usize, frees: [0, node as usize] });
+            }
+        }
     }
 
     /// Frees the slabs where no graph holds a range of them (no user object's destructor is left to run: none

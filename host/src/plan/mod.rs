@@ -584,13 +584,14 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
     let c_tma = hopper_kernel && c_tma_possible(p);
     // Programmatic serialization: the product module's kernels (every one holds the wait), where the policy asks
     // and the module came from its sm_90a cubin; under capture only after kernels (a graph's programmatic edge runs
-    // from a kernel node), and not with a graph-owned workspace (the launch then follows its allocation node).
+    // from a kernel node). A graph-owned workspace keeps it: its allocation and free nodes are off the stream's
+    // chain (gpu/split.rs, `GraphSpace`), so the kernel still follows the kernel before it.
     let v = &loaded.variant;
     let programmatic_kernel = policy.programmatic
         && device.programmatic_available
         && v.module == Module::Product
         && matches!(v.config.pipeline, Pipeline::CpAsync | Pipeline::Direct);
-    let programmatic = programmatic_kernel && !graph_workspace && (!captured || p.follows_kernels);
+    let programmatic = programmatic_kernel && (!captured || p.follows_kernels);
     let plan = LaunchPlan {
         kernel: v.name,
         choice: chosen.choice,

@@ -270,6 +270,12 @@ fn programmatic_launch_only_where_asked_possible_and_after_kernels() {
     // Captured: only after kernel nodes.
     assert!(!planned(&Problem { captured: true, ..layer(16) }, &on).programmatic);
     assert!(planned(&Problem { captured: true, follows_kernels: true, ..layer(16) }, &on).programmatic);
+    // A captured launch that splits rows on a graph-owned workspace stays programmatic: its workspace's nodes are
+    // off the stream's chain.
+    let split = Problem { max_row_blocks: Some(12), captured: true, ..Problem::new(128, (8192, 8192, 16), 410) };
+    let split_plan = planned(&Problem { follows_kernels: true, ..split }, &on);
+    assert!(split_plan.programmatic && split_plan.graph_workspace, "{split_plan}");
+    assert!(!planned(&split, &on).programmatic);
     // The product module from PTX (no sm_90a cubin), or an sm_90a kernel: plain.
     let jit = DeviceFacts { programmatic_available: false, ..h100() };
     assert!(!plan(&layer(16), &jit, &on, None).unwrap().programmatic);

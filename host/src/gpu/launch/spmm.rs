@@ -598,10 +598,12 @@ impl Gpu {
             Pipeline::CpAsync | Pipeline::Direct => None,
         };
         // The workspace's addresses: the Gpu's, or a captured launch's own (allocated here, freed after the launch).
-        let graph_space = match (plan.graph_workspace, workspace.and_then(|ws| ws.graph_counters.as_ref())) {
+        let pool = workspace.and_then(|ws| ws.graph_counters.as_ref());
+        let graph_space = match (plan.graph_workspace, pool) {
             // SAFETY: the caller's live stream of this context (checked by the caller), being captured (the plan's
-            // graph workspace is only planned for a captured launch).
-            (true, Some(pool)) => Some(unsafe { GraphSpace::allocate(stream, need, pool) }?),
+            // graph workspace is only planned for a captured launch); a programmatic plan's kernel is one of the
+            // product module's, which wait for the grids before them (below).
+            (true, Some(pool)) => Some((unsafe { GraphSpace::allocate(stream, need, pool, plan.programmatic) }?, pool)),
             (true, None) => {
                 return Err(Error::InvalidArgument {
                     name: "plan",
@@ -611,7 +613,7 @@ impl Gpu {
             (false, _) => None,
         };
         let (partials, counters, scheduler) = match (&graph_space, workspace) {
-            (Some(g), _) => (g.partials, g.counters, g.scheduler),
+            (Some((g, _)), _) => (g.partials, g.counters, g.scheduler),
             (None, Some(ws)) => (ws.partials, ws.counters, ws.scheduler),
             (None, None) => (0, 0, 0),
         };
@@ -633,9 +635,10 @@ impl Gpu {
             None => (&mut params as *mut BsrSpmmParams).cast::<std::ffi::c_void>(),
         };
         let mut args = [arg];
+        // A captured launch on a workspace of its own has its programmatic edges set already (GraphSpace::allocate).
         let attributes = LaunchAttributes {
             window: plan.evict_first_bytes.map(|bytes| (a.values, bytes)),
-            programmatic: plan.programmatic,
+            programmatic: plan.programmatic && graph_space.is_none(),
         };
         // With split rows, the workspace's partial tiles (split_slots of them, checked by split_choice against its
         // size) and zeroed counters (block_rows * n_tiles of them, likewise) are this launch's alone: the Gpu's
@@ -683,10 +686,10 @@ impl Gpu {
         if let Ok(mut last) = self.last_plan.lock() {
             *last = Some(plan.clone());
         }
-        if let Some(space) = graph_space {
+        if let Some((space, pool)) = graph_space {
             let launched = launch();
-            // SAFETY: allocated on this stream above; freed after the launch in stream order, launched or not.
-            let freed = unsafe { space.free(stream) };
+            // SAFETY: allocated on this stream above, in this capture; freed after the launch, launched or not.
+            let freed = unsafe { space.free(stream, pool) };
             return launched.and(freed);
         }
         let shared = workspace.filter(|_| need.partials_bytes > 0 || need.counters > 0);
