@@ -245,7 +245,8 @@ def set_programmatic_launch(enabled: bool) -> None:
     waits for it before it reads ``b``/``x`` or the bias or writes the output. So **enable it only when no kernel
     writes a weight right before a product that uses it** (inference; not an optimizer step updating the weights
     in place just before). Back to back on an H200 a decode-sized product took 17-34% less GPU time on layer-sized
-    weights and 9-24% at 8192 x 8192; it also holds inside CUDA graphs. Results are the same either way."""
+    weights and 9-24% at 8192 x 8192; it also holds inside CUDA graphs, where a stack of 8 decode layers replayed
+    7-8% faster (H200). Results are the same either way."""
     _native.set_programmatic_launch(bool(enabled))
 
 
