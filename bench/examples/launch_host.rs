@@ -5,8 +5,10 @@
 //!
 //! Then the raw-view path (`Gpu::spmm_raw`, as the Python package launches) on a layer small enough that the GPU
 //! keeps up with the host (1024 x 1024, bs 64, 25%, one column; B and C column-major, as `x.t()` and `y.t()`): the
-//! same launch with the views' addresses checked by the driver (`cuPointerGetAttributes`, one call per address) and
-//! declared on the device (`on_device`: no call), interleaved round by round.
+//! same launch with the views' addresses checked by the driver (`cuPointerGetAttributes`, one call per address),
+//! declared on the device (`on_device`: no call), and declared with `early_start: false` (a plain `cuLaunchKernel`
+//! instead of `cuLaunchKernelEx` with programmatic serialization), interleaved round by round. The first part
+//! likewise compares `early_start: false`.
 //!
 //! `cargo run --release -p sparsek-bench --example launch_host [-- raw]` (`raw`: the raw-view launches only)
 
@@ -77,8 +79,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         let a = generate::<f16>(Pattern::Uniform, m, k, 64, 0.25, 43)?;
         let b = Matrix::<f16>::random(k, n, 7)?;
         let mut sides = Vec::new();
-        for evict in [true, false] {
-            let gpu = Gpu::new(0)?.with_policy(Policy { a_evict_first: evict, ..Policy::default() });
+        for (evict, early) in [(true, true), (false, true), (true, false)] {
+            let policy = Policy { a_evict_first: evict, early_start: early, ..Policy::default() };
+            let gpu = Gpu::new(0)?.with_policy(policy);
             let (a, b, c) = (gpu.upload(&a)?, gpu.upload_matrix(&b)?, gpu.zeros(m, n)?);
             sides.push(Side { gpu, a, b, c });
         }
@@ -92,7 +95,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             let plan = s.gpu.last_plan().map(|p| p.to_string()).unwrap_or_default();
             println!(
                 "{name} {m}x{k} N {n}, {}: {:.2} us/launch; {plan}",
-                if i == 0 { "as launched" } else { "a_evict_first off" },
+                ["as launched", "a_evict_first off", "early_start off"][i],
                 median(&times[i]).unwrap_or(f32::NAN)
             );
         }
@@ -104,6 +107,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 fn raw_views() -> Result<(), Box<dyn Error>> {
     let (m, k, n) = (1024, 1024, 1);
     let gpu = Gpu::new(0)?;
+    let plain = Gpu::new(0)?.with_policy(Policy { early_start: false, ..Policy::default() });
     let host = generate::<f16>(Pattern::Uniform, m, k, 64, 0.25, 43)?;
     let stream = gpu.stream().clone();
     let values = stream.clone_htod(host.values())?;
@@ -119,7 +123,7 @@ fn raw_views() -> Result<(), Box<dyn Error>> {
     };
     let (b_ptr, c_ptr) = (b.device_ptr(&stream).0, c.device_ptr(&stream).0);
     let dev = gpu.info().ordinal;
-    let run = |declared: bool| -> Result<f32, Box<dyn Error>> {
+    let run = |gpu: &Gpu, declared: bool| -> Result<f32, Box<dyn Error>> {
         // SAFETY: the addresses of the live buffers above (this Gpu's device), their sizes; nothing else touches
         // them while the launches run (the stream is synchronised before and after).
         let (av, bv, mut cv) = unsafe {
@@ -133,15 +137,19 @@ fn raw_views() -> Result<(), Box<dyn Error>> {
             Ok(unsafe { gpu.spmm_raw(stream.cu_stream(), &av, &bv, &mut cv, None, Epilogue::default()) }?)
         })
     };
-    let mut times = [Vec::new(), Vec::new()];
+    let mut times = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..ROUNDS {
-        times[0].push(run(false)?);
-        times[1].push(run(true)?);
+        times[0].push(run(&gpu, false)?);
+        times[1].push(run(&gpu, true)?);
+        times[2].push(run(&plain, true)?);
     }
-    let plan = gpu.last_plan().map(|p| p.to_string()).unwrap_or_default();
-    for (i, what) in
-        ["raw views, addresses checked by the driver", "raw views declared on the device"].iter().enumerate()
-    {
+    let whats = [
+        "raw views, addresses checked by the driver",
+        "raw views declared on the device",
+        "raw views declared, early_start off",
+    ];
+    for (i, what) in whats.iter().enumerate() {
+        let plan = if i < 2 { &gpu } else { &plain }.last_plan().map(|p| p.to_string()).unwrap_or_default();
         println!("tiny {m}x{k} N {n}, {what}: {:.2} us/launch; {plan}", median(&times[i]).unwrap_or(f32::NAN));
     }
     Ok(())

@@ -114,6 +114,9 @@ pub enum ModuleChoice {
     /// may start before the kernel ahead of it ends, reading A meanwhile (`Policy::programmatic`; the
     /// benchmarks' kernels never write A).
     Programmatic,
+    /// The library's choice without early starts: product launches wait for the kernel ahead of them to end
+    /// before their CTAs are placed (`Policy::early_start` off; for comparisons).
+    NoEarlyStart,
 }
 
 impl ModuleChoice {
@@ -140,6 +143,11 @@ impl ModuleChoice {
     /// Whether product launches may start before the kernel ahead of them ends (`Policy::programmatic`).
     pub fn programmatic(self) -> bool {
         self == ModuleChoice::Programmatic
+    }
+
+    /// Whether the other product launches start early, waiting first (`Policy::early_start`).
+    pub fn early_start(self) -> bool {
+        self != ModuleChoice::NoEarlyStart
     }
 }
 
@@ -191,6 +199,7 @@ impl KernelChoiceArgs {
             short_rows: module.short_rows(),
             a_evict_first: module.a_evict_first(),
             programmatic: module.programmatic(),
+            early_start: module.early_start(),
             row_split: self.split,
             tile_schedule: self.schedule.into(),
             sm_limit: self.sm_limit,

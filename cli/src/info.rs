@@ -41,7 +41,8 @@ pub fn info(device: usize) -> Result<ExitCode, sparsek::Error> {
     println!(
         "  programmatic launch  {}",
         if gpu.programmatic_launch_available() {
-            "available: its kernels wait for the kernel ahead of them (Policy::programmatic, off by default)"
+            "available: products start under the kernel ahead of them, waiting for it first (Policy::early_start, \
+             on by default), or reading A meanwhile (Policy::programmatic, off by default)"
         } else {
             "not on this GPU (needs the product module's sm_90a cubin: H100, H200)"
         }

@@ -90,9 +90,17 @@ pub struct BsrSpmmParams {
     pub sddmm_list: u64,
     /// Entries of `sddmm_list` (the launch's tiles where it is set).
     pub sddmm_tiles: u32,
-    /// Unused (0): pads the parameters to a multiple of 8 bytes.
-    pub reserved: u32,
+    /// Launch flags: [`SPMM_WAIT_FIRST`], or 0.
+    pub flags: u32,
 }
+
+/// [`BsrSpmmParams::flags`]: the kernel waits for the grid before it on the stream (`griddepcontrol.wait`) before
+/// it reads anything, A included. A launch with programmatic serialization then only starts its CTAs under that
+/// grid's tail, which needs no promise from the caller; without this flag a programmatic launch reads A's values
+/// and indices before its wait (the caller promised the grid before does not write them:
+/// `Policy::programmatic`). Read by the product module's forward kernels (the decode, narrow, mid, wide and
+/// flat-list entry points); without programmatic serialization the wait returns at once.
+pub const SPMM_WAIT_FIRST: u32 = 1;
 
 impl BsrSpmmParams {
     /// Every address 0 (none), every count and dimension 0, alpha 1 and beta 0, no split (`split_chunks` and
@@ -127,7 +135,7 @@ impl BsrSpmmParams {
         lda: 0,
         sddmm_list: 0,
         sddmm_tiles: 0,
-        reserved: 0,
+        flags: 0,
     };
 }
 

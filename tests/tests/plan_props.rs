@@ -101,7 +101,8 @@ proptest! {
         let lens = lengths(rows, cols, density, skew, seed);
         let problem = Problem { tile_counter_free: true, ..ordered(bs, (cols, n), &lens) };
         let Ok(queued) = plan(&problem, &device, &Policy::default(), None) else { return Ok(()) };
-        let captured = plan(&Problem { captured: true, ..problem }, &device, &Policy::default(), None).unwrap();
+        let captured = Problem { captured: true, follows_kernels: true, ..problem };
+        let captured = plan(&captured, &device, &Policy::default(), None).unwrap();
         let balanced = queued.tile_counter || queued.decomposition != Decomposition::WholeRows;
         prop_assert!(!queued.graph_workspace, "queued {}", queued);
         prop_assert_eq!(captured.graph_workspace, balanced, "captured {} (queued {})", captured, queued);

@@ -187,6 +187,7 @@ pub(crate) fn plan_backward(room: Room<'_>, p: &BackwardProblem) -> Result<(Laun
         evict_first_bytes: None,
         c_tma,
         programmatic: false,
+        waits_first: false,
         graph_workspace: false,
         sm_limit: super::sm_limited(room).then(|| room.sms()),
     };

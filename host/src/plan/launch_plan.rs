@@ -79,7 +79,11 @@ pub struct LaunchPlan {
     pub c_tma: bool,
     /// Launched with programmatic serialization (it may start before the kernel ahead of it ends).
     pub programmatic: bool,
-    /// Captured into a CUDA graph with a workspace of its own (allocation, memset and free nodes).
+    /// A programmatic launch that waits for the kernel ahead of it before it reads anything, A included
+    /// ([`Policy::early_start`](crate::plan::Policy::early_start)); `false` for one that reads A first
+    /// ([`Policy::programmatic`](crate::plan::Policy::programmatic)) and for a plain launch.
+    pub waits_first: bool,
+    /// Captured into a CUDA graph with a workspace of its own (an allocation and a free node).
     pub graph_workspace: bool,
     /// The SMs the launch was planned for where the policy's limit held it below the device's
     /// ([`Policy::sm_limit`](crate::plan::Policy::sm_limit)); `None`: every SM.
@@ -131,6 +135,9 @@ impl fmt::Display for LaunchPlan {
         }
         if self.programmatic {
             write!(f, "; programmatic launch")?;
+            if self.waits_first {
+                write!(f, " (waits first)")?;
+            }
         }
         if self.graph_workspace {
             write!(f, "; a graph-owned workspace")?;
@@ -162,6 +169,7 @@ mod tests {
             evict_first_bytes: Some(29_000_000),
             c_tma: false,
             programmatic: false,
+            waits_first: false,
             graph_workspace: false,
             sm_limit: None,
         };

@@ -98,6 +98,13 @@ pub struct Policy {
     /// `Gpu::programmatic_launch_available`); elsewhere, and for the sm_90a module's kernels, launches stay plain.
     /// The results are the same either way.
     pub programmatic: bool,
+    /// The product module's launches that are not [`Policy::programmatic`] start early too, where the GPU can
+    /// (default: yes): launched with programmatic serialization, each waits for the kernel ahead of it before it
+    /// reads anything at all ([`sparsek_layout::SPMM_WAIT_FIRST`]), so it needs no promise about A. Its CTAs are
+    /// placed on the SMs as the kernel ahead of it ends rather than after, which hides the launch itself but not
+    /// A's first round trips. Under capture into a CUDA graph only after kernel nodes, as for `programmatic`.
+    /// `false`: plain launches, for comparisons.
+    pub early_start: bool,
     /// How long block rows are split over several CTAs.
     pub row_split: RowSplit,
     /// How the sm_90a kernels take their tiles.
@@ -126,6 +133,7 @@ impl Default for Policy {
             short_rows: true,
             a_evict_first: true,
             programmatic: false,
+            early_start: true,
             row_split: RowSplit::Auto,
             tile_schedule: TileSchedule::Auto,
             sm_limit: None,
@@ -587,11 +595,13 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
     // from a kernel node). A graph-owned workspace keeps it: its allocation and free nodes are off the stream's
     // chain (gpu/split.rs, `GraphSpace`), so the kernel still follows the kernel before it.
     let v = &loaded.variant;
-    let programmatic_kernel = policy.programmatic
+    let programmatic_kernel = (policy.programmatic || policy.early_start)
         && device.programmatic_available
         && v.module == Module::Product
         && matches!(v.config.pipeline, Pipeline::CpAsync | Pipeline::Direct);
     let programmatic = programmatic_kernel && (!captured || p.follows_kernels);
+    // Without the caller's promise about A (`Policy::programmatic`), the kernel waits before it reads anything.
+    let waits_first = programmatic && !policy.programmatic;
     let plan = LaunchPlan {
         kernel: v.name,
         choice: chosen.choice,
@@ -606,6 +616,7 @@ pub(crate) fn decide(room: Room<'_>, chosen: &Chosen, p: &Problem<'_>) -> Result
         evict_first_bytes,
         c_tma,
         programmatic,
+        waits_first,
         graph_workspace,
         sm_limit: limited.then(|| room.sms()),
     };

@@ -36,7 +36,7 @@ fn few_columns_on_few_rows_take_the_decode_kernels_and_mark_a_evict_first() {
     assert_eq!(
         shown(&p, &Policy::default()),
         "sparsek_bsr_bs64_f16_brow_f32_dec (decode, heuristic); whole rows; 256 CTAs of 256 threads, 8 KiB shared; \
-         rows in order, groups of 64 rows; A evict-first (6.8 MB)"
+         rows in order, groups of 64 rows; A evict-first (6.8 MB); programmatic launch (waits first)"
     );
     // A row of 256 KiB goes to the narrow tile's split rows; without the decode kernels, to the narrow tile too.
     let long = Problem { max_row_blocks: Some(32), ..p };
@@ -55,18 +55,20 @@ fn narrow_mid_and_mid64_tiles_by_columns() {
     assert_eq!(
         shown(&layer(16), &d),
         "sparsek_bsr_bs64_f16_brow_f32_n16 (narrow, heuristic); whole rows; 256 CTAs of 256 threads, 80 KiB shared; \
-         rows in order, groups of 25 rows; A evict-first (58.7 MB)"
+         rows in order, groups of 25 rows; A evict-first (58.7 MB); programmatic launch (waits first)"
     );
     // 17-32 columns: the mid tile, here as its flat list (the busiest SM's rows exceed an equal share by 12 k-tiles).
     assert_eq!(
         shown(&layer(32), &d),
         "sparsek_bsr_bs64_f16_brow_f32_flat32 (mid, heuristic); a flat block list over 264 CTAs per N tile; 264 CTAs \
-         of 128 threads, 48 KiB shared; rows in order, groups of 49 rows; A evict-first (58.7 MB)"
+         of 128 threads, 48 KiB shared; rows in order, groups of 49 rows; A evict-first (58.7 MB); \
+         programmatic launch (waits first)"
     );
     assert_eq!(
         shown(&layer(48), &d),
         "sparsek_bsr_bs64_f16_brow_f32_flat64 (mid, heuristic); a flat block list over 264 CTAs per N tile; 264 CTAs \
-         of 128 threads, 64 KiB shared; rows in order, groups of 60 rows; A evict-first (58.7 MB)"
+         of 128 threads, 64 KiB shared; rows in order, groups of 60 rows; A evict-first (58.7 MB); \
+         programmatic launch (waits first)"
     );
     // Without the flat list: the mid tiles themselves, whole rows.
     let off = Policy { row_split: RowSplit::Off, ..d };
@@ -111,7 +113,7 @@ fn many_columns_take_the_sm90a_kernels_or_the_wide_tile() {
     assert_eq!(
         shown(&wide, &d),
         "sparsek_bsr_bs32_f16_brow_f32 (wide, heuristic); whole rows; 1024 CTAs of 128 threads, 54 KiB shared; rows \
-         in order, groups of 256 rows"
+         in order, groups of 256 rows; programmatic launch (waits first)"
     );
     // Short rows (4 k-tiles a row on average, at most 8): the short-row kernel, unless the policy turns it off.
     let short = Problem { max_row_blocks: Some(6), ..Problem::new(64, (8192, 8192, 1024), 512) };
@@ -126,7 +128,7 @@ fn many_columns_take_the_sm90a_kernels_or_the_wide_tile() {
     assert_eq!(
         shown(&grid, &d),
         "sparsek_bsr_bs64_f16_brow_f32_n64 (mid, heuristic); whole rows; 128 CTAs of 128 threads, 64 KiB shared; rows \
-         in order, groups of 32 rows"
+         in order, groups of 32 rows; programmatic launch (waits first)"
     );
     assert!(planned(&grid, &Policy { small_grids: false, ..d }).kernel.starts_with("sparsek_sm90_bs64"));
 }
@@ -150,7 +152,8 @@ fn long_unequal_rows_take_the_flat_list_and_few_long_rows_split() {
     assert_eq!(
         shown(&flat, &d),
         "sparsek_bsr_bs64_f16_brow_f32_flat (narrow, heuristic); a flat block list over 264 CTAs per N tile; 264 CTAs \
-         of 128 threads, 50 KiB shared; rows in order, groups of 24 rows; A evict-first (118.1 MB)"
+         of 128 threads, 50 KiB shared; rows in order, groups of 24 rows; A evict-first (118.1 MB); \
+         programmatic launch (waits first)"
     );
     // RowSplit::Flat(1): one CTA per SM.
     let one = planned(&flat, &Policy { row_split: RowSplit::Flat(1), ..d });
@@ -160,7 +163,8 @@ fn long_unequal_rows_take_the_flat_list_and_few_long_rows_split() {
     assert_eq!(
         shown(&split, &d),
         "sparsek_bsr_bs128_f16_brow_f32_n16 (narrow, heuristic); rows split into up to 4 parts of ~6 blocks; 256 CTAs \
-         of 128 threads, 72 KiB shared; rows in order, groups of 15 rows; A evict-first (29.5 MB)"
+         of 128 threads, 72 KiB shared; rows in order, groups of 15 rows; A evict-first (29.5 MB); \
+         programmatic launch (waits first)"
     );
     assert_eq!(planned(&split, &Policy { row_split: RowSplit::Off, ..d }).ctas, 64);
     assert_eq!(
@@ -176,7 +180,8 @@ fn a_dominating_row_on_the_tile_of_64_takes_the_tile_of_32() {
     assert_eq!(
         shown(&p, &Policy::default()),
         "sparsek_bsr_bs64_f16_brow_f16_n32 (mid, heuristic), the tile of 32 for a dominating row; rows split into up \
-         to 8 parts of ~16 blocks; 2048 CTAs of 128 threads, 48 KiB shared; rows in order, groups of 35 rows"
+         to 8 parts of ~16 blocks; 2048 CTAs of 128 threads, 48 KiB shared; rows in order, groups of 35 rows; \
+         programmatic launch (waits first)"
     );
     // Equal rows keep the tile of 64.
     let even = planned(&Problem { max_row_blocks: Some(40), ..p }, &Policy::default());
@@ -223,13 +228,13 @@ fn a_captured_launch_makes_the_choices_it_makes_outside_a_graph() {
     );
     // Short rows (10%), the flat list, an sm_90a launch of many waves of tiles and one of two waves (the tile
     // counter), whole rows: every decision as outside the graph, a graph-owned workspace exactly where the launch
-    // takes some workspace.
+    // takes some workspace. Captured after kernel nodes, so that the early start holds as outside.
     let short = Problem { max_row_blocks: Some(12), ..Problem::new(128, (8192, 8192, 16), 410) };
     let flat = Problem { max_row_blocks: Some(75), ..Problem::new(64, (16384, 16384, 16), 14418) };
     let whole = Problem { max_row_blocks: Some(30), ..Problem::new(64, (8192, 8192, 1), 3604) };
     for q in [p, short, flat, layer128(4096), layer128(512), whole] {
         let outside = planned(&Problem { captured: false, ..q }, &d);
-        let inside = planned(&Problem { captured: true, ..q }, &d);
+        let inside = planned(&Problem { captured: true, follows_kernels: true, ..q }, &d);
         assert!(!outside.graph_workspace, "{outside}");
         let balanced = outside.tile_counter || outside.decomposition != Decomposition::WholeRows;
         assert_eq!(inside.graph_workspace, balanced, "{inside}");
@@ -265,8 +270,14 @@ fn a_captured_launch_makes_the_choices_it_makes_outside_a_graph() {
 #[test]
 fn programmatic_launch_only_where_asked_possible_and_after_kernels() {
     let on = Policy { programmatic: true, ..Policy::default() };
-    assert!(planned(&layer(16), &on).programmatic);
-    assert!(!planned(&layer(16), &Policy::default()).programmatic);
+    let full = planned(&layer(16), &on);
+    assert!(full.programmatic && !full.waits_first, "{full}");
+    // By default an early start that waits first; neither without it.
+    let early = planned(&layer(16), &Policy::default());
+    assert!(early.programmatic && early.waits_first, "{early}");
+    let off = Policy { early_start: false, ..Policy::default() };
+    let plain = planned(&layer(16), &off);
+    assert!(!plain.programmatic && !plain.waits_first, "{plain}");
     // Captured: only after kernel nodes.
     assert!(!planned(&Problem { captured: true, ..layer(16) }, &on).programmatic);
     assert!(planned(&Problem { captured: true, follows_kernels: true, ..layer(16) }, &on).programmatic);
@@ -279,7 +290,10 @@ fn programmatic_launch_only_where_asked_possible_and_after_kernels() {
     // The product module from PTX (no sm_90a cubin), or an sm_90a kernel: plain.
     let jit = DeviceFacts { programmatic_available: false, ..h100() };
     assert!(!plan(&layer(16), &jit, &on, None).unwrap().programmatic);
+    assert!(!plan(&layer(16), &jit, &Policy::default(), None).unwrap().programmatic);
     assert!(!planned(&layer(1024), &on).programmatic);
+    assert!(!planned(&layer(1024), &Policy::default()).programmatic);
+    assert!(!planned(&Problem { captured: true, ..layer(16) }, &Policy::default()).programmatic);
 }
 
 #[test]

@@ -941,6 +941,10 @@ macro_rules! bsr_kernel {
         pub unsafe extern "ptx-kernel" fn $name(params: BsrSpmmParams) {
             const CFG: KernelConfig =
                 variant_config!($name, crate::layout::Pipeline::CpAsync, $in_type, $b_layout, $out_type);
+            // A launch that made no promise about A waits for the grid before it ahead of every read.
+            if params.flags & crate::layout::SPMM_WAIT_FIRST != 0 {
+                ptx::griddep_wait();
+            }
             // SAFETY: forwarded preconditions.
             unsafe {
                 with_tile!(bsr_spmm::<CFG, { CFG.frag_db }, { CFG.k_groups }, $b_col, $split, { $src }, $input, $out>(

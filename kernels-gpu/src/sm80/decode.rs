@@ -313,6 +313,10 @@ macro_rules! decode_kernel {
         pub unsafe extern "ptx-kernel" fn $name(params: BsrSpmmParams) {
             const CFG: KernelConfig =
                 variant_config!($name, crate::layout::Pipeline::Direct, $in_type, $b_layout, $out_type);
+            // A launch that made no promise about A waits for the grid before it ahead of every read.
+            if params.flags & crate::layout::SPMM_WAIT_FIRST != 0 {
+                ptx::griddep_wait();
+            }
             // SAFETY: forwarded preconditions.
             unsafe {
                 bsr_decode::<

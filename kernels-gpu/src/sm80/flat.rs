@@ -637,6 +637,10 @@ macro_rules! flat_kernel {
                 crate::layout::OutType::F32
             );
             const { assert!(CFG.frag_db, "the flat list runs the fragment double-buffered main loop") };
+            // A launch that made no promise about A waits for the grid before it ahead of every read.
+            if params.flags & crate::layout::SPMM_WAIT_FIRST != 0 {
+                ptx::griddep_wait();
+            }
             // SAFETY: forwarded preconditions.
             unsafe { with_tile!(bsr_spmm_flat::<CFG>(&params)) }
         }

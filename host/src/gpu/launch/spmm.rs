@@ -575,6 +575,7 @@ impl Gpu {
             split_blocks,
             flat_ctas,
             nnzb: a.shape.nnzb as u32,
+            flags: if plan.waits_first { sparsek_layout::SPMM_WAIT_FIRST } else { 0 },
             // The workspace's addresses are set below where the plan takes it.
             ..BsrSpmmParams::NONE
         };
@@ -669,8 +670,9 @@ impl Gpu {
             // claimed for this stream only when free or last used on it (SplitWorkspace::claim_scheduler).
             // The window only names A's values (an address range; nothing is read through it). A programmatic
             // launch is one of the product module's sm_90a kernels, which wait for the grid before them ahead of
-            // every read of B, the bias or C and every use of the split workspace (plan::decide); the
-            // caller promised that A is not written by that grid (Policy::programmatic).
+            // every read of B, the bias or C and every use of the split workspace (plan::decide); either the
+            // caller promised that A is not written by that grid (Policy::programmatic), or the kernel waits
+            // before it reads anything (waits_first: SPMM_WAIT_FIRST in its flags).
             unsafe {
                 launch_with(
                     kernel.func.cu_function(),
