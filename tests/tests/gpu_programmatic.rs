@@ -15,7 +15,7 @@ use sparsek::format::{Pattern, generate};
 use sparsek::gpu::{DeviceBsr, DeviceMatrix, Gpu};
 use sparsek::plan::{Policy, RowSplit};
 use sparsek::{Bsr, Epilogue, Matrix, f16};
-use sparsek_tests::{gpu_alone, gpu_shared, graph_nodes, own_gpu, same_bits, test_policy};
+use sparsek_tests::{gpu_alone, gpu_shared, graph_edges, graph_nodes, own_gpu, same_bits, test_policy};
 
 /// Products per chain.
 const LAYERS: usize = 6;
@@ -113,22 +113,8 @@ fn chains_of_programmatic_launches_match_synchronised_ones() {
 }
 
 /// The number of programmatic dependencies (`CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`) among a graph's edges.
-fn programmatic_edges(graph: cudarc::driver::sys::CUgraph) -> usize {
-    use cudarc::driver::sys::{CUgraphDependencyType, CUgraphEdgeData, cuGraphGetEdges_v2};
-    let mut count = 0usize;
-    // SAFETY: a live graph; first the count, then arrays of that many entries.
-    unsafe { cuGraphGetEdges_v2(graph, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut count) }
-        .result()
-        .unwrap();
-    let mut from = vec![std::ptr::null_mut(); count];
-    let mut to = vec![std::ptr::null_mut(); count];
-    // SAFETY: plain C data; the driver fills `count` entries.
-    let mut data: Vec<CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; count];
-    // SAFETY: as above.
-    unsafe { cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut count) }
-        .result()
-        .unwrap();
-    data.iter().filter(|e| e.type_ == CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8).count()
+fn programmatic_edges(graph: &cudarc::driver::CudaGraph) -> usize {
+    graph_edges(graph).iter().filter(|((_, _, programmatic), _)| *programmatic).map(|(_, n)| n).sum()
 }
 
 #[test]
@@ -185,7 +171,7 @@ fn captured_programmatic_chains_replay_like_synchronised_ones() {
         balanced[i] = split > 0;
         let (want_in, want_out) = chain.run(if split > 0 { &plain } else { &whole }, true);
         if gpu.programmatic_launch() {
-            let edges = programmatic_edges(graph.cu_graph());
+            let edges = programmatic_edges(&graph);
             assert_eq!(edges, LAYERS - 1, "{ctx}: products depending programmatically on the one before");
         }
         for replay in 0..3 {
