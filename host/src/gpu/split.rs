@@ -299,7 +299,7 @@ impl GraphSpace {
         edges.push(DEFAULT_EDGE);
         let set = CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES as u32;
         // SAFETY: the caller's capturing stream; `nodes` are nodes of its graph with `edges` of equal length.
-        unsafe {
+        let updated = unsafe {
             cudarc::driver::sys::cuStreamUpdateCaptureDependencies_v2(
                 stream,
                 nodes.as_mut_ptr(),
@@ -307,10 +307,16 @@ impl GraphSpace {
                 nodes.len(),
                 set,
             )
-        }
-        .result()
-        .map_err(cuda("cuStreamUpdateCaptureDependencies (graph workspace)"))?;
+        };
         let base = params.dptr;
+        if let Err(e) = updated.result() {
+            // The allocation is freed in the graph all the same (after nothing but itself), so that a graph the
+            // caller keeps holds no allocation left to it.
+            let mut free: CUgraphNode = std::ptr::null_mut();
+            // SAFETY: the graph and the allocation node just added; its address, freed once.
+            let _ = unsafe { cudarc::driver::sys::cuGraphAddMemFreeNode(&mut free, capture.graph, &alloc, 1, base) };
+            return Err(cuda("cuStreamUpdateCaptureDependencies (graph workspace)")(e));
+        }
         Ok(GraphSpace {
             base,
             graph: capture.graph,
@@ -674,7 +680,7 @@ pub(crate) fn capturing(stream: CUstream) -> bool {
 /// node of a capture). False when the query fails, and on drivers older than CUDA 12.3 (`driver_version`), which
 /// lack `cuStreamGetCaptureInfo_v3`, the only form the bindings offer.
 pub(crate) fn follows_kernels(stream: CUstream, driver_version: i32) -> bool {
-    use cudarc::driver::sys::{CUgraphNode, CUgraphNodeType};
+    use cudarc::driver::sys::CUgraphNode;
     if driver_version < 12030 {
         return false;
     }
@@ -697,14 +703,8 @@ pub(crate) fn follows_kernels(stream: CUstream, driver_version: i32) -> bool {
     if queried.result().is_err() || status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
         return false;
     }
-    (0..count).all(|i| {
-        let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
-        // SAFETY: `i` is below the driver's count of the array it returned.
-        let node = unsafe { *deps.add(i) };
-        // SAFETY: a node of the graph being captured, and a valid output pointer.
-        let typed = unsafe { cudarc::driver::sys::cuGraphNodeGetType(node, &mut kind) }.result();
-        typed.is_ok() && kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL
-    })
+    // SAFETY: `i` is below the driver's count of the array it returned.
+    (0..count).all(|i| is_kernel(unsafe { *deps.add(i) }))
 }
 
 impl Gpu {
