@@ -1,14 +1,16 @@
-//! Programmatic dependent launch (`Policy::programmatic`): products queued back to back on one stream with no
-//! host synchronisation, each reading the previous one's output as its B and writing the buffer the one before it read
-//! (ping-pong). A launch that got past its grid-dependency wait too early would read a B not yet written (its buffer
-//! starts poisoned) or overwrite one still being read. Every chain is checked against the same chain launched plainly
-//! with a synchronisation after every product (bit equality: the same kernels), and its last product against the f64
+//! Programmatic dependent launch (`Policy::programmatic`, and the default early start, `Policy::early_start`, whose
+//! kernels wait before any read): products queued back to back on one stream with no host synchronisation, each
+//! reading the previous one's output as its B and writing the buffer the one before it read (ping-pong). A launch
+//! that got past its grid-dependency wait too early would read a B not yet written (its buffer starts poisoned) or
+//! overwrite one still being read. Every chain is checked against the same chain launched plainly with a
+//! synchronisation after every product (bit equality: the same kernels), and its last product against the f64
 //! oracle from that product's input. The shapes cover the decode kernel, the narrow tile with split rows (the split
-//! workspace and A's L2 window), the mid tiles and a wider launch (the sm_90a or the wide sm_80 kernel: a programmatic
-//! launch after a plain one and before one). On a GPU without programmatic launch (only the product module's sm_90a
-//! cubin has it) the chains run plainly and the test says so. A chain captured into a CUDA graph (global mode, as
-//! `torch.cuda.graph` captures) must hold programmatic edges between its launches, those that split rows included (their
-//! workspace's allocation and free nodes are off the chain) and replay to the synchronised chain's bits. Without a GPU every test prints a skip line.
+//! workspace and A's L2 window), the mid tiles and a wider launch (the sm_90a or the wide sm_80 kernel: a
+//! programmatic launch after a plain one and before one). On a GPU without programmatic launch (only the product
+//! module's sm_90a cubin has it) the chains run plainly and the test says so. A chain captured into a CUDA graph
+//! (global mode, as `torch.cuda.graph` captures) must hold programmatic edges between its launches, those that
+//! split rows included (their workspace's allocation and free nodes are off the chain), and replay to the
+//! synchronised chain's bits. Without a GPU every test prints a skip line.
 
 use sparsek::check::{Expected, RowSample};
 use sparsek::format::{Pattern, generate};
@@ -67,8 +69,12 @@ impl Chain {
 #[test]
 fn chains_of_programmatic_launches_match_synchronised_ones() {
     const TEST: &str = "chains_of_programmatic_launches_match_synchronised_ones";
-    let Some(plain) = own_gpu(TEST, |g| g.with_policy(Policy { programmatic: false, ..test_policy() })) else { return };
+    let off = Policy { programmatic: false, early_start: false, ..test_policy() };
+    let Some(plain) = own_gpu(TEST, |g| g.with_policy(off)) else { return };
     let programmatic = own_gpu(TEST, |g| g.with_policy(Policy { programmatic: true, ..test_policy() })).unwrap();
+    // The default: launches start early and wait before any read (Policy::early_start).
+    let early =
+        own_gpu(TEST, |g| g.with_policy(Policy { programmatic: false, early_start: true, ..test_policy() })).unwrap();
     let _shared = gpu_shared();
     assert!(!plain.programmatic_launch(), "programmatic: false launches plainly");
     assert_eq!(programmatic.programmatic_launch(), programmatic.programmatic_launch_available());
@@ -103,11 +109,13 @@ fn chains_of_programmatic_launches_match_synchronised_ones() {
         let report = Expected::compute(a_last, &want_in, &c0, ep, RowSample::All, |_, _| {}).unwrap().check(&want_out);
         assert!(report.passed(), "{ctx}: the synchronised chain's last product: {report}");
         for round in 0..3 {
-            let (got_in, got_out) = chain.run(&programmatic, false);
-            assert!(
-                same_bits(&got_in, &want_in) && same_bits(&got_out, &want_out),
-                "{ctx}, round {round}: the programmatic chain differs from the synchronised one"
-            );
+            for (gpu, what) in [(&programmatic, "programmatic"), (&early, "early-start")] {
+                let (got_in, got_out) = chain.run(gpu, false);
+                assert!(
+                    same_bits(&got_in, &want_in) && same_bits(&got_out, &want_out),
+                    "{ctx}, round {round}: the {what} chain differs from the synchronised one"
+                );
+            }
         }
     }
 }
