@@ -249,9 +249,10 @@ impl Gpu {
         }
     }
 
-    /// Whether product-module launches carry programmatic serialization: enabled
+    /// Whether product-module launches carry programmatic serialization reading A before their wait: enabled
     /// ([`Policy::programmatic`]) and possible on this GPU (the product module was loaded from its sm_90a
-    /// cubin, whose kernels wait for the grid before them).
+    /// cubin, whose kernels wait for the grid before them). The default early start
+    /// ([`Policy::early_start`]), which waits before any read, does not count here.
     pub fn programmatic_launch(&self) -> bool {
         self.policy.programmatic && self.product.programmatic
     }
