@@ -2,7 +2,9 @@
 """What ``sparsek.set_programmatic_launch(True)`` buys a PyTorch decode loop: a stack of block-sparse layers
 (LLaMA-7B's MLP shapes, 4096 -> 11008 -> 4096 repeated, 64-blocks at a given density, SiLU fused into the up
 projections) run on 1, 8 or 16 tokens, eagerly and replayed from a CUDA graph, with programmatic launch off and
-on. Every output of a programmatic run must equal the plain run's bit for bit.
+on. Every output of a programmatic run must equal the plain run's bit for bit. "Off" is the library's default: on an
+H100/H200 the products still start early but wait before any read (``Policy::early_start``); "on" also reads the
+weights before the wait.
 
 Run on a GPU (the ``sparsek`` package importable)::
 
