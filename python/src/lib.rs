@@ -181,7 +181,8 @@ impl Product {
     ) -> sparsek::Result<()> {
         // Every address is declared memory of `gpu`'s device (the contract; the Python layer and the native ops
         // check that the tensors share one CUDA device and open that device's Gpu): the launch then skips the
-        // driver's pointer queries, ~0.35 us each on an H200's host, up to six a call (issue 43, per-call cost).
+        // driver's pointer queries, up to six a call (0.47-0.59 us a launch of five on an H200's host: issue 43,
+        // per-call cost).
         let dev = gpu.info().ordinal;
         // SAFETY: the function's contract (the Python layer passes a live tensor's address and sizes for each, on
         // `gpu`'s device).

@@ -96,17 +96,18 @@ impl Gpu {
     /// No synchronisation, no allocation, no host round trip: safe to capture in a CUDA graph. Captured, a launch makes
     /// the choices it makes outside the graph; one that balances its rows (split rows, the flat block list, the sm_90a
     /// tile counter) takes a workspace of its own that the graph holds: counters zeroed once and kept until the graph
-    /// and its instantiations are destroyed (a few hundred bytes each), and its partial tiles in an allocation node and
-    /// a free node around the kernel (a graph holding allocation nodes may have one instantiation at a time, CUDA's
-    /// rule, which keeps two replays from sharing the counters), launched without programmatic dependence; a replay
-    /// then gives the bits of the same launch outside the graph. (On a device without stream-ordered allocation or a
-    /// driver older than CUDA 12.3, captured launches run whole rows, one tile per CTA.) Checked before the
-    /// launch (a rejected call changes nothing): the stream belongs to this `Gpu`'s context, every raw pointer is
-    /// device memory of this GPU (asked of the driver, or for a view declared with [`DenseView::on_device`] and its
-    /// kin, the declared device compared with this one), shapes, the type combination, the bias length, 32-bit limits, that every byte
-    /// the kernel will touch of a view made by a safe constructor lies inside its device allocation
-    /// ([`Error::OutsideAllocation`]), and that C overlaps no input: A's values, `row_ptr`, `col_idx` and row
-    /// order, B, the bias, and this `Gpu`'s split workspace ([`Error::InvalidArgument`] naming it).
+    /// and its instantiations are destroyed (a few hundred bytes each), and its partial tiles between an allocation
+    /// node and a free node kept off the stream's chain, so that a programmatic launch keeps its edge to the kernel
+    /// before it (a graph holding allocation nodes may have one instantiation at a time, CUDA's rule, which keeps two
+    /// replays from sharing the counters); a replay then gives the bits of the same launch outside the graph. (On a
+    /// device without stream-ordered allocation or a driver older than CUDA 12.3, captured launches run whole rows,
+    /// one tile per CTA.) Checked before the launch (a rejected call changes nothing): the stream belongs to this
+    /// `Gpu`'s context, every raw pointer is device memory of this GPU (asked of the driver, or for a view declared
+    /// with [`DenseView::on_device`] and its kin, the declared device compared with this one), shapes, the type
+    /// combination, the bias length, 32-bit limits, that every byte the kernel will touch of a view made by a safe
+    /// constructor lies inside its device allocation ([`Error::OutsideAllocation`]), and that C overlaps no input:
+    /// A's values, `row_ptr`, `col_idx` and row order, B, the bias, and this `Gpu`'s split workspace
+    /// ([`Error::InvalidArgument`] naming it).
     ///
     /// Lifetimes: a buffer behind a view made by a safe constructor ([`DenseView::from_cuda_slice`],
     /// [`DenseView::from_cuda_view`], [`DenseViewMut::from_cuda_slice`], [`VectorView::from_cuda_slice`],
