@@ -19,7 +19,9 @@ column- and row-parallel shards whose boundaries balance *stored blocks* across 
   into their memory over NVLink, so no SM runs a collective (:class:`SequenceParallelMLP`, ``comm``).
 - :class:`ColwiseBlockSparse`, :class:`RowwiseBlockSparse` and :func:`paired_styles`:
   ``torch.distributed.tensor.parallel.ParallelStyle`` s for ``parallelize_module`` (see their docs for how the
-  module is converted in place).
+  module is converted in place), sequence-parallel too (``input_layouts=Shard(d)`` / ``output_layouts=Shard(d)``:
+  the shards' ``sequence_dim``), taking torch's DTensors as its own styles produce them (``SequenceParallel``,
+  ``PrepareModuleInput``).
 
 **Partitions.** A :class:`BlockPartition` gives each rank a set of block indices (block rows for the column
 layout, block columns for the row layout). :func:`partition_blocks` builds it from the stored blocks of each index
@@ -423,6 +425,24 @@ class _GatherFromParallel(torch.autograd.Function):
 # Shards.
 
 
+def _token_dim(dim: int, x: torch.Tensor, what: str) -> int:
+    """``dim`` (a token dimension, negative from the end) as an index of ``x``'s dimensions; the last one holds
+    the features and is refused."""
+    d = dim + x.dim() if dim < 0 else dim
+    if not 0 <= d < x.dim() - 1:
+        raise ValueError(f"sparsek: sequence_dim={dim} is not a token dimension of the {what} of shape "
+                         f"{tuple(x.shape)} (the last one holds the features)")
+    return d
+
+
+def _dtensor_class():
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without distributed tensors
+        return None
+    return DTensor
+
+
 class _ShardBase(BlockSparseLinear):
     """A rank's shard: a :class:`BlockSparseLinear` over the rank's part of the weight, with the group, the
     partition and the whole layer's shape. Its ``state_dict`` is the shard's own (``values``, ``crow_indices``,
@@ -455,11 +475,57 @@ class _ShardBase(BlockSparseLinear):
         return self.partition.imbalance
 
     def extra_repr(self) -> str:
+        seq = "" if getattr(self, "sequence_dim", None) is None else f", sequence_dim={self.sequence_dim}"
         return (
             f"{super().extra_repr()}, {self._layout}-parallel rank {self.rank}/{self.world_size} of "
             f"{self.full_out_features}x{self.full_in_features}, {self.partition.strategy} partition, "
-            f"imbalance={self.imbalance:.3f}"
+            f"imbalance={self.imbalance:.3f}{seq}"
         )
+
+    # DTensor inputs (from torch's styles, e.g. PrepareModuleInput or SequenceParallel) and outputs.
+
+    def _local_input(self, x):
+        """``x`` as the plain tensor this shard computes on. A ``DTensor`` on a 1-D mesh: replicated, its local
+        tensor; sharded along this column shard's ``sequence_dim`` (evenly), its local tokens (gathered by
+        ``forward``); otherwise redistributed to replicated first (DTensor's own collective, differentiable). A row
+        shard takes a ``DTensor`` only as its whole input (``input_is_parallel=False``): its parallel input is its
+        partition's features, which no ``DTensor`` placement describes."""
+        dtensor = _dtensor_class()
+        if dtensor is None or not isinstance(x, dtensor):
+            return x
+        if x.device_mesh.ndim != 1:
+            raise ValueError(f"sparsek: the input is a DTensor on a {x.device_mesh.ndim}-D mesh; the block-sparse "
+                             "shards take a 1-D (tensor-parallel) mesh's")
+        p = x.placements[0]
+        if self._layout == "row" and self.input_is_parallel:
+            raise ValueError(f"sparsek: this row-parallel shard takes a plain tensor of its partition's features (e.g. "
+                             f"the column shard's output), not a DTensor placed {p} (a balanced partition is not "
+                             "DTensor's even split of the features); for the whole input build it with "
+                             "input_is_parallel=False")
+        if p.is_replicate():
+            return x.to_local()
+        seq = getattr(self, "sequence_dim", None)
+        if self._layout == "column" and p.is_shard() and seq is not None:
+            d = _token_dim(seq, x, "input")
+            if d == (p.dim + x.dim() if p.dim < 0 else p.dim):
+                if x.shape[d] % self.world_size:
+                    raise ValueError(f"sparsek: the input's {x.shape[d]} tokens along sequence_dim={seq} are not "
+                                     f"split evenly over {self.world_size} ranks (the all-gather takes equal "
+                                     "shares)")
+                return x.to_local()
+        from torch.distributed.tensor import Replicate
+
+        return x.redistribute(x.device_mesh, [Replicate()]).to_local()
+
+    def _output(self, y: torch.Tensor):
+        """``y``, or with ``use_local_output=False`` (the styles') a ``DTensor`` on the style's mesh placed as the
+        output is: sharded along ``sequence_dim`` or replicated."""
+        placement = getattr(self, "_output_placement", None)
+        if placement is None:
+            return y
+        from torch.distributed.tensor import DTensor
+
+        return DTensor.from_local(y, self._mesh, [placement], run_check=False)
 
     # State.
 
@@ -568,7 +634,7 @@ class ColumnParallelBlockSparseLinear(_ShardBase):
     _layout = "column"
 
     @classmethod
-    def _build(cls, layer, group, rank, partition, gather_output):
+    def _build(cls, layer, group, rank, partition, gather_output, sequence_dim=None):
         values, crow, col = _take_rows(layer, partition.ranks[rank])
         bias = None
         if layer.bias is not None:
@@ -580,6 +646,7 @@ class ColumnParallelBlockSparseLinear(_ShardBase):
         self._setup(group, rank, partition, layer.in_features, layer.out_features)
         self._requires_grad_as(layer)
         self.gather_output = bool(gather_output)
+        self.sequence_dim = sequence_dim
         # The all-gather pads each rank's part to the largest; `_gather_index` picks the features back in order.
         bs, width = partition.block_size, max(len(r) for r in partition.ranks) * partition.block_size
         index = torch.empty(layer.out_features, dtype=torch.int64)
@@ -593,10 +660,18 @@ class ColumnParallelBlockSparseLinear(_ShardBase):
         return self
 
     def _slice(self, whole):
-        return type(self)._build(whole, self.group, self.rank, self.partition, self.gather_output)
+        return type(self)._build(whole, self.group, self.rank, self.partition, self.gather_output, self.sequence_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.world_size > 1 and _needs_grad(x):
+        x = self._local_input(x)
+        if self.sequence_dim is not None:
+            # This rank's tokens: every rank's gathered along sequence_dim (x's gradient: the ranks' summed, this
+            # rank's tokens of it).
+            d = _token_dim(self.sequence_dim, x, "input")
+            if self.world_size > 1:
+                x = (_GatherTokens.apply(x, self.group, self.rank, self.world_size, d) if _needs_grad(x)
+                     else _all_gather_dim(x, d, self.group, self.world_size))
+        elif self.world_size > 1 and _needs_grad(x):
             x = _CopyToParallel.apply(x, self.group)  # x's gradient: the ranks' parts summed
         y = super().forward(x)
         if not self.gather_output or self.world_size == 1:
@@ -627,7 +702,8 @@ class RowParallelBlockSparseLinear(_ShardBase):
     _layout = "row"
 
     @classmethod
-    def _build(cls, layer, group, rank, partition, input_is_parallel, reduce_dtype=None, comm="auto"):
+    def _build(cls, layer, group, rank, partition, input_is_parallel, reduce_dtype=None, comm="auto",
+               sequence_dim=None):
         values, crow, col = _take_cols(layer, partition.ranks[rank])
         device = layer.values.device
         self = cls(len(partition.ranks[rank]) * layer.block_size, layer.out_features, layer.block_size, values,
@@ -638,15 +714,19 @@ class RowParallelBlockSparseLinear(_ShardBase):
         self.input_is_parallel = bool(input_is_parallel)
         self.reduce_dtype = _check_reduce_dtype(reduce_dtype, self.io_dtype)
         self.comm = comm
+        self.sequence_dim = sequence_dim
         self._symm = _Symmetric(comm, group, rank, partition.world_size)
         self.register_buffer("_input_index", partition.features(rank).to(device), persistent=False)
         return self
 
     def _slice(self, whole):
         return type(self)._build(whole, self.group, self.rank, self.partition, self.input_is_parallel,
-                                 self.reduce_dtype, self.comm)
+                                 self.reduce_dtype, self.comm, self.sequence_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._output(self._forward(self._local_input(x)))
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         values = self.values
         if x.dtype not in (values.dtype, self.io_dtype):
             raise TypeError(f"sparsek: x is {x.dtype}; this layer takes {self.io_dtype} or its values' {values.dtype}")
@@ -663,6 +743,12 @@ class RowParallelBlockSparseLinear(_ShardBase):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(values.dtype)
         rdt = torch.float32 if self.reduce_dtype is None else self.reduce_dtype
+        if self.sequence_dim is not None:
+            d = _token_dim(self.sequence_dim, x, "input")
+            if lead[d] % self.world_size:
+                raise ValueError(f"sparsek: the input's {lead[d]} tokens along sequence_dim={self.sequence_dim} do "
+                                 f"not split evenly over {self.world_size} ranks")
+            return self._forward_sequence(x2, lead, d, rdt, x.dtype)
         bias = self.bias
         if not (_needs_grad(x2) or _needs_grad(values) or (bias is not None and _needs_grad(bias))):
             return self._forward_no_grad(x2, rdt, x.dtype).reshape(*lead, self.out_features)
@@ -685,6 +771,33 @@ class RowParallelBlockSparseLinear(_ShardBase):
         out = torch.empty(y.shape, dtype=x.dtype, device=y.device)
         out.copy_(y)
         return out.reshape(*lead, self.out_features)
+
+    def _forward_sequence(self, x2, lead, d, rdt, out_dtype):
+        """The output split by tokens (``sequence_dim``, Megatron's sequence parallelism): the partial products
+        reduce-scattered along ``d`` (NCCL's collective, or gloo's all-reduce), this rank's tokens of the sum, then
+        the bias and activation on them. Where nothing needs a gradient, in the 16-bit ``reduce_dtype``, the bias
+        rides in the first rank's partial (added once in the sum)."""
+        world, group, rank = self.world_size, self.group, self.rank
+        v, c, i, bias = self.values, self.crow_indices, self.col_indices, self.bias
+        grad = _needs_grad(x2) or _needs_grad(v) or (bias is not None and _needs_grad(bias))
+        in_partial = not grad and rdt != torch.float32
+        if grad:
+            partial = torch.ops.sparsek.bsr_mm(v, c, i, self.out_features, self.in_features, x2.t(), 1.0, rdt).t()
+        else:
+            partial = _row_partial(self, x2, rdt, bias if in_partial and rank == 0 else None)
+        y = partial.reshape(*lead, self.out_features)
+        if world > 1:
+            y = (_ScatterTokens.apply(y, group, rank, world, d) if _needs_grad(y)
+                 else _reduce_scatter_dim(y, d, group, rank, world))
+        if bias is not None and not in_partial:
+            if world > 1 and _needs_grad(bias):
+                # Every rank adds the whole bias to its own tokens: its gradient is the sum over the ranks' tokens.
+                bias = _CopyToParallel.apply(bias, group)
+            y = y + bias.to(rdt)
+        y = _ACT[self.activation](y)
+        out = torch.empty(y.shape, dtype=out_dtype, device=y.device)
+        out.copy_(y)  # rounded once, row-major
+        return out
 
     def _forward_no_grad(self, x2, rdt, out_dtype):
         """The forward where nothing needs a gradient: the partial product written row-major by the kernel (no
@@ -764,15 +877,30 @@ def _resolve(partition, loads, world, bs, strategy, threshold, what):
 
 def column_parallel(layer: BlockSparseLinear, group=None, *, gather_output: bool = True,
                     partition: BlockPartition | None = None, strategy: str = "auto",
-                    threshold: float = DEFAULT_THRESHOLD) -> ColumnParallelBlockSparseLinear:
+                    threshold: float = DEFAULT_THRESHOLD,
+                    sequence_dim: int | None = None) -> ColumnParallelBlockSparseLinear:
     """This rank's column-parallel shard of ``layer`` (output features split by block rows) for ``group``
     (default: the world). ``partition``: use this one (of the block rows) instead of balancing the layer's;
-    ``strategy`` / ``threshold``: see :func:`partition_blocks`. No communication (every rank holds ``layer``)."""
+    ``strategy`` / ``threshold``: see :func:`partition_blocks`. ``sequence_dim``: the input is split by tokens
+    along this dimension (sequence parallelism: every rank passes its own tokens, all ranks the same shape) and
+    ``forward`` all-gathers them first, in rank order (its backward reduce-scatters the input's gradient); default
+    ``None``: every rank passes the whole input. No communication here (every rank holds ``layer``)."""
     _check_layer(layer)
+    _check_sequence_dim(sequence_dim)
     world, rank = _group_info(group)
     loads = block_row_loads(layer)
     p = _resolve(partition, loads, world, layer.block_size, strategy, threshold, "the column layout (block rows)")
-    return ColumnParallelBlockSparseLinear._build(layer, group, rank, p.with_loads(loads), gather_output)
+    return ColumnParallelBlockSparseLinear._build(layer, group, rank, p.with_loads(loads), gather_output, sequence_dim)
+
+
+def _check_sequence_dim(sequence_dim) -> None:
+    if sequence_dim is None:
+        return
+    if isinstance(sequence_dim, bool) or not isinstance(sequence_dim, int):
+        raise TypeError(f"sparsek: sequence_dim takes an int or None, not {type(sequence_dim).__name__}")
+    if sequence_dim == -1:
+        raise ValueError("sparsek: sequence_dim=-1 is the features' dimension; the tokens' is another (e.g. 0 for "
+                         "(tokens, features), 1 for (batch, sequence, features))")
 
 
 def _check_reduce_dtype(reduce_dtype, io_dtype):
@@ -787,7 +915,7 @@ def _check_reduce_dtype(reduce_dtype, io_dtype):
 def row_parallel(layer: BlockSparseLinear, group=None, *, input_is_parallel: bool = True,
                  partition: BlockPartition | None = None, strategy: str = "auto",
                  threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None,
-                 comm: str = "auto") -> RowParallelBlockSparseLinear:
+                 comm: str = "auto", sequence_dim: int | None = None) -> RowParallelBlockSparseLinear:
     """This rank's row-parallel shard of ``layer`` (input features split by block columns) for ``group``.
     ``partition``: the partition of the input features, which must be the previous layer's output partition when
     it feeds this one without a gather (see :func:`shard_mlp`); default: balance this layer's block columns.
@@ -800,15 +928,21 @@ def row_parallel(layer: BlockSparseLinear, group=None, *, input_is_parallel: boo
     ``"nccl"`` (NCCL's all-reduce), ``"symmetric"`` (torch's symmetric memory: a reduce-scatter by the kernel's
     own stores into the peers' memory and an all-gather by the copy engines, no SM spent on communicating; CUDA and
     an NCCL group), ``"auto"`` (default: ``"symmetric"`` from :data:`SYMMETRIC_MIN_TOKENS` tokens where it
-    applies and its buffers can be made, else ``"nccl"``). With autograd the all-reduce runs."""
+    applies and its buffers can be made, else ``"nccl"``). With autograd the all-reduce runs.
+    ``sequence_dim``: the output is split by tokens along this dimension (sequence parallelism: the partials are
+    reduce-scattered instead of all-reduced, each rank returns its ``1 / world`` of the tokens, in rank order, the
+    bias and activation applied to them; the dimension's size must divide by the group's; NCCL's collective, or
+    gloo's all-reduce, whatever ``comm`` says: :class:`SequenceParallelMLP` has the symmetric-memory schedule);
+    default ``None``: every rank returns the whole output."""
     _check_layer(layer)
+    _check_sequence_dim(sequence_dim)
     if comm not in _COMMS:
         raise ValueError(f"sparsek: comm must be one of {_COMMS}, got {comm!r}")
     world, rank = _group_info(group)
     loads = block_col_loads(layer)
     p = _resolve(partition, loads, world, layer.block_size, strategy, threshold, "the row layout (block columns)")
     return RowParallelBlockSparseLinear._build(layer, group, rank, p.with_loads(loads), input_is_parallel,
-                                               reduce_dtype, comm)
+                                               reduce_dtype, comm, sequence_dim)
 
 
 def _pair_partition(up, down, world, strategy, threshold, partition):
@@ -877,33 +1011,47 @@ def _reduce_scatter_rows(x: torch.Tensor, group, rank: int, world: int) -> torch
     return x[rank * n:(rank + 1) * n].clone()
 
 
+def _all_gather_dim(x: torch.Tensor, dim: int, group, world: int) -> torch.Tensor:
+    """The ranks' ``x`` (each the same shape) concatenated along ``dim``, in rank order."""
+    if dim == 0:
+        return _all_gather_rows(x, group, world)
+    return _all_gather_rows(x.movedim(dim, 0), group, world).movedim(0, dim)
+
+
+def _reduce_scatter_dim(x: torch.Tensor, dim: int, group, rank: int, world: int) -> torch.Tensor:
+    """This rank's ``1 / world`` of ``dim`` of the ranks' ``x`` summed."""
+    if dim == 0:
+        return _reduce_scatter_rows(x, group, rank, world)
+    return _reduce_scatter_rows(x.movedim(dim, 0), group, rank, world).movedim(0, dim)
+
+
 class _GatherTokens(torch.autograd.Function):
-    """Forward: the ranks' token shards concatenated (all-gather along dim 0); backward: the gradient summed over
-    the group, this rank's rows (reduce-scatter): each rank's shard used every token."""
+    """Forward: the ranks' token shards concatenated along ``dim`` (all-gather); backward: the gradient summed over
+    the group, this rank's part of ``dim`` (reduce-scatter): each rank's shard used every token."""
 
     @staticmethod
-    def forward(ctx, x, group, rank, world):
-        ctx.group, ctx.rank, ctx.world = group, rank, world
-        return _all_gather_rows(x, group, world)
+    def forward(ctx, x, group, rank, world, dim):
+        ctx.group, ctx.rank, ctx.world, ctx.dim = group, rank, world, dim
+        return _all_gather_dim(x, dim, group, world)
 
     @staticmethod
     def backward(ctx, grad):
-        return _reduce_scatter_rows(grad, ctx.group, ctx.rank, ctx.world), None, None, None
+        return _reduce_scatter_dim(grad, ctx.dim, ctx.group, ctx.rank, ctx.world), None, None, None, None
 
 
 class _ScatterTokens(torch.autograd.Function):
-    """Forward: the partial products summed over the group, this rank's rows (reduce-scatter along dim 0);
-    backward: the ranks' output gradients concatenated (all-gather): every rank's partial reached every rank's
-    rows."""
+    """Forward: the partial products summed over the group, this rank's part of ``dim`` (reduce-scatter);
+    backward: the ranks' output gradients concatenated along ``dim`` (all-gather): every rank's partial reached
+    every rank's tokens."""
 
     @staticmethod
-    def forward(ctx, partial, group, rank, world):
-        ctx.group, ctx.world = group, world
-        return _reduce_scatter_rows(partial, group, rank, world)
+    def forward(ctx, partial, group, rank, world, dim):
+        ctx.group, ctx.world, ctx.dim = group, world, dim
+        return _reduce_scatter_dim(partial, dim, group, rank, world)
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_gather_rows(grad, ctx.group, ctx.world), None, None, None
+        return _all_gather_dim(grad, ctx.dim, ctx.group, ctx.world), None, None, None, None
 
 
 class _SymmetricExchange:
@@ -1142,13 +1290,13 @@ class SequenceParallelMLP(torch.nn.Module):
     def _forward_autograd(self, x2, rdt):
         up, down, world = self.up, self.down, self.world_size
         if world > 1:
-            x2 = (_GatherTokens.apply(x2, self.group, self.rank, world) if _needs_grad(x2)
+            x2 = (_GatherTokens.apply(x2, self.group, self.rank, world, 0) if _needs_grad(x2)
                   else _all_gather_rows(x2, self.group, world))
         hid = BlockSparseLinear.forward(up, x2).to(down.values.dtype)  # (the base forward: no replicated-input copy)
         partial = torch.ops.sparsek.bsr_mm(down.values, down.crow_indices, down.col_indices, down.out_features,
                                            down.in_features, hid.t(), 1.0, rdt).t()
         if world > 1:
-            partial = (_ScatterTokens.apply(partial, self.group, self.rank, world) if _needs_grad(partial)
+            partial = (_ScatterTokens.apply(partial, self.group, self.rank, world, 0) if _needs_grad(partial)
                        else _reduce_scatter_rows(partial, self.group, self.rank, world))
         if down.bias is not None:
             bias = down.bias
@@ -1262,24 +1410,60 @@ def _mesh_group(device_mesh):
     return device_mesh.get_group()
 
 
+def _layout_dim(layout, what: str) -> int | None:
+    """A style's token layout: ``None`` for ``None`` / ``Replicate()`` (every token on every rank), ``d`` for
+    ``Shard(d)`` (the tokens split along ``d``; the features' last dimension is refused)."""
+    if layout is None:
+        return None
+    from torch.distributed.tensor import Replicate, Shard
+
+    if isinstance(layout, Replicate):
+        return None
+    if isinstance(layout, Shard):
+        if layout.dim == -1:
+            raise ValueError(f"sparsek: {what}=Shard(-1) splits the features, which the block-sparse partition does "
+                             "(balanced, not DTensor's even split); Shard(d) here names a token dimension")
+        return layout.dim
+    raise ValueError(f"sparsek: {what} takes Replicate() or Shard(d) of a token dimension d, not {layout!r}")
+
+
+def _set_output(shard, device_mesh, use_local_output: bool) -> None:
+    """With ``use_local_output=False``, the shard returns a ``DTensor`` on ``device_mesh``: sharded along its
+    ``sequence_dim``, else replicated."""
+    if use_local_output:
+        shard._output_placement = None
+        return
+    from torch.distributed.tensor import Replicate, Shard
+
+    shard._mesh = device_mesh
+    shard._output_placement = Replicate() if shard.sequence_dim is None else Shard(shard.sequence_dim)
+
+
 class ColwiseBlockSparse(_ParallelStyle):
     """``parallelize_module`` style: the :class:`BlockSparseLinear` becomes (in place) its
     :class:`ColumnParallelBlockSparseLinear` for the mesh's group, balanced as :func:`column_parallel` does.
     ``gather_output`` defaults to ``False`` as torch's ``ColwiseParallel`` (output ``Shard(-1)``) does: the output
     is this rank's features, for a following :class:`RowwiseBlockSparse` on the same ``partition`` (use
-    :func:`paired_styles` to balance a pair together). Inputs and outputs are plain tensors, not DTensors."""
+    :func:`paired_styles` to balance a pair together). The output is a plain tensor.
+
+    ``input_layouts``: ``Replicate()`` (default: every rank passes the whole input) or ``Shard(d)`` (sequence
+    parallelism: every rank passes its tokens, split along dimension ``d``, which the layer all-gathers; as
+    torch's ``ColwiseParallel(input_layouts=Shard(1))``). A ``DTensor`` input is taken as it is placed: replicated
+    (e.g. from ``PrepareModuleInput(desired_input_layouts=(Replicate(),))``) or sharded along ``d`` as its local
+    tensor; otherwise redistributed to replicated first."""
 
     def __init__(self, *, gather_output: bool = False, partition: BlockPartition | None = None,
-                 strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD) -> None:
+                 strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD, input_layouts=None) -> None:
         super().__init__()
         self.gather_output, self.partition, self.strategy, self.threshold = gather_output, partition, strategy, threshold
+        self.sequence_dim = _layout_dim(input_layouts, "input_layouts")
 
     def _apply(self, module, device_mesh):
         _check_layer(module)
         group = _mesh_group(device_mesh)
         _broadcast_layer(module, self.src_data_rank, group)
         shard = column_parallel(module, group, gather_output=self.gather_output, partition=self.partition,
-                                strategy=self.strategy, threshold=self.threshold)
+                                strategy=self.strategy, threshold=self.threshold, sequence_dim=self.sequence_dim)
         return _become(module, shard)
 
 
@@ -1287,15 +1471,23 @@ class RowwiseBlockSparse(_ParallelStyle):
     """``parallelize_module`` style: the :class:`BlockSparseLinear` becomes (in place) its
     :class:`RowParallelBlockSparseLinear` for the mesh's group. Its input features must be split as the producer's
     output is: pass that ``partition`` (e.g. the preceding column shard's ``partition``), or
-    ``input_is_parallel=False`` (the whole input; the layer's own block columns are balanced), or use
-    :func:`paired_styles`. Without either it refuses (a partition guessed here would silently differ from the
-    producer's)."""
+    ``input_is_parallel=False`` (the whole input, a plain tensor or a replicated ``DTensor``; the layer's own block
+    columns are balanced), or use :func:`paired_styles`. Without either it refuses (a partition guessed here would
+    silently differ from the producer's).
+
+    ``output_layouts``: ``Replicate()`` (default: the partials all-reduced, every rank the whole output) or
+    ``Shard(d)`` (sequence parallelism: reduce-scattered, every rank its ``1 / world`` of the tokens along
+    dimension ``d``; as torch's ``RowwiseParallel(output_layouts=Shard(1))``). ``use_local_output``: a plain tensor
+    (default) or, with ``False``, a ``DTensor`` on the mesh placed as ``output_layouts`` says."""
 
     def __init__(self, *, partition: BlockPartition | None = None, input_is_parallel: bool = True,
-                 strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD) -> None:
+                 strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD, output_layouts=None,
+                 use_local_output: bool = True) -> None:
         super().__init__()
         self.partition, self.input_is_parallel, self.strategy, self.threshold = (
             partition, input_is_parallel, strategy, threshold)
+        self.sequence_dim = _layout_dim(output_layouts, "output_layouts")
+        self.use_local_output = bool(use_local_output)
 
     def _apply(self, module, device_mesh):
         _check_layer(module)
@@ -1307,13 +1499,15 @@ class RowwiseBlockSparse(_ParallelStyle):
         group = _mesh_group(device_mesh)
         _broadcast_layer(module, self.src_data_rank, group)
         shard = row_parallel(module, group, input_is_parallel=self.input_is_parallel, partition=self.partition,
-                             strategy=self.strategy, threshold=self.threshold)
+                             strategy=self.strategy, threshold=self.threshold, sequence_dim=self.sequence_dim)
+        _set_output(shard, device_mesh, self.use_local_output)
         return _become(module, shard)
 
 
 class _Pair:
-    def __init__(self, strategy, threshold):
+    def __init__(self, strategy, threshold, in_dim, out_dim, use_local_output):
         self.strategy, self.threshold = strategy, threshold
+        self.in_dim, self.out_dim, self.use_local_output = in_dim, out_dim, use_local_output
         self.ups: list = []
         self.downs: list = []
 
@@ -1321,12 +1515,14 @@ class _Pair:
         _check_layer(module)
         group = _mesh_group(device_mesh)
         _broadcast_layer(module, src, group)
-        (self.ups if side == "up" else self.downs).append((module, group))
+        (self.ups if side == "up" else self.downs).append((module, group, device_mesh))
         while self.ups and self.downs:  # first up with first down (a plan's wildcard keys keep the order)
-            (up, g1), (down, g2) = self.ups.pop(0), self.downs.pop(0)
+            (up, g1, _), (down, g2, mesh) = self.ups.pop(0), self.downs.pop(0)
             if g1 is not g2:
                 raise ValueError("sparsek: a paired up and down must be parallelized on the same device mesh")
             up_shard, down_shard = shard_mlp(up, down, g1, strategy=self.strategy, threshold=self.threshold)
+            up_shard.sequence_dim, down_shard.sequence_dim = self.in_dim, self.out_dim
+            _set_output(down_shard, mesh, self.use_local_output)
             _become(up, up_shard)
             _become(down, down_shard)
         return module
@@ -1341,11 +1537,21 @@ class _PairedStyle(_ParallelStyle):
         return self.pair.offer(self.side, module, device_mesh, self.src_data_rank)
 
 
-def paired_styles(*, strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD):
+def paired_styles(*, strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD, input_layouts=None,
+                  output_layouts=None, use_local_output: bool = True):
     """``(up_style, down_style)`` for one ``parallelize_module`` call, e.g.
     ``up, down = paired_styles(); parallelize_module(model, mesh, {"mlp.up": up, "mlp.down": down})``: each up
     layer is paired with the down layer applied in the same order (wildcard keys such as ``"layers.*.mlp.up"``
     pair layer by layer) and both are converted in place by :func:`shard_mlp` once both have been seen (the first
-    stays whole until its partner arrives: give both in the same plan)."""
-    pair = _Pair(strategy, threshold)
+    stays whole until its partner arrives: give both in the same plan).
+
+    Sequence parallelism (Megatron's, as torch's plans write it): ``input_layouts`` is up's
+    (:class:`ColwiseBlockSparse`), ``output_layouts`` and ``use_local_output`` down's (:class:`RowwiseBlockSparse`).
+    ``paired_styles(input_layouts=Shard(1), output_layouts=Shard(1))``: the pair takes and returns this rank's
+    tokens of a ``(batch, sequence, features)`` input (all-gathered before up, reduce-scattered after down);
+    ``paired_styles(output_layouts=Shard(1))`` after torch's ``PrepareModuleInput(input_layouts=(Shard(1),),
+    desired_input_layouts=(Replicate(),))`` on the MLP and ``SequenceParallel()`` on its norm: the plan torch's
+    tensor-parallel tutorial gives for a Llama block, with the MLP's Linear layers block-sparse."""
+    pair = _Pair(strategy, threshold, _layout_dim(input_layouts, "input_layouts"),
+                 _layout_dim(output_layouts, "output_layouts"), bool(use_local_output))
     return _PairedStyle(pair, "up"), _PairedStyle(pair, "down")

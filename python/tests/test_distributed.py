@@ -308,6 +308,140 @@ for _bs in (16, 64):
                 _row_symmetric_case(_bs, _dtype, _r16))
 
 
+def _sp_shards_case(dtype, reduce16):
+    def run(rank, device):
+        """Sequence parallelism through the shards' ``sequence_dim`` (NCCL's, or gloo's, collectives): up takes
+        this rank's tokens of a (batch, sequence, features) input and all-gathers them along the sequence, down
+        reduce-scatters its partials back along it; then the same through ``paired_styles`` with DTensors in and
+        out, as torch's ``PrepareModuleInput`` and ``use_local_output=False`` make them."""
+        import copy
+
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        gen = torch.Generator().manual_seed(seed_for("sp-shards", dtype, reduce16))
+        up = make_layer(64, 128, 16, dtype, gen, skew="rows", activation="silu", device=device)
+        down = make_layer(128, 64, 16, dtype, gen, activation="relu", device=device)
+        rdt = dtype if reduce16 else None
+        rounded = 3 * UNIT_ROUNDOFF[dtype] if reduce16 else 0.0
+        nccl = torch.device(device).type == "cuda"
+        gather, scatter = ("all_gather_into_tensor", "reduce_scatter_tensor") if nccl else ("all_gather", "all_reduce")
+        seq = 3
+        x = torch.randn(2, WORLD * seq, 64, generator=gen).to(dtype).to(device)
+        mine = slice(rank * seq, (rank + 1) * seq)
+        with torch.no_grad():
+            h = up(x)  # the single process's hidden, every token
+        ref, absp = reference(down, h)
+
+        def rows(t):  # this rank's tokens of a (2 * WORLD * seq, 64) reference, as (2 * seq, 64)
+            return t.reshape(2, WORLD * seq, 64)[:, mine].reshape(-1, 64)
+
+        ref, absp = rows(ref), rows(absp)
+        p = sd.shard_mlp(up, down, strategy="greedy")[0].pair_partition
+        assert not p.contiguous
+        up_s = sd.column_parallel(up, gather_output=False, partition=p, sequence_dim=1)
+        down_s = sd.row_parallel(down, partition=p, reduce_dtype=rdt, sequence_dim=-2)
+        assert "sequence_dim=1" in repr(up_s) and "sequence_dim=-2" in repr(down_s)
+        with torch.no_grad(), Counter() as c:
+            got = down_s(up_s(x[:, mine]))
+        assert got.shape == (2, seq, 64) and got.dtype == dtype and got.is_contiguous(), (got.shape, got.dtype)
+        assert c.calls == [gather, scatter], c.calls
+        assert_close(got.reshape(-1, 64), ref, absp, 128, "relu", rounded_inputs=rounded)
+        # Two-dimensional tokens (tokens, features), split along dim 0.
+        up0 = sd.column_parallel(up, gather_output=False, partition=p, sequence_dim=0)
+        down0 = sd.row_parallel(down, partition=p, reduce_dtype=rdt, sequence_dim=0)
+        x2 = x.transpose(0, 1).reshape(-1, 64)  # sequence-major: rank r's tokens are rows r * 2 * seq onwards
+        with torch.no_grad():
+            got0 = down0(up0(x2[rank * 2 * seq:(rank + 1) * 2 * seq]))
+        assert torch.equal(got0, got.transpose(0, 1).reshape(-1, 64)), "dims 0 and 1 give the same sums"
+
+        # The styles: a replicated DTensor in (PrepareModuleInput's), a DTensor sharded along the sequence out.
+        mesh = init_device_mesh(device, (WORLD,))
+        m = torch.nn.Module()
+        m.up, m.down = copy.deepcopy(up), copy.deepcopy(down)
+        up_style, down_style = sd.paired_styles(output_layouts=Shard(1), use_local_output=False, strategy="greedy")
+        parallelize_module(m, mesh, {"up": up_style, "down": down_style})
+        assert m.up.partition.ranks == up_s.partition.ranks
+        xd = DTensor.from_local(x[:, mine], mesh, [Shard(1)], run_check=False)
+        with torch.no_grad():
+            yd = m.down(m.up(xd.redistribute(mesh, [Replicate()])))
+            yd2 = m.down(m.up(xd))  # sharded along the sequence: up gathers it (DTensor's collective) first
+        assert isinstance(yd, DTensor) and tuple(yd.placements) == (Shard(1),), type(yd)
+        assert yd.shape == (2, WORLD * seq, 64) and yd.to_local().shape == (2, seq, 64)
+        assert_close(yd.to_local().reshape(-1, 64), ref, absp, 128, "relu")
+        assert torch.equal(yd2.to_local(), yd.to_local())
+        with torch.no_grad():
+            whole = yd.full_tensor()
+        assert torch.equal(whole[:, mine], yd.to_local())
+        # And up given the sequence itself (input_layouts=Shard(1)): a DTensor sharded so is taken as it is.
+        m2 = torch.nn.Module()
+        m2.up, m2.down = copy.deepcopy(up), copy.deepcopy(down)
+        up_style, down_style = sd.paired_styles(input_layouts=Shard(1), output_layouts=Shard(1), strategy="greedy")
+        parallelize_module(m2, mesh, {"up": up_style, "down": down_style})
+        with torch.no_grad(), Counter() as c:
+            y_local = m2.down(m2.up(xd))
+        assert type(y_local) is torch.Tensor and c.calls == [gather, scatter], (type(y_local), c.calls)
+        assert torch.equal(y_local, yd.to_local())
+    return run
+
+
+for _dtype in (torch.float16, torch.bfloat16):
+    for _r16 in (False, True):
+        case(f"sp-shards-{str(_dtype)[6:]}-reduce{'16' if _r16 else '32'}")(_sp_shards_case(_dtype, _r16))
+
+
+@case("sp-errors")
+def _sp_errors(rank, device):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+    gen = torch.Generator().manual_seed(seed_for("sp-errors"))
+    up = make_layer(64, 128, 16, torch.bfloat16, gen, activation="silu", device=device)
+    down = make_layer(128, 64, 16, torch.bfloat16, gen, device=device)
+    with pytest.raises(ValueError, match="features' dimension"):
+        sd.column_parallel(up, sequence_dim=-1)
+    with pytest.raises(TypeError, match="sequence_dim"):
+        sd.row_parallel(down, input_is_parallel=False, sequence_dim="1")
+    with pytest.raises(ValueError, match="splits the features"):
+        sd.RowwiseBlockSparse(output_layouts=Shard(-1))
+    with pytest.raises(ValueError, match="Replicate"):
+        sd.ColwiseBlockSparse(input_layouts=Partial())
+    with pytest.raises(ValueError, match="splits the features"):
+        sd.paired_styles(input_layouts=Shard(-1))
+    # Refused before any collective, on every rank alike (no rank waits in a collective the other skipped).
+    row = sd.row_parallel(down, input_is_parallel=False, sequence_dim=0)
+    with torch.no_grad(), Counter() as c:
+        with pytest.raises(ValueError, match="split evenly"):
+            row(torch.randn(5, 128, device=device).bfloat16())
+        with pytest.raises(ValueError, match="not a token dimension"):
+            sd.column_parallel(up, sequence_dim=2)(torch.randn(4, 64, device=device).bfloat16())
+        with pytest.raises(ValueError, match="not a token dimension"):
+            row1 = sd.row_parallel(down, input_is_parallel=False, sequence_dim=1)
+            row1(torch.randn(4, 128, device=device).bfloat16())
+    assert c.calls == [], c.calls
+    mesh = init_device_mesh(device, (WORLD,))
+    h = torch.randn(4, 128, generator=gen).bfloat16().to(device)
+    parallel = sd.row_parallel(down, partition=sd.shard_mlp(up, down)[0].pair_partition)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="input_is_parallel=False"):
+            parallel(DTensor.from_local(h, mesh, [Replicate()], run_check=False))
+        with pytest.raises(ValueError, match="not a DTensor placed"):
+            parallel(DTensor.from_local(h[:, :64], mesh, [Shard(1)], run_check=False))
+        # The whole input as a DTensor is what input_is_parallel=False takes, however it is placed.
+        whole = sd.row_parallel(down, input_is_parallel=False)
+        want = whole(h)
+        assert torch.equal(whole(DTensor.from_local(h, mesh, [Replicate()], run_check=False)), want)
+        split = DTensor.from_local(h[:, rank * 64:(rank + 1) * 64], mesh, [Shard(1)], run_check=False)
+        assert torch.equal(whole(split), want)
+        # A sequence split unevenly (7 tokens: DTensor's 4 + 3) cannot be all-gathered in equal shares.
+        up_seq = sd.column_parallel(up, sequence_dim=0)
+        x7 = torch.randn(7, 64, generator=torch.Generator().manual_seed(7)).bfloat16().to(device)
+        with pytest.raises(ValueError, match="not split evenly"):
+            up_seq(DTensor.from_local(x7[:4] if rank == 0 else x7[4:], mesh, [Shard(0)], run_check=False,
+                                      shape=(7, 64), stride=(64, 1)))
+
+
 @case("seqpar-mlp-state-dicts")
 def _seqpar_state(rank, device):
     # Per rank (the shards' own state) and whole (the layers'), saved and loaded back.

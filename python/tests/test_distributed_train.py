@@ -543,6 +543,84 @@ def _tp_parallelize(rank, device):
     assert m.up.values.requires_grad and m.up.bias.requires_grad
 
 
+def _sp_plan_case(dtype, plan_kind):
+    def run(rank, device):
+        """A block ``x + down(up(norm(x)))`` in the sequence-parallel layout through ``parallelize_module``, the
+        block-sparse styles beside torch's own: ``plan_kind="torch"`` is the plan of torch's tensor-parallel
+        tutorial (``SequenceParallel`` on the norm, ``PrepareModuleInput`` gathering the MLP's input into a
+        replicated DTensor, the pair's output reduce-scattered along the sequence); ``"shard-in"`` gives the pair
+        the tokens themselves (``input_layouts=Shard(1)``: up all-gathers them). With each rank's loss on its own
+        tokens (their sum is the whole batch's), the output is each rank's tokens of the single process's, and
+        every gradient is as in test_distributed_train's other tensor-parallel cases: the shards' blocks of the
+        single process's, down's bias and the norm's parameters whole, the input's its rank's tokens."""
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+        from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel, parallelize_module
+
+        name = f"sp-plan-{plan_kind}-{dtype}"
+        gen = torch.Generator().manual_seed(seed_for(name))
+        up, down = trainable_pair(dtype, gen, device)
+        block = torch.nn.Module()
+        block.norm = torch.nn.LayerNorm(128).to(device)
+        block.mlp = torch.nn.Module()
+        block.mlp.up, block.mlp.down = up, down
+        with torch.no_grad():  # a norm that is not the identity, so that its gradients check something
+            block.norm.weight.copy_(1 + 0.5 * torch.randn(128, generator=gen))
+            block.norm.bias.copy_(0.5 * torch.randn(128, generator=gen))
+
+        def forward(m, x):
+            return x + m.mlp.down(m.mlp.up(m.norm(x)))
+
+        single = copy.deepcopy(block)
+        mesh = init_device_mesh(device, (WORLD,))
+        if plan_kind == "torch":
+            up_style, down_style = sd.paired_styles(output_layouts=Shard(1), strategy="greedy")
+            plan = {"norm": SequenceParallel(),
+                    "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                    "mlp.up": up_style, "mlp.down": down_style}
+        else:
+            up_style, down_style = sd.paired_styles(input_layouts=Shard(1), output_layouts=Shard(1),
+                                                    strategy="greedy")
+            plan = {"mlp.up": up_style, "mlp.down": down_style}
+        parallelize_module(block, mesh, plan)
+        up_s, down_s = block.mlp.up, block.mlp.down
+        assert isinstance(up_s, sd.ColumnParallelBlockSparseLinear)
+        assert up_s.sequence_dim == (None if plan_kind == "torch" else 1), up_s.sequence_dim
+        assert isinstance(down_s, sd.RowParallelBlockSparseLinear) and down_s.sequence_dim == 1
+        assert not up_s.pair_partition.contiguous  # skewed rows, greedy: a permuted hidden dimension
+        feats = up_s.partition.features(rank)
+        seq = 3  # tokens a rank along the sequence
+        x = torch.randn(2, WORLD * seq, 128, generator=gen).to(device)
+        t = torch.randn(2, WORLD * seq, 128, generator=gen).to(device)
+        mine_seq = slice(rank * seq, (rank + 1) * seq)
+        x1, xs = x.clone().requires_grad_(True), x[:, mine_seq].clone().requires_grad_(True)
+        y1 = forward(single, x1)
+        sum(loss_fn(y1[:, r * seq:(r + 1) * seq], t[:, r * seq:(r + 1) * seq]) for r in range(WORLD)).backward()
+        y = forward(block, xs)
+        assert type(y) is torch.Tensor and y.shape == (2, seq, 128), (type(y), y.shape)
+        u = UNIT_ROUNDOFF[dtype]
+        ref = y1.detach()[:, mine_seq]
+        err = (y.detach() - ref).abs().max().item()
+        assert err <= 16 * u * ref.abs().max().item(), (name, err, ref.abs().max().item())
+        loss_fn(y, t[:, mine_seq]).backward()
+        what = f"{name} rank {rank}"
+        check_shard_grads((up_s, down_s), (single.mlp.up, single.mlp.down), feats, dtype, what)
+        check_grads({"x": xs.grad}, {"x": x1.grad[:, mine_seq]}, None, dtype, what)
+        norm = {}
+        for n in ("weight", "bias"):
+            g = getattr(block.norm, n).grad
+            norm[n] = g.full_tensor() if isinstance(g, DTensor) else g
+        if plan_kind == "torch":  # the norm's own gradient is summed over the ranks' tokens by torch's style
+            check_grads(norm, {"weight": single.norm.weight.grad, "bias": single.norm.bias.grad}, None, dtype,
+                        what)
+    return run
+
+
+for _dtype in DTYPES:
+    for _kind in ("torch", "shard-in"):
+        case(f"sp-plan-{_kind}-{str(_dtype)[6:]}")(_sp_plan_case(_dtype, _kind))
+
+
 @case("tp-gathered-output-and-whole-input")
 def _tp_gather(rank, device):
     """A column-parallel layer with gather_output (a permuted, padded gather) and a row-parallel one taking the
