@@ -48,6 +48,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_torch as bt  # noqa: E402 (the shared method: random_bsr, check_close, Contender, run header)
+import read_floor as rf  # noqa: E402 (the read floor: issue 43 part 3's reference)
 
 import sparsek  # noqa: E402
 import sparsek._ops  # noqa: E402
@@ -70,6 +71,10 @@ MODEL_TOL_SCALE = {"stack": 2.0, "encoder": 8.0}
 # remembers 256 checked structures, and the printed bytes then show that the copies fit in L2).
 MAX_COPIES = 32
 TARGETS = {"layers": 1.5, "stack": 1.0, "encoder": 1.0}  # issue 43 part 2: eager speedup over dense (stack: >)
+# Issue 43 part 3 (graph mode, weights of at least 8 MB of stored blocks, N <= 16; stated for the H100): the read
+# floor's graph time / sparsek's at least this, and the speedup over dense at least 0.8 / density.
+FLOOR_TARGET, FLOOR_MIN_BYTES, DENSITY = 0.9, 8e6, 0.25
+SPARSE = ("sparsek.linear", "BlockSparseLinear")
 
 
 @dataclass
@@ -266,6 +271,14 @@ def speedups(res: dict) -> dict:
     return out
 
 
+def floor_ratios(res: dict) -> dict:
+    """The read floor's time / each contender's, per measure (graph and kernel): the contender's rate on the bytes
+    it must move over the floor's."""
+    floor = res.get("read floor", {})
+    return {name: {m: floor[m] / r[m] for m in ("graph_us", "kernel_us") if m in r and m in floor and r[m] > 0}
+            for name, r in res.items()}
+
+
 def finish_case(ctx: Ctx, section: str, name: str, res: dict, extra: dict) -> dict:
     for cname, r in res.items():
         if cname in FATAL and (r["status"] in ("fail", "error") or "graph_error" in r):
@@ -275,7 +288,8 @@ def finish_case(ctx: Ctx, section: str, name: str, res: dict, extra: dict) -> di
     summary = ", ".join(f"{k} {v['eager_us_inference_mode']:.1f} us" if "eager_us_inference_mode" in v
                         else f"{k} {v['status']}" for k, v in res.items())
     log(f"    eager (inference_mode): {summary}")
-    return {"case": name, **extra, "results": res, "speedup_vs_dense": speedups(res)}
+    return {"case": name, **extra, "results": res, "speedup_vs_dense": speedups(res),
+            "of_read_floor": floor_ratios(res)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -306,6 +320,13 @@ def layer_case(ctx: Ctx, w: torch.Tensor, w_dense: torch.Tensor, name: str, toke
     def rotating(make, call):  # n calls, each over its own copy of the weight made by make()
         return lambda n: [functools.partial(call, make()) for _ in range(n)]
 
+    floor_skip = rf.why_not(ctx.device)
+    floor = None if floor_skip else rf.ReadFloor(sparse_bytes, x.numel() * x.element_size(),
+                                                  tokens * out_f * x.element_size(), ctx.device)
+
+    def nothing_to_check(_):
+        return {"passed": True, "what": "nothing to check: the floor moves the bytes and computes nothing"}
+
     contenders = [
         Eager("sparsek.linear", lambda: sparsek.linear(x, w), check, copy_bytes=sparse_bytes,
               copies=rotating(lambda: bsr_copy(w), lambda wi: sparsek.linear(x, wi))),
@@ -316,11 +337,15 @@ def layer_case(ctx: Ctx, w: torch.Tensor, w_dense: torch.Tensor, name: str, toke
         Eager("triton", skip=ctx.triton_skip) if ctx.triton_mm is None else Eager(
             "triton", lambda: ctx.triton_mm(w, xt), lambda yt: check(yt.t()), copy_bytes=sparse_bytes,
             copies=rotating(lambda: bsr_copy(w), lambda wi: ctx.triton_mm(wi, xt))),
+        Eager("read floor", skip=floor_skip) if floor is None else Eager(
+            "read floor", floor.call, nothing_to_check, copy_bytes=sparse_bytes, copies=floor.copies),
     ]
     res = measure(ctx, contenders, 20)
+    stored = w.values().numel() * w.values().element_size()
     return finish_case(ctx, "layers", name, res, {
         "out_features": out_f, "in_features": in_f, "tokens": tokens, "nnzb": w.values().shape[0],
-        "sparse_weight_bytes": sparse_bytes, "dense_weight_bytes": dense_bytes, "atol": atol, "rtol": rtol})
+        "sparse_weight_bytes": sparse_bytes, "stored_bytes": stored, "dense_weight_bytes": dense_bytes,
+        "atol": atol, "rtol": rtol, "read_floor": None if floor is None else floor.describe()})
 
 
 def section_layers(ctx: Ctx) -> dict:
@@ -562,6 +587,23 @@ def targets(sections: dict) -> list:
                 detail = ", ".join(f"{v:.2f}x ({m})" for m, v in vals)
                 out.append((ok, f"{'PASS' if ok else 'MISS'} {section} {r['case']} {name} eager vs dense: "
                                 f"{detail}; target {rel} {goal}x"))
+    # Part 3, in graph mode (stated for the H100): the layers of at least 8 MB of stored blocks at <= 16 tokens.
+    for r in sections.get("layers", {}).get("records", []):
+        if r.get("stored_bytes", 0) < FLOOR_MIN_BYTES or r.get("tokens", 99) > 16 or "results" not in r:
+            continue
+        for name in SPARSE:
+            if r["results"].get(name, {}).get("status") != "pass":
+                continue
+            of = r.get("of_read_floor", {}).get(name, {}).get("graph_us")
+            if of is not None:
+                ok = of >= FLOOR_TARGET
+                out.append((ok, f"{'PASS' if ok else 'MISS'} part 3 (graph) {r['case']} {name} of read floor: "
+                                f"{of:.1%}; target >= {FLOOR_TARGET:.0%}"))
+            s = r.get("speedup_vs_dense", {}).get(name, {}).get("graph_us")
+            if s is not None:
+                goal = 0.8 / DENSITY
+                out.append((s >= goal, f"{'PASS' if s >= goal else 'MISS'} part 3 (graph) {r['case']} {name} vs "
+                                       f"dense: {s:.2f}x; target >= {goal:.1f}x"))
     return out
 
 
@@ -575,9 +617,14 @@ def sp(s: dict, key: str) -> str:
     return f"{s[key]:.2f}x" if key in s else "—"
 
 
+def pct(s: dict, key: str) -> str:
+    return f"{s[key]:.1%}" if key in s else "—"
+
+
 def section_table(section: dict) -> str:
     head = ["case", "contender", "eager µs inf", "eager µs no_grad", "host µs inf", "host µs no_grad", "graph µs",
-            "kernel µs", "vs dense: eager inf / no_grad", "graph", "kernel", "check"]
+            "kernel µs", "vs dense: eager inf / no_grad", "graph", "kernel", "of read floor: graph / kernel",
+            "check"]
     rows = []
     for rec in section["records"]:
         if "error" in rec:
@@ -585,6 +632,7 @@ def section_table(section: dict) -> str:
             continue
         for name, r in rec["results"].items():
             s = rec["speedup_vs_dense"].get(name, {})
+            f = rec.get("of_read_floor", {}).get(name, {})
             status = r["status"] if r["status"] != "skipped" else f"skipped ({r['reason'][:60]})"
             if r["status"] == "error":
                 status = f"error: {r['error'][:80]}"
@@ -595,7 +643,8 @@ def section_table(section: dict) -> str:
                          us(r, "host_us_inference_mode"), us(r, "host_us_no_grad"), us(r, "graph_us"),
                          us(r, "kernel_us"),
                          f"{sp(s, 'eager_us_inference_mode')} / {sp(s, 'eager_us_no_grad')}",
-                         sp(s, "graph_us"), sp(s, "kernel_us"), status])
+                         sp(s, "graph_us"), sp(s, "kernel_us"),
+                         f"{pct(f, 'graph_us')} / {pct(f, 'kernel_us')}" if f else "—", status])
     return bt.md_table(head, rows, left=(0, 1))
 
 
@@ -636,7 +685,7 @@ def render(result: dict) -> str:
         notes = section_notes(name, section, h.get("gpu", {}).get("l2_bytes", 0)) if h["device"] == "cuda" else []
         if notes:
             parts += [""] + notes
-    parts += ["", "## issue 43 part 2 targets", ""]
+    parts += ["", "## issue 43 targets (part 2: eager; part 3: graph, stated for the H100)", ""]
     if h["device"] != "cuda":
         parts.append("(CPU smoke test: the lines below show the evaluation runs; the targets are about CUDA)")
     parts += [line for _, line in result["targets"]]
@@ -719,6 +768,7 @@ def main(argv=None) -> int:
         for rec in section.get("records", []):
             if "results" in rec:
                 rec["speedup_vs_dense"] = speedups(rec["results"])
+                rec["of_read_floor"] = floor_ratios(rec["results"])
     result["targets"] = targets(result["sections"])
     result["failures"] = ctx.failures
     result["elapsed_s"] = time.perf_counter() - started

@@ -17,7 +17,10 @@ Configurations (``y^T = W x^T``; W is M x K, x is N x K):
   column-major;
 - ``linear+bias+silu``: the same with a bias and ``activation="silu"`` fused;
 - ``bsr_mm(x.t())``: ``bsr_mm(W, x.t())``: column-major B, a row-major M x N result of the input dtype;
-- ``dense``: ``F.linear(x, W_dense)`` (cuBLAS on the weight expanded to dense).
+- ``dense``: ``F.linear(x, W_dense)`` (cuBLAS on the weight expanded to dense);
+- ``read floor``: a kernel reading ``linear``'s bytes (each weight copy's stored values and u32 indices, x) and
+  writing y, and nothing else (python/bench/read_floor.py; the CLI decode grid's reference); "linear of read floor"
+  is its time over ``linear``'s (issue 43 part 3 asks at least 90% in graph mode, for the H100).
 
 Rate: the bytes a product must move once (W's stored values and u32 indices, x, y at its dtype) over the time.
 
@@ -38,6 +41,9 @@ import torch
 import torch.nn.functional as F
 
 import sparsek
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import read_floor as rf  # noqa: E402
 
 SHAPES = (("up", 11008, 4096), ("down", 4096, 11008))
 BS, DENSITY = 64, 0.25
@@ -148,19 +154,29 @@ def main() -> int:
                 rec["configs"][cname] = {"us": us, "gbps": moved / us / 1e3, "check": "pass" if ok else f"FAIL {viol:.2f}"}
                 print(f"  {name} N={n:<3} {cname:<18} {us:8.2f} us  {moved / us / 1e3:7.0f} GB/s  "
                       f"{rec['configs'][cname]['check']}", file=sys.stderr)
+            floor = rf.ReadFloor(stored, n * k * dtype.itemsize, n * m * dtype.itemsize, torch.device("cuda", 0))
+            fcalls = floor.copies(copies)
+            with torch.inference_mode():
+                us = graph_time([fcalls[i % copies] for i in range(args.calls)], args.reps)
+            moved = stored + n * k * dtype.itemsize + n * m * dtype.itemsize
+            rec["configs"]["read floor"] = {"us": us, "gbps": moved / us / 1e3, "check": "n/a"}
+            print(f"  {name} N={n:<3} {'read floor':<18} {us:8.2f} us  {moved / us / 1e3:7.0f} GB/s", file=sys.stderr)
             records.append(rec)
-            del xs, bs_row
+            del xs, bs_row, floor, fcalls
     names = list(records[0]["configs"])
     lines = [f"# Python decode path vs the CLI's configuration ({header})", "",
              f"bs {BS}, {DENSITY:.0%} of blocks; per call inside a CUDA graph of {args.calls} calls over rotating weight "
              f"copies (>= 4, together >= 2x L2), median of {args.reps} replays; GB/s on the bytes moved once.", "",
-             "| layer | N | " + " | ".join(f"{c} µs (GB/s)" for c in names) + " | linear / cli |",
-             "|---|--:|" + "--:|" * (len(names) + 1)]
+             "| layer | N | " + " | ".join(f"{c} µs (GB/s)" for c in names)
+             + " | linear / cli | linear of read floor |",
+             "|---|--:|" + "--:|" * (len(names) + 2)]
     for r in records:
         c = r["configs"]
-        cells = [f"{c[x]['us']:.2f} ({c[x]['gbps']:.0f})" + ("" if c[x]["check"] == "pass" else " !") for x in names]
+        cells = [f"{c[x]['us']:.2f} ({c[x]['gbps']:.0f})" + ("" if c[x]["check"] in ("pass", "n/a") else " !")
+                 for x in names]
         lines.append(f"| {r['shape']} {r['m']}x{r['k']} | {r['n']} | " + " | ".join(cells)
-                     + f" | {c['linear']['us'] / c['cli']['us']:.2f} |")
+                     + f" | {c['linear']['us'] / c['cli']['us']:.2f}"
+                     + f" | {c['read floor']['us'] / c['linear']['us']:.1%} |")
     table = "\n".join(lines)
     print(table)
     if args.md:
