@@ -12,12 +12,14 @@ column- and row-parallel shards whose boundaries balance *stored blocks* across 
 - :func:`shard_mlp`: an (up, down) pair on ONE partition of the shared dimension, balancing both layers' blocks
   together: up column-parallel without gather, down row-parallel on its input features; nothing is communicated
   between the two.
+- :func:`shard_gated_mlp`: a gated MLP (LLaMA's ``gate_proj``, ``up_proj``, ``down_proj``) the same way: gate and
+  up column-parallel, down row-parallel, one partition balanced on all three layers' blocks.
 - :func:`sequence_parallel_mlp`: the same pair in the sequence-parallel layout (Megatron's; DTensor's ``Shard(0)``):
   input and output split by tokens across the group, the input all-gathered and the partial products
   reduce-scattered. On CUDA with an NCCL group both go through torch's symmetric memory where nothing needs a
   gradient: the copy engines move the input and the kernel's epilogue stores the peers' partial products straight
   into their memory over NVLink, so no SM runs a collective (:class:`SequenceParallelMLP`, ``comm``).
-- :class:`ColwiseBlockSparse`, :class:`RowwiseBlockSparse` and :func:`paired_styles`:
+- :class:`ColwiseBlockSparse`, :class:`RowwiseBlockSparse`, :func:`paired_styles` and :func:`gated_styles`:
   ``torch.distributed.tensor.parallel.ParallelStyle`` s for ``parallelize_module`` (see their docs for how the
   module is converted in place), sequence-parallel too (``input_layouts=Shard(d)`` / ``output_layouts=Shard(d)``:
   the shards' ``sequence_dim``), taking torch's DTensors as its own styles produce them (``SequenceParallel``,
@@ -72,6 +74,7 @@ __all__ = [
     "column_parallel",
     "row_parallel",
     "shard_mlp",
+    "shard_gated_mlp",
     "sequence_parallel_mlp",
     "SequenceParallelMLP",
     "SYMMETRIC_MIN_TOKENS",
@@ -81,6 +84,7 @@ __all__ = [
     "ColwiseBlockSparse",
     "RowwiseBlockSparse",
     "paired_styles",
+    "gated_styles",
     "layer_from_state_dict",
     "check_same_structure",
 ]
@@ -945,7 +949,7 @@ def row_parallel(layer: BlockSparseLinear, group=None, *, input_is_parallel: boo
                                                reduce_dtype, comm, sequence_dim)
 
 
-def _pair_partition(up, down, world, strategy, threshold, partition):
+def _pair_partition(up, down, world, strategy, threshold, partition, gate=None):
     _check_layer(up)
     _check_layer(down)
     if up.out_features != down.in_features or up.block_size != down.block_size:
@@ -954,7 +958,16 @@ def _pair_partition(up, down, world, strategy, threshold, partition):
             f"({down.in_features}, blocks of {down.block_size})"
         )
     loads = block_row_loads(up) + block_col_loads(down)
-    return _resolve(partition, loads, world, up.block_size, strategy, threshold, "the pair's shared dimension")
+    if gate is not None:
+        _check_layer(gate)
+        if (gate.in_features, gate.out_features, gate.block_size) != (up.in_features, up.out_features, up.block_size):
+            raise ValueError(
+                f"sparsek: gate ({gate.out_features}x{gate.in_features}, blocks of {gate.block_size}) must have up's "
+                f"shape ({up.out_features}x{up.in_features}, blocks of {up.block_size}): their outputs are multiplied "
+                "feature by feature"
+            )
+        loads = loads + block_row_loads(gate)
+    return _resolve(partition, loads, world, up.block_size, strategy, threshold, "the MLP's shared dimension")
 
 
 def shard_mlp(up: BlockSparseLinear, down: BlockSparseLinear, group=None, *, partition: BlockPartition | None = None,
@@ -973,6 +986,27 @@ def shard_mlp(up: BlockSparseLinear, down: BlockSparseLinear, group=None, *, par
     down_shard = row_parallel(down, group, input_is_parallel=True, partition=p, reduce_dtype=reduce_dtype, comm=comm)
     up_shard.pair_partition = down_shard.pair_partition = p
     return up_shard, down_shard
+
+
+def shard_gated_mlp(gate: BlockSparseLinear, up: BlockSparseLinear, down: BlockSparseLinear, group=None, *,
+                    partition: BlockPartition | None = None, strategy: str = "auto",
+                    threshold: float = DEFAULT_THRESHOLD, reduce_dtype: torch.dtype | None = None,
+                    comm: str = "auto"):
+    """``(gate_shard, up_shard, down_shard)`` for a gated MLP ``down(act(gate(x)) * up(x))`` (LLaMA's, Mistral's
+    and Qwen's SwiGLU: ``gate_proj``, ``up_proj``, ``down_proj``): ``gate`` and ``up`` column-parallel without
+    gather and ``down`` row-parallel, all three on ONE partition of the hidden dimension, balanced on the three
+    layers' blocks together (each hidden block's load: gate's and up's blocks in that block row plus down's in that
+    block column). The product of the two column shards' outputs is elementwise, so it needs nothing from the other
+    ranks: each rank computes ``act(gate_shard(x)) * up_shard(x)`` (the activation fused into ``gate`` or applied
+    between) and passes it to ``down_shard``, whose all-reduce is the block's only collective. ``reduce_dtype`` and
+    ``comm``: down's (see :func:`row_parallel`); reports and ``pair_partition`` as :func:`shard_mlp`'s."""
+    world, _ = _group_info(group)
+    p = _pair_partition(up, down, world, strategy, threshold, partition, gate=gate)
+    gate_shard = column_parallel(gate, group, gather_output=False, partition=p)
+    up_shard = column_parallel(up, group, gather_output=False, partition=p)
+    down_shard = row_parallel(down, group, input_is_parallel=True, partition=p, reduce_dtype=reduce_dtype, comm=comm)
+    gate_shard.pair_partition = up_shard.pair_partition = down_shard.pair_partition = p
+    return gate_shard, up_shard, down_shard
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1505,26 +1539,38 @@ class RowwiseBlockSparse(_ParallelStyle):
 
 
 class _Pair:
-    def __init__(self, strategy, threshold, in_dim, out_dim, use_local_output):
+    """The layers of one MLP offered by their styles, converted together once every role has one (in order: a
+    plan's wildcard keys give the layers in the same order for every role)."""
+
+    def __init__(self, strategy, threshold, in_dim, out_dim, use_local_output, roles=("up", "down")):
         self.strategy, self.threshold = strategy, threshold
         self.in_dim, self.out_dim, self.use_local_output = in_dim, out_dim, use_local_output
-        self.ups: list = []
-        self.downs: list = []
+        self.waiting: dict = {role: [] for role in roles}
 
     def offer(self, side, module, device_mesh, src):
         _check_layer(module)
         group = _mesh_group(device_mesh)
         _broadcast_layer(module, src, group)
-        (self.ups if side == "up" else self.downs).append((module, group, device_mesh))
-        while self.ups and self.downs:  # first up with first down (a plan's wildcard keys keep the order)
-            (up, g1, _), (down, g2, mesh) = self.ups.pop(0), self.downs.pop(0)
-            if g1 is not g2:
-                raise ValueError("sparsek: a paired up and down must be parallelized on the same device mesh")
-            up_shard, down_shard = shard_mlp(up, down, g1, strategy=self.strategy, threshold=self.threshold)
-            up_shard.sequence_dim, down_shard.sequence_dim = self.in_dim, self.out_dim
+        self.waiting[side].append((module, group, device_mesh))
+        while all(self.waiting.values()):  # the first of each role together
+            layers = {role: q.pop(0) for role, q in self.waiting.items()}
+            groups = {id(g) for _, g, _ in layers.values()}
+            if len(groups) != 1:
+                raise ValueError("sparsek: the layers of one MLP must be parallelized on the same device mesh")
+            g, mesh = layers["down"][1], layers["down"][2]
+            if "gate" in layers:
+                shards = shard_gated_mlp(layers["gate"][0], layers["up"][0], layers["down"][0], g,
+                                         strategy=self.strategy, threshold=self.threshold)
+            else:
+                shards = shard_mlp(layers["up"][0], layers["down"][0], g, strategy=self.strategy,
+                                   threshold=self.threshold)
+            *columns, down_shard = shards
+            for c in columns:
+                c.sequence_dim = self.in_dim
+            down_shard.sequence_dim = self.out_dim
             _set_output(down_shard, mesh, self.use_local_output)
-            _become(up, up_shard)
-            _become(down, down_shard)
+            for (module_, _, _), shard in zip(layers.values(), shards):
+                _become(module_, shard)
         return module
 
 
@@ -1555,3 +1601,17 @@ def paired_styles(*, strategy: str = "auto", threshold: float = DEFAULT_THRESHOL
     pair = _Pair(strategy, threshold, _layout_dim(input_layouts, "input_layouts"),
                  _layout_dim(output_layouts, "output_layouts"), bool(use_local_output))
     return _PairedStyle(pair, "up"), _PairedStyle(pair, "down")
+
+
+def gated_styles(*, strategy: str = "auto", threshold: float = DEFAULT_THRESHOLD, input_layouts=None,
+                 output_layouts=None, use_local_output: bool = True):
+    """``(gate_style, up_style, down_style)`` for a gated MLP (LLaMA's ``gate_proj``, ``up_proj``, ``down_proj``),
+    converted in place by :func:`shard_gated_mlp` once all three have been seen, e.g.
+    ``g, u, d = gated_styles(); parallelize_module(model, mesh, {"layers.*.mlp.gate_proj": g,
+    "layers.*.mlp.up_proj": u, "layers.*.mlp.down_proj": d})``. The model's own ``act(gate(x)) * up(x)`` runs on
+    each rank's hidden features unchanged. ``input_layouts``, ``output_layouts`` and ``use_local_output`` as for
+    :func:`paired_styles` (``input_layouts=Shard(d)`` gathers the tokens once per column layer, twice in all: a plan
+    with ``PrepareModuleInput`` on the MLP gathers them once)."""
+    pair = _Pair(strategy, threshold, _layout_dim(input_layouts, "input_layouts"),
+                 _layout_dim(output_layouts, "output_layouts"), bool(use_local_output), roles=("gate", "up", "down"))
+    return _PairedStyle(pair, "gate"), _PairedStyle(pair, "up"), _PairedStyle(pair, "down")

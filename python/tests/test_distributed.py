@@ -442,6 +442,94 @@ def _sp_errors(rank, device):
                                       shape=(7, 64), stride=(64, 1)))
 
 
+class GatedMLP(torch.nn.Module):
+    """LLaMA's MLP: ``down_proj(silu(gate_proj(x)) * up_proj(x))``, the activation applied between (not fused)."""
+
+    def __init__(self, gate, up, down):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = gate, up, down
+
+    def hidden(self, x):
+        return torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x)
+
+    def forward(self, x):
+        return self.down_proj(self.hidden(x))
+
+
+def gated_layers(dtype, gen, device):
+    """gate 64 -> 128 (skewed block rows), up 64 -> 128 (its own pattern), down 128 -> 64: 16-blocks."""
+    return (make_layer(64, 128, 16, dtype, gen, skew="rows", device=device),
+            make_layer(64, 128, 16, dtype, gen, device=device),
+            make_layer(128, 64, 16, dtype, gen, device=device))
+
+
+@case("gated-mlp")
+def _gated_mlp(rank, device):
+    """shard_gated_mlp and gated_styles: one partition of the hidden dimension balanced on the three layers' blocks;
+    each rank's gated hidden is its features of the single process's, the sharded output the whole product's
+    (f64), with and without sequence parallelism through parallelize_module."""
+    import copy
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInput, parallelize_module
+
+    nccl = torch.device(device).type == "cuda"
+    for dtype in (torch.float16, torch.bfloat16):
+        gen = torch.Generator().manual_seed(seed_for("gated-mlp", dtype))
+        gate, up, down = gated_layers(dtype, gen, device)
+        single = GatedMLP(gate, up, down)
+        x = torch.randn(2, 6, 64, generator=gen).to(dtype).to(device)
+        with torch.no_grad():
+            h_single = single.hidden(x)
+        g_s, u_s, d_s = sd.shard_gated_mlp(gate, up, down, strategy="greedy")
+        p = g_s.pair_partition
+        assert not p.contiguous and p is u_s.pair_partition is d_s.pair_partition
+        assert u_s.partition.ranks == g_s.partition.ranks == d_s.partition.ranks == p.ranks
+        # The joint loads: each hidden block's gate row, up row and down column.
+        loads = sd.block_row_loads(gate) + sd.block_row_loads(up) + sd.block_col_loads(down)
+        assert tuple(p.loads) == tuple(int(loads[list(r)].sum()) for r in p.ranks), (p.loads, loads)
+        feats = p.features(rank).to(device)
+        with torch.no_grad(), Counter() as c:
+            h = GatedMLP(g_s, u_s, d_s).hidden(x)
+            y = d_s(h)
+        assert c.calls == ["all_reduce"], c.calls
+        assert torch.equal(h, h_single.index_select(-1, feats)), "each rank's hidden is its features of the whole"
+        check(y, down, h_single)
+        # parallelize_module with gated_styles, as a plan names a LLaMA block's MLP.
+        mesh = init_device_mesh(device, (WORLD,))
+        block = torch.nn.Module()
+        block.mlp = GatedMLP(*(copy.deepcopy(m) for m in (gate, up, down)))
+        g_style, u_style, d_style = sd.gated_styles(strategy="greedy")
+        parallelize_module(block, mesh, {"mlp.gate_proj": g_style, "mlp.up_proj": u_style, "mlp.down_proj": d_style})
+        assert isinstance(block.mlp.gate_proj, sd.ColumnParallelBlockSparseLinear)
+        assert isinstance(block.mlp.down_proj, sd.RowParallelBlockSparseLinear)
+        assert block.mlp.up_proj.partition.ranks == p.ranks
+        with torch.no_grad():
+            assert torch.equal(block.mlp(x), y)
+        # Sequence parallel: torch's PrepareModuleInput gathers the tokens once; down reduce-scatters them.
+        block = torch.nn.Module()
+        block.mlp = GatedMLP(*(copy.deepcopy(m) for m in (gate, up, down)))
+        g_style, u_style, d_style = sd.gated_styles(strategy="greedy", output_layouts=Shard(1))
+        parallelize_module(block, mesh, {
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.gate_proj": g_style, "mlp.up_proj": u_style, "mlp.down_proj": d_style})
+        with torch.no_grad(), Counter() as c:
+            y_seq = block.mlp(x[:, rank * 3:(rank + 1) * 3])
+        assert y_seq.shape == (2, 3, 64)
+        assert c.calls.count("reduce_scatter_tensor" if nccl else "all_reduce") == 1, c.calls
+        ref, absp = reference(down, h_single)
+        mine = torch.arange(6).reshape(1, 6).expand(2, 6)[:, rank * 3:(rank + 1) * 3] + torch.arange(2)[:, None] * 6
+        assert_close(y_seq.reshape(-1, 64), ref[mine.reshape(-1)], absp[mine.reshape(-1)], 128, None)
+    # A gate that cannot be multiplied with up feature by feature is refused before anything is built.
+    gen = torch.Generator().manual_seed(seed_for("gated-mlp-errors"))
+    gate, up, down = gated_layers(torch.bfloat16, gen, device)
+    with pytest.raises(ValueError, match="gate"):
+        sd.shard_gated_mlp(make_layer(64, 256, 16, torch.bfloat16, gen, device=device), up, down)
+    with pytest.raises(ValueError, match="gate"):
+        sd.shard_gated_mlp(make_layer(64, 128, 32, torch.bfloat16, gen, device=device), up, down)
+
+
 @case("seqpar-mlp-state-dicts")
 def _seqpar_state(rank, device):
     # Per rank (the shards' own state) and whole (the layers'), saved and loaded back.

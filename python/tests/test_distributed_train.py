@@ -543,6 +543,40 @@ def _tp_parallelize(rank, device):
     assert m.up.values.requires_grad and m.up.bias.requires_grad
 
 
+def _gated_case(dtype):
+    def run(rank, device):
+        """shard_gated_mlp's three shards train (LLaMA's ``down(silu(gate(x)) * up(x))``, the activation between the
+        layers): every shard's gradients are its blocks of the single-process ones (gate and up: their hidden rows;
+        down: its hidden columns; down's bias whole), the input's gradient is whole on every rank."""
+        name = f"tp-gated-mlp-{dtype}"
+        gen = torch.Generator().manual_seed(seed_for(name))
+        gate = make_layer(128, 256, 32, dtype, gen, skew="rows", device=device).float()
+        up = make_layer(128, 256, 32, dtype, gen, device=device).float()
+        down = make_layer(256, 128, 32, dtype, gen, device=device).float()
+        for p in (*gate.parameters(), *up.parameters(), *down.parameters()):
+            p.requires_grad_(True)
+        g_s, u_s, d_s = sd.shard_gated_mlp(gate, up, down, strategy="greedy")
+        assert not g_s.pair_partition.contiguous
+        silu = torch.nn.functional.silu
+        x = torch.randn(6, 128, generator=gen).to(device)
+        t = torch.randn(6, 128, generator=gen).to(device)
+        x1, xs = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        loss_fn(down(silu(gate(x1)) * up(x1)), t).backward()
+        loss_fn(d_s(silu(g_s(xs)) * u_s(xs)), t).backward()
+        feats = g_s.partition.features(rank)
+        check_grads({"gate": dense_grad(g_s), "up": dense_grad(u_s), "down": dense_grad(d_s)},
+                    {"gate": dense_grad(gate)[feats], "up": dense_grad(up)[feats], "down": dense_grad(down)[:, feats]},
+                    None, dtype, name)
+        check_grads({"gate.bias": g_s.bias.grad, "up.bias": u_s.bias.grad, "down.bias": d_s.bias.grad, "x": xs.grad},
+                    {"gate.bias": gate.bias.grad.float().cpu()[feats], "up.bias": up.bias.grad.float().cpu()[feats],
+                     "down.bias": down.bias.grad.float(), "x": x1.grad}, None, dtype, name)
+    return run
+
+
+for _dtype in DTYPES:
+    case(f"tp-gated-mlp-{str(_dtype)[6:]}")(_gated_case(_dtype))
+
+
 def _sp_plan_case(dtype, plan_kind):
     def run(rank, device):
         """A block ``x + down(up(norm(x)))`` in the sequence-parallel layout through ``parallelize_module``, the
