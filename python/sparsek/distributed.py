@@ -86,6 +86,8 @@ __all__ = [
     "paired_styles",
     "gated_styles",
     "layer_from_state_dict",
+    "dcp_state_dict",
+    "load_dcp_state_dict",
     "check_same_structure",
 ]
 
@@ -338,6 +340,19 @@ def _structure_digest(layer: BlockSparseLinear) -> tuple:
     return (layer.out_features, layer.in_features, layer.block_size, str(crow.dtype), str(col.dtype), h.hexdigest())
 
 
+def _fingerprint(values: torch.Tensor, crow: torch.Tensor, col: torch.Tensor) -> dict:
+    """What a shard's saved tensors are: their shapes and dtypes, a digest of the indices and of 64 values sampled
+    evenly (bits), so that a load tells them from another rank's (a few small copies to the host, no pass over the
+    values)."""
+    h = hashlib.sha256()
+    for t in (crow, col):
+        h.update(t.detach().to("cpu", torch.int64).contiguous().numpy().tobytes())
+    flat = values.detach().reshape(-1)
+    sample = flat[:: max(1, flat.numel() // 64)][:64].cpu().contiguous()
+    h.update(sample.view(torch.uint8).numpy().tobytes())
+    return {"values": [list(values.shape), str(values.dtype)], "digest": h.hexdigest()}
+
+
 def check_same_structure(module: torch.nn.Module, group=None) -> None:
     """Raises ``ValueError`` (on every rank of ``group``, a collective) unless each :class:`BlockSparseLinear` of
     ``module`` (tensor-parallel shards excepted: they differ by design) has the same shape, block size, index dtypes,
@@ -533,17 +548,21 @@ class _ShardBase(BlockSparseLinear):
 
     # State.
 
-    def get_extra_state(self):
+    def _identity(self) -> dict:
         return {"layout": self._layout, "rank": self.rank, "world_size": self.world_size,
                 "full_shape": (self.full_out_features, self.full_in_features),
                 "ranks": [list(r) for r in self.partition.ranks]}
+
+    def get_extra_state(self):
+        # "tensors": what the saved values and indices are, so that a load can tell them from another rank's.
+        return self._identity() | {"tensors": _fingerprint(self.values, self.crow_indices, self.col_indices)}
 
     def set_extra_state(self, state) -> None:
         self._check_extra_state(state)
 
     def _check_extra_state(self, state) -> None:
-        mine = self.get_extra_state()
-        if state != mine:
+        mine = self._identity()
+        if not isinstance(state, dict) or any(state.get(k) != v for k, v in mine.items()):
             diff = [k for k in mine if not isinstance(state, dict) or state.get(k) != mine[k]]
             raise ValueError(f"sparsek: mismatched shard state dict ({', '.join(diff)} differ from this shard's)")
 
@@ -551,8 +570,18 @@ class _ShardBase(BlockSparseLinear):
                               error_msgs):
         key = prefix + "_extra_state"
         if key in state_dict:
+            state = state_dict[key]
             try:
-                self._check_extra_state(state_dict[key])
+                self._check_extra_state(state)
+                saved = state.get("tensors")
+                names = [prefix + n for n in ("values", "crow_indices", "col_indices")]
+                if saved is not None and all(n in state_dict for n in names):
+                    if _fingerprint(*(state_dict[n] for n in names)) != saved:
+                        raise ValueError(
+                            "sparsek: this shard state dict's values and indices are not the ones its _extra_state "
+                            "was saved with (another rank's shard: torch.distributed.checkpoint keeps one copy of a "
+                            "plain tensor saved under the same name on every rank; save shards with "
+                            "sparsek.distributed.dcp_state_dict, or per rank with torch.save)")
             except ValueError as e:
                 error_msgs.append(f"{prefix}: {e}")
                 return
@@ -864,6 +893,65 @@ class RowParallelBlockSparseLinear(_ShardBase):
         for p, g_from in zip(ex.peers, ex.from_peers("G", peer_rows)):
             out[starts[p]:starts[p] + sizes[p]].copy_(g_from)
         return out
+
+
+def _shard_modules(model: torch.nn.Module) -> dict:
+    """``{state-dict prefix: shard}`` for every shard in ``model``."""
+    return {(name + "." if name else ""): m for name, m in model.named_modules() if isinstance(m, _ShardBase)}
+
+
+def _split_key(key: str, shards: dict):
+    """``(prefix, shard, name)`` when ``key`` is one of a shard's own entries (``prefix + name``, no further dot),
+    else ``None``."""
+    prefix, _, name = key.rpartition(".")
+    prefix = prefix + "." if prefix else ""
+    shard = shards.get(prefix)
+    return None if shard is None else (prefix, shard, name)
+
+
+def dcp_state_dict(model: torch.nn.Module) -> dict:
+    """``model.state_dict()`` made safe for ``torch.distributed.checkpoint``: every shard's own entries (values,
+    indices, bias, ``_extra_state``) renamed ``<name>@rank<r>of<w>`` with the shard's rank and world size, so that
+    the checkpoint keeps every rank's. ``torch.distributed.checkpoint`` treats a plain tensor saved under one name on
+    every rank as replicated and keeps one copy: a shard's ``state_dict()`` given to it as it is loses the other
+    ranks' shards (a load then refuses them: see the shards' ``_extra_state``). Everything else is left as it is
+    (a ``BlockSparseLinear`` under FSDP2, whose parameters are DTensors, needs nothing). Save with
+    ``dcp.save(dcp_state_dict(model), checkpoint_id=...)``; load into a model sharded the same way (same world size
+    and partitions) with ``state = dcp_state_dict(model); dcp.load(state, checkpoint_id=...);
+    load_dcp_state_dict(model, state)``. To change the world size, save the whole layers
+    (``full_state_dict()``) instead."""
+    shards = _shard_modules(model)
+    out = {}
+    for key, value in model.state_dict().items():
+        hit = _split_key(key, shards)
+        if hit is None:
+            out[key] = value
+        else:
+            prefix, shard, name = hit
+            out[f"{prefix}{name}@rank{shard.rank}of{shard.world_size}"] = value
+    return out
+
+
+def load_dcp_state_dict(model: torch.nn.Module, state_dict: dict, strict: bool = True):
+    """Loads a state dict made by :func:`dcp_state_dict` (and filled by ``torch.distributed.checkpoint.load``) into
+    ``model``: the shards' entries named back, then ``model.load_state_dict(..., strict)`` (whose result it
+    returns). An entry of another rank or world size than the shard's is refused."""
+    shards = _shard_modules(model)
+    back = {}
+    for key, value in state_dict.items():
+        head, sep, tag = key.rpartition("@rank")
+        if not sep:
+            back[key] = value
+            continue
+        hit = _split_key(head, shards)
+        if hit is None:
+            raise ValueError(f"sparsek: {key!r} names no tensor-parallel shard of this model")
+        prefix, shard, name = hit
+        if tag != f"{shard.rank}of{shard.world_size}":
+            raise ValueError(f"sparsek: {key!r} is rank {tag.replace('of', ' of ')}'s; this shard is rank "
+                             f"{shard.rank} of {shard.world_size}")
+        back[prefix + name] = value
+    return model.load_state_dict(back, strict=strict)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -530,6 +530,117 @@ def _gated_mlp(rank, device):
         sd.shard_gated_mlp(make_layer(64, 128, 32, torch.bfloat16, gen, device=device), up, down)
 
 
+@case("dcp-checkpoint")
+def _dcp(rank, device):
+    """torch.distributed.checkpoint: a sharded MLP saved through dcp_state_dict and loaded into another model on
+    the same partition gives every rank its own shards back; saved as model.state_dict() (plain tensors under one
+    name on every rank, of which the checkpoint keeps one copy), the load is refused wherever a rank would get
+    another's shard, never silently wrong."""
+    import copy
+    import shutil
+    import tempfile
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    gen = torch.Generator().manual_seed(seed_for("dcp"))
+    up = make_layer(64, 256, 16, torch.bfloat16, gen, skew="rows", activation="relu", device=device)
+    down = make_layer(256, 64, 16, torch.bfloat16, gen, device=device)
+    # The checkpoint fills tensors in place: the model loaded into has the same structure, other values.
+    other_up, other_down = copy.deepcopy(up), copy.deepcopy(down)
+    with torch.no_grad():
+        for layer in (other_up, other_down):
+            layer.values.copy_(torch.randn(layer.values.shape, generator=gen))
+            layer.bias.copy_(torch.randn(layer.bias.shape, generator=gen))
+
+    def model(u, d, p=None):
+        m = torch.nn.Module()
+        m.norm = torch.nn.LayerNorm(64).to(device)  # a replicated module beside the shards
+        m.mlp = torch.nn.Module()
+        m.mlp.up, m.mlp.down = sd.shard_mlp(u, d, strategy="greedy", partition=p)
+        return m
+
+    src = model(up, down)
+    p = src.mlp.up.pair_partition
+    assert not p.contiguous
+    with torch.no_grad():
+        src.norm.weight.add_(1.0)
+    dirs = [tempfile.mkdtemp() if rank == 0 else None]
+    dist.broadcast_object_list(dirs, src=0)
+    root = dirs[0]
+    try:
+        state = sd.dcp_state_dict(src)
+        assert any(k.endswith(f"values@rank{rank}of{WORLD}") for k in state), sorted(state)
+        dcp.save(state, checkpoint_id=os.path.join(root, "tagged"))
+        dst = model(other_up, other_down, p)
+        state = sd.dcp_state_dict(dst)
+        dcp.load(state, checkpoint_id=os.path.join(root, "tagged"))
+        sd.load_dcp_state_dict(dst, state)
+        for k, v in src.state_dict().items():
+            if isinstance(v, torch.Tensor):
+                assert torch.equal(dst.state_dict()[k], v), k
+        # Another rank's entries are refused by name.
+        wrong = {k.replace(f"@rank{rank}of", f"@rank{1 - rank}of"): v for k, v in sd.dcp_state_dict(src).items()}
+        with pytest.raises(ValueError, match="rank"):
+            sd.load_dcp_state_dict(dst, wrong)
+        # The plain state dict through the checkpoint, which keeps one copy of each shard entry: on the skewed
+        # pair the checkpoint's own shape check may refuse it; on layers whose shards have the same shapes on every
+        # rank only the shards' _extra_state can.
+        gen_even = torch.Generator().manual_seed(seed_for("dcp-even"))
+        even = [make_layer(64, 256, 16, torch.bfloat16, gen_even, skew="even", device=device),
+                make_layer(256, 64, 16, torch.bfloat16, gen_even, skew="even", device=device)]
+        even_other = [copy.deepcopy(layer) for layer in even]
+        with torch.no_grad():
+            for layer in even_other:
+                layer.values.copy_(torch.randn(layer.values.shape, generator=gen_even))
+        for tag, (s_up, s_down), (d_up, d_down) in (("skewed", (up, down), (other_up, other_down)),
+                                                    ("even", even, even_other)):
+            src_t = model(s_up, s_down)
+            part = src_t.mlp.up.pair_partition
+            if tag == "even":
+                shapes = [None] * WORLD
+                dist.all_gather_object(shapes, [tuple(t.shape) for t in src_t.state_dict().values()
+                                                if isinstance(t, torch.Tensor)])
+                assert shapes[0] == shapes[1], shapes  # the checkpoint's shape check cannot tell the ranks apart
+            dcp.save(src_t.state_dict(), checkpoint_id=os.path.join(root, f"plain-{tag}"))
+            dst = model(d_up, d_down, part)
+            state = dst.state_dict()
+            try:
+                dcp.load(state, checkpoint_id=os.path.join(root, f"plain-{tag}"))
+            except CheckpointException as e:  # the checkpoint refuses another rank's shape (on every rank)
+                assert "Size mismatch" in str(e), e
+                outcome = "refused by the checkpoint"
+            else:
+                try:
+                    dst.load_state_dict(state)
+                    same = all(torch.equal(dst.state_dict()[k], v) for k, v in src_t.state_dict().items()
+                               if isinstance(v, torch.Tensor))
+                    outcome = "own" if same else "SILENTLY WRONG"
+                except RuntimeError as e:
+                    assert "another rank's shard" in str(e) or "mismatched shard state dict" in str(e), e
+                    outcome = "refused"
+            outcomes = [None] * WORLD
+            dist.all_gather_object(outcomes, outcome)
+            assert "SILENTLY WRONG" not in outcomes and outcomes != ["own"] * WORLD, (tag, outcomes)
+            if tag == "even":
+                assert "refused" in outcomes, outcomes
+                # What the checkpoint's choice of copies can hand a rank: its own _extra_state with the other
+                # rank's tensors, of the same shapes here; only the fingerprint tells them apart.
+                parts = [None] * WORLD
+                dist.all_gather_object(parts, {k: v.cpu() for k, v in src_t.mlp.up.state_dict().items()
+                                               if isinstance(v, torch.Tensor)})
+                mixed = parts[1 - rank] | {"_extra_state": src_t.mlp.up.get_extra_state()}
+                before = dst.mlp.up.values.clone()
+                with pytest.raises(RuntimeError, match="another rank's shard"):
+                    dst.mlp.up.load_state_dict(mixed)
+                assert torch.equal(dst.mlp.up.values, before), "a refused load changes nothing"
+                dst.mlp.up.load_state_dict(parts[rank] | {"_extra_state": src_t.mlp.up.get_extra_state()})
+    finally:
+        dist.barrier()
+        if rank == 0:
+            shutil.rmtree(root, ignore_errors=True)
+
+
 @case("seqpar-mlp-state-dicts")
 def _seqpar_state(rank, device):
     # Per rank (the shards' own state) and whole (the layers'), saved and loaded back.
