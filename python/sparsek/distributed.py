@@ -554,7 +554,11 @@ class _ShardBase(BlockSparseLinear):
                 "ranks": [list(r) for r in self.partition.ranks]}
 
     def get_extra_state(self):
-        # "tensors": what the saved values and indices are, so that a load can tell them from another rank's.
+        # "tensors": what the saved values and indices are, so that a load can tell them from another rank's (not
+        # for values that are themselves distributed, e.g. by FSDP2: their checkpoint places them).
+        dtensor = _dtensor_class()
+        if dtensor is not None and isinstance(self.values, dtensor):
+            return self._identity()
         return self._identity() | {"tensors": _fingerprint(self.values, self.crow_indices, self.col_indices)}
 
     def set_extra_state(self, state) -> None:
@@ -575,7 +579,9 @@ class _ShardBase(BlockSparseLinear):
                 self._check_extra_state(state)
                 saved = state.get("tensors")
                 names = [prefix + n for n in ("values", "crow_indices", "col_indices")]
-                if saved is not None and all(n in state_dict for n in names):
+                dtensor = _dtensor_class()
+                if (saved is not None and all(n in state_dict for n in names)
+                        and not (dtensor is not None and isinstance(state_dict[names[0]], dtensor))):
                     if _fingerprint(*(state_dict[n] for n in names)) != saved:
                         raise ValueError(
                             "sparsek: this shard state dict's values and indices are not the ones its _extra_state "
