@@ -383,6 +383,19 @@ def _sp_shards_case(dtype, reduce16):
             y_local = m2.down(m2.up(xd))
         assert type(y_local) is torch.Tensor and c.calls == [gather, scatter], (type(y_local), c.calls)
         assert torch.equal(y_local, yd.to_local())
+        # The single-layer styles: up gathering the tokens and its features (a whole hidden on every rank), down
+        # taking that whole input and returning a replicated DTensor.
+        m3 = torch.nn.Module()
+        m3.up, m3.down = copy.deepcopy(up), copy.deepcopy(down)
+        parallelize_module(m3, mesh, {"up": sd.ColwiseBlockSparse(input_layouts=Shard(1), gather_output=True),
+                                      "down": sd.RowwiseBlockSparse(input_is_parallel=False, use_local_output=False)})
+        with torch.no_grad():
+            h_all = m3.up(x[:, mine])
+            y_rep = m3.down(h_all)
+        assert h_all.shape == (2, WORLD * seq, 128) and torch.equal(h_all, h), "gathered tokens and features"
+        assert isinstance(y_rep, DTensor) and tuple(y_rep.placements) == (Replicate(),), type(y_rep)
+        ref_all, absp_all = reference(down, h)
+        assert_close(y_rep.to_local().reshape(-1, 64), ref_all, absp_all, 128, "relu")
     return run
 
 
