@@ -67,6 +67,15 @@ def make_layer(in_f, out_f, bs, dtype, gen, *, skew=None, bias=True, activation=
     return layer.to(device)
 
 
+def small_pair(name, device):
+    """(generator, up 64 -> 128 with SiLU, down 128 -> 64): bf16 16-blocks, seeded by ``name``; the generator goes
+    on for the case's own draws."""
+    gen = torch.Generator().manual_seed(seed_for(name))
+    up = make_layer(64, 128, 16, torch.bfloat16, gen, activation="silu", device=device)
+    down = make_layer(128, 64, 16, torch.bfloat16, gen, device=device)
+    return gen, up, down
+
+
 def reference(layer, x):
     """(f64 result, |x| @ |W|^T + |b|) of the whole layer on x."""
     x64 = x.detach().cpu().double().reshape(-1, layer.in_features)
@@ -409,9 +418,7 @@ def _sp_errors(rank, device):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
-    gen = torch.Generator().manual_seed(seed_for("sp-errors"))
-    up = make_layer(64, 128, 16, torch.bfloat16, gen, activation="silu", device=device)
-    down = make_layer(128, 64, 16, torch.bfloat16, gen, device=device)
+    gen, up, down = small_pair("sp-errors", device)
     with pytest.raises(ValueError, match="features' dimension"):
         sd.column_parallel(up, sequence_dim=-1)
     with pytest.raises(TypeError, match="sequence_dim"):
@@ -695,9 +702,7 @@ def _seqpar_state(rank, device):
 
 @case("seqpar-mlp-errors")
 def _seqpar_errors(rank, device):
-    gen = torch.Generator().manual_seed(seed_for("seqpar-errors"))
-    up = make_layer(64, 128, 16, torch.bfloat16, gen, activation="silu", device=device)
-    down = make_layer(128, 64, 16, torch.bfloat16, gen, device=device)
+    gen, up, down = small_pair("seqpar-errors", device)
     with pytest.raises(ValueError, match="comm"):
         sd.sequence_parallel_mlp(up, down, comm="mpi")
     mlp = sd.sequence_parallel_mlp(up, down)
