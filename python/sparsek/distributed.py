@@ -340,6 +340,13 @@ def _structure_digest(layer: BlockSparseLinear) -> tuple:
     return (layer.out_features, layer.in_features, layer.block_size, str(crow.dtype), str(col.dtype), h.hexdigest())
 
 
+def _fingerprintable(t) -> bool:
+    """A plain tensor with data: not a DTensor (distributed values, e.g. by FSDP2, which their checkpoint places)
+    and not on the meta device."""
+    dtensor = _dtensor_class()
+    return isinstance(t, torch.Tensor) and not (dtensor is not None and isinstance(t, dtensor)) and not t.is_meta
+
+
 def _fingerprint(values: torch.Tensor, crow: torch.Tensor, col: torch.Tensor) -> dict:
     """What a shard's saved tensors are: their shapes and dtypes, a digest of the indices and of 64 values sampled
     evenly (bits), so that a load tells them from another rank's (a few small copies to the host, no pass over the
@@ -556,8 +563,7 @@ class _ShardBase(BlockSparseLinear):
     def get_extra_state(self):
         # "tensors": what the saved values and indices are, so that a load can tell them from another rank's (not
         # for values that are themselves distributed, e.g. by FSDP2: their checkpoint places them).
-        dtensor = _dtensor_class()
-        if dtensor is not None and isinstance(self.values, dtensor):
+        if not _fingerprintable(self.values):
             return self._identity()
         return self._identity() | {"tensors": _fingerprint(self.values, self.crow_indices, self.col_indices)}
 
@@ -579,9 +585,8 @@ class _ShardBase(BlockSparseLinear):
                 self._check_extra_state(state)
                 saved = state.get("tensors")
                 names = [prefix + n for n in ("values", "crow_indices", "col_indices")]
-                dtensor = _dtensor_class()
                 if (saved is not None and all(n in state_dict for n in names)
-                        and not (dtensor is not None and isinstance(state_dict[names[0]], dtensor))):
+                        and all(_fingerprintable(state_dict[n]) for n in names)):
                     if _fingerprint(*(state_dict[n] for n in names)) != saved:
                         raise ValueError(
                             "sparsek: this shard state dict's values and indices are not the ones its _extra_state "
