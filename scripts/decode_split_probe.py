@@ -12,7 +12,10 @@ floor (python/bench/read_floor.py) on the same weights, for the LLaMA MLP layers
 not zeroed inside the timed graph (the atomics then add onto the last replay's sums: same work); the check zeroes it
 first and compares with float64.
 
-    python scripts/decode_split_probe.py [--tokens 1,16] [--parts 4,8,16,0] [--stages 3,4,6]
+    python scripts/decode_split_probe.py [--tokens 1,16] [--parts 1,2,4,8,16,0] [--stages 1,3] [--det]
+
+``--det`` adds the deterministic form of each part size: every part stores its partial into a slot of its own and a
+second kernel adds the slots in part order (both kernels in the timed graph).
 """
 
 from __future__ import annotations
@@ -54,6 +57,49 @@ def _bsr_parts(values, crow, col, x, y, n, K, M, parts, P: tl.constexpr, BS: tl.
         tl.atomic_add(y + rn[None, :] * M + (row * BS + rm)[:, None], acc, mask=rn[None, :] < n, sem="relaxed")
 
 
+@triton.jit
+def _bsr_parts_det(values, crow, col, x, ws, n, K, M, parts, P: tl.constexpr, BS: tl.constexpr, BN: tl.constexpr):
+    """As _bsr_parts, but the part's partial is stored into its own slot of ``ws`` (parts x N x M, float32, every
+    slot written: an empty part stores zeros), for _sum_parts to add in part order: deterministic."""
+    pid = tl.program_id(0)
+    row = pid // parts
+    part = pid % parts
+    start = tl.load(crow + row)
+    end = tl.load(crow + row + 1)
+    b0 = start + part * P
+    b1 = tl.minimum(b0 + P, end)
+    rm = tl.arange(0, BS)
+    rk = tl.arange(0, BS)
+    rn = tl.arange(0, BN)
+    acc = tl.zeros((BS, BN), dtype=tl.float32)
+    for b in range(b0, b1):
+        c = tl.load(col + b)
+        a = tl.load(values + b.to(tl.int64) * BS * BS + rm[:, None] * BS + rk[None, :])
+        xb = tl.load(x + rn[None, :] * K + (c * BS + rk)[:, None], mask=rn[None, :] < n, other=0.0)
+        acc += tl.dot(a, xb)
+    tl.store(ws + part.to(tl.int64) * n * M + rn[None, :] * M + (row * BS + rm)[:, None], acc, mask=rn[None, :] < n)
+
+
+@triton.jit
+def _sum_parts(ws, y, total, parts, BLOCK: tl.constexpr):
+    """y[i] = sum over the parts of ws[part, i], in part order (i over N x M)."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < total
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for q in range(parts):
+        acc += tl.load(ws + q.to(tl.int64) * total + i, mask=m, other=0.0)
+    tl.store(y + i, acc, mask=m)
+
+
+def launch_det(pw, x, y, ws, P, stages):
+    values, crow, col, m, k, longest = pw
+    parts = max(1, -(-longest // P))
+    _bsr_parts_det[(m // 64 * parts,)](values, crow, col, x, ws, x.shape[0], k, m, parts, P=P, BS=64, BN=16,
+                                       num_warps=4, num_stages=stages)
+    total = x.shape[0] * m
+    _sum_parts[(triton.cdiv(total, 1024),)](ws, y, total, parts, BLOCK=1024, num_warps=4)
+
+
 def prepare(w):
     """(values, crow, col, M, K, longest row): read once, outside any capture (no host sync inside a graph)."""
     crow = w.crow_indices()
@@ -73,6 +119,7 @@ def main() -> int:
     ap.add_argument("--tokens", default="1,16")
     ap.add_argument("--parts", default="1,2,4,8,16,0", help="blocks a part (0: whole rows)")
     ap.add_argument("--stages", default="1,3")
+    ap.add_argument("--det", action="store_true", help="also the deterministic form (slots + a summing kernel)")
     ap.add_argument("--calls", type=int, default=48)
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args()
@@ -117,6 +164,17 @@ def main() -> int:
                     us = dp.graph_time([lambda i=i: launch(prepared[i % copies], x, y, P, st)
                                         for i in range(args.calls)], args.reps)
                     row.append(f"P{P or 'row'}/s{st} {us:.2f} ({fl / us:.0%}){'' if ok else ' FAIL'}")
+                    if P and args.det:  # the deterministic form: partials in slots, a second kernel adds them
+                        longest = max(pw[5] for pw in prepared)
+                        ws = torch.empty(max(1, -(-longest // P)) * n * m, dtype=torch.float32, device="cuda")
+                        launch_det(prepared[0], x, y, ws, P, st)
+                        torch.cuda.synchronize()
+                        err = float(((y.double() - ref).abs() / (1e-2 * ref.abs() + 2e-3 * k**0.5)).max())
+                        ok = err <= 1.0
+                        failed |= not ok
+                        us = dp.graph_time([lambda i=i: launch_det(prepared[i % copies], x, y, ws, P, st)
+                                            for i in range(args.calls)], args.reps)
+                        row.append(f"det P{P}/s{st} {us:.2f} ({fl / us:.0%}){'' if ok else ' FAIL'}")
             print(" | ".join(row), flush=True)
             del floor, fc
     return 1 if failed else 0
