@@ -13,6 +13,7 @@ not zeroed inside the timed graph (the atomics then add onto the last replay's s
 first and compares with float64.
 
     python scripts/decode_split_probe.py [--tokens 1,16] [--parts 1,2,4,8,16,0] [--stages 1,3] [--det]
+                                         [--square 8192 --density 0.22]
 
 ``--det`` adds the deterministic form of each part size: every part stores its partial into a slot of its own and a
 second kernel adds the slots in part order (both kernels in the timed graph).
@@ -100,6 +101,16 @@ def launch_det(pw, x, y, ws, P, stages):
     _sum_parts[(triton.cdiv(total, 1024),)](ws, y, total, parts, BLOCK=1024, num_warps=4)
 
 
+def binomial_weight(m: int, k: int, density: float, gen) -> tuple:
+    """A BSR weight of 64-blocks each kept with probability ``density`` (row lengths binomial, as the CLI's uniform
+    pattern) and its dense twin, bf16."""
+    mask = torch.rand(m // 64, k // 64, generator=gen) < density
+    dense = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    dense *= mask.repeat_interleave(64, 0).repeat_interleave(64, 1).to(torch.bfloat16)
+    dense = dense.cuda()
+    return dense.to_sparse_bsr(64), dense
+
+
 def prepare(w):
     """(values, crow, col, M, K, longest row): read once, outside any capture (no host sync inside a graph)."""
     crow = w.crow_indices()
@@ -119,6 +130,8 @@ def main() -> int:
     ap.add_argument("--tokens", default="1,16")
     ap.add_argument("--parts", default="1,2,4,8,16,0", help="blocks a part (0: whole rows)")
     ap.add_argument("--stages", default="1,3")
+    ap.add_argument("--square", type=int, help="instead of the LLaMA layers: a square weight of this size")
+    ap.add_argument("--density", type=float, default=0.22, help="with --square: each block kept with this chance")
     ap.add_argument("--det", action="store_true", help="also the deterministic form (slots + a summing kernel)")
     ap.add_argument("--calls", type=int, default=48)
     ap.add_argument("--reps", type=int, default=15)
@@ -132,10 +145,13 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}; graph us per "
           f"call (48 calls over rotated weights), median of {args.reps} replays")
     failed = False
-    for name, m, k in dp.SHAPES:
+    shapes = [(name, m, k, None) for name, m, k in dp.SHAPES]
+    if args.square:
+        shapes = [(f"{args.square}^2 {args.density:.0%}", args.square, args.square, args.density)]
+    for name, m, k, density in shapes:
         weights = []
         while True:
-            w, wd = dp.random_weight(m, k, dtype, gen)
+            w, wd = dp.random_weight(m, k, dtype, gen) if density is None else binomial_weight(m, k, density, gen)
             weights.append((w, wd))
             stored = w.values().numel() * 2 + 4 * (w.col_indices().numel() + m // 64 + 1)
             if len(weights) >= 4 and len(weights) * stored >= 2 * l2:
