@@ -37,7 +37,11 @@ import sparsek  # noqa: E402
 
 
 @triton.jit
-def _bsr_parts(values, crow, col, x, y, n, K, M, parts, P: tl.constexpr, BS: tl.constexpr, BN: tl.constexpr):
+def _bsr_parts(values, crow, col, x, out, n, K, M, parts, P: tl.constexpr, BS: tl.constexpr, BN: tl.constexpr,
+               DET: tl.constexpr):
+    """One part of ``P`` blocks of one block row: its 64 x N partial added into ``out`` (y) with atomics, or with
+    ``DET`` stored into the part's own slot of ``out`` (parts x N x M, float32, every slot written: an empty part
+    stores zeros), for _sum_parts to add in part order: deterministic."""
     pid = tl.program_id(0)
     row = pid // parts
     part = pid % parts
@@ -54,31 +58,11 @@ def _bsr_parts(values, crow, col, x, y, n, K, M, parts, P: tl.constexpr, BS: tl.
         a = tl.load(values + b.to(tl.int64) * BS * BS + rm[:, None] * BS + rk[None, :])
         xb = tl.load(x + rn[None, :] * K + (c * BS + rk)[:, None], mask=rn[None, :] < n, other=0.0)
         acc += tl.dot(a, xb)
-    if b1 > b0:
-        tl.atomic_add(y + rn[None, :] * M + (row * BS + rm)[:, None], acc, mask=rn[None, :] < n, sem="relaxed")
-
-
-@triton.jit
-def _bsr_parts_det(values, crow, col, x, ws, n, K, M, parts, P: tl.constexpr, BS: tl.constexpr, BN: tl.constexpr):
-    """As _bsr_parts, but the part's partial is stored into its own slot of ``ws`` (parts x N x M, float32, every
-    slot written: an empty part stores zeros), for _sum_parts to add in part order: deterministic."""
-    pid = tl.program_id(0)
-    row = pid // parts
-    part = pid % parts
-    start = tl.load(crow + row)
-    end = tl.load(crow + row + 1)
-    b0 = start + part * P
-    b1 = tl.minimum(b0 + P, end)
-    rm = tl.arange(0, BS)
-    rk = tl.arange(0, BS)
-    rn = tl.arange(0, BN)
-    acc = tl.zeros((BS, BN), dtype=tl.float32)
-    for b in range(b0, b1):
-        c = tl.load(col + b)
-        a = tl.load(values + b.to(tl.int64) * BS * BS + rm[:, None] * BS + rk[None, :])
-        xb = tl.load(x + rn[None, :] * K + (c * BS + rk)[:, None], mask=rn[None, :] < n, other=0.0)
-        acc += tl.dot(a, xb)
-    tl.store(ws + part.to(tl.int64) * n * M + rn[None, :] * M + (row * BS + rm)[:, None], acc, mask=rn[None, :] < n)
+    at = rn[None, :] * M + (row * BS + rm)[:, None]
+    if DET:
+        tl.store(out + part.to(tl.int64) * n * M + at, acc, mask=rn[None, :] < n)
+    elif b1 > b0:
+        tl.atomic_add(out + at, acc, mask=rn[None, :] < n, sem="relaxed")
 
 
 @triton.jit
@@ -95,8 +79,8 @@ def _sum_parts(ws, y, total, parts, BLOCK: tl.constexpr):
 def launch_det(pw, x, y, ws, P, stages):
     values, crow, col, m, k, longest = pw
     parts = max(1, -(-longest // P))
-    _bsr_parts_det[(m // 64 * parts,)](values, crow, col, x, ws, x.shape[0], k, m, parts, P=P, BS=64, BN=16,
-                                       num_warps=4, num_stages=stages)
+    _bsr_parts[(m // 64 * parts,)](values, crow, col, x, ws, x.shape[0], k, m, parts, P=P, BS=64, BN=16, DET=True,
+                                   num_warps=4, num_stages=stages)
     total = x.shape[0] * m
     _sum_parts[(triton.cdiv(total, 1024),)](ws, y, total, parts, BLOCK=1024, num_warps=4)
 
@@ -121,7 +105,7 @@ def launch(pw, x, y, P, stages):
     values, crow, col, m, k, longest = pw
     parts = max(1, -(-longest // P)) if P else 1
     p = P if P else max(longest, 1)
-    _bsr_parts[(m // 64 * parts,)](values, crow, col, x, y, x.shape[0], k, m, parts, P=p, BS=64, BN=16,
+    _bsr_parts[(m // 64 * parts,)](values, crow, col, x, y, x.shape[0], k, m, parts, P=p, BS=64, BN=16, DET=False,
                                    num_warps=4, num_stages=stages)
 
 
