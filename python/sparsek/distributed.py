@@ -57,6 +57,7 @@ given.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from typing import Sequence
 
@@ -461,7 +462,9 @@ def _token_dim(dim: int, x: torch.Tensor, what: str) -> int:
     return d
 
 
+@functools.lru_cache(maxsize=None)
 def _dtensor_class():
+    """torch's DTensor class, or ``None``; looked up once (every shard's forward asks)."""
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # pragma: no cover - torch without distributed tensors
